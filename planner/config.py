@@ -1,0 +1,163 @@
+"""Scheduler configurations: one validated ``SchedulerConfig``, and ``pack_configs``
+which turns many of them into the struct-of-arrays matrix the kernel reads.
+
+Names and defaults follow vLLM's ``SchedulerConfig`` / ``CacheConfig``
+(``vllm/config/scheduler.py``, ``vllm/config/cache.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from planner.latency import LinearLatency
+
+# Named option values (the kernel sees the integers).
+PREEMPTION_MODES = {"recompute": 0, "restart": 1}
+STOP_BOUNDS = {"max_model_len": 0, "max_servable": 1}
+POLICIES = {"fcfs": 0}
+
+# Column indices of the packed int64 config matrix (shape (C, NCOLS)).
+(
+    N,
+    BS,
+    SEQS,
+    MNBT,
+    MML,
+    THR,
+    WM_BLOCKS,
+    GATE,
+    PREEMPT,
+    STOP,
+    NULL,
+    POLICY,
+    HORIZON_NS,
+    MAX_STEPS,
+    B0,
+    B1,
+    B2,
+    A0,
+    A1,
+    A2,
+) = range(20)
+NCOLS = 20
+
+NO_HORIZON_NS = np.iinfo(np.int64).max
+DEFAULT_MAX_STEPS = 10_000_000
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """One scheduler + pool configuration. Token and block counts are ints.
+
+    Defaults are vLLM 0.33's, except num_gpu_blocks (no default in vLLM: it is
+    sized from GPU memory) and max_num_seqs, where 256 is what the engine uses.
+
+    Raises:
+        ValueError: naming the field (spelled as its CLI flag) and the bad value.
+    """
+
+    num_gpu_blocks: int = 7463
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 4096
+    long_prefill_token_threshold: int = 0
+    watermark: float = 0.0
+    scheduler_reserve_full_isl: bool = True
+    preemption_mode: str = "recompute"
+    stop_bound: str = "max_model_len"
+    null_block: bool = True
+    policy: str = "fcfs"
+    horizon_s: float = math.inf
+    max_steps: int = DEFAULT_MAX_STEPS
+
+    def __post_init__(self) -> None:
+        positive = (
+            "num_gpu_blocks",
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "max_steps",
+        )
+        for name in positive:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ValueError(f"--{_flag(name)} must be an integer >= 1, got {v!r}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(
+                f"--long-prefill-token-threshold must be >= 0, got {self.long_prefill_token_threshold}"
+            )
+        if not (0.0 <= self.watermark < 1.0):
+            raise ValueError(f"--watermark must be in [0, 1), got {self.watermark}")
+        if self.num_gpu_blocks < 2 and self.null_block:
+            raise ValueError("--num-gpu-blocks must be >= 2: block 0 is the null block")
+        for name, allowed in (
+            ("preemption_mode", PREEMPTION_MODES),
+            ("stop_bound", STOP_BOUNDS),
+            ("policy", POLICIES),
+        ):
+            v = getattr(self, name)
+            if v not in allowed:
+                raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
+        if not (self.horizon_s > 0):
+            raise ValueError(f"--horizon must be > 0 seconds, got {self.horizon_s}")
+
+    @property
+    def watermark_blocks(self) -> int:
+        """``int(watermark * num_gpu_blocks)`` (``KVCacheManager.__init__``)."""
+        return int(self.watermark * self.num_gpu_blocks)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def pack_configs(
+    configs: Sequence[SchedulerConfig], latencies: Sequence[LinearLatency]
+) -> np.ndarray:
+    """Pack C configs and their step-time models into an int64 matrix.
+
+    Args:
+        configs: C scheduler configs.
+        latencies: C latency models (one per config) or a single one for all.
+    Returns:
+        ``np.ndarray`` of shape (C, NCOLS), dtype int64; columns are the module
+        constants (``N``, ``BS``, ...). Times are integer nanoseconds.
+    Raises:
+        ValueError: if the lengths disagree or no config is given.
+    """
+    if len(configs) == 0:
+        raise ValueError("no configurations to simulate")
+    if len(latencies) == 1:
+        latencies = list(latencies) * len(configs)
+    if len(latencies) != len(configs):
+        raise ValueError("need one latency model per config, or one for all")
+    out = np.zeros((len(configs), NCOLS), dtype=np.int64)
+    for i, (c, lat) in enumerate(zip(configs, latencies, strict=True)):
+        horizon = NO_HORIZON_NS if math.isinf(c.horizon_s) else int(round(c.horizon_s * 1e9))
+        out[i, :] = (
+            c.num_gpu_blocks,
+            c.block_size,
+            c.max_num_seqs,
+            c.max_num_batched_tokens,
+            c.max_model_len,
+            c.long_prefill_token_threshold,
+            c.watermark_blocks,
+            int(c.scheduler_reserve_full_isl),
+            PREEMPTION_MODES[c.preemption_mode],
+            STOP_BOUNDS[c.stop_bound],
+            int(c.null_block),
+            POLICIES[c.policy],
+            horizon,
+            c.max_steps,
+            *lat.ns(),
+        )
+    return out

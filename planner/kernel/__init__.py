@@ -1,0 +1,1 @@
+"""The simulation core: struct-of-arrays state and the jitted step loop."""

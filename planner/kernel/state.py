@@ -1,0 +1,127 @@
+"""Struct-of-arrays simulation state and the column layout of the kernel's outputs.
+
+Per-config scalars are length-C arrays (or columns of ``out_i``/``out_f``);
+per-request fields are C x R arrays. ``allocate`` builds all of them at once so
+the kernel never allocates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Request status codes (C x R int8).
+FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+
+# Integer outputs, shape (C, NOUT_I), int64.
+(
+    O_FINISHED,  # requests finished (any time, also in the step that crossed the horizon)
+    O_REJECTED,  # rejected by the front end (prompt >= max_model_len)
+    O_RUNNING_END,
+    O_WAITING_END,
+    O_ARRIVED,  # requests that entered the scheduler (or were rejected)
+    O_PREEMPTIONS,  # preemption events
+    O_STEPS,  # scheduler steps simulated
+    O_ZERO_STEPS,  # steps that scheduled zero tokens
+    O_MIN_FREE,  # fewest free blocks seen after a step's allocations
+    O_END_NS,  # clock when the simulation stopped (ns)
+    O_BUSY_NS,  # sum of step durations (ns)
+    O_LIVELOCKED,  # 1 if a livelock was proven (frozen pool or a repeating cycle)
+    O_LIVELOCK_STEP,  # step index at which it was proven, else -1
+    O_STEP_LIMIT,  # 1 if max_steps stopped the run
+    O_PREFILL_TOKENS,  # scheduled prefill tokens (re-prefill included)
+    O_DECODE_TOKENS,  # scheduled decode tokens
+    O_INVARIANT_ERRORS,  # steps where held blocks + free blocks != usable blocks
+    O_MACRO_STEPS,  # kernel fast-path jumps (diagnostic only)
+) = range(18)
+NOUT_I = 18
+
+# Float outputs, shape (C, NOUT_F), float64.
+F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)
+NOUT_F = 1
+
+# Per-step trace columns, shape (C, T, NTRACE), int64.
+(
+    T_START_NS,
+    T_END_NS,
+    T_SCHEDULED,
+    T_PREFILL,
+    T_DECODE,
+    T_RUNNING,
+    T_WAITING,
+    T_FREE,
+    T_PREEMPTED,
+    T_FINISHED,
+    T_ADMITTED,
+) = range(11)
+NTRACE = 11
+TRACE_COLUMNS = (
+    "start_s",
+    "end_s",
+    "scheduled_tokens",
+    "prefill_tokens",
+    "decode_tokens",
+    "running",
+    "waiting",
+    "free_blocks",
+    "preempted",
+    "finished",
+    "admitted",
+)
+
+
+@dataclass
+class State:
+    """All kernel arrays for C configs x R requests (see field comments for shapes)."""
+
+    ncomp: np.ndarray  # (C, R) int32 num_computed_tokens
+    nout: np.ndarray  # (C, R) int32 num_output_tokens
+    held: np.ndarray  # (C, R) int32 blocks held
+    status: np.ndarray  # (C, R) int8 status code
+    first_ns: np.ndarray  # (C, R) int64 first-token time (ns), -1 if none
+    finish_ns: np.ndarray  # (C, R) int64 finish time (ns), -1 if none
+    npre: np.ndarray  # (C, R) int32 preemptions of this request
+    hw: np.ndarray  # (C, R) int32 high-water mark of computed positions
+    run: np.ndarray  # (C, R) int32 running, in admission order
+    wq: np.ndarray  # (C, R) int32 waiting ring buffer (deque with prepend)
+    sched_tok: np.ndarray  # (C, R) int32 scratch: tokens scheduled this step
+    slist: np.ndarray  # (C, R) int32 scratch: requests scheduled this step
+    out_i: np.ndarray  # (C, NOUT_I) int64
+    out_f: np.ndarray  # (C, NOUT_F) float64
+    trace: np.ndarray  # (C, T, NTRACE) int64, T = 0 disables
+    rlog: np.ndarray  # (C, L, 3) int64 (step, request, tokens), L = 0 disables
+    rlog_n: np.ndarray  # (C,) int64 entries written (may exceed L: then truncated)
+
+
+def allocate(num_configs: int, num_requests: int, trace_steps: int = 0, log_entries: int = 0) -> State:
+    """Allocate zeroed state. Memory is about 40 bytes x C x R, plus the traces."""
+    c, r = num_configs, num_requests
+
+    def z(dt: type) -> np.ndarray:
+        return np.zeros((c, r), dtype=dt)
+
+    return State(
+        ncomp=z(np.int32),
+        nout=z(np.int32),
+        held=z(np.int32),
+        status=z(np.int8),
+        first_ns=np.full((c, r), -1, dtype=np.int64),
+        finish_ns=np.full((c, r), -1, dtype=np.int64),
+        npre=z(np.int32),
+        hw=z(np.int32),
+        run=z(np.int32),
+        wq=z(np.int32),
+        sched_tok=z(np.int32),
+        slist=z(np.int32),
+        out_i=np.zeros((c, NOUT_I), dtype=np.int64),
+        out_f=np.zeros((c, NOUT_F), dtype=np.float64),
+        trace=np.zeros((c, trace_steps, NTRACE), dtype=np.int64),
+        rlog=np.zeros((c, log_entries, 3), dtype=np.int64),
+        rlog_n=np.zeros(c, dtype=np.int64),
+    )
+
+
+def bytes_per_config(num_requests: int) -> int:
+    """State bytes one config needs (no traces): used to size sweep chunks."""
+    return num_requests * (4 * 4 + 1 + 8 * 2 + 4 * 2 + 4 * 4 + 8 + 4) + 8 * (NOUT_I + NOUT_F)

@@ -1,0 +1,527 @@
+"""The jitted step loop: C scheduler configurations against one workload.
+
+Each configuration runs the vLLM v1 scheduler step by step in simulated time:
+
+- ``Scheduler.schedule`` (``vllm/v1/core/sched_tok/scheduler.py``): running phase,
+  then waiting phase, chunked prefill under ``max_num_batched_tokens``.
+- ``KVCacheManager.allocate_slots`` (``vllm/v1/core/kv_cache_manager.py``):
+  all-or-nothing allocation, the whole-sequence gate, the watermark.
+- ``Scheduler._preempt_request``: recompute preemption of the tail of
+  ``running``, prepended to ``waiting``.
+- ``Scheduler.update_from_output`` and ``check_stop``
+  (``vllm/v1/core/sched_tok/utils.py``): a token is sampled only when the step's
+  chunk reached the end of the known tokens; finished requests free at once.
+
+The plain-Python ``planner.reference`` engine implements the same rules one
+class at a time; tests require both to agree step for step.
+
+Modelled as vLLM with prefix caching off and synchronous scheduling. Time is
+integer nanoseconds. Deliberate differences are named options (config
+columns): ``PREEMPT`` (1 = BLIS restart), ``STOP`` (1 = max_servable bound),
+``NULL`` (0 = BLIS pool without a null block), ``GATE`` (0 = gate off).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from planner import config as K
+from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
+from planner.kernel import state as S
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+@njit(cache=True, inline="always")
+def _preempt(v, restart, ncomp, nout, held, status, npre):  # noqa: ANN001, ANN202
+    """``Scheduler._preempt_request``: free the victim's blocks, num_computed_tokens
+    = 0, count it. ``restart`` (BLIS) also discards its generated tokens.
+    Returns the blocks freed."""
+    freed = held[v]
+    held[v] = 0
+    ncomp[v] = 0
+    npre[v] += 1
+    status[v] = S.WAITING
+    if restart:
+        nout[v] = 0
+    return freed
+
+
+@njit(cache=True)
+def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):  # noqa: ANN001, ANN202
+    """Whether the waiting phase would refuse request ``r`` (the head) now.
+
+    Used only by the decode fast path; the rules are the waiting phase's."""
+    if n_run >= seqs:
+        return True
+    budget = mnbt - n_run
+    if budget <= 0:
+        return True
+    num_new = ntok
+    if 0 < thr < num_new:
+        num_new = thr
+    if num_new > budget:
+        num_new = budget
+    wm = wm_blocks if n_run > 0 else 0
+    if gate and blocks_for_tokens(ntok, mml, bs) + wm > free:
+        return True
+    return blocks_for_tokens(num_new, mml, bs) + wm > free
+
+
+@njit(cache=True)
+def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):  # noqa: ANN001, ANN202
+    """New blocks the running decodes need over the next k steps."""
+    total = 0
+    for i in range(n_run):
+        r = run[i]
+        nb = blocks_for_tokens(ncomp[r] + k, mml, bs) - held[r]
+        if nb > 0:
+            total += nb
+    return total
+
+
+@njit(cache=True)
+def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
+    cfg,  # noqa: ANN001
+    prompt,  # noqa: ANN001
+    max_tokens,  # noqa: ANN001
+    entry_ns,  # noqa: ANN001
+    order,  # noqa: ANN001
+    ncomp,  # noqa: ANN001
+    nout,  # noqa: ANN001
+    held,  # noqa: ANN001
+    status,  # noqa: ANN001
+    first_ns,  # noqa: ANN001
+    finish_ns,  # noqa: ANN001
+    npre,  # noqa: ANN001
+    hw,  # noqa: ANN001
+    run,  # noqa: ANN001
+    wq,  # noqa: ANN001
+    sched_tok,  # noqa: ANN001
+    slist,  # noqa: ANN001
+    out_i,  # noqa: ANN001
+    out_f,  # noqa: ANN001
+    trace,  # noqa: ANN001
+    rlog,  # noqa: ANN001
+    use_macro,  # noqa: ANN001
+):
+    """Simulate one configuration. Arrays are this config's rows (see ``state.State``).
+
+    ``entry_ns[r]``: when request r becomes visible (arrival + queueing delay), ns.
+    ``order``: request indices sorted by entry time. Returns request-log entries.
+    """
+    R = prompt.shape[0]
+    N = cfg[K.N]
+    bs = cfg[K.BS]
+    seqs = cfg[K.SEQS]
+    mnbt = cfg[K.MNBT]
+    mml = cfg[K.MML]
+    thr = cfg[K.THR]
+    wm_blocks = cfg[K.WM_BLOCKS]
+    gate = cfg[K.GATE] != 0
+    restart = cfg[K.PREEMPT] == 1
+    null_block = cfg[K.NULL] != 0
+    horizon = cfg[K.HORIZON_NS]
+    max_steps = cfg[K.MAX_STEPS]
+    b0 = cfg[K.B0]
+    b1 = cfg[K.B1]
+    b2 = cfg[K.B2]
+    usable = usable_blocks(N, null_block)
+    stop_len = stop_length(mml, N, bs, null_block, cfg[K.STOP])
+    T = trace.shape[0]
+    L = rlog.shape[0]
+    macro = use_macro and T == 0 and L == 0
+
+    free = usable
+    min_free = free
+    clock = 0
+    nxt = 0
+    n_run = 0
+    wh = 0
+    wl = 0
+    steps = 0
+    zero_steps = 0
+    finished = 0
+    rejected = 0
+    arrived = 0
+    preemptions = 0
+    busy = 0
+    prefill_tok = 0
+    decode_tok = 0
+    inv_err = 0
+    macro_steps = 0
+    waste = 0.0
+    livelocked = 0
+    livelock_step = -1
+    step_limit = 0
+    lone_r = -1
+    lone_ntok = -1
+    nlog = 0
+
+    while True:
+        # Requests whose entry time has come join the tail of `waiting`;
+        # the front end rejects prompts >= max_model_len.
+        while nxt < R and entry_ns[order[nxt]] <= clock:
+            r = order[nxt]
+            nxt += 1
+            arrived += 1
+            if prompt[r] >= mml:
+                status[r] = S.REJECTED
+                rejected += 1
+            else:
+                status[r] = S.WAITING
+                wq[(wh + wl) % R] = r
+                wl += 1
+        if n_run == 0 and wl == 0:
+            if nxt >= R:
+                break
+            clock = entry_ns[order[nxt]]
+            continue
+        if clock >= horizon:
+            break
+        if steps >= max_steps:
+            step_limit = 1
+            break
+
+        # ---- Decode fast path: k identical decode steps in one jump. ----
+        if macro and n_run <= mnbt:
+            kf = INT64_MAX
+            need1 = 0
+            all_decode = True
+            for i in range(n_run):
+                r = run[i]
+                ntok = prompt[r] + nout[r]
+                if ntok - ncomp[r] != 1:
+                    all_decode = False
+                    break
+                f = min(max_tokens[r] - nout[r], stop_len - ntok)
+                if f < kf:
+                    kf = f
+                nb = blocks_for_tokens(ncomp[r] + 1, mml, bs) - held[r]
+                if nb > 0:
+                    need1 += nb
+            if all_decode and kf >= 3 and need1 <= free:
+                dt = b0 + b2 * n_run
+                kmax = kf - 1
+                if wl == 0:
+                    blocked = True
+                    if nxt < R:
+                        kmax = min(kmax, (entry_ns[order[nxt]] - clock - 1) // dt + 1)
+                else:
+                    h = wq[wh]
+                    blocked = _head_blocked(
+                        h,
+                        prompt[h] + nout[h],
+                        n_run,
+                        free - need1,
+                        seqs,
+                        mnbt,
+                        thr,
+                        wm_blocks,
+                        gate,
+                        mml,
+                        bs,
+                    )
+                if horizon != INT64_MAX:
+                    kmax = min(kmax, (horizon - clock - 1) // dt + 1)
+                kmax = min(kmax, max_steps - steps)
+                if blocked and kmax >= 2:
+                    k = kmax
+                    if _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs) > free:
+                        lo = 1
+                        hi = kmax
+                        while hi - lo > 1:
+                            mid = (lo + hi) // 2
+                            if _blocks_needed_after(mid, run, n_run, ncomp, held, mml, bs) <= free:
+                                lo = mid
+                            else:
+                                hi = mid
+                        k = lo
+                    if k >= 2:
+                        share = b0 / n_run + b2
+                        for i in range(n_run):
+                            r = run[i]
+                            c0 = ncomp[r]
+                            w = min(c0 + k, hw[r]) - c0
+                            if w > 0:
+                                waste += w * share
+                            ncomp[r] = c0 + k
+                            nout[r] += k
+                            if c0 + k > hw[r]:
+                                hw[r] = c0 + k
+                            nb = blocks_for_tokens(c0 + k, mml, bs)
+                            if nb > held[r]:
+                                free -= nb - held[r]
+                                held[r] = nb
+                        clock += k * dt
+                        busy += k * dt
+                        steps += k
+                        decode_tok += k * n_run
+                        macro_steps += 1
+                        if free < min_free:
+                            min_free = free
+                        used = 0
+                        for i in range(n_run):
+                            used += held[run[i]]
+                        if used + free != usable:
+                            inv_err += 1
+                        continue
+
+        # ---- One scheduler step (Scheduler.schedule). ----
+        start = clock
+        budget = mnbt
+        n_sched = 0
+        n_pre = 0
+        n_adm = 0
+        P = 0
+        D = 0
+        cycle = False
+
+        # Running phase: walk `running` in admission order while budget remains.
+        i = 0
+        while i < n_run and budget > 0:
+            r = run[i]
+            ntok = prompt[r] + nout[r]
+            num_new = ntok - ncomp[r]
+            if 0 < thr < num_new:
+                num_new = thr
+            if num_new > budget:
+                num_new = budget
+            if num_new > mml - 1 - ncomp[r]:
+                num_new = mml - 1 - ncomp[r]
+            if num_new <= 0:
+                i += 1
+                continue
+            need = blocks_for_tokens(ncomp[r] + num_new, mml, bs) - held[r]
+            if need < 0:
+                need = 0
+            scheduled = True
+            while need > free:
+                # Preempt the tail of `running` (FCFS) and retry.
+                v = run[n_run - 1]
+                n_run -= 1
+                free += _preempt(v, restart, ncomp, nout, held, status, npre)
+                wh = (wh - 1 + R) % R
+                wq[wh] = v
+                wl += 1
+                n_pre += 1
+                if v == r:
+                    scheduled = False
+                    # Alone in the system with nothing left to arrive: the state
+                    # after this preemption repeats the last one => a cycle.
+                    if n_run == 0 and wl == 1 and nxt >= R:
+                        vt = prompt[v] + nout[v]
+                        if lone_r == v and lone_ntok == vt:
+                            cycle = True
+                        lone_r = v
+                        lone_ntok = vt
+                    break
+            if not scheduled:
+                break
+            free -= need
+            held[r] += need
+            sched_tok[r] = num_new
+            slist[n_sched] = r
+            n_sched += 1
+            budget -= num_new
+            if num_new == 1 and ncomp[r] == ntok - 1:
+                D += 1
+            else:
+                P += num_new
+            i += 1
+
+        # Waiting phase: skipped in a step that preempted; strict head-of-line.
+        if n_pre == 0:
+            while wl > 0 and budget > 0:
+                if n_run >= seqs:
+                    break
+                r = wq[wh]
+                ntok = prompt[r] + nout[r]
+                num_new = ntok
+                if 0 < thr < num_new:
+                    num_new = thr
+                if num_new > budget:
+                    num_new = budget
+                wm = wm_blocks if n_run > 0 else 0
+                if gate and blocks_for_tokens(ntok, mml, bs) + wm > free:
+                    break
+                need = blocks_for_tokens(num_new, mml, bs)
+                if need + wm > free:
+                    break
+                wh = (wh + 1) % R
+                wl -= 1
+                run[n_run] = r
+                n_run += 1
+                status[r] = S.RUNNING
+                free -= need
+                held[r] = need
+                sched_tok[r] = num_new
+                slist[n_sched] = r
+                n_sched += 1
+                budget -= num_new
+                n_adm += 1
+                if num_new == 1 and ntok == 1:
+                    D += 1
+                else:
+                    P += num_new
+
+        # Step time (BLIS alpha/beta); an empty step runs no model.
+        dt = b0 + b1 * P + b2 * D if P + D > 0 else 0
+        clock += dt
+        busy += dt
+        steps += 1
+        if P + D == 0:
+            zero_steps += 1
+        prefill_tok += P
+        decode_tok += D
+        preemptions += n_pre
+        if free < min_free:
+            min_free = free
+
+        # Update after the step (update_from_output + check_stop).
+        n_fin = 0
+        for j in range(n_sched):
+            r = slist[j]
+            n = sched_tok[r]
+            c0 = ncomp[r]
+            ntok = prompt[r] + nout[r]
+            w = min(c0 + n, hw[r]) - c0
+            if w > 0:
+                unit = b2 if (n == 1 and c0 == ntok - 1) else b1
+                waste += (b0 / n_sched) * (w / n) + unit * w
+            if c0 + n > hw[r]:
+                hw[r] = c0 + n
+            ncomp[r] = c0 + n
+            if nlog < L:
+                rlog[nlog, 0] = steps - 1
+                rlog[nlog, 1] = r
+                rlog[nlog, 2] = n
+            nlog += 1
+            if c0 + n == ntok:
+                nout[r] += 1
+                if first_ns[r] < 0:
+                    first_ns[r] = clock
+                if nout[r] >= max_tokens[r] or ntok + 1 >= stop_len:
+                    free += held[r]
+                    held[r] = 0
+                    status[r] = S.FINISHED
+                    finish_ns[r] = clock
+                    n_fin += 1
+        if n_fin > 0:
+            m = 0
+            for i in range(n_run):
+                r = run[i]
+                if status[r] == S.RUNNING:
+                    run[m] = r
+                    m += 1
+            n_run = m
+            finished += n_fin
+
+        used = 0
+        for i in range(n_run):
+            used += held[run[i]]
+        if used + free != usable:
+            inv_err += 1
+
+        if steps - 1 < T:
+            row = trace[steps - 1]
+            row[S.T_START_NS] = start
+            row[S.T_END_NS] = clock
+            row[S.T_SCHEDULED] = P + D
+            row[S.T_PREFILL] = P
+            row[S.T_DECODE] = D
+            row[S.T_RUNNING] = n_run
+            row[S.T_WAITING] = wl
+            row[S.T_FREE] = free
+            row[S.T_PREEMPTED] = n_pre
+            row[S.T_FINISHED] = n_fin
+            row[S.T_ADMITTED] = n_adm
+
+        # Frozen: nothing scheduled, nothing preempted, requests waiting. Running
+        # is then empty, so the head is refused with the whole pool free and no
+        # later event can change that (arrivals queue behind it).
+        if (P + D == 0 and n_pre == 0) or cycle:
+            livelocked = 1
+            livelock_step = steps - 1
+            break
+
+    out_i[S.O_FINISHED] = finished
+    out_i[S.O_REJECTED] = rejected
+    out_i[S.O_RUNNING_END] = n_run
+    out_i[S.O_WAITING_END] = wl
+    out_i[S.O_ARRIVED] = arrived
+    out_i[S.O_PREEMPTIONS] = preemptions
+    out_i[S.O_STEPS] = steps
+    out_i[S.O_ZERO_STEPS] = zero_steps
+    out_i[S.O_MIN_FREE] = min_free
+    out_i[S.O_END_NS] = clock
+    out_i[S.O_BUSY_NS] = busy
+    out_i[S.O_LIVELOCKED] = livelocked
+    out_i[S.O_LIVELOCK_STEP] = livelock_step
+    out_i[S.O_STEP_LIMIT] = step_limit
+    out_i[S.O_PREFILL_TOKENS] = prefill_tok
+    out_i[S.O_DECODE_TOKENS] = decode_tok
+    out_i[S.O_INVARIANT_ERRORS] = inv_err
+    out_i[S.O_MACRO_STEPS] = macro_steps
+    out_f[S.F_WASTE_NS] = waste
+    return nlog
+
+
+@njit(parallel=True, cache=True)
+def simulate_batch(  # noqa: ANN201
+    cfg,  # noqa: ANN001
+    prompt,  # noqa: ANN001
+    max_tokens,  # noqa: ANN001
+    entry_ns,  # noqa: ANN001
+    order,  # noqa: ANN001
+    ncomp,  # noqa: ANN001
+    nout,  # noqa: ANN001
+    held,  # noqa: ANN001
+    status,  # noqa: ANN001
+    first_ns,  # noqa: ANN001
+    finish_ns,  # noqa: ANN001
+    npre,  # noqa: ANN001
+    hw,  # noqa: ANN001
+    run,  # noqa: ANN001
+    wq,  # noqa: ANN001
+    sched_tok,  # noqa: ANN001
+    slist,  # noqa: ANN001
+    out_i,  # noqa: ANN001
+    out_f,  # noqa: ANN001
+    trace,  # noqa: ANN001
+    rlog,  # noqa: ANN001
+    rlog_n,  # noqa: ANN001
+    use_macro,  # noqa: ANN001
+):
+    """Run ``simulate_one`` for every row of ``cfg`` (shape (C, NCOLS)), in parallel.
+
+    Workload arrays ``prompt``, ``max_tokens`` have shape (R,), int32;
+    ``entry_ns`` (C, R) int64 and ``order`` (C, R) int32 are per config because
+    the queueing delay depends on alpha. All other arrays are ``state.State``.
+    """
+    for c in prange(cfg.shape[0]):
+        rlog_n[c] = simulate_one(
+            cfg[c],
+            prompt,
+            max_tokens,
+            entry_ns[c],
+            order[c],
+            ncomp[c],
+            nout[c],
+            held[c],
+            status[c],
+            first_ns[c],
+            finish_ns[c],
+            npre[c],
+            hw[c],
+            run[c],
+            wq[c],
+            sched_tok[c],
+            slist[c],
+            out_i[c],
+            out_f[c],
+            trace[c],
+            rlog[c],
+            use_macro,
+        )

@@ -1,0 +1,132 @@
+"""Per-config metrics and the outcome class, from a finished ``SimResult``.
+
+Latency definitions (BLIS conventions, ``shared/docs/semantics.md``), seconds:
+
+- TTFT = first-token time - arrival + alpha2 (the queueing delay is inside).
+- TPOT = (finish - first token) / (outputs - 1) + alpha2, per request with >= 2
+  outputs: its mean inter-token latency (ITL), so TPOT percentiles are taken
+  across requests.
+- E2E  = finish - arrival + alpha2 * outputs (TTFT plus every ITL sample).
+
+Counts use the horizon: ``completed`` are finishes at or before it, and the
+throughputs divide by the horizon (or, with none, by the simulated span).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from planner import config as K
+from planner.capacity import usable_blocks
+from planner.kernel import state as S
+
+if TYPE_CHECKING:
+    from planner.api import SimResult
+
+# Outcome classes.
+OK, THRASHING, STARVED, LIVELOCKED = "ok", "thrashing", "starved", "livelocked"
+# A config thrashes when at least this share of its busy step time recomputed
+# KV it had computed before (re-prefill after recompute preemption, or the
+# re-decode of discarded outputs under restart). Below it, preemption is churn
+# that costs some time but does not dominate the work.
+THRASHING_WASTE_SHARE = 0.5
+
+PERCENTILES = (50, 90, 99)
+
+
+def _stats(prefix: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    """mean, p50, p90, p99 across axis 1 of a (C, R) float array with NaN = absent."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = {f"{prefix}_mean": np.nanmean(x, axis=1)}
+        q = np.nanpercentile(x, PERCENTILES, axis=1)
+    for p, row in zip(PERCENTILES, q, strict=True):
+        out[f"{prefix}_p{p}"] = row
+    return out
+
+
+def outcome(
+    livelocked: np.ndarray, completed: np.ndarray, offered: np.ndarray, waste_share: np.ndarray
+) -> np.ndarray:
+    """Outcome class per config, shape (C,) of str, first match wins:
+
+    ``livelocked`` (the kernel proved the pool can never change again),
+    ``starved`` (requests were offered, none completed), ``thrashing`` (waste
+    share >= THRASHING_WASTE_SHARE), else ``ok``.
+    """
+    cls = np.full(len(completed), OK, dtype=object)
+    cls[waste_share >= THRASHING_WASTE_SHARE] = THRASHING
+    cls[(completed == 0) & (offered > 0)] = STARVED
+    cls[livelocked.astype(bool)] = LIVELOCKED
+    return cls
+
+
+def summarize(res: SimResult) -> pd.DataFrame:
+    """One row per config: config columns, counts, throughput, latency, outcome."""
+    st, cfg = res.state, res.cfg
+    oi = st.out_i
+    horizon = cfg[:, K.HORIZON_NS]
+    finite = horizon != K.NO_HORIZON_NS
+    span_s = np.where(finite, horizon, oi[:, S.O_END_NS]) / 1e9
+    span_s = np.where(span_s > 0, span_s, np.nan)
+    a2_s = cfg[:, K.A2][:, None] / 1e9
+    arr = res.arrival_ns[None, :]
+
+    done = (st.finish_ns >= 0) & (st.finish_ns <= horizon[:, None])
+    completed = done.sum(axis=1)
+    out_tok = np.where(done, st.nout, 0).sum(axis=1)
+    first = (st.first_ns >= 0) & (st.first_ns <= horizon[:, None])
+    ttft = np.where(first, (st.first_ns - arr) / 1e9 + a2_s, np.nan)
+    e2e = np.where(done, (st.finish_ns - arr) / 1e9 + a2_s * st.nout, np.nan)
+    multi = done & (st.nout >= 2)
+    tpot = np.where(
+        multi, (st.finish_ns - st.first_ns) / 1e9 / np.maximum(st.nout - 1, 1) + a2_s, np.nan
+    )
+    fin = np.where(done, st.finish_ns, np.iinfo(np.int64).max).min(axis=1)
+    usable = np.array(
+        [usable_blocks(int(n), bool(b)) for n, b in zip(cfg[:, K.N], cfg[:, K.NULL], strict=True)]
+    )
+    busy = oi[:, S.O_BUSY_NS].astype(float)
+    waste_share = np.divide(
+        st.out_f[:, S.F_WASTE_NS], busy, out=np.zeros(len(busy)), where=busy > 0
+    )
+    offered = oi[:, S.O_ARRIVED] - oi[:, S.O_REJECTED]
+
+    df = pd.DataFrame([c.as_dict() for c in res.configs])
+    df["workload"] = res.workload.name
+    cols: dict[str, np.ndarray] = {
+        "completed": completed,
+        "finished": oi[:, S.O_FINISHED],
+        "rejected": oi[:, S.O_REJECTED],
+        "running_end": oi[:, S.O_RUNNING_END],
+        "waiting_end": oi[:, S.O_WAITING_END],
+        "arrived": oi[:, S.O_ARRIVED],
+        "preemptions": oi[:, S.O_PREEMPTIONS],
+        "preempted_requests": (st.npre > 0).sum(axis=1),
+        "throughput_rps": completed / span_s,
+        "output_tps": out_tok / span_s,
+        "first_completion_s": np.where(completed > 0, fin / 1e9, np.nan),
+        **_stats("ttft_s", ttft),
+        **_stats("tpot_s", tpot),
+        **_stats("e2e_s", e2e),
+        "peak_kv_blocks": usable - oi[:, S.O_MIN_FREE],
+        "peak_kv_usage": (usable - oi[:, S.O_MIN_FREE]) / usable,
+        "steps": oi[:, S.O_STEPS],
+        "zero_token_steps": oi[:, S.O_ZERO_STEPS],
+        "prefill_tokens": oi[:, S.O_PREFILL_TOKENS],
+        "decode_tokens": oi[:, S.O_DECODE_TOKENS],
+        "waste_share": waste_share,
+        "sim_end_s": oi[:, S.O_END_NS] / 1e9,
+        "livelocked": oi[:, S.O_LIVELOCKED].astype(bool),
+        "livelock_step": oi[:, S.O_LIVELOCK_STEP],
+        "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
+        "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
+    }
+    for k, v in cols.items():
+        df[k] = v
+    df["outcome"] = outcome(oi[:, S.O_LIVELOCKED], completed, offered, waste_share)
+    return df

@@ -1,0 +1,211 @@
+"""Workloads: the request arrays every simulation reads.
+
+A ``Workload`` is three aligned arrays of length R, sorted by arrival:
+arrival time (seconds, float64), prompt tokens (int32) and output tokens
+(int32, used as ``max_tokens`` with EOS ignored). All configs of one kernel
+call share it (common random numbers).
+
+Synthetic conventions follow BLIS (``shared/docs/semantics.md``): constant
+arrivals are ``i / rate`` for i = 1..R, and the Gaussian length is
+``round(clamp(N(mean, stdev), min, max))`` (clamped, not resampled).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ARRIVALS = ("constant", "poisson", "gamma", "offline")
+LENGTH_KINDS = ("gaussian", "lognormal", "constant", "empirical")
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be simulated (bad parameters or a malformed file)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """R requests, sorted by arrival.
+
+    Attributes:
+        arrival_s: shape (R,), float64, seconds from the start of the run.
+        prompt_tokens: shape (R,), int32, >= 1.
+        output_tokens: shape (R,), int32, >= 1 (max_tokens; EOS ignored).
+        name: a short label for tables and file metadata.
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    name: str = "workload"
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if n == 0:
+            raise WorkloadError(f"{self.name}: the workload has no requests")
+        if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
+            raise WorkloadError(f"{self.name}: arrays differ in length")
+        if not np.all(np.isfinite(self.arrival_s)) or np.any(self.arrival_s < 0):
+            raise WorkloadError(f"{self.name}: arrival times must be finite and >= 0")
+        if np.any(np.diff(self.arrival_s) < 0):
+            raise WorkloadError(f"{self.name}: arrival times must be sorted")
+        if np.any(self.prompt_tokens < 1) or np.any(self.output_tokens < 1):
+            raise WorkloadError(f"{self.name}: prompt and output tokens must be >= 1")
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.arrival_s)
+
+    def fingerprint(self) -> str:
+        """sha256 (first 16 hex digits) of the three arrays."""
+        h = hashlib.sha256()
+        for a in (self.arrival_s, self.prompt_tokens, self.output_tokens):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution.
+
+    kind: ``gaussian`` (BLIS: round(clamp(N(mean, stdev), min, max))),
+    ``lognormal`` (mean and stdev of the lengths themselves, then clamped and
+    rounded), ``constant`` (always ``mean``) or ``empirical`` (drawn with
+    replacement from ``values``).
+    """
+
+    kind: str = "gaussian"
+    mean: float = 300.0
+    stdev: float = 0.0
+    min: int = 1
+    max: int = 1 << 30
+    values: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in LENGTH_KINDS:
+            raise WorkloadError(f"length kind must be one of {LENGTH_KINDS}, got {self.kind!r}")
+        if self.kind == "empirical":
+            if len(self.values) == 0 or min(self.values) < 1:
+                raise WorkloadError("empirical lengths need values >= 1")
+            return
+        if not (self.mean >= 1) or not (self.stdev >= 0):
+            raise WorkloadError(f"length mean must be >= 1 and stdev >= 0, got {self.mean}")
+        if self.min < 1 or self.max < self.min:
+            raise WorkloadError(f"length bounds need 1 <= min <= max, got {self.min}..{self.max}")
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Draw n lengths: shape (n,), int32."""
+        if self.kind == "empirical":
+            return rng.choice(np.asarray(self.values, dtype=np.int32), size=n)
+        if self.kind == "constant":
+            x = np.full(n, self.mean)
+        elif self.kind == "gaussian":
+            x = rng.normal(self.mean, self.stdev, size=n)
+        else:
+            if self.stdev == 0:
+                x = np.full(n, self.mean)
+            else:
+                s2 = np.log1p((self.stdev / self.mean) ** 2)
+                x = rng.lognormal(np.log(self.mean) - s2 / 2, np.sqrt(s2), size=n)
+        return np.round(np.clip(x, self.min, self.max)).astype(np.int32)
+
+
+def synthetic(
+    num_requests: int,
+    rate: float,
+    prompt: LengthDist,
+    output: LengthDist,
+    arrival: str = "constant",
+    seed: int = 0,
+    gamma_cv: float = 1.0,
+) -> Workload:
+    """Generate a synthetic workload.
+
+    Args:
+        num_requests: R >= 1.
+        rate: requests per second (> 0; ignored for ``offline``).
+        prompt, output: token-length distributions.
+        arrival: ``constant`` (i/rate, the first at 1/rate, BLIS), ``poisson``,
+            ``gamma`` (inter-arrival coefficient of variation ``gamma_cv``) or
+            ``offline`` (everything at t = 0).
+        seed: RNG seed (numpy PCG64); arrivals are drawn first, then prompts,
+            then outputs.
+    Raises:
+        WorkloadError: on a bad parameter.
+    """
+    if num_requests < 1:
+        raise WorkloadError(f"--num-requests must be >= 1, got {num_requests}")
+    if arrival not in ARRIVALS:
+        raise WorkloadError(f"--arrival must be one of {ARRIVALS}, got {arrival!r}")
+    if arrival != "offline" and not (0 < rate < float("inf")):
+        raise WorkloadError(f"--rate must be > 0 requests/s, got {rate}")
+    if arrival == "gamma" and not (gamma_cv > 0):
+        raise WorkloadError(f"gamma arrivals need a cv > 0, got {gamma_cv}")
+    rng = np.random.default_rng(seed)
+    n = num_requests
+    if arrival == "constant":
+        t = np.arange(1, n + 1, dtype=np.float64) / rate
+    elif arrival == "poisson":
+        t = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    elif arrival == "gamma":
+        shape = 1.0 / gamma_cv**2
+        t = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=n))
+    else:
+        t = np.zeros(n)
+    return Workload(t, prompt.sample(rng, n), output.sample(rng, n), name=f"synthetic-{arrival}")
+
+
+def read_requests_csv(
+    path: str | Path,
+    arrival_col: str = "arrival_time_s",
+    prompt_col: str = "prompt_tokens",
+    output_col: str = "output_tokens",
+) -> Workload:
+    """Read a CSV with one request per row (columns configurable).
+
+    Raises:
+        WorkloadError: one line naming the file, the row and the problem.
+    """
+    path = Path(path)
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise WorkloadError(f"{path}: no such file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise WorkloadError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    for col in (arrival_col, prompt_col, output_col):
+        if col not in df.columns:
+            raise WorkloadError(f"{path}: missing column {col!r} (has {list(df.columns)})")
+    if len(df) == 0:
+        raise WorkloadError(f"{path}: no requests")
+    cols = {}
+    for col, integer in ((arrival_col, False), (prompt_col, True), (output_col, True)):
+        v = pd.to_numeric(df[col], errors="coerce")
+        bad = v.isna() | ~np.isfinite(v) | (v < 0)
+        if integer:
+            bad |= (v < 1) | (v != np.floor(v))
+        if bad.any():
+            row = int(np.argmax(bad.to_numpy()))
+            raise WorkloadError(
+                f"{path}: row {row + 2}: bad {col} value {df[col].iloc[row]!r}"
+            )
+        cols[col] = v.to_numpy()
+    t = cols[arrival_col].astype(np.float64)
+    dec = np.flatnonzero(np.diff(t) < 0)
+    if len(dec):
+        raise WorkloadError(f"{path}: row {dec[0] + 3}: arrival times go backwards")
+    return Workload(
+        t,
+        cols[prompt_col].astype(np.int32),
+        cols[output_col].astype(np.int32),
+        name=path.stem,
+    )
+
+
+def s1_exact() -> Workload:
+    """The fixed S1 draw shipped with the package (``planner/data/s1_seed7.csv``)."""
+    return read_requests_csv(Path(__file__).parent / "data" / "s1_seed7.csv")
