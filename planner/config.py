@@ -90,7 +90,8 @@ class SchedulerConfig:
                 raise ValueError(f"--{_flag(name)} must be an integer >= 1, got {v!r}")
         if self.long_prefill_token_threshold < 0:
             raise ValueError(
-                f"--long-prefill-token-threshold must be >= 0, got {self.long_prefill_token_threshold}"
+                "--long-prefill-token-threshold must be >= 0, "
+                f"got {self.long_prefill_token_threshold}"
             )
         if not (0.0 <= self.watermark < 1.0):
             raise ValueError(f"--watermark must be in [0, 1), got {self.watermark}")

@@ -28,12 +28,21 @@ if TYPE_CHECKING:
     from planner.api import SimResult
 
 # Outcome classes.
-OK, THRASHING, STARVED, LIVELOCKED = "ok", "thrashing", "starved", "livelocked"
+OK, CHURNING, THRASHING, STARVED, LIVELOCKED = (
+    "ok",
+    "churning",
+    "thrashing",
+    "starved",
+    "livelocked",
+)
+OUTCOMES = (OK, CHURNING, THRASHING, STARVED, LIVELOCKED)
 # A config thrashes when at least this share of its busy step time recomputed
 # KV it had computed before (re-prefill after recompute preemption, or the
-# re-decode of discarded outputs under restart). Below it, preemption is churn
-# that costs some time but does not dominate the work.
-THRASHING_WASTE_SHARE = 0.5
+# re-decode of discarded outputs under BLIS restart). Calibrated on scenario S1
+# at max_num_seqs 256: restart spends ~43% of its time redoing work and gains
+# nothing over max_num_seqs 32 (collapse); recompute spends ~11% and completes
+# ~55% more (churn). A config that preempts below this share is "churning".
+THRASHING_WASTE_SHARE = 0.25
 
 PERCENTILES = (50, 90, 99)
 
@@ -50,15 +59,21 @@ def _stats(prefix: str, x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def outcome(
-    livelocked: np.ndarray, completed: np.ndarray, offered: np.ndarray, waste_share: np.ndarray
+    livelocked: np.ndarray,
+    completed: np.ndarray,
+    offered: np.ndarray,
+    preemptions: np.ndarray,
+    waste_share: np.ndarray,
 ) -> np.ndarray:
     """Outcome class per config, shape (C,) of str, first match wins:
 
-    ``livelocked`` (the kernel proved the pool can never change again),
-    ``starved`` (requests were offered, none completed), ``thrashing`` (waste
-    share >= THRASHING_WASTE_SHARE), else ``ok``.
+    ``livelocked`` (the kernel proved a request can never be scheduled again:
+    a frozen pool or a repeating cycle), ``starved`` (requests were offered,
+    none completed), ``thrashing`` (waste share >= THRASHING_WASTE_SHARE),
+    ``churning`` (preempted, below that share), else ``ok``.
     """
     cls = np.full(len(completed), OK, dtype=object)
+    cls[preemptions > 0] = CHURNING
     cls[waste_share >= THRASHING_WASTE_SHARE] = THRASHING
     cls[(completed == 0) & (offered > 0)] = STARVED
     cls[livelocked.astype(bool)] = LIVELOCKED
@@ -128,5 +143,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
     }
     for k, v in cols.items():
         df[k] = v
-    df["outcome"] = outcome(oi[:, S.O_LIVELOCKED], completed, offered, waste_share)
+    df["outcome"] = outcome(
+        oi[:, S.O_LIVELOCKED], completed, offered, oi[:, S.O_PREEMPTIONS], waste_share
+    )
     return df

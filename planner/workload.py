@@ -190,9 +190,7 @@ def read_requests_csv(
             bad |= (v < 1) | (v != np.floor(v))
         if bad.any():
             row = int(np.argmax(bad.to_numpy()))
-            raise WorkloadError(
-                f"{path}: row {row + 2}: bad {col} value {df[col].iloc[row]!r}"
-            )
+            raise WorkloadError(f"{path}: row {row + 2}: bad {col} value {df[col].iloc[row]!r}")
         cols[col] = v.to_numpy()
     t = cols[arrival_col].astype(np.float64)
     dec = np.flatnonzero(np.diff(t) < 0)

@@ -94,7 +94,9 @@ class State:
     rlog_n: np.ndarray  # (C,) int64 entries written (may exceed L: then truncated)
 
 
-def allocate(num_configs: int, num_requests: int, trace_steps: int = 0, log_entries: int = 0) -> State:
+def allocate(
+    num_configs: int, num_requests: int, trace_steps: int = 0, log_entries: int = 0
+) -> State:
     """Allocate zeroed state. Memory is about 40 bytes x C x R, plus the traces."""
     c, r = num_configs, num_requests
 

@@ -185,7 +185,7 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
             break
 
         # ---- Decode fast path: k identical decode steps in one jump. ----
-        if macro and n_run <= mnbt:
+        if macro and 0 < n_run <= mnbt:
             kf = INT64_MAX
             need1 = 0
             all_decode = True
@@ -248,6 +248,8 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                                 waste += w * share
                             ncomp[r] = c0 + k
                             nout[r] += k
+                            if first_ns[r] < 0:
+                                first_ns[r] = clock + dt
                             if c0 + k > hw[r]:
                                 hw[r] = c0 + k
                             nb = blocks_for_tokens(c0 + k, mml, bs)

@@ -1,0 +1,104 @@
+"""``plan bench``: kernel speed on scenario S1, printed, never asserted.
+
+Figures: JIT compile (or cache load) time, then one call over a
+max_num_seqs x num_gpu_blocks grid (8..1024 x 2,000..60,000, linear steps),
+reporting configs/s and simulated output tokens per CPU-second. "Simulated
+output tokens" counts decode tokens scheduled (each samples one output token);
+first tokens sampled at the end of a prefill are not counted, so the figure is
+a slight underestimate. CPU time is the process's (all threads).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.kernel import state as S
+from planner.latency import LinearLatency
+from planner.workload import LengthDist, synthetic
+
+
+def s1_workload(seed: int = 0):  # noqa: ANN201
+    """Scenario S1's synthetic workload (shared/docs/scenarios.md)."""
+    return synthetic(
+        300,
+        10.0,
+        LengthDist("gaussian", 300, 200, 200, 400),
+        LengthDist("gaussian", 3500, 3200, 3200, 3596),
+        seed=seed,
+    )
+
+
+def s1_grid(side: int) -> list[SchedulerConfig]:
+    """side x side configs: max_num_seqs 8..1024 x num_gpu_blocks 2,000..60,000."""
+    seqs = np.unique(np.linspace(8, 1024, side).round().astype(int))
+    blocks = np.unique(np.linspace(2000, 60000, side).round().astype(int))
+    return [
+        SchedulerConfig(
+            num_gpu_blocks=int(n),
+            max_num_seqs=int(s),
+            max_model_len=4096,
+            max_num_batched_tokens=2048,
+            horizon_s=120.0,
+        )
+        for s in seqs
+        for n in blocks
+    ]
+
+
+def run_bench(side: int, with_reference: bool) -> dict[str, float]:
+    """Run the benchmark, print a report, return the figures."""
+    wl = s1_workload()
+    lat = LinearLatency()
+    t0 = time.perf_counter()
+    simulate([SchedulerConfig(num_gpu_blocks=100, max_model_len=256, horizon_s=1.0)], wl, lat)
+    compile_s = time.perf_counter() - t0
+
+    cfgs = s1_grid(side)
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(cfgs, wl, lat)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    tokens = float(res.state.out_i[:, S.O_DECODE_TOKENS].sum())
+    steps = float(res.state.out_i[:, S.O_STEPS].sum())
+    fig = {
+        "configs": len(cfgs),
+        "compile_or_cache_load_s": compile_s,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "configs_per_s": len(cfgs) / wall,
+        "sim_output_tokens": tokens,
+        "sim_steps": steps,
+        "tokens_per_cpu_s": tokens / cpu,
+        "tokens_per_wall_s": tokens / wall,
+    }
+    print(f"JIT compile / cache load:      {compile_s:8.2f} s")
+    print(f"S1 grid:                       {len(cfgs)} configs, 300 requests, horizon 120 s")
+    print(f"wall / CPU time:               {wall:8.2f} s / {cpu:.2f} s")
+    print(f"configs per second (wall):     {fig['configs_per_s']:10.1f}")
+    print(f"simulated steps:               {steps:14,.0f}")
+    print(f"simulated output tokens:       {tokens:14,.0f}")
+    print(f"output tokens per CPU-second:  {fig['tokens_per_cpu_s'] / 1e6:10.1f} M")
+    print(f"output tokens per wall-second: {fig['tokens_per_wall_s'] / 1e6:10.1f} M")
+    if with_reference:
+        from planner.reference import Engine
+
+        cfg = SchedulerConfig(max_num_seqs=32, max_model_len=4096, horizon_s=120.0)
+        arr = np.round(wl.arrival_s * 1e9).astype(np.int64).tolist()
+        r0 = time.process_time()
+        eng = Engine(cfg, lat, arr, wl.prompt_tokens.tolist(), wl.output_tokens.tolist()).run()
+        ref_cpu = time.process_time() - r0
+        ref_tok = sum(s.decode for s in eng.steps)
+        k0 = time.process_time()
+        one = simulate([cfg], wl, lat)
+        k_cpu = time.process_time() - k0
+        k_tok = float(one.state.out_i[0, S.O_DECODE_TOKENS])
+        fig["reference_tokens_per_cpu_s"] = ref_tok / ref_cpu
+        print(
+            "reference engine (Python), S1 seqs 32: "
+            f"{ref_tok / ref_cpu / 1e6:8.3f} M tokens/CPU-s; "
+            f"kernel on the same config: {k_tok / max(k_cpu, 1e-9) / 1e6:8.1f} M tokens/CPU-s"
+        )
+    return fig

@@ -1,0 +1,319 @@
+"""The ``plan`` command line (Typer). Parses, validates, calls ``planner.api``, prints.
+
+Every error in the user's input ends as one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from planner.config import SchedulerConfig
+from planner.latency import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
+from planner.workload import LengthDist, Workload, WorkloadError, read_requests_csv, synthetic
+
+EXIT_BAD_INPUT = 2
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    help="Capacity planning for LLM servers that run the vLLM v1 scheduler.",
+)
+
+
+class InputError(Exception):
+    """Bad user input, reported as one line."""
+
+
+class Arrival(StrEnum):
+    constant = "constant"
+    poisson = "poisson"
+    gamma = "gamma"
+    offline = "offline"
+
+
+class LengthKind(StrEnum):
+    gaussian = "gaussian"
+    lognormal = "lognormal"
+    constant = "constant"
+
+
+class PreemptionMode(StrEnum):
+    recompute = "recompute"
+    restart = "restart"
+
+
+class StopBound(StrEnum):
+    max_model_len = "max_model_len"
+    max_servable = "max_servable"
+
+
+class Policy(StrEnum):
+    fcfs = "fcfs"
+
+
+def _coeffs(text: str, flag: str) -> tuple[float, float, float]:
+    try:
+        vals = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise InputError(f"{flag}: expected three comma-separated numbers, got {text!r}") from None
+    if len(vals) != 3:
+        raise InputError(f"{flag}: expected three comma-separated numbers, got {text!r}")
+    return vals  # type: ignore[return-value]
+
+
+def _atomic_parquet(df: object, path: Path) -> None:
+    """Write ``df`` (a DataFrame) to ``path`` via a temp file and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        df.to_parquet(tmp, index=False)  # type: ignore[attr-defined]
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _workload(
+    requests_csv: Path | None,
+    num_requests: int,
+    rate: float,
+    arrival: Arrival,
+    length_dist: LengthKind,
+    prompt: tuple[float, float, int, int],
+    output: tuple[float, float, int, int],
+    seed: int,
+) -> Workload:
+    if requests_csv is not None:
+        return read_requests_csv(requests_csv)
+    p = LengthDist(length_dist.value, prompt[0], prompt[1], prompt[2], prompt[3])
+    o = LengthDist(length_dist.value, output[0], output[1], output[2], output[3])
+    return synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
+
+
+SUMMARY_ROWS = (
+    ("completed", "{:.0f}"),
+    ("rejected", "{:.0f}"),
+    ("running_end", "{:.0f}"),
+    ("waiting_end", "{:.0f}"),
+    ("preemptions", "{:.0f}"),
+    ("preempted_requests", "{:.0f}"),
+    ("throughput_rps", "{:.3f}"),
+    ("output_tps", "{:.1f}"),
+    ("first_completion_s", "{:.3f}"),
+    ("ttft_s_mean", "{:.3f}"),
+    ("ttft_s_p50", "{:.3f}"),
+    ("ttft_s_p90", "{:.3f}"),
+    ("ttft_s_p99", "{:.3f}"),
+    ("tpot_s_mean", "{:.4f}"),
+    ("tpot_s_p50", "{:.4f}"),
+    ("tpot_s_p90", "{:.4f}"),
+    ("tpot_s_p99", "{:.4f}"),
+    ("e2e_s_mean", "{:.3f}"),
+    ("e2e_s_p50", "{:.3f}"),
+    ("e2e_s_p90", "{:.3f}"),
+    ("e2e_s_p99", "{:.3f}"),
+    ("peak_kv_blocks", "{:.0f}"),
+    ("peak_kv_usage", "{:.3f}"),
+    ("steps", "{:.0f}"),
+    ("zero_token_steps", "{:.0f}"),
+    ("waste_share", "{:.3f}"),
+    ("sim_end_s", "{:.3f}"),
+    ("outcome", "{}"),
+)
+
+
+@app.command()
+def run(
+    num_gpu_blocks: Annotated[int, typer.Option(help="KV pool size N in blocks.")] = 7463,
+    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    max_num_seqs: Annotated[
+        int,
+        typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
+    ] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 2048,
+    max_model_len: Annotated[int, typer.Option(help="Context length limit (tokens).")] = 4096,
+    long_prefill_token_threshold: Annotated[int, typer.Option(help="0 = off.")] = 0,
+    watermark: Annotated[float, typer.Option(help="Share of N kept free at admission.")] = 0.0,
+    scheduler_reserve_full_isl: Annotated[
+        bool, typer.Option(help="Whole-sequence admission gate (vLLM default on).")
+    ] = True,
+    preemption_mode: Annotated[
+        PreemptionMode, typer.Option(help="recompute (vLLM) or restart (BLIS).")
+    ] = PreemptionMode.recompute,
+    stop_bound: Annotated[
+        StopBound, typer.Option(help="max_model_len (vLLM) or max_servable (PR #52530).")
+    ] = StopBound.max_model_len,
+    null_block: Annotated[bool, typer.Option(help="Reserve block 0 (vLLM); off = BLIS.")] = True,
+    policy: Annotated[Policy, typer.Option(help="Scheduling policy.")] = Policy.fcfs,
+    horizon: Annotated[
+        float, typer.Option(help="Simulated seconds; default: until every request ends.")
+    ] = math.inf,
+    max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
+    requests_csv: Annotated[
+        Path | None,
+        typer.Option(help="CSV with arrival_time_s,prompt_tokens,output_tokens (else synthetic)."),
+    ] = None,
+    num_requests: Annotated[int, typer.Option(help="Synthetic: request count.")] = 300,
+    rate: Annotated[float, typer.Option(help="Synthetic: requests per second.")] = 10.0,
+    arrival: Annotated[Arrival, typer.Option(help="Synthetic arrival process.")] = Arrival.constant,
+    length_dist: Annotated[LengthKind, typer.Option(help="Synthetic length law.")] = (
+        LengthKind.gaussian
+    ),
+    prompt_tokens: Annotated[float, typer.Option(help="Prompt mean.")] = 300.0,
+    prompt_tokens_stdev: Annotated[float, typer.Option()] = 200.0,
+    prompt_tokens_min: Annotated[int, typer.Option()] = 200,
+    prompt_tokens_max: Annotated[int, typer.Option()] = 400,
+    output_tokens: Annotated[float, typer.Option(help="Output mean.")] = 3500.0,
+    output_tokens_stdev: Annotated[float, typer.Option()] = 3200.0,
+    output_tokens_min: Annotated[int, typer.Option()] = 3200,
+    output_tokens_max: Annotated[int, typer.Option()] = 3596,
+    seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 0,
+    alpha_coeffs: Annotated[
+        str, typer.Option(help="alpha0,alpha1,alpha2 in microseconds (BLIS).")
+    ] = ",".join(str(x) for x in SEED_ALPHA_US),
+    beta_coeffs: Annotated[
+        str, typer.Option(help="beta0,beta1,beta2 in microseconds (BLIS).")
+    ] = ",".join(str(x) for x in SEED_BETA_US),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    trace: Annotated[
+        Path | None, typer.Option(help="Write one row per step to this Parquet file.")
+    ] = None,
+) -> None:
+    """Simulate one scheduler configuration and print its metrics."""
+    from planner.api import simulate
+
+    lat = LinearLatency(
+        _coeffs(alpha_coeffs, "--alpha-coeffs"), _coeffs(beta_coeffs, "--beta-coeffs")
+    )
+    cfg = SchedulerConfig(
+        num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        watermark=watermark,
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        preemption_mode=preemption_mode.value,
+        stop_bound=stop_bound.value,
+        null_block=null_block,
+        policy=policy.value,
+        horizon_s=horizon,
+        max_steps=max_steps,
+    )
+    wl = _workload(
+        requests_csv,
+        num_requests,
+        rate,
+        arrival,
+        length_dist,
+        (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
+        (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
+        seed,
+    )
+    res = simulate([cfg], wl, lat)
+    row = res.metrics().iloc[0]
+    if trace is not None:
+        _write_trace(trace, cfg, wl, lat, int(row.steps))
+    if as_json:
+        out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        print(json.dumps(out, default=_json_default))
+        return
+    table = Table(title=f"plan run: {wl.name}, {wl.num_requests} requests", show_header=False)
+    for key, fmt in SUMMARY_ROWS:
+        v = row[key]
+        table.add_row(key, "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
+    Console().print(table)
+
+
+def _json_default(v: object) -> object:
+    if hasattr(v, "item"):
+        return v.item()  # type: ignore[attr-defined]
+    return str(v)
+
+
+MAX_TRACE_LOG_ENTRIES = 20_000_000
+
+
+def _write_trace(
+    path: Path, cfg: SchedulerConfig, wl: Workload, lat: LinearLatency, steps: int
+) -> None:
+    """Re-run the config step by step and write its per-step trace (Parquet, atomic).
+
+    Adds list columns ``request_ids``/``request_tokens`` (tokens scheduled per
+    request) when the request log fits in MAX_TRACE_LOG_ENTRIES entries.
+    """
+    from planner.api import simulate
+
+    if path.suffix != ".parquet":
+        raise InputError(f"--trace: expected a .parquet file name, got {str(path)!r}")
+    entries = steps * min(cfg.max_num_seqs, wl.num_requests)
+    log = entries if entries <= MAX_TRACE_LOG_ENTRIES else 0
+    res = simulate([cfg], wl, lat, trace_steps=max(steps, 1), log_entries=log)
+    df = res.trace()
+    if log:
+        rl = res.request_log()
+        grouped = rl.groupby("step")
+        ids = grouped["request"].apply(list)
+        toks = grouped["tokens"].apply(list)
+        df["request_ids"] = df["step"].map(ids).apply(lambda x: x if isinstance(x, list) else [])
+        df["request_tokens"] = (
+            df["step"].map(toks).apply(lambda x: x if isinstance(x, list) else [])
+        )
+    _atomic_parquet(df, path)
+
+
+@app.command()
+def bench(
+    grid: Annotated[int, typer.Option(help="Grid side: grid x grid configs.")] = 64,
+    reference: Annotated[
+        bool, typer.Option(help="Also time the plain-Python reference on one config.")
+    ] = True,
+) -> None:
+    """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
+    from planner.bench import run_bench
+
+    if grid < 1:
+        raise InputError(f"--grid must be >= 1, got {grid}")
+    run_bench(grid, reference)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``plan`` script: one-line errors, exit code 2 on bad input."""
+    cmd = typer.main.get_command(app)
+    try:
+        cmd.main(args=argv, prog_name="plan", standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        print("plan: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.TyperException as e:  # usage errors: unknown option, malformed value
+        if type(e).__name__ == "NoArgsIsHelpError":
+            print(e.format_message(), file=sys.stderr)
+            sys.exit(0)
+        print(f"plan: error: {e.format_message()}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except (InputError, WorkloadError, ValueError) as e:
+        print(f"plan: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as e:
+        print(f"plan: error: {e.strerror}: {e.filename}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""A plain, readable engine with the kernel's semantics, shaped like vLLM's classes.
+
+This is the specification the jitted kernel is tested against: one object per
+vLLM concept, one step at a time, no fast path.
+
+- ``BlockPool``      ~ ``vllm/v1/core/block_pool.py`` (free queue, null block)
+- ``KVCacheManager`` ~ ``vllm/v1/core/kv_cache_manager.py`` (``allocate_slots``, ``free``)
+- ``Scheduler``      ~ ``vllm/v1/core/sched/scheduler.py`` (``schedule``,
+  ``_preempt_request``, ``update_from_output``) and ``check_stop`` in
+  ``vllm/v1/core/sched/utils.py``
+- ``Engine``         drives the scheduler in simulated time (BLIS alpha/beta
+  step times, integer nanoseconds) and proves livelocks.
+
+Prefix caching is off and scheduling is synchronous.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
+from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
+from planner.latency import LinearLatency
+
+
+@dataclass
+class Request:
+    """``vllm/v1/request.py``: one request's scheduling state."""
+
+    rid: int
+    prompt_len: int
+    max_tokens: int
+    arrival_ns: int
+    num_output_tokens: int = 0
+    num_computed_tokens: int = 0
+    num_preemptions: int = 0
+    high_water: int = 0
+    blocks: list[int] = field(default_factory=list)
+    first_token_ns: int = -1
+    finish_ns: int = -1
+    status: str = "future"
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output_tokens
+
+
+class BlockPool:
+    """Block ids 0..N-1; block 0 is the null block when ``null_block`` is set."""
+
+    def __init__(self, num_gpu_blocks: int, null_block: bool) -> None:
+        first = 1 if null_block else 0
+        self.free_ids: deque[int] = deque(range(first, num_gpu_blocks))
+        self.num_usable = usable_blocks(num_gpu_blocks, null_block)
+        assert len(self.free_ids) == self.num_usable
+
+    def num_free(self) -> int:
+        return len(self.free_ids)
+
+    def take(self, n: int) -> list[int]:
+        assert n <= len(self.free_ids)
+        return [self.free_ids.popleft() for _ in range(n)]
+
+    def give_back(self, ids: list[int]) -> None:
+        self.free_ids.extend(reversed(ids))
+
+
+class KVCacheManager:
+    """All-or-nothing slot allocation with the whole-sequence gate and watermark."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.null_block)
+        self.block_size = cfg.block_size
+        self.max_model_len = cfg.max_model_len
+        self.watermark_blocks = cfg.watermark_blocks
+
+    def allocate_slots(
+        self, req: Request, num_new_tokens: int, full_sequence_must_fit: bool, watermark: bool
+    ) -> bool:
+        wm = self.watermark_blocks if watermark else 0
+        if full_sequence_must_fit:
+            full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
+            if full - len(req.blocks) + wm > self.pool.num_free():
+                return False
+        target = blocks_for_tokens(
+            req.num_computed_tokens + num_new_tokens, self.max_model_len, self.block_size
+        )
+        need = max(0, target - len(req.blocks))
+        if need + wm > self.pool.num_free():
+            return False
+        req.blocks.extend(self.pool.take(need))
+        return True
+
+    def free(self, req: Request) -> None:
+        self.pool.give_back(req.blocks)
+        req.blocks = []
+
+
+@dataclass
+class StepRecord:
+    """What one step did; the same fields as the kernel's trace row."""
+
+    start_ns: int
+    end_ns: int
+    scheduled: int
+    prefill: int
+    decode: int
+    running: int
+    waiting: int
+    free: int
+    preempted: int
+    finished: int
+    admitted: int
+    per_request: list[tuple[int, int]]
+
+
+class Scheduler:
+    """FCFS ``Scheduler.schedule`` with recompute (or BLIS restart) preemption."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.cfg = cfg
+        self.kv = KVCacheManager(cfg)
+        self.running: list[Request] = []
+        self.waiting: deque[Request] = deque()
+        self.restart = PREEMPTION_MODES[cfg.preemption_mode] == 1
+        self.stop_len = stop_length(
+            cfg.max_model_len,
+            cfg.num_gpu_blocks,
+            cfg.block_size,
+            cfg.null_block,
+            STOP_BOUNDS[cfg.stop_bound],
+        )
+        self.lone_self_preemption: tuple[int, int] | None = None
+        self.cycle_detected = False
+
+    def _cap(self, n: int) -> int:
+        thr = self.cfg.long_prefill_token_threshold
+        return thr if 0 < thr < n else n
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        if self.restart:
+            req.num_output_tokens = 0
+        req.status = "waiting"
+        self.waiting.appendleft(req)
+
+    def schedule(self) -> tuple[list[tuple[Request, int]], int, int]:
+        """Returns ([(request, tokens)], preempted, admitted)."""
+        budget = self.cfg.max_num_batched_tokens
+        out: list[tuple[Request, int]] = []
+        preempted = 0
+        idx = 0
+        while idx < len(self.running) and budget > 0:
+            req = self.running[idx]
+            n = self._cap(req.num_tokens - req.num_computed_tokens)
+            n = min(n, budget, self.cfg.max_model_len - 1 - req.num_computed_tokens)
+            if n <= 0:
+                idx += 1
+                continue
+            ok = True
+            while not self.kv.allocate_slots(req, n, False, False):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted += 1
+                if victim is req:
+                    ok = False
+                    self._note_self_preemption(req)
+                    break
+            if not ok:
+                break
+            out.append((req, n))
+            budget -= n
+            idx += 1
+
+        admitted = 0
+        if preempted == 0:
+            while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+                req = self.waiting[0]
+                n = min(self._cap(req.num_tokens), budget)
+                if not self.kv.allocate_slots(
+                    req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running)
+                ):
+                    break
+                self.waiting.popleft()
+                self.running.append(req)
+                req.status = "running"
+                out.append((req, n))
+                budget -= n
+                admitted += 1
+        return out, preempted, admitted
+
+    def _note_self_preemption(self, req: Request) -> None:
+        """A request alone in the scheduler preempted itself twice into the same
+        state: the run would repeat forever (the engine also requires that no
+        request is still to arrive)."""
+        if self.running or len(self.waiting) != 1:
+            return
+        key = (req.rid, req.num_tokens)
+        if self.lone_self_preemption == key and self.no_more_arrivals:
+            self.cycle_detected = True
+        if self.no_more_arrivals:
+            self.lone_self_preemption = key
+
+    no_more_arrivals = False
+
+    def update_from_output(self, scheduled: list[tuple[Request, int]], now_ns: int) -> int:
+        """Advance num_computed_tokens, sample where a chunk reached the known end,
+        apply check_stop, free finished requests. Returns how many finished."""
+        finished = 0
+        for req, n in scheduled:
+            req.high_water = max(req.high_water, req.num_computed_tokens + n)
+            req.num_computed_tokens += n
+            if req.num_computed_tokens < req.num_tokens:
+                continue
+            req.num_output_tokens += 1
+            if req.first_token_ns < 0:
+                req.first_token_ns = now_ns
+            if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.stop_len:
+                req.status = "finished"
+                req.finish_ns = now_ns
+                self.kv.free(req)
+                finished += 1
+        self.running = [r for r in self.running if r.status != "finished"]
+        return finished
+
+
+class Engine:
+    """Drives a ``Scheduler`` in simulated time, as ``planner.kernel.step`` does."""
+
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        latency: LinearLatency,
+        arrival_ns: list[int],
+        prompt: list[int],
+        max_tokens: list[int],
+    ) -> None:
+        self.cfg = cfg
+        b0, b1, b2, a0, a1, _ = latency.ns()
+        self.beta = (b0, b1, b2)
+        self.sched = Scheduler(cfg)
+        self.requests = [
+            Request(i, p, m, a)
+            for i, (a, p, m) in enumerate(zip(arrival_ns, prompt, max_tokens, strict=True))
+        ]
+        entry = [a + a0 + a1 * p for a, p in zip(arrival_ns, prompt, strict=True)]
+        self.arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
+        self.entry = entry
+        self.steps: list[StepRecord] = []
+        self.clock = 0
+        self.preemptions = 0
+        self.rejected = 0
+        self.arrived = 0
+        self.livelocked = False
+        self.step_limit = False
+        self.min_free = self.sched.kv.pool.num_free()
+        self.waste_ns = 0.0
+        self.invariant_errors = 0
+
+    def _admit_arrivals(self, nxt: int) -> int:
+        while nxt < len(self.arrivals) and self.entry[self.arrivals[nxt]] <= self.clock:
+            req = self.requests[self.arrivals[nxt]]
+            nxt += 1
+            self.arrived += 1
+            if req.prompt_len >= self.cfg.max_model_len:
+                req.status = "rejected"
+                self.rejected += 1
+            else:
+                req.status = "waiting"
+                self.sched.waiting.append(req)
+        self.sched.no_more_arrivals = nxt >= len(self.arrivals)
+        return nxt
+
+    def run(self) -> Engine:
+        horizon = self.cfg.horizon_s
+        horizon_ns = None if horizon == float("inf") else int(round(horizon * 1e9))
+        b0, b1, b2 = self.beta
+        nxt = 0
+        sched = self.sched
+        while True:
+            nxt = self._admit_arrivals(nxt)
+            if not sched.running and not sched.waiting:
+                if nxt >= len(self.arrivals):
+                    break
+                self.clock = self.entry[self.arrivals[nxt]]
+                continue
+            if horizon_ns is not None and self.clock >= horizon_ns:
+                break
+            if len(self.steps) >= self.cfg.max_steps:
+                self.step_limit = True
+                break
+
+            scheduled, preempted, admitted = sched.schedule()
+            prefill = decode = 0
+            kinds = []
+            for req, n in scheduled:
+                c0 = req.num_computed_tokens
+                is_decode = n == 1 and c0 == req.num_tokens - 1
+                kinds.append(is_decode)
+                if is_decode:
+                    decode += 1
+                else:
+                    prefill += n
+            start = self.clock
+            dt = b0 + b1 * prefill + b2 * decode if scheduled else 0
+            for (req, n), is_decode in zip(scheduled, kinds, strict=True):
+                wasted = min(req.num_computed_tokens + n, req.high_water) - req.num_computed_tokens
+                if wasted > 0:
+                    unit = b2 if is_decode else b1
+                    self.waste_ns += (b0 / len(scheduled)) * (wasted / n) + unit * wasted
+            self.clock += dt
+            self.preemptions += preempted
+            self.min_free = min(self.min_free, sched.kv.pool.num_free())
+            finished = sched.update_from_output(scheduled, self.clock)
+            used = sum(len(r.blocks) for r in sched.running)
+            if used + sched.kv.pool.num_free() != sched.kv.pool.num_usable:
+                self.invariant_errors += 1
+            self.steps.append(
+                StepRecord(
+                    start,
+                    self.clock,
+                    prefill + decode,
+                    prefill,
+                    decode,
+                    len(sched.running),
+                    len(sched.waiting),
+                    sched.kv.pool.num_free(),
+                    preempted,
+                    finished,
+                    admitted,
+                    [(r.rid, n) for r, n in scheduled],
+                )
+            )
+            if (not scheduled and preempted == 0) or sched.cycle_detected:
+                self.livelocked = True
+                break
+        return self

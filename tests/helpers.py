@@ -1,0 +1,93 @@
+"""Shared helpers: run the kernel and the reference engine on the same case."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.kernel import state as S
+from planner.latency import LinearLatency
+from planner.reference import Engine
+from planner.workload import Workload
+
+STEP_LATENCY = LinearLatency(alpha=(0, 0, 0), beta=(1, 0, 0))  # 1 us per step, no delays
+
+
+def uniform(n: int, prompt: int, output: int) -> Workload:
+    """n identical requests, all present at t = 0."""
+    return Workload(
+        np.zeros(n), np.full(n, prompt, np.int32), np.full(n, output, np.int32), name="uniform"
+    )
+
+
+def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Engine:
+    arrival_ns = np.round(wl.arrival_s * 1e9).astype(np.int64)
+    return Engine(
+        cfg, lat, arrival_ns.tolist(), wl.prompt_tokens.tolist(), wl.output_tokens.tolist()
+    ).run()
+
+
+def kernel_trace_rows(res, c: int) -> list[tuple]:
+    steps = int(res.state.out_i[c, S.O_STEPS])
+    return [tuple(int(x) for x in row) for row in res.state.trace[c, :steps]]
+
+
+def reference_trace_rows(eng: Engine) -> list[tuple]:
+    return [
+        (
+            s.start_ns,
+            s.end_ns,
+            s.scheduled,
+            s.prefill,
+            s.decode,
+            s.running,
+            s.waiting,
+            s.free,
+            s.preempted,
+            s.finished,
+            s.admitted,
+        )
+        for s in eng.steps
+    ]
+
+
+def kernel_log(res, c: int) -> list[tuple[int, int, int]]:
+    n = int(res.state.rlog_n[c])
+    assert n <= res.state.rlog.shape[1], "request log truncated: raise log_entries"
+    return [tuple(int(x) for x in row) for row in res.state.rlog[c, :n]]
+
+
+def reference_log(eng: Engine) -> list[tuple[int, int, int]]:
+    return [(i, rid, n) for i, s in enumerate(eng.steps) for rid, n in s.per_request]
+
+
+def compare_final(res, c: int, eng: Engine) -> None:
+    """Kernel config c and the reference agree on every per-request and counter output."""
+    st, oi = res.state, res.state.out_i[c]
+    reqs = eng.requests
+    assert st.nout[c].tolist() == [r.num_output_tokens for r in reqs]
+    assert st.npre[c].tolist() == [r.num_preemptions for r in reqs]
+    assert st.first_ns[c].tolist() == [r.first_token_ns for r in reqs]
+    assert st.finish_ns[c].tolist() == [r.finish_ns for r in reqs]
+    assert st.ncomp[c].tolist() == [r.num_computed_tokens for r in reqs]
+    assert oi[S.O_STEPS] == len(eng.steps)
+    assert oi[S.O_PREEMPTIONS] == eng.preemptions
+    assert oi[S.O_REJECTED] == eng.rejected
+    assert oi[S.O_ARRIVED] == eng.arrived
+    assert oi[S.O_END_NS] == eng.clock
+    assert bool(oi[S.O_LIVELOCKED]) == eng.livelocked
+    assert bool(oi[S.O_STEP_LIMIT]) == eng.step_limit
+    assert oi[S.O_MIN_FREE] == eng.min_free
+    assert oi[S.O_RUNNING_END] == len(eng.sched.running)
+    assert oi[S.O_WAITING_END] == len(eng.sched.waiting)
+    np.testing.assert_allclose(st.out_f[c, S.F_WASTE_NS], eng.waste_ns, rtol=1e-9, atol=1e-6)
+
+
+def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency, max_log: int = 20000):
+    traced = simulate(
+        cfgs, wl, lat, trace_steps=max(c.max_steps for c in cfgs) + 1, log_entries=max_log
+    )
+    fast = simulate(cfgs, wl, lat)
+    engines = [run_reference(c, wl, lat) for c in cfgs]
+    return traced, fast, engines

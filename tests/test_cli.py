@@ -1,0 +1,108 @@
+"""The ``plan`` command line: output, traces, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from planner.cli import main
+
+S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+        raise SystemExit(0)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--max-num-seqs", "0"], "--max-num-seqs"),
+        (["--max-num-running-reqs", "-3"], "--max-num-seqs"),
+        (["--num-gpu-blocks", "-5"], "--num-gpu-blocks"),
+        (["--block-size", "0"], "--block-size"),
+        (["--max-num-batched-tokens", "abc"], "--max-num-batched-tokens"),
+        (["--max-model-len", "1.5"], "--max-model-len"),
+        (["--horizon", "0"], "--horizon"),
+        (["--horizon", "-2"], "--horizon"),
+        (["--watermark", "1.5"], "--watermark"),
+        (["--preemption-mode", "swap"], "--preemption-mode"),
+        (["--stop-bound", "nope"], "--stop-bound"),
+        (["--bogus-flag", "1"], "--bogus-flag"),
+        (["--beta-coeffs", "1,2"], "--beta-coeffs"),
+        (["--alpha-coeffs", "a,b,c"], "--alpha-coeffs"),
+        (["--rate", "0"], "--rate"),
+        (["--num-requests", "0"], "--num-requests"),
+        (["--trace", "out.csv", "--num-requests", "2"], "--trace"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, args, flag):
+    code, out, err = run_cli(capsys, "run", *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert flag in lines[0]
+    assert "Traceback" not in err
+
+
+def test_bad_csv_names_file_and_row(capsys, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_time_s,prompt_tokens,output_tokens\n0.1,10,5\n0.2,x,5\n")
+    code, _, err = run_cli(capsys, "run", "--requests-csv", str(bad))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "bad.csv" in err and "row 3" in err and "prompt_tokens" in err
+
+
+def test_run_json_on_s1_exact(capsys):
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "--requests-csv",
+        S1_CSV,
+        "--max-num-seqs",
+        "32",
+        "--horizon",
+        "120",
+        "--json",
+    )
+    assert code == 0
+    row = json.loads(out)
+    assert row["max_num_seqs"] == 32
+    assert abs(row["completed"] - 167) <= 2
+    assert row["preemptions"] == 0
+    assert row["outcome"] == "ok"
+
+
+def test_run_writes_step_trace(capsys, tmp_path):
+    path = tmp_path / "trace.parquet"
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "--requests-csv",
+        S1_CSV,
+        "--max-num-seqs",
+        "256",
+        "--horizon",
+        "30",
+        "--trace",
+        str(path),
+        "--json",
+    )
+    assert code == 0
+    steps = json.loads(out)["steps"]
+    df = pd.read_parquet(path)
+    assert len(df) == steps
+    assert (df.step.to_numpy() == range(steps)).all()
+    assert (df.end_s >= df.start_s).all() and (df.start_s.diff().dropna() >= 0).all()
+    assert (df.free_blocks >= 0).all() and (df.free_blocks <= 7462).all()
+    per_req = df.request_tokens.apply(sum)
+    assert (per_req == df.scheduled_tokens).all()
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -1,0 +1,159 @@
+"""The jitted kernel against the plain reference engine on random small cases.
+
+Each hypothesis example draws one workload and three configurations; the
+kernel must match the reference step for step (traced mode) and in every final
+output (fast-path mode), and satisfy the conservation invariants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import (
+    compare_final,
+    kernel_log,
+    kernel_trace_rows,
+    reference_log,
+    reference_trace_rows,
+    run_both,
+)
+from planner.config import SchedulerConfig
+from planner.kernel import state as S
+from planner.latency import LinearLatency
+from planner.workload import Workload
+
+MAX_STEPS = 3000
+
+
+@st.composite
+def configs(draw):
+    null_block = draw(st.booleans())
+    n = draw(st.integers(2, 60))
+    horizon = draw(st.one_of(st.just(float("inf")), st.floats(0.001, 2.0)))
+    return SchedulerConfig(
+        num_gpu_blocks=n,
+        block_size=draw(st.sampled_from([1, 2, 4, 8, 16])),
+        max_num_seqs=draw(st.integers(1, 6)),
+        max_num_batched_tokens=draw(st.integers(1, 300)),
+        max_model_len=draw(st.integers(8, 400)),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 1, 7, 32, 100])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])),
+        scheduler_reserve_full_isl=draw(st.booleans()),
+        preemption_mode=draw(st.sampled_from(["recompute", "restart"])),
+        stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
+        null_block=null_block,
+        horizon_s=horizon,
+        max_steps=MAX_STEPS,
+    )
+
+
+@st.composite
+def workloads(draw):
+    r = draw(st.integers(1, 8))
+    gaps = draw(st.lists(st.floats(0, 0.05), min_size=r, max_size=r))
+    prompt = draw(st.lists(st.integers(1, 250), min_size=r, max_size=r))
+    output = draw(st.lists(st.integers(1, 150), min_size=r, max_size=r))
+    return Workload(
+        np.cumsum(gaps), np.array(prompt, np.int32), np.array(output, np.int32), name="random"
+    )
+
+
+latencies = st.builds(
+    LinearLatency,
+    alpha=st.tuples(st.integers(0, 2000), st.integers(0, 20), st.integers(0, 5000)),
+    beta=st.tuples(st.integers(1, 8000), st.integers(0, 30), st.integers(0, 10)),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cfgs=st.lists(configs(), min_size=3, max_size=3), wl=workloads(), lat=latencies)
+def test_kernel_matches_reference(cfgs, wl, lat):
+    traced, fast, engines = run_both(cfgs, wl, lat)
+    for c, eng in enumerate(engines):
+        assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
+        assert kernel_log(traced, c) == reference_log(eng)
+        compare_final(traced, c, eng)
+        compare_final(fast, c, eng)
+        for res in (traced, fast):
+            oi = res.state.out_i[c]
+            # Block conservation at every step (counted inside the kernel).
+            assert oi[S.O_INVARIANT_ERRORS] == 0
+            # Request conservation.
+            assert (
+                oi[S.O_FINISHED] + oi[S.O_RUNNING_END] + oi[S.O_WAITING_END] + oi[S.O_REJECTED]
+                == oi[S.O_ARRIVED]
+            )
+            # Termination: the run stopped for a stated reason.
+            assert oi[S.O_STEPS] <= MAX_STEPS
+        # Blocks in use + free = usable, step by step, from the reference's pool.
+        assert all(s.free >= 0 for s in eng.steps)
+
+
+def _random_case(rng: np.random.Generator):
+    r = int(rng.integers(1, 10))
+    wl = Workload(
+        np.cumsum(rng.uniform(0, 0.02, r)),
+        rng.integers(1, 300, r).astype(np.int32),
+        rng.integers(1, 200, r).astype(np.int32),
+        name="seeded",
+    )
+    cfgs = [
+        SchedulerConfig(
+            num_gpu_blocks=int(rng.integers(2, 80)),
+            block_size=int(rng.choice([1, 4, 16])),
+            max_num_seqs=int(rng.integers(1, 8)),
+            max_num_batched_tokens=int(rng.integers(1, 512)),
+            max_model_len=int(rng.integers(8, 600)),
+            long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
+            watermark=float(rng.choice([0.0, 0.0, 0.05])),
+            scheduler_reserve_full_isl=bool(rng.random() < 0.7),
+            preemption_mode=str(rng.choice(["recompute", "restart"])),
+            stop_bound=str(rng.choice(["max_model_len", "max_servable"])),
+            null_block=bool(rng.random() < 0.8),
+            horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
+            max_steps=MAX_STEPS,
+        )
+        for _ in range(4)
+    ]
+    lat = LinearLatency(
+        alpha=(
+            float(rng.integers(0, 500)),
+            float(rng.integers(0, 5)),
+            float(rng.integers(0, 3000)),
+        ),
+        beta=(
+            float(rng.integers(100, 6000)),
+            float(rng.integers(0, 20)),
+            float(rng.integers(0, 8)),
+        ),
+    )
+    return cfgs, wl, lat
+
+
+def test_seeded_random_cases_cover_every_path():
+    """250 seeded cases x 4 configs: kernel == reference, and the cases really
+    exercise preemption, livelock, the horizon, rejection and the fast path."""
+    rng = np.random.default_rng(20261130)
+    seen = dict(preempted=0, livelocked=0, horizon=0, rejected=0, fast_path=0, finished=0)
+    for _ in range(250):
+        cfgs, wl, lat = _random_case(rng)
+        traced, fast, engines = run_both(cfgs, wl, lat)
+        for c, eng in enumerate(engines):
+            assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
+            assert kernel_log(traced, c) == reference_log(eng)
+            compare_final(traced, c, eng)
+            compare_final(fast, c, eng)
+            oi = fast.state.out_i[c]
+            assert oi[S.O_INVARIANT_ERRORS] == 0
+            seen["preempted"] += oi[S.O_PREEMPTIONS] > 0
+            seen["livelocked"] += oi[S.O_LIVELOCKED]
+            seen["horizon"] += np.isfinite(cfgs[c].horizon_s) and (
+                oi[S.O_RUNNING_END] + oi[S.O_WAITING_END] > 0
+            )
+            seen["rejected"] += oi[S.O_REJECTED] > 0
+            seen["fast_path"] += oi[S.O_MACRO_STEPS] > 0
+            seen["finished"] += oi[S.O_FINISHED] > 0
+    for path, count in seen.items():
+        assert count >= 20, f"random cases rarely reach {path}: {seen}"
