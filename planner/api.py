@@ -69,6 +69,7 @@ def simulate(
     trace_steps: int = 0,
     log_entries: int = 0,
     fast_path: bool = True,
+    check_invariants: bool = True,
 ) -> SimResult:
     """Simulate every config against ``workload`` in one jitted, parallel call.
 
@@ -80,6 +81,8 @@ def simulate(
         log_entries: record up to this many (step, request, tokens) entries per config.
         fast_path: let the kernel jump over runs of identical decode steps
             (disabled automatically while tracing; results are identical).
+        check_invariants: count steps where held + free blocks != usable blocks
+            (``invariant_errors``; one extra pass over ``running`` per step).
     Returns:
         SimResult. Raises ValueError on inconsistent inputs.
     """
@@ -127,5 +130,6 @@ def simulate(
         st.rlog,
         st.rlog_n,
         fast_path,
+        check_invariants,
     )
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)

@@ -59,7 +59,7 @@ def run_bench(side: int, with_reference: bool) -> dict[str, float]:
 
     cfgs = s1_grid(side)
     w0, c0 = time.perf_counter(), time.process_time()
-    res = simulate(cfgs, wl, lat)
+    res = simulate(cfgs, wl, lat, check_invariants=False)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     tokens = float(res.state.out_i[:, S.O_DECODE_TOKENS].sum())
     steps = float(res.state.out_i[:, S.O_STEPS].sum())

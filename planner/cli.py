@@ -75,14 +75,20 @@ def _coeffs(text: str, flag: str) -> tuple[float, float, float]:
 
 def _atomic_parquet(df: object, path: Path) -> None:
     """Write ``df`` (a DataFrame) to ``path`` via a temp file and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
         df.to_parquet(tmp, index=False)  # type: ignore[attr-defined]
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 
@@ -98,8 +104,8 @@ def _workload(
 ) -> Workload:
     if requests_csv is not None:
         return read_requests_csv(requests_csv)
-    p = LengthDist(length_dist.value, prompt[0], prompt[1], prompt[2], prompt[3])
-    o = LengthDist(length_dist.value, output[0], output[1], output[2], output[3])
+    p = LengthDist(length_dist.value, *prompt, label="--prompt-tokens")
+    o = LengthDist(length_dist.value, *output, label="--output-tokens")
     return synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
 
 
@@ -228,6 +234,7 @@ def run(
     row = res.metrics().iloc[0]
     if trace is not None:
         _write_trace(trace, cfg, wl, lat, int(row.steps))
+        print(f"plan: wrote {int(row.steps)} steps to {trace}", file=sys.stderr)
     if as_json:
         out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         print(json.dumps(out, default=_json_default))

@@ -109,7 +109,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
     waste_share = np.divide(
         st.out_f[:, S.F_WASTE_NS], busy, out=np.zeros(len(busy)), where=busy > 0
     )
-    offered = oi[:, S.O_ARRIVED] - oi[:, S.O_REJECTED]
+    offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
 
     df = pd.DataFrame([c.as_dict() for c in res.configs])
     df["workload"] = res.workload.name

@@ -13,6 +13,7 @@ arrivals are ``i / rate`` for i = 1..R, and the Gaussian length is
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 ARRIVALS = ("constant", "poisson", "gamma", "offline")
+MAX_TOKENS = 2**31 - 1  # token counts are int32 in the kernel
+MAX_ARRIVAL_S = 1e9  # ~31 years: keeps times in int64 nanoseconds
 LENGTH_KINDS = ("gaussian", "lognormal", "constant", "empirical")
 
 
@@ -49,8 +52,9 @@ class Workload:
             raise WorkloadError(f"{self.name}: the workload has no requests")
         if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
             raise WorkloadError(f"{self.name}: arrays differ in length")
-        if not np.all(np.isfinite(self.arrival_s)) or np.any(self.arrival_s < 0):
-            raise WorkloadError(f"{self.name}: arrival times must be finite and >= 0")
+        a = self.arrival_s
+        if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > MAX_ARRIVAL_S):
+            raise WorkloadError(f"{self.name}: arrival times must be in 0..{MAX_ARRIVAL_S:g} s")
         if np.any(np.diff(self.arrival_s) < 0):
             raise WorkloadError(f"{self.name}: arrival times must be sorted")
         if np.any(self.prompt_tokens < 1) or np.any(self.output_tokens < 1):
@@ -84,18 +88,22 @@ class LengthDist:
     min: int = 1
     max: int = 1 << 30
     values: tuple[int, ...] = ()
+    label: str = "length"  # names the option in error messages, e.g. "--prompt-tokens"
 
     def __post_init__(self) -> None:
+        lb = self.label
         if self.kind not in LENGTH_KINDS:
-            raise WorkloadError(f"length kind must be one of {LENGTH_KINDS}, got {self.kind!r}")
+            raise WorkloadError(f"{lb}: kind must be one of {LENGTH_KINDS}, got {self.kind!r}")
         if self.kind == "empirical":
             if len(self.values) == 0 or min(self.values) < 1:
-                raise WorkloadError("empirical lengths need values >= 1")
+                raise WorkloadError(f"{lb}: empirical lengths need values >= 1")
             return
-        if not (self.mean >= 1) or not (self.stdev >= 0):
-            raise WorkloadError(f"length mean must be >= 1 and stdev >= 0, got {self.mean}")
-        if self.min < 1 or self.max < self.min:
-            raise WorkloadError(f"length bounds need 1 <= min <= max, got {self.min}..{self.max}")
+        if not (1 <= self.mean <= MAX_TOKENS):
+            raise WorkloadError(f"{lb}: mean must be in 1..{MAX_TOKENS}, got {self.mean}")
+        if not (0 <= self.stdev < float("inf")):
+            raise WorkloadError(f"{lb}-stdev must be finite and >= 0, got {self.stdev}")
+        if not (1 <= self.min <= self.max <= MAX_TOKENS):
+            raise WorkloadError(f"{lb}: needs 1 <= min <= max, got min {self.min}, max {self.max}")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw n lengths: shape (n,), int32."""
@@ -143,8 +151,10 @@ def synthetic(
         raise WorkloadError(f"--arrival must be one of {ARRIVALS}, got {arrival!r}")
     if arrival != "offline" and not (0 < rate < float("inf")):
         raise WorkloadError(f"--rate must be > 0 requests/s, got {rate}")
-    if arrival == "gamma" and not (gamma_cv > 0):
+    if arrival == "gamma" and not (0 < gamma_cv < float("inf")):
         raise WorkloadError(f"gamma arrivals need a cv > 0, got {gamma_cv}")
+    if seed < 0:
+        raise WorkloadError(f"--seed must be >= 0, got {seed}")
     rng = np.random.default_rng(seed)
     n = num_requests
     if arrival == "constant":
@@ -156,7 +166,8 @@ def synthetic(
         t = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=n))
     else:
         t = np.zeros(n)
-    return Workload(t, prompt.sample(rng, n), output.sample(rng, n), name=f"synthetic-{arrival}")
+    name = f"synthetic {arrival} arrivals, {prompt.kind}/{output.kind} lengths"
+    return Workload(t, prompt.sample(rng, n), output.sample(rng, n), name=name)
 
 
 def read_requests_csv(
@@ -172,9 +183,15 @@ def read_requests_csv(
     """
     path = Path(path)
     try:
-        df = pd.read_csv(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(path, index_col=False)
     except FileNotFoundError:
         raise WorkloadError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise WorkloadError(f"{path}: is a directory, not a CSV file") from None
+    except pd.errors.ParserWarning:
+        raise WorkloadError(f"{path}: rows have more fields than the header") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise WorkloadError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     for col in (arrival_col, prompt_col, output_col):
@@ -184,13 +201,17 @@ def read_requests_csv(
         raise WorkloadError(f"{path}: no requests")
     cols = {}
     for col, integer in ((arrival_col, False), (prompt_col, True), (output_col, True)):
-        v = pd.to_numeric(df[col], errors="coerce")
-        bad = v.isna() | ~np.isfinite(v) | (v < 0)
+        v = pd.to_numeric(df[col], errors="coerce").astype(np.float64)
+        limit = MAX_TOKENS if integer else MAX_ARRIVAL_S
+        bad = v.isna() | ~np.isfinite(v) | (v < (1 if integer else 0)) | (v > limit)
         if integer:
-            bad |= (v < 1) | (v != np.floor(v))
+            bad |= v != np.floor(v)
         if bad.any():
             row = int(np.argmax(bad.to_numpy()))
-            raise WorkloadError(f"{path}: row {row + 2}: bad {col} value {df[col].iloc[row]!r}")
+            want = f"an integer in 1..{MAX_TOKENS}" if integer else f"seconds in 0..{limit:g}"
+            raise WorkloadError(
+                f"{path}: row {row + 2}: bad {col} value {str(df[col].iloc[row])!r} (want {want})"
+            )
         cols[col] = v.to_numpy()
     t = cols[arrival_col].astype(np.float64)
     dec = np.flatnonzero(np.diff(t) < 0)
@@ -200,7 +221,7 @@ def read_requests_csv(
         t,
         cols[prompt_col].astype(np.int32),
         cols[output_col].astype(np.int32),
-        name=path.stem,
+        name=path.name,
     )
 
 

@@ -61,6 +61,40 @@ def test_bad_csv_names_file_and_row(capsys, tmp_path):
     assert "bad.csv" in err and "row 3" in err and "prompt_tokens" in err
 
 
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ("0.1,300,10,5\n0.2,300,10,5\n", "more fields than the header"),
+        ("0.1,300,4294967297\n", "output_tokens"),
+        ("1e300,300,4\n", "arrival_time_s"),
+        ("0.1,-300,4\n", "prompt_tokens"),
+        ("0.1,300.5,4\n", "prompt_tokens"),
+        ("0.2,30,4\n0.1,30,4\n", "backwards"),
+        ("", "no requests"),
+    ],
+)
+def test_malformed_csv_rows(capsys, tmp_path, body, needle):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_time_s,prompt_tokens,output_tokens\n" + body)
+    code, _, err = run_cli(capsys, "run", "--requests-csv", str(f))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert needle in err and "t.csv" in err
+
+
+def test_unwritable_trace_names_the_users_path(capsys):
+    code, _, err = run_cli(capsys, "run", "--num-requests", "2", "--trace", "/proc/x.parquet")
+    assert code == 2
+    assert err.strip() == "plan: error: cannot write /proc/x.parquet: No such file or directory"
+
+
+def test_all_rejected_is_starved(capsys):
+    code, out, _ = run_cli(capsys, "run", "--num-requests", "3", "--max-model-len", "1", "--json")
+    assert code == 0
+    row = json.loads(out)
+    assert (row["rejected"], row["completed"], row["outcome"]) == (3, 0, "starved")
+
+
 def test_run_json_on_s1_exact(capsys):
     code, out, _ = run_cli(
         capsys,

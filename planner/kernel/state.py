@@ -33,7 +33,7 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_PREFILL_TOKENS,  # scheduled prefill tokens (re-prefill included)
     O_DECODE_TOKENS,  # scheduled decode tokens
     O_INVARIANT_ERRORS,  # steps where held blocks + free blocks != usable blocks
-    O_MACRO_STEPS,  # kernel fast-path jumps (diagnostic only)
+    O_MACRO_STEPS,  # steps simulated by the decode fast path (diagnostic only)
 ) = range(18)
 NOUT_I = 18
 

@@ -70,6 +70,18 @@ def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, b
 
 
 @njit(cache=True)
+def _drop_finished(run, n_run, status):  # noqa: ANN001, ANN202
+    """Remove finished requests from ``running``, keeping order (``remove_all``)."""
+    m = 0
+    for i in range(n_run):
+        r = run[i]
+        if status[r] == S.RUNNING:
+            run[m] = r
+            m += 1
+    return m
+
+
+@njit(cache=True)
 def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):  # noqa: ANN001, ANN202
     """New blocks the running decodes need over the next k steps."""
     total = 0
@@ -79,6 +91,126 @@ def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):  # noqa: ANN001, 
         if nb > 0:
             total += nb
     return total
+
+
+@njit(cache=True)
+def _decode_run_length(  # noqa: ANN202
+    cfg, run, n_run, prompt, nout, ncomp, max_tokens, held, hist, stop_len, free,  # noqa: ANN001
+    head, next_entry, clock, steps_left,  # noqa: ANN001
+):  # fmt: skip
+    """How many upcoming steps are provably identical decode-only steps.
+
+    They are when every running request decodes one token, the waiting head
+    stays refused (its admission test only gets harder as blocks are used),
+    no request arrives into an empty ``waiting`` and no allocation fails.
+    The run may end with the step in which the first requests finish.
+    Returns (k, step duration in ns); k < 2 means "take a normal step".
+    """
+    bs = cfg[K.BS]
+    mml = cfg[K.MML]
+    kf = INT64_MAX
+    need1 = 0
+    periodic = True
+    for j in range(bs + 1):
+        hist[j] = 0
+    for i in range(n_run):
+        r = run[i]
+        ntok = prompt[r] + nout[r]
+        if ntok - ncomp[r] != 1:
+            return 0, 0
+        f = min(max_tokens[r] - nout[r], stop_len - ntok)
+        if f < kf:
+            kf = f
+        # First of the next steps that needs a new block; then one every bs steps.
+        j1 = held[r] * bs - ncomp[r] + 1
+        if j1 == 1:
+            need1 += 1
+        if 1 <= j1 <= bs:
+            hist[j1] += 1
+        else:
+            periodic = False
+    if kf < 2 or need1 > free:
+        return 0, 0
+    dt = cfg[K.B0] + cfg[K.B2] * n_run
+    kmax = min(kf, steps_left)
+    if head >= 0:
+        if not _head_blocked(
+            head, prompt[head] + nout[head], n_run, free - need1, cfg[K.SEQS], cfg[K.MNBT],
+            cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
+        ):  # fmt: skip
+            return 0, 0
+    elif next_entry != INT64_MAX:
+        kmax = min(kmax, (next_entry - clock - 1) // dt + 1)
+    if cfg[K.HORIZON_NS] != INT64_MAX:
+        kmax = min(kmax, (cfg[K.HORIZON_NS] - clock - 1) // dt + 1)
+    if kmax < 2:
+        return 0, 0
+    if periodic:
+        # Each request needs one block per bs steps: after q whole periods q*n
+        # blocks are gone, and the (rem+1)-th smallest first-need step fails.
+        q = free // n_run
+        rem = free % n_run
+        cum = 0
+        v = bs
+        for j in range(1, bs + 1):
+            cum += hist[j]
+            if cum > rem:
+                v = j
+                break
+        return min(kmax, q * bs + v - 1), dt
+    if _blocks_needed_after(kmax, run, n_run, ncomp, held, mml, bs) <= free:
+        return kmax, dt
+    lo = 1
+    hi = kmax
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _blocks_needed_after(mid, run, n_run, ncomp, held, mml, bs) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo, dt
+
+
+@njit(cache=True)
+def _apply_decode_run(  # noqa: ANN202
+    k, dt, clock, b0, b2, bs, mml, stop_len, run, n_run, prompt, nout, ncomp,  # noqa: ANN001
+    max_tokens, held, hw, status, first_ns, finish_ns,  # noqa: ANN001
+):  # fmt: skip
+    """Advance every running request by k decode steps; finish those that stop
+    at the end of step k. Returns (blocks allocated, blocks freed, finished,
+    blocks still held, recompute waste in ns)."""
+    share = b0 / n_run + b2
+    end = clock + k * dt
+    used = 0
+    alloc = 0
+    freed = 0
+    n_fin = 0
+    waste = 0.0
+    for i in range(n_run):
+        r = run[i]
+        c0 = ncomp[r]
+        w = min(c0 + k, hw[r]) - c0
+        if w > 0:
+            waste += w * share
+        ncomp[r] = c0 + k
+        nout[r] += k
+        if first_ns[r] < 0:
+            first_ns[r] = clock + dt
+        if c0 + k > hw[r]:
+            hw[r] = c0 + k
+        if c0 + k > held[r] * bs:
+            nb = blocks_for_tokens(c0 + k, mml, bs)
+            alloc += nb - held[r]
+            held[r] = nb
+        if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
+            freed += held[r]
+            held[r] = 0
+            status[r] = S.FINISHED
+            finish_ns[r] = end
+            n_fin += 1
+        else:
+            used += held[r]
+    return alloc, freed, n_fin, used, waste
 
 
 @njit(cache=True)
@@ -105,10 +237,12 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
     trace,  # noqa: ANN001
     rlog,  # noqa: ANN001
     use_macro,  # noqa: ANN001
+    check,  # noqa: ANN001
 ):
     """Simulate one configuration. Arrays are this config's rows (see ``state.State``).
 
     ``entry_ns[r]``: when request r becomes visible (arrival + queueing delay), ns.
+    ``check``: count steps that break block conservation (costs one pass per step).
     ``order``: request indices sorted by entry time. Returns request-log entries.
     """
     R = prompt.shape[0]
@@ -132,6 +266,7 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
     T = trace.shape[0]
     L = rlog.shape[0]
     macro = use_macro and T == 0 and L == 0
+    hist = np.zeros(bs + 1, dtype=np.int64)  # fast path: first-need step histogram
 
     free = usable
     min_free = free
@@ -184,91 +319,35 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
             step_limit = 1
             break
 
-        # ---- Decode fast path: k identical decode steps in one jump. ----
+        # ---- Decode fast path: k identical decode-only steps in one jump. ----
         if macro and 0 < n_run <= mnbt:
-            kf = INT64_MAX
-            need1 = 0
-            all_decode = True
-            for i in range(n_run):
-                r = run[i]
-                ntok = prompt[r] + nout[r]
-                if ntok - ncomp[r] != 1:
-                    all_decode = False
-                    break
-                f = min(max_tokens[r] - nout[r], stop_len - ntok)
-                if f < kf:
-                    kf = f
-                nb = blocks_for_tokens(ncomp[r] + 1, mml, bs) - held[r]
-                if nb > 0:
-                    need1 += nb
-            if all_decode and kf >= 3 and need1 <= free:
-                dt = b0 + b2 * n_run
-                kmax = kf - 1
-                if wl == 0:
-                    blocked = True
-                    if nxt < R:
-                        kmax = min(kmax, (entry_ns[order[nxt]] - clock - 1) // dt + 1)
-                else:
-                    h = wq[wh]
-                    blocked = _head_blocked(
-                        h,
-                        prompt[h] + nout[h],
-                        n_run,
-                        free - need1,
-                        seqs,
-                        mnbt,
-                        thr,
-                        wm_blocks,
-                        gate,
-                        mml,
-                        bs,
-                    )
-                if horizon != INT64_MAX:
-                    kmax = min(kmax, (horizon - clock - 1) // dt + 1)
-                kmax = min(kmax, max_steps - steps)
-                if blocked and kmax >= 2:
-                    k = kmax
-                    if _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs) > free:
-                        lo = 1
-                        hi = kmax
-                        while hi - lo > 1:
-                            mid = (lo + hi) // 2
-                            if _blocks_needed_after(mid, run, n_run, ncomp, held, mml, bs) <= free:
-                                lo = mid
-                            else:
-                                hi = mid
-                        k = lo
-                    if k >= 2:
-                        share = b0 / n_run + b2
-                        for i in range(n_run):
-                            r = run[i]
-                            c0 = ncomp[r]
-                            w = min(c0 + k, hw[r]) - c0
-                            if w > 0:
-                                waste += w * share
-                            ncomp[r] = c0 + k
-                            nout[r] += k
-                            if first_ns[r] < 0:
-                                first_ns[r] = clock + dt
-                            if c0 + k > hw[r]:
-                                hw[r] = c0 + k
-                            nb = blocks_for_tokens(c0 + k, mml, bs)
-                            if nb > held[r]:
-                                free -= nb - held[r]
-                                held[r] = nb
-                        clock += k * dt
-                        busy += k * dt
-                        steps += k
-                        decode_tok += k * n_run
-                        macro_steps += 1
-                        if free < min_free:
-                            min_free = free
-                        used = 0
-                        for i in range(n_run):
-                            used += held[run[i]]
-                        if used + free != usable:
-                            inv_err += 1
-                        continue
+            next_entry = entry_ns[order[nxt]] if (wl == 0 and nxt < R) else INT64_MAX
+            head = wq[wh] if wl > 0 else -1
+            k, dt = _decode_run_length(
+                cfg, run, n_run, prompt, nout, ncomp, max_tokens, held, hist, stop_len, free,
+                head, next_entry, clock, max_steps - steps,
+            )  # fmt: skip
+            if k >= 2:
+                alloc, freed, n_fin, used, w = _apply_decode_run(
+                    k, dt, clock, b0, b2, bs, mml, stop_len, run, n_run, prompt, nout, ncomp,
+                    max_tokens, held, hw, status, first_ns, finish_ns,
+                )  # fmt: skip
+                waste += w
+                free -= alloc
+                if free < min_free:
+                    min_free = free
+                free += freed
+                decode_tok += k * n_run
+                if n_fin > 0:
+                    n_run = _drop_finished(run, n_run, status)
+                    finished += n_fin
+                clock += k * dt
+                busy += k * dt
+                steps += k
+                macro_steps += k
+                if check and used + free != usable:
+                    inv_err += 1
+                continue
 
         # ---- One scheduler step (Scheduler.schedule). ----
         start = clock
@@ -295,9 +374,11 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
             if num_new <= 0:
                 i += 1
                 continue
-            need = blocks_for_tokens(ncomp[r] + num_new, mml, bs) - held[r]
-            if need < 0:
-                need = 0
+            need = 0
+            if ncomp[r] + num_new > held[r] * bs:  # skips the division on most decodes
+                need = blocks_for_tokens(ncomp[r] + num_new, mml, bs) - held[r]
+                if need < 0:
+                    need = 0
             scheduled = True
             while need > free:
                 # Preempt the tail of `running` (FCFS) and retry.
@@ -411,20 +492,15 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                     finish_ns[r] = clock
                     n_fin += 1
         if n_fin > 0:
-            m = 0
-            for i in range(n_run):
-                r = run[i]
-                if status[r] == S.RUNNING:
-                    run[m] = r
-                    m += 1
-            n_run = m
+            n_run = _drop_finished(run, n_run, status)
             finished += n_fin
 
-        used = 0
-        for i in range(n_run):
-            used += held[run[i]]
-        if used + free != usable:
-            inv_err += 1
+        if check:
+            used = 0
+            for i in range(n_run):
+                used += held[run[i]]
+            if used + free != usable:
+                inv_err += 1
 
         if steps - 1 < T:
             row = trace[steps - 1]
@@ -495,6 +571,7 @@ def simulate_batch(  # noqa: ANN201
     rlog,  # noqa: ANN001
     rlog_n,  # noqa: ANN001
     use_macro,  # noqa: ANN001
+    check,  # noqa: ANN001
 ):
     """Run ``simulate_one`` for every row of ``cfg`` (shape (C, NCOLS)), in parallel.
 
@@ -526,4 +603,5 @@ def simulate_batch(  # noqa: ANN201
             trace[c],
             rlog[c],
             use_macro,
+            check,
         )
