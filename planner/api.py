@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import pandas as pd
 
@@ -93,6 +94,11 @@ def simulate(
     arrival_ns = np.round(workload.arrival_s * 1e9).astype(np.int64)
     prompt = np.ascontiguousarray(workload.prompt_tokens, dtype=np.int32)
     max_tokens = np.ascontiguousarray(workload.output_tokens, dtype=np.int32)
+    priority = (
+        np.zeros(r, dtype=np.int64)
+        if workload.priority is None
+        else np.ascontiguousarray(workload.priority, dtype=np.int64)
+    )
     entry = np.empty((c, r), dtype=np.int64)
     order = np.empty((c, r), dtype=np.int32)
     cache: dict[tuple[int, int], int] = {}
@@ -106,10 +112,29 @@ def simulate(
         entry[i] = entry_times_ns(arrival_ns, prompt, *key)
         order[i] = np.argsort(entry[i], kind="stable")
     st = S.allocate(c, r, trace_steps, log_entries)
+    with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
+        _run_kernel(
+            cfg, prompt, max_tokens, priority, entry, order, st, fast_path, check_invariants
+        )
+    return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+
+
+def _run_kernel(
+    cfg: np.ndarray,
+    prompt: np.ndarray,
+    max_tokens: np.ndarray,
+    priority: np.ndarray,
+    entry: np.ndarray,
+    order: np.ndarray,
+    st: S.State,
+    fast_path: bool,
+    check_invariants: bool,
+) -> None:
     simulate_batch(
         cfg,
         prompt,
         max_tokens,
+        priority,
         entry,
         order,
         st.ncomp,
@@ -132,4 +157,3 @@ def simulate(
         fast_path,
         check_invariants,
     )
-    return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)

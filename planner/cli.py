@@ -61,6 +61,7 @@ class StopBound(StrEnum):
 
 class Policy(StrEnum):
     fcfs = "fcfs"
+    priority = "priority"
 
 
 def _coeffs(text: str, flag: str) -> tuple[float, float, float]:
@@ -163,7 +164,9 @@ def run(
         StopBound, typer.Option(help="max_model_len (vLLM) or max_servable (PR #52530).")
     ] = StopBound.max_model_len,
     null_block: Annotated[bool, typer.Option(help="Reserve block 0 (vLLM); off = BLIS.")] = True,
-    policy: Annotated[Policy, typer.Option(help="Scheduling policy.")] = Policy.fcfs,
+    policy: Annotated[
+        Policy, typer.Option(help="fcfs, or priority (all requests priority 0).")
+    ] = Policy.fcfs,
     horizon: Annotated[
         float, typer.Option(help="Simulated seconds; default: until every request ends.")
     ] = math.inf,

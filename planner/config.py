@@ -18,7 +18,7 @@ from planner.latency import LinearLatency
 # Named option values (the kernel sees the integers).
 PREEMPTION_MODES = {"recompute": 0, "restart": 1}
 STOP_BOUNDS = {"max_model_len": 0, "max_servable": 1}
-POLICIES = {"fcfs": 0}
+POLICIES = {"fcfs": 0, "priority": 1}
 
 # Column indices of the packed int64 config matrix (shape (C, NCOLS)).
 (

@@ -16,6 +16,7 @@ Prefix caching is off and scheduling is synchronous.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ class Request:
     prompt_len: int
     max_tokens: int
     arrival_ns: int
+    entry_ns: int = 0
+    priority: int = 0
     num_output_tokens: int = 0
     num_computed_tokens: int = 0
     num_preemptions: int = 0
@@ -44,6 +47,10 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return self.prompt_len + self.num_output_tokens
+
+    def sort_key(self) -> tuple[int, int, int]:
+        """``Request.__lt__``: priority, then arrival (entry into the scheduler), then id."""
+        return (self.priority, self.entry_ns, self.rid)
 
 
 class BlockPool:
@@ -116,13 +123,16 @@ class StepRecord:
 
 
 class Scheduler:
-    """FCFS ``Scheduler.schedule`` with recompute (or BLIS restart) preemption."""
+    """``Scheduler.schedule`` (FCFS or priority) with recompute (or BLIS restart)
+    preemption."""
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
         self.kv = KVCacheManager(cfg)
         self.running: list[Request] = []
-        self.waiting: deque[Request] = deque()
+        self.waiting: list[Request] = []
+        self.by_priority = cfg.policy == "priority"
+        self.refunds = 0  # priority preemptions of a request already scheduled this step
         self.restart = PREEMPTION_MODES[cfg.preemption_mode] == 1
         self.stop_len = stop_length(
             cfg.max_model_len,
@@ -145,7 +155,17 @@ class Scheduler:
         if self.restart:
             req.num_output_tokens = 0
         req.status = "waiting"
-        self.waiting.appendleft(req)
+        if self.by_priority:
+            self.add_waiting(req)
+        else:
+            self.waiting.insert(0, req)
+
+    def add_waiting(self, req: Request) -> None:
+        """FCFS appends; priority keeps ``waiting`` sorted (``PriorityRequestQueue``)."""
+        if self.by_priority:
+            bisect.insort(self.waiting, req, key=Request.sort_key)
+        else:
+            self.waiting.append(req)
 
     def schedule(self) -> tuple[list[tuple[Request, int]], int, int]:
         """Returns ([(request, tokens)], preempted, admitted)."""
@@ -162,7 +182,17 @@ class Scheduler:
                 continue
             ok = True
             while not self.kv.allocate_slots(req, n, False, False):
-                victim = self.running.pop()
+                if self.by_priority:
+                    victim = max(self.running, key=lambda r: (r.priority, r.entry_ns, r.rid))
+                    pos = self.running.index(victim)
+                    self.running.remove(victim)
+                    if pos < idx:  # already scheduled this step: refund its tokens
+                        budget += dict((id(r), k) for r, k in out)[id(victim)]
+                        out = [(r, k) for r, k in out if r is not victim]
+                        idx -= 1
+                        self.refunds += 1
+                else:
+                    victim = self.running.pop()
                 self._preempt(victim)
                 preempted += 1
                 if victim is req:
@@ -184,7 +214,7 @@ class Scheduler:
                     req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running)
                 ):
                     break
-                self.waiting.popleft()
+                self.waiting.pop(0)
                 self.running.append(req)
                 req.status = "running"
                 out.append((req, n))
@@ -237,16 +267,20 @@ class Engine:
         arrival_ns: list[int],
         prompt: list[int],
         max_tokens: list[int],
+        priority: list[int] | None = None,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
         self.beta = (b0, b1, b2)
         self.sched = Scheduler(cfg)
-        self.requests = [
-            Request(i, p, m, a)
-            for i, (a, p, m) in enumerate(zip(arrival_ns, prompt, max_tokens, strict=True))
-        ]
         entry = [a + a0 + a1 * p for a, p in zip(arrival_ns, prompt, strict=True)]
+        prio = priority if priority is not None else [0] * len(prompt)
+        self.requests = [
+            Request(i, p, m, a, e, q)
+            for i, (a, p, m, e, q) in enumerate(
+                zip(arrival_ns, prompt, max_tokens, entry, prio, strict=True)
+            )
+        ]
         self.arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
         self.entry = entry
         self.steps: list[StepRecord] = []
@@ -270,7 +304,7 @@ class Engine:
                 self.rejected += 1
             else:
                 req.status = "waiting"
-                self.sched.waiting.append(req)
+                self.sched.add_waiting(req)
         self.sched.no_more_arrivals = nxt >= len(self.arrivals)
         return nxt
 

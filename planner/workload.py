@@ -45,11 +45,14 @@ class Workload:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     name: str = "workload"
+    priority: np.ndarray | None = None  # (R,) int; lower runs first (policy priority)
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if n == 0:
             raise WorkloadError(f"{self.name}: the workload has no requests")
+        if self.priority is not None and len(self.priority) != n:
+            raise WorkloadError(f"{self.name}: priority array differs in length")
         if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
             raise WorkloadError(f"{self.name}: arrays differ in length")
         a = self.arrival_s

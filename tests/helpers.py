@@ -23,8 +23,9 @@ def uniform(n: int, prompt: int, output: int) -> Workload:
 
 def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Engine:
     arrival_ns = np.round(wl.arrival_s * 1e9).astype(np.int64)
+    prio = None if wl.priority is None else [int(x) for x in wl.priority]
     return Engine(
-        cfg, lat, arrival_ns.tolist(), wl.prompt_tokens.tolist(), wl.output_tokens.tolist()
+        cfg, lat, arrival_ns.tolist(), wl.prompt_tokens.tolist(), wl.output_tokens.tolist(), prio
     ).run()
 
 

@@ -35,6 +35,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         (["--watermark", "1.5"], "--watermark"),
         (["--preemption-mode", "swap"], "--preemption-mode"),
         (["--stop-bound", "nope"], "--stop-bound"),
+        (["--policy", "lifo"], "--policy"),
         (["--bogus-flag", "1"], "--bogus-flag"),
         (["--beta-coeffs", "1,2"], "--beta-coeffs"),
         (["--alpha-coeffs", "a,b,c"], "--alpha-coeffs"),

@@ -44,6 +44,7 @@ def configs(draw):
         preemption_mode=draw(st.sampled_from(["recompute", "restart"])),
         stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
         null_block=null_block,
+        policy=draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
         horizon_s=horizon,
         max_steps=MAX_STEPS,
     )
@@ -55,8 +56,13 @@ def workloads(draw):
     gaps = draw(st.lists(st.floats(0, 0.05), min_size=r, max_size=r))
     prompt = draw(st.lists(st.integers(1, 250), min_size=r, max_size=r))
     output = draw(st.lists(st.integers(1, 150), min_size=r, max_size=r))
+    prio = draw(st.one_of(st.none(), st.lists(st.integers(0, 2), min_size=r, max_size=r)))
     return Workload(
-        np.cumsum(gaps), np.array(prompt, np.int32), np.array(output, np.int32), name="random"
+        np.cumsum(gaps),
+        np.array(prompt, np.int32),
+        np.array(output, np.int32),
+        name="random",
+        priority=None if prio is None else np.array(prio),
     )
 
 
@@ -67,8 +73,8 @@ latencies = st.builds(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(cfgs=st.lists(configs(), min_size=3, max_size=3), wl=workloads(), lat=latencies)
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cfgs=st.lists(configs(), min_size=2, max_size=2), wl=workloads(), lat=latencies)
 def test_kernel_matches_reference(cfgs, wl, lat):
     traced, fast, engines = run_both(cfgs, wl, lat)
     for c, eng in enumerate(engines):
@@ -98,6 +104,7 @@ def _random_case(rng: np.random.Generator):
         rng.integers(1, 300, r).astype(np.int32),
         rng.integers(1, 200, r).astype(np.int32),
         name="seeded",
+        priority=rng.integers(0, 3, r) if rng.random() < 0.5 else None,
     )
     cfgs = [
         SchedulerConfig(
@@ -112,6 +119,7 @@ def _random_case(rng: np.random.Generator):
             preemption_mode=str(rng.choice(["recompute", "restart"])),
             stop_bound=str(rng.choice(["max_model_len", "max_servable"])),
             null_block=bool(rng.random() < 0.8),
+            policy=str(rng.choice(["fcfs", "priority"])),
             horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
             max_steps=MAX_STEPS,
         )
@@ -136,7 +144,9 @@ def test_seeded_random_cases_cover_every_path():
     """250 seeded cases x 4 configs: kernel == reference, and the cases really
     exercise preemption, livelock, the horizon, rejection and the fast path."""
     rng = np.random.default_rng(20261130)
-    seen = dict(preempted=0, livelocked=0, horizon=0, rejected=0, fast_path=0, finished=0)
+    seen = dict(
+        preempted=0, livelocked=0, horizon=0, rejected=0, fast_path=0, finished=0, priority=0
+    )
     for _ in range(250):
         cfgs, wl, lat = _random_case(rng)
         traced, fast, engines = run_both(cfgs, wl, lat)
@@ -155,5 +165,39 @@ def test_seeded_random_cases_cover_every_path():
             seen["rejected"] += oi[S.O_REJECTED] > 0
             seen["fast_path"] += oi[S.O_MACRO_STEPS] > 0
             seen["finished"] += oi[S.O_FINISHED] > 0
+            seen["priority"] += cfgs[c].policy == "priority" and oi[S.O_PREEMPTIONS] > 0
     for path, count in seen.items():
         assert count >= 20, f"random cases rarely reach {path}: {seen}"
+
+
+def test_priority_victim_refund_under_tight_budgets():
+    """Priority preemption of a request that already ran this step refunds its
+    tokens: tight token budgets and pools make that refund visible."""
+    rng = np.random.default_rng(7)
+    refunds_seen = 0
+    for _ in range(300):
+        r = int(rng.integers(3, 9))
+        wl = Workload(
+            np.cumsum(rng.uniform(0, 0.003, r)),
+            rng.integers(1, 60, r).astype(np.int32),
+            rng.integers(5, 80, r).astype(np.int32),
+            name="tight",
+            priority=rng.integers(0, 3, r),
+        )
+        cfg = SchedulerConfig(
+            num_gpu_blocks=int(rng.integers(8, 30)),
+            block_size=4,
+            max_num_seqs=int(rng.integers(2, 6)),
+            max_num_batched_tokens=int(rng.integers(2, 40)),
+            max_model_len=400,
+            policy="priority",
+            scheduler_reserve_full_isl=bool(rng.random() < 0.5),
+            max_steps=MAX_STEPS,
+        )
+        lat = LinearLatency(alpha=(0, 0, 0), beta=(1000, 1, 1))
+        traced, fast, (eng,) = run_both([cfg], wl, lat)
+        assert kernel_log(traced, 0) == reference_log(eng)
+        assert kernel_trace_rows(traced, 0) == reference_trace_rows(eng)
+        compare_final(fast, 0, eng)
+        refunds_seen += eng.sched.refunds
+    assert refunds_seen >= 20

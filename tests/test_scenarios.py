@@ -126,7 +126,11 @@ def test_s2_base_case_step_by_step():
 
 @pytest.mark.parametrize(
     "kw,steps,preemptions",
-    [(dict(watermark=0.05), 5137, 40), (dict(long_prefill_token_threshold=128), 5137, 209)],
+    [
+        (dict(watermark=0.05), 5137, 40),
+        (dict(long_prefill_token_threshold=128), 5137, 209),
+        (dict(policy="priority"), 5108, 61),
+    ],
 )
 def test_s2_variants(kw, steps, preemptions):
     _, m, _, _ = s2_run(**kw)

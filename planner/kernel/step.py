@@ -48,6 +48,29 @@ def _preempt(v, restart, ncomp, nout, held, status, npre):  # noqa: ANN001, ANN2
     return freed
 
 
+@njit(cache=True, inline="always")
+def _precedes(a, b, priority, entry_ns):  # noqa: ANN001, ANN202
+    """``Request.__lt__`` (``vllm/v1/request.py``): (priority, arrival_time, id)."""
+    if priority[a] != priority[b]:
+        return priority[a] < priority[b]
+    if entry_ns[a] != entry_ns[b]:
+        return entry_ns[a] < entry_ns[b]
+    return a < b
+
+
+@njit(cache=True)
+def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):  # noqa: ANN001, ANN202
+    """Insert r into the waiting ring in priority order (``PriorityRequestQueue``);
+    equal keys keep their order. Returns the new length."""
+    R = wq.shape[0]
+    j = wl
+    while j > 0 and _precedes(r, wq[(wh + j - 1) % R], priority, entry_ns):
+        wq[(wh + j) % R] = wq[(wh + j - 1) % R]
+        j -= 1
+    wq[(wh + j) % R] = r
+    return wl + 1
+
+
 @njit(cache=True)
 def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):  # noqa: ANN001, ANN202
     """Whether the waiting phase would refuse request ``r`` (the head) now.
@@ -102,7 +125,8 @@ def _decode_run_length(  # noqa: ANN202
 
     They are when every running request decodes one token, the waiting head
     stays refused (its admission test only gets harder as blocks are used),
-    no request arrives into an empty ``waiting`` and no allocation fails.
+    no request arrives that could become the head (``next_entry``, ns, or
+    INT64_MAX when arrivals cannot matter) and no allocation fails.
     The run may end with the step in which the first requests finish.
     Returns (k, step duration in ns); k < 2 means "take a normal step".
     """
@@ -133,13 +157,12 @@ def _decode_run_length(  # noqa: ANN202
         return 0, 0
     dt = cfg[K.B0] + cfg[K.B2] * n_run
     kmax = min(kf, steps_left)
-    if head >= 0:
-        if not _head_blocked(
-            head, prompt[head] + nout[head], n_run, free - need1, cfg[K.SEQS], cfg[K.MNBT],
-            cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
-        ):  # fmt: skip
-            return 0, 0
-    elif next_entry != INT64_MAX:
+    if head >= 0 and not _head_blocked(
+        head, prompt[head] + nout[head], n_run, free - need1, cfg[K.SEQS], cfg[K.MNBT],
+        cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
+    ):  # fmt: skip
+        return 0, 0
+    if next_entry != INT64_MAX:
         kmax = min(kmax, (next_entry - clock - 1) // dt + 1)
     if cfg[K.HORIZON_NS] != INT64_MAX:
         kmax = min(kmax, (cfg[K.HORIZON_NS] - clock - 1) // dt + 1)
@@ -218,6 +241,7 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
     cfg,  # noqa: ANN001
     prompt,  # noqa: ANN001
     max_tokens,  # noqa: ANN001
+    priority,  # noqa: ANN001
     entry_ns,  # noqa: ANN001
     order,  # noqa: ANN001
     ncomp,  # noqa: ANN001
@@ -254,6 +278,7 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
     thr = cfg[K.THR]
     wm_blocks = cfg[K.WM_BLOCKS]
     gate = cfg[K.GATE] != 0
+    by_priority = cfg[K.POLICY] == 1
     restart = cfg[K.PREEMPT] == 1
     null_block = cfg[K.NULL] != 0
     horizon = cfg[K.HORIZON_NS]
@@ -306,8 +331,11 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                 rejected += 1
             else:
                 status[r] = S.WAITING
-                wq[(wh + wl) % R] = r
-                wl += 1
+                if by_priority:
+                    wl = _enqueue_sorted(r, wq, wh, wl, priority, entry_ns)
+                else:
+                    wq[(wh + wl) % R] = r
+                    wl += 1
         if n_run == 0 and wl == 0:
             if nxt >= R:
                 break
@@ -321,7 +349,8 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
 
         # ---- Decode fast path: k identical decode-only steps in one jump. ----
         if macro and 0 < n_run <= mnbt:
-            next_entry = entry_ns[order[nxt]] if (wl == 0 and nxt < R) else INT64_MAX
+            arrivals_matter = wl == 0 or by_priority
+            next_entry = entry_ns[order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
             head = wq[wh] if wl > 0 else -1
             k, dt = _decode_run_length(
                 cfg, run, n_run, prompt, nout, ncomp, max_tokens, held, hist, stop_len, free,
@@ -381,13 +410,39 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                     need = 0
             scheduled = True
             while need > free:
-                # Preempt the tail of `running` (FCFS) and retry.
-                v = run[n_run - 1]
+                # Preempt and retry. FCFS: the tail of `running`. Priority: the
+                # largest (priority, arrival); if it already ran this step, its
+                # tokens go back to the budget.
+                vi = n_run - 1
+                if by_priority:
+                    for j in range(n_run - 1):
+                        if _precedes(run[vi], run[j], priority, entry_ns):
+                            vi = j
+                v = run[vi]
+                if vi < i:
+                    n = sched_tok[v]
+                    budget += n
+                    if n == 1 and ncomp[v] == prompt[v] + nout[v] - 1:
+                        D -= 1
+                    else:
+                        P -= n
+                    m = 0
+                    for j in range(n_sched):
+                        if slist[j] != v:
+                            slist[m] = slist[j]
+                            m += 1
+                    n_sched = m
+                    i -= 1
+                for j in range(vi, n_run - 1):
+                    run[j] = run[j + 1]
                 n_run -= 1
                 free += _preempt(v, restart, ncomp, nout, held, status, npre)
-                wh = (wh - 1 + R) % R
-                wq[wh] = v
-                wl += 1
+                if by_priority:
+                    wl = _enqueue_sorted(v, wq, wh, wl, priority, entry_ns)
+                else:
+                    wh = (wh - 1 + R) % R
+                    wq[wh] = v
+                    wl += 1
                 n_pre += 1
                 if v == r:
                     scheduled = False
@@ -551,6 +606,7 @@ def simulate_batch(  # noqa: ANN201
     cfg,  # noqa: ANN001
     prompt,  # noqa: ANN001
     max_tokens,  # noqa: ANN001
+    priority,  # noqa: ANN001
     entry_ns,  # noqa: ANN001
     order,  # noqa: ANN001
     ncomp,  # noqa: ANN001
@@ -575,7 +631,8 @@ def simulate_batch(  # noqa: ANN201
 ):
     """Run ``simulate_one`` for every row of ``cfg`` (shape (C, NCOLS)), in parallel.
 
-    Workload arrays ``prompt``, ``max_tokens`` have shape (R,), int32;
+    Workload arrays ``prompt``, ``max_tokens`` have shape (R,), int32, and
+    ``priority`` (R,) int64 (lower is served first under the priority policy);
     ``entry_ns`` (C, R) int64 and ``order`` (C, R) int32 are per config because
     the queueing delay depends on alpha. All other arrays are ``state.State``.
     """
@@ -584,6 +641,7 @@ def simulate_batch(  # noqa: ANN201
             cfg[c],
             prompt,
             max_tokens,
+            priority,
             entry_ns[c],
             order[c],
             ncomp[c],
