@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -34,6 +33,10 @@ app = typer.Typer(
 
 class InputError(Exception):
     """Bad user input, reported as one line."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a long command; work done so far is on disk."""
 
 
 class Arrival(StrEnum):
@@ -76,21 +79,12 @@ def _coeffs(text: str, flag: str) -> tuple[float, float, float]:
 
 def _atomic_parquet(df: object, path: Path) -> None:
     """Write ``df`` (a DataFrame) to ``path`` via a temp file and rename."""
-    tmp = None
+    from planner.sweep.store import write_table
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        df.to_parquet(tmp, index=False)  # type: ignore[attr-defined]
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        write_table(df, path)  # type: ignore[arg-type]
     except OSError as e:
         raise InputError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _workload(
@@ -287,6 +281,65 @@ def _write_trace(
 
 
 @app.command()
+def sweep(
+    spec: Annotated[Path, typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick.toml.")],
+    out: Annotated[
+        Path | None, typer.Option(help="Output directory (default results/NAME).")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Kernel threads (default: all cores).")
+    ] = None,
+    chunk_size: Annotated[
+        int | None, typer.Option(help="Configs per kernel call (default 1024, memory-capped).")
+    ] = None,
+    memory_limit: Annotated[
+        str, typer.Option(help="Cap on one chunk's state, e.g. 4GiB.")
+    ] = "4GiB",
+    dry_run: Annotated[
+        bool, typer.Option(help="Print the grid, chunk plan and time estimate; run nothing.")
+    ] = False,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted sweep.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing sweep's output.")] = False,
+) -> None:
+    """Simulate every configuration of a spec's grid and write one Parquet dataset."""
+    from planner.sweep import driver
+    from planner.sweep.spec import load_spec
+
+    limit = driver.parse_memory(memory_limit)
+    if workers is not None and not (1 <= workers <= numba_threads()):
+        raise InputError(f"--workers must be in 1..{numba_threads()}, got {workers}")
+    if chunk_size is not None and chunk_size < 1:
+        raise InputError(f"--chunk-size must be >= 1, got {chunk_size}")
+    if resume and overwrite:
+        raise InputError("--resume and --overwrite exclude each other")
+    sw = load_spec(spec)
+    console = Console(stderr=True)
+    if dry_run:
+        driver.dry_run(sw, chunk_size, limit, workers, console)
+        return
+    dest = out if out is not None else driver.default_out(sw)
+    t0 = time.perf_counter()
+    try:
+        df = driver.run_sweep(sw, dest, chunk_size, limit, workers, resume, overwrite, console)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted; finished chunks are in {dest}; rerun with --resume to continue"
+        ) from None
+    wall = time.perf_counter() - t0
+    counts = df["outcome"].value_counts().to_dict()
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    console.print(
+        f"wrote {len(df):,} configs to {dest / 'data.parquet'} in {wall:.1f} s ({summary})"
+    )
+
+
+def numba_threads() -> int:
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+@app.command()
 def bench(
     grid: Annotated[int, typer.Option(help="Grid side: grid x grid configs.")] = 64,
     reference: Annotated[
@@ -310,6 +363,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         print("plan: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Interrupted as e:
+        print(f"plan: {e}", file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as e:  # usage errors: unknown option, malformed value
         if type(e).__name__ == "NoArgsIsHelpError":

@@ -1,0 +1,1 @@
+"""``plan sweep``: spec (TOML) -> chunked kernel runs -> one Parquet dataset."""

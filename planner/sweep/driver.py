@@ -1,0 +1,295 @@
+"""Runs a ``Sweep``: chunk plan, kernel calls, progress, resume, consolidation.
+
+Work is split per workload (one kernel call never mixes workloads) into chunks
+whose kernel state fits ``memory_limit``. Inside a workload, configs are
+ordered by an estimate of their cost, so each chunk's ``prange`` threads get
+configs of similar cost. The final dataset is sorted by ``config_id``, so it
+does not depend on the chunking or on the number of threads.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from planner import __version__
+from planner.api import simulate
+from planner.capacity import usable_blocks
+from planner.kernel.state import bytes_per_config
+from planner.sweep import store
+from planner.sweep.spec import Sweep
+
+DEFAULT_CHUNK_SIZE = 1024
+# Kernel state plus the per-request temporaries of metrics.summarize (about
+# eight C x R float64 arrays), per config and request.
+METRICS_BYTES_PER_REQUEST = 64
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start or continue; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    workload_key: tuple
+    config_ids: np.ndarray  # (K,) int64
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    chunks: list[Chunk]
+    chunk_size: int
+    bytes_per_config: dict[tuple, int]
+
+    @property
+    def num_configs(self) -> int:
+        return sum(len(c.config_ids) for c in self.chunks)
+
+
+def config_bytes(num_requests: int) -> int:
+    """Peak bytes one config needs while its chunk runs (state + metrics)."""
+    return bytes_per_config(num_requests) + METRICS_BYTES_PER_REQUEST * num_requests
+
+
+def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
+    """A cost proxy per config: its likely concurrency, min(max_num_seqs, pool
+    tokens / mean request tokens). Only used to order work."""
+    wl = sweep.workloads[key]
+    mean_len = float(np.mean(wl.prompt_tokens) + np.mean(wl.output_tokens))
+    out = np.empty(len(ids))
+    for j, i in enumerate(ids):
+        c = sweep.configs[i]
+        pool = usable_blocks(c.num_gpu_blocks, c.null_block) * c.block_size
+        out[j] = min(c.max_num_seqs, pool / mean_len)
+    return out
+
+
+def plan_chunks(sweep: Sweep, chunk_size: int | None, memory_limit: int) -> ChunkPlan:
+    """Deterministic chunk plan. Raises SweepError if one config alone is over the limit."""
+    chunks: list[Chunk] = []
+    per_cfg: dict[tuple, int] = {}
+    size_used = 0
+    for key, ids in sweep.ids_by_workload().items():
+        need = config_bytes(sweep.workloads[key].num_requests)
+        per_cfg[key] = need
+        fit = memory_limit // need
+        if fit < 1:
+            raise SweepError(
+                f"--memory-limit {memory_limit:,} bytes holds no config of this workload "
+                f"({need:,} bytes each)"
+            )
+        k = int(min(chunk_size or DEFAULT_CHUNK_SIZE, fit))
+        size_used = max(size_used, k)
+        cost = cost_estimate(sweep, ids, key)
+        ids = ids[np.lexsort((ids, cost))]
+        for start in range(0, len(ids), k):
+            chunks.append(Chunk(len(chunks), key, ids[start : start + k].astype(np.int64)))
+    return ChunkPlan(chunks, size_used, per_cfg)
+
+
+def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
+    """Simulate one chunk; one row per config, with config_id and workload axes."""
+    configs = [sweep.configs[i] for i in chunk.config_ids]
+    wl = sweep.workloads[chunk.workload_key]
+    df = simulate(configs, wl, sweep.latency).metrics()
+    df.insert(0, "config_id", chunk.config_ids)
+    for name, value in zip(sweep.workload_axes(), chunk.workload_key, strict=True):
+        df[name] = value
+    df["workload_fingerprint"] = wl.fingerprint()
+    df["spec"] = sweep.name
+    return df
+
+
+def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
+    return {
+        "spec_fingerprint": sweep.fingerprint(),
+        "chunk_size": plan.chunk_size,
+        "num_chunks": len(plan.chunks),
+        "num_configs": plan.num_configs,
+        "planner_version": __version__,
+        "complete": False,
+    }
+
+
+def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> dict | None:
+    """Check the output directory before anything runs. Returns the manifest to
+    resume from, or None for a fresh start."""
+    manifest = store.read_manifest(out)
+    has_data = (out / store.DATA).exists() or (out / store.CHUNKS).exists()
+    if resume:
+        if manifest is None:
+            if has_data:
+                raise SweepError(f"{out}: no {store.MANIFEST}; cannot resume this directory")
+            return None
+        if manifest["spec_fingerprint"] != sweep.fingerprint():
+            raise SweepError(
+                f"{out}: the spec or its workload changed since this sweep started; "
+                "use --overwrite to start again"
+            )
+        return manifest
+    if (manifest is not None or has_data) and not overwrite:
+        raise SweepError(
+            f"{out} already holds a sweep; pass --resume to continue it or --overwrite to redo it"
+        )
+    return None
+
+
+def clear_output(out: Path) -> None:
+    """Remove a previous sweep's files (only the ones a sweep writes)."""
+    for p in (out / store.DATA, out / store.MANIFEST):
+        if p.exists():
+            p.unlink()
+    if (out / store.CHUNKS).exists():
+        for f in (out / store.CHUNKS).iterdir():
+            f.unlink()
+        (out / store.CHUNKS).rmdir()
+
+
+def run_sweep(
+    sweep: Sweep,
+    out: Path,
+    chunk_size: int | None,
+    memory_limit: int,
+    workers: int | None,
+    resume: bool,
+    overwrite: bool,
+    console: Console,
+) -> pd.DataFrame:
+    """Run every chunk not yet on disk, then write ``out/data.parquet``.
+
+    Raises SweepError before any work when the output directory conflicts.
+    KeyboardInterrupt leaves finished chunks on disk for ``--resume``.
+    """
+    manifest = prepare_output(out, sweep, resume, overwrite)
+    if manifest is not None and manifest.get("complete"):
+        console.print(f"{out}: already complete ({manifest['num_configs']} configs)")
+        return pd.read_parquet(out / store.DATA)
+    if manifest is not None:
+        chunk_size = manifest["chunk_size"]
+    plan = plan_chunks(sweep, chunk_size, memory_limit)
+    if manifest is None:
+        if overwrite:
+            clear_output(out)
+        manifest = _manifest(sweep, plan)
+        store.write_manifest(out, manifest)
+    if workers is not None:
+        numba.set_num_threads(workers)
+    todo = [c for c in plan.chunks if not store.chunk_path(out, c.index).exists()]
+    done_configs = plan.num_configs - sum(len(c.config_ids) for c in todo)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("configs"),
+        TextColumn("{task.fields[rate]:>8} configs/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    t0 = time.perf_counter()
+    ran = 0
+    with progress:
+        task = progress.add_task(
+            sweep.name, total=plan.num_configs, completed=done_configs, rate="-"
+        )
+        for chunk in todo:
+            df = run_chunk(sweep, chunk)
+            store.write_table(df, store.chunk_path(out, chunk.index))
+            ran += len(chunk.config_ids)
+            rate = ran / max(time.perf_counter() - t0, 1e-9)
+            progress.update(task, advance=len(chunk.config_ids), rate=f"{rate:,.0f}")
+    df = store.consolidate(out, len(plan.chunks), sweep.metadata(__version__))
+    manifest["complete"] = True
+    store.write_manifest(out, manifest)
+    return df
+
+
+def dry_run(
+    sweep: Sweep, chunk_size: int | None, memory_limit: int, workers: int | None, console: Console
+) -> dict:
+    """Print the grid, the chunk plan and an estimated wall time from a short
+    calibration run (compile time reported separately). Returns the figures."""
+    plan = plan_chunks(sweep, chunk_size, memory_limit)
+    if workers is not None:
+        numba.set_num_threads(workers)
+    key = plan.chunks[0].workload_key
+    wl = sweep.workloads[key]
+    t = time.perf_counter()
+    simulate([sweep.configs[int(plan.chunks[0].config_ids[0])]], wl, sweep.latency)
+    compile_s = time.perf_counter() - t
+    # Calibrate on configs spread over the cost order of every chunk.
+    pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
+    n_cal = min(len(pairs), 4 * numba.get_num_threads())
+    by_key: dict[tuple, list[int]] = {}
+    for j in np.linspace(0, len(pairs) - 1, n_cal).round().astype(int):
+        by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
+    t = time.perf_counter()
+    for k, ids in by_key.items():
+        simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
+    per_config = (time.perf_counter() - t) / n_cal
+    est = per_config * plan.num_configs
+    peak = max(len(c.config_ids) * plan.bytes_per_config[c.workload_key] for c in plan.chunks)
+    fig = {
+        "configs": plan.num_configs,
+        "workloads": len(sweep.workloads),
+        "chunks": len(plan.chunks),
+        "chunk_size": plan.chunk_size,
+        "peak_chunk_bytes": peak,
+        "compile_s": compile_s,
+        "estimated_s": est,
+    }
+    axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
+    console.print(f"spec {sweep.name}: {plan.num_configs:,} configs over {axes}")
+    console.print(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
+    console.print(
+        f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs, "
+        f"peak state {peak / 2**20:,.1f} MiB (limit {memory_limit / 2**20:,.0f} MiB)"
+    )
+    console.print(f"JIT compile / cache load: {compile_s:.1f} s")
+    console.print(
+        f"estimated run time: {_human(est)} on {numba.get_num_threads()} threads "
+        f"(calibrated on {n_cal} configs)"
+    )
+    return fig
+
+
+def _human(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def default_out(sweep: Sweep) -> Path:
+    return Path("results") / sweep.name
+
+
+def parse_memory(text: str) -> int:
+    """'4GiB', '512MB', '1e9' -> bytes (pydantic.ByteSize). Raises ValueError."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    try:
+        n = int(TypeAdapter(ByteSize).validate_python(text))
+    except ValidationError:
+        raise ValueError(f"--memory-limit: cannot read {text!r} (try 4GiB or 512MB)") from None
+    if n <= 0 or not math.isfinite(n):
+        raise ValueError(f"--memory-limit must be > 0, got {text!r}")
+    return n

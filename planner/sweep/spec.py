@@ -1,0 +1,335 @@
+"""Sweep specs: TOML files (``sweeps/*.toml``) validated before anything runs.
+
+A spec names a workload, a step-time model, fixed scheduler settings and a
+set of **axes**; the grid is the Cartesian product of the axes. Axes are lists
+or ranges ``{start, stop, num, scale = "log" | "linear"}``. Integer ranges are
+rounded to distinct integers (see ``int_range``).
+
+Validation uses pydantic; every error is one line naming the key and the bad
+value (``SpecError``). Nothing is written before the whole spec is valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
+from planner.latency import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
+from planner.workload import LengthDist, Workload, WorkloadError, read_requests_csv, synthetic
+
+# A grid larger than this is refused: at ~1 ms per config it would take hours
+# on one machine; split it into several specs (or use the Dask executor).
+MAX_GRID_CONFIGS = 2_000_000
+
+SCHEDULER_AXES = (
+    "max_num_seqs",
+    "num_gpu_blocks",
+    "max_num_batched_tokens",
+    "block_size",
+    "max_model_len",
+    "long_prefill_token_threshold",
+    "watermark",
+    "scheduler_reserve_full_isl",
+    "preemption_mode",
+    "stop_bound",
+    "null_block",
+    "policy",
+)
+WORKLOAD_AXES = ("rate", "seed")
+INT_AXES = {
+    "max_num_seqs",
+    "num_gpu_blocks",
+    "max_num_batched_tokens",
+    "block_size",
+    "max_model_len",
+    "long_prefill_token_threshold",
+    "seed",
+}
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; the message is one line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LengthSpec(_Strict):
+    kind: Literal["gaussian", "lognormal", "constant"] = "gaussian"
+    mean: Annotated[float, Field(ge=1)]
+    stdev: Annotated[float, Field(ge=0)] = 0.0
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)] = 2**31 - 1
+
+
+class WorkloadSpec(_Strict):
+    kind: Literal["synthetic", "csv"]
+    # synthetic
+    num_requests: Annotated[int, Field(ge=1, le=10_000_000)] = 300
+    arrival: Literal["constant", "poisson", "gamma", "offline"] = "constant"
+    rate: Annotated[float, Field(gt=0)] = 10.0
+    gamma_cv: Annotated[float, Field(gt=0)] = 1.0
+    seed: Annotated[int, Field(ge=0)] = 0
+    prompt: LengthSpec | None = None
+    output: LengthSpec | None = None
+    # csv (path relative to the spec file)
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> WorkloadSpec:
+        if self.kind == "synthetic" and (self.prompt is None or self.output is None):
+            raise ValueError("a synthetic workload needs [workload.prompt] and [workload.output]")
+        if self.kind == "csv" and not self.path:
+            raise ValueError("a csv workload needs path")
+        return self
+
+
+class LatencySpec(_Strict):
+    kind: Literal["linear"] = "linear"
+    alpha: tuple[float, float, float] = SEED_ALPHA_US
+    beta: tuple[float, float, float] = SEED_BETA_US
+
+
+class RangeSpec(_Strict):
+    start: float
+    stop: float
+    num: Annotated[int, Field(ge=1, le=100_000)]
+    scale: Literal["linear", "log"] = "linear"
+
+
+AxisValue = int | float | str | bool
+
+
+class SweepSpec(_Strict):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str = ""
+    horizon_s: Annotated[float, Field(gt=0)] = math.inf
+    max_steps: Annotated[int, Field(ge=1)] = 10_000_000
+    workload: WorkloadSpec
+    latency: LatencySpec = LatencySpec()
+    scheduler: dict[str, AxisValue] = {}
+    axes: dict[str, list[AxisValue] | RangeSpec]
+
+
+def int_range(start: float, stop: float, num: int, scale: str) -> list[int]:
+    """``num`` distinct integers from ``start`` to ``stop``, linear or log spaced.
+
+    Rounding geometric values collides at the low end (8, 8.6, 9.3 -> 8, 9, 9),
+    so each value is pushed to at least its predecessor + 1 and pulled back
+    under ``stop`` from the top. Raises SpecError when the span is too narrow.
+    """
+    lo, hi = int(round(start)), int(round(stop))
+    if hi - lo + 1 < num:
+        raise SpecError(f"cannot fit {num} distinct integers in {lo}..{hi}")
+    raw = np.geomspace(lo, hi, num) if scale == "log" else np.linspace(lo, hi, num)
+    v = [int(round(x)) for x in raw]
+    for i in range(1, num):
+        v[i] = max(v[i], v[i - 1] + 1)
+    v[-1] = hi
+    for i in range(num - 2, -1, -1):
+        v[i] = min(v[i], v[i + 1] - 1)
+    return v
+
+
+def _axis_values(key: str, axis: list[AxisValue] | RangeSpec) -> list[AxisValue]:
+    if isinstance(axis, RangeSpec):
+        if axis.scale == "log" and (axis.start <= 0 or axis.stop <= 0):
+            raise SpecError(f"axes.{key}: a log range needs start and stop > 0")
+        if axis.stop < axis.start:
+            raise SpecError(f"axes.{key}: stop {axis.stop:g} is below start {axis.start:g}")
+        if key in INT_AXES:
+            return int_range(axis.start, axis.stop, axis.num, axis.scale)
+        raw = (
+            np.geomspace(axis.start, axis.stop, axis.num)
+            if axis.scale == "log"
+            else np.linspace(axis.start, axis.stop, axis.num)
+        )
+        return [float(x) for x in raw]
+    if len(axis) == 0:
+        raise SpecError(f"axes.{key}: the axis is empty")
+    if len(set(map(repr, axis))) != len(axis):
+        raise SpecError(f"axes.{key}: repeated values {axis!r}")
+    return list(axis)
+
+
+class Sweep:
+    """A validated spec, expanded: the grid and the workload of each group.
+
+    Attributes:
+        spec: the parsed ``SweepSpec``; ``text``: the TOML source.
+        grid: DataFrame, one row per config (``config_id`` 0..C-1, then axes).
+        axes: axis name -> its values, in spec order.
+    """
+
+    def __init__(self, spec: SweepSpec, text: str, base_dir: Path) -> None:
+        self.spec = spec
+        self.text = text
+        self.base_dir = base_dir
+        self.axes: dict[str, list[AxisValue]] = {}
+        for key, axis in spec.axes.items():
+            if key not in SCHEDULER_AXES and key not in WORKLOAD_AXES:
+                raise SpecError(
+                    f"axes.{key}: unknown axis (known: {', '.join(SCHEDULER_AXES + WORKLOAD_AXES)})"
+                )
+            if key in WORKLOAD_AXES and spec.workload.kind != "synthetic":
+                raise SpecError(f"axes.{key}: only a synthetic workload has a {key}")
+            self.axes[key] = _axis_values(key, axis)
+        for key in spec.scheduler:
+            if key not in SCHEDULER_AXES:
+                raise SpecError(f"scheduler.{key}: unknown setting")
+            if key in self.axes:
+                raise SpecError(f"scheduler.{key}: also given as an axis")
+        size = math.prod(len(v) for v in self.axes.values())
+        if size > MAX_GRID_CONFIGS:
+            raise SpecError(
+                f"axes: the grid has {size:,} configs, over the limit {MAX_GRID_CONFIGS:,}"
+            )
+        rows = list(itertools.product(*self.axes.values()))
+        self.grid = pd.DataFrame(rows, columns=list(self.axes))
+        self.grid.insert(0, "config_id", np.arange(len(self.grid), dtype=np.int64))
+        # Build every config and workload now, so that bad values fail before any run.
+        self.configs = [self._config(row) for row in self._axis_rows()]
+        self.workloads: dict[tuple, Workload] = {}
+        for key in self.workload_keys():
+            self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
+        self.latency = self._latency()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def _axis_rows(self) -> list[dict[str, Any]]:
+        return self.grid.drop(columns="config_id").to_dict("records")
+
+    def workload_axes(self) -> list[str]:
+        return [k for k in self.axes if k in WORKLOAD_AXES]
+
+    def workload_keys(self) -> list[tuple]:
+        cols = self.workload_axes()
+        if not cols:
+            return [()]
+        return list(dict.fromkeys(map(tuple, self.grid[cols].itertuples(index=False))))
+
+    def ids_by_workload(self) -> dict[tuple, np.ndarray]:
+        """Config ids (int64, ascending) of each workload key, in key order."""
+        cols = self.workload_axes()
+        if not cols:
+            return {(): self.grid["config_id"].to_numpy()}
+        keys = list(map(tuple, self.grid[cols].itertuples(index=False)))
+        out: dict[tuple, list[int]] = {}
+        for i, k in enumerate(keys):
+            out.setdefault(k, []).append(i)
+        return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
+
+    def _config(self, row: dict[str, Any]) -> SchedulerConfig:
+        values = {**self.spec.scheduler, **{k: v for k, v in row.items() if k in SCHEDULER_AXES}}
+        for k, v in values.items():
+            if k in INT_AXES and not (isinstance(v, int) and not isinstance(v, bool)):
+                raise SpecError(f"{_where(k, self)}: expected an integer, got {v!r}")
+            if k == "preemption_mode" and v not in PREEMPTION_MODES:
+                raise SpecError(f"{_where(k, self)}: unknown preemption mode {v!r}")
+            if k == "stop_bound" and v not in STOP_BOUNDS:
+                raise SpecError(f"{_where(k, self)}: unknown stop bound {v!r}")
+        try:
+            return SchedulerConfig(
+                **values, horizon_s=self.spec.horizon_s, max_steps=self.spec.max_steps
+            )
+        except (ValueError, TypeError) as e:
+            # SchedulerConfig names the CLI flag first: "--max-num-seqs must be ..."
+            flag, _, rest = str(e).partition(" ")
+            key = flag.lstrip("-").replace("-", "_")
+            raise SpecError(f"{_where(key, self)}: {rest}") from None
+
+    def _workload(self, axis_values: dict[str, Any]) -> Workload:
+        w = self.spec.workload
+        try:
+            if w.kind == "csv":
+                path = (self.base_dir / str(w.path)).resolve()
+                return read_requests_csv(path)
+            assert w.prompt is not None and w.output is not None
+            p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
+            o = LengthDist(**w.output.model_dump(), label="workload.output")
+            return synthetic(
+                w.num_requests,
+                float(axis_values.get("rate", w.rate)),
+                p,
+                o,
+                arrival=w.arrival,
+                seed=int(axis_values.get("seed", w.seed)),
+                gamma_cv=w.gamma_cv,
+            )
+        except WorkloadError as e:
+            raise SpecError(f"workload: {e}") from None
+
+    def _latency(self) -> LinearLatency:
+        try:
+            return LinearLatency(self.spec.latency.alpha, self.spec.latency.beta)
+        except ValueError as e:
+            raise SpecError(f"latency: {e}") from None
+
+    def fingerprint(self) -> str:
+        """sha256 (16 hex digits) of the spec text and the workloads' fingerprints."""
+        h = hashlib.sha256(self.text.encode())
+        for wl in self.workloads.values():
+            h.update(wl.fingerprint().encode())
+        return h.hexdigest()[:16]
+
+    def metadata(self, version: str) -> dict[str, str]:
+        """Key-value metadata stored in the Parquet file."""
+        return {
+            "planner.version": version,
+            "planner.spec_toml": self.text,
+            "planner.spec_fingerprint": self.fingerprint(),
+            "planner.workloads": json.dumps(
+                {
+                    json.dumps(dict(zip(self.workload_axes(), k, strict=True))): wl.fingerprint()
+                    for k, wl in self.workloads.items()
+                }
+            ),
+        }
+
+
+def _where(key: str, sweep: Sweep) -> str:
+    return f"axes.{key}" if key in sweep.axes else f"scheduler.{key}"
+
+
+def load_spec(path: str | Path) -> Sweep:
+    """Read, validate and expand a sweep spec.
+
+    Raises:
+        SpecError: one line naming the file, the key and the bad value.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file") from None
+    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as e:
+        raise SpecError(f"{path}: cannot read the spec ({e.__class__.__name__})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: not valid TOML ({e})") from None
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after"))
+        bad = err.get("input")
+        shown = "" if isinstance(bad, dict) else f" (got {bad!r})"
+        raise SpecError(f"{path}: {loc}: {err['msg']}{shown}") from None
+    try:
+        return Sweep(spec, text, path.parent)
+    except SpecError as e:
+        raise SpecError(f"{path}: {e}") from None

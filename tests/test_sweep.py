@@ -1,0 +1,238 @@
+"""``plan sweep``: specs, determinism, resume after a kill, agreement with ``plan run``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pytest
+
+from planner.cli import main
+from planner.sweep.spec import SpecError, int_range, load_spec
+
+ROOT = Path(__file__).parents[1]
+S1_CSV = ROOT / "planner" / "data" / "s1_seed7.csv"
+
+SPEC = f"""
+name = "t"
+horizon_s = 40.0
+
+[workload]
+kind = "csv"
+path = "{S1_CSV}"
+
+[scheduler]
+max_model_len = 4096
+
+[axes]
+max_num_seqs = {{ start = 8, stop = 300, num = 5, scale = "log" }}
+num_gpu_blocks = [1500, 4000, 7463]
+preemption_mode = ["recompute", "restart"]
+"""
+
+SYNTH = """
+name = "s"
+horizon_s = 20.0
+
+[workload]
+kind = "synthetic"
+num_requests = 60
+arrival = "poisson"
+rate = 4.0
+prompt = { kind = "lognormal", mean = 400, stdev = 300, min = 10, max = 3000 }
+output = { kind = "lognormal", mean = 300, stdev = 300, min = 5, max = 3000 }
+
+[axes]
+max_num_seqs = [4, 64]
+num_gpu_blocks = [300, 3000]
+rate = [2.0, 6.0]
+seed = [1, 2]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+        raise SystemExit(0)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_int_range_gives_distinct_log_spaced_integers():
+    v = int_range(8, 1024, 64, "log")
+    assert len(v) == 64 and len(set(v)) == 64
+    assert v[0] == 8 and v[-1] == 1024 and v == sorted(v)
+    with pytest.raises(SpecError):
+        int_range(1, 5, 10, "linear")
+
+
+def test_shipped_specs_validate():
+    for spec in sorted((ROOT / "sweeps").glob("*.toml")):
+        sw = load_spec(spec)
+        assert len(sw.grid) == len(sw.configs) > 0
+    assert len(load_spec(ROOT / "sweeps" / "seed-starvation.toml").grid) == 2 * 64 * 64
+
+
+def test_sweep_rows_equal_plan_run(capsys, tmp_path):
+    spec = write(tmp_path, SPEC)
+    out = tmp_path / "out"
+    code, _, _ = run_cli(capsys, "sweep", str(spec), "--out", str(out))
+    assert code == 0
+    df = pd.read_parquet(out)
+    assert len(df) == 30 and (df.config_id.to_numpy() == range(30)).all()
+    for _, row in df.sample(6, random_state=1).iterrows():
+        code, text, _ = run_cli(
+            capsys,
+            "run",
+            "--requests-csv",
+            str(S1_CSV),
+            "--horizon",
+            "40",
+            "--max-num-seqs",
+            str(row.max_num_seqs),
+            "--num-gpu-blocks",
+            str(row.num_gpu_blocks),
+            "--preemption-mode",
+            row.preemption_mode,
+            "--json",
+        )
+        assert code == 0
+        single = json.loads(text)
+        for key, value in single.items():
+            if key == "workload":
+                continue
+            got = row[key]
+            if value is None:
+                assert pd.isna(got), key
+            elif isinstance(value, float):
+                assert got == pytest.approx(value, rel=1e-12), key
+            else:
+                assert got == value, key
+
+
+def test_dataset_is_identical_across_chunkings_and_threads(capsys, tmp_path):
+    spec = write(tmp_path, SYNTH)
+    blobs = []
+    for i, extra in enumerate(
+        (["--chunk-size", "3", "--workers", "1"], ["--chunk-size", "64", "--workers", "2"], [])
+    ):
+        out = tmp_path / f"o{i}"
+        code, _, _ = run_cli(capsys, "sweep", str(spec), "--out", str(out), *extra)
+        assert code == 0
+        blobs.append((out / "data.parquet").read_bytes())
+    assert blobs[0] == blobs[1] == blobs[2]
+    df = pd.read_parquet(tmp_path / "o0")
+    assert len(df) == 16
+    assert df.groupby(["rate", "seed"]).workload_fingerprint.nunique().eq(1).all()
+    assert df.workload_fingerprint.nunique() == 4
+
+
+def test_pandas_polars_duckdb_read_the_dataset(capsys, tmp_path):
+    spec = write(tmp_path, SYNTH)
+    out = tmp_path / "o"
+    assert run_cli(capsys, "sweep", str(spec), "--out", str(out))[0] == 0
+    a = pd.read_parquet(out)
+    b = pl.read_parquet(out / "*.parquet")
+    c = duckdb.sql(f"select * from read_parquet('{out}/*.parquet') order by config_id").df()
+    assert len(a) == b.height == len(c) == 16
+    assert list(a.completed) == b["completed"].to_list() == list(c.completed)
+
+
+def test_killed_sweep_resumes_to_the_same_dataset(capsys, tmp_path):
+    spec = write(tmp_path, SPEC)
+    ref = tmp_path / "ref"
+    assert run_cli(capsys, "sweep", str(spec), "--out", str(ref), "--chunk-size", "2")[0] == 0
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "planner.cli", "sweep", str(spec), "--out", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--chunk-size", "2", "--workers", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    chunks = out / "_chunks"
+    while time.time() < deadline and proc.poll() is None:
+        if chunks.exists() and len(list(chunks.glob("chunk-*.parquet"))) >= 2:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = list(chunks.glob("chunk-*.parquet"))
+    assert 2 <= len(done) < 15
+    assert not (out / "data.parquet").exists()
+    assert not list(chunks.glob(".*.tmp"))
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(out))
+    assert code == 2 and "--resume" in err
+    assert run_cli(capsys, "sweep", str(spec), "--out", str(out), "--resume")[0] == 0
+    assert (out / "data.parquet").read_bytes() == (ref / "data.parquet").read_bytes()
+
+
+BAD_SPECS = [
+    (SPEC.replace('name = "t"', 'name = "t"\ncolour = "red"'), "colour"),
+    (SPEC.replace("num_gpu_blocks = [1500, 4000, 7463]", "num_gpu_blocks = []"), "num_gpu_blocks"),
+    (SPEC.replace("[1500, 4000, 7463]", "[1500, -4, 7463]"), "num_gpu_blocks"),
+    (SPEC.replace("max_model_len = 4096", "max_model_len = -1"), "max_model_len"),
+    (SPEC.replace(str(S1_CSV), "/nonexistent/trace.csv"), "no such file"),
+    (SPEC.replace('["recompute", "restart"]', '["recompute", "swap"]'), "preemption_mode"),
+    (SPEC.replace("horizon_s = 40.0", "horizon_s = -1"), "horizon_s"),
+    (
+        SPEC.replace(
+            'preemption_mode = ["recompute", "restart"]',
+            "max_num_batched_tokens = { start = 1, stop = 100000, num = 100000 }\n"
+            "long_prefill_token_threshold = { start = 1, stop = 100, num = 50 }",
+        ),
+        "over the limit",
+    ),
+    (SPEC.replace("[axes]", "[axes]\nbogus_axis = [1, 2]"), "bogus_axis"),
+    ("name = [", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,needle", BAD_SPECS)
+def test_bad_specs_are_one_line_and_write_nothing(capsys, tmp_path, text, needle):
+    spec = write(tmp_path, text)
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(capsys, "sweep", str(spec), "--out", str(out))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert needle in lines[0]
+    assert not out.exists()
+
+
+def test_missing_spec_and_bad_options(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "sweep", str(tmp_path / "nope.toml"))
+    assert code == 2 and "no such spec file" in err
+    spec = write(tmp_path, SPEC)
+    for args, needle in (
+        (["--memory-limit", "lots"], "--memory-limit"),
+        (["--chunk-size", "0"], "--chunk-size"),
+        (["--workers", "99"], "--workers"),
+        (["--memory-limit", "10KB"], "--memory-limit"),
+    ):
+        code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "o"), *args)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_dry_run_prints_plan_and_writes_nothing(capsys, tmp_path):
+    spec = write(tmp_path, SPEC)
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--dry-run", "--out", str(tmp_path / "o"))
+    assert code == 0
+    assert "30 configs" in err and "chunks:" in err and "estimated run time" in err
+    assert not (tmp_path / "o").exists()
