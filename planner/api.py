@@ -13,7 +13,7 @@ from planner import config as K
 from planner.config import SchedulerConfig, pack_configs
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch
-from planner.latency import LinearLatency
+from planner.latency import Latency, LinearLatency
 from planner.workload import Workload
 
 
@@ -26,7 +26,7 @@ class SimResult:
     """
 
     configs: list[SchedulerConfig]
-    latencies: list[LinearLatency]
+    latencies: list[Latency]
     workload: Workload
     cfg: np.ndarray
     arrival_ns: np.ndarray
@@ -66,7 +66,7 @@ def entry_times_ns(
 def simulate(
     configs: Sequence[SchedulerConfig],
     workload: Workload,
-    latency: LinearLatency | Sequence[LinearLatency] = LinearLatency(),
+    latency: Latency | Sequence[Latency] = LinearLatency(),
     trace_steps: int = 0,
     log_entries: int = 0,
     fast_path: bool = True,
@@ -88,8 +88,8 @@ def simulate(
         SimResult. Raises ValueError on inconsistent inputs.
     """
     configs = list(configs)
-    lats = [latency] if isinstance(latency, LinearLatency) else list(latency)
-    cfg = pack_configs(configs, lats)
+    lats = [latency] if isinstance(latency, Latency) else list(latency)
+    cfg, cfgf = pack_configs(configs, lats)
     c, r = len(configs), workload.num_requests
     arrival_ns = np.round(workload.arrival_s * 1e9).astype(np.int64)
     prompt = np.ascontiguousarray(workload.prompt_tokens, dtype=np.int32)
@@ -114,13 +114,14 @@ def simulate(
     st = S.allocate(c, r, trace_steps, log_entries)
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
         _run_kernel(
-            cfg, prompt, max_tokens, priority, entry, order, st, fast_path, check_invariants
+            cfg, cfgf, prompt, max_tokens, priority, entry, order, st, fast_path, check_invariants
         )
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
 
 
 def _run_kernel(
     cfg: np.ndarray,
+    cfgf: np.ndarray,
     prompt: np.ndarray,
     max_tokens: np.ndarray,
     priority: np.ndarray,
@@ -132,6 +133,7 @@ def _run_kernel(
 ) -> None:
     simulate_batch(
         cfg,
+        cfgf,
         prompt,
         max_tokens,
         priority,

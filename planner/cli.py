@@ -18,8 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.config import SchedulerConfig
-from planner.latency import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
-from planner.workload import LengthDist, Workload, WorkloadError, read_requests_csv, synthetic
+from planner.latency import Latency
+from planner.traces import TraceOptions, read_trace
+from planner.workload import LengthDist, Workload, WorkloadError, synthetic
 
 EXIT_BAD_INPUT = 2
 
@@ -87,23 +88,6 @@ def _atomic_parquet(df: object, path: Path) -> None:
         raise InputError(f"cannot write {path}: {e.strerror}") from None
 
 
-def _workload(
-    requests_csv: Path | None,
-    num_requests: int,
-    rate: float,
-    arrival: Arrival,
-    length_dist: LengthKind,
-    prompt: tuple[float, float, int, int],
-    output: tuple[float, float, int, int],
-    seed: int,
-) -> Workload:
-    if requests_csv is not None:
-        return read_requests_csv(requests_csv)
-    p = LengthDist(length_dist.value, *prompt, label="--prompt-tokens")
-    o = LengthDist(length_dist.value, *output, label="--output-tokens")
-    return synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
-
-
 SUMMARY_ROWS = (
     ("completed", "{:.0f}"),
     ("rejected", "{:.0f}"),
@@ -136,9 +120,24 @@ SUMMARY_ROWS = (
 )
 
 
+class TraceFormat(StrEnum):
+    auto = "auto"
+    azure = "azure"
+    csv = "csv"
+    jsonl = "jsonl"
+
+
+class LatencyKind(StrEnum):
+    linear = "linear"
+    roofline = "roofline"
+
+
 @app.command()
 def run(
-    num_gpu_blocks: Annotated[int, typer.Option(help="KV pool size N in blocks.")] = 7463,
+    num_gpu_blocks: Annotated[
+        int | None,
+        typer.Option(help="KV pool size N in blocks [default: from --model/--gpu, else 7463]."),
+    ] = None,
     block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
     max_num_seqs: Annotated[
         int,
@@ -165,10 +164,30 @@ def run(
         float, typer.Option(help="Simulated seconds; default: until every request ends.")
     ] = math.inf,
     max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
-    requests_csv: Annotated[
-        Path | None,
-        typer.Option(help="CSV with arrival_time_s,prompt_tokens,output_tokens (else synthetic)."),
+    model: Annotated[
+        str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b (sizes the KV pool).")
     ] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="GPU preset: H100, H200, A100-80GB, L40S.")
+    ] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's setting.")] = 0.9,
+    tensor_parallel_size: Annotated[int, typer.Option(help="GPUs per replica.")] = 1,
+    trace_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace-file",
+            "--requests-csv",
+            help="Request trace (Azure CSV, or CSV/JSONL with arrival_time_s,"
+            "prompt_tokens,output_tokens); else a synthetic workload.",
+        ),
+    ] = None,
+    trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = (
+        TraceFormat.auto
+    ),
+    trace_start: Annotated[float, typer.Option(help="Window start, seconds.")] = 0.0,
+    trace_duration: Annotated[float, typer.Option(help="Window length, seconds.")] = math.inf,
+    rate_scale: Annotated[float, typer.Option(help="Replay speed: 2 = twice as fast.")] = 1.0,
+    max_requests: Annotated[int | None, typer.Option(help="Keep the first N requests.")] = None,
     num_requests: Annotated[int, typer.Option(help="Synthetic: request count.")] = 300,
     rate: Annotated[float, typer.Option(help="Synthetic: requests per second.")] = 10.0,
     arrival: Annotated[Arrival, typer.Option(help="Synthetic arrival process.")] = Arrival.constant,
@@ -184,25 +203,43 @@ def run(
     output_tokens_min: Annotated[int, typer.Option()] = 3200,
     output_tokens_max: Annotated[int, typer.Option()] = 3596,
     seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 0,
+    latency: Annotated[LatencyKind, typer.Option(help="Step-time model.")] = LatencyKind.linear,
     alpha_coeffs: Annotated[
-        str, typer.Option(help="alpha0,alpha1,alpha2 in microseconds (BLIS).")
-    ] = ",".join(str(x) for x in SEED_ALPHA_US),
+        str | None,
+        typer.Option(help="alpha0,alpha1,alpha2 in microseconds [default: preset or S1 seed]."),
+    ] = None,
     beta_coeffs: Annotated[
-        str, typer.Option(help="beta0,beta1,beta2 in microseconds (BLIS).")
-    ] = ",".join(str(x) for x in SEED_BETA_US),
+        str | None,
+        typer.Option(help="beta0,beta1,beta2 in microseconds [default: preset or S1 seed]."),
+    ] = None,
+    mfu: Annotated[float | None, typer.Option(help="Roofline: model FLOP utilisation.")] = None,
+    mbu: Annotated[float | None, typer.Option(help="Roofline: memory bandwidth use.")] = None,
+    step_overhead_us: Annotated[float, typer.Option(help="Roofline: fixed per step.")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     trace: Annotated[
         Path | None, typer.Option(help="Write one row per step to this Parquet file.")
     ] = None,
 ) -> None:
     """Simulate one scheduler configuration and print its metrics."""
+    from planner import resolve
     from planner.api import simulate
 
-    lat = LinearLatency(
-        _coeffs(alpha_coeffs, "--alpha-coeffs"), _coeffs(beta_coeffs, "--beta-coeffs")
+    lat = resolve.latency(
+        latency.value,
+        model,
+        gpu,
+        tensor_parallel_size,
+        None if alpha_coeffs is None else _coeffs(alpha_coeffs, "--alpha-coeffs"),
+        None if beta_coeffs is None else _coeffs(beta_coeffs, "--beta-coeffs"),
+        mfu,
+        mbu,
+        step_overhead_us,
+    )
+    blocks, derived = resolve.num_gpu_blocks(
+        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463
     )
     cfg = SchedulerConfig(
-        num_gpu_blocks=num_gpu_blocks,
+        num_gpu_blocks=blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -217,18 +254,35 @@ def run(
         horizon_s=horizon,
         max_steps=max_steps,
     )
-    wl = _workload(
-        requests_csv,
-        num_requests,
-        rate,
-        arrival,
-        length_dist,
-        (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
-        (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
-        seed,
-    )
+    if trace_file is not None:
+        opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
+        wl = read_trace(trace_file, trace_format.value, opts)
+    else:
+        p = LengthDist(
+            length_dist.value,
+            prompt_tokens,
+            prompt_tokens_stdev,
+            prompt_tokens_min,
+            prompt_tokens_max,
+            label="--prompt-tokens",
+        )
+        o = LengthDist(
+            length_dist.value,
+            output_tokens,
+            output_tokens_stdev,
+            output_tokens_min,
+            output_tokens_max,
+            label="--output-tokens",
+        )
+        wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
+    t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
+    wall = time.perf_counter() - t0
     row = res.metrics().iloc[0]
+    row["num_gpu_blocks_derived"] = derived
+    row["latency_model"] = lat.describe()
+    row["wall_s"] = wall
+    row["sim_tokens_per_s"] = (row.prefill_tokens + row.decode_tokens) / max(wall, 1e-9)
     if trace is not None:
         _write_trace(trace, cfg, wl, lat, int(row.steps))
         print(f"plan: wrote {int(row.steps)} steps to {trace}", file=sys.stderr)
@@ -236,10 +290,16 @@ def run(
         out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         print(json.dumps(out, default=_json_default))
         return
-    table = Table(title=f"plan run: {wl.name}, {wl.num_requests} requests", show_header=False)
+    source = "derived from presets" if derived else "given"
+    title = (
+        f"plan run: {wl.name}, {wl.num_requests:,} requests\n"
+        f"num_gpu_blocks {blocks:,} ({source}); step time: {lat.describe()}"
+    )
+    table = Table(title=title, show_header=False)
     for key, fmt in SUMMARY_ROWS:
         v = row[key]
         table.add_row(key, "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
+    table.add_row("wall_s", f"{wall:.2f}")
     Console().print(table)
 
 
@@ -252,9 +312,7 @@ def _json_default(v: object) -> object:
 MAX_TRACE_LOG_ENTRIES = 20_000_000
 
 
-def _write_trace(
-    path: Path, cfg: SchedulerConfig, wl: Workload, lat: LinearLatency, steps: int
-) -> None:
+def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, steps: int) -> None:
     """Re-run the config step by step and write its per-step trace (Parquet, atomic).
 
     Adds list columns ``request_ids``/``request_tokens`` (tokens scheduled per

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from planner.latency import LinearLatency
+from planner.latency import LINEAR, ROOFLINE, Latency, LinearLatency
 
 # Named option values (the kernel sees the integers).
 PREEMPTION_MODES = {"recompute": 0, "restart": 1}
@@ -42,8 +42,10 @@ POLICIES = {"fcfs": 0, "priority": 1}
     A0,
     A1,
     A2,
-) = range(20)
-NCOLS = 20
+    LAT_KIND,
+) = range(21)
+NCOLS = 21
+NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = np.iinfo(np.int64).max
 DEFAULT_MAX_STEPS = 10_000_000
@@ -122,16 +124,17 @@ def _flag(name: str) -> str:
 
 
 def pack_configs(
-    configs: Sequence[SchedulerConfig], latencies: Sequence[LinearLatency]
-) -> np.ndarray:
-    """Pack C configs and their step-time models into an int64 matrix.
+    configs: Sequence[SchedulerConfig], latencies: Sequence[Latency]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pack C configs and their step-time models into the kernel's matrices.
 
     Args:
         configs: C scheduler configs.
         latencies: C latency models (one per config) or a single one for all.
     Returns:
-        ``np.ndarray`` of shape (C, NCOLS), dtype int64; columns are the module
-        constants (``N``, ``BS``, ...). Times are integer nanoseconds.
+        (cfg, cfgf): int64 array of shape (C, NCOLS), columns named by the
+        module constants (``N``, ``BS``, ...; times in integer ns), and float64
+        array of shape (C, NFLOAT) with the roofline parameters.
     Raises:
         ValueError: if the lengths disagree or no config is given.
     """
@@ -142,7 +145,9 @@ def pack_configs(
     if len(latencies) != len(configs):
         raise ValueError("need one latency model per config, or one for all")
     out = np.zeros((len(configs), NCOLS), dtype=np.int64)
+    outf = np.zeros((len(configs), NFLOAT), dtype=np.float64)
     for i, (c, lat) in enumerate(zip(configs, latencies, strict=True)):
+        outf[i] = lat.floats()
         horizon = NO_HORIZON_NS if math.isinf(c.horizon_s) else int(round(c.horizon_s * 1e9))
         out[i, :] = (
             c.num_gpu_blocks,
@@ -160,5 +165,6 @@ def pack_configs(
             horizon,
             c.max_steps,
             *lat.ns(),
+            LINEAR if isinstance(lat, LinearLatency) else ROOFLINE,
         )
-    return out
+    return out, outf

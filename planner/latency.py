@@ -14,11 +14,20 @@ in microseconds, so this rounding is exact for them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from numba import njit
 
 # Seed coefficients: llama-3.1-8b on H100 (BLIS defaults, shared/docs/semantics.md).
 SEED_ALPHA_US: tuple[float, float, float] = (232.46, 1.75, 3357.44)
 SEED_BETA_US: tuple[float, float, float] = (5752.71, 17.25, 6.00)
+
+# Fitted linear coefficients per (model, GPU): (alpha, beta) in microseconds.
+# Source: BLIS (inference-sim) blackbox defaults, as quoted for scenario S1.
+LINEAR_PRESETS: dict[tuple[str, str], tuple[tuple[float, ...], tuple[float, ...]]] = {
+    ("llama-3.1-8b", "H100"): (SEED_ALPHA_US, SEED_BETA_US),
+}
 
 
 @dataclass(frozen=True)
@@ -46,3 +55,112 @@ class LinearLatency:
     def ns(self) -> tuple[int, int, int, int, int, int]:
         """(b0, b1, b2, a0, a1, a2) in integer nanoseconds."""
         return tuple(int(round(x * 1000.0)) for x in (*self.beta, *self.alpha))  # type: ignore[return-value]
+
+    def floats(self) -> tuple[float, float, float, float, float, float]:
+        """Roofline floats: unused by the linear model (ones, to avoid 0/0)."""
+        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0)
+
+    def describe(self) -> str:
+        a, b = self.alpha, self.beta
+        return f"linear alpha=({a[0]:g}, {a[1]:g}, {a[2]:g}) beta=({b[0]:g}, {b[1]:g}, {b[2]:g}) us"
+
+
+# Default efficiencies of the roofline model. MFU 0.5 is the usual planning
+# figure for large dense GEMMs on H100/A100 (prefill); MBU 0.8 is the share of
+# peak HBM bandwidth decode kernels typically reach. Both are parameters.
+DEFAULT_MFU = 0.5
+DEFAULT_MBU = 0.8
+
+
+@dataclass(frozen=True)
+class RooflineLatency:
+    """Per-step roofline: max(compute time, memory time) + a fixed overhead.
+
+    - compute = (2 x params/tp x tokens + 4 x layers x heads/tp x head_dim x
+      attended pairs) / (bf16 peak x MFU), where a chunk of n tokens after c
+      cached ones attends n*c + n(n+1)/2 (query, key) pairs.
+    - memory = (weights/tp + KV bytes/token/tp x tokens of KV touched) /
+      (HBM bandwidth x MBU); a request's step touches c + n tokens of KV.
+
+    The roofline idea: Williams et al., CACM 2009; its use for LLM inference:
+    Yuan et al., "LLM Inference Unveiled" (2024). Tensor-parallel communication
+    is not modelled. alpha (queueing delay, per-token overhead) as in
+    ``LinearLatency``, default zero.
+
+    Raises:
+        ValueError: for efficiencies outside (0, 1], tp < 1 or negative overhead.
+    """
+
+    model: str
+    gpu: str
+    tp: int = 1
+    mfu: float = DEFAULT_MFU
+    mbu: float = DEFAULT_MBU
+    overhead_us: float = 0.0
+    alpha: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        from planner.hardware import gpu, model
+
+        model(self.model), gpu(self.gpu)
+        for name, v in (("--mfu", self.mfu), ("--mbu", self.mbu)):
+            if not (0 < v <= 1):
+                raise ValueError(f"{name} must be in (0, 1], got {v}")
+        if self.tp < 1:
+            raise ValueError(f"--tensor-parallel-size must be >= 1, got {self.tp}")
+        if not (0 <= self.overhead_us < float("inf")):
+            raise ValueError(f"--step-overhead-us must be >= 0, got {self.overhead_us}")
+        LinearLatency(self.alpha, (1.0, 0.0, 0.0))  # validates alpha
+
+    def ns(self) -> tuple[int, int, int, int, int, int]:
+        """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
+        return tuple(  # type: ignore[return-value]
+            int(round(x * 1000.0)) for x in (self.overhead_us, 0.0, 0.0, *self.alpha)
+        )
+
+    def floats(self) -> tuple[float, float, float, float, float, float]:
+        """(FLOPs/token, FLOPs/attended pair, weight bytes, KV bytes/token,
+        effective FLOP/s, effective bytes/s) on one GPU."""
+        from planner.hardware import gpu, model
+
+        m, g = model(self.model), gpu(self.gpu)
+        heads = m.num_heads / self.tp
+        return (
+            2.0 * m.params / self.tp,
+            4.0 * m.num_layers * heads * m.head_dim,
+            m.weight_bytes(self.tp),
+            float(m.kv_bytes_per_token(self.tp)),
+            g.bf16_flops * self.mfu,
+            g.hbm_bytes_per_s * self.mbu,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"roofline {self.model} on {self.tp} x {self.gpu} "
+            f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us)"
+        )
+
+
+Latency = LinearLatency | RooflineLatency
+
+# Step-time model kinds, as the kernel sees them.
+LINEAR, ROOFLINE = 0, 1
+
+
+@njit(cache=True)
+def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens):  # noqa: ANN001, ANN201
+    """Duration of one step in integer ns; 0 for a step that scheduled nothing.
+
+    ``ip``: int params (b0, b1, b2) in ns; ``fp``: the roofline floats of
+    ``RooflineLatency.floats``. ``attended``: (query, key) pairs of the step;
+    ``kv_tokens``: KV tokens read or written. Shared by the kernel and the
+    reference engine.
+    """
+    if prefill + decode == 0:
+        return 0
+    if kind == LINEAR:
+        return ip[0] + ip[1] * prefill + ip[2] * decode
+    flops = fp[0] * (prefill + decode) + fp[1] * attended
+    nbytes = fp[2] + fp[3] * kv_tokens
+    t = max(flops / fp[4], nbytes / fp[5])
+    return ip[0] + int(math.ceil(t * 1e9))

@@ -20,9 +20,11 @@ import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
-from planner.latency import LinearLatency
+from planner.latency import LINEAR, Latency, LinearLatency, step_time_ns
 
 
 @dataclass
@@ -263,7 +265,7 @@ class Engine:
     def __init__(
         self,
         cfg: SchedulerConfig,
-        latency: LinearLatency,
+        latency: Latency,
         arrival_ns: list[int],
         prompt: list[int],
         max_tokens: list[int],
@@ -272,6 +274,9 @@ class Engine:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
         self.beta = (b0, b1, b2)
+        self.lat_kind = LINEAR if isinstance(latency, LinearLatency) else 1
+        self.lat_ints = np.array([b0, b1, b2], dtype=np.int64)
+        self.lat_floats = np.array(latency.floats(), dtype=np.float64)
         self.sched = Scheduler(cfg)
         entry = [a + a0 + a1 * p for a, p in zip(arrival_ns, prompt, strict=True)]
         prio = priority if priority is not None else [0] * len(prompt)
@@ -338,13 +343,23 @@ class Engine:
                     decode += 1
                 else:
                     prefill += n
+            # Roofline inputs: a chunk of n tokens after c cached ones attends
+            # n*c + n(n+1)/2 (query, key) pairs and touches c + n tokens of KV.
+            attended = sum(n * r.num_computed_tokens + n * (n + 1) // 2 for r, n in scheduled)
+            kv_touched = sum(r.num_computed_tokens + n for r, n in scheduled)
             start = self.clock
-            dt = b0 + b1 * prefill + b2 * decode if scheduled else 0
+            dt = step_time_ns(
+                self.lat_kind, self.lat_ints, self.lat_floats, prefill, decode, attended, kv_touched
+            )
             for (req, n), is_decode in zip(scheduled, kinds, strict=True):
                 wasted = min(req.num_computed_tokens + n, req.high_water) - req.num_computed_tokens
-                if wasted > 0:
+                if wasted <= 0:
+                    continue
+                if self.lat_kind == LINEAR:
                     unit = b2 if is_decode else b1
                     self.waste_ns += (b0 / len(scheduled)) * (wasted / n) + unit * wasted
+                else:
+                    self.waste_ns += dt * wasted / (prefill + decode)
             self.clock += dt
             self.preemptions += preempted
             self.min_free = min(self.min_free, sched.kv.pool.num_free())

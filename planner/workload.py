@@ -13,12 +13,10 @@ arrivals are ``i / rate`` for i = 1..R, and the Gaussian length is
 from __future__ import annotations
 
 import hashlib
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 ARRIVALS = ("constant", "poisson", "gamma", "offline")
 MAX_TOKENS = 2**31 - 1  # token counts are int32 in the kernel
@@ -173,61 +171,8 @@ def synthetic(
     return Workload(t, prompt.sample(rng, n), output.sample(rng, n), name=name)
 
 
-def read_requests_csv(
-    path: str | Path,
-    arrival_col: str = "arrival_time_s",
-    prompt_col: str = "prompt_tokens",
-    output_col: str = "output_tokens",
-) -> Workload:
-    """Read a CSV with one request per row (columns configurable).
-
-    Raises:
-        WorkloadError: one line naming the file, the row and the problem.
-    """
-    path = Path(path)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            df = pd.read_csv(path, index_col=False)
-    except FileNotFoundError:
-        raise WorkloadError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WorkloadError(f"{path}: is a directory, not a CSV file") from None
-    except pd.errors.ParserWarning:
-        raise WorkloadError(f"{path}: rows have more fields than the header") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise WorkloadError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    for col in (arrival_col, prompt_col, output_col):
-        if col not in df.columns:
-            raise WorkloadError(f"{path}: missing column {col!r} (has {list(df.columns)})")
-    if len(df) == 0:
-        raise WorkloadError(f"{path}: no requests")
-    cols = {}
-    for col, integer in ((arrival_col, False), (prompt_col, True), (output_col, True)):
-        v = pd.to_numeric(df[col], errors="coerce").astype(np.float64)
-        limit = MAX_TOKENS if integer else MAX_ARRIVAL_S
-        bad = v.isna() | ~np.isfinite(v) | (v < (1 if integer else 0)) | (v > limit)
-        if integer:
-            bad |= v != np.floor(v)
-        if bad.any():
-            row = int(np.argmax(bad.to_numpy()))
-            want = f"an integer in 1..{MAX_TOKENS}" if integer else f"seconds in 0..{limit:g}"
-            raise WorkloadError(
-                f"{path}: row {row + 2}: bad {col} value {str(df[col].iloc[row])!r} (want {want})"
-            )
-        cols[col] = v.to_numpy()
-    t = cols[arrival_col].astype(np.float64)
-    dec = np.flatnonzero(np.diff(t) < 0)
-    if len(dec):
-        raise WorkloadError(f"{path}: row {dec[0] + 3}: arrival times go backwards")
-    return Workload(
-        t,
-        cols[prompt_col].astype(np.int32),
-        cols[output_col].astype(np.int32),
-        name=path.name,
-    )
-
-
 def s1_exact() -> Workload:
     """The fixed S1 draw shipped with the package (``planner/data/s1_seed7.csv``)."""
-    return read_requests_csv(Path(__file__).parent / "data" / "s1_seed7.csv")
+    from planner.traces import read_trace
+
+    return read_trace(Path(__file__).parent / "data" / "s1_seed7.csv")

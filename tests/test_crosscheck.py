@@ -20,8 +20,9 @@ from helpers import (
     run_both,
 )
 from planner.config import SchedulerConfig
+from planner.hardware import GPUS, MODELS
 from planner.kernel import state as S
-from planner.latency import LinearLatency
+from planner.latency import LinearLatency, RooflineLatency
 from planner.workload import Workload
 
 MAX_STEPS = 3000
@@ -66,10 +67,22 @@ def workloads(draw):
     )
 
 
-latencies = st.builds(
-    LinearLatency,
-    alpha=st.tuples(st.integers(0, 2000), st.integers(0, 20), st.integers(0, 5000)),
-    beta=st.tuples(st.integers(1, 8000), st.integers(0, 30), st.integers(0, 10)),
+latencies = st.one_of(
+    st.builds(
+        LinearLatency,
+        alpha=st.tuples(st.integers(0, 2000), st.integers(0, 20), st.integers(0, 5000)),
+        beta=st.tuples(st.integers(1, 8000), st.integers(0, 30), st.integers(0, 10)),
+    ),
+    st.builds(
+        RooflineLatency,
+        model=st.sampled_from(sorted(MODELS)),
+        gpu=st.sampled_from(sorted(GPUS)),
+        tp=st.sampled_from([1, 2, 8]),
+        mfu=st.floats(0.05, 1.0),
+        mbu=st.floats(0.05, 1.0),
+        overhead_us=st.sampled_from([0.0, 150.0]),
+        alpha=st.tuples(st.integers(0, 500), st.integers(0, 5), st.integers(0, 500)),
+    ),
 )
 
 
@@ -125,6 +138,18 @@ def _random_case(rng: np.random.Generator):
         )
         for _ in range(4)
     ]
+    if rng.random() < 0.3:
+        return (
+            cfgs,
+            wl,
+            RooflineLatency(
+                str(rng.choice(sorted(MODELS))),
+                str(rng.choice(sorted(GPUS))),
+                tp=int(rng.choice([1, 4])),
+                mfu=float(rng.uniform(0.1, 0.9)),
+                overhead_us=float(rng.choice([0.0, 500.0])),
+            ),
+        )
     lat = LinearLatency(
         alpha=(
             float(rng.integers(0, 500)),
@@ -145,7 +170,14 @@ def test_seeded_random_cases_cover_every_path():
     exercise preemption, livelock, the horizon, rejection and the fast path."""
     rng = np.random.default_rng(20261130)
     seen = dict(
-        preempted=0, livelocked=0, horizon=0, rejected=0, fast_path=0, finished=0, priority=0
+        preempted=0,
+        livelocked=0,
+        horizon=0,
+        rejected=0,
+        fast_path=0,
+        finished=0,
+        priority=0,
+        roofline_fast_path=0,
     )
     for _ in range(250):
         cfgs, wl, lat = _random_case(rng)
@@ -166,6 +198,9 @@ def test_seeded_random_cases_cover_every_path():
             seen["fast_path"] += oi[S.O_MACRO_STEPS] > 0
             seen["finished"] += oi[S.O_FINISHED] > 0
             seen["priority"] += cfgs[c].policy == "priority" and oi[S.O_PREEMPTIONS] > 0
+            seen["roofline_fast_path"] += (
+                isinstance(lat, RooflineLatency) and oi[S.O_MACRO_STEPS] > 0
+            )
     for path, count in seen.items():
         assert count >= 20, f"random cases rarely reach {path}: {seen}"
 

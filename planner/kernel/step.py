@@ -29,6 +29,7 @@ from numba import njit, prange
 from planner import config as K
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.kernel import state as S
+from planner.latency import LINEAR, ROOFLINE, step_time_ns
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -118,8 +119,8 @@ def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):  # noqa: ANN001, 
 
 @njit(cache=True)
 def _decode_run_length(  # noqa: ANN202
-    cfg, run, n_run, prompt, nout, ncomp, max_tokens, held, hist, stop_len, free,  # noqa: ANN001
-    head, next_entry, clock, steps_left,  # noqa: ANN001
+    cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist, stop_len,  # noqa: ANN001
+    free, head, next_entry, clock, steps_left,  # noqa: ANN001
 ):  # fmt: skip
     """How many upcoming steps are provably identical decode-only steps.
 
@@ -128,12 +129,15 @@ def _decode_run_length(  # noqa: ANN202
     no request arrives that could become the head (``next_entry``, ns, or
     INT64_MAX when arrivals cannot matter) and no allocation fails.
     The run may end with the step in which the first requests finish.
-    Returns (k, step duration in ns); k < 2 means "take a normal step".
+    Returns (k, elapsed ns, duration of the first step); k < 2 means "take a
+    normal step".
     """
     bs = cfg[K.BS]
     mml = cfg[K.MML]
+    roofline = cfg[K.LAT_KIND] == ROOFLINE
     kf = INT64_MAX
     need1 = 0
+    ctx0 = 0
     periodic = True
     for j in range(bs + 1):
         hist[j] = 0
@@ -141,7 +145,10 @@ def _decode_run_length(  # noqa: ANN202
         r = run[i]
         ntok = prompt[r] + nout[r]
         if ntok - ncomp[r] != 1:
-            return 0, 0
+            return 0, 0, 0
+        if roofline and hw[r] > ncomp[r]:
+            return 0, 0, 0  # re-decode waste is only attributed step by step
+        ctx0 += ncomp[r]
         f = min(max_tokens[r] - nout[r], stop_len - ntok)
         if f < kf:
             kf = f
@@ -154,20 +161,15 @@ def _decode_run_length(  # noqa: ANN202
         else:
             periodic = False
     if kf < 2 or need1 > free:
-        return 0, 0
-    dt = cfg[K.B0] + cfg[K.B2] * n_run
+        return 0, 0, 0
     kmax = min(kf, steps_left)
+    if kmax < 2:
+        return 0, 0, 0
     if head >= 0 and not _head_blocked(
         head, prompt[head] + nout[head], n_run, free - need1, cfg[K.SEQS], cfg[K.MNBT],
         cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
     ):  # fmt: skip
-        return 0, 0
-    if next_entry != INT64_MAX:
-        kmax = min(kmax, (next_entry - clock - 1) // dt + 1)
-    if cfg[K.HORIZON_NS] != INT64_MAX:
-        kmax = min(kmax, (cfg[K.HORIZON_NS] - clock - 1) // dt + 1)
-    if kmax < 2:
-        return 0, 0
+        return 0, 0, 0
     if periodic:
         # Each request needs one block per bs steps: after q whole periods q*n
         # blocks are gone, and the (rem+1)-th smallest first-need step fails.
@@ -180,30 +182,48 @@ def _decode_run_length(  # noqa: ANN202
             if cum > rem:
                 v = j
                 break
-        return min(kmax, q * bs + v - 1), dt
-    if _blocks_needed_after(kmax, run, n_run, ncomp, held, mml, bs) <= free:
-        return kmax, dt
-    lo = 1
-    hi = kmax
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _blocks_needed_after(mid, run, n_run, ncomp, held, mml, bs) <= free:
-            lo = mid
-        else:
-            hi = mid
-    return lo, dt
+        kmax = min(kmax, q * bs + v - 1)
+    elif _blocks_needed_after(kmax, run, n_run, ncomp, held, mml, bs) > free:
+        lo = 1
+        hi = kmax
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _blocks_needed_after(mid, run, n_run, ncomp, held, mml, bs) <= free:
+                lo = mid
+            else:
+                hi = mid
+        kmax = lo
+    # Step j (from 0) decodes after ctx0 + n*j cached tokens; steps after the
+    # first must start before the next relevant arrival and the horizon.
+    limit = min(next_entry, cfg[K.HORIZON_NS])
+    ip = cfg[K.B0 : K.B2 + 1]
+    elapsed = 0
+    first = 0
+    k = 0
+    while k < kmax:
+        if k > 0 and clock + elapsed >= limit:
+            break
+        kv = ctx0 + n_run * (k + 1)
+        dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, 0, n_run, kv, kv)
+        if k == 0:
+            first = dt
+        elapsed += dt
+        k += 1
+    if k < 2:
+        return 0, 0, 0
+    return k, elapsed, first
 
 
 @njit(cache=True)
 def _apply_decode_run(  # noqa: ANN202
-    k, dt, clock, b0, b2, bs, mml, stop_len, run, n_run, prompt, nout, ncomp,  # noqa: ANN001
-    max_tokens, held, hw, status, first_ns, finish_ns,  # noqa: ANN001
+    k, elapsed, first_dt, clock, share, bs, mml, stop_len, run, n_run, prompt,  # noqa: ANN001
+    nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns,  # noqa: ANN001
 ):  # fmt: skip
     """Advance every running request by k decode steps; finish those that stop
-    at the end of step k. Returns (blocks allocated, blocks freed, finished,
-    blocks still held, recompute waste in ns)."""
-    share = b0 / n_run + b2
-    end = clock + k * dt
+    at the end of step k. ``share``: waste per re-decoded token (ns).
+    Returns (blocks allocated, blocks freed, finished, blocks still held,
+    recompute waste in ns)."""
+    end = clock + elapsed
     used = 0
     alloc = 0
     freed = 0
@@ -218,7 +238,7 @@ def _apply_decode_run(  # noqa: ANN202
         ncomp[r] = c0 + k
         nout[r] += k
         if first_ns[r] < 0:
-            first_ns[r] = clock + dt
+            first_ns[r] = clock + first_dt
         if c0 + k > hw[r]:
             hw[r] = c0 + k
         if c0 + k > held[r] * bs:
@@ -239,6 +259,7 @@ def _apply_decode_run(  # noqa: ANN202
 @njit(cache=True)
 def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
     cfg,  # noqa: ANN001
+    cfgf,  # noqa: ANN001
     prompt,  # noqa: ANN001
     max_tokens,  # noqa: ANN001
     priority,  # noqa: ANN001
@@ -286,6 +307,8 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
     b0 = cfg[K.B0]
     b1 = cfg[K.B1]
     b2 = cfg[K.B2]
+    lat_kind = cfg[K.LAT_KIND]
+    ip = cfg[K.B0 : K.B2 + 1]
     usable = usable_blocks(N, null_block)
     stop_len = stop_length(mml, N, bs, null_block, cfg[K.STOP])
     T = trace.shape[0]
@@ -352,14 +375,14 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
             arrivals_matter = wl == 0 or by_priority
             next_entry = entry_ns[order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
             head = wq[wh] if wl > 0 else -1
-            k, dt = _decode_run_length(
-                cfg, run, n_run, prompt, nout, ncomp, max_tokens, held, hist, stop_len, free,
-                head, next_entry, clock, max_steps - steps,
+            k, elapsed, first_dt = _decode_run_length(
+                cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist,
+                stop_len, free, head, next_entry, clock, max_steps - steps,
             )  # fmt: skip
             if k >= 2:
                 alloc, freed, n_fin, used, w = _apply_decode_run(
-                    k, dt, clock, b0, b2, bs, mml, stop_len, run, n_run, prompt, nout, ncomp,
-                    max_tokens, held, hw, status, first_ns, finish_ns,
+                    k, elapsed, first_dt, clock, b0 / n_run + b2, bs, mml, stop_len, run,
+                    n_run, prompt, nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns,
                 )  # fmt: skip
                 waste += w
                 free -= alloc
@@ -370,8 +393,8 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                 if n_fin > 0:
                     n_run = _drop_finished(run, n_run, status)
                     finished += n_fin
-                clock += k * dt
-                busy += k * dt
+                clock += elapsed
+                busy += elapsed
                 steps += k
                 macro_steps += k
                 if check and used + free != usable:
@@ -386,6 +409,8 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
         n_adm = 0
         P = 0
         D = 0
+        attended = 0  # (query, key) pairs this step, for the roofline model
+        kv_touched = 0  # KV tokens read or written this step
         cycle = False
 
         # Running phase: walk `running` in admission order while budget remains.
@@ -426,6 +451,8 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                         D -= 1
                     else:
                         P -= n
+                    attended -= n * ncomp[v] + n * (n + 1) // 2
+                    kv_touched -= ncomp[v] + n
                     m = 0
                     for j in range(n_sched):
                         if slist[j] != v:
@@ -467,6 +494,8 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                 D += 1
             else:
                 P += num_new
+            attended += num_new * ncomp[r] + num_new * (num_new + 1) // 2
+            kv_touched += ncomp[r] + num_new
             i += 1
 
         # Waiting phase: skipped in a step that preempted; strict head-of-line.
@@ -503,9 +532,11 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
                     D += 1
                 else:
                     P += num_new
+                attended += num_new * (num_new + 1) // 2
+                kv_touched += num_new
 
-        # Step time (BLIS alpha/beta); an empty step runs no model.
-        dt = b0 + b1 * P + b2 * D if P + D > 0 else 0
+        # Step time (planner.latency); an empty step runs no model.
+        dt = step_time_ns(lat_kind, ip, cfgf, P, D, attended, kv_touched)
         clock += dt
         busy += dt
         steps += 1
@@ -526,8 +557,11 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
             ntok = prompt[r] + nout[r]
             w = min(c0 + n, hw[r]) - c0
             if w > 0:
-                unit = b2 if (n == 1 and c0 == ntok - 1) else b1
-                waste += (b0 / n_sched) * (w / n) + unit * w
+                if lat_kind == LINEAR:
+                    unit = b2 if (n == 1 and c0 == ntok - 1) else b1
+                    waste += (b0 / n_sched) * (w / n) + unit * w
+                else:
+                    waste += dt * w / (P + D)
             if c0 + n > hw[r]:
                 hw[r] = c0 + n
             ncomp[r] = c0 + n
@@ -604,6 +638,7 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
 @njit(parallel=True, cache=True)
 def simulate_batch(  # noqa: ANN201
     cfg,  # noqa: ANN001
+    cfgf,  # noqa: ANN001
     prompt,  # noqa: ANN001
     max_tokens,  # noqa: ANN001
     priority,  # noqa: ANN001
@@ -631,6 +666,7 @@ def simulate_batch(  # noqa: ANN201
 ):
     """Run ``simulate_one`` for every row of ``cfg`` (shape (C, NCOLS)), in parallel.
 
+    ``cfgf`` (C, NFLOAT) float64 holds the roofline parameters.
     Workload arrays ``prompt``, ``max_tokens`` have shape (R,), int32, and
     ``priority`` (R,) int64 (lower is served first under the priority policy);
     ``entry_ns`` (C, R) int64 and ``order`` (C, R) int32 are per config because
@@ -639,6 +675,7 @@ def simulate_batch(  # noqa: ANN201
     for c in prange(cfg.shape[0]):
         rlog_n[c] = simulate_one(
             cfg[c],
+            cfgf[c],
             prompt,
             max_tokens,
             priority,

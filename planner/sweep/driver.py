@@ -111,6 +111,12 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     df.insert(0, "config_id", chunk.config_ids)
     for name, value in zip(sweep.workload_axes(), chunk.workload_key, strict=True):
         df[name] = value
+    if "gpu_memory_utilization" in sweep.axes:
+        df["gpu_memory_utilization"] = sweep.grid["gpu_memory_utilization"].to_numpy()[
+            chunk.config_ids
+        ]
+    for name, value in sweep.hardware_columns.items():
+        df[name] = value
     df["workload_fingerprint"] = wl.fingerprint()
     df["spec"] = sweep.name
     return df

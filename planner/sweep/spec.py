@@ -23,9 +23,12 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from planner import resolve
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
-from planner.latency import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
-from planner.workload import LengthDist, Workload, WorkloadError, read_requests_csv, synthetic
+from planner.hardware import HardwareError
+from planner.latency import Latency
+from planner.traces import TraceOptions, read_trace
+from planner.workload import LengthDist, Workload, WorkloadError, synthetic
 
 # A grid larger than this is refused: at ~1 ms per config it would take hours
 # on one machine; split it into several specs (or use the Dask executor).
@@ -45,7 +48,8 @@ SCHEDULER_AXES = (
     "null_block",
     "policy",
 )
-WORKLOAD_AXES = ("rate", "seed")
+WORKLOAD_AXES = ("rate", "seed", "rate_scale")
+HARDWARE_AXES = ("gpu_memory_utilization",)
 INT_AXES = {
     "max_num_seqs",
     "num_gpu_blocks",
@@ -74,7 +78,7 @@ class LengthSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    kind: Literal["synthetic", "csv"]
+    kind: Literal["synthetic", "trace"]
     # synthetic
     num_requests: Annotated[int, Field(ge=1, le=10_000_000)] = 300
     arrival: Literal["constant", "poisson", "gamma", "offline"] = "constant"
@@ -83,22 +87,37 @@ class WorkloadSpec(_Strict):
     seed: Annotated[int, Field(ge=0)] = 0
     prompt: LengthSpec | None = None
     output: LengthSpec | None = None
-    # csv (path relative to the spec file)
+    # trace (path relative to the spec file); see planner.traces
     path: str | None = None
+    format: Literal["auto", "azure", "csv", "jsonl"] = "auto"
+    start_s: Annotated[float, Field(ge=0)] = 0.0
+    duration_s: Annotated[float, Field(gt=0)] = math.inf
+    rate_scale: Annotated[float, Field(gt=0)] = 1.0
+    max_requests: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
         if self.kind == "synthetic" and (self.prompt is None or self.output is None):
             raise ValueError("a synthetic workload needs [workload.prompt] and [workload.output]")
-        if self.kind == "csv" and not self.path:
-            raise ValueError("a csv workload needs path")
+        if self.kind == "trace" and not self.path:
+            raise ValueError("a trace workload needs path")
         return self
 
 
+class HardwareSpec(_Strict):
+    model: str
+    gpu: str
+    tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+
+
 class LatencySpec(_Strict):
-    kind: Literal["linear"] = "linear"
-    alpha: tuple[float, float, float] = SEED_ALPHA_US
-    beta: tuple[float, float, float] = SEED_BETA_US
+    kind: Literal["linear", "roofline"] = "linear"
+    alpha: tuple[float, float, float] | None = None
+    beta: tuple[float, float, float] | None = None
+    mfu: Annotated[float, Field(gt=0, le=1)] | None = None
+    mbu: Annotated[float, Field(gt=0, le=1)] | None = None
+    overhead_us: Annotated[float, Field(ge=0)] = 0.0
 
 
 class RangeSpec(_Strict):
@@ -117,6 +136,7 @@ class SweepSpec(_Strict):
     horizon_s: Annotated[float, Field(gt=0)] = math.inf
     max_steps: Annotated[int, Field(ge=1)] = 10_000_000
     workload: WorkloadSpec
+    hardware: HardwareSpec | None = None
     latency: LatencySpec = LatencySpec()
     scheduler: dict[str, AxisValue] = {}
     axes: dict[str, list[AxisValue] | RangeSpec]
@@ -177,14 +197,21 @@ class Sweep:
         self.text = text
         self.base_dir = base_dir
         self.axes: dict[str, list[AxisValue]] = {}
+        known = SCHEDULER_AXES + WORKLOAD_AXES + HARDWARE_AXES
         for key, axis in spec.axes.items():
-            if key not in SCHEDULER_AXES and key not in WORKLOAD_AXES:
-                raise SpecError(
-                    f"axes.{key}: unknown axis (known: {', '.join(SCHEDULER_AXES + WORKLOAD_AXES)})"
-                )
-            if key in WORKLOAD_AXES and spec.workload.kind != "synthetic":
-                raise SpecError(f"axes.{key}: only a synthetic workload has a {key}")
+            if key not in known:
+                raise SpecError(f"axes.{key}: unknown axis (known: {', '.join(known)})")
+            trace_axis = key == "rate_scale"
+            if key in WORKLOAD_AXES and (spec.workload.kind == "trace") != trace_axis:
+                kind = "trace" if trace_axis else "synthetic"
+                raise SpecError(f"axes.{key}: only a {kind} workload has a {key}")
+            if key in HARDWARE_AXES and spec.hardware is None:
+                raise SpecError(f"axes.{key}: needs a [hardware] model and gpu")
             self.axes[key] = _axis_values(key, axis)
+        if "gpu_memory_utilization" in self.axes and (
+            "num_gpu_blocks" in self.axes or "num_gpu_blocks" in spec.scheduler
+        ):
+            raise SpecError("axes.gpu_memory_utilization: give it or num_gpu_blocks, not both")
         for key in spec.scheduler:
             if key not in SCHEDULER_AXES:
                 raise SpecError(f"scheduler.{key}: unknown setting")
@@ -204,6 +231,7 @@ class Sweep:
         for key in self.workload_keys():
             self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
         self.latency = self._latency()
+        self.hardware_columns = self._hardware_columns()
 
     @property
     def name(self) -> str:
@@ -234,6 +262,21 @@ class Sweep:
 
     def _config(self, row: dict[str, Any]) -> SchedulerConfig:
         values = {**self.spec.scheduler, **{k: v for k, v in row.items() if k in SCHEDULER_AXES}}
+        hw = self.spec.hardware
+        if hw is not None and "num_gpu_blocks" not in values:
+            util = float(row.get("gpu_memory_utilization", hw.gpu_memory_utilization))
+            try:
+                values["num_gpu_blocks"], _ = resolve.num_gpu_blocks(
+                    None,
+                    hw.model,
+                    hw.gpu,
+                    util,
+                    int(values.get("block_size", 16)),
+                    hw.tensor_parallel_size,
+                    0,
+                )
+            except (HardwareError, ValueError) as e:
+                raise SpecError(f"hardware: {e}") from None
         for k, v in values.items():
             if k in INT_AXES and not (isinstance(v, int) and not isinstance(v, bool)):
                 raise SpecError(f"{_where(k, self)}: expected an integer, got {v!r}")
@@ -254,9 +297,11 @@ class Sweep:
     def _workload(self, axis_values: dict[str, Any]) -> Workload:
         w = self.spec.workload
         try:
-            if w.kind == "csv":
+            if w.kind == "trace":
                 path = (self.base_dir / str(w.path)).resolve()
-                return read_requests_csv(path)
+                scale = float(axis_values.get("rate_scale", w.rate_scale))
+                opts = TraceOptions(w.start_s, w.duration_s, scale, w.max_requests)
+                return read_trace(path, w.format, opts)
             assert w.prompt is not None and w.output is not None
             p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
             o = LengthDist(**w.output.model_dump(), label="workload.output")
@@ -272,11 +317,32 @@ class Sweep:
         except WorkloadError as e:
             raise SpecError(f"workload: {e}") from None
 
-    def _latency(self) -> LinearLatency:
+    def _latency(self) -> Latency:
+        lat, hw = self.spec.latency, self.spec.hardware
         try:
-            return LinearLatency(self.spec.latency.alpha, self.spec.latency.beta)
+            return resolve.latency(
+                lat.kind,
+                hw.model if hw else None,
+                hw.gpu if hw else None,
+                hw.tensor_parallel_size if hw else 1,
+                lat.alpha,
+                lat.beta,
+                lat.mfu,
+                lat.mbu,
+                lat.overhead_us,
+            )
         except ValueError as e:
             raise SpecError(f"latency: {e}") from None
+
+    def _hardware_columns(self) -> dict[str, Any]:
+        """Constant columns describing the hardware and step-time model."""
+        hw = self.spec.hardware
+        return {
+            "model": hw.model if hw else "",
+            "gpu": hw.gpu if hw else "",
+            "tensor_parallel_size": hw.tensor_parallel_size if hw else 1,
+            "latency_model": self.latency.describe(),
+        }
 
     def fingerprint(self) -> str:
         """sha256 (16 hex digits) of the spec text and the workloads' fingerprints."""

@@ -1,0 +1,81 @@
+"""Turn user choices (model, GPU, latency kind, ...) into simulator inputs.
+
+Shared by ``plan run`` and sweep specs, so both resolve the same way.
+"""
+
+from __future__ import annotations
+
+from planner import hardware
+from planner.latency import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
+
+LATENCY_KINDS = ("linear", "roofline")
+
+
+def latency(
+    kind: str,
+    model: str | None,
+    gpu: str | None,
+    tp: int = 1,
+    alpha: tuple[float, float, float] | None = None,
+    beta: tuple[float, float, float] | None = None,
+    mfu: float | None = None,
+    mbu: float | None = None,
+    overhead_us: float = 0.0,
+) -> Latency:
+    """Pick the step-time model.
+
+    ``linear``: explicit alpha/beta if given, else the preset for (model, GPU),
+    else (no model or GPU named) the S1 seed coefficients. ``roofline``: needs
+    a model and a GPU. Raises ValueError (one line) otherwise.
+    """
+    if kind not in LATENCY_KINDS:
+        raise ValueError(f"--latency must be one of {LATENCY_KINDS}, got {kind!r}")
+    if kind == "roofline":
+        if model is None or gpu is None:
+            raise ValueError("--latency roofline needs --model and --gpu")
+        kw = {k: v for k, v in (("mfu", mfu), ("mbu", mbu)) if v is not None}
+        return RooflineLatency(
+            hardware.model(model).name,
+            hardware.gpu(gpu).name,
+            tp=tp,
+            overhead_us=overhead_us,
+            alpha=alpha or (0.0, 0.0, 0.0),
+            **kw,
+        )
+    if beta is not None:
+        return LinearLatency(alpha or (0.0, 0.0, 0.0), beta)
+    if model is None and gpu is None:
+        return LinearLatency(alpha) if alpha else LinearLatency()
+    if model is None or gpu is None:
+        raise ValueError("--model and --gpu go together")
+    key = (hardware.model(model).name, hardware.gpu(gpu).name)
+    if key not in LINEAR_PRESETS or tp != 1:
+        raise ValueError(
+            f"no linear coefficients for {key[0]} on {tp} x {key[1]}; "
+            "pass --beta-coeffs (and --alpha-coeffs) or use --latency roofline"
+        )
+    a, b = LINEAR_PRESETS[key]
+    return LinearLatency(alpha or a, b)  # type: ignore[arg-type]
+
+
+def num_gpu_blocks(
+    explicit: int | None,
+    model: str | None,
+    gpu: str | None,
+    gpu_memory_utilization: float,
+    block_size: int,
+    tp: int,
+    default: int,
+) -> tuple[int, bool]:
+    """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
+    model and GPU presets (``hardware.num_gpu_blocks``); else ``default``."""
+    if explicit is not None:
+        return explicit, False
+    if model is None and gpu is None:
+        return default, False
+    if model is None or gpu is None:
+        raise ValueError("--model and --gpu go together")
+    n = hardware.num_gpu_blocks(
+        hardware.model(model), hardware.gpu(gpu), gpu_memory_utilization, block_size, tp
+    )
+    return n, True
