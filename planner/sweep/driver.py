@@ -80,8 +80,31 @@ def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
     return out
 
 
+def process_bytes() -> int:
+    """Peak resident memory of this process so far (bytes; ``resource.getrusage``)."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def chunk_budget(memory_limit: int) -> int:
+    """What a chunk may use: the limit minus what the process already holds
+    (interpreter, numba, pandas, the workloads). Raises SweepError if nothing is left."""
+    base = process_bytes()
+    if memory_limit <= base:
+        raise SweepError(
+            f"--memory-limit {memory_limit / 2**20:,.0f} MiB is below what planner itself "
+            f"already uses ({base / 2**20:,.0f} MiB)"
+        )
+    return memory_limit - base
+
+
 def plan_chunks(sweep: Sweep, chunk_size: int | None, memory_limit: int) -> ChunkPlan:
-    """Deterministic chunk plan. Raises SweepError if one config alone is over the limit."""
+    """Deterministic chunk plan for a per-chunk byte budget ``memory_limit``.
+
+    Raises SweepError if one config alone is over the budget."""
     chunks: list[Chunk] = []
     per_cfg: dict[tuple, int] = {}
     size_used = 0
@@ -188,7 +211,7 @@ def run_sweep(
         return pd.read_parquet(out / store.DATA)
     if manifest is not None:
         chunk_size = manifest["chunk_size"]
-    plan = plan_chunks(sweep, chunk_size, memory_limit)
+    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit))
     if manifest is None:
         if overwrite:
             clear_output(out)
@@ -232,7 +255,8 @@ def dry_run(
 ) -> dict:
     """Print the grid, the chunk plan and an estimated wall time from a short
     calibration run (compile time reported separately). Returns the figures."""
-    plan = plan_chunks(sweep, chunk_size, memory_limit)
+    budget = chunk_budget(memory_limit)
+    plan = plan_chunks(sweep, chunk_size, budget)
     if workers is not None:
         numba.set_num_threads(workers)
     key = plan.chunks[0].workload_key
@@ -266,7 +290,8 @@ def dry_run(
     console.print(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
     console.print(
         f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs, "
-        f"peak state {peak / 2**20:,.1f} MiB (limit {memory_limit / 2**20:,.0f} MiB)"
+        f"peak chunk state {peak / 2**20:,.1f} MiB + planner {(memory_limit - budget) / 2**20:,.0f}"
+        f" MiB (limit {memory_limit / 2**20:,.0f} MiB)"
     )
     console.print(f"JIT compile / cache load: {compile_s:.1f} s")
     console.print(
