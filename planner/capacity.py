@@ -15,6 +15,8 @@ Sources:
 
 from __future__ import annotations
 
+import math
+
 from numba import njit
 
 
@@ -74,3 +76,46 @@ def min_startup_blocks(max_model_len: int, block_size: int, count_null_block: bo
     not (``cdiv(mml, bs)``), which leaves the one-block livelock gap.
     """
     return int(cdiv(max_model_len, block_size)) + (1 if count_null_block else 0)
+
+
+def vllm_starts(num_gpu_blocks: int, max_model_len: int, block_size: int, count_null: bool) -> bool:
+    """Whether vLLM's start-up check accepts the pool (0.33: ``count_null=True``)."""
+    return num_gpu_blocks >= min_startup_blocks(max_model_len, block_size, count_null)
+
+
+def livelock_gap(
+    num_gpu_blocks: int, block_size: int, max_model_len: int, null_block: bool = True
+) -> tuple[int, int] | None:
+    """Request sizes (final prompt + output tokens, capped at max_model_len) that
+    are admitted but can never finish, as an inclusive range, or None.
+
+    A request that ends with T tokens computes KV for T - 1 of them (the last
+    sampled token is never fed back), so it needs ``cdiv(T - 1, bs)`` blocks.
+    With U = max_servable_tokens, sizes U + 2 .. max_model_len stall for ever
+    once they hold U + 1 tokens (scenario S3: N = 64, bs 16 -> 1010..1024).
+    Prompts alone above U are refused by the whole-sequence gate at the head of
+    ``waiting`` and block it: they are inside this range too.
+    """
+    lo = max_servable_tokens(num_gpu_blocks, block_size, null_block) + 2
+    return (lo, max_model_len) if lo <= max_model_len else None
+
+
+def max_concurrency(num_gpu_blocks: int, block_size: int, tokens: int, vllm_style: bool) -> float:
+    """Requests of ``tokens`` tokens that fit the pool at once.
+
+    ``vllm_style``: as vLLM's "Maximum concurrency for T tokens per request" log
+    line, ``N / cdiv(T, bs)`` (it counts the null block); else the true
+    ``(N - 1) / cdiv(T, bs)``.
+    """
+    blocks = num_gpu_blocks if vllm_style else usable_blocks(num_gpu_blocks, True)
+    return blocks / cdiv(tokens, block_size)
+
+
+def analytic_safe_max_num_seqs(
+    num_gpu_blocks: int, block_size: int, request_tokens: float, null_block: bool = True
+) -> int:
+    """``floor((N - 1) / cdiv(L, bs))``: how many requests of L tokens (e.g. the
+    mean prompt + mean output) fit the usable pool together, so that requests
+    admitted together can all grow to full length without preemption."""
+    per_request = max(1, math.ceil(request_tokens / block_size))
+    return usable_blocks(num_gpu_blocks, null_block) // per_request

@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from planner.capacity import analytic_safe_max_num_seqs
+from planner.cli_capacity import register as register_capacity_commands
 from planner.config import SchedulerConfig
 from planner.latency import Latency
 from planner.traces import TraceOptions, read_trace
@@ -275,6 +277,15 @@ def run(
             label="--output-tokens",
         )
         wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
+    mean_len = float(wl.prompt_tokens.mean() + wl.output_tokens.mean())
+    safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
+    warning = (
+        f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "
+        f"this workload (mean request {mean_len:,.0f} tokens on {blocks:,} blocks): "
+        "requests admitted together cannot all grow to full length without preemption"
+        if max_num_seqs > safe
+        else ""
+    )
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
     wall = time.perf_counter() - t0
@@ -286,6 +297,8 @@ def run(
     if trace is not None:
         _write_trace(trace, cfg, wl, lat, int(row.steps))
         print(f"plan: wrote {int(row.steps)} steps to {trace}", file=sys.stderr)
+    if warning:
+        print(warning, file=sys.stderr)
     if as_json:
         out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         print(json.dumps(out, default=_json_default))
@@ -378,12 +391,21 @@ def sweep(
     dest = out if out is not None else driver.default_out(sw)
     t0 = time.perf_counter()
     try:
-        df = driver.run_sweep(sw, dest, chunk_size, limit, workers, resume, overwrite, console)
+        df, ran = driver.run_sweep(sw, dest, chunk_size, limit, workers, resume, overwrite, console)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; finished chunks are in {dest}; rerun with --resume to continue"
         ) from None
     wall = time.perf_counter() - t0
+    if not ran:
+        console.print(f"{dest / 'data.parquet'} is already complete ({len(df):,} configs)")
+        return
+    over = int((df.max_num_seqs > df.kv_safe_max_num_seqs).sum())
+    if over:
+        console.print(
+            f"plan: warning: {over:,} of {len(df):,} configs set max_num_seqs above the "
+            "analytic KV-safe limit (column kv_safe_max_num_seqs)"
+        )
     counts = df["outcome"].value_counts().to_dict()
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     console.print(
@@ -412,11 +434,18 @@ def bench(
     run_bench(grid, reference)
 
 
+register_capacity_commands(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``plan`` script: one-line errors, exit code 2 on bad input."""
     cmd = typer.main.get_command(app)
     try:
-        cmd.main(args=argv, prog_name="plan", standalone_mode=False)
+        # Not standalone: errors come back here as exceptions; typer.Exit comes
+        # back as the return value.
+        rc = cmd.main(args=argv, prog_name="plan", standalone_mode=False)
+        if isinstance(rc, int) and rc != 0:
+            sys.exit(rc)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):

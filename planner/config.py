@@ -48,6 +48,8 @@ NCOLS = 21
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = np.iinfo(np.int64).max
+MAX_INT = 2**31 - 1  # sizes and counts fit int32 arrays in the kernel
+MAX_HORIZON_S = 1e9  # ~31 years: the clock is int64 nanoseconds
 DEFAULT_MAX_STEPS = 10_000_000
 
 
@@ -88,15 +90,23 @@ class SchedulerConfig:
         )
         for name in positive:
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-                raise ValueError(f"--{_flag(name)} must be an integer >= 1, got {v!r}")
-        if self.long_prefill_token_threshold < 0:
-            raise ValueError(
-                "--long-prefill-token-threshold must be >= 0, "
-                f"got {self.long_prefill_token_threshold}"
-            )
-        if not (0.0 <= self.watermark < 1.0):
-            raise ValueError(f"--watermark must be in [0, 1), got {self.watermark}")
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= v <= MAX_INT:
+                raise ValueError(f"--{_flag(name)} must be an integer in 1..{MAX_INT}, got {v!r}")
+        thr = self.long_prefill_token_threshold
+        if (
+            isinstance(thr, bool)
+            or not isinstance(thr, int | np.integer)
+            or not 0 <= thr <= MAX_INT
+        ):
+            raise ValueError(f"--long-prefill-token-threshold must be an integer >= 0, got {thr!r}")
+        for name in ("scheduler_reserve_full_isl", "null_block"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(
+                    f"--{_flag(name)} must be true or false, got {getattr(self, name)!r}"
+                )
+        wm = self.watermark
+        if isinstance(wm, bool) or not isinstance(wm, int | float) or not (0.0 <= wm < 1.0):
+            raise ValueError(f"--watermark must be a number in [0, 1), got {wm!r}")
         if self.num_gpu_blocks < 2 and self.null_block:
             raise ValueError("--num-gpu-blocks must be >= 2: block 0 is the null block")
         for name, allowed in (
@@ -107,8 +117,15 @@ class SchedulerConfig:
             v = getattr(self, name)
             if v not in allowed:
                 raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
-        if not (self.horizon_s > 0):
-            raise ValueError(f"--horizon must be > 0 seconds, got {self.horizon_s}")
+        h = self.horizon_s
+        if (
+            isinstance(h, bool)
+            or not isinstance(h, int | float)
+            or not (0 < h <= MAX_HORIZON_S or h == math.inf)
+        ):
+            raise ValueError(
+                f"--horizon must be in (0, {MAX_HORIZON_S:g}] seconds or inf, got {h!r}"
+            )
 
     @property
     def watermark_blocks(self) -> int:

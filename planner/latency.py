@@ -30,6 +30,9 @@ LINEAR_PRESETS: dict[tuple[str, str], tuple[tuple[float, ...], tuple[float, ...]
 }
 
 
+MAX_COEFF_US = 1e9  # 1,000 s: keeps every step time inside int64 nanoseconds
+
+
 @dataclass(frozen=True)
 class LinearLatency:
     """BLIS alpha/beta coefficients in microseconds (see module docstring).
@@ -47,8 +50,8 @@ class LinearLatency:
             if len(coeffs) != 3:
                 raise ValueError(f"--{name}-coeffs needs 3 values, got {len(coeffs)}")
             for x in coeffs:
-                if not (x >= 0 and x < float("inf")):
-                    raise ValueError(f"--{name}-coeffs must be finite and >= 0, got {x}")
+                if not (0 <= x <= MAX_COEFF_US):
+                    raise ValueError(f"--{name}-coeffs must be in 0..{MAX_COEFF_US:g} us, got {x}")
         if self.beta[0] + self.beta[2] <= 0 or self.beta[0] + self.beta[1] <= 0:
             raise ValueError("--beta-coeffs: a step must take time (beta0 + beta1/beta2 > 0)")
 
@@ -108,7 +111,7 @@ class RooflineLatency:
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
         if self.tp < 1:
             raise ValueError(f"--tensor-parallel-size must be >= 1, got {self.tp}")
-        if not (0 <= self.overhead_us < float("inf")):
+        if not (0 <= self.overhead_us <= MAX_COEFF_US):
             raise ValueError(f"--step-overhead-us must be >= 0, got {self.overhead_us}")
         LinearLatency(self.alpha, (1.0, 0.0, 0.0))  # validates alpha
 

@@ -80,27 +80,53 @@ def outcome(
     return cls
 
 
+def _per_request(res: SimResult) -> dict[str, np.ndarray]:
+    """(C, R) arrays: completed mask, TTFT, TPOT, E2E in seconds (NaN = absent)."""
+    st, cfg = res.state, res.cfg
+    horizon = cfg[:, K.HORIZON_NS][:, None]
+    a2_s = cfg[:, K.A2][:, None] / 1e9
+    arr = res.arrival_ns[None, :]
+    done = (st.finish_ns >= 0) & (st.finish_ns <= horizon)
+    first = (st.first_ns >= 0) & (st.first_ns <= horizon)
+    multi = done & (st.nout >= 2)
+    return {
+        "done": done,
+        "ttft": np.where(first, (st.first_ns - arr) / 1e9 + a2_s, np.nan),
+        "e2e": np.where(done, (st.finish_ns - arr) / 1e9 + a2_s * st.nout, np.nan),
+        "tpot": np.where(
+            multi, (st.finish_ns - st.first_ns) / 1e9 / np.maximum(st.nout - 1, 1) + a2_s, np.nan
+        ),
+    }
+
+
+def span_s(res: SimResult) -> np.ndarray:
+    """Seconds the throughputs divide by: the horizon, or the simulated span."""
+    horizon = res.cfg[:, K.HORIZON_NS]
+    s = np.where(horizon != K.NO_HORIZON_NS, horizon, res.state.out_i[:, S.O_END_NS]) / 1e9
+    return np.where(s > 0, s, np.nan)
+
+
+def goodput_rps(res: SimResult, ttft_slo_s: float | None, tpot_slo_s: float | None) -> np.ndarray:
+    """Completed requests per second that met both SLOs (a missing SLO always
+    holds; a single-token request has no TPOT and meets it). Shape (C,)."""
+    q = _per_request(res)
+    ok = q["done"].copy()
+    if ttft_slo_s is not None:
+        ok &= q["ttft"] <= ttft_slo_s
+    if tpot_slo_s is not None:
+        ok &= np.isnan(q["tpot"]) | (q["tpot"] <= tpot_slo_s)
+    return ok.sum(axis=1) / span_s(res)
+
+
 def summarize(res: SimResult) -> pd.DataFrame:
     """One row per config: config columns, counts, throughput, latency, outcome."""
     st, cfg = res.state, res.cfg
     oi = st.out_i
-    horizon = cfg[:, K.HORIZON_NS]
-    finite = horizon != K.NO_HORIZON_NS
-    span_s = np.where(finite, horizon, oi[:, S.O_END_NS]) / 1e9
-    span_s = np.where(span_s > 0, span_s, np.nan)
-    a2_s = cfg[:, K.A2][:, None] / 1e9
-    arr = res.arrival_ns[None, :]
-
-    done = (st.finish_ns >= 0) & (st.finish_ns <= horizon[:, None])
+    q = _per_request(res)
+    done = q["done"]
+    span = span_s(res)
     completed = done.sum(axis=1)
     out_tok = np.where(done, st.nout, 0).sum(axis=1)
-    first = (st.first_ns >= 0) & (st.first_ns <= horizon[:, None])
-    ttft = np.where(first, (st.first_ns - arr) / 1e9 + a2_s, np.nan)
-    e2e = np.where(done, (st.finish_ns - arr) / 1e9 + a2_s * st.nout, np.nan)
-    multi = done & (st.nout >= 2)
-    tpot = np.where(
-        multi, (st.finish_ns - st.first_ns) / 1e9 / np.maximum(st.nout - 1, 1) + a2_s, np.nan
-    )
     fin = np.where(done, st.finish_ns, np.iinfo(np.int64).max).min(axis=1)
     usable = np.array(
         [usable_blocks(int(n), bool(b)) for n, b in zip(cfg[:, K.N], cfg[:, K.NULL], strict=True)]
@@ -122,12 +148,12 @@ def summarize(res: SimResult) -> pd.DataFrame:
         "arrived": oi[:, S.O_ARRIVED],
         "preemptions": oi[:, S.O_PREEMPTIONS],
         "preempted_requests": (st.npre > 0).sum(axis=1),
-        "throughput_rps": completed / span_s,
-        "output_tps": out_tok / span_s,
+        "throughput_rps": completed / span,
+        "output_tps": out_tok / span,
         "first_completion_s": np.where(completed > 0, fin / 1e9, np.nan),
-        **_stats("ttft_s", ttft),
-        **_stats("tpot_s", tpot),
-        **_stats("e2e_s", e2e),
+        **_stats("ttft_s", q["ttft"]),
+        **_stats("tpot_s", q["tpot"]),
+        **_stats("e2e_s", q["e2e"]),
         "peak_kv_blocks": usable - oi[:, S.O_MIN_FREE],
         "peak_kv_usage": (usable - oi[:, S.O_MIN_FREE]) / usable,
         "steps": oi[:, S.O_STEPS],

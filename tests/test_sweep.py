@@ -15,6 +15,7 @@ import pandas as pd
 import polars as pl
 import pytest
 
+from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli import main
 from planner.sweep.spec import SpecError, int_range, load_spec
 
@@ -46,7 +47,6 @@ horizon_s = 20.0
 kind = "synthetic"
 num_requests = 60
 arrival = "poisson"
-rate = 4.0
 prompt = { kind = "lognormal", mean = 400, stdev = 300, min = 10, max = 3000 }
 output = { kind = "lognormal", mean = 300, stdev = 300, min = 5, max = 3000 }
 
@@ -94,6 +94,10 @@ def test_sweep_rows_equal_plan_run(capsys, tmp_path):
     assert code == 0
     df = pd.read_parquet(out)
     assert len(df) == 30 and (df.config_id.to_numpy() == range(30)).all()
+    wl = load_spec(spec).workloads[()]
+    mean = wl.prompt_tokens.mean() + wl.output_tokens.mean()
+    expect = [analytic_safe_max_num_seqs(n, 16, mean) for n in df.num_gpu_blocks]
+    assert df.kv_safe_max_num_seqs.tolist() == expect
     for _, row in df.sample(6, random_state=1).iterrows():
         code, text, _ = run_cli(
             capsys,
@@ -200,6 +204,22 @@ BAD_SPECS = [
     ),
     (SPEC.replace("[axes]", "[axes]\nbogus_axis = [1, 2]"), "bogus_axis"),
     ("name = [", "not valid TOML"),
+    (SPEC.replace("[1500, 4000, 7463]", "{ start = 8, stop = inf, num = 4 }"), "num_gpu_blocks"),
+    (SPEC.replace("[1500, 4000, 7463]", "[9223372036854775807]"), "num_gpu_blocks"),
+    (SPEC.replace("horizon_s = 40.0", "horizon_s = 1e12"), "horizon"),
+    (SPEC.replace("max_model_len = 4096", 'null_block = "no"'), "null_block"),
+    (SPEC.replace("max_model_len = 4096", 'watermark = "high"'), "watermark"),
+    (SPEC.replace('name = "t"', 'name = ".."'), "name"),
+    (SYNTH.replace("seed = [1, 2]", "seed = [1.5]"), "seed"),
+    (SYNTH.replace('arrival = "poisson"', 'arrival = "poisson"\nrate = 3.0'), "workload.rate"),
+    (SPEC.replace("[1500, 4000, 7463]", "{ start = 10, stop = 10, num = 3 }"), "distinct"),
+    (
+        SPEC.replace(
+            'preemption_mode = ["recompute", "restart"]',
+            "watermark = { start = 0.1, stop = 0.1, num = 3 }",
+        ),
+        "repeated",
+    ),
 ]
 
 
@@ -236,3 +256,23 @@ def test_dry_run_prints_plan_and_writes_nothing(capsys, tmp_path):
     assert code == 0
     assert "30 configs" in err and "chunks:" in err and "estimated run time" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_resume_keeps_the_original_chunk_plan(tmp_path):
+    """A resume must not re-chunk: a different plan would mismatch the chunk files."""
+    from planner.sweep import driver, store
+
+    sw = load_spec(write(tmp_path, SPEC))
+    plan = driver.plan_chunks(sw, 4, 10**9)
+    need = plan.bytes_per_config[()]
+    with pytest.raises(driver.SweepError, match="too small to resume"):
+        driver.plan_chunks(sw, None, 2 * need, fixed_sizes=plan.sizes)
+    again = driver.plan_chunks(sw, 999, 10**9, fixed_sizes=plan.sizes)
+    assert [c.config_ids.tolist() for c in again.chunks] == [
+        c.config_ids.tolist() for c in plan.chunks
+    ]
+    out = tmp_path / "o"
+    store.write_table(driver.run_chunk(sw, plan.chunks[1]), store.chunk_path(out, 0))
+    manifest = {"num_chunks": len(plan.chunks)}
+    with pytest.raises(driver.SweepError, match="does not match the chunk plan"):
+        driver._check_resumable(out, plan, manifest)

@@ -29,7 +29,7 @@ from rich.progress import (
 
 from planner import __version__
 from planner.api import simulate
-from planner.capacity import usable_blocks
+from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.kernel.state import bytes_per_config
 from planner.sweep import store
 from planner.sweep.spec import Sweep
@@ -56,6 +56,7 @@ class ChunkPlan:
     chunks: list[Chunk]
     chunk_size: int
     bytes_per_config: dict[tuple, int]
+    sizes: dict[tuple, int]  # configs per chunk, per workload key
 
     @property
     def num_configs(self) -> int:
@@ -101,29 +102,43 @@ def chunk_budget(memory_limit: int) -> int:
     return memory_limit - base
 
 
-def plan_chunks(sweep: Sweep, chunk_size: int | None, memory_limit: int) -> ChunkPlan:
-    """Deterministic chunk plan for a per-chunk byte budget ``memory_limit``.
+def plan_chunks(
+    sweep: Sweep,
+    chunk_size: int | None,
+    memory_limit: int,
+    fixed_sizes: dict[tuple, int] | None = None,
+) -> ChunkPlan:
+    """Deterministic chunk plan for a per-chunk byte budget ``memory_limit``;
+    ``fixed_sizes`` (from a manifest) reproduces an earlier plan exactly.
 
-    Raises SweepError if one config alone is over the budget."""
+    Raises SweepError if one config alone, or a fixed chunk, is over the budget."""
     chunks: list[Chunk] = []
     per_cfg: dict[tuple, int] = {}
-    size_used = 0
+    sizes: dict[tuple, int] = {}
     for key, ids in sweep.ids_by_workload().items():
         need = config_bytes(sweep.workloads[key].num_requests)
         per_cfg[key] = need
         fit = memory_limit // need
         if fit < 1:
             raise SweepError(
-                f"--memory-limit {memory_limit:,} bytes holds no config of this workload "
-                f"({need:,} bytes each)"
+                f"--memory-limit leaves {memory_limit / 2**20:,.0f} MiB for chunks; one config "
+                f"of this workload needs {need / 2**20:,.1f} MiB"
             )
-        k = int(min(chunk_size or DEFAULT_CHUNK_SIZE, fit))
-        size_used = max(size_used, k)
+        if fixed_sizes is not None:
+            k = fixed_sizes[key]
+            if k > fit:
+                raise SweepError(
+                    f"--memory-limit is too small to resume: this sweep's chunks of {k} configs "
+                    f"need {k * need / 2**20:,.0f} MiB; raise the limit or use --overwrite"
+                )
+        else:
+            k = int(min(chunk_size or DEFAULT_CHUNK_SIZE, fit))
+        sizes[key] = k
         cost = cost_estimate(sweep, ids, key)
         ids = ids[np.lexsort((ids, cost))]
         for start in range(0, len(ids), k):
             chunks.append(Chunk(len(chunks), key, ids[start : start + k].astype(np.int64)))
-    return ChunkPlan(chunks, size_used, per_cfg)
+    return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes)
 
 
 def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
@@ -132,6 +147,11 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     wl = sweep.workloads[chunk.workload_key]
     df = simulate(configs, wl, sweep.latency).metrics()
     df.insert(0, "config_id", chunk.config_ids)
+    mean_len = float(wl.prompt_tokens.mean() + wl.output_tokens.mean())
+    df["kv_safe_max_num_seqs"] = [
+        analytic_safe_max_num_seqs(c.num_gpu_blocks, c.block_size, mean_len, c.null_block)
+        for c in configs
+    ]
     for name, value in zip(sweep.workload_axes(), chunk.workload_key, strict=True):
         df[name] = value
     if "gpu_memory_utilization" in sweep.axes:
@@ -149,6 +169,7 @@ def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
     return {
         "spec_fingerprint": sweep.fingerprint(),
         "chunk_size": plan.chunk_size,
+        "chunk_sizes": [[list(k), v] for k, v in plan.sizes.items()],
         "num_chunks": len(plan.chunks),
         "num_configs": plan.num_configs,
         "planner_version": __version__,
@@ -159,7 +180,16 @@ def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
 def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> dict | None:
     """Check the output directory before anything runs. Returns the manifest to
     resume from, or None for a fresh start."""
-    manifest = store.read_manifest(out)
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out}: exists and is not a directory")
+    try:
+        manifest = store.read_manifest(out)
+    except (ValueError, OSError) as e:
+        raise SweepError(f"{out / store.MANIFEST}: unreadable ({e.__class__.__name__})") from None
+    if manifest is not None and not {"spec_fingerprint", "chunk_sizes", "num_chunks"} <= set(
+        manifest
+    ):
+        raise SweepError(f"{out / store.MANIFEST}: not a planner manifest; use --overwrite")
     has_data = (out / store.DATA).exists() or (out / store.CHUNKS).exists()
     if resume:
         if manifest is None:
@@ -199,19 +229,22 @@ def run_sweep(
     resume: bool,
     overwrite: bool,
     console: Console,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, bool]:
     """Run every chunk not yet on disk, then write ``out/data.parquet``.
 
     Raises SweepError before any work when the output directory conflicts.
     KeyboardInterrupt leaves finished chunks on disk for ``--resume``.
+    Returns (dataset, whether anything ran).
     """
     manifest = prepare_output(out, sweep, resume, overwrite)
     if manifest is not None and manifest.get("complete"):
-        console.print(f"{out}: already complete ({manifest['num_configs']} configs)")
-        return pd.read_parquet(out / store.DATA)
+        return pd.read_parquet(out / store.DATA), False
+    fixed = None
     if manifest is not None:
-        chunk_size = manifest["chunk_size"]
-    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit))
+        fixed = {tuple(k): int(v) for k, v in manifest["chunk_sizes"]}
+    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit), fixed)
+    if manifest is not None:
+        _check_resumable(out, plan, manifest)
     if manifest is None:
         if overwrite:
             clear_output(out)
@@ -245,9 +278,23 @@ def run_sweep(
             rate = ran / max(time.perf_counter() - t0, 1e-9)
             progress.update(task, advance=len(chunk.config_ids), rate=f"{rate:,.0f}")
     df = store.consolidate(out, len(plan.chunks), sweep.metadata(__version__))
+    if len(df) != plan.num_configs or df.config_id.duplicated().any():
+        raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
     manifest["complete"] = True
     store.write_manifest(out, manifest)
-    return df
+    return df, True
+
+
+def _check_resumable(out: Path, plan: ChunkPlan, manifest: dict) -> None:
+    """Chunks on disk must be exactly the plan's chunks with those indices."""
+    if len(plan.chunks) != manifest["num_chunks"]:
+        raise SweepError(f"{out}: the chunk plan changed since this sweep started; use --overwrite")
+    for chunk in plan.chunks:
+        path = store.chunk_path(out, chunk.index)
+        if path.exists():
+            ids = pd.read_parquet(path, columns=["config_id"]).config_id.to_numpy()
+            if not np.array_equal(np.sort(ids), np.sort(chunk.config_ids)):
+                raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
 
 
 def dry_run(

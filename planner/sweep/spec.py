@@ -50,6 +50,8 @@ SCHEDULER_AXES = (
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
+BOOL_AXES = {"scheduler_reserve_full_isl", "null_block"}
+STR_AXES = {"preemption_mode", "stop_bound", "policy"}
 INT_AXES = {
     "max_num_seqs",
     "num_gpu_blocks",
@@ -121,6 +123,7 @@ class LatencySpec(_Strict):
 
 
 class RangeSpec(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     start: float
     stop: float
     num: Annotated[int, Field(ge=1, le=100_000)]
@@ -131,7 +134,9 @@ AxisValue = int | float | str | bool
 
 
 class SweepSpec(_Strict):
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    name: Annotated[
+        str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    ]
     description: str = ""
     horizon_s: Annotated[float, Field(gt=0)] = math.inf
     max_steps: Annotated[int, Field(ge=1)] = 10_000_000
@@ -150,6 +155,8 @@ def int_range(start: float, stop: float, num: int, scale: str) -> list[int]:
     under ``stop`` from the top. Raises SpecError when the span is too narrow.
     """
     lo, hi = int(round(start)), int(round(stop))
+    if num == 1:
+        return [lo]
     if hi - lo + 1 < num:
         raise SpecError(f"cannot fit {num} distinct integers in {lo}..{hi}")
     raw = np.geomspace(lo, hi, num) if scale == "log" else np.linspace(lo, hi, num)
@@ -164,6 +171,8 @@ def int_range(start: float, stop: float, num: int, scale: str) -> list[int]:
 
 def _axis_values(key: str, axis: list[AxisValue] | RangeSpec) -> list[AxisValue]:
     if isinstance(axis, RangeSpec):
+        if key in BOOL_AXES or key in STR_AXES:
+            raise SpecError(f"axes.{key}: give a list of values, not a range")
         if axis.scale == "log" and (axis.start <= 0 or axis.stop <= 0):
             raise SpecError(f"axes.{key}: a log range needs start and stop > 0")
         if axis.stop < axis.start:
@@ -175,12 +184,14 @@ def _axis_values(key: str, axis: list[AxisValue] | RangeSpec) -> list[AxisValue]
             if axis.scale == "log"
             else np.linspace(axis.start, axis.stop, axis.num)
         )
-        return [float(x) for x in raw]
-    if len(axis) == 0:
+        values: list[AxisValue] = [float(x) for x in raw]
+    else:
+        values = list(axis)
+    if len(values) == 0:
         raise SpecError(f"axes.{key}: the axis is empty")
-    if len(set(map(repr, axis))) != len(axis):
-        raise SpecError(f"axes.{key}: repeated values {axis!r}")
-    return list(axis)
+    if len(set(map(repr, values))) != len(values):
+        raise SpecError(f"axes.{key}: repeated values {values!r}")
+    return values
 
 
 class Sweep:
@@ -296,6 +307,15 @@ class Sweep:
 
     def _workload(self, axis_values: dict[str, Any]) -> Workload:
         w = self.spec.workload
+        for k, v in axis_values.items():
+            if k in w.model_fields_set:
+                raise SpecError(f"workload.{k}: also given as an axis")
+            if k == "seed" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise SpecError(f"axes.seed: expected an integer >= 0, got {v!r}")
+            if k in ("rate", "rate_scale") and (
+                isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf
+            ):
+                raise SpecError(f"axes.{k}: expected a number > 0, got {v!r}")
         try:
             if w.kind == "trace":
                 path = (self.base_dir / str(w.path)).resolve()
@@ -390,8 +410,13 @@ def load_spec(path: str | Path) -> Sweep:
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after"))
+        # With unions (an axis is a list or a range) report the branch that got furthest.
+        err = max(e.errors(), key=lambda x: len(x["loc"]))
+        loc = ".".join(
+            str(x)
+            for x in err["loc"]
+            if not str(x).startswith(("function-after", "list[", "RangeSpec"))
+        )
         bad = err.get("input")
         shown = "" if isinstance(bad, dict) else f" (got {bad!r})"
         raise SpecError(f"{path}: {loc}: {err['msg']}{shown}") from None

@@ -1,0 +1,324 @@
+"""``plan check`` and ``plan safe-limit``: capacity questions an operator asks
+before deploying. Parsing and printing only; the math is in ``capacity`` and
+``safelimit``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from planner import capacity, resolve
+from planner.config import SchedulerConfig
+from planner.traces import TraceOptions, read_trace
+
+EXIT_SAFE, EXIT_UNSAFE = 0, 1
+
+Blocks = Annotated[
+    int | None,
+    typer.Option(help="KV pool size N in blocks [default: from --model/--gpu]."),
+]
+Model = Annotated[str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b.")]
+Gpu = Annotated[str | None, typer.Option(help="GPU preset: H100, H200, A100-80GB, L40S.")]
+Util = Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")]
+Tp = Annotated[int, typer.Option(help="GPUs per replica.")]
+BlockSize = Annotated[int, typer.Option(help="Tokens per KV block.")]
+Mml = Annotated[int, typer.Option(help="max_model_len (tokens).")]
+TraceFile = Annotated[
+    Path | None,
+    typer.Option("--trace-file", "--requests-csv", help="Workload trace (Azure, CSV or JSONL)."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _pool(
+    blocks: int | None, model: str | None, gpu: str | None, util: float, bs: int, tp: int
+) -> int:
+    n, _ = resolve.num_gpu_blocks(blocks, model, gpu, util, bs, tp, default=0)
+    if n == 0:
+        raise ValueError("give --num-gpu-blocks, or --model and --gpu")
+    if n <= 1:
+        raise ValueError(f"--num-gpu-blocks must be >= 2 (block 0 is the null block), got {n}")
+    if bs < 1:
+        raise ValueError(f"--block-size must be >= 1, got {bs}")
+    return n
+
+
+def check(
+    num_gpu_blocks: Blocks = None,
+    block_size: BlockSize = 16,
+    max_model_len: Mml = 4096,
+    model: Model = None,
+    gpu: Gpu = None,
+    gpu_memory_utilization: Util = 0.9,
+    tensor_parallel_size: Tp = 1,
+    tokens_per_request: Annotated[
+        int | None, typer.Option(help="T for the concurrency figure [default: max_model_len].")
+    ] = None,
+    trace_file: TraceFile = None,
+    as_json: AsJson = False,
+) -> None:
+    """Would vLLM start on this pool, and can requests livelock in it?
+
+    Exit code 0: safe; 1: a livelock gap exists or vLLM 0.33 refuses the pool;
+    2: bad input.
+    """
+    if max_model_len < 1:
+        raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
+    n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
+    t = tokens_per_request or max_model_len
+    if t < 1:
+        raise ValueError(f"--tokens-per-request must be >= 1, got {t}")
+    need = capacity.min_startup_blocks(max_model_len, block_size)
+    starts = capacity.vllm_starts(n, max_model_len, block_size, True)
+    starts_old = capacity.vllm_starts(n, max_model_len, block_size, False)
+    servable = capacity.max_servable_tokens(n, block_size, True)
+    gap = capacity.livelock_gap(n, block_size, max_model_len)
+    out: dict = {
+        "num_gpu_blocks": n,
+        "block_size": block_size,
+        "max_model_len": max_model_len,
+        "usable_blocks": capacity.usable_blocks(n, True),
+        "max_servable_tokens": servable,
+        "vllm_0_33_starts": starts,
+        "vllm_0_33_min_blocks": need,
+        "older_vllm_starts": starts_old,
+        "older_vllm_min_blocks": need - 1,
+        "livelock_gap_tokens": list(gap) if gap else None,
+        "tokens_per_request": t,
+        "max_concurrency_vllm_log": capacity.max_concurrency(n, block_size, t, True),
+        "max_concurrency_true": capacity.max_concurrency(n, block_size, t, False),
+    }
+    if trace_file is not None:
+        wl = read_trace(trace_file, options=TraceOptions(max_model_len=max_model_len))
+        final = np.minimum(wl.prompt_tokens.astype(np.int64) + wl.output_tokens, max_model_len)
+        admitted = wl.prompt_tokens < max_model_len
+        in_gap = admitted & (final >= gap[0]) & (final <= gap[1]) if gap else admitted & False
+        out["workload"] = wl.name
+        out["workload_requests"] = wl.num_requests
+        out["workload_in_gap"] = int(in_gap.sum())
+        out["workload_in_gap_share"] = float(in_gap.mean())
+    safe = starts and gap is None
+    out["verdict"] = "safe" if safe else "unsafe"
+    if as_json:
+        print(json.dumps(out))
+    else:
+        _print_check(out, gap)
+    raise typer.Exit(EXIT_SAFE if safe else EXIT_UNSAFE)
+
+
+def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
+    c = Console()
+    n, bs, mml = o["num_gpu_blocks"], o["block_size"], o["max_model_len"]
+    c.print(
+        f"pool: {n:,} blocks x {bs} tokens; {o['usable_blocks']:,} usable (block 0 is the "
+        f"null block) = {o['max_servable_tokens']:,} servable tokens"
+    )
+    c.print(
+        f"vLLM 0.33 start-up check, N >= cdiv({mml}, {bs}) + 1 = {o['vllm_0_33_min_blocks']:,}: "
+        + ("passes" if o["vllm_0_33_starts"] else "REFUSES to start")
+    )
+    c.print(
+        f"older vLLM check, N >= cdiv({mml}, {bs}) = {o['older_vllm_min_blocks']:,}: "
+        + ("passes" if o["older_vllm_starts"] else "refuses to start")
+    )
+    if gap:
+        c.print(
+            f"livelock gap: requests of {gap[0]:,}-{gap[1]:,} tokens (prompt + output) are "
+            f"admitted and never finish: they stall holding {o['max_servable_tokens'] + 1:,} "
+            f"tokens, one past the pool (KV slots {o['max_servable_tokens'] + 1:,}-{mml:,} "
+            "do not exist)"
+        )
+    else:
+        c.print(f"livelock gap: none (every request up to max_model_len {mml:,} fits)")
+    if "workload" in o:
+        c.print(
+            f"workload {o['workload']}: {o['workload_in_gap']:,} of {o['workload_requests']:,} "
+            f"requests ({o['workload_in_gap_share']:.2%}) fall in the gap"
+        )
+    t = o["tokens_per_request"]
+    c.print(
+        f"Maximum concurrency for {t:,} tokens per request: vLLM logs "
+        f"{o['max_concurrency_vllm_log']:.2f}x (N / cdiv(T, bs)); true "
+        f"{o['max_concurrency_true']:.2f}x ((N - 1) / cdiv(T, bs))"
+    )
+    if o["verdict"] == "safe":
+        c.print("verdict: SAFE - vLLM 0.33 starts and no request can livelock")
+    elif not o["vllm_0_33_starts"]:
+        older = " older vLLM would start and livelock them." if o["older_vllm_starts"] else ""
+        c.print(f"verdict: UNSAFE - vLLM 0.33 refuses this pool;{older}")
+    else:
+        c.print("verdict: UNSAFE - requests in the gap livelock")
+
+
+def safe_limit(
+    num_gpu_blocks: Blocks = None,
+    block_size: BlockSize = 16,
+    max_model_len: Mml = 4096,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 2048,
+    model: Model = None,
+    gpu: Gpu = None,
+    gpu_memory_utilization: Util = 0.9,
+    tensor_parallel_size: Tp = 1,
+    trace_file: TraceFile = None,
+    max_requests: Annotated[int | None, typer.Option(help="Keep the first N requests.")] = None,
+    rate_scale: Annotated[float, typer.Option(help="Trace replay speed.")] = 1.0,
+    num_requests: Annotated[int, typer.Option(help="Synthetic: request count.")] = 300,
+    rate: Annotated[float, typer.Option(help="Synthetic: requests per second.")] = 10.0,
+    prompt_tokens: Annotated[str, typer.Option(help="Synthetic prompt mean,stdev,min,max.")] = (
+        "300,200,200,400"
+    ),
+    output_tokens: Annotated[str, typer.Option(help="Synthetic output mean,stdev,min,max.")] = (
+        "3500,3200,3200,3596"
+    ),
+    seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 0,
+    horizon: Annotated[float, typer.Option(help="Simulated seconds.")] = math.inf,
+    percentile: Annotated[
+        list[float] | None, typer.Option(help="Request-length percentiles (repeatable).")
+    ] = None,
+    preemption_threshold: Annotated[
+        float, typer.Option(help="Preemptions per completed request still called safe.")
+    ] = 0.0,
+    ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO, seconds.")] = None,
+    tpot_slo: Annotated[float | None, typer.Option(help="TPOT SLO, seconds.")] = None,
+    latency: Annotated[str, typer.Option(help="linear or roofline.")] = "linear",
+    as_json: AsJson = False,
+) -> None:
+    """The largest KV-safe max_num_seqs for a workload and pool: analytic,
+    simulation-verified, throughput- and goodput-optimal."""
+    from planner.safelimit import find_safe_limits, recommendation
+    from planner.workload import LengthDist, synthetic
+
+    n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
+    if max_model_len < 1:
+        raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
+    lat = resolve.latency(latency, model, gpu, tensor_parallel_size)
+    if trace_file is not None:
+        wl = read_trace(
+            trace_file, options=TraceOptions(rate_scale=rate_scale, max_requests=max_requests)
+        )
+    else:
+        p = LengthDist(
+            "gaussian", *_four(prompt_tokens, "--prompt-tokens"), label="--prompt-tokens"
+        )
+        o = LengthDist(
+            "gaussian", *_four(output_tokens, "--output-tokens"), label="--output-tokens"
+        )
+        wl = synthetic(num_requests, rate, p, o, seed=seed)
+    cfg = SchedulerConfig(
+        num_gpu_blocks=n,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        horizon_s=horizon,
+    )
+    pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
+    s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, ttft_slo, tpot_slo)
+    rec = recommendation(s)
+    if as_json:
+        print(json.dumps(_limits_json(s, wl.name, n, rec), default=float))
+        return
+    _print_limits(s, wl.name, n, block_size, rec)
+
+
+def _four(text: str, flag: str) -> tuple[float, float, int, int]:
+    try:
+        a, b, c, d = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag}: expected mean,stdev,min,max, got {text!r}") from None
+    return a, b, int(c), int(d)
+
+
+def _limits_json(s: object, name: str, n: int, rec: str) -> dict:
+    from planner.safelimit import SafeLimits
+
+    assert isinstance(s, SafeLimits)
+    return {
+        "workload": name,
+        "num_gpu_blocks": n,
+        "usable_blocks": s.usable_blocks,
+        "mean_prompt_tokens": s.mean_prompt,
+        "mean_output_tokens": s.mean_output,
+        "analytic": s.analytic,
+        "analytic_at": s.analytic_at,
+        "request_tokens_at": s.length_at,
+        "simulated": s.simulated,
+        "preemption_threshold": s.preemption_threshold,
+        "throughput_optimal": s.throughput_optimal,
+        "goodput_optimal": s.goodput_optimal,
+        "ttft_slo_s": s.ttft_slo_s,
+        "tpot_slo_s": s.tpot_slo_s,
+        "recommendation": rec,
+        "evaluated": s.table[
+            [
+                "max_num_seqs",
+                "completed",
+                "preemptions",
+                "throughput_rps",
+                "goodput_rps",
+                "ttft_s_p99",
+                "tpot_s_p99",
+                "outcome",
+            ]
+        ].to_dict("records"),  # fmt: skip
+    }
+
+
+def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
+    from planner.safelimit import SafeLimits
+
+    assert isinstance(s, SafeLimits)
+    mean_len = s.mean_prompt + s.mean_output
+    table = Table(title=f"KV-safe max_num_seqs: {name} on {n:,} blocks", show_header=True)
+    table.add_column("limit")
+    table.add_column("max_num_seqs", justify="right")
+    table.add_column("derivation")
+    table.add_row(
+        "analytic (mean)",
+        str(s.analytic),
+        f"floor({s.usable_blocks:,} / cdiv({s.mean_prompt:,.1f} + {s.mean_output:,.1f} = "
+        f"{mean_len:,.1f}, {bs}))",
+    )
+    for key, v in s.analytic_at.items():
+        table.add_row(f"analytic ({key})", str(v), f"request length {s.length_at[key]:,.0f} tokens")
+    crit = (
+        "zero preemptions"
+        if s.preemption_threshold == 0
+        else f"<= {s.preemption_threshold:g} preemptions per completed request"
+    )
+    table.add_row(
+        "simulation-verified",
+        "-" if s.simulated is None else str(s.simulated),
+        f"largest value such that it and every smaller one have {crit}",
+    )
+    b = s.row(s.throughput_optimal)
+    assert b is not None
+    table.add_row(
+        "throughput-optimal",
+        str(s.throughput_optimal),
+        f"smallest within 1% of the best completions/s ({b.throughput_rps:.3f} req/s)",
+    )
+    if s.goodput_optimal is not None:
+        g = s.row(s.goodput_optimal)
+        assert g is not None
+        table.add_row(
+            "goodput-optimal",
+            str(s.goodput_optimal),
+            f"TTFT <= {s.ttft_slo_s} s, TPOT <= {s.tpot_slo_s} s: {g.goodput_rps:.3f} req/s",
+        )
+    c = Console()
+    c.print(table)
+    c.print(f"recommendation: {rec}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``check`` and ``safe-limit`` to the ``plan`` app."""
+    app.command("check")(check)
+    app.command("safe-limit")(safe_limit)

@@ -1,0 +1,208 @@
+"""``plan safe-limit``: the largest KV-safe max_num_seqs, three ways.
+
+1. Analytic (``capacity.analytic_safe_max_num_seqs``): ``floor((N-1) /
+   cdiv(L, bs))`` with L the mean prompt + mean output, and L at percentiles
+   of prompt + output.
+2. Simulation-verified: the largest max_num_seqs such that it and every
+   smaller value keep the preemption rate (preemptions per completed request)
+   at or below a threshold, 0 by default. Found with the batch kernel: a
+   log-spaced pass over 1..upper, then every integer between the last passing
+   and the first failing value.
+3. Throughput- and goodput-optimal: the smallest max_num_seqs within 1%
+   (``KNEE_TOLERANCE``) of the best completions per second, and of the best
+   completions per second that meet the TTFT and TPOT SLOs (goodput). Both are
+   refined over every integer below the coarse knee.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from planner.api import simulate
+from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
+from planner.config import SchedulerConfig
+from planner.latency import Latency
+from planner.metrics import goodput_rps
+from planner.workload import Workload
+
+COARSE_POINTS = 40
+# Past its knee the throughput curve is flat within noise (S1-exact: 262-266
+# completions from max_num_seqs 60 to 300), so "optimal" is the smallest
+# max_num_seqs within 1% of the best: more buys preemptions, not throughput.
+KNEE_TOLERANCE = 0.01
+
+
+@dataclass
+class SafeLimits:
+    """Results; ``table`` has one row per evaluated max_num_seqs (sorted)."""
+
+    mean_prompt: float
+    mean_output: float
+    analytic: int
+    analytic_at: dict[str, int]  # "p50" ... "max" -> limit at that request length
+    length_at: dict[str, float]
+    usable_blocks: int
+    preemption_threshold: float
+    simulated: int | None  # None: even max_num_seqs 1 preempts above the threshold
+    throughput_optimal: int
+    goodput_optimal: int | None
+    ttft_slo_s: float | None
+    tpot_slo_s: float | None
+    table: pd.DataFrame
+
+    def row(self, seqs: int | None) -> pd.Series | None:
+        if seqs is None:
+            return None
+        return self.table.loc[self.table.max_num_seqs == seqs].iloc[0]
+
+
+def analytic_limits(
+    wl: Workload, cfg: SchedulerConfig, percentiles: tuple[float, ...]
+) -> tuple[int, dict[str, int], dict[str, float]]:
+    """Analytic limit at the mean and at each percentile of prompt + output."""
+    mean_len = float(wl.prompt_tokens.mean() + wl.output_tokens.mean())
+    total = wl.prompt_tokens.astype(np.int64) + wl.output_tokens
+    at, lengths = {}, {}
+    for p in percentiles:
+        key = "max" if p == 100 else f"p{p:g}"
+        lengths[key] = float(np.percentile(total, p))
+        at[key] = analytic_safe_max_num_seqs(
+            cfg.num_gpu_blocks, cfg.block_size, lengths[key], cfg.null_block
+        )
+    return (
+        analytic_safe_max_num_seqs(cfg.num_gpu_blocks, cfg.block_size, mean_len, cfg.null_block),
+        at,
+        lengths,
+    )
+
+
+def _evaluate(
+    seqs: list[int],
+    wl: Workload,
+    cfg: SchedulerConfig,
+    lat: Latency,
+    ttft_slo: float | None,
+    tpot_slo: float | None,
+) -> pd.DataFrame:
+    configs = [dataclasses.replace(cfg, max_num_seqs=int(s)) for s in seqs]
+    res = simulate(configs, wl, lat, check_invariants=False)
+    df = res.metrics()
+    df["goodput_rps"] = goodput_rps(res, ttft_slo, tpot_slo)
+    return df
+
+
+def _passes(df: pd.DataFrame, threshold: float) -> np.ndarray:
+    rate = df.preemptions / np.maximum(df.completed, 1)
+    return ((rate <= threshold) & ~df.livelocked).to_numpy()
+
+
+def _knee(df: pd.DataFrame, col: str) -> int:
+    """Index of the smallest max_num_seqs within KNEE_TOLERANCE of the column's best."""
+    v = df[col].fillna(0).to_numpy()
+    return int(np.argmax(v >= (1 - KNEE_TOLERANCE) * v.max()))
+
+
+def find_safe_limits(
+    wl: Workload,
+    cfg: SchedulerConfig,
+    lat: Latency,
+    percentiles: tuple[float, ...] = (50, 90, 99, 100),
+    preemption_threshold: float = 0.0,
+    ttft_slo_s: float | None = None,
+    tpot_slo_s: float | None = None,
+    upper: int = 1024,
+) -> SafeLimits:
+    """Compute all three limits for ``wl`` on ``cfg``'s pool (its max_num_seqs is ignored).
+
+    Raises ValueError for a percentile outside 0..100, a negative threshold or
+    a non-positive SLO.
+    """
+    for p in percentiles:
+        if not (0 <= p <= 100):
+            raise ValueError(f"--percentile must be in 0..100, got {p:g}")
+    if not (preemption_threshold >= 0):
+        raise ValueError(f"--preemption-threshold must be >= 0, got {preemption_threshold}")
+    for name, v in (("--ttft-slo", ttft_slo_s), ("--tpot-slo", tpot_slo_s)):
+        if v is not None and not (v > 0):
+            raise ValueError(f"{name} must be > 0 seconds, got {v}")
+    upper = max(1, min(upper, wl.num_requests))
+    analytic, at, lengths = analytic_limits(wl, cfg, percentiles)
+    coarse = sorted({int(round(x)) for x in np.geomspace(1, upper, COARSE_POINTS)} | {analytic})
+    coarse = [s for s in coarse if 1 <= s <= upper]
+    df = _evaluate(coarse, wl, cfg, lat, ttft_slo_s, tpot_slo_s)
+    ok = _passes(df, preemption_threshold)
+    first_bad = int(np.argmin(ok)) if not ok.all() else len(ok)
+    if 0 < first_bad < len(ok):
+        lo, hi = coarse[first_bad - 1], coarse[first_bad]
+        fine = list(range(lo + 1, hi))
+        if fine:
+            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, ttft_slo_s, tpot_slo_s)])
+    # Refine where each curve first comes within KNEE_TOLERANCE of its maximum.
+    cols = ["throughput_rps"]
+    if ttft_slo_s is not None or tpot_slo_s is not None:
+        cols.append("goodput_rps")
+    for col in cols:
+        df = df.sort_values("max_num_seqs").reset_index(drop=True)
+        j = _knee(df, col)
+        if j > 0:
+            lo, hi = int(df.max_num_seqs[j - 1]), int(df.max_num_seqs[j])
+            fine = [x for x in range(lo + 1, hi) if x not in set(df.max_num_seqs)]
+            if fine:
+                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, ttft_slo_s, tpot_slo_s)])
+    df = df.sort_values("max_num_seqs").reset_index(drop=True)
+    ok = _passes(df, preemption_threshold)
+    n_ok = int(np.argmin(ok)) if not ok.all() else len(ok)
+    simulated = int(df.max_num_seqs[n_ok - 1]) if n_ok > 0 else None
+    best = int(df.max_num_seqs[_knee(df, "throughput_rps")])
+    good = None
+    if len(cols) == 2:
+        good = int(df.max_num_seqs[_knee(df, "goodput_rps")])
+    return SafeLimits(
+        mean_prompt=float(wl.prompt_tokens.mean()),
+        mean_output=float(wl.output_tokens.mean()),
+        analytic=analytic,
+        analytic_at=at,
+        length_at=lengths,
+        usable_blocks=usable_blocks(cfg.num_gpu_blocks, cfg.null_block),
+        preemption_threshold=preemption_threshold,
+        simulated=simulated,
+        throughput_optimal=best,
+        goodput_optimal=good,
+        ttft_slo_s=ttft_slo_s,
+        tpot_slo_s=tpot_slo_s,
+        table=df,
+    )
+
+
+def recommendation(s: SafeLimits) -> str:
+    """One paragraph: the safe choice, the fastest, and what the difference costs."""
+    safe = s.simulated if s.simulated is not None else 1
+    a, b = s.row(safe), s.row(s.throughput_optimal)
+    assert a is not None and b is not None
+    text = (
+        f"Safe: max_num_seqs {safe} ({a.preemptions:.0f} preemptions, "
+        f"{a.throughput_rps:.3f} req/s, TTFT p99 {a.ttft_s_p99:.2f} s, "
+        f"TPOT p99 {a.tpot_s_p99 * 1e3:.1f} ms)."
+    )
+    if s.throughput_optimal != safe:
+        gain = (b.throughput_rps / a.throughput_rps - 1) * 100 if a.throughput_rps > 0 else np.inf
+        text += (
+            f" Fastest: max_num_seqs {s.throughput_optimal} ({b.throughput_rps:.3f} req/s, "
+            f"{gain:+.0f}%), at the cost of {b.preemptions:.0f} preemptions "
+            f"({b.preempted_requests:.0f} requests preempted), TTFT p99 {b.ttft_s_p99:.2f} s "
+            f"and TPOT p99 {b.tpot_s_p99 * 1e3:.1f} ms ({b.outcome})."
+        )
+    else:
+        text += " It is also the fastest."
+    if s.goodput_optimal is not None:
+        g = s.row(s.goodput_optimal)
+        assert g is not None
+        text += (
+            f" Within the SLOs, max_num_seqs {s.goodput_optimal} serves the most: "
+            f"{g.goodput_rps:.3f} req/s."
+        )
+    return text

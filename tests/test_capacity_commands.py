@@ -1,0 +1,156 @@
+"""``plan check`` and ``plan safe-limit`` (scenarios S1, S3, S4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import STEP_LATENCY, uniform
+from planner.api import simulate
+from planner.capacity import (
+    analytic_safe_max_num_seqs,
+    livelock_gap,
+    max_concurrency,
+    vllm_starts,
+)
+from planner.cli import main
+from planner.config import SchedulerConfig
+from planner.latency import LinearLatency
+from planner.safelimit import find_safe_limits, recommendation
+from planner.workload import s1_exact
+
+S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+        raise SystemExit(0)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_s3_pool_gap_and_startup_rules():
+    assert not vllm_starts(64, 1024, 16, count_null=True)
+    assert vllm_starts(64, 1024, 16, count_null=False)
+    assert livelock_gap(64, 16, 1024) == (1010, 1024)
+    assert vllm_starts(65, 1024, 16, True) and livelock_gap(65, 16, 1024) is None
+    assert not vllm_starts(57, 900, 16, True) and vllm_starts(58, 900, 16, True)
+
+
+@pytest.mark.parametrize("size", [1008, 1009, 1010, 1017, 1024])
+def test_gap_agrees_with_the_kernel(size):
+    """Sizes inside the gap livelock in simulation; sizes below it complete."""
+    cfg = SchedulerConfig(
+        num_gpu_blocks=64, block_size=16, max_num_batched_tokens=256, max_model_len=1024
+    )
+    m = simulate([cfg], uniform(1, 1000, size - 1000), STEP_LATENCY).metrics().iloc[0]
+    lo, hi = livelock_gap(64, 16, 1024)
+    assert (m.outcome == "livelocked") == (lo <= size <= hi)
+    assert (m.completed == 1) == (size < lo)
+
+
+def test_s4_concurrency_vllm_style_and_true():
+    assert max_concurrency(1952, 16, 20000, vllm_style=True) == pytest.approx(1.5616)
+    assert max_concurrency(1952, 16, 20000, vllm_style=False) == pytest.approx(1951 / 1250)
+    assert round(max_concurrency(1952, 16, 20000, True), 2) == 1.56
+    # The S4 report at mml 29,000: 1,478 blocks hold 23,648 tokens < 29,000.
+    assert not vllm_starts(1478, 29000, 16, True)
+
+
+def test_plan_check_exit_codes_and_text(capsys):
+    code, out, _ = run_cli(capsys, "check", "--num-gpu-blocks", "64", "--max-model-len", "1024")
+    assert code == 1
+    assert "REFUSES" in out and "1,010-1,024 tokens" in out and "1,009-1,024" in out
+    code, out, _ = run_cli(capsys, "check", "--num-gpu-blocks", "65", "--max-model-len", "1024")
+    assert code == 0 and "SAFE" in out and "gap: none" in out
+    code, out, _ = run_cli(
+        capsys, "check", "--num-gpu-blocks", "1952", "--max-model-len", "20000", "--json"
+    )
+    o = json.loads(out)
+    assert code == 0 and round(o["max_concurrency_vllm_log"], 2) == 1.56
+    assert o["max_concurrency_true"] < o["max_concurrency_vllm_log"]
+
+
+def test_plan_check_workload_share(capsys, tmp_path):
+    f = tmp_path / "w.csv"
+    f.write_text(
+        "arrival_time_s,prompt_tokens,output_tokens\n0,1000,8\n1,1000,24\n2,900,200\n3,100,10\n"
+    )
+    code, out, _ = run_cli(
+        capsys, "check", "--num-gpu-blocks", "64", "--max-model-len", "1024",
+        "--trace-file", str(f), "--json",
+    )  # fmt: skip
+    o = json.loads(out)
+    # 1000+24 and 900+200 (capped at 1024) are in the gap; 1008 and 110 are not.
+    assert code == 1 and o["workload_in_gap"] == 2 and o["workload_in_gap_share"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["check", "--num-gpu-blocks", "1", "--max-model-len", "1024"], "--num-gpu-blocks"),
+        (["check", "--num-gpu-blocks", "0"], "--num-gpu-blocks"),
+        (["check", "--num-gpu-blocks", "64", "--max-model-len", "0"], "--max-model-len"),
+        (["check", "--num-gpu-blocks", "64", "--trace-file", "/no/such.csv"], "no such file"),
+        (["safe-limit", "--num-gpu-blocks", "7463", "--percentile", "101"], "--percentile"),
+        (["safe-limit", "--num-gpu-blocks", "7463", "--percentile", "-1"], "--percentile"),
+        (["safe-limit", "--num-gpu-blocks", "1"], "--num-gpu-blocks"),
+        (["safe-limit", "--num-gpu-blocks", "64", "--trace-file", "/no/such.csv"], "no such"),
+        (["check"], "--num-gpu-blocks"),
+    ],
+)
+def test_bad_inputs_exit_2_one_line(capsys, args, needle):
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_s1_analytic_limit_from_the_means():
+    wl = s1_exact()
+    mean = float(wl.prompt_tokens.mean() + wl.output_tokens.mean())
+    assert analytic_safe_max_num_seqs(7463, 16, mean) == 7462 // int(np.ceil(mean / 16)) == 32
+
+
+@pytest.fixture(scope="module")
+def s1_limits():
+    cfg = SchedulerConfig(num_gpu_blocks=7463, max_model_len=4096, horizon_s=120.0)
+    return find_safe_limits(s1_exact(), cfg, LinearLatency(), ttft_slo_s=60.0, tpot_slo_s=0.05)
+
+
+def test_s1_exact_safe_limits(s1_limits):
+    s = s1_limits
+    assert s.analytic == 32
+    assert 32 <= s.simulated <= 63
+    zero = s.table[s.table.max_num_seqs <= s.simulated]
+    assert (zero.preemptions == 0).all()
+    above = s.table[s.table.max_num_seqs == s.simulated + 1]
+    assert len(above) == 1 and above.preemptions.iloc[0] > 0
+    assert 48 <= s.throughput_optimal <= 80
+    best = s.row(s.throughput_optimal)
+    assert best.completed >= 0.98 * s.table.completed.max()
+    assert best.completed > s.row(s.simulated).completed
+    assert s.goodput_optimal is not None
+
+
+def test_recommendation_states_the_trade_off(s1_limits):
+    text = recommendation(s1_limits)
+    assert f"Safe: max_num_seqs {s1_limits.simulated}" in text
+    assert f"Fastest: max_num_seqs {s1_limits.throughput_optimal}" in text
+    assert "preemptions" in text and "TTFT p99" in text and "TPOT p99" in text
+
+
+def test_safe_limit_json_and_run_warning(capsys):
+    code, out, _ = run_cli(
+        capsys, "safe-limit", "--num-gpu-blocks", "7463", "--trace-file", S1_CSV,
+        "--horizon", "120", "--json",
+    )  # fmt: skip
+    o = json.loads(out)
+    assert code == 0 and o["analytic"] == 32 and 32 <= o["simulated"] <= 63
+    code, _, err = run_cli(
+        capsys, "run", "--requests-csv", S1_CSV, "--horizon", "5", "--max-num-seqs", "256"
+    )
+    assert code == 0 and err.count("KV-safe limit 32") == 1
