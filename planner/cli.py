@@ -413,6 +413,47 @@ def sweep(
     )
 
 
+@app.command()
+def heatmap(
+    results: Annotated[Path, typer.Argument(help="Sweep output directory, e.g. results/quick.")],
+    x: Annotated[str, typer.Option(help="Column on the x axis.")] = "max_num_seqs",
+    y: Annotated[str, typer.Option(help="Column on the y axis.")] = "num_gpu_blocks",
+    z: Annotated[
+        str, typer.Option(help="Colour: completed, throughput, preemptions, ttft_p99, ...")
+    ] = "completed",
+    facet: Annotated[str, typer.Option(help="One panel per value ('' for none).")] = (
+        "preemption_mode"
+    ),
+    where: Annotated[
+        list[str] | None, typer.Option(help="Pin another axis: axis=value (repeatable).")
+    ] = None,
+    mark: Annotated[
+        str | None, typer.Option(help="Your current config as x,y, e.g. 256,7463.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="PNG or SVG [default: RESULTS/heatmap.png].")
+    ] = None,
+    width: Annotated[int, typer.Option(help="Pixels.")] = 1400,
+    height: Annotated[int, typer.Option(help="Pixels.")] = 700,
+) -> None:
+    """Draw a sweep's metric over two axes with its failure regions and the KV-safe curve."""
+    from planner.plots import heatmap as draw
+
+    point = None
+    if mark is not None:
+        try:
+            a, b = (float(v) for v in mark.split(","))
+        except ValueError:
+            raise InputError(f"--mark: expected x,y numbers, got {mark!r}") from None
+        point = (a, b)
+    dest = out if out is not None else results / "heatmap.png"
+    try:
+        path = draw(results, dest, x, y, z, facet or None, where or [], point, width, height)
+    except OSError as e:
+        raise InputError(f"cannot write {dest}: {e.strerror}") from None
+    print(f"plan: wrote {path}", file=sys.stderr)
+
+
 def numba_threads() -> int:
     import numba
 

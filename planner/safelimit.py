@@ -188,7 +188,12 @@ def recommendation(s: SafeLimits) -> str:
         f"{a.throughput_rps:.3f} req/s, TTFT p99 {a.ttft_s_p99:.2f} s, "
         f"TPOT p99 {a.tpot_s_p99 * 1e3:.1f} ms)."
     )
-    if s.throughput_optimal != safe:
+    if s.throughput_optimal < safe:
+        text += (
+            f" It is past the throughput knee: max_num_seqs {s.throughput_optimal} already "
+            "reaches within 1% of the best completions/s, and going higher buys nothing."
+        )
+    elif s.throughput_optimal > safe:
         gain = (b.throughput_rps / a.throughput_rps - 1) * 100 if a.throughput_rps > 0 else np.inf
         text += (
             f" Fastest: max_num_seqs {s.throughput_optimal} ({b.throughput_rps:.3f} req/s, "

@@ -1,0 +1,230 @@
+"""Heatmaps of a sweep's dataset (matplotlib): a metric over two axes, outcome
+regions hatched, the analytic KV-safe max_num_seqs as a curve.
+
+Reads the Parquet dataset ``plan sweep`` writes; draws one panel per value of
+the facet axis. Every other axis that varies must be pinned with ``where``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from matplotlib.collections import PatchCollection  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from planner.metrics import CHURNING, LIVELOCKED, STARVED, THRASHING  # noqa: E402
+from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
+
+ALIASES = {
+    "throughput": "throughput_rps",
+    "goodput": "goodput_rps",
+    "ttft_p99": "ttft_s_p99",
+    "ttft_p50": "ttft_s_p50",
+    "tpot_p99": "tpot_s_p99",
+    "e2e_p99": "e2e_s_p99",
+}
+# Outcome overlays: hatch pattern and edge colour per class (ok and churning unhatched
+# except churning's light dots, so the eye goes to the failure regions).
+OVERLAYS = (
+    (CHURNING, "..", "0.55"),
+    (THRASHING, "///", "red"),
+    (STARVED, "xx", "black"),
+    (LIVELOCKED, "OO", "magenta"),
+)
+
+
+class PlotError(ValueError):
+    """Bad heatmap request (unknown column, unpinned axis, empty selection)."""
+
+
+def load(results: str | Path) -> tuple[pd.DataFrame, dict]:
+    """The dataset and its sweep spec (from the Parquet metadata, {} if absent)."""
+    path = Path(results)
+    data = path / "data.parquet" if path.is_dir() else path
+    if not data.exists():
+        raise PlotError(f"{results}: no sweep dataset (expected {data})")
+    try:
+        df = pd.read_parquet(data)
+        meta = pq.read_schema(data).metadata or {}
+    except (OSError, ValueError) as e:
+        raise PlotError(
+            f"{data}: not a readable Parquet dataset ({e.__class__.__name__})"
+        ) from None
+    spec = {}
+    if b"planner.spec_toml" in meta:
+        spec = tomllib.loads(meta[b"planner.spec_toml"].decode())
+    return df, spec
+
+
+def column(df: pd.DataFrame, name: str, flag: str) -> str:
+    name = ALIASES.get(name, name)
+    if name not in df.columns:
+        raise PlotError(f"{flag}: no column {name!r} (try: {', '.join(_numeric(df))})")
+    return name
+
+
+def _numeric(df: pd.DataFrame) -> list[str]:
+    return [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and c != "config_id"]
+
+
+def select(df: pd.DataFrame, x: str, y: str, facet: str | None, where: list[str]) -> pd.DataFrame:
+    """Apply ``axis=value`` filters; refuse if another axis still varies."""
+    for cond in where:
+        key, sep, value = cond.partition("=")
+        if not sep or key not in df.columns:
+            raise PlotError(f"--where: expected axis=value with a known axis, got {cond!r}")
+        col = df[key]
+        target: object = value
+        if pd.api.types.is_bool_dtype(col):
+            target = value.lower() in ("1", "true", "yes")
+        elif pd.api.types.is_numeric_dtype(col):
+            try:
+                target = float(value)
+            except ValueError:
+                raise PlotError(f"--where {key}: not a number: {value!r}") from None
+        df = df[np.isclose(col, target) if isinstance(target, float) else col == target]
+        if df.empty:
+            raise PlotError(f"--where {cond}: no rows match")
+    # An axis is free when it still varies inside one (x, y, facet) cell; an axis
+    # that follows from the plotted ones (gpu_memory_utilization -> num_gpu_blocks) is not.
+    keys = [c for c in (x, y, facet) if c is not None]
+    axes = [a for a in (*SCHEDULER_AXES, *WORKLOAD_AXES, *HARDWARE_AXES) if a in df.columns]
+    cells = df.groupby(keys)
+    free = [a for a in axes if a not in keys and cells[a].nunique().max() > 1]
+    if free:
+        raise PlotError(
+            f"more axes vary than x, y and facet: pin {', '.join(free)} with --where axis=value"
+        )
+    return df
+
+
+def _edges(values: np.ndarray, log: bool) -> np.ndarray:
+    """Cell edges around sorted centre values (geometric midpoints on log axes)."""
+    v = np.log(values) if log else values.astype(float)
+    if len(v) == 1:
+        mid = np.array([v[0] - 0.5, v[0] + 0.5]) if not log else np.array([v[0] - 0.1, v[0] + 0.1])
+    else:
+        inner = (v[1:] + v[:-1]) / 2
+        mid = np.concatenate([[2 * v[0] - inner[0]], inner, [2 * v[-1] - inner[-1]]])
+    return np.exp(mid) if log else mid
+
+
+def _log_scale(values: np.ndarray) -> bool:
+    return bool(values.min() > 0 and values.max() / values.min() >= 10)
+
+
+def _title(df: pd.DataFrame, spec: dict, z: str) -> str:
+    name = spec.get("name") or (df["spec"].iloc[0] if "spec" in df else "sweep")
+    wl = spec.get("workload", {})
+    workload = Path(wl["path"]).name if wl.get("path") else wl.get("kind", "")
+    if "workload" in df.columns:
+        workload = str(df["workload"].iloc[0])
+    hw = ""
+    if "model" in df.columns and str(df["model"].iloc[0]):
+        hw = f", {df['model'].iloc[0]} on {df['gpu'].iloc[0]}"
+    elif "latency_model" in df.columns:
+        hw = f", step time {df['latency_model'].iloc[0].split(' ')[0]}"
+    return f"{name}: {z} — workload {workload}{hw}"
+
+
+def heatmap(
+    results: str | Path,
+    out: str | Path,
+    x: str = "max_num_seqs",
+    y: str = "num_gpu_blocks",
+    z: str = "completed",
+    facet: str | None = "preemption_mode",
+    where: list[str] | None = None,
+    mark: tuple[float, float] | None = None,
+    width: int = 1400,
+    height: int = 700,
+) -> Path:
+    """Draw the heatmap and save it (PNG or SVG, by the suffix of ``out``).
+
+    The figure is ``width`` x ``height`` pixels (100 dpi). Raises PlotError.
+    """
+    df, spec = load(results)
+    x, y, z = column(df, x, "--x"), column(df, y, "--y"), column(df, z, "--z")
+    if facet is not None and (facet not in df.columns or df[facet].nunique() <= 1):
+        facet = None
+    df = select(df, x, y, facet, where or [])
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise PlotError(f"--out: expected a .png or .svg file, got {str(out)!r}")
+    if not (100 <= width <= 10000 and 100 <= height <= 10000):
+        raise PlotError(f"--width/--height must be in 100..10000 pixels, got {width}x{height}")
+    panels = sorted(df[facet].unique()) if facet else [None]
+    fig, axs = plt.subplots(
+        1, len(panels), figsize=(width / 100, height / 100), dpi=100, squeeze=False,
+        layout="constrained",
+    )  # fmt: skip
+    xs, ys = np.sort(df[x].unique()), np.sort(df[y].unique())
+    xlog, ylog = _log_scale(xs), _log_scale(ys)
+    vmin, vmax = np.nanmin(df[z].to_numpy(float)), np.nanmax(df[z].to_numpy(float))
+    mesh = None
+    for ax, value in zip(axs[0], panels, strict=True):
+        part = df if value is None else df[df[facet] == value]
+        grid = part.pivot_table(index=y, columns=x, values=z, aggfunc="mean")
+        grid = grid.reindex(index=ys, columns=xs)
+        xe, ye = _edges(xs, xlog), _edges(ys, ylog)
+        mesh = ax.pcolormesh(xe, ye, grid.to_numpy(float), cmap="viridis", vmin=vmin, vmax=vmax)
+        _overlay(ax, part, x, y, xs, ys, xe, ye)
+        _safe_curve(ax, part, x, y)
+        if mark is not None:
+            ax.plot(*mark, marker="*", color="white", markeredgecolor="black", markersize=16)
+            ax.annotate("current", mark, xytext=(6, 6), textcoords="offset points", color="white")
+        ax.set_xscale("log" if xlog else "linear")
+        ax.set_yscale("log" if ylog else "linear")
+        ax.set_xlim(xe[0], xe[-1])
+        ax.set_ylim(ye[0], ye[-1])
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        if value is not None:
+            ax.set_title(f"{facet} = {value}")
+    assert mesh is not None
+    fig.colorbar(mesh, ax=axs[0].tolist(), label=z, shrink=0.9)
+    handles = [Patch(facecolor="none", edgecolor=c, hatch=h, label=n) for n, h, c in OVERLAYS]
+    handles.append(plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    fig.suptitle(_title(df, spec, z))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
+    """Hatch every cell whose outcome is a failure class."""
+    xi = {v: i for i, v in enumerate(xs)}
+    yi = {v: i for i, v in enumerate(ys)}
+    for name, hatch, color in OVERLAYS:
+        cells = part[part["outcome"] == name]
+        rects = [
+            Rectangle((xe[xi[a]], ye[yi[b]]), xe[xi[a] + 1] - xe[xi[a]], ye[yi[b] + 1] - ye[yi[b]])
+            for a, b in zip(cells[x], cells[y], strict=True)
+        ]
+        if rects:
+            ax.add_collection(
+                PatchCollection(rects, facecolor="none", edgecolor=color, hatch=hatch, lw=0)
+            )
+
+
+def _safe_curve(ax, part, x, y) -> None:  # noqa: ANN001
+    """The analytic KV-safe max_num_seqs against the pool axis, when one of the
+    plotted axes is max_num_seqs and the other changes the pool."""
+    if "kv_safe_max_num_seqs" not in part.columns or "max_num_seqs" not in (x, y):
+        return
+    other = y if x == "max_num_seqs" else x
+    curve = part.groupby(other)["kv_safe_max_num_seqs"].first().sort_index()
+    pts = (curve.to_numpy(), curve.index.to_numpy())
+    if x != "max_num_seqs":
+        pts = pts[::-1]
+    ax.plot(*pts, color="orange", lw=2.5)
