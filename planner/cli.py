@@ -277,7 +277,7 @@ def run(
             label="--output-tokens",
         )
         wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
-    mean_len = float(wl.prompt_tokens.mean() + wl.output_tokens.mean())
+    mean_len = wl.mean_request_tokens
     safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
     warning = (
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "

@@ -64,7 +64,7 @@ def analytic_limits(
     wl: Workload, cfg: SchedulerConfig, percentiles: tuple[float, ...]
 ) -> tuple[int, dict[str, int], dict[str, float]]:
     """Analytic limit at the mean and at each percentile of prompt + output."""
-    mean_len = float(wl.prompt_tokens.mean() + wl.output_tokens.mean())
+    mean_len = wl.mean_request_tokens
     total = wl.prompt_tokens.astype(np.int64) + wl.output_tokens
     at, lengths = {}, {}
     for p in percentiles:

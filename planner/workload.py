@@ -65,6 +65,11 @@ class Workload:
     def num_requests(self) -> int:
         return len(self.arrival_s)
 
+    @property
+    def mean_request_tokens(self) -> float:
+        """Mean prompt + mean output tokens: the L of the analytic KV-safe limit."""
+        return float(self.prompt_tokens.mean() + self.output_tokens.mean())
+
     def fingerprint(self) -> str:
         """sha256 (first 16 hex digits) of the three arrays."""
         h = hashlib.sha256()

@@ -35,7 +35,7 @@ INT64_MAX = np.iinfo(np.int64).max
 
 
 @njit(cache=True, inline="always")
-def _preempt(v, restart, ncomp, nout, held, status, npre):  # noqa: ANN001, ANN202
+def _preempt(v, restart, ncomp, nout, held, status, npre):
     """``Scheduler._preempt_request``: free the victim's blocks, num_computed_tokens
     = 0, count it. ``restart`` (BLIS) also discards its generated tokens.
     Returns the blocks freed."""
@@ -50,7 +50,7 @@ def _preempt(v, restart, ncomp, nout, held, status, npre):  # noqa: ANN001, ANN2
 
 
 @njit(cache=True, inline="always")
-def _precedes(a, b, priority, entry_ns):  # noqa: ANN001, ANN202
+def _precedes(a, b, priority, entry_ns):
     """``Request.__lt__`` (``vllm/v1/request.py``): (priority, arrival_time, id)."""
     if priority[a] != priority[b]:
         return priority[a] < priority[b]
@@ -60,7 +60,7 @@ def _precedes(a, b, priority, entry_ns):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):  # noqa: ANN001, ANN202
+def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):
     """Insert r into the waiting ring in priority order (``PriorityRequestQueue``);
     equal keys keep their order. Returns the new length."""
     R = wq.shape[0]
@@ -73,7 +73,7 @@ def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):  # noqa: ANN001, ANN202
+def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):
     """Whether the waiting phase would refuse request ``r`` (the head) now.
 
     Used only by the decode fast path; the rules are the waiting phase's."""
@@ -94,7 +94,7 @@ def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, b
 
 
 @njit(cache=True)
-def _drop_finished(run, n_run, status):  # noqa: ANN001, ANN202
+def _drop_finished(run, n_run, status):
     """Remove finished requests from ``running``, keeping order (``remove_all``)."""
     m = 0
     for i in range(n_run):
@@ -106,7 +106,7 @@ def _drop_finished(run, n_run, status):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):  # noqa: ANN001, ANN202
+def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):
     """New blocks the running decodes need over the next k steps."""
     total = 0
     for i in range(n_run):
@@ -118,9 +118,9 @@ def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):  # noqa: ANN001, 
 
 
 @njit(cache=True)
-def _decode_run_length(  # noqa: ANN202
-    cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist, stop_len,  # noqa: ANN001
-    free, head, next_entry, clock, steps_left,  # noqa: ANN001
+def _decode_run_length(
+    cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist, stop_len,
+    free, head, next_entry, clock, steps_left,
 ):  # fmt: skip
     """How many upcoming steps are provably identical decode-only steps.
 
@@ -215,9 +215,9 @@ def _decode_run_length(  # noqa: ANN202
 
 
 @njit(cache=True)
-def _apply_decode_run(  # noqa: ANN202
-    k, elapsed, first_dt, clock, share, bs, mml, stop_len, run, n_run, prompt,  # noqa: ANN001
-    nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns,  # noqa: ANN001
+def _apply_decode_run(
+    k, elapsed, first_dt, clock, share, bs, mml, stop_len, run, n_run, prompt,
+    nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns,
 ):  # fmt: skip
     """Advance every running request by k decode steps; finish those that stop
     at the end of step k. ``share``: waste per re-decoded token (ns).
@@ -257,32 +257,32 @@ def _apply_decode_run(  # noqa: ANN202
 
 
 @njit(cache=True)
-def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
-    cfg,  # noqa: ANN001
-    cfgf,  # noqa: ANN001
-    prompt,  # noqa: ANN001
-    max_tokens,  # noqa: ANN001
-    priority,  # noqa: ANN001
-    entry_ns,  # noqa: ANN001
-    order,  # noqa: ANN001
-    ncomp,  # noqa: ANN001
-    nout,  # noqa: ANN001
-    held,  # noqa: ANN001
-    status,  # noqa: ANN001
-    first_ns,  # noqa: ANN001
-    finish_ns,  # noqa: ANN001
-    npre,  # noqa: ANN001
-    hw,  # noqa: ANN001
-    run,  # noqa: ANN001
-    wq,  # noqa: ANN001
-    sched_tok,  # noqa: ANN001
-    slist,  # noqa: ANN001
-    out_i,  # noqa: ANN001
-    out_f,  # noqa: ANN001
-    trace,  # noqa: ANN001
-    rlog,  # noqa: ANN001
-    use_macro,  # noqa: ANN001
-    check,  # noqa: ANN001
+def simulate_one(
+    cfg,
+    cfgf,
+    prompt,
+    max_tokens,
+    priority,
+    entry_ns,
+    order,
+    ncomp,
+    nout,
+    held,
+    status,
+    first_ns,
+    finish_ns,
+    npre,
+    hw,
+    run,
+    wq,
+    sched_tok,
+    slist,
+    out_i,
+    out_f,
+    trace,
+    rlog,
+    use_macro,
+    check,
 ):
     """Simulate one configuration. Arrays are this config's rows (see ``state.State``).
 
@@ -636,33 +636,33 @@ def simulate_one(  # noqa: ANN201, PLR0912, PLR0915
 
 
 @njit(parallel=True, cache=True)
-def simulate_batch(  # noqa: ANN201
-    cfg,  # noqa: ANN001
-    cfgf,  # noqa: ANN001
-    prompt,  # noqa: ANN001
-    max_tokens,  # noqa: ANN001
-    priority,  # noqa: ANN001
-    entry_ns,  # noqa: ANN001
-    order,  # noqa: ANN001
-    ncomp,  # noqa: ANN001
-    nout,  # noqa: ANN001
-    held,  # noqa: ANN001
-    status,  # noqa: ANN001
-    first_ns,  # noqa: ANN001
-    finish_ns,  # noqa: ANN001
-    npre,  # noqa: ANN001
-    hw,  # noqa: ANN001
-    run,  # noqa: ANN001
-    wq,  # noqa: ANN001
-    sched_tok,  # noqa: ANN001
-    slist,  # noqa: ANN001
-    out_i,  # noqa: ANN001
-    out_f,  # noqa: ANN001
-    trace,  # noqa: ANN001
-    rlog,  # noqa: ANN001
-    rlog_n,  # noqa: ANN001
-    use_macro,  # noqa: ANN001
-    check,  # noqa: ANN001
+def simulate_batch(
+    cfg,
+    cfgf,
+    prompt,
+    max_tokens,
+    priority,
+    entry_ns,
+    order,
+    ncomp,
+    nout,
+    held,
+    status,
+    first_ns,
+    finish_ns,
+    npre,
+    hw,
+    run,
+    wq,
+    sched_tok,
+    slist,
+    out_i,
+    out_f,
+    trace,
+    rlog,
+    rlog_n,
+    use_macro,
+    check,
 ):
     """Run ``simulate_one`` for every row of ``cfg`` (shape (C, NCOLS)), in parallel.
 

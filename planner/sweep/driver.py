@@ -71,8 +71,7 @@ def config_bytes(num_requests: int) -> int:
 def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
     """A cost proxy per config: its likely concurrency, min(max_num_seqs, pool
     tokens / mean request tokens). Only used to order work."""
-    wl = sweep.workloads[key]
-    mean_len = float(np.mean(wl.prompt_tokens) + np.mean(wl.output_tokens))
+    mean_len = sweep.workloads[key].mean_request_tokens
     out = np.empty(len(ids))
     for j, i in enumerate(ids):
         c = sweep.configs[i]
@@ -147,7 +146,7 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     wl = sweep.workloads[chunk.workload_key]
     df = simulate(configs, wl, sweep.latency).metrics()
     df.insert(0, "config_id", chunk.config_ids)
-    mean_len = float(wl.prompt_tokens.mean() + wl.output_tokens.mean())
+    mean_len = wl.mean_request_tokens
     df["kv_safe_max_num_seqs"] = [
         analytic_safe_max_num_seqs(c.num_gpu_blocks, c.block_size, mean_len, c.null_block)
         for c in configs
