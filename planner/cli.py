@@ -122,6 +122,11 @@ SUMMARY_ROWS = (
 )
 
 
+class Executor(StrEnum):
+    local = "local"
+    dask = "dask"
+
+
 class TraceFormat(StrEnum):
     auto = "auto"
     azure = "azure"
@@ -371,6 +376,16 @@ def sweep(
     ] = False,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted sweep.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing sweep's output.")] = False,
+    executor: Annotated[
+        Executor, typer.Option(help="local (this process) or dask (one task per chunk).")
+    ] = Executor.local,
+    address: Annotated[
+        str | None,
+        typer.Option(help="Dask scheduler, e.g. tcp://host:8786 [default: LocalCluster]."),
+    ] = None,
+    dask_workers: Annotated[
+        int | None, typer.Option(help="LocalCluster worker processes [default: cores].")
+    ] = None,
 ) -> None:
     """Simulate every configuration of a spec's grid and write one Parquet dataset."""
     from planner.sweep import driver
@@ -383,6 +398,10 @@ def sweep(
         raise InputError(f"--chunk-size must be >= 1, got {chunk_size}")
     if resume and overwrite:
         raise InputError("--resume and --overwrite exclude each other")
+    if dask_workers is not None and not 1 <= dask_workers <= 256:
+        raise InputError(f"--dask-workers must be in 1..256, got {dask_workers}")
+    if executor != Executor.dask and (address is not None or dask_workers is not None):
+        raise InputError("--address and --dask-workers need --executor dask")
     sw = load_spec(spec)
     console = Console(stderr=True)
     if dry_run:
@@ -391,7 +410,10 @@ def sweep(
     dest = out if out is not None else driver.default_out(sw)
     t0 = time.perf_counter()
     try:
-        df, ran = driver.run_sweep(sw, dest, chunk_size, limit, workers, resume, overwrite, console)
+        df, ran = driver.run_sweep(
+            sw, dest, chunk_size, limit, workers, resume, overwrite, console,
+            executor.value, address, dask_workers,
+        )  # fmt: skip
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; finished chunks are in {dest}; rerun with --resume to continue"

@@ -9,6 +9,7 @@ does not depend on the chunking or on the number of threads.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from planner import __version__
 from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.kernel.state import bytes_per_config
-from planner.sweep import store
+from planner.sweep import executors, store
 from planner.sweep.spec import Sweep
 
 DEFAULT_CHUNK_SIZE = 1024
@@ -228,6 +229,9 @@ def run_sweep(
     resume: bool,
     overwrite: bool,
     console: Console,
+    executor: str = "local",
+    address: str | None = None,
+    dask_workers: int | None = None,
 ) -> tuple[pd.DataFrame, bool]:
     """Run every chunk not yet on disk, then write ``out/data.parquet``.
 
@@ -238,6 +242,26 @@ def run_sweep(
     manifest = prepare_output(out, sweep, resume, overwrite)
     if manifest is not None and manifest.get("complete"):
         return pd.read_parquet(out / store.DATA), False
+    with contextlib.ExitStack() as stack:
+        client = None
+        if executor == "dask":  # connect before anything is written
+            client = stack.enter_context(executors.dask_client(address, dask_workers, workers or 1))
+        return _run(
+            sweep, out, chunk_size, memory_limit, workers, overwrite, console, manifest, client
+        )
+
+
+def _run(
+    sweep: Sweep,
+    out: Path,
+    chunk_size: int | None,
+    memory_limit: int,
+    workers: int | None,
+    overwrite: bool,
+    console: Console,
+    manifest: dict | None,
+    client: object | None,
+) -> tuple[pd.DataFrame, bool]:
     fixed = None
     if manifest is not None:
         fixed = {tuple(k): int(v) for k, v in manifest["chunk_sizes"]}
@@ -249,7 +273,7 @@ def run_sweep(
             clear_output(out)
         manifest = _manifest(sweep, plan)
         store.write_manifest(out, manifest)
-    if workers is not None:
+    if workers is not None and client is None:
         numba.set_num_threads(workers)
     todo = [c for c in plan.chunks if not store.chunk_path(out, c.index).exists()]
     done_configs = plan.num_configs - sum(len(c.config_ids) for c in todo)
@@ -270,12 +294,17 @@ def run_sweep(
         task = progress.add_task(
             sweep.name, total=plan.num_configs, completed=done_configs, rate="-"
         )
-        for chunk in todo:
-            df = run_chunk(sweep, chunk)
-            store.write_table(df, store.chunk_path(out, chunk.index))
+
+        def done(chunk: Chunk) -> None:
+            nonlocal ran
             ran += len(chunk.config_ids)
             rate = ran / max(time.perf_counter() - t0, 1e-9)
             progress.update(task, advance=len(chunk.config_ids), rate=f"{rate:,.0f}")
+
+        if client is not None:
+            executors.run_dask(sweep, out, todo, done, client)
+        else:
+            executors.run_local(sweep, out, todo, done)
     df = store.consolidate(out, len(plan.chunks), sweep.metadata(__version__))
     if len(df) != plan.num_configs or df.config_id.duplicated().any():
         raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")

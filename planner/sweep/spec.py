@@ -390,6 +390,33 @@ def _where(key: str, sweep: Sweep) -> str:
     return f"axes.{key}" if key in sweep.axes else f"scheduler.{key}"
 
 
+def load_spec_text(text: str, base_dir: Path, label: str = "spec") -> Sweep:
+    """Validate and expand spec text; relative paths resolve against ``base_dir``.
+
+    Raises SpecError (one line, prefixed with ``label``)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{label}: not valid TOML ({e})") from None
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as e:
+        # With unions (an axis is a list or a range) report the branch that got furthest.
+        err = max(e.errors(), key=lambda x: len(x["loc"]))
+        loc = ".".join(
+            str(x)
+            for x in err["loc"]
+            if not str(x).startswith(("function-after", "list[", "RangeSpec"))
+        )
+        bad = err.get("input")
+        shown = "" if isinstance(bad, dict) else f" (got {bad!r})"
+        raise SpecError(f"{label}: {loc}: {err['msg']}{shown}") from None
+    try:
+        return Sweep(spec, text, base_dir)
+    except SpecError as e:
+        raise SpecError(f"{label}: {e}") from None
+
+
 def load_spec(path: str | Path) -> Sweep:
     """Read, validate and expand a sweep spec.
 
@@ -403,24 +430,4 @@ def load_spec(path: str | Path) -> Sweep:
         raise SpecError(f"{path}: no such spec file") from None
     except (IsADirectoryError, UnicodeDecodeError, PermissionError) as e:
         raise SpecError(f"{path}: cannot read the spec ({e.__class__.__name__})") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{path}: not valid TOML ({e})") from None
-    try:
-        spec = SweepSpec.model_validate(raw)
-    except ValidationError as e:
-        # With unions (an axis is a list or a range) report the branch that got furthest.
-        err = max(e.errors(), key=lambda x: len(x["loc"]))
-        loc = ".".join(
-            str(x)
-            for x in err["loc"]
-            if not str(x).startswith(("function-after", "list[", "RangeSpec"))
-        )
-        bad = err.get("input")
-        shown = "" if isinstance(bad, dict) else f" (got {bad!r})"
-        raise SpecError(f"{path}: {loc}: {err['msg']}{shown}") from None
-    try:
-        return Sweep(spec, text, path.parent)
-    except SpecError as e:
-        raise SpecError(f"{path}: {e}") from None
+    return load_spec_text(text, path.parent, str(path))

@@ -1,0 +1,132 @@
+"""Where chunks run: in this process (``local``) or on a Dask cluster (``dask``).
+
+Both write each chunk's Parquet file atomically into the same
+``results/NAME/_chunks/`` layout and report finished chunks through a
+callback, so progress, ``--resume`` and the final dataset do not depend on
+the executor.
+
+Dask (``distributed``): one task per chunk, retried once; a chunk that fails
+twice stops the sweep with a one-line error naming it, and the chunks already
+written stay on disk for ``--resume``. Each worker process compiles (or loads
+from Numba's cache) the kernel once, in a warm-up run before the first task,
+and keeps the parsed spec between tasks. Workers need planner installed, and
+the output directory and any trace file must be at the same paths on them
+(a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from planner.sweep import store
+from planner.sweep.spec import Sweep, load_spec_text
+
+# Fault injection for tests: a chunk index whose task raises on the workers.
+FAIL_CHUNK_ENV = "PLANNER_TEST_FAIL_CHUNK"
+
+
+class ExecutorError(ValueError):
+    """A chunk failed for good, or the cluster cannot be reached; one line."""
+
+
+def run_local(sweep: Sweep, out: Path, todo: list, done: Callable[[object], None]) -> None:
+    """Run the chunks one after the other in this process (the kernel's own
+    ``prange`` uses every core)."""
+    from planner.sweep.driver import run_chunk
+
+    for chunk in todo:
+        store.write_table(run_chunk(sweep, chunk), store.chunk_path(out, chunk.index))
+        done(chunk)
+
+
+_SPECS: dict[tuple[str, str], Sweep] = {}
+
+
+def _chunk_task(text: str, base_dir: str, out: str, chunk: object) -> int:
+    """One Dask task: simulate a chunk and write its file. Runs on a worker."""
+    from planner.sweep.driver import run_chunk
+
+    if os.environ.get(FAIL_CHUNK_ENV) == str(chunk.index):  # type: ignore[attr-defined]
+        raise RuntimeError(f"injected failure in chunk {chunk.index}")  # type: ignore[attr-defined]
+    key = (text, base_dir)
+    if key not in _SPECS:
+        _SPECS[key] = load_spec_text(text, Path(base_dir))
+    df = run_chunk(_SPECS[key], chunk)  # type: ignore[arg-type]
+    store.write_table(df, store.chunk_path(Path(out), chunk.index))  # type: ignore[attr-defined]
+    return len(df)
+
+
+def _warm_up(threads: int) -> bool:
+    """Compile or load the kernel once per worker process; pin its threads."""
+    import numba
+
+    from planner.api import simulate
+    from planner.config import SchedulerConfig
+    from planner.workload import LengthDist, synthetic
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    d = LengthDist("constant", 8)
+    simulate([SchedulerConfig(num_gpu_blocks=8, max_model_len=64)], synthetic(2, 1.0, d, d))
+    return True
+
+
+@contextlib.contextmanager
+def dask_client(address: str | None, n_workers: int | None, threads_per_worker: int = 1):  # noqa: ANN201
+    """A connected ``distributed.Client`` whose workers have the kernel loaded:
+    a new LocalCluster (worker processes, their logs silenced) when ``address``
+    is None. Raises ExecutorError when the scheduler cannot be reached."""
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    try:
+        if address is None:
+            cluster = LocalCluster(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.CRITICAL,
+            )
+            client = Client(cluster)
+        else:
+            client = Client(address, timeout="10s")
+    except OSError as e:
+        raise ExecutorError(f"--address {address}: cannot reach the Dask scheduler ({e})") from None
+    try:
+        client.run(_warm_up, threads_per_worker)
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run_dask(
+    sweep: Sweep, out: Path, todo: list, done: Callable[[object], None], client: object
+) -> None:
+    """Submit one task per chunk (retried once) and call ``done`` as each
+    finishes. Raises ExecutorError naming a chunk that failed twice."""
+    from distributed import as_completed
+
+    futures = {
+        client.submit(  # type: ignore[attr-defined]
+            _chunk_task, sweep.text, str(sweep.base_dir), str(out.resolve()), chunk,
+            retries=1, pure=False, key=f"planner-{sweep.name}-chunk-{chunk.index}",
+        ): chunk
+        for chunk in todo
+    }  # fmt: skip
+    for future in as_completed(futures):
+        chunk = futures[future]
+        if future.status != "finished":
+            err = future.exception()
+            for f in futures:
+                f.cancel()
+            raise ExecutorError(
+                f"chunk {chunk.index} failed twice ({err}); finished chunks are in {out}; "
+                "rerun with --resume"
+            )
+        done(chunk)
