@@ -171,6 +171,16 @@ def run(
         float, typer.Option(help="Simulated seconds; default: until every request ends.")
     ] = math.inf,
     max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
+    victim: Annotated[
+        str | None,
+        typer.Option(help="Mitigation: youngest, priority, least_progress or most_blocks."),
+    ] = None,
+    anti_starvation: Annotated[
+        int, typer.Option(help="Mitigation: protect a request after K preemptions (0 = off).")
+    ] = 0,
+    admission: Annotated[
+        str, typer.Option(help="Mitigation: vanilla, projected or projected_oracle.")
+    ] = "vanilla",
     model: Annotated[
         str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b (sizes the KV pool).")
     ] = None,
@@ -258,6 +268,9 @@ def run(
         stop_bound=stop_bound.value,
         null_block=null_block,
         policy=policy.value,
+        victim=victim,
+        anti_starvation=anti_starvation,
+        admission=admission,
         horizon_s=horizon,
         max_steps=max_steps,
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from planner.kernel.policies import ADMISSIONS, VICTIMS
 from planner.latency import LINEAR, ROOFLINE, Latency, LinearLatency
 
 # Named option values (the kernel sees the integers).
@@ -43,8 +44,11 @@ POLICIES = {"fcfs": 0, "priority": 1}
     A1,
     A2,
     LAT_KIND,
-) = range(21)
-NCOLS = 21
+    VICTIM,
+    ANTI_STARVATION,
+    ADMISSION,
+) = range(24)
+NCOLS = 24
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = np.iinfo(np.int64).max
@@ -76,6 +80,9 @@ class SchedulerConfig:
     stop_bound: str = "max_model_len"
     null_block: bool = True
     policy: str = "fcfs"
+    victim: str | None = None  # None: vLLM's rule for the policy (youngest / priority)
+    anti_starvation: int = 0
+    admission: str = "vanilla"
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -109,10 +116,16 @@ class SchedulerConfig:
             raise ValueError(f"--watermark must be a number in [0, 1), got {wm!r}")
         if self.num_gpu_blocks < 2 and self.null_block:
             raise ValueError("--num-gpu-blocks must be >= 2: block 0 is the null block")
+        if self.victim is not None and self.victim not in VICTIMS:
+            raise ValueError(f"--victim must be one of {sorted(VICTIMS)}, got {self.victim!r}")
+        k = self.anti_starvation
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= MAX_INT:
+            raise ValueError(f"--anti-starvation must be an integer >= 0 (0 = off), got {k!r}")
         for name, allowed in (
             ("preemption_mode", PREEMPTION_MODES),
             ("stop_bound", STOP_BOUNDS),
             ("policy", POLICIES),
+            ("admission", ADMISSIONS),
         ):
             v = getattr(self, name)
             if v not in allowed:
@@ -126,6 +139,13 @@ class SchedulerConfig:
             raise ValueError(
                 f"--horizon must be in (0, {MAX_HORIZON_S:g}] seconds or inf, got {h!r}"
             )
+
+    @property
+    def victim_rule(self) -> str:
+        """The victim rule in force: explicit, else vLLM's for the policy."""
+        if self.victim is not None:
+            return self.victim
+        return "priority" if self.policy == "priority" else "youngest"
 
     @property
     def watermark_blocks(self) -> int:
@@ -183,5 +203,8 @@ def pack_configs(
             c.max_steps,
             *lat.ns(),
             LINEAR if isinstance(lat, LinearLatency) else ROOFLINE,
+            VICTIMS[c.victim_rule],
+            c.anti_starvation,
+            ADMISSIONS[c.admission],
         )
     return out, outf

@@ -122,6 +122,7 @@ class StepRecord:
     finished: int
     admitted: int
     per_request: list[tuple[int, int]]
+    victims: list[int]  # ids preempted in this step, in order
 
 
 class Scheduler:
@@ -144,6 +145,7 @@ class Scheduler:
             STOP_BOUNDS[cfg.stop_bound],
         )
         self.lone_self_preemption: tuple[int, int] | None = None
+        self.victims: list[int] = []
         self.cycle_detected = False
 
     def _cap(self, n: int) -> int:
@@ -151,6 +153,7 @@ class Scheduler:
         return thr if 0 < thr < n else n
 
     def _preempt(self, req: Request) -> None:
+        self.victims.append(req.rid)
         self.kv.free(req)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
@@ -171,6 +174,7 @@ class Scheduler:
 
     def schedule(self) -> tuple[list[tuple[Request, int]], int, int]:
         """Returns ([(request, tokens)], preempted, admitted)."""
+        self.victims = []
         budget = self.cfg.max_num_batched_tokens
         out: list[tuple[Request, int]] = []
         preempted = 0
@@ -184,17 +188,14 @@ class Scheduler:
                 continue
             ok = True
             while not self.kv.allocate_slots(req, n, False, False):
-                if self.by_priority:
-                    victim = max(self.running, key=lambda r: (r.priority, r.entry_ns, r.rid))
-                    pos = self.running.index(victim)
-                    self.running.remove(victim)
-                    if pos < idx:  # already scheduled this step: refund its tokens
-                        budget += dict((id(r), k) for r, k in out)[id(victim)]
-                        out = [(r, k) for r, k in out if r is not victim]
-                        idx -= 1
-                        self.refunds += 1
-                else:
-                    victim = self.running.pop()
+                victim = self.choose_victim()
+                pos = self.running.index(victim)
+                self.running.remove(victim)
+                if pos < idx:  # already scheduled this step: refund its tokens
+                    budget += dict((id(r), k) for r, k in out)[id(victim)]
+                    out = [(r, k) for r, k in out if r is not victim]
+                    idx -= 1
+                    self.refunds += 1
                 self._preempt(victim)
                 preempted += 1
                 if victim is req:
@@ -216,6 +217,12 @@ class Scheduler:
                     req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running)
                 ):
                     break
+                if self.cfg.admission != "vanilla" and (
+                    sum(self.final_blocks(r) for r in self.running) + self.final_blocks(req)
+                    > self.kv.pool.num_usable
+                ):
+                    self.kv.free(req)  # the check comes after allocate_slots in the kernel too
+                    break
                 self.waiting.pop(0)
                 self.running.append(req)
                 req.status = "running"
@@ -223,6 +230,30 @@ class Scheduler:
                 budget -= n
                 admitted += 1
         return out, preempted, admitted
+
+    def choose_victim(self) -> Request:
+        """The running request to preempt (planner.kernel.policies documents the rules)."""
+        cands = self.running
+        k = self.cfg.anti_starvation
+        if k > 0 and any(r.num_preemptions < k for r in cands):
+            cands = [r for r in cands if r.num_preemptions < k]
+        rule = self.cfg.victim_rule
+        age = {id(r): i for i, r in enumerate(self.running)}  # admission order
+        if rule == "youngest":
+            return cands[-1]
+        if rule == "priority":
+            return max(cands, key=Request.sort_key)
+        if rule == "least_progress":
+            return min(cands, key=lambda r: (r.num_computed_tokens, -age[id(r)]))
+        return max(cands, key=lambda r: (len(r.blocks), age[id(r)]))
+
+    def final_blocks(self, req: Request) -> int:
+        """Blocks at completion, projected as the admission policy says."""
+        if self.cfg.admission == "projected_oracle":
+            tokens = min(req.prompt_len + req.max_tokens, self.stop_len)
+        else:
+            tokens = self.stop_len
+        return blocks_for_tokens(tokens, self.cfg.max_model_len, self.cfg.block_size)
 
     def _note_self_preemption(self, req: Request) -> None:
         """A request alone in the scheduler preempted itself twice into the same
@@ -381,6 +412,7 @@ class Engine:
                     finished,
                     admitted,
                     [(r.rid, n) for r, n in scheduled],
+                    list(sched.victims),
                 )
             )
             if (not scheduled and preempted == 0) or sched.cycle_detected:

@@ -46,6 +46,11 @@ def configs(draw):
         stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
         null_block=null_block,
         policy=draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
+        victim=draw(
+            st.sampled_from([None, None, "youngest", "priority", "least_progress", "most_blocks"])
+        ),
+        anti_starvation=draw(st.sampled_from([0, 0, 1, 3])),
+        admission=draw(st.sampled_from(["vanilla", "vanilla", "projected", "projected_oracle"])),
         horizon_s=horizon,
         max_steps=MAX_STEPS,
     )
@@ -133,6 +138,11 @@ def _random_case(rng: np.random.Generator):
             stop_bound=str(rng.choice(["max_model_len", "max_servable"])),
             null_block=bool(rng.random() < 0.8),
             policy=str(rng.choice(["fcfs", "priority"])),
+            victim=[None, "youngest", "priority", "least_progress", "most_blocks"][
+                int(rng.integers(0, 5))
+            ],
+            anti_starvation=int(rng.choice([0, 0, 2])),
+            admission=str(rng.choice(["vanilla", "vanilla", "projected_oracle", "projected"])),
             horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
             max_steps=MAX_STEPS,
         )

@@ -29,6 +29,7 @@ from numba import njit, prange
 from planner import config as K
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.kernel import state as S
+from planner.kernel.policies import VANILLA, pick_victim, projected_blocks
 from planner.latency import LINEAR, ROOFLINE, step_time_ns
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -138,6 +139,8 @@ def _decode_run_length(
     kf = INT64_MAX
     need1 = 0
     ctx0 = 0
+    proj = 0
+    admission = cfg[K.ADMISSION]
     periodic = True
     for j in range(bs + 1):
         hist[j] = 0
@@ -149,6 +152,8 @@ def _decode_run_length(
         if roofline and hw[r] > ncomp[r]:
             return 0, 0, 0  # re-decode waste is only attributed step by step
         ctx0 += ncomp[r]
+        if admission != VANILLA:
+            proj += projected_blocks(r, admission, prompt, max_tokens, stop_len, mml, bs)
         f = min(max_tokens[r] - nout[r], stop_len - ntok)
         if f < kf:
             kf = f
@@ -169,7 +174,12 @@ def _decode_run_length(
         head, prompt[head] + nout[head], n_run, free - need1, cfg[K.SEQS], cfg[K.MNBT],
         cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
     ):  # fmt: skip
-        return 0, 0, 0
+        # Projected admission can still refuse it; the projection is fixed
+        # while nothing is admitted or finishes.
+        usable = usable_blocks(cfg[K.N], cfg[K.NULL] != 0)
+        p_h = projected_blocks(head, admission, prompt, max_tokens, stop_len, mml, bs)
+        if admission == VANILLA or proj + p_h <= usable:
+            return 0, 0, 0
     if periodic:
         # Each request needs one block per bs steps: after q whole periods q*n
         # blocks are gone, and the (rem+1)-th smallest first-need step fails.
@@ -300,6 +310,9 @@ def simulate_one(
     wm_blocks = cfg[K.WM_BLOCKS]
     gate = cfg[K.GATE] != 0
     by_priority = cfg[K.POLICY] == 1
+    victim = cfg[K.VICTIM]
+    anti_k = cfg[K.ANTI_STARVATION]
+    admission = cfg[K.ADMISSION]
     restart = cfg[K.PREEMPT] == 1
     null_block = cfg[K.NULL] != 0
     horizon = cfg[K.HORIZON_NS]
@@ -435,14 +448,10 @@ def simulate_one(
                     need = 0
             scheduled = True
             while need > free:
-                # Preempt and retry. FCFS: the tail of `running`. Priority: the
-                # largest (priority, arrival); if it already ran this step, its
-                # tokens go back to the budget.
-                vi = n_run - 1
-                if by_priority:
-                    for j in range(n_run - 1):
-                        if _precedes(run[vi], run[j], priority, entry_ns):
-                            vi = j
+                # Preempt and retry. FCFS: the tail of `running`; priority: the
+                # largest (priority, arrival); other victims: policies.py. A
+                # victim that already ran this step gives its tokens back.
+                vi = pick_victim(run, n_run, victim, anti_k, npre, ncomp, held, priority, entry_ns)
                 v = run[vi]
                 if vi < i:
                     n = sched_tok[v]
@@ -500,6 +509,12 @@ def simulate_one(
 
         # Waiting phase: skipped in a step that preempted; strict head-of-line.
         if n_pre == 0:
+            proj = 0  # projected-capacity admission: blocks held at completion
+            if admission != VANILLA:
+                for j in range(n_run):
+                    proj += projected_blocks(
+                        run[j], admission, prompt, max_tokens, stop_len, mml, bs
+                    )
             while wl > 0 and budget > 0:
                 if n_run >= seqs:
                     break
@@ -516,6 +531,11 @@ def simulate_one(
                 need = blocks_for_tokens(num_new, mml, bs)
                 if need + wm > free:
                     break
+                if admission != VANILLA:
+                    p_r = projected_blocks(r, admission, prompt, max_tokens, stop_len, mml, bs)
+                    if proj + p_r > usable:
+                        break
+                    proj += p_r
                 wh = (wh + 1) % R
                 wl -= 1
                 run[n_run] = r

@@ -47,11 +47,14 @@ SCHEDULER_AXES = (
     "stop_bound",
     "null_block",
     "policy",
+    "victim",
+    "anti_starvation",
+    "admission",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
 BOOL_AXES = {"scheduler_reserve_full_isl", "null_block"}
-STR_AXES = {"preemption_mode", "stop_bound", "policy"}
+STR_AXES = {"preemption_mode", "stop_bound", "policy", "victim", "admission"}
 INT_AXES = {
     "max_num_seqs",
     "num_gpu_blocks",
@@ -60,6 +63,7 @@ INT_AXES = {
     "max_model_len",
     "long_prefill_token_threshold",
     "seed",
+    "anti_starvation",
 }
 
 

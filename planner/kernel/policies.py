@@ -1,0 +1,79 @@
+"""Mitigation policies as small jitted helpers (off by default = vLLM 0.33).
+
+- Victim choice (``victim``): ``youngest`` is vLLM's FCFS rule (the tail of
+  ``running``, the most recently admitted); ``priority`` is vLLM's priority
+  rule (largest (priority, arrival), ``Scheduler.schedule``); ``least_progress``
+  evicts the request with the fewest computed tokens, so the least work is
+  lost (progress-aware eviction, as proposed in the BLIS over-admission
+  report); ``most_blocks`` evicts the largest KV holder, freeing the most
+  memory per eviction. Ties go to the most recently admitted.
+- ``anti_starvation`` K: a request preempted K times is not chosen again while
+  an unprotected candidate exists (the report's anti-starvation boost).
+- ``admission``: ``projected`` admits a waiting request only if the blocks
+  every running request and this one would hold at completion fit the usable
+  pool, projecting each to its bound: the stop length (max_model_len, as vLLM
+  knows when a client sets no max_tokens); ``projected_oracle`` projects to the
+  true output length, which only a simulator knows. Both are the report's
+  "projected-capacity admission".
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from planner.capacity import blocks_for_tokens
+
+VICTIMS = {"youngest": 0, "priority": 1, "least_progress": 2, "most_blocks": 3}
+ADMISSIONS = {"vanilla": 0, "projected": 1, "projected_oracle": 2}
+YOUNGEST, PRIORITY, LEAST_PROGRESS, MOST_BLOCKS = 0, 1, 2, 3
+VANILLA, PROJECTED, PROJECTED_ORACLE = 0, 1, 2
+
+
+@njit(cache=True)
+def projected_blocks(r, admission, prompt, max_tokens, stop_len, mml, bs):
+    """Blocks request r would hold at completion under an admission policy."""
+    if admission == PROJECTED_ORACLE:
+        return blocks_for_tokens(min(prompt[r] + max_tokens[r], stop_len), mml, bs)
+    return blocks_for_tokens(stop_len, mml, bs)
+
+
+@njit(cache=True, inline="always")
+def _before(a, b, priority, entry_ns):
+    if priority[a] != priority[b]:
+        return priority[a] < priority[b]
+    if entry_ns[a] != entry_ns[b]:
+        return entry_ns[a] < entry_ns[b]
+    return a < b
+
+
+@njit(cache=True)
+def pick_victim(run, n_run, kind, anti_k, npre, ncomp, held, priority, entry_ns):
+    """Index in ``running`` of the request to preempt (see the module docstring)."""
+    protect = anti_k > 0
+    if protect:
+        any_open = False
+        for j in range(n_run):
+            if npre[run[j]] < anti_k:
+                any_open = True
+                break
+        protect = any_open
+    best = -1
+    for j in range(n_run - 1, -1, -1):  # youngest first: ties keep the youngest
+        r = run[j]
+        if protect and npre[r] >= anti_k:
+            continue
+        if best < 0:
+            best = j
+            if kind == YOUNGEST:
+                return j
+            continue
+        b = run[best]
+        if kind == PRIORITY:
+            if _before(b, r, priority, entry_ns):
+                best = j
+        elif kind == LEAST_PROGRESS:
+            if ncomp[r] < ncomp[b]:
+                best = j
+        elif held[r] > held[b]:
+            best = j
+    return best
