@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.capacity import analytic_safe_max_num_seqs
+from planner.cli_capacity import finite
 from planner.cli_capacity import register as register_capacity_commands
 from planner.config import SchedulerConfig
 from planner.latency import Latency
@@ -318,20 +319,20 @@ def run(
     if warning:
         print(warning, file=sys.stderr)
     if as_json:
-        out = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        print(json.dumps(out, default=_json_default))
+        out = {k: _json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
+        print(json.dumps(finite(out), default=_json_default))
         return
     source = "derived from presets" if derived else "given"
-    title = (
-        f"plan run: {wl.name}, {wl.num_requests:,} requests\n"
-        f"num_gpu_blocks {blocks:,} ({source}); step time: {lat.describe()}"
-    )
-    table = Table(title=title, show_header=False)
+    console = Console()
+    console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
+    console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
+    console.print(f"step time: {lat.describe()}", soft_wrap=True)
+    table = Table(show_header=False)
     for key, fmt in SUMMARY_ROWS:
         v = row[key]
         table.add_row(key, "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
     table.add_row("wall_s", f"{wall:.2f}")
-    Console().print(table)
+    console.print(table)
 
 
 def _json_default(v: object) -> object:

@@ -41,9 +41,9 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 def _pool(
     blocks: int | None, model: str | None, gpu: str | None, util: float, bs: int, tp: int
 ) -> int:
-    n, _ = resolve.num_gpu_blocks(blocks, model, gpu, util, bs, tp, default=0)
-    if n == 0:
+    if blocks is None and model is None and gpu is None:
         raise ValueError("give --num-gpu-blocks, or --model and --gpu")
+    n, _ = resolve.num_gpu_blocks(blocks, model, gpu, util, bs, tp, default=0)
     if n <= 1:
         raise ValueError(f"--num-gpu-blocks must be >= 2 (block 0 is the null block), got {n}")
     if bs < 1:
@@ -73,7 +73,7 @@ def check(
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
-    t = tokens_per_request or max_model_len
+    t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:
         raise ValueError(f"--tokens-per-request must be >= 1, got {t}")
     need = capacity.min_startup_blocks(max_model_len, block_size)
@@ -152,8 +152,12 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
     if o["verdict"] == "safe":
         c.print("verdict: SAFE - vLLM 0.33 starts and no request can livelock")
     elif not o["vllm_0_33_starts"]:
-        older = " older vLLM would start and livelock them." if o["older_vllm_starts"] else ""
-        c.print(f"verdict: UNSAFE - vLLM 0.33 refuses this pool;{older}")
+        older = ""
+        if o["older_vllm_starts"] and gap:
+            older = (
+                f"; older vLLM would start and livelock requests of {gap[0]:,}-{gap[1]:,} tokens"
+            )
+        c.print(f"verdict: UNSAFE - vLLM 0.33 refuses to start on this pool{older}")
     else:
         c.print("verdict: UNSAFE - requests in the gap livelock")
 
@@ -223,9 +227,20 @@ def safe_limit(
     s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, ttft_slo, tpot_slo)
     rec = recommendation(s)
     if as_json:
-        print(json.dumps(_limits_json(s, wl.name, n, rec), default=float))
+        print(json.dumps(finite(_limits_json(s, wl.name, n, rec)), default=float))
         return
     _print_limits(s, wl.name, n, block_size, rec)
+
+
+def finite(obj: object) -> object:
+    """Replace NaN and infinities with None, recursively, so JSON stays standard."""
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def _four(text: str, flag: str) -> tuple[float, float, int, int]:

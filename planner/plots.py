@@ -153,7 +153,22 @@ def heatmap(
     """
     df, spec = load(results)
     x, y, z = column(df, x, "--x"), column(df, y, "--y"), column(df, z, "--z")
-    if facet is not None and (facet not in df.columns or df[facet].nunique() <= 1):
+    axes = [a for a in (*SCHEDULER_AXES, *WORKLOAD_AXES, *HARDWARE_AXES) if a in df.columns]
+    for flag, name in (("--x", x), ("--y", y), ("--facet", facet)):
+        if name is not None and name not in axes:
+            raise PlotError(
+                f"{flag}: {name!r} is not an axis of this sweep (axes: {', '.join(axes)})"
+            )
+    if len({x, y, facet} - {None}) != len([c for c in (x, y, facet) if c is not None]):
+        raise PlotError("--x, --y and --facet must be different axes")
+    if not pd.api.types.is_numeric_dtype(df[z]):
+        raise PlotError(f"--z: {z!r} is not numeric (try: {', '.join(_numeric(df)[:12])}, ...)")
+    for flag, name in (("--x", x), ("--y", y)):
+        if not pd.api.types.is_numeric_dtype(df[name]):
+            raise PlotError(
+                f"{flag}: {name!r} is not numeric; use it as --facet or pin it with --where"
+            )
+    if facet is not None and df[facet].nunique() <= 1:
         facet = None
     df = select(df, x, y, facet, where or [])
     out = Path(out)
@@ -162,6 +177,13 @@ def heatmap(
     if not (100 <= width <= 10000 and 100 <= height <= 10000):
         raise PlotError(f"--width/--height must be in 100..10000 pixels, got {width}x{height}")
     panels = sorted(df[facet].unique()) if facet else [None]
+    if mark is not None and not (
+        df[x].min() <= mark[0] <= df[x].max() and df[y].min() <= mark[1] <= df[y].max()
+    ):
+        raise PlotError(
+            f"--mark {mark[0]:g},{mark[1]:g} lies outside the plotted range "
+            f"({x} {df[x].min():g}..{df[x].max():g}, {y} {df[y].min():g}..{df[y].max():g})"
+        )
     fig, axs = plt.subplots(
         1, len(panels), figsize=(width / 100, height / 100), dpi=100, squeeze=False,
         layout="constrained",
@@ -191,7 +213,12 @@ def heatmap(
             ax.set_title(f"{facet} = {value}")
     assert mesh is not None
     fig.colorbar(mesh, ax=axs[0].tolist(), label=z, shrink=0.9)
-    handles = [Patch(facecolor="none", edgecolor=c, hatch=h, label=n) for n, h, c in OVERLAYS]
+    present = set(df["outcome"])
+    handles = [
+        Patch(facecolor="none", edgecolor=c, hatch=h, label=n)
+        for n, h, c in OVERLAYS
+        if n in present
+    ]
     handles.append(plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs"))
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
     fig.suptitle(_title(df, spec, z))

@@ -180,7 +180,17 @@ def find_safe_limits(
 
 def recommendation(s: SafeLimits) -> str:
     """One paragraph: the safe choice, the fastest, and what the difference costs."""
-    safe = s.simulated if s.simulated is not None else 1
+    if s.table.completed.max() == 0:
+        return (
+            "No max_num_seqs completes any request on this pool within the horizon: "
+            "the pool or the horizon is too small for this workload."
+        )
+    if s.simulated is None:
+        return (
+            "Even max_num_seqs 1 preempts above the threshold: a single request does "
+            "not fit this pool; check it with plan check."
+        )
+    safe = s.simulated
     a, b = s.row(safe), s.row(s.throughput_optimal)
     assert a is not None and b is not None
     text = (
@@ -188,6 +198,10 @@ def recommendation(s: SafeLimits) -> str:
         f"{a.throughput_rps:.3f} req/s, TTFT p99 {a.ttft_s_p99:.2f} s, "
         f"TPOT p99 {a.tpot_s_p99 * 1e3:.1f} ms)."
     )
+    if (s.ttft_slo_s is not None and a.ttft_s_p99 > s.ttft_slo_s) or (
+        s.tpot_slo_s is not None and a.tpot_s_p99 > s.tpot_slo_s
+    ):
+        text += " Its p99 latency misses the SLOs you gave."
     if s.throughput_optimal < safe:
         text += (
             f" It is past the throughput knee: max_num_seqs {s.throughput_optimal} already "

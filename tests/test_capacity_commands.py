@@ -101,6 +101,8 @@ def test_plan_check_workload_share(capsys, tmp_path):
         (["safe-limit", "--num-gpu-blocks", "1"], "--num-gpu-blocks"),
         (["safe-limit", "--num-gpu-blocks", "64", "--trace-file", "/no/such.csv"], "no such"),
         (["check"], "--num-gpu-blocks"),
+        (["check", "--num-gpu-blocks", "0", "--max-model-len", "1024"], ">= 2"),
+        (["check", "--num-gpu-blocks", "64", "--tokens-per-request", "0"], "--tokens-per-request"),
     ],
 )
 def test_bad_inputs_exit_2_one_line(capsys, args, needle):
@@ -141,6 +143,17 @@ def test_recommendation_states_the_trade_off(s1_limits):
     assert f"Safe: max_num_seqs {s1_limits.simulated}" in text
     assert f"Fastest: max_num_seqs {s1_limits.throughput_optimal}" in text
     assert "preemptions" in text and "TTFT p99" in text and "TPOT p99" in text
+
+
+def test_json_is_standard_and_tiny_pools_say_so(capsys):
+    code, out, _ = run_cli(capsys, "run", "--num-requests", "3", "--json")
+    assert code == 0 and "Infinity" not in out and json.loads(out)["horizon_s"] is None
+    code, out, _ = run_cli(
+        capsys, "safe-limit", "--num-gpu-blocks", "2", "--trace-file", S1_CSV,
+        "--horizon", "20", "--json",
+    )  # fmt: skip
+    assert code == 0 and "NaN" not in out
+    assert "No max_num_seqs completes" in json.loads(out)["recommendation"]
 
 
 def test_safe_limit_json_and_run_warning(capsys):

@@ -81,6 +81,12 @@ def test_heatmap_svg_and_no_facet(capsys, results, tmp_path):
         (["--where", "watermark=0.3"], "no rows"),
         (["--where", "watermark=0", "--out", "x.gif"], "--out"),
         (["--where", "watermark=0", "--mark", "1;2"], "--mark"),
+        (["--where", "watermark=0", "--mark", "-5,1e30"], "outside the plotted range"),
+        (["--where", "watermark=0", "--facet", "nosuchcol"], "--facet"),
+        (["--where", "watermark=0", "--facet", "outcome"], "--facet"),
+        (["--where", "watermark=0", "--z", "outcome"], "not numeric"),
+        (["--where", "watermark=0", "--y", "max_num_seqs"], "different axes"),
+        (["--where", "watermark=0", "--y", "preemptions"], "not an axis"),
     ],
 )
 def test_heatmap_bad_input_one_line(capsys, results, tmp_path, args, needle):
