@@ -182,6 +182,13 @@ def run(
     admission: Annotated[
         str, typer.Option(help="Mitigation: vanilla, projected or projected_oracle.")
     ] = "vanilla",
+    adaptive_window: Annotated[
+        int, typer.Option(help="Mitigation: adaptive cap window in steps (0 = off).")
+    ] = 0,
+    adaptive_threshold: Annotated[
+        int, typer.Option(help="Adaptive cap: preemptions per window that cut the cap.")
+    ] = 0,
+    adaptive_step: Annotated[int, typer.Option(help="Adaptive cap: regain per calm window.")] = 1,
     model: Annotated[
         str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b (sizes the KV pool).")
     ] = None,
@@ -272,6 +279,9 @@ def run(
         victim=victim,
         anti_starvation=anti_starvation,
         admission=admission,
+        adaptive_window=adaptive_window,
+        adaptive_threshold=adaptive_threshold,
+        adaptive_step=adaptive_step,
         horizon_s=horizon,
         max_steps=max_steps,
     )

@@ -47,8 +47,11 @@ POLICIES = {"fcfs": 0, "priority": 1}
     VICTIM,
     ANTI_STARVATION,
     ADMISSION,
-) = range(24)
-NCOLS = 24
+    ADAPT_WINDOW,
+    ADAPT_THRESHOLD,
+    ADAPT_STEP,
+) = range(27)
+NCOLS = 27
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = np.iinfo(np.int64).max
@@ -83,6 +86,9 @@ class SchedulerConfig:
     victim: str | None = None  # None: vLLM's rule for the policy (youngest / priority)
     anti_starvation: int = 0
     admission: str = "vanilla"
+    adaptive_window: int = 0  # steps; 0 = no adaptive cap
+    adaptive_threshold: int = 0  # preemptions per window that trigger a cut
+    adaptive_step: int = 1  # max_num_seqs regained per calm window
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -121,6 +127,10 @@ class SchedulerConfig:
         k = self.anti_starvation
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= MAX_INT:
             raise ValueError(f"--anti-starvation must be an integer >= 0 (0 = off), got {k!r}")
+        for name, lo in (("adaptive_window", 0), ("adaptive_threshold", 0), ("adaptive_step", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not lo <= v <= MAX_INT:
+                raise ValueError(f"--{_flag(name)} must be an integer >= {lo}, got {v!r}")
         for name, allowed in (
             ("preemption_mode", PREEMPTION_MODES),
             ("stop_bound", STOP_BOUNDS),
@@ -206,5 +216,8 @@ def pack_configs(
             VICTIMS[c.victim_rule],
             c.anti_starvation,
             ADMISSIONS[c.admission],
+            c.adaptive_window,
+            c.adaptive_threshold,
+            c.adaptive_step,
         )
     return out, outf

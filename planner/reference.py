@@ -135,6 +135,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.waiting: list[Request] = []
         self.by_priority = cfg.policy == "priority"
+        self.cap = cfg.max_num_seqs  # effective max_num_seqs (the adaptive cap moves it)
         self.refunds = 0  # priority preemptions of a request already scheduled this step
         self.restart = PREEMPTION_MODES[cfg.preemption_mode] == 1
         self.stop_len = stop_length(
@@ -210,7 +211,7 @@ class Scheduler:
 
         admitted = 0
         if preempted == 0:
-            while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            while self.waiting and budget > 0 and len(self.running) < self.cap:
                 req = self.waiting[0]
                 n = min(self._cap(req.num_tokens), budget)
                 if not self.kv.allocate_slots(
@@ -350,6 +351,8 @@ class Engine:
         b0, b1, b2 = self.beta
         nxt = 0
         sched = self.sched
+        window_end = self.cfg.adaptive_window
+        window_start_preemptions = 0
         while True:
             nxt = self._admit_arrivals(nxt)
             if not sched.running and not sched.waiting:
@@ -362,6 +365,14 @@ class Engine:
             if len(self.steps) >= self.cfg.max_steps:
                 self.step_limit = True
                 break
+            if self.cfg.adaptive_window > 0 and len(self.steps) >= window_end:
+                in_window = self.preemptions - window_start_preemptions
+                if in_window > self.cfg.adaptive_threshold:
+                    sched.cap = max(1, len(sched.running) - 1)
+                else:
+                    sched.cap = min(self.cfg.max_num_seqs, sched.cap + self.cfg.adaptive_step)
+                window_start_preemptions = self.preemptions
+                window_end = len(self.steps) + self.cfg.adaptive_window
 
             scheduled, preempted, admitted = sched.schedule()
             prefill = decode = 0

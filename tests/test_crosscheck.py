@@ -51,6 +51,9 @@ def configs(draw):
         ),
         anti_starvation=draw(st.sampled_from([0, 0, 1, 3])),
         admission=draw(st.sampled_from(["vanilla", "vanilla", "projected", "projected_oracle"])),
+        adaptive_window=draw(st.sampled_from([0, 0, 1, 5, 40])),
+        adaptive_threshold=draw(st.sampled_from([0, 2])),
+        adaptive_step=draw(st.sampled_from([1, 3])),
         horizon_s=horizon,
         max_steps=MAX_STEPS,
     )
@@ -143,6 +146,8 @@ def _random_case(rng: np.random.Generator):
             ],
             anti_starvation=int(rng.choice([0, 0, 2])),
             admission=str(rng.choice(["vanilla", "vanilla", "projected_oracle", "projected"])),
+            adaptive_window=int(rng.choice([0, 0, 3, 25])),
+            adaptive_threshold=int(rng.choice([0, 1])),
             horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
             max_steps=MAX_STEPS,
         )

@@ -133,3 +133,24 @@ def test_policy_names_are_checked():
     for kw in (dict(victim="oldest"), dict(admission="lottery"), dict(anti_starvation=-1)):
         with pytest.raises(ValueError, match="must be"):
             SchedulerConfig(**kw)
+
+
+def test_adaptive_cap_cuts_preemptions_on_s1():
+    base = SchedulerConfig(max_num_seqs=256, **S1)
+    cap = SchedulerConfig(
+        max_num_seqs=256, adaptive_window=50, adaptive_threshold=0, adaptive_step=1, **S1
+    )
+    res = simulate([base, cap], s1_exact(), trace_steps=30000)
+    m = res.metrics()
+    assert m.preemptions[1] < 0.5 * m.preemptions[0]
+    assert m.completed[1] >= 0.95 * m.completed[0]
+    # After a window with preemptions, running never exceeds the cut until it recovers.
+    assert res.trace(1).running.max() <= res.trace(0).running.max()
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(adaptive_window=-1), dict(adaptive_threshold=-2), dict(adaptive_step=0)]
+)
+def test_adaptive_parameters_are_checked(kw):
+    with pytest.raises(ValueError, match="must be an integer"):
+        SchedulerConfig(**kw)

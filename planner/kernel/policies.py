@@ -15,6 +15,11 @@
   knows when a client sets no max_tokens); ``projected_oracle`` projects to the
   true output length, which only a simulator knows. Both are the report's
   "projected-capacity admission".
+- Adaptive cap (``adaptive_window`` W steps, ``adaptive_threshold`` T,
+  ``adaptive_step`` s): at the end of every window of W steps, if more than T
+  preemptions happened in it, the effective max_num_seqs drops to the running
+  count minus one (at least 1); otherwise it grows by s, up to max_num_seqs
+  (AIMD-style feedback, as the report's "adaptive batch cap").
 """
 
 from __future__ import annotations
@@ -77,3 +82,11 @@ def pick_victim(run, n_run, kind, anti_k, npre, ncomp, held, priority, entry_ns)
         elif held[r] > held[b]:
             best = j
     return best
+
+
+@njit(cache=True)
+def adaptive_cap_next(cap, max_cap, n_run, window_preemptions, threshold, step):
+    """The effective max_num_seqs for the next window (see the module docstring)."""
+    if window_preemptions > threshold:
+        return max(1, n_run - 1)
+    return min(max_cap, cap + step)

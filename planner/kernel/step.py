@@ -29,7 +29,7 @@ from numba import njit, prange
 from planner import config as K
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.kernel import state as S
-from planner.kernel.policies import VANILLA, pick_victim, projected_blocks
+from planner.kernel.policies import VANILLA, adaptive_cap_next, pick_victim, projected_blocks
 from planner.latency import LINEAR, ROOFLINE, step_time_ns
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -121,7 +121,7 @@ def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):
 @njit(cache=True)
 def _decode_run_length(
     cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist, stop_len,
-    free, head, next_entry, clock, steps_left,
+    free, head, next_entry, clock, seqs, steps_left,
 ):  # fmt: skip
     """How many upcoming steps are provably identical decode-only steps.
 
@@ -171,7 +171,7 @@ def _decode_run_length(
     if kmax < 2:
         return 0, 0, 0
     if head >= 0 and not _head_blocked(
-        head, prompt[head] + nout[head], n_run, free - need1, cfg[K.SEQS], cfg[K.MNBT],
+        head, prompt[head] + nout[head], n_run, free - need1, seqs, cfg[K.MNBT],
         cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
     ):  # fmt: skip
         # Projected admission can still refuse it; the projection is fixed
@@ -311,6 +311,11 @@ def simulate_one(
     gate = cfg[K.GATE] != 0
     by_priority = cfg[K.POLICY] == 1
     victim = cfg[K.VICTIM]
+    adapt_w = cfg[K.ADAPT_WINDOW]
+    adapt_thr = cfg[K.ADAPT_THRESHOLD]
+    adapt_step = cfg[K.ADAPT_STEP]
+    window_end = adapt_w if adapt_w > 0 else INT64_MAX
+    window_pre = 0
     anti_k = cfg[K.ANTI_STARVATION]
     admission = cfg[K.ADMISSION]
     restart = cfg[K.PREEMPT] == 1
@@ -382,6 +387,14 @@ def simulate_one(
         if steps >= max_steps:
             step_limit = 1
             break
+        if adapt_w > 0 and steps >= window_end:
+            # Adaptive cap (policies.py): every window, cut on too many preemptions,
+            # otherwise recover additively.
+            seqs = adaptive_cap_next(
+                seqs, cfg[K.SEQS], n_run, preemptions - window_pre, adapt_thr, adapt_step
+            )
+            window_pre = preemptions
+            window_end = steps + adapt_w
 
         # ---- Decode fast path: k identical decode-only steps in one jump. ----
         if macro and 0 < n_run <= mnbt:
@@ -390,7 +403,8 @@ def simulate_one(
             head = wq[wh] if wl > 0 else -1
             k, elapsed, first_dt = _decode_run_length(
                 cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist,
-                stop_len, free, head, next_entry, clock, max_steps - steps,
+                stop_len, free, head, next_entry, clock, seqs,
+                min(max_steps, window_end) - steps,
             )  # fmt: skip
             if k >= 2:
                 alloc, freed, n_fin, used, w = _apply_decode_run(

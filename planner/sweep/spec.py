@@ -50,6 +50,9 @@ SCHEDULER_AXES = (
     "victim",
     "anti_starvation",
     "admission",
+    "adaptive_window",
+    "adaptive_threshold",
+    "adaptive_step",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -64,6 +67,9 @@ INT_AXES = {
     "long_prefill_token_threshold",
     "seed",
     "anti_starvation",
+    "adaptive_window",
+    "adaptive_threshold",
+    "adaptive_step",
 }
 
 
