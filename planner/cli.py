@@ -59,6 +59,7 @@ class LengthKind(StrEnum):
 class PreemptionMode(StrEnum):
     recompute = "recompute"
     restart = "restart"
+    swap = "swap"
 
 
 class StopBound(StrEnum):
@@ -159,7 +160,7 @@ def run(
         bool, typer.Option(help="Whole-sequence admission gate (vLLM default on).")
     ] = True,
     preemption_mode: Annotated[
-        PreemptionMode, typer.Option(help="recompute (vLLM) or restart (BLIS).")
+        PreemptionMode, typer.Option(help="recompute (vLLM), restart (BLIS) or swap.")
     ] = PreemptionMode.recompute,
     stop_bound: Annotated[
         StopBound, typer.Option(help="max_model_len (vLLM) or max_servable (PR #52530).")
@@ -189,6 +190,16 @@ def run(
         int, typer.Option(help="Adaptive cap: preemptions per window that cut the cap.")
     ] = 0,
     adaptive_step: Annotated[int, typer.Option(help="Adaptive cap: regain per calm window.")] = 1,
+    cpu_swap_blocks: Annotated[
+        int, typer.Option(help="Swap preemption: CPU tier capacity in blocks.")
+    ] = 0,
+    swap_bandwidth_gbps: Annotated[
+        float, typer.Option(help="Swap preemption: GB/s each way.")
+    ] = 25.0,
+    kv_block_bytes: Annotated[
+        int | None,
+        typer.Option(help="Swap: bytes per KV block [default: from --model, else 2 MiB]."),
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b (sizes the KV pool).")
     ] = None,
@@ -282,6 +293,9 @@ def run(
         adaptive_window=adaptive_window,
         adaptive_threshold=adaptive_threshold,
         adaptive_step=adaptive_step,
+        cpu_swap_blocks=cpu_swap_blocks,
+        swap_bandwidth_gbps=swap_bandwidth_gbps,
+        kv_block_bytes=_block_bytes(kv_block_bytes, model, block_size, tensor_parallel_size),
         horizon_s=horizon,
         max_steps=max_steps,
     )
@@ -343,6 +357,17 @@ def run(
         table.add_row(key, "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
     table.add_row("wall_s", f"{wall:.2f}")
     console.print(table)
+
+
+def _block_bytes(explicit: int | None, model: str | None, bs: int, tp: int) -> int:
+    """Bytes of one KV block: explicit, else from the model preset, else 2 MiB."""
+    if explicit is not None:
+        return explicit
+    if model is not None:
+        from planner import hardware
+
+        return hardware.kv_page_bytes(hardware.model(model), bs, tp)
+    return 2 * 2**20
 
 
 def _json_default(v: object) -> object:

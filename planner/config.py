@@ -17,7 +17,7 @@ from planner.kernel.policies import ADMISSIONS, VICTIMS
 from planner.latency import LINEAR, ROOFLINE, Latency, LinearLatency
 
 # Named option values (the kernel sees the integers).
-PREEMPTION_MODES = {"recompute": 0, "restart": 1}
+PREEMPTION_MODES = {"recompute": 0, "restart": 1, "swap": 2}
 STOP_BOUNDS = {"max_model_len": 0, "max_servable": 1}
 POLICIES = {"fcfs": 0, "priority": 1}
 
@@ -50,8 +50,10 @@ POLICIES = {"fcfs": 0, "priority": 1}
     ADAPT_WINDOW,
     ADAPT_THRESHOLD,
     ADAPT_STEP,
-) = range(27)
-NCOLS = 27
+    SWAP_CPU_BLOCKS,
+    SWAP_NS_PER_BLOCK,
+) = range(29)
+NCOLS = 29
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = np.iinfo(np.int64).max
@@ -89,6 +91,9 @@ class SchedulerConfig:
     adaptive_window: int = 0  # steps; 0 = no adaptive cap
     adaptive_threshold: int = 0  # preemptions per window that trigger a cut
     adaptive_step: int = 1  # max_num_seqs regained per calm window
+    cpu_swap_blocks: int = 0  # swap mode: CPU tier capacity, blocks
+    swap_bandwidth_gbps: float = 25.0  # swap mode: GB/s each way (PCIe Gen4 x16 ~ 25)
+    kv_block_bytes: int = 2 * 2**20  # swap mode: bytes of one block (Llama-3.1-8B, bs 16)
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -131,6 +136,13 @@ class SchedulerConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or not lo <= v <= MAX_INT:
                 raise ValueError(f"--{_flag(name)} must be an integer >= {lo}, got {v!r}")
+        for name, lo in (("cpu_swap_blocks", 0), ("kv_block_bytes", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not lo <= v <= 2**40:
+                raise ValueError(f"--{_flag(name)} must be an integer >= {lo}, got {v!r}")
+        bw = self.swap_bandwidth_gbps
+        if isinstance(bw, bool) or not isinstance(bw, int | float) or not 0 < bw <= 1e6:
+            raise ValueError(f"--swap-bandwidth-gbps must be a number in (0, 1e6], got {bw!r}")
         for name, allowed in (
             ("preemption_mode", PREEMPTION_MODES),
             ("stop_bound", STOP_BOUNDS),
@@ -156,6 +168,11 @@ class SchedulerConfig:
         if self.victim is not None:
             return self.victim
         return "priority" if self.policy == "priority" else "youngest"
+
+    @property
+    def swap_ns_per_block(self) -> int:
+        """Transfer time of one block over the swap link: bytes / (GB/s) = ns."""
+        return int(math.ceil(self.kv_block_bytes / self.swap_bandwidth_gbps))
 
     @property
     def watermark_blocks(self) -> int:
@@ -219,5 +236,7 @@ def pack_configs(
             c.adaptive_window,
             c.adaptive_threshold,
             c.adaptive_step,
+            c.cpu_swap_blocks,
+            c.swap_ns_per_block,
         )
     return out, outf

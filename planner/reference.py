@@ -45,6 +45,7 @@ class Request:
     first_token_ns: int = -1
     finish_ns: int = -1
     status: str = "future"
+    swapped_blocks: int = 0  # blocks held on the CPU tier while swapped out
 
     @property
     def num_tokens(self) -> int:
@@ -138,6 +139,9 @@ class Scheduler:
         self.cap = cfg.max_num_seqs  # effective max_num_seqs (the adaptive cap moves it)
         self.refunds = 0  # priority preemptions of a request already scheduled this step
         self.restart = PREEMPTION_MODES[cfg.preemption_mode] == 1
+        self.swap = cfg.preemption_mode == "swap"
+        self.cpu_free = cfg.cpu_swap_blocks
+        self.swap_ns = 0  # transfer time this step
         self.stop_len = stop_length(
             cfg.max_model_len,
             cfg.num_gpu_blocks,
@@ -155,6 +159,20 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.victims.append(req.rid)
+        n = len(req.blocks)
+        if self.swap and 0 < n <= self.cpu_free:
+            # Swap preemption: the KV moves to the CPU tier, computed tokens stay.
+            req.swapped_blocks = n
+            self.cpu_free -= n
+            self.swap_ns += n * self.cfg.swap_ns_per_block
+            self.kv.free(req)
+            req.num_preemptions += 1
+            req.status = "waiting"
+            if self.by_priority:
+                self.add_waiting(req)
+            else:
+                self.waiting.insert(0, req)
+            return
         self.kv.free(req)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
@@ -176,6 +194,7 @@ class Scheduler:
     def schedule(self) -> tuple[list[tuple[Request, int]], int, int]:
         """Returns ([(request, tokens)], preempted, admitted)."""
         self.victims = []
+        self.swap_ns = 0
         budget = self.cfg.max_num_batched_tokens
         out: list[tuple[Request, int]] = []
         preempted = 0
@@ -213,7 +232,7 @@ class Scheduler:
         if preempted == 0:
             while self.waiting and budget > 0 and len(self.running) < self.cap:
                 req = self.waiting[0]
-                n = min(self._cap(req.num_tokens), budget)
+                n = min(self._cap(req.num_tokens - req.num_computed_tokens), budget)
                 if not self.kv.allocate_slots(
                     req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running)
                 ):
@@ -225,6 +244,10 @@ class Scheduler:
                     self.kv.free(req)  # the check comes after allocate_slots in the kernel too
                     break
                 self.waiting.pop(0)
+                if req.swapped_blocks:  # swap the KV back in
+                    self.cpu_free += req.swapped_blocks
+                    self.swap_ns += req.swapped_blocks * self.cfg.swap_ns_per_block
+                    req.swapped_blocks = 0
                 self.running.append(req)
                 req.status = "running"
                 out.append((req, n))
@@ -393,6 +416,7 @@ class Engine:
             dt = step_time_ns(
                 self.lat_kind, self.lat_ints, self.lat_floats, prefill, decode, attended, kv_touched
             )
+            dt += sched.swap_ns
             for (req, n), is_decode in zip(scheduled, kinds, strict=True):
                 wasted = min(req.num_computed_tokens + n, req.high_water) - req.num_computed_tokens
                 if wasted <= 0:

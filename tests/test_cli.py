@@ -33,7 +33,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         (["--horizon", "0"], "--horizon"),
         (["--horizon", "-2"], "--horizon"),
         (["--watermark", "1.5"], "--watermark"),
-        (["--preemption-mode", "swap"], "--preemption-mode"),
+        (["--preemption-mode", "drop"], "--preemption-mode"),
         (["--stop-bound", "nope"], "--stop-bound"),
         (["--policy", "lifo"], "--policy"),
         (["--bogus-flag", "1"], "--bogus-flag"),

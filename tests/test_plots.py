@@ -107,7 +107,7 @@ def test_heatmap_missing_results(capsys, tmp_path):
     [
         ("starvation_regions.ipynb", True),
         ("azure_capacity.ipynb", True),
-        ("mitigations.ipynb", False),
+        ("mitigations.ipynb", True),
     ],
 )
 def test_notebooks_execute_on_small_grids(name, draws, monkeypatch):

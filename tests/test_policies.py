@@ -154,3 +154,40 @@ def test_adaptive_cap_cuts_preemptions_on_s1():
 def test_adaptive_parameters_are_checked(kw):
     with pytest.raises(ValueError, match="must be an integer"):
         SchedulerConfig(**kw)
+
+
+def test_swap_keeps_computed_kv_and_charges_transfer_time():
+    common = dict(max_num_seqs=256, **S1)
+    rows = simulate(
+        [
+            SchedulerConfig(preemption_mode="recompute", **common),
+            SchedulerConfig(preemption_mode="swap", cpu_swap_blocks=100_000, **common),
+            SchedulerConfig(preemption_mode="swap", cpu_swap_blocks=0, **common),
+            SchedulerConfig(preemption_mode="swap", cpu_swap_blocks=100_000,
+                            swap_bandwidth_gbps=0.05, **common),
+        ],
+        s1_exact(),
+    ).metrics()  # fmt: skip
+    recompute, swap, no_room, slow = (rows.iloc[i] for i in range(4))
+    assert swap.preemptions > 0 and swap.waste_share == 0  # nothing recomputed
+    assert swap.prefill_tokens < recompute.prefill_tokens
+    # A full CPU tier falls back to recompute: identical to recompute.
+    assert (no_room.completed, no_room.preemptions, no_room.steps) == (
+        recompute.completed,
+        recompute.preemptions,
+        recompute.steps,
+    )
+    # A slow link costs time: fewer completions than a fast one.
+    assert slow.completed < swap.completed
+
+
+def test_swap_matches_reference_step_by_step():
+    cfg = SchedulerConfig(
+        num_gpu_blocks=24, block_size=8, max_num_batched_tokens=512, max_model_len=400,
+        preemption_mode="swap", cpu_swap_blocks=12, swap_bandwidth_gbps=1.0, max_steps=2000,
+    )  # fmt: skip
+    traced, fast, (eng,) = run_both([cfg], staggered(), STEP_LATENCY)
+    assert kernel_trace_rows(traced, 0) == reference_trace_rows(eng)
+    assert kernel_log(traced, 0) == reference_log(eng)
+    compare_final(fast, 0, eng)
+    assert any(s.victims for s in eng.steps)

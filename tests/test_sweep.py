@@ -192,7 +192,7 @@ BAD_SPECS = [
     (SPEC.replace("[1500, 4000, 7463]", "[1500, -4, 7463]"), "num_gpu_blocks"),
     (SPEC.replace("max_model_len = 4096", "max_model_len = -1"), "max_model_len"),
     (SPEC.replace(str(S1_CSV), "/nonexistent/trace.csv"), "no such file"),
-    (SPEC.replace('["recompute", "restart"]', '["recompute", "swap"]'), "preemption_mode"),
+    (SPEC.replace('["recompute", "restart"]', '["recompute", "drop"]'), "preemption_mode"),
     (SPEC.replace("horizon_s = 40.0", "horizon_s = -1"), "horizon_s"),
     (
         SPEC.replace(

@@ -20,6 +20,13 @@
   preemptions happened in it, the effective max_num_seqs drops to the running
   count minus one (at least 1); otherwise it grows by s, up to max_num_seqs
   (AIMD-style feedback, as the report's "adaptive batch cap").
+- Swap preemption (``preemption_mode = "swap"``, ``cpu_swap_blocks``,
+  ``swap_bandwidth_gbps``, ``kv_block_bytes``): a victim's KV moves to a CPU
+  tier of that many blocks instead of being dropped, keeping its computed
+  tokens; re-admission moves it back. Each transfer adds blocks x
+  ``kv_block_bytes`` / bandwidth to the step's time. When the tier has no
+  room, the victim is recomputed as in vLLM. (vLLM v0 had swap preemption;
+  v1 recomputes.) The kernel code is in ``step.py`` next to the preemption.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):
 
 
 @njit(cache=True)
-def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):
+def _head_blocked(r, ntok, c0, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):
     """Whether the waiting phase would refuse request ``r`` (the head) now.
 
     Used only by the decode fast path; the rules are the waiting phase's."""
@@ -83,7 +83,7 @@ def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, b
     budget = mnbt - n_run
     if budget <= 0:
         return True
-    num_new = ntok
+    num_new = ntok - c0
     if 0 < thr < num_new:
         num_new = thr
     if num_new > budget:
@@ -91,7 +91,7 @@ def _head_blocked(r, ntok, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, b
     wm = wm_blocks if n_run > 0 else 0
     if gate and blocks_for_tokens(ntok, mml, bs) + wm > free:
         return True
-    return blocks_for_tokens(num_new, mml, bs) + wm > free
+    return blocks_for_tokens(c0 + num_new, mml, bs) + wm > free
 
 
 @njit(cache=True)
@@ -171,7 +171,7 @@ def _decode_run_length(
     if kmax < 2:
         return 0, 0, 0
     if head >= 0 and not _head_blocked(
-        head, prompt[head] + nout[head], n_run, free - need1, seqs, cfg[K.MNBT],
+        head, prompt[head] + nout[head], ncomp[head], n_run, free - need1, seqs, cfg[K.MNBT],
         cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
     ):  # fmt: skip
         # Projected admission can still refuse it; the projection is fixed
@@ -319,6 +319,9 @@ def simulate_one(
     anti_k = cfg[K.ANTI_STARVATION]
     admission = cfg[K.ADMISSION]
     restart = cfg[K.PREEMPT] == 1
+    swap = cfg[K.PREEMPT] == 2
+    cpu_free = cfg[K.SWAP_CPU_BLOCKS]
+    ns_per_block = cfg[K.SWAP_NS_PER_BLOCK]
     null_block = cfg[K.NULL] != 0
     horizon = cfg[K.HORIZON_NS]
     max_steps = cfg[K.MAX_STEPS]
@@ -436,6 +439,7 @@ def simulate_one(
         n_adm = 0
         P = 0
         D = 0
+        swap_ns = 0  # KV transfer time to and from the CPU tier this step
         attended = 0  # (query, key) pairs this step, for the roofline model
         kv_touched = 0  # KV tokens read or written this step
         cycle = False
@@ -486,7 +490,16 @@ def simulate_one(
                 for j in range(vi, n_run - 1):
                     run[j] = run[j + 1]
                 n_run -= 1
-                free += _preempt(v, restart, ncomp, nout, held, status, npre)
+                if swap and 0 < held[v] <= cpu_free:
+                    # Swap preemption (policies.py): the KV moves to the CPU tier;
+                    # held[v] now counts CPU blocks and num_computed_tokens stays.
+                    free += held[v]
+                    cpu_free -= held[v]
+                    swap_ns += held[v] * ns_per_block
+                    npre[v] += 1
+                    status[v] = S.WAITING
+                else:
+                    free += _preempt(v, restart, ncomp, nout, held, status, npre)
                 if by_priority:
                     wl = _enqueue_sorted(v, wq, wh, wl, priority, entry_ns)
                 else:
@@ -534,7 +547,8 @@ def simulate_one(
                     break
                 r = wq[wh]
                 ntok = prompt[r] + nout[r]
-                num_new = ntok
+                c0 = ncomp[r]  # 0, or the KV kept on the CPU tier by a swap
+                num_new = ntok - c0
                 if 0 < thr < num_new:
                     num_new = thr
                 if num_new > budget:
@@ -542,7 +556,7 @@ def simulate_one(
                 wm = wm_blocks if n_run > 0 else 0
                 if gate and blocks_for_tokens(ntok, mml, bs) + wm > free:
                     break
-                need = blocks_for_tokens(num_new, mml, bs)
+                need = blocks_for_tokens(c0 + num_new, mml, bs)
                 if need + wm > free:
                     break
                 if admission != VANILLA:
@@ -555,6 +569,9 @@ def simulate_one(
                 run[n_run] = r
                 n_run += 1
                 status[r] = S.RUNNING
+                if c0 > 0:  # swap the KV back in
+                    cpu_free += held[r]
+                    swap_ns += held[r] * ns_per_block
                 free -= need
                 held[r] = need
                 sched_tok[r] = num_new
@@ -562,15 +579,15 @@ def simulate_one(
                 n_sched += 1
                 budget -= num_new
                 n_adm += 1
-                if num_new == 1 and ntok == 1:
+                if num_new == 1 and c0 == ntok - 1:
                     D += 1
                 else:
                     P += num_new
-                attended += num_new * (num_new + 1) // 2
-                kv_touched += num_new
+                attended += num_new * c0 + num_new * (num_new + 1) // 2
+                kv_touched += c0 + num_new
 
         # Step time (planner.latency); an empty step runs no model.
-        dt = step_time_ns(lat_kind, ip, cfgf, P, D, attended, kv_touched)
+        dt = step_time_ns(lat_kind, ip, cfgf, P, D, attended, kv_touched) + swap_ns
         clock += dt
         busy += dt
         steps += 1

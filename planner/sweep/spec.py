@@ -53,6 +53,9 @@ SCHEDULER_AXES = (
     "adaptive_window",
     "adaptive_threshold",
     "adaptive_step",
+    "cpu_swap_blocks",
+    "swap_bandwidth_gbps",
+    "kv_block_bytes",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -70,6 +73,8 @@ INT_AXES = {
     "adaptive_window",
     "adaptive_threshold",
     "adaptive_step",
+    "cpu_swap_blocks",
+    "kv_block_bytes",
 }
 
 
