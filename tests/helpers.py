@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.api import simulate
+from planner.cli import main
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
 from planner.latency import LinearLatency
@@ -92,3 +93,14 @@ def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency, max_
     fast = simulate(cfgs, wl, lat)
     engines = [run_reference(c, wl, lat) for c in cfgs]
     return traced, fast, engines
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``plan ARGS`` in-process: (exit code, stdout, stderr)."""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0
+    out, err = capsys.readouterr()
+    return code, out, err

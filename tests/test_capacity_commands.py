@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import STEP_LATENCY, uniform
+from helpers import STEP_LATENCY, run_cli, uniform
 from planner.api import simulate
 from planner.capacity import (
     analytic_safe_max_num_seqs,
@@ -16,21 +16,12 @@ from planner.capacity import (
     max_concurrency,
     vllm_starts,
 )
-from planner.cli import main
 from planner.config import SchedulerConfig
 from planner.latency import LinearLatency
 from planner.safelimit import find_safe_limits, recommendation
 from planner.workload import s1_exact
 
 S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def test_s3_pool_gap_and_startup_rules():

@@ -8,17 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from planner.cli import main
+from helpers import run_cli
 
 S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 @pytest.mark.parametrize(

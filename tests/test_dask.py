@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import run_cli
 from planner.cli import main
 from planner.sweep.executors import FAIL_CHUNK_ENV
 
@@ -24,16 +25,6 @@ max_num_seqs = {{ start = 8, stop = 512, num = 6, scale = "log" }}
 num_gpu_blocks = [1500, 4000, 7463]
 preemption_mode = ["recompute", "restart"]
 """
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

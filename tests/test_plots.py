@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
+from helpers import run_cli
 from planner.cli import main
 
 ROOT = Path(__file__).parents[1]
@@ -29,14 +30,6 @@ num_gpu_blocks = {{ start = 1000, stop = 20000, num = 5, scale = "log" }}
 preemption_mode = ["recompute", "restart"]
 watermark = [0.0, 0.05]
 """
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 @pytest.fixture(scope="module")

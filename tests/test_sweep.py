@@ -15,8 +15,8 @@ import pandas as pd
 import polars as pl
 import pytest
 
+from helpers import run_cli
 from planner.capacity import analytic_safe_max_num_seqs
-from planner.cli import main
 from planner.sweep.spec import SpecError, int_range, load_spec
 
 ROOT = Path(__file__).parents[1]
@@ -62,14 +62,6 @@ def write(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def test_int_range_gives_distinct_log_spaced_integers():

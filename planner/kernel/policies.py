@@ -50,7 +50,8 @@ def projected_blocks(r, admission, prompt, max_tokens, stop_len, mml, bs):
 
 
 @njit(cache=True, inline="always")
-def _before(a, b, priority, entry_ns):
+def precedes(a, b, priority, entry_ns):
+    """``Request.__lt__`` (``vllm/v1/request.py``): (priority, arrival_time, id)."""
     if priority[a] != priority[b]:
         return priority[a] < priority[b]
     if entry_ns[a] != entry_ns[b]:
@@ -81,7 +82,7 @@ def pick_victim(run, n_run, kind, anti_k, npre, ncomp, held, priority, entry_ns)
             continue
         b = run[best]
         if kind == PRIORITY:
-            if _before(b, r, priority, entry_ns):
+            if precedes(b, r, priority, entry_ns):
                 best = j
         elif kind == LEAST_PROGRESS:
             if ncomp[r] < ncomp[b]:

@@ -29,7 +29,13 @@ from numba import njit, prange
 from planner import config as K
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.kernel import state as S
-from planner.kernel.policies import VANILLA, adaptive_cap_next, pick_victim, projected_blocks
+from planner.kernel.policies import (
+    VANILLA,
+    adaptive_cap_next,
+    pick_victim,
+    precedes,
+    projected_blocks,
+)
 from planner.latency import LINEAR, ROOFLINE, step_time_ns
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -50,23 +56,13 @@ def _preempt(v, restart, ncomp, nout, held, status, npre):
     return freed
 
 
-@njit(cache=True, inline="always")
-def _precedes(a, b, priority, entry_ns):
-    """``Request.__lt__`` (``vllm/v1/request.py``): (priority, arrival_time, id)."""
-    if priority[a] != priority[b]:
-        return priority[a] < priority[b]
-    if entry_ns[a] != entry_ns[b]:
-        return entry_ns[a] < entry_ns[b]
-    return a < b
-
-
 @njit(cache=True)
 def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):
     """Insert r into the waiting ring in priority order (``PriorityRequestQueue``);
     equal keys keep their order. Returns the new length."""
     R = wq.shape[0]
     j = wl
-    while j > 0 and _precedes(r, wq[(wh + j - 1) % R], priority, entry_ns):
+    while j > 0 and precedes(r, wq[(wh + j - 1) % R], priority, entry_ns):
         wq[(wh + j) % R] = wq[(wh + j - 1) % R]
         j -= 1
     wq[(wh + j) % R] = r
