@@ -47,10 +47,17 @@ class SimResult:
             df[col] = df[col] / 1e9
         return df
 
+    def events(self, c: int = 0) -> pd.DataFrame:
+        """Config c's event log (needs ``log_entries`` > 0): columns step, request,
+        value, kind; ``kernel.state.EV_*`` say what each kind's value means."""
+        n = int(min(self.state.rlog_n[c], self.state.rlog.shape[1]))
+        return pd.DataFrame(self.state.rlog[c, :n], columns=["step", "request", "value", "kind"])
+
     def request_log(self, c: int = 0) -> pd.DataFrame:
         """(step, request, tokens) for each request scheduled in each step of config c."""
-        n = int(min(self.state.rlog_n[c], self.state.rlog.shape[1]))
-        return pd.DataFrame(self.state.rlog[c, :n], columns=["step", "request", "tokens"])
+        ev = self.events(c)
+        ev = ev[ev.kind == S.EV_SCHED].drop(columns="kind").rename(columns={"value": "tokens"})
+        return ev.reset_index(drop=True)
 
 
 def entry_times_ns(
@@ -79,7 +86,7 @@ def simulate(
         workload: R requests (shared by all configs).
         latency: one step-time model for all configs, or one per config.
         trace_steps: record up to this many steps per config (0: none).
-        log_entries: record up to this many (step, request, tokens) entries per config.
+        log_entries: record up to this many events per config (``SimResult.events``).
         fast_path: let the kernel jump over runs of identical decode steps
             (disabled automatically while tracing; results are identical).
         check_invariants: count steps where held + free blocks != usable blocks
@@ -156,6 +163,11 @@ def _run_kernel(
         st.trace,
         st.rlog,
         st.rlog_n,
+        st.ph,
+        st.infl,
+        st.stale,
+        st.plist,
+        st.ptok,
         fast_path,
         check_invariants,
     )

@@ -166,6 +166,10 @@ def run(
         StopBound, typer.Option(help="max_model_len (vLLM) or max_servable (PR #52530).")
     ] = StopBound.max_model_len,
     null_block: Annotated[bool, typer.Option(help="Reserve block 0 (vLLM); off = BLIS.")] = True,
+    async_scheduling: Annotated[
+        bool,
+        typer.Option(help="Schedule step N+1 before step N's output lands (vLLM engine default)."),
+    ] = False,
     policy: Annotated[
         Policy, typer.Option(help="fcfs, or priority (all requests priority 0).")
     ] = Policy.fcfs,
@@ -286,6 +290,7 @@ def run(
         preemption_mode=preemption_mode.value,
         stop_bound=stop_bound.value,
         null_block=null_block,
+        async_scheduling=async_scheduling,
         policy=policy.value,
         victim=victim,
         anti_starvation=anti_starvation,
@@ -376,7 +381,7 @@ def _json_default(v: object) -> object:
     return str(v)
 
 
-MAX_TRACE_LOG_ENTRIES = 20_000_000
+MAX_TRACE_LOG_ENTRIES = 8_000_000
 
 
 def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, steps: int) -> None:
@@ -389,7 +394,7 @@ def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, s
 
     if path.suffix != ".parquet":
         raise InputError(f"--trace: expected a .parquet file name, got {str(path)!r}")
-    entries = steps * min(cfg.max_num_seqs, wl.num_requests)
+    entries = steps * (3 * min(cfg.max_num_seqs, wl.num_requests) + 2)  # see state.EV_*
     log = entries if entries <= MAX_TRACE_LOG_ENTRIES else 0
     res = simulate([cfg], wl, lat, trace_steps=max(steps, 1), log_entries=log)
     df = res.trace()

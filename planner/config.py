@@ -52,8 +52,10 @@ POLICIES = {"fcfs": 0, "priority": 1}
     ADAPT_STEP,
     SWAP_CPU_BLOCKS,
     SWAP_NS_PER_BLOCK,
-) = range(29)
-NCOLS = 29
+    ASYNC,
+    CACHING,
+) = range(31)
+NCOLS = 31
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = np.iinfo(np.int64).max
@@ -94,6 +96,7 @@ class SchedulerConfig:
     cpu_swap_blocks: int = 0  # swap mode: CPU tier capacity, blocks
     swap_bandwidth_gbps: float = 25.0  # swap mode: GB/s each way (PCIe Gen4 x16 ~ 25)
     kv_block_bytes: int = 2 * 2**20  # swap mode: bytes of one block (Llama-3.1-8B, bs 16)
+    async_scheduling: bool = False  # vLLM's engine default is on; see README
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -117,7 +120,11 @@ class SchedulerConfig:
             or not 0 <= thr <= MAX_INT
         ):
             raise ValueError(f"--long-prefill-token-threshold must be an integer >= 0, got {thr!r}")
-        for name in ("scheduler_reserve_full_isl", "null_block"):
+        for name in (
+            "scheduler_reserve_full_isl",
+            "null_block",
+            "async_scheduling",
+        ):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(
                     f"--{_flag(name)} must be true or false, got {getattr(self, name)!r}"
@@ -152,6 +159,11 @@ class SchedulerConfig:
             v = getattr(self, name)
             if v not in allowed:
                 raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
+        if self.async_scheduling and self.preemption_mode != "recompute":
+            raise ValueError(
+                f"--async-scheduling is modelled with recompute preemption only, "
+                f"not {self.preemption_mode!r}"
+            )
         h = self.horizon_s
         if (
             isinstance(h, bool)
@@ -238,5 +250,7 @@ def pack_configs(
             c.adaptive_step,
             c.cpu_swap_blocks,
             c.swap_ns_per_block,
+            int(c.async_scheduling),
+            0,  # prefix caching: not modelled yet
         )
     return out, outf

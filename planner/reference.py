@@ -11,7 +11,9 @@ vLLM concept, one step at a time, no fast path.
 - ``Engine``         drives the scheduler in simulated time (BLIS alpha/beta
   step times, integer nanoseconds) and proves livelocks.
 
-Prefix caching is off and scheduling is synchronous.
+Scheduling is synchronous, or asynchronous (``vllm/v1/core/sched/async_scheduler.py``
+with ``EngineCore.step_with_batch_queue``) when ``async_scheduling`` is set.
+Prefix caching is off.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Request:
     finish_ns: int = -1
     status: str = "future"
     swapped_blocks: int = 0  # blocks held on the CPU tier while swapped out
+    placeholders: int = 0  # async: num_output_placeholders (tokens in flight)
+    in_flight: int = 0  # async: num_in_flight_tokens
+    stale: int = 0  # async: num_stale_output_tokens (in flight when preempted)
 
     @property
     def num_tokens(self) -> int:
@@ -124,6 +129,9 @@ class StepRecord:
     admitted: int
     per_request: list[tuple[int, int]]
     victims: list[int]  # ids preempted in this step, in order
+    admissions: list[tuple[int, int]] = field(default_factory=list)  # (id, computed)
+    finishes: list[int] = field(default_factory=list)  # ids this step's output ended
+    sched_state: tuple[int, int, int] = (0, 0, 0)  # running, waiting, free after scheduling
 
 
 class Scheduler:
@@ -153,12 +161,16 @@ class Scheduler:
         self.victims: list[int] = []
         self.cycle_detected = False
 
+    thr_now = 0  # long_prefill_token_threshold in force this step
+
     def _cap(self, n: int) -> int:
-        thr = self.cfg.long_prefill_token_threshold
+        thr = self.thr_now
         return thr if 0 < thr < n else n
 
     def _preempt(self, req: Request) -> None:
         self.victims.append(req.rid)
+        req.stale = req.in_flight  # async: in-flight output arrives stale
+        req.placeholders = 0
         n = len(req.blocks)
         if self.swap and 0 < n <= self.cpu_free:
             # Swap preemption: the KV moves to the CPU tier, computed tokens stay.
@@ -194,14 +206,27 @@ class Scheduler:
     def schedule(self) -> tuple[list[tuple[Request, int]], int, int]:
         """Returns ([(request, tokens)], preempted, admitted)."""
         self.victims = []
+        self.admissions: list[tuple[int, int]] = []
         self.swap_ns = 0
         budget = self.cfg.max_num_batched_tokens
+        self.thr_now = (
+            self.cfg.long_prefill_token_threshold
+            if len(self.running) + len(self.waiting) > 1
+            else 0
+        )
         out: list[tuple[Request, int]] = []
         preempted = 0
         idx = 0
         while idx < len(self.running) and budget > 0:
             req = self.running[idx]
-            n = self._cap(req.num_tokens - req.num_computed_tokens)
+            if (
+                req.placeholders > 0
+                and req.num_computed_tokens + 2 - req.placeholders
+                >= req.prompt_len + req.max_tokens
+            ):
+                idx += 1  # async: its last token is already in flight
+                continue
+            n = self._cap(req.num_tokens + req.placeholders - req.num_computed_tokens)
             n = min(n, budget, self.cfg.max_model_len - 1 - req.num_computed_tokens)
             if n <= 0:
                 idx += 1
@@ -223,6 +248,8 @@ class Scheduler:
                     self._note_self_preemption(req)
                     break
             if not ok:
+                if self.by_priority:
+                    continue  # it was the lowest priority; later ones may still fit
                 break
             out.append((req, n))
             budget -= n
@@ -230,8 +257,12 @@ class Scheduler:
 
         admitted = 0
         if preempted == 0:
+            skipped: list[Request] = []
             while self.waiting and budget > 0 and len(self.running) < self.cap:
                 req = self.waiting[0]
+                if req.stale > 0:  # async: its stale output has not arrived yet
+                    skipped.append(self.waiting.pop(0))
+                    continue
                 n = min(self._cap(req.num_tokens - req.num_computed_tokens), budget)
                 if not self.kv.allocate_slots(
                     req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running)
@@ -244,6 +275,7 @@ class Scheduler:
                     self.kv.free(req)  # the check comes after allocate_slots in the kernel too
                     break
                 self.waiting.pop(0)
+                self.admissions.append((req.rid, req.num_computed_tokens))
                 if req.swapped_blocks:  # swap the KV back in
                     self.cpu_free += req.swapped_blocks
                     self.swap_ns += req.swapped_blocks * self.cfg.swap_ns_per_block
@@ -253,6 +285,7 @@ class Scheduler:
                 out.append((req, n))
                 budget -= n
                 admitted += 1
+            self.waiting[:0] = skipped
         return out, preempted, admitted
 
     def choose_victim(self) -> Request:
@@ -265,8 +298,8 @@ class Scheduler:
         age = {id(r): i for i, r in enumerate(self.running)}  # admission order
         if rule == "youngest":
             return cands[-1]
-        if rule == "priority":
-            return max(cands, key=Request.sort_key)
+        if rule == "priority":  # ties: the first in running order, as max() gives
+            return max(cands, key=lambda r: (r.priority, r.entry_ns))
         if rule == "least_progress":
             return min(cands, key=lambda r: (r.num_computed_tokens, -age[id(r)]))
         return max(cands, key=lambda r: (len(r.blocks), age[id(r)]))
@@ -293,23 +326,47 @@ class Scheduler:
 
     no_more_arrivals = False
 
-    def update_from_output(self, scheduled: list[tuple[Request, int]], now_ns: int) -> int:
-        """Advance num_computed_tokens, sample where a chunk reached the known end,
-        apply check_stop, free finished requests. Returns how many finished."""
-        finished = 0
+    def after_schedule(
+        self, scheduled: list[tuple[Request, int]]
+    ) -> list[tuple[Request, int, bool]]:
+        """``_update_after_schedule``: advance num_computed_tokens. Returns the batch
+        with, per request, whether its chunk reached the known end (it samples)."""
+        batch = []
         for req, n in scheduled:
+            known = req.num_tokens + req.placeholders
             req.high_water = max(req.high_water, req.num_computed_tokens + n)
             req.num_computed_tokens += n
-            if req.num_computed_tokens < req.num_tokens:
+            samples = req.num_computed_tokens >= known
+            if self.cfg.async_scheduling:
+                req.in_flight += n
+                if samples:
+                    req.placeholders += 1
+            batch.append((req, n, samples))
+        return batch
+
+    def update_from_output(self, batch: list[tuple[Request, int, bool]], now_ns: int) -> list[int]:
+        """Apply a batch's sampled tokens, ``check_stop``, free finished requests.
+        Returns the ids that finished."""
+        finished = []
+        for req, n, samples in batch:
+            req.in_flight -= n if self.cfg.async_scheduling else 0
+            was_stale = req.stale > 0
+            if was_stale:
+                req.stale -= n
+            if req.status == "finished" or not samples:
                 continue
             req.num_output_tokens += 1
+            if not was_stale and req.placeholders > 0:
+                req.placeholders -= 1
             if req.first_token_ns < 0:
                 req.first_token_ns = now_ns
             if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.stop_len:
+                if req.status == "waiting":  # preempted; its stale token ended it
+                    self.waiting.remove(req)
                 req.status = "finished"
                 req.finish_ns = now_ns
                 self.kv.free(req)
-                finished += 1
+                finished.append(req.rid)
         self.running = [r for r in self.running if r.status != "finished"]
         return finished
 
@@ -353,6 +410,7 @@ class Engine:
         self.min_free = self.sched.kv.pool.num_free()
         self.waste_ns = 0.0
         self.invariant_errors = 0
+        self.pending: list[tuple[Request, int, bool]] = []  # async: batch in flight
 
     def _admit_arrivals(self, nxt: int) -> int:
         while nxt < len(self.arrivals) and self.entry[self.arrivals[nxt]] <= self.clock:
@@ -379,6 +437,7 @@ class Engine:
         while True:
             nxt = self._admit_arrivals(nxt)
             if not sched.running and not sched.waiting:
+                self.pending = []  # only finished requests can have output in flight
                 if nxt >= len(self.arrivals):
                     break
                 self.clock = self.entry[self.arrivals[nxt]]
@@ -402,7 +461,7 @@ class Engine:
             kinds = []
             for req, n in scheduled:
                 c0 = req.num_computed_tokens
-                is_decode = n == 1 and c0 == req.num_tokens - 1
+                is_decode = n == 1 and c0 == req.num_tokens + req.placeholders - 1
                 kinds.append(is_decode)
                 if is_decode:
                     decode += 1
@@ -429,7 +488,20 @@ class Engine:
             self.clock += dt
             self.preemptions += preempted
             self.min_free = min(self.min_free, sched.kv.pool.num_free())
-            finished = sched.update_from_output(scheduled, self.clock)
+            sched_state = (len(sched.running), len(sched.waiting), sched.kv.pool.num_free())
+            batch = sched.after_schedule(scheduled)
+            in_flight = 0
+            if self.cfg.async_scheduling:
+                # step_with_batch_queue: the previous step's output lands now.
+                done = sched.update_from_output(self.pending, start)
+                in_flight = len(self.pending)
+                if done:
+                    self.steps[-1].finishes = done
+                self.pending = batch
+                finishes: list[int] = []
+            else:
+                done = []
+                finishes = sched.update_from_output(batch, self.clock)
             used = sum(len(r.blocks) for r in sched.running)
             if used + sched.kv.pool.num_free() != sched.kv.pool.num_usable:
                 self.invariant_errors += 1
@@ -444,13 +516,16 @@ class Engine:
                     len(sched.waiting),
                     sched.kv.pool.num_free(),
                     preempted,
-                    finished,
+                    len(finishes) + len(done),
                     admitted,
                     [(r.rid, n) for r, n in scheduled],
                     list(sched.victims),
+                    list(sched.admissions),
+                    finishes,
+                    sched_state,
                 )
             )
-            if (not scheduled and preempted == 0) or sched.cycle_detected:
+            if (not scheduled and preempted == 0 and in_flight == 0) or sched.cycle_detected:
                 self.livelocked = True
                 break
         return self

@@ -57,7 +57,28 @@ def reference_trace_rows(eng: Engine) -> list[tuple]:
 def kernel_log(res, c: int) -> list[tuple[int, int, int]]:
     n = int(res.state.rlog_n[c])
     assert n <= res.state.rlog.shape[1], "request log truncated: raise log_entries"
-    return [tuple(int(x) for x in row) for row in res.state.rlog[c, :n]]
+    rows = res.state.rlog[c, :n]
+    return [tuple(int(x) for x in row[:3]) for row in rows if row[3] == S.EV_SCHED]
+
+
+def kernel_events(res, c: int) -> list[tuple[int, int, int, int]]:
+    """Every logged event of config c, sorted: (step, request, value, kind)."""
+    n = int(res.state.rlog_n[c])
+    assert n <= res.state.rlog.shape[1], "event log truncated: raise log_entries"
+    return sorted(tuple(int(x) for x in row) for row in res.state.rlog[c, :n])
+
+
+def reference_events(eng: Engine) -> list[tuple[int, int, int, int]]:
+    """The reference engine's steps as kernel events (``state.EV_*``), sorted."""
+    ev = []
+    for i, s in enumerate(eng.steps):
+        ev += [(i, r, n, S.EV_SCHED) for r, n in s.per_request]
+        ev += [(i, r, 0, S.EV_PREEMPT) for r in s.victims]
+        ev += [(i, r, 0, S.EV_FINISH) for r in s.finishes]
+        ev += [(i, r, c, S.EV_ADMIT) for r, c in s.admissions]
+        run, wait, free = s.sched_state
+        ev += [(i, run, wait, S.EV_STATE), (i, -1, free, S.EV_FREE)]
+    return sorted(ev)
 
 
 def reference_log(eng: Engine) -> list[tuple[int, int, int]]:

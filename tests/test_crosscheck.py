@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from helpers import (
     compare_final,
+    kernel_events,
     kernel_log,
     kernel_trace_rows,
+    reference_events,
     reference_log,
     reference_trace_rows,
     run_both,
@@ -33,6 +35,7 @@ def configs(draw):
     null_block = draw(st.booleans())
     n = draw(st.integers(2, 60))
     horizon = draw(st.one_of(st.just(float("inf")), st.floats(0.001, 2.0)))
+    mode = draw(st.sampled_from(["recompute", "recompute", "restart", "swap"]))
     return SchedulerConfig(
         num_gpu_blocks=n,
         block_size=draw(st.sampled_from([1, 2, 4, 8, 16])),
@@ -42,7 +45,8 @@ def configs(draw):
         long_prefill_token_threshold=draw(st.sampled_from([0, 0, 1, 7, 32, 100])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])),
         scheduler_reserve_full_isl=draw(st.booleans()),
-        preemption_mode=draw(st.sampled_from(["recompute", "restart", "swap"])),
+        preemption_mode=mode,
+        async_scheduling=mode == "recompute" and draw(st.booleans()),
         cpu_swap_blocks=draw(st.sampled_from([0, 5, 40, 1000])),
         swap_bandwidth_gbps=draw(st.sampled_from([1.0, 25.0])),
         stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
@@ -103,6 +107,7 @@ def test_kernel_matches_reference(cfgs, wl, lat):
     for c, eng in enumerate(engines):
         assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
         assert kernel_log(traced, c) == reference_log(eng)
+        assert kernel_events(traced, c) == reference_events(eng)
         compare_final(traced, c, eng)
         compare_final(fast, c, eng)
         for res in (traced, fast):
@@ -129,6 +134,7 @@ def _random_case(rng: np.random.Generator):
         name="seeded",
         priority=rng.integers(0, 3, r) if rng.random() < 0.5 else None,
     )
+    modes = [str(rng.choice(["recompute", "recompute", "restart", "swap"])) for _ in range(4)]
     cfgs = [
         SchedulerConfig(
             num_gpu_blocks=int(rng.integers(2, 80)),
@@ -139,7 +145,8 @@ def _random_case(rng: np.random.Generator):
             long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
             watermark=float(rng.choice([0.0, 0.0, 0.05])),
             scheduler_reserve_full_isl=bool(rng.random() < 0.7),
-            preemption_mode=str(rng.choice(["recompute", "restart", "swap"])),
+            preemption_mode=mode,
+            async_scheduling=mode == "recompute" and bool(rng.random() < 0.5),
             cpu_swap_blocks=int(rng.choice([0, 8, 500])),
             stop_bound=str(rng.choice(["max_model_len", "max_servable"])),
             null_block=bool(rng.random() < 0.8),
@@ -154,7 +161,7 @@ def _random_case(rng: np.random.Generator):
             horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
             max_steps=MAX_STEPS,
         )
-        for _ in range(4)
+        for mode in modes
     ]
     if rng.random() < 0.3:
         return (
@@ -196,6 +203,7 @@ def test_seeded_random_cases_cover_every_path():
         finished=0,
         priority=0,
         roofline_fast_path=0,
+        async_preempted=0,
     )
     for _ in range(250):
         cfgs, wl, lat = _random_case(rng)
@@ -203,9 +211,11 @@ def test_seeded_random_cases_cover_every_path():
         for c, eng in enumerate(engines):
             assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
             assert kernel_log(traced, c) == reference_log(eng)
+            assert kernel_events(traced, c) == reference_events(eng)
             compare_final(traced, c, eng)
             compare_final(fast, c, eng)
             oi = fast.state.out_i[c]
+            seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
             assert oi[S.O_INVARIANT_ERRORS] == 0
             seen["preempted"] += oi[S.O_PREEMPTIONS] > 0
             seen["livelocked"] += oi[S.O_LIVELOCKED]

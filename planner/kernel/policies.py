@@ -2,7 +2,8 @@
 
 - Victim choice (``victim``): ``youngest`` is vLLM's FCFS rule (the tail of
   ``running``, the most recently admitted); ``priority`` is vLLM's priority
-  rule (largest (priority, arrival), ``Scheduler.schedule``); ``least_progress``
+  rule (largest (priority, arrival), the first in ``running`` on a tie,
+  ``Scheduler.schedule``); ``least_progress``
   evicts the request with the fewest computed tokens, so the least work is
   lost (progress-aware eviction, as proposed in the BLIS over-admission
   report); ``most_blocks`` evicts the largest KV holder, freeing the most
@@ -71,6 +72,22 @@ def pick_victim(run, n_run, kind, anti_k, npre, ncomp, held, priority, entry_ns)
                 break
         protect = any_open
     best = -1
+    if kind == PRIORITY:
+        # max(running, key=(priority, arrival_time)): ties go to the first in
+        # running order, as Python's max does.
+        for j in range(n_run):
+            r = run[j]
+            if protect and npre[r] >= anti_k:
+                continue
+            if best < 0:
+                best = j
+                continue
+            b = run[best]
+            if priority[r] > priority[b] or (
+                priority[r] == priority[b] and entry_ns[r] > entry_ns[b]
+            ):
+                best = j
+        return best
     for j in range(n_run - 1, -1, -1):  # youngest first: ties keep the youngest
         r = run[j]
         if protect and npre[r] >= anti_k:
@@ -81,10 +98,7 @@ def pick_victim(run, n_run, kind, anti_k, npre, ncomp, held, priority, entry_ns)
                 return j
             continue
         b = run[best]
-        if kind == PRIORITY:
-            if precedes(b, r, priority, entry_ns):
-                best = j
-        elif kind == LEAST_PROGRESS:
+        if kind == LEAST_PROGRESS:
             if ncomp[r] < ncomp[b]:
                 best = j
         elif held[r] > held[b]:

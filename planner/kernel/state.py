@@ -71,6 +71,15 @@ TRACE_COLUMNS = (
 )
 
 
+# Event log kinds (rlog[..., 3]); the value column means:
+EV_SCHED = 0  # tokens scheduled for the request in this step
+EV_PREEMPT = 1  # (none) the request was preempted in this step
+EV_FINISH = 2  # (none) this step's output finished the request
+EV_ADMIT = 3  # num_computed_tokens at admission (prefix-cache hit, swap-in)
+EV_STATE = 4  # request column: len(running), value: len(waiting), after scheduling
+EV_FREE = 5  # free blocks after scheduling
+
+
 @dataclass
 class State:
     """All kernel arrays for C configs x R requests (see field comments for shapes)."""
@@ -90,8 +99,15 @@ class State:
     out_i: np.ndarray  # (C, NOUT_I) int64
     out_f: np.ndarray  # (C, NOUT_F) float64
     trace: np.ndarray  # (C, T, NTRACE) int64, T = 0 disables
-    rlog: np.ndarray  # (C, L, 3) int64 (step, request, tokens), L = 0 disables
+    rlog: np.ndarray  # (C, L, 4) int64 event log (step, request, value, EV_*), L = 0 disables
     rlog_n: np.ndarray  # (C,) int64 entries written (may exceed L: then truncated)
+    # Async scheduling (vllm/v1/core/sched/async_scheduler.py): per request,
+    # and the previous step's batch whose output is still in flight.
+    ph: np.ndarray  # (C, R) int32 num_output_placeholders
+    infl: np.ndarray  # (C, R) int32 num_in_flight_tokens
+    stale: np.ndarray  # (C, R) int32 num_stale_output_tokens
+    plist: np.ndarray  # (C, R) int32 requests of the in-flight step
+    ptok: np.ndarray  # (C, R) int32 their scheduled tokens, negated when they sample
 
 
 def allocate(
@@ -119,11 +135,18 @@ def allocate(
         out_i=np.zeros((c, NOUT_I), dtype=np.int64),
         out_f=np.zeros((c, NOUT_F), dtype=np.float64),
         trace=np.zeros((c, trace_steps, NTRACE), dtype=np.int64),
-        rlog=np.zeros((c, log_entries, 3), dtype=np.int64),
+        rlog=np.zeros((c, log_entries, 4), dtype=np.int64),
         rlog_n=np.zeros(c, dtype=np.int64),
+        ph=z(np.int32),
+        infl=z(np.int32),
+        stale=z(np.int32),
+        plist=z(np.int32),
+        ptok=z(np.int32),
     )
 
 
 def bytes_per_config(num_requests: int) -> int:
     """State bytes one config needs (no traces): used to size sweep chunks."""
-    return num_requests * (4 * 4 + 1 + 8 * 2 + 4 * 2 + 4 * 4 + 8 + 4) + 8 * (NOUT_I + NOUT_F)
+    return num_requests * (4 * 4 + 1 + 8 * 2 + 4 * 2 + 4 * 4 + 8 + 4 + 4 * 5) + 8 * (
+        NOUT_I + NOUT_F
+    )

@@ -69,6 +69,30 @@ def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):
     return wl + 1
 
 
+@njit(cache=True, inline="always")
+def _log(rlog, nlog, step, r, value, kind):
+    """Append one event (``state.EV_*``) if the log has room; returns the count."""
+    if nlog < rlog.shape[0]:
+        rlog[nlog, 0] = step
+        rlog[nlog, 1] = r
+        rlog[nlog, 2] = value
+        rlog[nlog, 3] = kind
+    return nlog + 1
+
+
+@njit(cache=True)
+def _remove_waiting(r, wq, wh, wl):
+    """Remove r from the waiting ring, keeping the others' order. Returns the length."""
+    R = wq.shape[0]
+    m = 0
+    for j in range(wl):
+        x = wq[(wh + j) % R]
+        if x != r:
+            wq[(wh + m) % R] = x
+            m += 1
+    return m
+
+
 @njit(cache=True)
 def _head_blocked(r, ntok, c0, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):
     """Whether the waiting phase would refuse request ``r`` (the head) now.
@@ -287,6 +311,11 @@ def simulate_one(
     out_f,
     trace,
     rlog,
+    ph,
+    infl,
+    stale,
+    plist,
+    ptok,
     use_macro,
     check,
 ):
@@ -328,9 +357,12 @@ def simulate_one(
     ip = cfg[K.B0 : K.B2 + 1]
     usable = usable_blocks(N, null_block)
     stop_len = stop_length(mml, N, bs, null_block, cfg[K.STOP])
+    async_ = cfg[K.ASYNC] != 0
     T = trace.shape[0]
     L = rlog.shape[0]
-    macro = use_macro and T == 0 and L == 0
+    macro = use_macro and T == 0 and L == 0 and not async_
+    skipbuf = np.empty(R if async_ else 1, dtype=np.int32)  # async: skipped waiting requests
+    n_pend = 0  # async: requests of the step whose output is in flight
     hist = np.zeros(bs + 1, dtype=np.int64)  # fast path: first-need step histogram
 
     free = usable
@@ -377,6 +409,7 @@ def simulate_one(
                     wq[(wh + wl) % R] = r
                     wl += 1
         if n_run == 0 and wl == 0:
+            n_pend = 0  # only finished requests can still have output in flight
             if nxt >= R:
                 break
             clock = entry_ns[order[nxt]]
@@ -439,15 +472,23 @@ def simulate_one(
         attended = 0  # (query, key) pairs this step, for the roofline model
         kv_touched = 0  # KV tokens read or written this step
         cycle = False
+        step = steps
+        # long_prefill_token_threshold applies only when another request exists.
+        thr_now = thr if n_run + wl > 1 else 0
 
         # Running phase: walk `running` in admission order while budget remains.
         i = 0
         while i < n_run and budget > 0:
             r = run[i]
             ntok = prompt[r] + nout[r]
-            num_new = ntok - ncomp[r]
-            if 0 < thr < num_new:
-                num_new = thr
+            # Async: tokens in flight count as known (num_output_placeholders),
+            # and a request whose last token is in flight is skipped.
+            if async_ and ph[r] > 0 and ncomp[r] + 2 - ph[r] >= prompt[r] + max_tokens[r]:
+                i += 1
+                continue
+            num_new = ntok + ph[r] - ncomp[r]
+            if 0 < thr_now < num_new:
+                num_new = thr_now
             if num_new > budget:
                 num_new = budget
             if num_new > mml - 1 - ncomp[r]:
@@ -470,7 +511,7 @@ def simulate_one(
                 if vi < i:
                     n = sched_tok[v]
                     budget += n
-                    if n == 1 and ncomp[v] == prompt[v] + nout[v] - 1:
+                    if n == 1 and ncomp[v] == prompt[v] + nout[v] + ph[v] - 1:
                         D -= 1
                     else:
                         P -= n
@@ -496,6 +537,10 @@ def simulate_one(
                     status[v] = S.WAITING
                 else:
                     free += _preempt(v, restart, ncomp, nout, held, status, npre)
+                # Async: output still in flight becomes stale (delivered, but it
+                # no longer advances the request's counters).
+                stale[v] = infl[v]
+                ph[v] = 0
                 if by_priority:
                     wl = _enqueue_sorted(v, wq, wh, wl, priority, entry_ns)
                 else:
@@ -503,6 +548,8 @@ def simulate_one(
                     wq[wh] = v
                     wl += 1
                 n_pre += 1
+                if L > 0:
+                    nlog = _log(rlog, nlog, step, v, 0, S.EV_PREEMPT)
                 if v == r:
                     scheduled = False
                     # Alone in the system with nothing left to arrive: the state
@@ -515,6 +562,8 @@ def simulate_one(
                         lone_ntok = vt
                     break
             if not scheduled:
+                if by_priority:
+                    continue  # the lowest-priority request went; later ones may fit
                 break
             free -= need
             held[r] += need
@@ -522,7 +571,7 @@ def simulate_one(
             slist[n_sched] = r
             n_sched += 1
             budget -= num_new
-            if num_new == 1 and ncomp[r] == ntok - 1:
+            if num_new == 1 and ncomp[r] == ntok + ph[r] - 1:
                 D += 1
             else:
                 P += num_new
@@ -530,7 +579,9 @@ def simulate_one(
             kv_touched += ncomp[r] + num_new
             i += 1
 
-        # Waiting phase: skipped in a step that preempted; strict head-of-line.
+        # Waiting phase: skipped in a step that preempted; strict head-of-line,
+        # except that async skips (and keeps in place) a preempted request whose
+        # stale output is still in flight.
         if n_pre == 0:
             proj = 0  # projected-capacity admission: blocks held at completion
             if admission != VANILLA:
@@ -538,15 +589,22 @@ def simulate_one(
                     proj += projected_blocks(
                         run[j], admission, prompt, max_tokens, stop_len, mml, bs
                     )
+            n_skip = 0
             while wl > 0 and budget > 0:
                 if n_run >= seqs:
                     break
                 r = wq[wh]
+                if stale[r] > 0:
+                    skipbuf[n_skip] = r
+                    n_skip += 1
+                    wh = (wh + 1) % R
+                    wl -= 1
+                    continue
                 ntok = prompt[r] + nout[r]
                 c0 = ncomp[r]  # 0, or the KV kept on the CPU tier by a swap
                 num_new = ntok - c0
-                if 0 < thr < num_new:
-                    num_new = thr
+                if 0 < thr_now < num_new:
+                    num_new = thr_now
                 if num_new > budget:
                     num_new = budget
                 wm = wm_blocks if n_run > 0 else 0
@@ -565,6 +623,8 @@ def simulate_one(
                 run[n_run] = r
                 n_run += 1
                 status[r] = S.RUNNING
+                if L > 0:
+                    nlog = _log(rlog, nlog, step, r, c0, S.EV_ADMIT)
                 if c0 > 0:  # swap the KV back in
                     cpu_free += held[r]
                     swap_ns += held[r] * ns_per_block
@@ -581,6 +641,13 @@ def simulate_one(
                     P += num_new
                 attended += num_new * c0 + num_new * (num_new + 1) // 2
                 kv_touched += c0 + num_new
+            for j in range(n_skip - 1, -1, -1):  # back in front, in their order
+                wh = (wh - 1 + R) % R
+                wq[wh] = skipbuf[j]
+                wl += 1
+        if L > 0:
+            nlog = _log(rlog, nlog, step, n_run, wl, S.EV_STATE)
+            nlog = _log(rlog, nlog, step, -1, free, S.EV_FREE)
 
         # Step time (planner.latency); an empty step runs no model.
         dt = step_time_ns(lat_kind, ip, cfgf, P, D, attended, kv_touched) + swap_ns
@@ -595,38 +662,82 @@ def simulate_one(
         if free < min_free:
             min_free = free
 
-        # Update after the step (update_from_output + check_stop).
-        n_fin = 0
+        # After the step: num_computed_tokens advances (_update_after_schedule);
+        # a token is sampled where the chunk reached the known end.
         for j in range(n_sched):
             r = slist[j]
             n = sched_tok[r]
             c0 = ncomp[r]
-            ntok = prompt[r] + nout[r]
+            known = prompt[r] + nout[r] + ph[r]
             w = min(c0 + n, hw[r]) - c0
             if w > 0:
                 if lat_kind == LINEAR:
-                    unit = b2 if (n == 1 and c0 == ntok - 1) else b1
+                    unit = b2 if (n == 1 and c0 == known - 1) else b1
                     waste += (b0 / n_sched) * (w / n) + unit * w
                 else:
                     waste += dt * w / (P + D)
             if c0 + n > hw[r]:
                 hw[r] = c0 + n
             ncomp[r] = c0 + n
-            if nlog < L:
-                rlog[nlog, 0] = steps - 1
-                rlog[nlog, 1] = r
-                rlog[nlog, 2] = n
-            nlog += 1
-            if c0 + n == ntok:
+            if L > 0:
+                nlog = _log(rlog, nlog, step, r, n, S.EV_SCHED)
+            if async_:
+                infl[r] += n
+                if c0 + n >= known:
+                    ph[r] += 1
+                    sched_tok[r] = -n  # marks "samples" for the in-flight list
+        # update_from_output: sync applies this step's output now; async applies
+        # the previous step's (its batch was in flight while this one was planned).
+        n_fin = 0
+        if async_:
+            for j in range(n_pend):
+                r = plist[j]
+                n = ptok[j]
+                samples = n < 0
+                if samples:
+                    n = -n
+                infl[r] -= n
+                was_stale = stale[r] > 0
+                if was_stale:
+                    stale[r] -= n
+                if status[r] == S.FINISHED or not samples:
+                    continue
                 nout[r] += 1
+                if not was_stale and ph[r] > 0:
+                    ph[r] -= 1
                 if first_ns[r] < 0:
-                    first_ns[r] = clock
-                if nout[r] >= max_tokens[r] or ntok + 1 >= stop_len:
+                    first_ns[r] = start
+                if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
+                    if status[r] == S.WAITING:  # preempted; its stale token ended it
+                        wl = _remove_waiting(r, wq, wh, wl)
                     free += held[r]
                     held[r] = 0
                     status[r] = S.FINISHED
-                    finish_ns[r] = clock
+                    finish_ns[r] = start
                     n_fin += 1
+                    if L > 0:
+                        nlog = _log(rlog, nlog, step - 1, r, 0, S.EV_FINISH)
+            n_flight = n_pend
+            for j in range(n_sched):
+                plist[j] = slist[j]
+                ptok[j] = sched_tok[slist[j]]
+            n_pend = n_sched
+        else:
+            n_flight = 0
+            for j in range(n_sched):
+                r = slist[j]
+                if ncomp[r] == prompt[r] + nout[r]:
+                    nout[r] += 1
+                    if first_ns[r] < 0:
+                        first_ns[r] = clock
+                    if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
+                        free += held[r]
+                        held[r] = 0
+                        status[r] = S.FINISHED
+                        finish_ns[r] = clock
+                        n_fin += 1
+                        if L > 0:
+                            nlog = _log(rlog, nlog, step, r, 0, S.EV_FINISH)
         if n_fin > 0:
             n_run = _drop_finished(run, n_run, status)
             finished += n_fin
@@ -652,10 +763,11 @@ def simulate_one(
             row[S.T_FINISHED] = n_fin
             row[S.T_ADMITTED] = n_adm
 
-        # Frozen: nothing scheduled, nothing preempted, requests waiting. Running
-        # is then empty, so the head is refused with the whole pool free and no
-        # later event can change that (arrivals queue behind it).
-        if (P + D == 0 and n_pre == 0) or cycle:
+        # Frozen: nothing scheduled, nothing preempted, no output in flight,
+        # requests waiting. Running is then empty, so the head is refused with
+        # the whole pool free and no later event can change that (arrivals
+        # queue behind it).
+        if (P + D == 0 and n_pre == 0 and n_flight == 0) or cycle:
             livelocked = 1
             livelock_step = steps - 1
             break
@@ -708,6 +820,11 @@ def simulate_batch(
     trace,
     rlog,
     rlog_n,
+    ph,
+    infl,
+    stale,
+    plist,
+    ptok,
     use_macro,
     check,
 ):
@@ -744,6 +861,11 @@ def simulate_batch(
             out_f[c],
             trace[c],
             rlog[c],
+            ph[c],
+            infl[c],
+            stale[c],
+            plist[c],
+            ptok[c],
             use_macro,
             check,
         )

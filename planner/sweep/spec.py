@@ -46,6 +46,7 @@ SCHEDULER_AXES = (
     "preemption_mode",
     "stop_bound",
     "null_block",
+    "async_scheduling",
     "policy",
     "victim",
     "anti_starvation",
@@ -59,7 +60,12 @@ SCHEDULER_AXES = (
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
-BOOL_AXES = {"scheduler_reserve_full_isl", "null_block"}
+BOOL_AXES = {
+    "scheduler_reserve_full_isl",
+    "null_block",
+    "async_scheduling",
+    "enable_prefix_caching",
+}
 STR_AXES = {"preemption_mode", "stop_bound", "policy", "victim", "admission"}
 INT_AXES = {
     "max_num_seqs",

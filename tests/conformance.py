@@ -1,0 +1,184 @@
+"""Replay golden vLLM scenarios (tests/golden, written by tools/record_vllm_traces.py)
+in the kernel and the reference engine, as comparable per-step records."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.kernel import state as S
+from planner.latency import LinearLatency
+from planner.reference import Engine
+from planner.workload import Workload
+
+GOLDEN = Path(__file__).parent / "golden"
+STEP_LATENCY = LinearLatency(alpha=(0, 0, 0), beta=(1, 0, 0))  # 1 us per step that runs
+MAX_STEPS = 30_000
+FIELDS = ("sched", "order", "new", "resumed", "preempted", "finished", "running", "waiting", "free")
+
+
+def golden_names() -> list[str]:
+    return sorted(p.name.removesuffix(".json.gz") for p in GOLDEN.glob("*.json.gz"))
+
+
+def load(name: str) -> dict:
+    with gzip.open(GOLDEN / f"{name}.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def config_of(scn: dict) -> SchedulerConfig:
+    timed = scn["mode"] == "time"
+    return SchedulerConfig(
+        num_gpu_blocks=scn["num_gpu_blocks"],
+        block_size=scn["block_size"],
+        max_num_seqs=scn["max_num_seqs"],
+        max_num_batched_tokens=scn["max_num_batched_tokens"],
+        max_model_len=scn["max_model_len"],
+        long_prefill_token_threshold=scn["long_prefill_token_threshold"],
+        watermark=scn["watermark"],
+        scheduler_reserve_full_isl=scn["scheduler_reserve_full_isl"],
+        policy=scn["policy"],
+        async_scheduling=scn["async_scheduling"],
+        horizon_s=scn["horizon_s"] if timed else float("inf"),
+        max_steps=MAX_STEPS,
+    )
+
+
+def workload_of(scn: dict) -> tuple[Workload, LinearLatency, np.ndarray]:
+    """(workload sorted by arrival, latency, perm): workload index j is golden request perm[j]."""
+    reqs = scn["requests"]
+    perm = np.array(sorted(range(len(reqs)), key=lambda i: (reqs[i]["arrival"], i)))
+    if scn["mode"] == "time":
+        lat = LinearLatency(alpha=tuple(scn["alpha_us"]), beta=tuple(scn["beta_us"]))
+        arrival = np.array([reqs[i]["arrival"] for i in perm], dtype=np.float64)
+    else:
+        lat = STEP_LATENCY
+        arrival = np.array([reqs[i]["arrival"] for i in perm], dtype=np.float64) * 1e-6
+    wl = Workload(
+        arrival,
+        np.array([reqs[i]["prompt_len"] for i in perm], dtype=np.int32),
+        np.array([reqs[i]["max_tokens"] for i in perm], dtype=np.int32),
+        name=scn["name"],
+        priority=np.array([reqs[i].get("priority", 0) for i in perm], dtype=np.int64),
+    )
+    return wl, lat, perm
+
+
+def _empty() -> dict:
+    return {k: [] for k in FIELDS}
+
+
+def _finish_records(recs: list[dict]) -> list[dict]:
+    seen: set[int] = set()
+    for rec in recs:
+        adm = rec.pop("admitted")
+        for rid, comp in adm:
+            (rec["resumed"] if rid in seen else rec["new"]).append([rid, comp])
+            seen.add(rid)
+        for k in ("sched", "new", "resumed", "preempted", "finished"):
+            rec[k] = sorted(rec[k])
+    return recs
+
+
+def kernel_steps(scn: dict) -> tuple[list[dict], dict]:
+    """Per-step records in golden form, and final facts, from the kernel."""
+    wl, lat, perm = workload_of(scn)
+    res = simulate([config_of(scn)], wl, lat, log_entries=4_000_000)
+    n = int(res.state.rlog_n[0])
+    assert n <= res.state.rlog.shape[1], "event log truncated"
+    steps = int(res.state.out_i[0, S.O_STEPS])
+    recs = [{**_empty(), "admitted": []} for _ in range(steps)]
+    for step, r, value, kind in res.state.rlog[0, :n].tolist():
+        rec = recs[step]
+        g = int(perm[r]) if kind not in (S.EV_STATE, S.EV_FREE) else r
+        if kind == S.EV_SCHED:
+            rec["sched"].append([g, value])
+            rec["order"].append(g)
+        elif kind == S.EV_PREEMPT:
+            rec["preempted"].append(g)
+        elif kind == S.EV_FINISH:
+            rec["finished"].append(g)
+        elif kind == S.EV_ADMIT:
+            rec["admitted"].append((g, value))
+        elif kind == S.EV_STATE:
+            rec["running"], rec["waiting"] = r, value
+        elif kind == S.EV_FREE:
+            rec["free"] = value
+    inv = np.argsort(perm)
+    final = {
+        "livelocked": bool(res.state.out_i[0, S.O_LIVELOCKED]),
+        "num_steps": steps,
+        "end_ns": int(res.state.out_i[0, S.O_END_NS]),
+        "num_output_tokens": res.state.nout[0][inv].tolist(),
+        "num_preemptions": res.state.npre[0][inv].tolist(),
+        "first_token": res.state.first_ns[0][inv].tolist(),
+        "finish": res.state.finish_ns[0][inv].tolist(),
+    }
+    return _finish_records(recs), final
+
+
+def reference_steps(scn: dict) -> tuple[list[dict], dict]:
+    """Per-step records in golden form, and final facts, from the reference engine."""
+    wl, lat, perm = workload_of(scn)
+    eng = Engine(
+        config_of(scn),
+        lat,
+        np.round(wl.arrival_s * 1e9).astype(np.int64).tolist(),
+        wl.prompt_tokens.tolist(),
+        wl.output_tokens.tolist(),
+        wl.priority.tolist(),
+    ).run()
+    recs = []
+    for s in eng.steps:
+        rec = _empty()
+        rec["sched"] = [[int(perm[r]), n] for r, n in s.per_request]
+        rec["order"] = [int(perm[r]) for r, _ in s.per_request]
+        rec["preempted"] = [int(perm[r]) for r in s.victims]
+        rec["finished"] = [int(perm[r]) for r in s.finishes]
+        rec["admitted"] = [(int(perm[r]), c) for r, c in s.admissions]
+        rec["running"], rec["waiting"], rec["free"] = s.sched_state
+        recs.append(rec)
+    order = np.argsort(perm)
+    reqs = [eng.requests[j] for j in order]
+    final = {
+        "livelocked": eng.livelocked,
+        "num_steps": len(eng.steps),
+        "end_ns": eng.clock,
+        "num_output_tokens": [r.num_output_tokens for r in reqs],
+        "num_preemptions": [r.num_preemptions for r in reqs],
+        "first_token": [r.first_token_ns for r in reqs],
+        "finish": [r.finish_ns for r in reqs],
+    }
+    return _finish_records(recs), final
+
+
+def golden_steps(gold: dict) -> list[dict]:
+    out = []
+    for rec in gold["steps"]:
+        assert all(reason == "length" for _, reason in rec["finished"])
+        r = {k: rec[k] for k in FIELDS}
+        r["finished"] = sorted(i for i, _ in rec["finished"])
+        out.append(r)
+    return out
+
+
+def first_difference(want: list[dict], got: list[dict], who: str) -> str | None:
+    """None if equal, else a message showing the first step that differs."""
+    for i, (w, g) in enumerate(zip(want, got, strict=False)):
+        if w != g:
+            keys = [k for k in FIELDS if w[k] != g[k]]
+            lines = [f"{who}: step {i} differs in {', '.join(keys)}"]
+            for k in keys:
+                lines.append(f"  {k}: vllm {w[k]}")
+                lines.append(f"  {k}: {who} {g[k]}")
+            lines.append(f"  vllm step: {w}")
+            lines.append(f"  {who} step: {g}")
+            return "\n".join(lines)
+    if len(want) != len(got):
+        return f"{who}: {len(got)} steps, vllm {len(want)} (equal up to the shorter)"
+    return None

@@ -1,0 +1,548 @@
+"""Record golden scheduler traces from the real vLLM scheduler (not a runtime dependency).
+
+Drives ``vllm.v1.core.sched.scheduler.Scheduler`` (and ``AsyncScheduler``) with
+a fake model runner on the CPU, for the scenarios made by ``make_scenarios``,
+and writes one ``tests/golden/<name>.json.gz`` per scenario. The conformance
+tests (``tests/test_conformance.py``) replay each file in the kernel and the
+reference engine and require identical traces.
+
+Install (about 2 minutes, 2.2 GB), in a venv of its own::
+
+    python3 -m venv /tmp/vllm-venv
+    /tmp/vllm-venv/bin/pip install torch==2.13.0          # the local CPU wheel
+    /tmp/vllm-venv/bin/pip install --no-deps vllm==0.33.0
+    /tmp/vllm-venv/bin/pip install transformers tokenizers msgspec pyzmq \
+        cloudpickle blake3 cbor2 pybase64 openai fastapi prometheus_client \
+        llguidance einops apache-tvm-ffi openai-harmony uvloop pydantic \
+        numpy psutil sentencepiece requests tqdm py-cpuinfo aiohttp pillow \
+        regex cachetools pyyaml six setuptools watchfiles diskcache gguf \
+        partial-json-parser lark typing_extensions filelock
+    /tmp/vllm-venv/bin/pip install --no-deps xgrammar
+
+Re-record (from the project root)::
+
+    HF_HUB_OFFLINE=1 /tmp/vllm-venv/bin/python tools/record_vllm_traces.py
+
+Conventions (also in ``tests/golden/README.md``):
+
+- **Step mode.** A step that schedules tokens takes one unit of time, an
+  empty one none; request i is added before the first step that starts at
+  time ``>= arrival[i]``, and an idle clock jumps to the next arrival. Every
+  ``schedule()`` call made while a request is unfinished is a step (numbered
+  from 0), empty ones included. ``running``, ``waiting`` and ``free`` are read right after
+  ``schedule()``; ``finished`` lists the requests that step's output ended.
+- **Fake runner.** A scheduled request samples one token exactly when its
+  chunk reached the end of its known tokens (``not request.is_prefill_chunk``
+  right after ``schedule()``). Tokens are never EOS (``ignore_eos``).
+- **Async** follows ``EngineCore.step_with_batch_queue`` with a queue of 2:
+  step k+1 is scheduled before step k's output is applied.
+- **Time mode** (sync only) follows S1-exact in ``scenarios.md``: a request
+  enters at ``arrival + alpha0 + alpha1*prompt`` us, a step lasts
+  ``beta0 + beta1*prefill + beta2*decode`` us, finishes happen at the step's
+  end, an idle clock jumps to the next entry. Times are integer nanoseconds.
+- **Tokens.** Request i's prompt is its prefix group's shared tokens
+  (``min(prefix_len, prompt_len)`` of them) followed by tokens unique to i;
+  outputs are unique to i. Block hashes are vLLM's, with
+  ``hash_block_size == block_size``.
+- A run stops as ``stalled`` after 8 consecutive empty steps (a livelock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+VLLM_VERSION = "0.33.0"
+STALL_STEPS = 8
+MAX_STEPS = 30_000
+S1_ALPHA = (232.46, 1.75, 3357.44)  # us: BLIS seed coefficients (scenarios.md)
+S1_BETA = (5752.71, 17.25, 6.00)
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 65536,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def _base(name: str, **kw: object) -> dict:
+    scn = {
+        "name": name,
+        "num_gpu_blocks": 200,
+        "block_size": 16,
+        "max_num_seqs": 32,
+        "max_num_batched_tokens": 2048,
+        "max_model_len": 900,
+        "long_prefill_token_threshold": 0,
+        "watermark": 0.0,
+        "scheduler_reserve_full_isl": True,
+        "policy": "fcfs",
+        "enable_prefix_caching": False,
+        "async_scheduling": False,
+        "mode": "steps",
+        "requests": [],
+    }
+    scn.update(kw)
+    return scn
+
+
+def _req(prompt: int, max_tokens: int, arrival: float = 0, **kw: object) -> dict:
+    r = {"prompt_len": prompt, "max_tokens": max_tokens, "arrival": arrival}
+    r.update(kw)
+    return r
+
+
+def _s1_requests() -> list[dict]:
+    import csv
+
+    root = Path(__file__).resolve().parent.parent
+    path = root / "planner" / "data" / "s1_seed7.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return [
+        _req(int(r["prompt_tokens"]), int(r["output_tokens"]), float(r["arrival_time_s"]))
+        for r in rows
+    ]
+
+
+def _random_scenario(rng: random.Random, i: int) -> dict:
+    caching = i % 2 == 1
+    async_ = (i // 2) % 2 == 1
+    bs = rng.choice([4, 8, 16, 16, 32])
+    mml = rng.choice([256, 384, 512, 1024])
+    min_blocks = -(-mml // bs) + 1
+    tight = i % 3
+    n_blocks = [min_blocks, min_blocks + rng.randint(2, 20), min_blocks * rng.randint(2, 6)][tight]
+    policy = "priority" if i % 5 == 2 else "fcfs"
+    n_req = rng.randint(6, 28)
+    groups = []
+    if caching and rng.random() < 0.8:
+        for _ in range(rng.randint(1, 3)):
+            groups.append(rng.randint(bs // 2, min(260, mml // 2)))
+    reqs = []
+    for _ in range(n_req):
+        prompt = rng.randint(1, min(300, mml - 2))
+        if rng.random() < 0.3:  # land on or next to a block boundary
+            prompt = max(1, min(mml - 2, bs * rng.randint(1, 12) + rng.choice([-1, 0, 1])))
+        max_tokens = rng.randint(1, min(160, mml))
+        r = _req(prompt, max_tokens, rng.randint(0, 60) if rng.random() < 0.7 else 0)
+        if policy == "priority":
+            r["priority"] = rng.randint(0, 3)
+        if groups and rng.random() < 0.6:
+            g = rng.randrange(len(groups))
+            r["prefix_group"] = g
+            r["prefix_len"] = groups[g]
+        reqs.append(r)
+    return _base(
+        f"rand{i:02d}",
+        num_gpu_blocks=n_blocks,
+        block_size=bs,
+        max_num_seqs=rng.choice([1, 2, 4, 8, 16, 64]),
+        max_num_batched_tokens=rng.choice([32, 64, 128, 256, 512, 2048]),
+        max_model_len=mml,
+        long_prefill_token_threshold=rng.choice([0, 0, 0, 16, 48]),
+        watermark=rng.choice([0.0, 0.0, 0.0, 0.02, 0.05]),
+        scheduler_reserve_full_isl=rng.random() < 0.8,
+        policy=policy,
+        enable_prefix_caching=caching,
+        async_scheduling=async_,
+        requests=reqs,
+    )
+
+
+def make_scenarios(seed: int = 20261130) -> list[dict]:
+    """The golden scenarios: S2 and its variants, S3, S1-exact in time, and random ones."""
+    s2 = [_req(300, 600) for _ in range(40)]
+    fixed = [
+        _base("s2_base", requests=s2),
+        _base("s2_watermark", watermark=0.05, requests=s2),
+        _base("s2_long_prefill", long_prefill_token_threshold=128, requests=s2),
+        _base("s2_priority", policy="priority", requests=s2),
+        _base("s2_async", async_scheduling=True, requests=s2),
+        _base("s2_caching", enable_prefix_caching=True, requests=s2),
+        _base("s2_async_caching", enable_prefix_caching=True, async_scheduling=True, requests=s2),
+        _base(
+            "s2_single",
+            num_gpu_blocks=69,
+            max_num_batched_tokens=256,
+            max_model_len=1024,
+            requests=[_req(1000, 24)],
+        ),
+        _base(
+            "s3_one_block_short",
+            num_gpu_blocks=64,
+            max_num_batched_tokens=256,
+            max_model_len=1024,
+            requests=[_req(1000, 24)],
+        ),
+        _base(
+            "shared_prefix_burst",
+            num_gpu_blocks=120,
+            max_num_seqs=8,
+            max_num_batched_tokens=256,
+            max_model_len=512,
+            enable_prefix_caching=True,
+            requests=[
+                _req(
+                    100 + 7 * i, 40 + 3 * i, i // 3, prefix_group=i % 2, prefix_len=[64, 104][i % 2]
+                )
+                for i in range(14)
+            ],
+        ),
+    ]
+    s1 = _s1_requests()
+    timed = [
+        _base(
+            f"s1_exact_seqs{seqs}",
+            mode="time",
+            num_gpu_blocks=7463,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=2048,
+            max_model_len=4096,
+            horizon_s=120.0,
+            alpha_us=list(S1_ALPHA),
+            beta_us=list(S1_BETA),
+            requests=s1,
+        )
+        for seqs in (32, 256)
+    ]
+    rng = random.Random(seed)
+    rand = [_random_scenario(rng, i) for i in range(28)]
+    return fixed + timed + rand
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def _ns(us: float) -> int:
+    return int(round(us * 1000))
+
+
+class Driver:
+    """One scenario against the real scheduler."""
+
+    def __init__(self, scn: dict, model_dir: str) -> None:
+        import torch
+        from vllm.config import (
+            CacheConfig,
+            DeviceConfig,
+            ModelConfig,
+            SchedulerConfig,
+            VllmConfig,
+        )
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.request import Request
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        self.scn = scn
+        bs = scn["block_size"]
+        mml = scn["max_model_len"]
+        sched_cfg = SchedulerConfig(
+            max_num_seqs=scn["max_num_seqs"],
+            max_num_batched_tokens=scn["max_num_batched_tokens"],
+            max_model_len=mml,
+            long_prefill_token_threshold=scn["long_prefill_token_threshold"],
+            enable_chunked_prefill=True,
+            policy=scn["policy"],
+            watermark=scn["watermark"],
+            scheduler_reserve_full_isl=scn["scheduler_reserve_full_isl"],
+            async_scheduling=scn["async_scheduling"],
+            is_encoder_decoder=False,
+        )
+        model_cfg = ModelConfig(
+            model=model_dir,
+            tokenizer=model_dir,
+            skip_tokenizer_init=True,
+            max_model_len=mml,
+            dtype="float32",
+            seed=0,
+        )
+        cache_cfg = CacheConfig(block_size=bs, enable_prefix_caching=scn["enable_prefix_caching"])
+        vcfg = VllmConfig(
+            scheduler_config=sched_cfg,
+            model_config=model_cfg,
+            cache_config=cache_cfg,
+            device_config=DeviceConfig(device="cpu"),
+        )
+        kv_cfg = KVCacheConfig(
+            num_blocks=scn["num_gpu_blocks"],
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer"],
+                    FullAttentionSpec(
+                        block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32
+                    ),
+                )
+            ],
+        )
+        cache_cfg.num_gpu_blocks = scn["num_gpu_blocks"]
+        cls = AsyncScheduler if scn["async_scheduling"] else Scheduler
+        self.sched = cls(
+            vllm_config=vcfg,
+            kv_cache_config=kv_cfg,
+            structured_output_manager=StructuredOutputManager(vcfg),
+            block_size=bs,
+            hash_block_size=bs,
+            log_stats=False,
+        )
+        init_none_hash(sha256)
+        hasher = get_request_block_hasher(bs, sha256)
+        self.reqs = []
+        for i, r in enumerate(scn["requests"]):
+            shared = min(r.get("prefix_len", 0), r["prompt_len"])
+            g = r.get("prefix_group", -1)
+            tokens = [10 + g] * shared + [100 + i] * (r["prompt_len"] - shared)
+            sp = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True)
+            self.reqs.append(
+                Request(
+                    request_id=f"{i:06d}",  # string order = index order (priority ties)
+                    prompt_token_ids=tokens,
+                    sampling_params=sp,
+                    pooling_params=None,
+                    arrival_time=self._entry_s(r),
+                    priority=r.get("priority", 0),
+                    block_hasher=hasher,
+                )
+            )
+
+    def _entry_s(self, r: dict) -> float:
+        """``Request.arrival_time``: the entry time (steps, or seconds after the
+        alpha delay), so the priority order is (priority, entry, index)."""
+        if self.scn["mode"] != "time":
+            return float(r["arrival"])
+        a0, a1, _ = self.scn["alpha_us"]
+        return (_ns(r["arrival"] * 1e6) + _ns(a0) + _ns(a1) * r["prompt_len"]) / 1e9
+
+    # -- one step's observations
+
+    def _observe(self, out: Any) -> dict:
+        s = self.sched
+        sched = {int(k): v for k, v in out.num_scheduled_tokens.items()}
+        # With the V2 model runner vLLM reports resumed requests among the new
+        # ones; a request admitted before (it has been preempted) is "resumed".
+        admitted = [(int(d.req_id), d.num_computed_tokens) for d in out.scheduled_new_reqs]
+        cached = out.scheduled_cached_reqs
+        admitted += [
+            (int(rid), cached.num_computed_tokens[j])
+            for j, rid in enumerate(cached.req_ids)
+            if rid in cached.resumed_req_ids
+        ]
+        new = [[i, c] for i, c in admitted if s.requests[f"{i:06d}"].num_preemptions == 0]
+        resumed = [[i, c] for i, c in admitted if s.requests[f"{i:06d}"].num_preemptions > 0]
+        n_run, n_wait = s.get_request_counts()
+        samples = {
+            int(rid): not s.requests[rid].is_prefill_chunk for rid in out.num_scheduled_tokens
+        }
+        return {
+            "sched": sorted(sched.items()),
+            "order": [int(k) for k in out.num_scheduled_tokens],
+            "new": sorted(new),
+            "resumed": sorted(resumed),
+            "preempted": sorted(int(r) for r in (out.preempted_req_ids or ())),
+            "finished": [],
+            "running": n_run,
+            "waiting": n_wait,
+            "free": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+            "_samples": samples,
+        }
+
+    def _runner_output(self, out: Any, samples: dict) -> Any:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        ids = list(out.num_scheduled_tokens)
+        return ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: j for j, r in enumerate(ids)},
+            sampled_token_ids=[[100 + int(r)] if samples[int(r)] else [] for r in ids],
+        )
+
+    def _apply(self, out: Any, rec: dict, now_ns: int | None) -> None:
+        eco = self.sched.update_from_output(out, self._runner_output(out, rec.pop("_samples")))
+        for outs in eco.values():
+            for o in outs.outputs:
+                i = int(o.request_id)
+                if o.new_token_ids and self.first_token[i] is None:
+                    self.first_token[i] = now_ns
+                if o.finish_reason is not None:
+                    rec["finished"].append([i, str(o.finish_reason)])
+                    self.finish[i] = now_ns
+        rec["finished"].sort()
+
+    # -- step mode
+
+    def run_steps(self) -> dict:
+        s = self.sched
+        reqs = self.scn["requests"]
+        arrivals = sorted(range(len(self.reqs)), key=lambda i: (reqs[i]["arrival"], i))
+        self.first_token = [None] * len(self.reqs)
+        self.finish = [None] * len(self.reqs)
+        steps: list[dict] = []
+        queue: deque = deque()
+        nxt = 0
+        clock = 0  # steps that ran the model: an empty step takes no time
+        zero = 0
+        outcome = "drained"
+        asyn = self.scn["async_scheduling"]
+        while True:
+            while nxt < len(arrivals) and reqs[arrivals[nxt]]["arrival"] <= clock:
+                s.add_request(self.reqs[arrivals[nxt]])
+                nxt += 1
+            busy = s.has_unfinished_requests()
+            if not busy and not queue:
+                if nxt >= len(arrivals):
+                    break
+                clock = int(reqs[arrivals[nxt]]["arrival"])
+                continue
+            if len(steps) >= MAX_STEPS:
+                outcome = "step_limit"
+                break
+            if busy:
+                out = s.schedule()
+                rec = self._observe(out)
+                rec["step"] = len(steps)
+                rec["clock"] = clock
+                steps.append(rec)
+                executed = out.total_num_scheduled_tokens > 0
+                clock += int(executed)
+                zero = 0 if executed else zero + 1
+                if zero >= STALL_STEPS:
+                    outcome = "stalled"
+                    break
+                if not asyn:
+                    self._apply(out, rec, rec["step"])
+                    continue
+                queue.appendleft((out, rec))
+                if len(queue) < 2 and (executed or s.has_requests()):
+                    continue
+            out, rec = queue.pop()
+            self._apply(out, rec, rec["step"])
+        for rec in steps:
+            rec.pop("_samples", None)
+        return {"outcome": outcome, "steps": steps, "requests": self._request_results()}
+
+    # -- time mode (synchronous)
+
+    def run_time(self) -> dict:
+        s = self.sched
+        a0, a1, a2 = self.scn["alpha_us"]
+        b0, b1, b2 = self.scn["beta_us"]
+        ns = _ns
+        entry = [
+            ns(r["arrival"] * 1e6) + ns(a0) + ns(a1) * r["prompt_len"] for r in self.scn["requests"]
+        ]
+        arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
+        horizon = ns(self.scn["horizon_s"] * 1e6)
+        self.first_token = [None] * len(self.reqs)
+        self.finish = [None] * len(self.reqs)
+        clock = 0
+        nxt = 0
+        n_steps = 0
+        outcome = "drained"
+        while True:
+            while nxt < len(arrivals) and entry[arrivals[nxt]] <= clock:
+                s.add_request(self.reqs[arrivals[nxt]])
+                nxt += 1
+            if not s.has_unfinished_requests():
+                if nxt >= len(arrivals):
+                    break
+                clock = entry[arrivals[nxt]]
+                continue
+            if clock >= horizon:
+                outcome = "horizon"
+                break
+            before = {rid: (r.num_computed_tokens, r.num_tokens) for rid, r in s.requests.items()}
+            out = s.schedule()
+            prefill = decode = 0
+            for rid, n in out.num_scheduled_tokens.items():
+                c0, nt = before[rid]
+                if n == 1 and c0 == nt - 1:
+                    decode += 1
+                else:
+                    prefill += n
+            rec = self._observe(out)
+            clock += ns(b0) + ns(b1) * prefill + ns(b2) * decode
+            n_steps += 1
+            self._apply(out, rec, clock)
+        return {
+            "outcome": outcome,
+            "num_steps": n_steps,
+            "end_ns": clock,
+            "requests": self._request_results(),
+        }
+
+    def _request_results(self) -> list[dict]:
+        return [
+            {
+                "first_token": self.first_token[i],
+                "finish": self.finish[i],
+                "num_output_tokens": r.num_output_tokens,
+                "num_preemptions": r.num_preemptions,
+            }
+            for i, r in enumerate(self.reqs)
+        ]
+
+
+def record(scn: dict, model_dir: str) -> dict:
+    """Run one scenario; returns ``{"vllm": version, "scenario": scn, ...results}``."""
+    d = Driver(scn, model_dir)
+    res = d.run_time() if scn["mode"] == "time" else d.run_steps()
+    return {"vllm": VLLM_VERSION, "scenario": scn, **res}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default_out = Path(__file__).resolve().parent.parent / "tests" / "golden"
+    ap.add_argument("--out", default=str(default_out))
+    ap.add_argument("--only", nargs="*", help="scenario names to record")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import vllm
+
+    if vllm.__version__ != VLLM_VERSION:
+        print(f"error: vllm {vllm.__version__} installed, {VLLM_VERSION} expected", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as model_dir:
+        Path(model_dir, "config.json").write_text(json.dumps(TINY_LLAMA))
+        for scn in make_scenarios():
+            if args.only and scn["name"] not in args.only:
+                continue
+            res = record(scn, model_dir)
+            path = out / f"{scn['name']}.json.gz"
+            with gzip.open(path, "wt", compresslevel=9) as f:
+                json.dump(res, f, separators=(",", ":"))
+            n = len(res.get("steps", ())) or res.get("num_steps")
+            print(f"{scn['name']}: {res['outcome']}, {n} steps, {path.stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
