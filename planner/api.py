@@ -106,6 +106,14 @@ def simulate(
         if workload.priority is None
         else np.ascontiguousarray(workload.priority, dtype=np.int64)
     )
+    if workload.prefix_group is None:
+        group = np.full(r, -1, dtype=np.int32)
+        shared_len = np.zeros(r, dtype=np.int32)
+    else:
+        group = np.ascontiguousarray(workload.prefix_group, dtype=np.int32)
+        shared_len = np.where(group >= 0, np.minimum(workload.prefix_len, prompt), 0).astype(
+            np.int32
+        )
     entry = np.empty((c, r), dtype=np.int64)
     order = np.empty((c, r), dtype=np.int32)
     cache: dict[tuple[int, int], int] = {}
@@ -121,7 +129,14 @@ def simulate(
     st = S.allocate(c, r, trace_steps, log_entries)
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
         _run_kernel(
-            cfg, cfgf, prompt, max_tokens, priority, entry, order, st, fast_path, check_invariants
+            cfg,
+            cfgf,
+            (prompt, max_tokens, priority, group, shared_len),
+            entry,
+            order,
+            st,
+            fast_path,
+            check_invariants,
         )
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
 
@@ -129,21 +144,22 @@ def simulate(
 def _run_kernel(
     cfg: np.ndarray,
     cfgf: np.ndarray,
-    prompt: np.ndarray,
-    max_tokens: np.ndarray,
-    priority: np.ndarray,
+    requests: tuple[np.ndarray, ...],
     entry: np.ndarray,
     order: np.ndarray,
     st: S.State,
     fast_path: bool,
     check_invariants: bool,
 ) -> None:
+    prompt, max_tokens, priority, group, shared_len = requests
     simulate_batch(
         cfg,
         cfgf,
         prompt,
         max_tokens,
         priority,
+        group,
+        shared_len,
         entry,
         order,
         st.ncomp,

@@ -97,6 +97,7 @@ class SchedulerConfig:
     swap_bandwidth_gbps: float = 25.0  # swap mode: GB/s each way (PCIe Gen4 x16 ~ 25)
     kv_block_bytes: int = 2 * 2**20  # swap mode: bytes of one block (Llama-3.1-8B, bs 16)
     async_scheduling: bool = False  # vLLM's engine default is on; see README
+    enable_prefix_caching: bool = False  # vLLM's default is on; see README
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -124,6 +125,7 @@ class SchedulerConfig:
             "scheduler_reserve_full_isl",
             "null_block",
             "async_scheduling",
+            "enable_prefix_caching",
         ):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(
@@ -159,11 +161,12 @@ class SchedulerConfig:
             v = getattr(self, name)
             if v not in allowed:
                 raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
-        if self.async_scheduling and self.preemption_mode != "recompute":
-            raise ValueError(
-                f"--async-scheduling is modelled with recompute preemption only, "
-                f"not {self.preemption_mode!r}"
-            )
+        for name in ("async_scheduling", "enable_prefix_caching"):
+            if getattr(self, name) and self.preemption_mode != "recompute":
+                raise ValueError(
+                    f"--{_flag(name)} is modelled with recompute preemption only, "
+                    f"not {self.preemption_mode!r}"
+                )
         h = self.horizon_s
         if (
             isinstance(h, bool)
@@ -251,6 +254,6 @@ def pack_configs(
             c.cpu_swap_blocks,
             c.swap_ns_per_block,
             int(c.async_scheduling),
-            0,  # prefix caching: not modelled yet
+            int(c.enable_prefix_caching),
         )
     return out, outf

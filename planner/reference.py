@@ -3,8 +3,11 @@
 This is the specification the jitted kernel is tested against: one object per
 vLLM concept, one step at a time, no fast path.
 
-- ``BlockPool``      ~ ``vllm/v1/core/block_pool.py`` (free queue, null block)
-- ``KVCacheManager`` ~ ``vllm/v1/core/kv_cache_manager.py`` (``allocate_slots``, ``free``)
+- ``BlockPool``      ~ ``vllm/v1/core/block_pool.py`` (free queue, null block,
+  prefix-cache hash map)
+- ``KVCacheManager`` ~ ``vllm/v1/core/kv_cache_manager.py`` (``allocate_slots``,
+  ``get_computed_blocks``, ``free``) with ``FullAttentionManager`` of
+  ``single_type_kv_cache_manager.py`` (``cache_blocks``, ``find_longest_cache_hit``)
 - ``Scheduler``      ~ ``vllm/v1/core/sched/scheduler.py`` (``schedule``,
   ``_preempt_request``, ``update_from_output``) and ``check_stop`` in
   ``vllm/v1/core/sched/utils.py``
@@ -13,13 +16,15 @@ vLLM concept, one step at a time, no fast path.
 
 Scheduling is synchronous, or asynchronous (``vllm/v1/core/sched/async_scheduler.py``
 with ``EngineCore.step_with_batch_queue``) when ``async_scheduling`` is set.
-Prefix caching is off.
+Prefix caching (``enable_prefix_caching``) hashes full blocks; a block's content
+is its request's shared-prefix group's tokens while it lies in the shared
+prefix, else tokens unique to the request.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +56,9 @@ class Request:
     placeholders: int = 0  # async: num_output_placeholders (tokens in flight)
     in_flight: int = 0  # async: num_in_flight_tokens
     stale: int = 0  # async: num_stale_output_tokens (in flight when preempted)
+    prefix_group: int = -1  # shared-prefix group (-1: none)
+    shared_len: int = 0  # prompt tokens shared with the group: min(prefix_len, prompt)
+    num_cached_blocks: int = 0  # blocks hashed into the prefix cache so far
 
     @property
     def num_tokens(self) -> int:
@@ -62,54 +70,149 @@ class Request:
 
 
 class BlockPool:
-    """Block ids 0..N-1; block 0 is the null block when ``null_block`` is set."""
+    """``vllm/v1/core/block_pool.py``: blocks 0..N-1 (block 0 is the null block
+    when ``null_block`` is set), a free queue in eviction order
+    (``FreeKVCacheBlockQueue``) and, with prefix caching, the hash -> blocks map
+    (``BlockHashToBlockMap``: per hash, blocks in insertion order)."""
 
-    def __init__(self, num_gpu_blocks: int, null_block: bool) -> None:
-        first = 1 if null_block else 0
-        self.free_ids: deque[int] = deque(range(first, num_gpu_blocks))
+    def __init__(self, num_gpu_blocks: int, null_block: bool, caching: bool) -> None:
+        self.caching = caching
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_gpu_blocks))
+        if null_block:
+            self.free_queue.popitem(last=False)
+        self.ref_cnt = [0] * num_gpu_blocks
+        self.block_hash: list[tuple | None] = [None] * num_gpu_blocks
+        self.cached: dict[tuple, dict[int, None]] = {}
         self.num_usable = usable_blocks(num_gpu_blocks, null_block)
-        assert len(self.free_ids) == self.num_usable
+        assert len(self.free_queue) == self.num_usable
 
     def num_free(self) -> int:
-        return len(self.free_ids)
+        return len(self.free_queue)
 
-    def take(self, n: int) -> list[int]:
-        assert n <= len(self.free_ids)
-        return [self.free_ids.popleft() for _ in range(n)]
+    def get_cached_block(self, key: tuple) -> int | None:
+        """The first block cached under ``key`` (``get_one_block``), or None."""
+        blocks = self.cached.get(key)
+        return next(iter(blocks)) if blocks else None
 
-    def give_back(self, ids: list[int]) -> None:
-        self.free_ids.extend(reversed(ids))
+    def get_new_blocks(self, n: int) -> list[int]:
+        """Pop n blocks from the front of the free queue, evicting their hashes."""
+        assert n <= len(self.free_queue)
+        out = []
+        for _ in range(n):
+            b, _ = self.free_queue.popitem(last=False)
+            key = self.block_hash[b]
+            if key is not None:  # _maybe_evict_cached_block
+                del self.cached[key][b]
+                if not self.cached[key]:
+                    del self.cached[key]
+                self.block_hash[b] = None
+            self.ref_cnt[b] = 1
+            out.append(b)
+        return out
+
+    def touch(self, blocks: list[int]) -> None:
+        """A prefix-cache hit takes a reference (leaving the free queue at 0)."""
+        for b in blocks:
+            if self.ref_cnt[b] == 0:
+                del self.free_queue[b]
+            self.ref_cnt[b] += 1
+
+    def free_blocks(self, ordered: list[int]) -> None:
+        """Drop one reference each; blocks that reach 0 rejoin the free queue:
+        unhashed ones at the front (reused first), hashed ones at the back (LRU)."""
+        first, last = [], []
+        for b in ordered:
+            self.ref_cnt[b] -= 1
+            if self.ref_cnt[b] == 0:
+                (last if self.caching and self.block_hash[b] is not None else first).append(b)
+        for b in reversed(first):
+            self.free_queue[b] = None
+            self.free_queue.move_to_end(b, last=False)
+        for b in last:
+            self.free_queue[b] = None
+
+    def cache_block(self, b: int, key: tuple) -> None:
+        """``_insert_block_hash``: record that block b holds the content ``key``."""
+        if self.block_hash[b] == key:
+            return
+        assert self.block_hash[b] is None
+        self.block_hash[b] = key
+        self.cached.setdefault(key, {})[b] = None
 
 
 class KVCacheManager:
-    """All-or-nothing slot allocation with the whole-sequence gate and watermark."""
+    """``allocate_slots`` (all or nothing, the whole-sequence gate, the watermark),
+    ``get_computed_blocks`` (prefix-cache hits) and ``free``."""
 
     def __init__(self, cfg: SchedulerConfig) -> None:
-        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.null_block)
+        self.caching = cfg.enable_prefix_caching
+        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.null_block, self.caching)
         self.block_size = cfg.block_size
         self.max_model_len = cfg.max_model_len
         self.watermark_blocks = cfg.watermark_blocks
 
+    def block_key(self, req: Request, j: int) -> tuple:
+        """The content of block j: its shared-prefix group's tokens while the block
+        lies inside the shared prefix, else tokens unique to the request."""
+        if (j + 1) * self.block_size <= req.shared_len:
+            return ("group", req.prefix_group, j)
+        return ("request", req.rid, j)
+
+    def get_computed_blocks(self, req: Request) -> list[int]:
+        """The longest chain of cached full blocks, at most num_tokens - 1 tokens."""
+        if not self.caching:
+            return []
+        hits = []
+        for j in range((req.num_tokens - 1) // self.block_size):
+            b = self.pool.get_cached_block(self.block_key(req, j))
+            if b is None:
+                break
+            hits.append(b)
+        return hits
+
     def allocate_slots(
-        self, req: Request, num_new_tokens: int, full_sequence_must_fit: bool, watermark: bool
+        self,
+        req: Request,
+        num_new_tokens: int,
+        full_sequence_must_fit: bool,
+        watermark: bool,
+        hits: list[int] | None = None,
     ) -> bool:
+        hits = hits or []
         wm = self.watermark_blocks if watermark else 0
+        # Hit blocks sitting in the free queue leave it when touched.
+        evictable = sum(self.pool.ref_cnt[b] == 0 for b in hits)
+        have = len(req.blocks) + len(hits)
+        computed = req.num_computed_tokens + len(hits) * self.block_size
+        free = self.pool.num_free()
         if full_sequence_must_fit:
             full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
-            if full - len(req.blocks) + wm > self.pool.num_free():
+            if max(full - have, 0) + evictable + wm > free:
                 return False
-        target = blocks_for_tokens(
-            req.num_computed_tokens + num_new_tokens, self.max_model_len, self.block_size
-        )
-        need = max(0, target - len(req.blocks))
-        if need + wm > self.pool.num_free():
+        target = blocks_for_tokens(computed + num_new_tokens, self.max_model_len, self.block_size)
+        if max(0, target - have) + evictable + wm > free:
             return False
-        req.blocks.extend(self.pool.take(need))
+        self.pool.touch(hits)
+        req.blocks.extend(hits)
+        req.num_cached_blocks += len(hits)
+        req.blocks.extend(self.pool.get_new_blocks(max(0, target - len(req.blocks))))
+        self.cache_blocks(req, computed + num_new_tokens)
         return True
 
+    def cache_blocks(self, req: Request, num_tokens: int) -> None:
+        """Hash the request's full blocks up to ``num_tokens`` of known tokens."""
+        if not self.caching:
+            return
+        num_full = min(num_tokens, req.num_tokens) // self.block_size
+        for j in range(req.num_cached_blocks, num_full):
+            self.pool.cache_block(req.blocks[j], self.block_key(req, j))
+        req.num_cached_blocks = max(req.num_cached_blocks, num_full)
+
     def free(self, req: Request) -> None:
-        self.pool.give_back(req.blocks)
+        """Free tail first, so the tail is evicted first."""
+        self.pool.free_blocks(list(reversed(req.blocks)))
         req.blocks = []
+        req.num_cached_blocks = 0
 
 
 @dataclass
@@ -263,17 +366,21 @@ class Scheduler:
                 if req.stale > 0:  # async: its stale output has not arrived yet
                     skipped.append(self.waiting.pop(0))
                     continue
-                n = min(self._cap(req.num_tokens - req.num_computed_tokens), budget)
-                if not self.kv.allocate_slots(
-                    req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running)
-                ):
-                    break
+                # A preempted or new request first claims its prefix-cache hits.
+                hits = self.kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else []
+                hit_tokens = len(hits) * self.cfg.block_size
+                n = self._cap(req.num_tokens - req.num_computed_tokens - hit_tokens)
+                n = min(n, budget)
                 if self.cfg.admission != "vanilla" and (
                     sum(self.final_blocks(r) for r in self.running) + self.final_blocks(req)
                     > self.kv.pool.num_usable
                 ):
-                    self.kv.free(req)  # the check comes after allocate_slots in the kernel too
                     break
+                if not self.kv.allocate_slots(
+                    req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running), hits
+                ):
+                    break
+                req.num_computed_tokens += hit_tokens
                 self.waiting.pop(0)
                 self.admissions.append((req.rid, req.num_computed_tokens))
                 if req.swapped_blocks:  # swap the KV back in
@@ -355,11 +462,15 @@ class Scheduler:
                 req.stale -= n
             if req.status == "finished" or not samples:
                 continue
+            had_placeholders = req.placeholders > 0
             req.num_output_tokens += 1
             if not was_stale and req.placeholders > 0:
                 req.placeholders -= 1
             if req.first_token_ns < 0:
                 req.first_token_ns = now_ns
+            if not was_stale and req.status == "running" and had_placeholders:
+                # Async: blocks whose tokens are now all known join the cache.
+                self.kv.cache_blocks(req, req.num_computed_tokens - req.in_flight)
             if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.stop_len:
                 if req.status == "waiting":  # preempted; its stale token ended it
                     self.waiting.remove(req)
@@ -382,6 +493,8 @@ class Engine:
         prompt: list[int],
         max_tokens: list[int],
         priority: list[int] | None = None,
+        prefix_group: list[int] | None = None,
+        prefix_len: list[int] | None = None,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
@@ -398,6 +511,10 @@ class Engine:
                 zip(arrival_ns, prompt, max_tokens, entry, prio, strict=True)
             )
         ]
+        if prefix_group is not None and prefix_len is not None:
+            for req, g, n in zip(self.requests, prefix_group, prefix_len, strict=True):
+                req.prefix_group = g
+                req.shared_len = min(n, req.prompt_len) if g >= 0 else 0
         self.arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
         self.entry = entry
         self.steps: list[StepRecord] = []
@@ -502,8 +619,10 @@ class Engine:
             else:
                 done = []
                 finishes = sched.update_from_output(batch, self.clock)
-            used = sum(len(r.blocks) for r in sched.running)
-            if used + sched.kv.pool.num_free() != sched.kv.pool.num_usable:
+            pool = sched.kv.pool
+            refs = sum(len(r.blocks) for r in sched.running)
+            in_use = sum(c > 0 for c in pool.ref_cnt)
+            if in_use + pool.num_free() != pool.num_usable or refs != sum(pool.ref_cnt):
                 self.invariant_errors += 1
             self.steps.append(
                 StepRecord(

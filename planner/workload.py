@@ -44,6 +44,11 @@ class Workload:
     output_tokens: np.ndarray
     name: str = "workload"
     priority: np.ndarray | None = None  # (R,) int; lower runs first (policy priority)
+    # Shared prompt prefixes (prefix caching): request i shares its first
+    # min(prefix_len[i], prompt_tokens[i]) tokens with every request of group
+    # prefix_group[i]; -1 = no group. Both (R,) int32, or both None.
+    prefix_group: np.ndarray | None = None
+    prefix_len: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -51,6 +56,13 @@ class Workload:
             raise WorkloadError(f"{self.name}: the workload has no requests")
         if self.priority is not None and len(self.priority) != n:
             raise WorkloadError(f"{self.name}: priority array differs in length")
+        if (self.prefix_group is None) != (self.prefix_len is None):
+            raise WorkloadError(f"{self.name}: give both prefix_group and prefix_len, or neither")
+        if self.prefix_group is not None:
+            if len(self.prefix_group) != n or len(self.prefix_len) != n:
+                raise WorkloadError(f"{self.name}: prefix arrays differ in length")
+            if np.any(self.prefix_group < -1) or np.any(self.prefix_len < 0):
+                raise WorkloadError(f"{self.name}: prefix groups must be >= -1, lengths >= 0")
         if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
             raise WorkloadError(f"{self.name}: arrays differ in length")
         a = self.arrival_s

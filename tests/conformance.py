@@ -44,6 +44,7 @@ def config_of(scn: dict) -> SchedulerConfig:
         scheduler_reserve_full_isl=scn["scheduler_reserve_full_isl"],
         policy=scn["policy"],
         async_scheduling=scn["async_scheduling"],
+        enable_prefix_caching=scn["enable_prefix_caching"],
         horizon_s=scn["horizon_s"] if timed else float("inf"),
         max_steps=MAX_STEPS,
     )
@@ -65,6 +66,8 @@ def workload_of(scn: dict) -> tuple[Workload, LinearLatency, np.ndarray]:
         np.array([reqs[i]["max_tokens"] for i in perm], dtype=np.int32),
         name=scn["name"],
         priority=np.array([reqs[i].get("priority", 0) for i in perm], dtype=np.int64),
+        prefix_group=np.array([reqs[i].get("prefix_group", -1) for i in perm], dtype=np.int32),
+        prefix_len=np.array([reqs[i].get("prefix_len", 0) for i in perm], dtype=np.int32),
     )
     return wl, lat, perm
 
@@ -132,6 +135,8 @@ def reference_steps(scn: dict) -> tuple[list[dict], dict]:
         wl.prompt_tokens.tolist(),
         wl.output_tokens.tolist(),
         wl.priority.tolist(),
+        wl.prefix_group.tolist(),
+        wl.prefix_len.tolist(),
     ).run()
     recs = []
     for s in eng.steps:

@@ -25,8 +25,17 @@ def uniform(n: int, prompt: int, output: int) -> Workload:
 def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Engine:
     arrival_ns = np.round(wl.arrival_s * 1e9).astype(np.int64)
     prio = None if wl.priority is None else [int(x) for x in wl.priority]
+    group = None if wl.prefix_group is None else wl.prefix_group.tolist()
+    plen = None if wl.prefix_len is None else wl.prefix_len.tolist()
     return Engine(
-        cfg, lat, arrival_ns.tolist(), wl.prompt_tokens.tolist(), wl.output_tokens.tolist(), prio
+        cfg,
+        lat,
+        arrival_ns.tolist(),
+        wl.prompt_tokens.tolist(),
+        wl.output_tokens.tolist(),
+        prio,
+        group,
+        plen,
     ).run()
 
 

@@ -24,35 +24,8 @@ NAMES = golden_names()
 ENGINES = {"kernel": kernel_steps, "reference": reference_steps}
 
 
-def _has_cache_hits(gold: dict) -> bool:
-    return any(c > 0 for s in gold.get("steps", ()) for _, c in s["new"] + s["resumed"])
-
-
-# Prefix caching is not modelled yet: scenarios where vLLM hit its prefix
-# cache must fail until it is.
-PARAMS = [
-    pytest.param(
-        n,
-        marks=pytest.mark.xfail(strict=True, reason="prefix caching not modelled yet")
-        if _has_cache_hits(load(n))
-        else (),
-    )
-    for n in NAMES
-]
-
-
-def test_enough_golden_scenarios():
-    assert len(NAMES) >= 30
-    scns = [load(n)["scenario"] for n in NAMES]
-    assert all(load(n)["vllm"] == "0.33.0" for n in NAMES[:1])
-    for flag in ("enable_prefix_caching", "async_scheduling", "scheduler_reserve_full_isl"):
-        assert {s[flag] for s in scns} == {True, False}, flag
-    assert {s["policy"] for s in scns} == {"fcfs", "priority"}
-    assert any(r.get("prefix_group", -1) >= 0 for s in scns for r in s["requests"])
-
-
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.parametrize("name", NAMES)
 def test_matches_vllm(name, engine):
     gold = load(name)
     scn = gold["scenario"]

@@ -47,6 +47,7 @@ def configs(draw):
         scheduler_reserve_full_isl=draw(st.booleans()),
         preemption_mode=mode,
         async_scheduling=mode == "recompute" and draw(st.booleans()),
+        enable_prefix_caching=mode == "recompute" and draw(st.booleans()),
         cpu_swap_blocks=draw(st.sampled_from([0, 5, 40, 1000])),
         swap_bandwidth_gbps=draw(st.sampled_from([1.0, 25.0])),
         stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
@@ -72,12 +73,16 @@ def workloads(draw):
     prompt = draw(st.lists(st.integers(1, 250), min_size=r, max_size=r))
     output = draw(st.lists(st.integers(1, 150), min_size=r, max_size=r))
     prio = draw(st.one_of(st.none(), st.lists(st.integers(0, 2), min_size=r, max_size=r)))
+    groups = draw(st.one_of(st.none(), st.lists(st.integers(-1, 2), min_size=r, max_size=r)))
+    plen = [draw(st.sampled_from([4, 16, 40, 100, 300])) for _ in range(r)]
     return Workload(
         np.cumsum(gaps),
         np.array(prompt, np.int32),
         np.array(output, np.int32),
         name="random",
         priority=None if prio is None else np.array(prio),
+        prefix_group=None if groups is None else np.array(groups, np.int32),
+        prefix_len=None if groups is None else np.array(plen, np.int32),
     )
 
 
@@ -133,6 +138,8 @@ def _random_case(rng: np.random.Generator):
         rng.integers(1, 200, r).astype(np.int32),
         name="seeded",
         priority=rng.integers(0, 3, r) if rng.random() < 0.5 else None,
+        prefix_group=rng.integers(-1, 3, r).astype(np.int32),
+        prefix_len=rng.choice([16, 64, 200], r).astype(np.int32),
     )
     modes = [str(rng.choice(["recompute", "recompute", "restart", "swap"])) for _ in range(4)]
     cfgs = [
@@ -147,6 +154,7 @@ def _random_case(rng: np.random.Generator):
             scheduler_reserve_full_isl=bool(rng.random() < 0.7),
             preemption_mode=mode,
             async_scheduling=mode == "recompute" and bool(rng.random() < 0.5),
+            enable_prefix_caching=mode == "recompute" and bool(rng.random() < 0.5),
             cpu_swap_blocks=int(rng.choice([0, 8, 500])),
             stop_bound=str(rng.choice(["max_model_len", "max_servable"])),
             null_block=bool(rng.random() < 0.8),
@@ -204,6 +212,7 @@ def test_seeded_random_cases_cover_every_path():
         priority=0,
         roofline_fast_path=0,
         async_preempted=0,
+        cache_hits=0,
     )
     for _ in range(250):
         cfgs, wl, lat = _random_case(rng)
@@ -216,6 +225,9 @@ def test_seeded_random_cases_cover_every_path():
             compare_final(fast, c, eng)
             oi = fast.state.out_i[c]
             seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
+            seen["cache_hits"] += cfgs[c].enable_prefix_caching and any(
+                a > 0 for s in eng.steps for _, a in s.admissions
+            )
             assert oi[S.O_INVARIANT_ERRORS] == 0
             seen["preempted"] += oi[S.O_PREEMPTIONS] > 0
             seen["livelocked"] += oi[S.O_LIVELOCKED]

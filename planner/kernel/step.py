@@ -28,6 +28,7 @@ from numba import njit, prange
 
 from planner import config as K
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
+from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.policies import (
     VANILLA,
@@ -78,6 +79,19 @@ def _log(rlog, nlog, step, r, value, kind):
         rlog[nlog, 2] = value
         rlog[nlog, 3] = kind
     return nlog + 1
+
+
+@njit(cache=True)
+def _release(
+    r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc
+):
+    """Prefix caching: free r's blocks (prefix_cache.free_blocks) and its table
+    row. Returns (blocks back in the free queue, free rows)."""
+    freed = PC.free_blocks(table[slot_of[r]], held[r], ref, hkey, fq_next, fq_prev, pc)
+    slots[n_free_slots] = slot_of[r]
+    slot_of[r] = -1
+    ncached[r] = 0
+    return freed, n_free_slots + 1
 
 
 @njit(cache=True)
@@ -293,6 +307,8 @@ def simulate_one(
     prompt,
     max_tokens,
     priority,
+    group,
+    shared_len,
     entry_ns,
     order,
     ncomp,
@@ -364,6 +380,20 @@ def simulate_one(
     skipbuf = np.empty(R if async_ else 1, dtype=np.int32)  # async: skipped waiting requests
     n_pend = 0  # async: requests of the step whose output is in flight
     hist = np.zeros(bs + 1, dtype=np.int64)  # fast path: first-need step histogram
+    # Prefix caching (prefix_cache.py): block identities for running requests.
+    caching = cfg[K.CACHING] != 0
+    macro = macro and not caching
+    maxb = (mml + bs - 1) // bs + 1
+    n_slots = min(seqs, R) if caching else 1
+    table = np.empty((n_slots, maxb if caching else 1), dtype=np.int32)
+    slots = np.arange(n_slots).astype(np.int32)  # stack of free table rows
+    slot_of = np.full(R if caching else 1, -1, dtype=np.int32)
+    ncached = np.zeros(R if caching else 1, dtype=np.int32)
+    hits = np.empty(maxb if caching else 1, dtype=np.int32)
+    ref, hkey, hnext, hprev, fq_next, fq_prev, pc, khead, ktail = PC.new_pool(
+        N if caching else 1, null_block
+    )
+    n_free_slots = n_slots
 
     free = usable
     min_free = free
@@ -536,7 +566,15 @@ def simulate_one(
                     npre[v] += 1
                     status[v] = S.WAITING
                 else:
-                    free += _preempt(v, restart, ncomp, nout, held, status, npre)
+                    if caching:
+                        freed, n_free_slots = _release(
+                            v, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey,
+                            fq_next, fq_prev, pc,
+                        )  # fmt: skip
+                        free += freed
+                        _preempt(v, restart, ncomp, nout, held, status, npre)
+                    else:
+                        free += _preempt(v, restart, ncomp, nout, held, status, npre)
                 # Async: output still in flight becomes stale (delivered, but it
                 # no longer advances the request's counters).
                 stale[v] = infl[v]
@@ -566,6 +604,15 @@ def simulate_one(
                     continue  # the lowest-priority request went; later ones may fit
                 break
             free -= need
+            if caching:
+                row = table[slot_of[r]]
+                PC.get_new_blocks(
+                    need, row, held[r], ref, hkey, hnext, hprev, fq_next, fq_prev, pc, khead, ktail
+                )
+                ncached[r] = PC.cache_blocks(
+                    r, row, ncached[r], min(ncomp[r] + num_new, ntok), bs, group, shared_len,
+                    R, maxb, hkey, hnext, hprev, khead, ktail,
+                )  # fmt: skip
             held[r] += need
             sched_tok[r] = num_new
             slist[n_sched] = r
@@ -602,15 +649,25 @@ def simulate_one(
                     continue
                 ntok = prompt[r] + nout[r]
                 c0 = ncomp[r]  # 0, or the KV kept on the CPU tier by a swap
+                # Prefix-cache hits: full blocks already cached (get_computed_blocks);
+                # those still in the free queue leave it when touched.
+                nhit = 0
+                evictable = 0
+                if caching and c0 == 0:
+                    nhit, evictable = PC.lookup(
+                        r, ntok, bs, group, shared_len, R, maxb, khead, ref, hits
+                    )
+                    c0 = nhit * bs
                 num_new = ntok - c0
                 if 0 < thr_now < num_new:
                     num_new = thr_now
                 if num_new > budget:
                     num_new = budget
                 wm = wm_blocks if n_run > 0 else 0
-                if gate and blocks_for_tokens(ntok, mml, bs) + wm > free:
+                if gate and max(blocks_for_tokens(ntok, mml, bs) - nhit, 0) + evictable + wm > free:
                     break
-                need = blocks_for_tokens(c0 + num_new, mml, bs)
+                total = blocks_for_tokens(c0 + num_new, mml, bs)
+                need = total - nhit + evictable
                 if need + wm > free:
                     break
                 if admission != VANILLA:
@@ -625,11 +682,25 @@ def simulate_one(
                 status[r] = S.RUNNING
                 if L > 0:
                     nlog = _log(rlog, nlog, step, r, c0, S.EV_ADMIT)
-                if c0 > 0:  # swap the KV back in
+                if ncomp[r] > 0:  # swap the KV back in
                     cpu_free += held[r]
                     swap_ns += held[r] * ns_per_block
                 free -= need
-                held[r] = need
+                if caching:
+                    n_free_slots -= 1
+                    slot_of[r] = slots[n_free_slots]
+                    row = table[slot_of[r]]
+                    PC.touch(hits, nhit, row, ref, fq_next, fq_prev, pc)
+                    PC.get_new_blocks(
+                        total - nhit, row, nhit, ref, hkey, hnext, hprev, fq_next, fq_prev, pc,
+                        khead, ktail,
+                    )  # fmt: skip
+                    ncached[r] = PC.cache_blocks(
+                        r, row, nhit, min(c0 + num_new, ntok), bs, group, shared_len, R, maxb,
+                        hkey, hnext, hprev, khead, ktail,
+                    )  # fmt: skip
+                    ncomp[r] = c0
+                held[r] = total
                 sched_tok[r] = num_new
                 slist[n_sched] = r
                 n_sched += 1
@@ -702,15 +773,30 @@ def simulate_one(
                     stale[r] -= n
                 if status[r] == S.FINISHED or not samples:
                     continue
+                had_ph = ph[r] > 0
                 nout[r] += 1
                 if not was_stale and ph[r] > 0:
                     ph[r] -= 1
                 if first_ns[r] < 0:
                     first_ns[r] = start
+                if caching and not was_stale and status[r] == S.RUNNING and had_ph:
+                    # Blocks whose tokens are now all known join the cache.
+                    ncached[r] = PC.cache_blocks(
+                        r, table[slot_of[r]], ncached[r],
+                        min(ncomp[r] - infl[r], prompt[r] + nout[r]), bs, group, shared_len,
+                        R, maxb, hkey, hnext, hprev, khead, ktail,
+                    )  # fmt: skip
                 if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
                     if status[r] == S.WAITING:  # preempted; its stale token ended it
                         wl = _remove_waiting(r, wq, wh, wl)
-                    free += held[r]
+                    elif caching:
+                        freed, n_free_slots = _release(
+                            r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey,
+                            fq_next, fq_prev, pc,
+                        )  # fmt: skip
+                        free += freed
+                    else:
+                        free += held[r]
                     held[r] = 0
                     status[r] = S.FINISHED
                     finish_ns[r] = start
@@ -731,7 +817,14 @@ def simulate_one(
                     if first_ns[r] < 0:
                         first_ns[r] = clock
                     if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
-                        free += held[r]
+                        if caching:
+                            freed, n_free_slots = _release(
+                                r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey,
+                                fq_next, fq_prev, pc,
+                            )  # fmt: skip
+                            free += freed
+                        else:
+                            free += held[r]
                         held[r] = 0
                         status[r] = S.FINISHED
                         finish_ns[r] = clock
@@ -746,7 +839,11 @@ def simulate_one(
             used = 0
             for i in range(n_run):
                 used += held[run[i]]
-            if used + free != usable:
+            if caching:
+                # Shared blocks: count references and distinct blocks in use.
+                if pc[PC.FREE_LEN] != free or pc[PC.IN_USE] + free != usable or pc[PC.REFS] != used:
+                    inv_err += 1
+            elif used + free != usable:
                 inv_err += 1
 
         if steps - 1 < T:
@@ -801,6 +898,8 @@ def simulate_batch(
     prompt,
     max_tokens,
     priority,
+    group,
+    shared_len,
     entry_ns,
     order,
     ncomp,
@@ -843,6 +942,8 @@ def simulate_batch(
             prompt,
             max_tokens,
             priority,
+            group,
+            shared_len,
             entry_ns[c],
             order[c],
             ncomp[c],
