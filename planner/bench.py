@@ -32,8 +32,11 @@ def s1_workload(seed: int = 0):  # noqa: ANN201
     )
 
 
-def s1_grid(side: int) -> list[SchedulerConfig]:
-    """side x side configs: max_num_seqs 8..1024 x num_gpu_blocks 2,000..60,000."""
+def s1_grid(side: int, **options: bool) -> list[SchedulerConfig]:
+    """side x side configs: max_num_seqs 8..1024 x num_gpu_blocks 2,000..60,000.
+
+    ``options``: extra ``SchedulerConfig`` switches (async_scheduling,
+    enable_prefix_caching) applied to every config."""
     seqs = np.unique(np.linspace(8, 1024, side).round().astype(int))
     blocks = np.unique(np.linspace(2000, 60000, side).round().astype(int))
     return [
@@ -43,21 +46,23 @@ def s1_grid(side: int) -> list[SchedulerConfig]:
             max_model_len=4096,
             max_num_batched_tokens=2048,
             horizon_s=120.0,
+            **options,
         )
         for s in seqs
         for n in blocks
     ]
 
 
-def run_bench(side: int, with_reference: bool) -> dict[str, float]:
-    """Run the benchmark, print a report, return the figures."""
+def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, float]:
+    """Run the benchmark, print a report, return the figures. ``options`` as in
+    ``s1_grid`` (the decode fast path is off under either switch)."""
     wl = s1_workload()
     lat = LinearLatency()
     t0 = time.perf_counter()
     simulate([SchedulerConfig(num_gpu_blocks=100, max_model_len=256, horizon_s=1.0)], wl, lat)
     compile_s = time.perf_counter() - t0
 
-    cfgs = s1_grid(side)
+    cfgs = s1_grid(side, **options)
     w0, c0 = time.perf_counter(), time.process_time()
     res = simulate(cfgs, wl, lat, check_invariants=False)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -76,6 +81,8 @@ def run_bench(side: int, with_reference: bool) -> dict[str, float]:
     }
     print(f"JIT compile / cache load:      {compile_s:8.2f} s")
     print(f"S1 grid:                       {len(cfgs)} configs, 300 requests, horizon 120 s")
+    on = [k for k, v in options.items() if v]
+    print(f"options:                       {', '.join(on) or 'none (vLLM sync, no caching)'}")
     print(f"wall / CPU time:               {wall:8.2f} s / {cpu:.2f} s")
     print(f"configs per second (wall):     {fig['configs_per_s']:10.1f}")
     print(f"simulated steps:               {steps:14,.0f}")

@@ -23,7 +23,13 @@ from planner.cli_capacity import register as register_capacity_commands
 from planner.config import SchedulerConfig
 from planner.latency import Latency
 from planner.traces import TraceOptions, read_trace
-from planner.workload import LengthDist, Workload, WorkloadError, synthetic
+from planner.workload import (
+    LengthDist,
+    Workload,
+    WorkloadError,
+    synthetic,
+    with_shared_prefixes,
+)
 
 EXIT_BAD_INPUT = 2
 
@@ -170,6 +176,9 @@ def run(
         bool,
         typer.Option(help="Schedule step N+1 before step N's output lands (vLLM engine default)."),
     ] = False,
+    enable_prefix_caching: Annotated[
+        bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
+    ] = False,
     policy: Annotated[
         Policy, typer.Option(help="fcfs, or priority (all requests priority 0).")
     ] = Policy.fcfs,
@@ -243,6 +252,13 @@ def run(
     output_tokens_min: Annotated[int, typer.Option()] = 3200,
     output_tokens_max: Annotated[int, typer.Option()] = 3596,
     seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 0,
+    prefix_groups: Annotated[
+        int, typer.Option(help="Shared-prefix groups (with --prefix-len, --prefix-share).")
+    ] = 0,
+    prefix_len: Annotated[int, typer.Option(help="Tokens of each group's shared prefix.")] = 0,
+    prefix_share: Annotated[
+        float, typer.Option(help="Share of requests in a shared-prefix group, 0..1.")
+    ] = 0.0,
     latency: Annotated[LatencyKind, typer.Option(help="Step-time model.")] = LatencyKind.linear,
     alpha_coeffs: Annotated[
         str | None,
@@ -291,6 +307,7 @@ def run(
         stop_bound=stop_bound.value,
         null_block=null_block,
         async_scheduling=async_scheduling,
+        enable_prefix_caching=enable_prefix_caching,
         policy=policy.value,
         victim=victim,
         anti_starvation=anti_starvation,
@@ -325,6 +342,7 @@ def run(
             label="--output-tokens",
         )
         wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
+    wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
     mean_len = wl.mean_request_tokens
     safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
     warning = (
@@ -542,13 +560,20 @@ def bench(
     reference: Annotated[
         bool, typer.Option(help="Also time the plain-Python reference on one config.")
     ] = True,
+    async_scheduling: Annotated[bool, typer.Option(help="Bench with async scheduling.")] = False,
+    enable_prefix_caching: Annotated[bool, typer.Option(help="Bench with prefix caching.")] = False,
 ) -> None:
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
     from planner.bench import run_bench
 
     if grid < 1:
         raise InputError(f"--grid must be >= 1, got {grid}")
-    run_bench(grid, reference)
+    run_bench(
+        grid,
+        reference,
+        async_scheduling=async_scheduling,
+        enable_prefix_caching=enable_prefix_caching,
+    )
 
 
 register_capacity_commands(app)

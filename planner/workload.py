@@ -13,7 +13,7 @@ arrivals are ``i / rate`` for i = 1..R, and the Gaussian length is
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +186,40 @@ def synthetic(
         t = np.zeros(n)
     name = f"synthetic {arrival} arrivals, {prompt.kind}/{output.kind} lengths"
     return Workload(t, prompt.sample(rng, n), output.sample(rng, n), name=name)
+
+
+def with_shared_prefixes(
+    wl: Workload, groups: int, prefix_len: int, share: float, seed: int = 0
+) -> Workload:
+    """Give a share of the requests a shared prompt prefix (for prefix caching).
+
+    Each request independently joins, with probability ``share``, one of
+    ``groups`` groups drawn uniformly; members of a group share their first
+    ``min(prefix_len, prompt)`` prompt tokens (a system prompt, say). Draws come
+    from their own stream (numpy PCG64 seeded with ``seed`` + 1), so the base
+    workload is unchanged. ``groups == 0`` or ``share == 0`` returns ``wl``.
+
+    Raises:
+        WorkloadError: on a negative count or length, or a share outside [0, 1].
+    """
+    if groups < 0 or prefix_len < 0 or groups > MAX_TOKENS:
+        raise WorkloadError(
+            f"--prefix-groups and --prefix-len must be >= 0, got {groups}, {prefix_len}"
+        )
+    if not (0.0 <= share <= 1.0):
+        raise WorkloadError(f"--prefix-share must be in [0, 1], got {share}")
+    if groups == 0 or share == 0.0 or prefix_len == 0:
+        return wl
+    rng = np.random.default_rng(seed + 1)
+    n = wl.num_requests
+    member = rng.random(n) < share
+    group = np.where(member, rng.integers(0, groups, n), -1).astype(np.int32)
+    return replace(
+        wl,
+        prefix_group=group,
+        prefix_len=np.full(n, prefix_len, dtype=np.int32),
+        name=f"{wl.name}, {share:g} sharing {prefix_len}-token prefixes in {groups} groups",
+    )
 
 
 def s1_exact() -> Workload:

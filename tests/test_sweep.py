@@ -268,3 +268,23 @@ def test_resume_keeps_the_original_chunk_plan(tmp_path):
     manifest = {"num_chunks": len(plan.chunks)}
     with pytest.raises(driver.SweepError, match="does not match the chunk plan"):
         driver._check_resumable(out, plan, manifest)
+
+
+def test_prefix_caching_and_async_axes(capsys, tmp_path):
+    body = SYNTH.replace(
+        'arrival = "poisson"',
+        'arrival = "poisson"\nprefix_groups = 2\nprefix_len = 256\nprefix_share = 0.9',
+    ).replace(
+        "seed = [1, 2]", "enable_prefix_caching = [false, true]\nasync_scheduling = [false, true]"
+    )
+    out = tmp_path / "o"
+    assert run_cli(capsys, "sweep", str(write(tmp_path, body)), "--out", str(out))[0] == 0
+    df = pd.read_parquet(out)
+    assert len(df) == 32
+    keys = ["max_num_seqs", "num_gpu_blocks", "rate", "async_scheduling"]
+    pivot = df.pivot_table(index=keys, columns="enable_prefix_caching", values="prefill_tokens")
+    assert (pivot[True] < pivot[False]).all()  # shared prefixes are computed once
+    assert (df.invariant_errors == 0).all()
+    bad = body.replace("prefix_share = 0.9", "prefix_share = 1.9")
+    code, _, err = run_cli(capsys, "sweep", str(write(tmp_path, bad)), "--out", str(tmp_path / "b"))
+    assert code == 2 and "prefix_share" in err

@@ -28,7 +28,13 @@ from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
 from planner.hardware import HardwareError
 from planner.latency import Latency
 from planner.traces import TraceOptions, read_trace
-from planner.workload import LengthDist, Workload, WorkloadError, synthetic
+from planner.workload import (
+    LengthDist,
+    Workload,
+    WorkloadError,
+    synthetic,
+    with_shared_prefixes,
+)
 
 # A grid larger than this is refused: at ~1 ms per config it would take hours
 # on one machine; split it into several specs (or use the Dask executor).
@@ -47,6 +53,7 @@ SCHEDULER_AXES = (
     "stop_bound",
     "null_block",
     "async_scheduling",
+    "enable_prefix_caching",
     "policy",
     "victim",
     "anti_starvation",
@@ -117,6 +124,10 @@ class WorkloadSpec(_Strict):
     duration_s: Annotated[float, Field(gt=0)] = math.inf
     rate_scale: Annotated[float, Field(gt=0)] = 1.0
     max_requests: Annotated[int, Field(ge=1)] | None = None
+    # shared prompt prefixes (planner.workload.with_shared_prefixes)
+    prefix_groups: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    prefix_len: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    prefix_share: Annotated[float, Field(ge=0, le=1)] = 0.0
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
@@ -342,19 +353,24 @@ class Sweep:
                 path = (self.base_dir / str(w.path)).resolve()
                 scale = float(axis_values.get("rate_scale", w.rate_scale))
                 opts = TraceOptions(w.start_s, w.duration_s, scale, w.max_requests)
-                return read_trace(path, w.format, opts)
+                wl = read_trace(path, w.format, opts)
+                return with_shared_prefixes(
+                    wl, w.prefix_groups, w.prefix_len, w.prefix_share, w.seed
+                )
             assert w.prompt is not None and w.output is not None
             p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
             o = LengthDist(**w.output.model_dump(), label="workload.output")
-            return synthetic(
+            seed = int(axis_values.get("seed", w.seed))
+            wl = synthetic(
                 w.num_requests,
                 float(axis_values.get("rate", w.rate)),
                 p,
                 o,
                 arrival=w.arrival,
-                seed=int(axis_values.get("seed", w.seed)),
+                seed=seed,
                 gamma_cv=w.gamma_cv,
             )
+            return with_shared_prefixes(wl, w.prefix_groups, w.prefix_len, w.prefix_share, seed)
         except WorkloadError as e:
             raise SpecError(f"workload: {e}") from None
 

@@ -1,0 +1,137 @@
+"""Prefix caching and shared-prefix workloads: hand-worked cases, options, errors.
+
+(Step-exact agreement with vLLM is tests/test_conformance.py; kernel ==
+reference on random cases is tests/test_crosscheck.py.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from helpers import STEP_LATENCY, run_cli
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.kernel import state as S
+from planner.workload import LengthDist, Workload, WorkloadError, synthetic, with_shared_prefixes
+
+
+def _admissions(res) -> list[tuple[int, int]]:
+    ev = res.events()
+    adm = ev[ev.kind == S.EV_ADMIT]
+    return list(zip(adm.request.tolist(), adm.value.tolist(), strict=True))
+
+
+def _sequential(prompt: int, prefix: int, n: int = 4) -> Workload:
+    """n requests of one group, each arriving after the previous one finished."""
+    return Workload(
+        np.arange(n) * 1e-3,  # 1,000 steps apart at 1 us per step
+        np.full(n, prompt, np.int32),
+        np.full(n, 5, np.int32),
+        name="seq",
+        prefix_group=np.zeros(n, np.int32),
+        prefix_len=np.full(n, prefix, np.int32),
+    )
+
+
+@pytest.mark.parametrize("prompt,prefix,hit", [(100, 64, 64), (100, 70, 64), (64, 64, 48)])
+def test_later_requests_hit_the_shared_prefix(prompt, prefix, hit):
+    # Full blocks of the shared prefix are hit; a hit never covers the whole
+    # prompt (at most num_tokens - 1 tokens: 64 tokens of prompt -> 48).
+    cfg = SchedulerConfig(num_gpu_blocks=100, block_size=16, max_model_len=512)
+    on = simulate(
+        [SchedulerConfig(**{**cfg.as_dict(), "enable_prefix_caching": True})],
+        _sequential(prompt, prefix),
+        STEP_LATENCY,
+        log_entries=10_000,
+    )
+    off = simulate([cfg], _sequential(prompt, prefix), STEP_LATENCY, log_entries=10_000)
+    assert _admissions(on) == [(0, 0), (1, hit), (2, hit), (3, hit)]
+    assert _admissions(off) == [(i, 0) for i in range(4)]
+    m_on, m_off = on.metrics().iloc[0], off.metrics().iloc[0]
+    assert m_off.prefill_tokens - m_on.prefill_tokens == 3 * hit
+    assert m_on.completed == m_off.completed == 4
+
+
+def test_no_sharing_across_groups():
+    wl = _sequential(100, 64)
+    wl = Workload(
+        wl.arrival_s,
+        wl.prompt_tokens,
+        wl.output_tokens,
+        prefix_group=np.array([0, 1, 0, 1], np.int32),
+        prefix_len=wl.prefix_len,
+    )
+    cfg = SchedulerConfig(num_gpu_blocks=100, max_model_len=512, enable_prefix_caching=True)
+    res = simulate([cfg], wl, STEP_LATENCY, log_entries=10_000)
+    assert _admissions(res) == [(0, 0), (1, 0), (2, 64), (3, 64)]
+
+
+def test_eviction_takes_the_prefix_tail_first():
+    # 12 usable blocks (1..12). Request 0 holds 1..5 (prefix blocks j0..j3 in
+    # 1..4, its last partial block 5) and frees tail first: the unhashed 5 to
+    # the front, the hashed j3, j2, j1, j0 to the back: [5, 6..12, 4, 3, 2, 1].
+    # Request 1 (170 tokens, 11 blocks) pops 5, 6..12, 4, 3, 2, evicting j3..j1;
+    # j0 survives, so request 2 of group 0 hits 16 tokens, not 48.
+    wl = Workload(
+        np.array([0, 1e-3, 2e-3]),
+        np.array([64, 170, 64], np.int32),
+        np.array([2, 2, 2], np.int32),
+        prefix_group=np.array([0, 1, 0], np.int32),
+        prefix_len=np.array([64, 0, 64], np.int32),
+    )
+    cfg = SchedulerConfig(
+        num_gpu_blocks=13, max_model_len=512, enable_prefix_caching=True, max_num_batched_tokens=512
+    )
+    res = simulate([cfg], wl, STEP_LATENCY, log_entries=10_000)
+    assert _admissions(res) == [(0, 0), (1, 0), (2, 16)]
+    roomy = SchedulerConfig(**{**cfg.as_dict(), "num_gpu_blocks": 40})
+    assert _admissions(simulate([roomy], wl, STEP_LATENCY, log_entries=10_000))[2] == (2, 48)
+
+
+def test_with_shared_prefixes():
+    d = LengthDist("constant", 100)
+    base = synthetic(400, 5.0, d, d, seed=3)
+    assert with_shared_prefixes(base, 0, 64, 0.5) is base
+    assert with_shared_prefixes(base, 4, 64, 0.0) is base
+    wl = with_shared_prefixes(base, 4, 64, 0.5, seed=3)
+    for a in ("arrival_s", "prompt_tokens", "output_tokens"):
+        np.testing.assert_array_equal(getattr(wl, a), getattr(base, a))
+    member = wl.prefix_group >= 0
+    assert 0.4 < member.mean() < 0.6
+    assert set(wl.prefix_group[member].tolist()) == {0, 1, 2, 3}
+    again = with_shared_prefixes(base, 4, 64, 0.5, seed=3)
+    np.testing.assert_array_equal(wl.prefix_group, again.prefix_group)
+    for bad in ((-1, 64, 0.5), (4, -1, 0.5), (4, 64, 1.5)):
+        with pytest.raises(WorkloadError):
+            with_shared_prefixes(base, *bad)
+
+
+def test_caching_needs_recompute_preemption():
+    with pytest.raises(ValueError, match="--enable-prefix-caching"):
+        SchedulerConfig(enable_prefix_caching=True, preemption_mode="restart")
+    with pytest.raises(ValueError, match="--async-scheduling"):
+        SchedulerConfig(async_scheduling=True, preemption_mode="swap")
+
+
+def test_cli_prefix_options(capsys):
+    args = ["run", "--num-requests", "40", "--rate", "20", "--num-gpu-blocks", "3000"]
+    args += ["--prompt-tokens", "300", "--output-tokens", "50", "--output-tokens-min", "10"]
+    args += ["--output-tokens-max", "90", "--json"]
+    code, off, _ = run_cli(capsys, *args)
+    assert code == 0
+    shared = ["--prefix-groups", "2", "--prefix-len", "256", "--prefix-share", "1"]
+    code, on, _ = run_cli(capsys, *args, "--enable-prefix-caching", *shared)
+    assert code == 0
+    off_row, on_row = pd.Series(json.loads(off)), pd.Series(json.loads(on))
+    assert on_row.completed == off_row.completed == 40
+    assert on_row.prefill_tokens < off_row.prefill_tokens
+    code, _, err = run_cli(
+        capsys, *args, "--prefix-groups", "2", "--prefix-len", "9", "--prefix-share", "2"
+    )
+    assert code == 2 and "--prefix-share" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, *args, "--enable-prefix-caching", "--preemption-mode", "restart")
+    assert code == 2 and "--enable-prefix-caching" in err and len(err.strip().splitlines()) == 1
