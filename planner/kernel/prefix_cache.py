@@ -23,7 +23,10 @@ key is ``(R + group) * maxb + j`` or ``r * maxb + j``.
 Per-config arrays (built by ``new_pool``): ``ref`` (N,) int32 reference counts;
 ``hkey`` (N,) int64 hash key or -1; ``hnext``/``hprev`` (N,) int32 links of
 the blocks sharing one key; ``fq_next``/``fq_prev`` (N+2,) int32; ``pc``
-(3,) int64 counters: free-queue length, blocks in use, total references.
+(3,) int64 counters: free-queue length, blocks in use, total references;
+``tkey``/``thead``/``ttail`` (cap,) the hash map, an open-addressing table
+(linear probing, backward-shift deletion; cap = a power of two >= 2N) from a
+key to the first and last block holding it.
 Block tables live in ``table`` (S, maxb) int32 rows, one per running request
 (``slot[r]``), with ``nblk[r]`` blocks and ``ncached[r]`` of them hashed.
 """
@@ -31,10 +34,10 @@ Block tables live in ``table`` (S, maxb) int32 rows, one per running request
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.typed import Dict
+from numba import njit
 
 FREE_LEN, IN_USE, REFS = 0, 1, 2
+GOLDEN = np.uint64(11400714819323198485)  # 2**64 / golden ratio (Fibonacci hashing)
 
 
 @njit(cache=True)
@@ -58,9 +61,61 @@ def new_pool(n_blocks, null_block):
     fq_prev[tail] = prev
     pc = np.zeros(3, dtype=np.int64)
     pc[FREE_LEN] = n_blocks - first
-    khead = Dict.empty(key_type=types.int64, value_type=types.int32)
-    ktail = Dict.empty(key_type=types.int64, value_type=types.int32)
-    return ref, hkey, hnext, hprev, fq_next, fq_prev, pc, khead, ktail
+    cap = 4
+    while cap < 2 * n_blocks:
+        cap *= 2
+    tkey = np.full(cap, -1, dtype=np.int64)
+    thead = np.full(cap, -1, dtype=np.int32)
+    ttail = np.full(cap, -1, dtype=np.int32)
+    return ref, hkey, hnext, hprev, fq_next, fq_prev, pc, tkey, thead, ttail
+
+
+@njit(cache=True, inline="always")
+def _home(k, mask):
+    return np.int64((np.uint64(k) * GOLDEN) >> np.uint64(32)) & mask
+
+
+@njit(cache=True)
+def find(k, tkey):
+    """Table slot holding key k, or -1."""
+    mask = tkey.shape[0] - 1
+    i = _home(k, mask)
+    while tkey[i] != -1:
+        if tkey[i] == k:
+            return i
+        i = (i + 1) & mask
+    return -1
+
+
+@njit(cache=True)
+def _put(k, b, tkey, thead, ttail):
+    """Key k's first (and last) block is b: k must be absent."""
+    mask = tkey.shape[0] - 1
+    i = _home(k, mask)
+    while tkey[i] != -1:
+        i = (i + 1) & mask
+    tkey[i] = k
+    thead[i] = b
+    ttail[i] = b
+
+
+@njit(cache=True)
+def _delete(i, tkey, thead, ttail):
+    """Empty slot i, shifting later entries of its probe run back."""
+    mask = tkey.shape[0] - 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if tkey[j] == -1:
+            break
+        h = _home(tkey[j], mask)
+        # Move the entry at j to the hole at i unless its home lies in (i, j].
+        if (j > i and (h <= i or h > j)) or (j < i and h <= i and h > j):
+            tkey[i] = tkey[j]
+            thead[i] = thead[j]
+            ttail[i] = ttail[j]
+            i = j
+    tkey[i] = -1
 
 
 @njit(cache=True, inline="always")
@@ -89,72 +144,73 @@ def _fq_insert_after(p, b, fq_next, fq_prev):
 
 
 @njit(cache=True)
-def _map_remove(b, hkey, hnext, hprev, khead, ktail):
+def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     """Drop block b's hash (``_maybe_evict_cached_block``)."""
-    k = hkey[b]
+    i = find(hkey[b], tkey)
     p = hprev[b]
     n = hnext[b]
     if p >= 0:
         hnext[p] = n
-    elif n >= 0:
-        khead[k] = n
     else:
-        del khead[k]
+        thead[i] = n
     if n >= 0:
         hprev[n] = p
-    elif p >= 0:
-        ktail[k] = p
     else:
-        del ktail[k]
+        ttail[i] = p
+    if p < 0 and n < 0:
+        _delete(i, tkey, thead, ttail)
     hkey[b] = -1
     hnext[b] = -1
     hprev[b] = -1
 
 
 @njit(cache=True)
-def _map_insert(b, k, hkey, hnext, hprev, khead, ktail):
+def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
     """``_insert_block_hash``: block b now holds content k (appended to k's list)."""
     if hkey[b] == k:
         return
     hkey[b] = k
     hnext[b] = -1
-    if k in ktail:
-        t = ktail[k]
+    i = find(k, tkey)
+    if i >= 0:
+        t = ttail[i]
         hnext[t] = b
         hprev[b] = t
+        ttail[i] = b
     else:
         hprev[b] = -1
-        khead[k] = b
-    ktail[k] = b
+        _put(k, b, tkey, thead, ttail)
 
 
 @njit(cache=True)
-def get_new_blocks(n, row, start, ref, hkey, hnext, hprev, fq_next, fq_prev, pc, khead, ktail):
-    """Pop n blocks from the front of the free queue into row[start:start+n]."""
+def get_new_blocks(
+    n, table, s, start, ref, hkey, hnext, hprev, fq_next, fq_prev, pc, tkey, thead, ttail
+):
+    """Pop n blocks from the front of the free queue into table[s, start:start+n]."""
     head = fq_next.shape[0] - 2
     for i in range(n):
         b = fq_next[head]
         _fq_unlink(b, fq_next, fq_prev)
         if hkey[b] >= 0:
-            _map_remove(b, hkey, hnext, hprev, khead, ktail)
+            _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail)
         ref[b] = 1
-        row[start + i] = b
+        table[s, start + i] = b
     pc[FREE_LEN] -= n
     pc[IN_USE] += n
     pc[REFS] += n
 
 
 @njit(cache=True)
-def lookup(r, ntok, bs, group, shared_len, n_req, maxb, khead, ref, hits):
+def lookup(r, ntok, bs, group, shared_len, n_req, maxb, tkey, thead, ref, hits):
     """``get_computed_blocks``: fill hits[:k] with the longest cached chain of
     r's full blocks within ntok - 1 tokens. Returns (k, hits still in the free queue)."""
     k = 0
     evictable = 0
     for j in range((ntok - 1) // bs):
-        key = block_key(r, j, bs, group, shared_len, n_req, maxb)
-        if key not in khead:
+        i = find(block_key(r, j, bs, group, shared_len, n_req, maxb), tkey)
+        if i < 0:
             break
-        b = khead[key]
+        b = thead[i]
         hits[k] = b
         k += 1
         if ref[b] == 0:
@@ -163,8 +219,8 @@ def lookup(r, ntok, bs, group, shared_len, n_req, maxb, khead, ref, hits):
 
 
 @njit(cache=True)
-def touch(hits, k, row, ref, fq_next, fq_prev, pc):
-    """Take a reference on each hit block; copy them to the front of row."""
+def touch(hits, k, table, s, ref, fq_next, fq_prev, pc):
+    """Take a reference on each hit block; copy them to the front of table[s]."""
     for i in range(k):
         b = hits[i]
         if ref[b] == 0:
@@ -172,33 +228,34 @@ def touch(hits, k, row, ref, fq_next, fq_prev, pc):
             pc[FREE_LEN] -= 1
             pc[IN_USE] += 1
         ref[b] += 1
-        row[i] = b
+        table[s, i] = b
     pc[REFS] += k
 
 
 @njit(cache=True)
 def cache_blocks(
-    r, row, ncached, upto, bs, group, shared_len, n_req, maxb, hkey, hnext, hprev, khead, ktail
+    r, table, s, ncached, upto, bs, group, shared_len, n_req, maxb, hkey, hnext, hprev, tkey,
+    thead, ttail,
 ):  # fmt: skip
     """Hash r's full blocks below ``upto`` known, computed tokens. Returns the
     new count of hashed blocks."""
     n_full = upto // bs
     for j in range(ncached, n_full):
         k = block_key(r, j, bs, group, shared_len, n_req, maxb)
-        _map_insert(row[j], k, hkey, hnext, hprev, khead, ktail)
+        _map_insert(table[s, j], k, hkey, hnext, hprev, tkey, thead, ttail)
     return max(ncached, n_full)
 
 
 @njit(cache=True)
-def free_blocks(row, n, ref, hkey, fq_next, fq_prev, pc):
-    """``KVCacheManager.free``: release row[:n] tail first. Returns the blocks
-    that rejoined the free queue."""
+def free_blocks(table, s, n, ref, hkey, fq_next, fq_prev, pc):
+    """``KVCacheManager.free``: release table[s, :n] tail first. Returns the
+    blocks that rejoined the free queue."""
     head = fq_next.shape[0] - 2
     tail = head + 1
     front = head  # unhashed blocks go to the front, in freeing order
     freed = 0
     for i in range(n - 1, -1, -1):
-        b = row[i]
+        b = table[s, i]
         ref[b] -= 1
         if ref[b] == 0:
             if hkey[b] < 0:

@@ -87,7 +87,7 @@ def _release(
 ):
     """Prefix caching: free r's blocks (prefix_cache.free_blocks) and its table
     row. Returns (blocks back in the free queue, free rows)."""
-    freed = PC.free_blocks(table[slot_of[r]], held[r], ref, hkey, fq_next, fq_prev, pc)
+    freed = PC.free_blocks(table, slot_of[r], held[r], ref, hkey, fq_next, fq_prev, pc)
     slots[n_free_slots] = slot_of[r]
     slot_of[r] = -1
     ncached[r] = 0
@@ -390,7 +390,7 @@ def simulate_one(
     slot_of = np.full(R if caching else 1, -1, dtype=np.int32)
     ncached = np.zeros(R if caching else 1, dtype=np.int32)
     hits = np.empty(maxb if caching else 1, dtype=np.int32)
-    ref, hkey, hnext, hprev, fq_next, fq_prev, pc, khead, ktail = PC.new_pool(
+    ref, hkey, hnext, hprev, fq_next, fq_prev, pc, tkey, thead, ttail = PC.new_pool(
         N if caching else 1, null_block
     )
     n_free_slots = n_slots
@@ -604,14 +604,17 @@ def simulate_one(
                     continue  # the lowest-priority request went; later ones may fit
                 break
             free -= need
-            if caching:
-                row = table[slot_of[r]]
-                PC.get_new_blocks(
-                    need, row, held[r], ref, hkey, hnext, hprev, fq_next, fq_prev, pc, khead, ktail
-                )
+            # Prefix caching: new blocks get identities, filled blocks get hashed
+            # (most decode steps do neither).
+            if caching and (need > 0 or min(ncomp[r] + num_new, ntok) >= (ncached[r] + 1) * bs):
+                if need > 0:
+                    PC.get_new_blocks(
+                        need, table, slot_of[r], held[r], ref, hkey, hnext, hprev, fq_next,
+                        fq_prev, pc, tkey, thead, ttail,
+                    )  # fmt: skip
                 ncached[r] = PC.cache_blocks(
-                    r, row, ncached[r], min(ncomp[r] + num_new, ntok), bs, group, shared_len,
-                    R, maxb, hkey, hnext, hprev, khead, ktail,
+                    r, table, slot_of[r], ncached[r], min(ncomp[r] + num_new, ntok), bs, group,
+                    shared_len, R, maxb, hkey, hnext, hprev, tkey, thead, ttail,
                 )  # fmt: skip
             held[r] += need
             sched_tok[r] = num_new
@@ -653,9 +656,16 @@ def simulate_one(
                 # those still in the free queue leave it when touched.
                 nhit = 0
                 evictable = 0
+                wm = wm_blocks if n_run > 0 else 0
                 if caching and c0 == 0:
+                    # Only hits on blocks in use lower the gate, and only shared-prefix
+                    # blocks can be in use: if even those cannot make it fit, skip
+                    # the lookup (it has no side effects; the gate refuses anyway).
+                    in_use_max = min(shared_len[r] // bs, (ntok - 1) // bs)
+                    if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > free:
+                        break
                     nhit, evictable = PC.lookup(
-                        r, ntok, bs, group, shared_len, R, maxb, khead, ref, hits
+                        r, ntok, bs, group, shared_len, R, maxb, tkey, thead, ref, hits
                     )
                     c0 = nhit * bs
                 num_new = ntok - c0
@@ -663,7 +673,6 @@ def simulate_one(
                     num_new = thr_now
                 if num_new > budget:
                     num_new = budget
-                wm = wm_blocks if n_run > 0 else 0
                 if gate and max(blocks_for_tokens(ntok, mml, bs) - nhit, 0) + evictable + wm > free:
                     break
                 total = blocks_for_tokens(c0 + num_new, mml, bs)
@@ -689,15 +698,14 @@ def simulate_one(
                 if caching:
                     n_free_slots -= 1
                     slot_of[r] = slots[n_free_slots]
-                    row = table[slot_of[r]]
-                    PC.touch(hits, nhit, row, ref, fq_next, fq_prev, pc)
+                    PC.touch(hits, nhit, table, slot_of[r], ref, fq_next, fq_prev, pc)
                     PC.get_new_blocks(
-                        total - nhit, row, nhit, ref, hkey, hnext, hprev, fq_next, fq_prev, pc,
-                        khead, ktail,
+                        total - nhit, table, slot_of[r], nhit, ref, hkey, hnext, hprev, fq_next,
+                        fq_prev, pc, tkey, thead, ttail,
                     )  # fmt: skip
                     ncached[r] = PC.cache_blocks(
-                        r, row, nhit, min(c0 + num_new, ntok), bs, group, shared_len, R, maxb,
-                        hkey, hnext, hprev, khead, ktail,
+                        r, table, slot_of[r], nhit, min(c0 + num_new, ntok), bs, group,
+                        shared_len, R, maxb, hkey, hnext, hprev, tkey, thead, ttail,
                     )  # fmt: skip
                     ncomp[r] = c0
                 held[r] = total
@@ -779,12 +787,18 @@ def simulate_one(
                     ph[r] -= 1
                 if first_ns[r] < 0:
                     first_ns[r] = start
-                if caching and not was_stale and status[r] == S.RUNNING and had_ph:
+                upto = min(ncomp[r] - infl[r], prompt[r] + nout[r])
+                if (
+                    caching
+                    and not was_stale
+                    and status[r] == S.RUNNING
+                    and had_ph
+                    and upto >= (ncached[r] + 1) * bs
+                ):
                     # Blocks whose tokens are now all known join the cache.
                     ncached[r] = PC.cache_blocks(
-                        r, table[slot_of[r]], ncached[r],
-                        min(ncomp[r] - infl[r], prompt[r] + nout[r]), bs, group, shared_len,
-                        R, maxb, hkey, hnext, hprev, khead, ktail,
+                        r, table, slot_of[r], ncached[r], upto, bs, group, shared_len, R,
+                        maxb, hkey, hnext, hprev, tkey, thead, ttail,
                     )  # fmt: skip
                 if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
                     if status[r] == S.WAITING:  # preempted; its stale token ended it
