@@ -193,12 +193,21 @@ def safe_limit(
     ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO, seconds.")] = None,
     tpot_slo: Annotated[float | None, typer.Option(help="TPOT SLO, seconds.")] = None,
     latency: Annotated[str, typer.Option(help="linear or roofline.")] = "linear",
+    enable_prefix_caching: Annotated[
+        bool, typer.Option(help="Simulate with prefix caching (vLLM default on).")
+    ] = False,
+    async_scheduling: Annotated[
+        bool, typer.Option(help="Simulate with async scheduling (vLLM default on).")
+    ] = False,
+    prefix_groups: Annotated[int, typer.Option(help="Shared-prefix groups.")] = 0,
+    prefix_len: Annotated[int, typer.Option(help="Tokens of each shared prefix.")] = 0,
+    prefix_share: Annotated[float, typer.Option(help="Share of requests in a group.")] = 0.0,
     as_json: AsJson = False,
 ) -> None:
     """The largest KV-safe max_num_seqs for a workload and pool: analytic,
     simulation-verified, throughput- and goodput-optimal."""
     from planner.safelimit import find_safe_limits, recommendation
-    from planner.workload import LengthDist, synthetic
+    from planner.workload import LengthDist, synthetic, with_shared_prefixes
 
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     if max_model_len < 1:
@@ -216,12 +225,15 @@ def safe_limit(
             "gaussian", *_four(output_tokens, "--output-tokens"), label="--output-tokens"
         )
         wl = synthetic(num_requests, rate, p, o, seed=seed)
+    wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
     cfg = SchedulerConfig(
         num_gpu_blocks=n,
         block_size=block_size,
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens,
         horizon_s=horizon,
+        enable_prefix_caching=enable_prefix_caching,
+        async_scheduling=async_scheduling,
     )
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
     s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, ttft_slo, tpot_slo)

@@ -135,3 +135,45 @@ def test_cli_prefix_options(capsys):
     assert code == 2 and "--prefix-share" in err and "Traceback" not in err
     code, _, err = run_cli(capsys, *args, "--enable-prefix-caching", "--preemption-mode", "restart")
     assert code == 2 and "--enable-prefix-caching" in err and len(err.strip().splitlines()) == 1
+
+
+def test_hash_table_matches_a_dict():
+    # The kernel's open-addressing map (linear probing, backward-shift
+    # deletion) against a Python dict, under random inserts and deletes in a
+    # small table so probe runs wrap around and collide.
+    from planner.kernel import prefix_cache as PC
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        tkey = np.full(16, -1, np.int64)
+        thead = np.full(16, -1, np.int32)
+        ttail = np.full(16, -1, np.int32)
+        model: dict[int, int] = {}
+        for step in range(400):
+            k = int(rng.integers(0, 40))
+            i = PC.find(k, tkey)
+            assert (i >= 0) == (k in model)
+            if i >= 0:
+                assert thead[i] == model[k]
+                if rng.random() < 0.6:
+                    PC._delete(i, tkey, thead, ttail)
+                    del model[k]
+            elif len(model) < 12:
+                PC._put(k, step, tkey, thead, ttail)
+                model[k] = step
+        for k, v in model.items():
+            assert thead[PC.find(k, tkey)] == v
+
+
+def test_safe_limit_counts_shared_prefix_blocks_once(capsys):
+    args = ["safe-limit", "--num-gpu-blocks", "3000", "--num-requests", "120", "--rate", "20"]
+    args += ["--prompt-tokens", "800,200,600,1000", "--output-tokens", "300,100,100,500"]
+    args += ["--horizon", "30", "--json"]
+    code, plain, _ = run_cli(capsys, *args)
+    assert code == 0
+    shared = ["--prefix-groups", "2", "--prefix-len", "512", "--prefix-share", "1"]
+    code, cached, _ = run_cli(capsys, *args, "--enable-prefix-caching", *shared)
+    assert code == 0
+    plain, cached = json.loads(plain), json.loads(cached)
+    assert cached["analytic"] == plain["analytic"]  # the closed form assumes no sharing
+    assert cached["simulated"] > plain["simulated"]

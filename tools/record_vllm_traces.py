@@ -36,10 +36,12 @@ Conventions (also in ``tests/golden/README.md``):
   right after ``schedule()``). Tokens are never EOS (``ignore_eos``).
 - **Async** follows ``EngineCore.step_with_batch_queue`` with a queue of 2:
   step k+1 is scheduled before step k's output is applied.
-- **Time mode** (sync only) follows S1-exact in ``scenarios.md``: a request
-  enters at ``arrival + alpha0 + alpha1*prompt`` us, a step lasts
-  ``beta0 + beta1*prefill + beta2*decode`` us, finishes happen at the step's
-  end, an idle clock jumps to the next entry. Times are integer nanoseconds.
+- **Time mode** follows S1-exact in ``scenarios.md``: a request enters at
+  ``arrival + alpha0 + alpha1*prompt`` us, a step lasts
+  ``beta0 + beta1*prefill + beta2*decode`` us (an empty step none), a token
+  or finish counts at the end of the step that produced it, an idle clock
+  jumps to the next entry. Times are integer nanoseconds. With async, the
+  output of step k is applied after step k+1 is scheduled.
 - **Tokens.** Request i's prompt is its prefix group's shared tokens
   (``min(prefix_len, prompt_len)`` of them) followed by tokens unique to i;
   outputs are unique to i. Block hashes are vLLM's, with
@@ -226,6 +228,44 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
             requests=s1,
         )
         for seqs in (32, 256)
+    ]
+    timed += [
+        _base(
+            "s1_exact_seqs256_async_caching",
+            mode="time",
+            num_gpu_blocks=7463,
+            max_num_seqs=256,
+            max_model_len=4096,
+            horizon_s=120.0,
+            alpha_us=list(S1_ALPHA),
+            beta_us=list(S1_BETA),
+            async_scheduling=True,
+            enable_prefix_caching=True,
+            requests=s1,
+        ),
+        _base(
+            "shared_prefix_timed_async_caching",
+            mode="time",
+            num_gpu_blocks=900,
+            max_num_seqs=64,
+            max_num_batched_tokens=1024,
+            max_model_len=2048,
+            horizon_s=30.0,
+            alpha_us=list(S1_ALPHA),
+            beta_us=list(S1_BETA),
+            async_scheduling=True,
+            enable_prefix_caching=True,
+            requests=[
+                _req(
+                    r["prompt_len"] + 400,
+                    r["max_tokens"] // 8,
+                    r["arrival"] / 4,
+                    prefix_group=i % 3,
+                    prefix_len=[256, 384, 512][i % 3],
+                )
+                for i, r in enumerate(s1[:150])
+            ],  # fmt: skip
+        ),
     ]
     rng = random.Random(seed)
     rand = [_random_scenario(rng, i) for i in range(28)]
@@ -465,11 +505,14 @@ class Driver:
         nxt = 0
         n_steps = 0
         outcome = "drained"
+        queue: deque = deque()
+        asyn = self.scn["async_scheduling"]
         while True:
             while nxt < len(arrivals) and entry[arrivals[nxt]] <= clock:
                 s.add_request(self.reqs[arrivals[nxt]])
                 nxt += 1
-            if not s.has_unfinished_requests():
+            busy = s.has_unfinished_requests()
+            if not busy and not queue:
                 if nxt >= len(arrivals):
                     break
                 clock = entry[arrivals[nxt]]
@@ -477,19 +520,33 @@ class Driver:
             if clock >= horizon:
                 outcome = "horizon"
                 break
-            before = {rid: (r.num_computed_tokens, r.num_tokens) for rid, r in s.requests.items()}
-            out = s.schedule()
-            prefill = decode = 0
-            for rid, n in out.num_scheduled_tokens.items():
-                c0, nt = before[rid]
-                if n == 1 and c0 == nt - 1:
-                    decode += 1
-                else:
-                    prefill += n
-            rec = self._observe(out)
-            clock += ns(b0) + ns(b1) * prefill + ns(b2) * decode
-            n_steps += 1
-            self._apply(out, rec, clock)
+            if busy:
+                before = {
+                    rid: (r.num_computed_tokens, r.num_tokens + r.num_output_placeholders)
+                    for rid, r in s.requests.items()
+                }
+                out = s.schedule()
+                prefill = decode = 0
+                for rid, n in out.num_scheduled_tokens.items():
+                    c0, known = before[rid]
+                    if n == 1 and c0 == known - 1:
+                        decode += 1
+                    else:
+                        prefill += n
+                rec = self._observe(out)
+                if prefill + decode:  # an empty step runs no model
+                    clock += ns(b0) + ns(b1) * prefill + ns(b2) * decode
+                n_steps += 1
+                if not asyn:
+                    self._apply(out, rec, clock)
+                    continue
+                queue.appendleft((out, rec, clock))
+                if len(queue) < 2 and (prefill + decode > 0 or s.has_requests()):
+                    continue
+            # Async: step k's output lands after step k+1 is scheduled; its
+            # tokens and finishes count at the end of step k.
+            out, rec, end = queue.pop()
+            self._apply(out, rec, end)
         return {
             "outcome": outcome,
             "num_steps": n_steps,
