@@ -212,6 +212,7 @@ def test_seeded_random_cases_cover_every_path():
         priority=0,
         roofline_fast_path=0,
         async_preempted=0,
+        async_fast_path=0,
         cache_hits=0,
     )
     for _ in range(250):
@@ -225,6 +226,7 @@ def test_seeded_random_cases_cover_every_path():
             compare_final(fast, c, eng)
             oi = fast.state.out_i[c]
             seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
+            seen["async_fast_path"] += cfgs[c].async_scheduling and oi[S.O_MACRO_STEPS] > 0
             seen["cache_hits"] += cfgs[c].enable_prefix_caching and any(
                 a > 0 for s in eng.steps for _, a in s.admissions
             )

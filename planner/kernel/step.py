@@ -155,7 +155,7 @@ def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):
 @njit(cache=True)
 def _decode_run_length(
     cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist, stop_len,
-    free, head, next_entry, clock, seqs, steps_left,
+    free, head, next_entry, clock, seqs, steps_left, async_, ph, infl,
 ):  # fmt: skip
     """How many upcoming steps are provably identical decode-only steps.
 
@@ -164,6 +164,9 @@ def _decode_run_length(
     no request arrives that could become the head (``next_entry``, ns, or
     INT64_MAX when arrivals cannot matter) and no allocation fails.
     The run may end with the step in which the first requests finish.
+    Async (``async_``): every running request must have exactly the previous
+    step's sampled token in flight (``ph == infl == 1``); the run then ends
+    before any request's last token is scheduled, so nothing finishes in it.
     Returns (k, elapsed ns, duration of the first step); k < 2 means "take a
     normal step".
     """
@@ -181,14 +184,19 @@ def _decode_run_length(
     for i in range(n_run):
         r = run[i]
         ntok = prompt[r] + nout[r]
-        if ntok - ncomp[r] != 1:
-            return 0, 0, 0
+        if async_:
+            if ph[r] != 1 or infl[r] != 1 or ncomp[r] != ntok:
+                return 0, 0, 0
+            f = min(max_tokens[r] - nout[r], stop_len - ntok) - 1
+        else:
+            if ntok - ncomp[r] != 1:
+                return 0, 0, 0
+            f = min(max_tokens[r] - nout[r], stop_len - ntok)
         if roofline and hw[r] > ncomp[r]:
             return 0, 0, 0  # re-decode waste is only attributed step by step
         ctx0 += ncomp[r]
         if admission != VANILLA:
             proj += projected_blocks(r, admission, prompt, max_tokens, stop_len, mml, bs)
-        f = min(max_tokens[r] - nout[r], stop_len - ntok)
         if f < kf:
             kf = f
         # First of the next steps that needs a new block; then one every bs steps.
@@ -261,10 +269,12 @@ def _decode_run_length(
 @njit(cache=True)
 def _apply_decode_run(
     k, elapsed, first_dt, clock, share, bs, mml, stop_len, run, n_run, prompt,
-    nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns,
+    nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns, async_,
 ):  # fmt: skip
     """Advance every running request by k decode steps; finish those that stop
-    at the end of step k. ``share``: waste per re-decoded token (ns).
+    at the end of step k. ``share``: waste per re-decoded token (ns). Async:
+    the token in flight before the run lands at its start (a first token
+    then counts at ``clock``), and one token is still in flight after it.
     Returns (blocks allocated, blocks freed, finished, blocks still held,
     recompute waste in ns)."""
     end = clock + elapsed
@@ -282,7 +292,7 @@ def _apply_decode_run(
         ncomp[r] = c0 + k
         nout[r] += k
         if first_ns[r] < 0:
-            first_ns[r] = clock + first_dt
+            first_ns[r] = clock if async_ else clock + first_dt
         if c0 + k > hw[r]:
             hw[r] = c0 + k
         if c0 + k > held[r] * bs:
@@ -376,9 +386,10 @@ def simulate_one(
     async_ = cfg[K.ASYNC] != 0
     T = trace.shape[0]
     L = rlog.shape[0]
-    macro = use_macro and T == 0 and L == 0 and not async_
+    macro = use_macro and T == 0 and L == 0
     skipbuf = np.empty(R if async_ else 1, dtype=np.int32)  # async: skipped waiting requests
     n_pend = 0  # async: requests of the step whose output is in flight
+    n_stale = 0  # async: preempted requests whose stale output is still in flight
     hist = np.zeros(bs + 1, dtype=np.int64)  # fast path: first-need step histogram
     # Prefix caching (prefix_cache.py): block identities for running requests.
     caching = cfg[K.CACHING] != 0
@@ -459,19 +470,20 @@ def simulate_one(
             window_end = steps + adapt_w
 
         # ---- Decode fast path: k identical decode-only steps in one jump. ----
-        if macro and 0 < n_run <= mnbt:
+        if macro and 0 < n_run <= mnbt and (not async_ or (n_pend == n_run and n_stale == 0)):
             arrivals_matter = wl == 0 or by_priority
             next_entry = entry_ns[order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
             head = wq[wh] if wl > 0 else -1
             k, elapsed, first_dt = _decode_run_length(
                 cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist,
                 stop_len, free, head, next_entry, clock, seqs,
-                min(max_steps, window_end) - steps,
+                min(max_steps, window_end) - steps, async_, ph, infl,
             )  # fmt: skip
             if k >= 2:
                 alloc, freed, n_fin, used, w = _apply_decode_run(
                     k, elapsed, first_dt, clock, b0 / n_run + b2, bs, mml, stop_len, run,
                     n_run, prompt, nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns,
+                    async_,
                 )  # fmt: skip
                 waste += w
                 free -= alloc
@@ -577,6 +589,10 @@ def simulate_one(
                         free += _preempt(v, restart, ncomp, nout, held, status, npre)
                 # Async: output still in flight becomes stale (delivered, but it
                 # no longer advances the request's counters).
+                if infl[v] > 0 and stale[v] == 0:
+                    n_stale += 1
+                elif infl[v] == 0 and stale[v] > 0:
+                    n_stale -= 1
                 stale[v] = infl[v]
                 ph[v] = 0
                 if by_priority:
@@ -779,6 +795,8 @@ def simulate_one(
                 was_stale = stale[r] > 0
                 if was_stale:
                     stale[r] -= n
+                    if stale[r] == 0:
+                        n_stale -= 1
                 if status[r] == S.FINISHED or not samples:
                     continue
                 had_ph = ph[r] > 0
