@@ -339,11 +339,12 @@ class Scheduler:
                 victim = self.choose_victim()
                 pos = self.running.index(victim)
                 self.running.remove(victim)
-                if pos < idx:  # already scheduled this step: refund its tokens
-                    budget += dict((id(r), k) for r, k in out)[id(victim)]
-                    out = [(r, k) for r, k in out if r is not victim]
+                if pos < idx:
                     idx -= 1
-                    self.refunds += 1
+                    if any(r is victim for r, _ in out):  # scheduled this step: refund
+                        budget += dict((id(r), k) for r, k in out)[id(victim)]
+                        out = [(r, k) for r, k in out if r is not victim]
+                        self.refunds += 1
                 self._preempt(victim)
                 preempted += 1
                 if victim is req:

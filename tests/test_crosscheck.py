@@ -278,3 +278,27 @@ def test_priority_victim_refund_under_tight_budgets():
         compare_final(fast, 0, eng)
         refunds_seen += eng.sched.refunds
     assert refunds_seen >= 20
+
+
+def test_priority_victim_skipped_by_async_is_not_refunded():
+    """Async skips a running request whose last token is in flight; if the
+    priority rule then evicts it, nothing it scheduled this step is refunded
+    (found by hypothesis: the kernel refunded a stale token count)."""
+    cfg = SchedulerConfig(
+        num_gpu_blocks=2,
+        block_size=1,
+        max_num_seqs=2,
+        max_num_batched_tokens=2,
+        max_model_len=8,
+        scheduler_reserve_full_isl=False,
+        null_block=False,
+        victim="priority",
+        async_scheduling=True,
+        max_steps=MAX_STEPS,
+    )
+    wl = Workload(np.zeros(2), np.array([1, 1], np.int32), np.array([1, 2], np.int32))
+    lat = LinearLatency(alpha=(0, 0, 0), beta=(1, 0, 0))
+    traced, fast, (eng,) = run_both([cfg], wl, lat)
+    assert kernel_events(traced, 0) == reference_events(eng)
+    compare_final(fast, 0, eng)
+    assert eng.preemptions > 0 and eng.sched.refunds == 0

@@ -551,21 +551,22 @@ def simulate_one(
                 vi = pick_victim(run, n_run, victim, anti_k, npre, ncomp, held, priority, entry_ns)
                 v = run[vi]
                 if vi < i:
-                    n = sched_tok[v]
-                    budget += n
-                    if n == 1 and ncomp[v] == prompt[v] + nout[v] + ph[v] - 1:
-                        D -= 1
-                    else:
-                        P -= n
-                    attended -= n * ncomp[v] + n * (n + 1) // 2
-                    kv_touched -= ncomp[v] + n
+                    i -= 1
                     m = 0
                     for j in range(n_sched):
                         if slist[j] != v:
                             slist[m] = slist[j]
                             m += 1
-                    n_sched = m
-                    i -= 1
+                    if m < n_sched:  # it was scheduled (async may have skipped it)
+                        n_sched = m
+                        n = sched_tok[v]
+                        budget += n
+                        if n == 1 and ncomp[v] == prompt[v] + nout[v] + ph[v] - 1:
+                            D -= 1
+                        else:
+                            P -= n
+                        attended -= n * ncomp[v] + n * (n + 1) // 2
+                        kv_touched -= ncomp[v] + n
                 for j in range(vi, n_run - 1):
                     run[j] = run[j + 1]
                 n_run -= 1
