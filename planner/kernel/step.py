@@ -2,23 +2,30 @@
 
 Each configuration runs the vLLM v1 scheduler step by step in simulated time:
 
-- ``Scheduler.schedule`` (``vllm/v1/core/sched_tok/scheduler.py``): running phase,
+- ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.py``): running phase,
   then waiting phase, chunked prefill under ``max_num_batched_tokens``.
 - ``KVCacheManager.allocate_slots`` (``vllm/v1/core/kv_cache_manager.py``):
   all-or-nothing allocation, the whole-sequence gate, the watermark.
 - ``Scheduler._preempt_request``: recompute preemption of the tail of
   ``running``, prepended to ``waiting``.
 - ``Scheduler.update_from_output`` and ``check_stop``
-  (``vllm/v1/core/sched_tok/utils.py``): a token is sampled only when the step's
+  (``vllm/v1/core/sched/utils.py``): a token is sampled only when the step's
   chunk reached the end of the known tokens; finished requests free at once.
 
 The plain-Python ``planner.reference`` engine implements the same rules one
 class at a time; tests require both to agree step for step.
 
-Modelled as vLLM with prefix caching off and synchronous scheduling. Time is
+- ``AsyncScheduler`` (``vllm/v1/core/sched/async_scheduler.py``) with
+  ``EngineCore.step_with_batch_queue`` when ``ASYNC`` is set: step N+1 is
+  scheduled before step N's output lands (``num_output_placeholders``,
+  ``num_in_flight_tokens``, stale output of preempted requests).
+- Prefix caching when ``CACHING`` is set (``prefix_cache.py``).
+
+Both are vLLM defaults and both default off here (see the README). Time is
 integer nanoseconds. Deliberate differences are named options (config
-columns): ``PREEMPT`` (1 = BLIS restart), ``STOP`` (1 = max_servable bound),
-``NULL`` (0 = BLIS pool without a null block), ``GATE`` (0 = gate off).
+columns): ``PREEMPT`` (1 = BLIS restart, 2 = swap), ``STOP`` (1 =
+max_servable bound), ``NULL`` (0 = BLIS pool without a null block), ``GATE``
+(0 = gate off), and the mitigations of ``policies.py``.
 """
 
 from __future__ import annotations
