@@ -343,6 +343,11 @@ def run(
         )
         wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
     wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
+    if wl.prefix_group is not None and not enable_prefix_caching:
+        print(
+            "plan: warning: shared prefixes change nothing without --enable-prefix-caching",
+            file=sys.stderr,
+        )
     mean_len = wl.mean_request_tokens
     safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
     warning = (
@@ -566,8 +571,8 @@ def bench(
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
     from planner.bench import run_bench
 
-    if grid < 1:
-        raise InputError(f"--grid must be >= 1, got {grid}")
+    if not 1 <= grid <= 1024:
+        raise InputError(f"--grid must be in 1..1024 (grid x grid configs), got {grid}")
     run_bench(
         grid,
         reference,

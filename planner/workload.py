@@ -83,10 +83,15 @@ class Workload:
         return float(self.prompt_tokens.mean() + self.output_tokens.mean())
 
     def fingerprint(self) -> str:
-        """sha256 (first 16 hex digits) of the three arrays."""
+        """sha256 (first 16 hex digits) of the arrays (optional ones when given)."""
         h = hashlib.sha256()
         for a in (self.arrival_s, self.prompt_tokens, self.output_tokens):
             h.update(np.ascontiguousarray(a).tobytes())
+        for name in ("priority", "prefix_group", "prefix_len"):
+            a = getattr(self, name)
+            if a is not None:
+                h.update(name.encode())
+                h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
         return h.hexdigest()[:16]
 
 
@@ -197,18 +202,24 @@ def with_shared_prefixes(
     ``groups`` groups drawn uniformly; members of a group share their first
     ``min(prefix_len, prompt)`` prompt tokens (a system prompt, say). Draws come
     from their own stream (numpy PCG64 seeded with ``seed`` + 1), so the base
-    workload is unchanged. ``groups == 0`` or ``share == 0`` returns ``wl``.
+    workload is unchanged. All three zero returns ``wl``.
 
     Raises:
-        WorkloadError: on a negative count or length, or a share outside [0, 1].
+        WorkloadError: on a negative or too large count or length, a share
+            outside [0, 1], or some but not all of the three set.
     """
-    if groups < 0 or prefix_len < 0 or groups > MAX_TOKENS:
-        raise WorkloadError(
-            f"--prefix-groups and --prefix-len must be >= 0, got {groups}, {prefix_len}"
-        )
+    for name, v in (("--prefix-groups", groups), ("--prefix-len", prefix_len)):
+        if not 0 <= v <= MAX_TOKENS:
+            raise WorkloadError(f"{name} must be an integer in 0..{MAX_TOKENS}, got {v}")
     if not (0.0 <= share <= 1.0):
         raise WorkloadError(f"--prefix-share must be in [0, 1], got {share}")
-    if groups == 0 or share == 0.0 or prefix_len == 0:
+    given = (groups > 0, prefix_len > 0, share > 0)
+    if any(given) and not all(given):
+        raise WorkloadError(
+            "shared prefixes need --prefix-groups, --prefix-len and --prefix-share all > 0, "
+            f"got {groups}, {prefix_len}, {share:g}"
+        )
+    if not any(given):
         return wl
     rng = np.random.default_rng(seed + 1)
     n = wl.num_requests

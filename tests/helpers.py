@@ -116,10 +116,12 @@ def compare_final(res, c: int, eng: Engine) -> None:
     np.testing.assert_allclose(st.out_f[c, S.F_WASTE_NS], eng.waste_ns, rtol=1e-9, atol=1e-6)
 
 
-def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency, max_log: int = 20000):
-    traced = simulate(
-        cfgs, wl, lat, trace_steps=max(c.max_steps for c in cfgs) + 1, log_entries=max_log
-    )
+def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency):
+    # Events per step: at most 3 per request (admit, schedule, finish; or a
+    # preemption) plus the step's state and free-block rows (state.EV_*).
+    steps = max(c.max_steps for c in cfgs)
+    per_step = 3 * min(max(c.max_num_seqs for c in cfgs), wl.num_requests) + 2
+    traced = simulate(cfgs, wl, lat, trace_steps=steps + 1, log_entries=steps * per_step)
     fast = simulate(cfgs, wl, lat)
     engines = [run_reference(c, wl, lat) for c in cfgs]
     return traced, fast, engines

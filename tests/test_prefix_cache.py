@@ -95,8 +95,7 @@ def test_eviction_takes_the_prefix_tail_first():
 def test_with_shared_prefixes():
     d = LengthDist("constant", 100)
     base = synthetic(400, 5.0, d, d, seed=3)
-    assert with_shared_prefixes(base, 0, 64, 0.5) is base
-    assert with_shared_prefixes(base, 4, 64, 0.0) is base
+    assert with_shared_prefixes(base, 0, 0, 0.0) is base
     wl = with_shared_prefixes(base, 4, 64, 0.5, seed=3)
     for a in ("arrival_s", "prompt_tokens", "output_tokens"):
         np.testing.assert_array_equal(getattr(wl, a), getattr(base, a))
@@ -105,7 +104,8 @@ def test_with_shared_prefixes():
     assert set(wl.prefix_group[member].tolist()) == {0, 1, 2, 3}
     again = with_shared_prefixes(base, 4, 64, 0.5, seed=3)
     np.testing.assert_array_equal(wl.prefix_group, again.prefix_group)
-    for bad in ((-1, 64, 0.5), (4, -1, 0.5), (4, 64, 1.5)):
+    assert wl.fingerprint() != base.fingerprint()
+    for bad in ((-1, 64, 0.5), (4, -1, 0.5), (4, 64, 1.5), (4, 2**31, 0.5), (0, 64, 0.5)):
         with pytest.raises(WorkloadError):
             with_shared_prefixes(base, *bad)
 

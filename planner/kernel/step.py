@@ -401,7 +401,11 @@ def simulate_one(
     # Prefix caching (prefix_cache.py): block identities for running requests.
     caching = cfg[K.CACHING] != 0
     macro = macro and not caching
-    maxb = (mml + bs - 1) // bs + 1
+    longest = 0  # tokens a request can reach: bounds its block table
+    if caching:
+        for r in range(R):
+            longest = max(longest, min(prompt[r] + max_tokens[r], mml))
+    maxb = (longest + bs - 1) // bs + 1
     n_slots = min(seqs, R) if caching else 1
     table = np.empty((n_slots, maxb if caching else 1), dtype=np.int32)
     slots = np.arange(n_slots).astype(np.int32)  # stack of free table rows

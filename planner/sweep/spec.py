@@ -125,9 +125,10 @@ class WorkloadSpec(_Strict):
     rate_scale: Annotated[float, Field(gt=0)] = 1.0
     max_requests: Annotated[int, Field(ge=1)] | None = None
     # shared prompt prefixes (planner.workload.with_shared_prefixes)
-    prefix_groups: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    prefix_len: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    prefix_share: Annotated[float, Field(ge=0, le=1)] = 0.0
+    # (strict: true is not 1 group, "0.5" is not a share)
+    prefix_groups: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
+    prefix_len: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
+    prefix_share: Annotated[float, Field(ge=0, le=1, strict=True)] = 0.0
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
