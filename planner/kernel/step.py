@@ -102,6 +102,24 @@ def _release(
 
 
 @njit(cache=True)
+def _finish(
+    r, t, caching, held, status, finish_ns, table, slot_of, slots, n_free_slots, ncached, ref,
+    hkey, fq_next, fq_prev, pc,
+):  # fmt: skip
+    """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``).
+    Returns (blocks back in the free queue, free table rows)."""
+    freed = held[r]
+    if caching and slot_of[r] >= 0:
+        freed, n_free_slots = _release(
+            r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc
+        )
+    held[r] = 0
+    status[r] = S.FINISHED
+    finish_ns[r] = t
+    return freed, n_free_slots
+
+
+@njit(cache=True)
 def _remove_waiting(r, wq, wh, wl):
     """Remove r from the waiting ring, keeping the others' order. Returns the length."""
     R = wq.shape[0]
@@ -833,17 +851,11 @@ def simulate_one(
                 if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
                     if status[r] == S.WAITING:  # preempted; its stale token ended it
                         wl = _remove_waiting(r, wq, wh, wl)
-                    elif caching:
-                        freed, n_free_slots = _release(
-                            r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey,
-                            fq_next, fq_prev, pc,
-                        )  # fmt: skip
-                        free += freed
-                    else:
-                        free += held[r]
-                    held[r] = 0
-                    status[r] = S.FINISHED
-                    finish_ns[r] = start
+                    freed, n_free_slots = _finish(
+                        r, start, caching, held, status, finish_ns, table, slot_of, slots,
+                        n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc,
+                    )  # fmt: skip
+                    free += freed
                     n_fin += 1
                     if L > 0:
                         nlog = _log(rlog, nlog, step - 1, r, 0, S.EV_FINISH)
@@ -861,17 +873,11 @@ def simulate_one(
                     if first_ns[r] < 0:
                         first_ns[r] = clock
                     if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
-                        if caching:
-                            freed, n_free_slots = _release(
-                                r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey,
-                                fq_next, fq_prev, pc,
-                            )  # fmt: skip
-                            free += freed
-                        else:
-                            free += held[r]
-                        held[r] = 0
-                        status[r] = S.FINISHED
-                        finish_ns[r] = clock
+                        freed, n_free_slots = _finish(
+                            r, clock, caching, held, status, finish_ns, table, slot_of, slots,
+                            n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc,
+                        )  # fmt: skip
+                        free += freed
                         n_fin += 1
                         if L > 0:
                             nlog = _log(rlog, nlog, step, r, 0, S.EV_FINISH)
