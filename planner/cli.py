@@ -414,10 +414,11 @@ def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, s
     request) when the request log fits in MAX_TRACE_LOG_ENTRIES entries.
     """
     from planner.api import simulate
+    from planner.kernel.state import max_events_per_step
 
     if path.suffix != ".parquet":
         raise InputError(f"--trace: expected a .parquet file name, got {str(path)!r}")
-    entries = steps * (3 * min(cfg.max_num_seqs, wl.num_requests) + 2)  # see state.EV_*
+    entries = steps * max_events_per_step(cfg.max_num_seqs, wl.num_requests)
     log = entries if entries <= MAX_TRACE_LOG_ENTRIES else 0
     res = simulate([cfg], wl, lat, trace_steps=max(steps, 1), log_entries=log)
     df = res.trace()

@@ -445,10 +445,9 @@ class Scheduler:
             req.high_water = max(req.high_water, req.num_computed_tokens + n)
             req.num_computed_tokens += n
             samples = req.num_computed_tokens >= known
-            if self.cfg.async_scheduling:
-                req.in_flight += n
-                if samples:
-                    req.placeholders += 1
+            req.in_flight += n
+            if self.cfg.async_scheduling and samples:
+                req.placeholders += 1
             batch.append((req, n, samples))
         return batch
 
@@ -457,7 +456,7 @@ class Scheduler:
         Returns the ids that finished."""
         finished = []
         for req, n, samples in batch:
-            req.in_flight -= n if self.cfg.async_scheduling else 0
+            req.in_flight -= n
             was_stale = req.stale > 0
             if was_stale:
                 req.stale -= n

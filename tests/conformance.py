@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers import STEP_LATENCY
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
@@ -17,7 +18,6 @@ from planner.reference import Engine
 from planner.workload import Workload
 
 GOLDEN = Path(__file__).parent / "golden"
-STEP_LATENCY = LinearLatency(alpha=(0, 0, 0), beta=(1, 0, 0))  # 1 us per step that runs
 MAX_STEPS = 30_000
 FIELDS = ("sched", "order", "new", "resumed", "preempted", "finished", "running", "waiting", "free")
 

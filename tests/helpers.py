@@ -117,10 +117,8 @@ def compare_final(res, c: int, eng: Engine) -> None:
 
 
 def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency):
-    # Events per step: at most 3 per request (admit, schedule, finish; or a
-    # preemption) plus the step's state and free-block rows (state.EV_*).
     steps = max(c.max_steps for c in cfgs)
-    per_step = 3 * min(max(c.max_num_seqs for c in cfgs), wl.num_requests) + 2
+    per_step = S.max_events_per_step(max(c.max_num_seqs for c in cfgs), wl.num_requests)
     traced = simulate(cfgs, wl, lat, trace_steps=steps + 1, log_entries=steps * per_step)
     fast = simulate(cfgs, wl, lat)
     engines = [run_reference(c, wl, lat) for c in cfgs]

@@ -24,6 +24,27 @@ NAMES = golden_names()
 ENGINES = {"kernel": kernel_steps, "reference": reference_steps}
 
 
+def test_golden_scenarios_cover_the_issue():
+    assert len(NAMES) >= 30
+    golds = [load(n) for n in NAMES]
+    assert all(g["vllm"] == "0.33.0" for g in golds)
+    scns = [g["scenario"] for g in golds]
+    for flag in ("enable_prefix_caching", "async_scheduling", "scheduler_reserve_full_isl"):
+        assert {s[flag] for s in scns} == {True, False}, flag
+    assert {s["policy"] for s in scns} == {"fcfs", "priority"}
+    assert {s["mode"] for s in scns} == {"steps", "time"}
+    assert any(r.get("prefix_group", -1) >= 0 for s in scns for r in s["requests"])
+    # Prefix-cache hits happened, with caching and async together among them.
+    hits = {
+        n
+        for n, g in zip(NAMES, golds, strict=True)
+        for s in g.get("steps", ())
+        for _, c in s["new"] + s["resumed"]
+        if c > 0
+    }
+    assert any(load(n)["scenario"]["async_scheduling"] for n in hits)
+
+
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 @pytest.mark.parametrize("name", NAMES)
 def test_matches_vllm(name, engine):

@@ -119,6 +119,13 @@ def _delete(i, tkey, thead, ttail):
 
 
 @njit(cache=True, inline="always")
+def max_hit_blocks(ntok, bs):
+    """Blocks a lookup may hit: full blocks within ``num_tokens - 1`` tokens
+    (the last token is always recomputed, ``get_computed_blocks``)."""
+    return (ntok - 1) // bs
+
+
+@njit(cache=True, inline="always")
 def block_key(r, j, bs, group, shared_len, n_req, maxb):
     """Hash key of block j of request r (see the module docstring)."""
     if (j + 1) * bs <= shared_len[r]:
@@ -206,7 +213,7 @@ def lookup(r, ntok, bs, group, shared_len, n_req, maxb, tkey, thead, ref, hits):
     r's full blocks within ntok - 1 tokens. Returns (k, hits still in the free queue)."""
     k = 0
     evictable = 0
-    for j in range((ntok - 1) // bs):
+    for j in range(max_hit_blocks(ntok, bs)):
         i = find(block_key(r, j, bs, group, shared_len, n_req, maxb), tkey)
         if i < 0:
             break

@@ -80,6 +80,13 @@ EV_STATE = 4  # request column: len(running), value: len(waiting), after schedul
 EV_FREE = 5  # free blocks after scheduling
 
 
+def max_events_per_step(max_num_seqs: int, num_requests: int) -> int:
+    """Upper bound on event-log rows one step writes: per request at most an
+    admission, a schedule and a finish (or a preemption), plus the step's
+    EV_STATE and EV_FREE rows. Used to size ``log_entries``."""
+    return 3 * min(max_num_seqs, num_requests) + 2
+
+
 @dataclass
 class State:
     """All kernel arrays for C configs x R requests (see field comments for shapes)."""

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, prange
 
 from planner import config as K
-from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
+from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.policies import (
@@ -423,7 +423,7 @@ def simulate_one(
     if caching:
         for r in range(R):
             longest = max(longest, min(prompt[r] + max_tokens[r], mml))
-    maxb = (longest + bs - 1) // bs + 1
+    maxb = cdiv(longest, bs) + 1
     n_slots = min(seqs, R) if caching else 1
     table = np.empty((n_slots, maxb if caching else 1), dtype=np.int32)
     slots = np.arange(n_slots).astype(np.int32)  # stack of free table rows
@@ -707,7 +707,7 @@ def simulate_one(
                     # Only hits on blocks in use lower the gate, and only shared-prefix
                     # blocks can be in use: if even those cannot make it fit, skip
                     # the lookup (it has no side effects; the gate refuses anyway).
-                    in_use_max = min(shared_len[r] // bs, (ntok - 1) // bs)
+                    in_use_max = min(shared_len[r] // bs, PC.max_hit_blocks(ntok, bs))
                     if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > free:
                         break
                     nhit, evictable = PC.lookup(
