@@ -18,7 +18,7 @@ from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
 from planner.latency import LinearLatency
-from planner.workload import LengthDist, synthetic
+from planner.workload import S1_OUTPUT, S1_PROMPT, synthetic
 
 
 def s1_workload(seed: int = 0):  # noqa: ANN201
@@ -26,8 +26,8 @@ def s1_workload(seed: int = 0):  # noqa: ANN201
     return synthetic(
         300,
         10.0,
-        LengthDist("gaussian", 300, 200, 200, 400),
-        LengthDist("gaussian", 3500, 3200, 3200, 3596),
+        S1_PROMPT,
+        S1_OUTPUT,
         seed=seed,
     )
 

@@ -20,13 +20,17 @@ from rich.table import Table
 from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import finite
 from planner.cli_capacity import register as register_capacity_commands
+from planner.cli_inert import RUN_RULES, reject_inert
 from planner.config import SchedulerConfig
 from planner.latency import Latency
 from planner.traces import TraceOptions, read_trace
 from planner.workload import (
-    LengthDist,
+    S1_OUTPUT,
+    S1_PROMPT,
     Workload,
     WorkloadError,
+    drawn_mean_warning,
+    length_from_options,
     synthetic,
     with_shared_prefixes,
 )
@@ -147,8 +151,16 @@ class LatencyKind(StrEnum):
     roofline = "roofline"
 
 
+PROMPT_HELP = "Synthetic prompt mean, tokens [default: S1's 300, stdev 200, 200..400]."
+OUTPUT_HELP = "Synthetic output mean, tokens [default: S1's 3,500, stdev 3,200, 3,200..3,596]."
+STDEV_HELP = "Standard deviation, tokens [default: S1's when no length option is given, else 0]."
+MIN_HELP = "Lower clamp, tokens [default: S1's when no length option is given, else 1]."
+MAX_HELP = "Upper clamp, tokens [default: S1's when no length option is given, else none]."
+
+
 @app.command()
 def run(
+    ctx: typer.Context,
     num_gpu_blocks: Annotated[
         int | None,
         typer.Option(help="KV pool size N in blocks [default: from --model/--gpu, else 7463]."),
@@ -243,14 +255,14 @@ def run(
     length_dist: Annotated[LengthKind, typer.Option(help="Synthetic length law.")] = (
         LengthKind.gaussian
     ),
-    prompt_tokens: Annotated[float, typer.Option(help="Prompt mean.")] = 300.0,
-    prompt_tokens_stdev: Annotated[float, typer.Option()] = 200.0,
-    prompt_tokens_min: Annotated[int, typer.Option()] = 200,
-    prompt_tokens_max: Annotated[int, typer.Option()] = 400,
-    output_tokens: Annotated[float, typer.Option(help="Output mean.")] = 3500.0,
-    output_tokens_stdev: Annotated[float, typer.Option()] = 3200.0,
-    output_tokens_min: Annotated[int, typer.Option()] = 3200,
-    output_tokens_max: Annotated[int, typer.Option()] = 3596,
+    prompt_tokens: Annotated[float | None, typer.Option(help=PROMPT_HELP)] = None,
+    prompt_tokens_stdev: Annotated[float | None, typer.Option(help=STDEV_HELP)] = None,
+    prompt_tokens_min: Annotated[int | None, typer.Option(help=MIN_HELP)] = None,
+    prompt_tokens_max: Annotated[int | None, typer.Option(help=MAX_HELP)] = None,
+    output_tokens: Annotated[float | None, typer.Option(help=OUTPUT_HELP)] = None,
+    output_tokens_stdev: Annotated[float | None, typer.Option(help=STDEV_HELP)] = None,
+    output_tokens_min: Annotated[int | None, typer.Option(help=MIN_HELP)] = None,
+    output_tokens_max: Annotated[int | None, typer.Option(help=MAX_HELP)] = None,
     seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 0,
     prefix_groups: Annotated[
         int, typer.Option(help="Shared-prefix groups (with --prefix-len, --prefix-share).")
@@ -279,6 +291,8 @@ def run(
     """Simulate one scheduler configuration and print its metrics."""
     from planner import resolve
     from planner.api import simulate
+
+    reject_inert(ctx, RUN_RULES)
 
     lat = resolve.latency(
         latency.value,
@@ -325,23 +339,29 @@ def run(
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
         wl = read_trace(trace_file, trace_format.value, opts)
     else:
-        p = LengthDist(
-            length_dist.value,
+        kind = length_dist.value
+        p = length_from_options(
+            kind,
             prompt_tokens,
             prompt_tokens_stdev,
             prompt_tokens_min,
             prompt_tokens_max,
-            label="--prompt-tokens",
+            S1_PROMPT,
+            "--prompt-tokens",
         )
-        o = LengthDist(
-            length_dist.value,
+        o = length_from_options(
+            kind,
             output_tokens,
             output_tokens_stdev,
             output_tokens_min,
             output_tokens_max,
-            label="--output-tokens",
+            S1_OUTPUT,
+            "--output-tokens",
         )
         wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
+        for dist, drawn in ((p, wl.prompt_tokens), (o, wl.output_tokens)):
+            if msg := drawn_mean_warning(drawn, dist):
+                print(f"plan: warning: {msg}", file=sys.stderr)
     wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
     if wl.prefix_group is not None and not enable_prefix_caching:
         print(

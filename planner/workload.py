@@ -127,6 +127,11 @@ class LengthDist:
             raise WorkloadError(f"{lb}-stdev must be finite and >= 0, got {self.stdev}")
         if not (1 <= self.min <= self.max <= MAX_TOKENS):
             raise WorkloadError(f"{lb}: needs 1 <= min <= max, got min {self.min}, max {self.max}")
+        if not (self.min <= self.mean <= self.max):
+            raise WorkloadError(
+                f"{lb}: mean {self.mean:g} lies outside its bounds {self.min}..{self.max}; "
+                f"lengths would be clamped to the bounds (set {lb}-min/{lb}-max)"
+            )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw n lengths: shape (n,), int32."""
@@ -143,6 +148,68 @@ class LengthDist:
                 s2 = np.log1p((self.stdev / self.mean) ** 2)
                 x = rng.lognormal(np.log(self.mean) - s2 / 2, np.sqrt(s2), size=n)
         return np.round(np.clip(x, self.min, self.max)).astype(np.int32)
+
+
+# Scenario S1's length shapes (BLIS seed, ``shared/docs/scenarios.md`` S1): the
+# defaults of ``plan run`` when the user gives no length option at all.
+S1_PROMPT = LengthDist("gaussian", 300.0, 200.0, 200, 400)
+S1_OUTPUT = LengthDist("gaussian", 3500.0, 3200.0, 3200, 3596)
+
+
+def length_from_options(
+    kind: str,
+    mean: float | None,
+    stdev: float | None,
+    lo: int | None,
+    hi: int | None,
+    preset: LengthDist,
+    label: str,
+) -> LengthDist:
+    """A length distribution from command-line options, without silent overrides.
+
+    With none of ``mean``/``stdev``/``lo``/``hi`` given, ``preset`` (S1's shape)
+    applies whole. Once any is given, the others take neutral values instead of
+    the preset's: mean = the preset's mean, stdev 0, bounds 1..MAX_TOKENS (no
+    clamping), so that a preset bound never silently clamps a mean the user
+    chose. ``constant`` lengths take no stdev or bounds.
+
+    Raises:
+        WorkloadError: a stdev or bound given with ``constant``; a mean outside
+            the bounds; any invalid value (see ``LengthDist``).
+    """
+    if kind == "constant":
+        for name, v in (("-stdev", stdev), ("-min", lo), ("-max", hi)):
+            if v is not None:
+                raise WorkloadError(f"{label}{name} has no effect with --length-dist constant")
+        m = preset.mean if mean is None else mean
+        return LengthDist("constant", m, 0.0, 1, MAX_TOKENS, label=label)
+    if mean is None and stdev is None and lo is None and hi is None:
+        return replace(preset, kind=kind, label=label)
+    return LengthDist(
+        kind,
+        preset.mean if mean is None else mean,
+        0.0 if stdev is None else stdev,
+        1 if lo is None else lo,
+        MAX_TOKENS if hi is None else hi,
+        label=label,
+    )
+
+
+def drawn_mean_warning(drawn: np.ndarray, dist: LengthDist, tolerance: float = 0.05) -> str:
+    """A one-line warning when clamping to the bounds moved the drawn mean by more
+    than ``tolerance`` (relative) from the requested one, else ''.
+
+    ``drawn``: shape (R,), int32 token lengths sampled from ``dist``.
+    """
+    if dist.kind == "empirical" or len(drawn) == 0:
+        return ""
+    got = float(np.mean(drawn))
+    if abs(got - dist.mean) <= tolerance * dist.mean:
+        return ""
+    return (
+        f"{dist.label}: the drawn mean is {got:,.1f}, not {dist.mean:,.1f}: stdev "
+        f"{dist.stdev:g} is clamped to the bounds {dist.min}..{dist.max}"
+    )
 
 
 def synthetic(

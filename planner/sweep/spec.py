@@ -106,6 +106,12 @@ class LengthSpec(_Strict):
     min: Annotated[int, Field(ge=1)] = 1
     max: Annotated[int, Field(ge=1)] = 2**31 - 1
 
+    @model_validator(mode="after")
+    def _no_inert(self) -> LengthSpec:
+        if self.kind == "constant" and (inert := sorted({"stdev"} & self.model_fields_set)):
+            raise ValueError(f"{', '.join(inert)}: no effect with kind 'constant'")
+        return self
+
 
 class WorkloadSpec(_Strict):
     kind: Literal["synthetic", "trace"]
@@ -132,11 +138,25 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
+        other = _TRACE_FIELDS if self.kind == "synthetic" else _SYNTHETIC_FIELDS
+        if inert := sorted(other & self.model_fields_set):
+            raise ValueError(f"{', '.join(inert)}: no effect in a {self.kind} workload")
+        fields = self.model_fields_set
+        if self.kind == "synthetic" and "gamma_cv" in fields and self.arrival != "gamma":
+            raise ValueError(f"gamma_cv: no effect with arrival {self.arrival!r}")
+        if self.kind == "synthetic" and "rate" in fields and self.arrival == "offline":
+            raise ValueError("rate: no effect with arrival 'offline' (all arrive at t = 0)")
+        if self.kind == "trace" and "seed" in fields and not self.prefix_groups:
+            raise ValueError("seed: no effect in a trace workload without prefix_groups")
         if self.kind == "synthetic" and (self.prompt is None or self.output is None):
             raise ValueError("a synthetic workload needs [workload.prompt] and [workload.output]")
         if self.kind == "trace" and not self.path:
             raise ValueError("a trace workload needs path")
         return self
+
+
+_SYNTHETIC_FIELDS = frozenset({"num_requests", "arrival", "rate", "gamma_cv", "prompt", "output"})
+_TRACE_FIELDS = frozenset({"path", "format", "start_s", "duration_s", "rate_scale", "max_requests"})
 
 
 class HardwareSpec(_Strict):
@@ -153,6 +173,13 @@ class LatencySpec(_Strict):
     mfu: Annotated[float, Field(gt=0, le=1)] | None = None
     mbu: Annotated[float, Field(gt=0, le=1)] | None = None
     overhead_us: Annotated[float, Field(ge=0)] = 0.0
+
+    @model_validator(mode="after")
+    def _no_inert(self) -> LatencySpec:
+        other = {"beta"} if self.kind == "roofline" else {"mfu", "mbu", "overhead_us"}
+        if inert := sorted(other & self.model_fields_set):
+            raise ValueError(f"{', '.join(inert)}: no effect with latency kind {self.kind!r}")
+        return self
 
 
 class RangeSpec(_Strict):
@@ -256,6 +283,12 @@ class Sweep:
             "num_gpu_blocks" in self.axes or "num_gpu_blocks" in spec.scheduler
         ):
             raise SpecError("axes.gpu_memory_utilization: give it or num_gpu_blocks, not both")
+        blocks_given = "num_gpu_blocks" in self.axes or "num_gpu_blocks" in spec.scheduler
+        hw_fields = spec.hardware.model_fields_set if spec.hardware is not None else set()
+        if blocks_given and "gpu_memory_utilization" in hw_fields:
+            raise SpecError(
+                "hardware.gpu_memory_utilization: no effect when num_gpu_blocks is given"
+            )
         for key in spec.scheduler:
             if key not in SCHEDULER_AXES:
                 raise SpecError(f"scheduler.{key}: unknown setting")

@@ -1,0 +1,131 @@
+"""Options that would have no effect: rejected with one line, never ignored.
+
+An option the user typed must either change the result or be refused. Each
+rule names options that only matter under some condition of the others (swap
+settings without ``--preemption-mode swap``, trace options without a trace,
+...). ``reject_inert`` checks the rules against what the user actually gave,
+which Click records per parameter (``Context.get_parameter_source``), so a
+default never trips a rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``options`` (Python parameter names) have no effect when ``inert(params)``
+    is true; ``reason`` completes "--opt <reason>" in the error."""
+
+    options: tuple[str, ...]
+    inert: Callable[[Mapping[str, Any]], bool]
+    reason: str
+
+
+class InertOption(ValueError):
+    """An option the user gave that would have no effect (one line, exit 2)."""
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Did the user set parameter ``name`` (command line or environment)?
+
+    Compares the source by name: Typer vendors its own copy of Click, whose
+    ``ParameterSource`` is not ``click.core.ParameterSource``."""
+    src = ctx.get_parameter_source(name)
+    return src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _flag(ctx: typer.Context, name: str) -> str:
+    for p in ctx.command.params:
+        if p.name == name and p.opts:
+            return p.opts[0]
+    return "--" + name.replace("_", "-")
+
+
+def reject_inert(ctx: typer.Context, rules: tuple[Rule, ...]) -> None:
+    """Raise ``InertOption`` for the first option the user gave that a rule says
+    has no effect."""
+    params = ctx.params
+    for rule in rules:
+        if not rule.inert(params):
+            continue
+        for name in rule.options:
+            if name in params and given(ctx, name):
+                raise InertOption(f"{_flag(ctx, name)} {rule.reason}")
+
+
+def _value(v: object) -> object:
+    return getattr(v, "value", v)
+
+
+SYNTHETIC_ONLY = (
+    "num_requests",
+    "rate",
+    "arrival",
+    "length_dist",
+    "prompt_tokens",
+    "prompt_tokens_stdev",
+    "prompt_tokens_min",
+    "prompt_tokens_max",
+    "output_tokens",
+    "output_tokens_stdev",
+    "output_tokens_min",
+    "output_tokens_max",
+)
+TRACE_ONLY = ("trace_format", "trace_start", "trace_duration", "rate_scale", "max_requests")
+
+# The rules of ``plan run`` (and any command with the same option names: a rule
+# whose options a command lacks is skipped).
+RUN_RULES: tuple[Rule, ...] = (
+    Rule(TRACE_ONLY, lambda p: p.get("trace_file") is None, "needs --trace-file"),
+    Rule(
+        SYNTHETIC_ONLY,
+        lambda p: p.get("trace_file") is not None,
+        "has no effect with --trace-file (arrivals and lengths come from the trace)",
+    ),
+    Rule(
+        ("seed",),
+        lambda p: p.get("trace_file") is not None and not p.get("prefix_groups"),
+        "has no effect with --trace-file unless --prefix-groups is given",
+    ),
+    Rule(
+        ("rate",),
+        lambda p: _value(p.get("arrival")) == "offline",
+        "has no effect with --arrival offline (every request arrives at t = 0)",
+    ),  # fmt: skip
+    Rule(
+        ("gpu_memory_utilization",),
+        lambda p: p.get("num_gpu_blocks") is not None or p.get("model") is None,
+        "only sizes the pool from --model and --gpu, without --num-gpu-blocks",
+    ),
+    Rule(
+        ("tensor_parallel_size",),
+        lambda p: p.get("model") is None,
+        "needs --model (it splits the model's weights and KV heads)",
+    ),
+    Rule(
+        ("cpu_swap_blocks", "swap_bandwidth_gbps", "kv_block_bytes"),
+        lambda p: _value(p.get("preemption_mode")) != "swap",
+        "needs --preemption-mode swap",
+    ),
+    Rule(
+        ("adaptive_threshold", "adaptive_step"),
+        lambda p: not p.get("adaptive_window"),
+        "needs --adaptive-window > 0",
+    ),
+    Rule(
+        ("beta_coeffs",),
+        lambda p: _value(p.get("latency")) == "roofline",
+        "has no effect with --latency roofline (use --mfu/--mbu/--step-overhead-us)",
+    ),
+    Rule(
+        ("mfu", "mbu", "step_overhead_us"),
+        lambda p: _value(p.get("latency", "linear")) != "roofline",
+        "needs --latency roofline",
+    ),
+)

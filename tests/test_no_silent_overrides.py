@@ -1,0 +1,189 @@
+"""Issue 18, case 1: a default of one option never silently contradicts another.
+
+Every option the user gives either changes the result or is refused with one
+line (exit 2); S1's length bounds apply only when no length option is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import run_cli
+from planner.sweep.spec import SpecError, load_spec
+from planner.workload import (
+    MAX_TOKENS,
+    S1_OUTPUT,
+    S1_PROMPT,
+    LengthDist,
+    WorkloadError,
+    length_from_options,
+)
+
+S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
+
+
+def _run_json(capsys, *args: str) -> dict:
+    code, out, err = run_cli(capsys, "run", "--num-gpu-blocks", "100000", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("dist", ["constant", "gaussian", "lognormal"])
+def test_given_means_are_simulated(capsys, dist):
+    """The issue's case: 10 requests of 1,024 + 1,024 tokens are 10,240 prefill and
+    10,230 decode tokens (the first output token comes from the prefill step)."""
+    d = _run_json(
+        capsys,
+        *("--length-dist", dist, "--prompt-tokens", "1024", "--output-tokens", "1024"),
+        *("--num-requests", "10"),
+    )
+    assert d["prefill_tokens"] == 10 * 1024
+    assert d["decode_tokens"] == 10 * 1023
+
+
+def test_defaults_are_s1(capsys):
+    """With no length option, S1's whole shape applies (means inside S1's bounds)."""
+    d = _run_json(capsys, "--num-requests", "300")
+    mean_prompt = d["prefill_tokens"] / 300
+    assert S1_PROMPT.min <= mean_prompt <= S1_PROMPT.max
+
+
+def test_partial_options_do_not_inherit_s1_bounds():
+    p = length_from_options("gaussian", 1024.0, None, None, None, S1_PROMPT, "--prompt-tokens")
+    assert (p.mean, p.stdev, p.min, p.max) == (1024.0, 0.0, 1, MAX_TOKENS)
+    o = length_from_options("gaussian", None, None, None, 5000, S1_OUTPUT, "--output-tokens")
+    assert (o.mean, o.min, o.max) == (S1_OUTPUT.mean, 1, 5000)
+    whole = length_from_options("lognormal", None, None, None, None, S1_PROMPT, "--prompt-tokens")
+    assert (whole.kind, whole.mean, whole.stdev, whole.min, whole.max) == (
+        "lognormal",
+        300.0,
+        200.0,
+        200,
+        400,
+    )
+
+
+def test_mean_outside_bounds_is_refused():
+    with pytest.raises(WorkloadError, match="outside its bounds"):
+        LengthDist("gaussian", 1024, 10, 200, 400, label="--prompt-tokens")
+    with pytest.raises(WorkloadError, match="outside its bounds"):
+        LengthDist("constant", 5, 0, 10, 20)
+
+
+def test_clamped_mean_warns(capsys):
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        *("--num-requests", "50", "--num-gpu-blocks", "100000"),
+        *("--prompt-tokens", "1000", "--prompt-tokens-stdev", "2000"),
+        *("--prompt-tokens-max", "1500", "--json"),
+    )
+    assert code == 0
+    assert "--prompt-tokens: the drawn mean is" in err
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--length-dist", "constant", "--prompt-tokens-stdev", "3"], "--prompt-tokens-stdev"),
+        (["--length-dist", "constant", "--output-tokens-min", "3"], "--output-tokens-min"),
+        (["--prompt-tokens", "1024", "--prompt-tokens-max", "400"], "--prompt-tokens"),
+        (["--cpu-swap-blocks", "10"], "--cpu-swap-blocks"),
+        (["--swap-bandwidth-gbps", "10"], "--swap-bandwidth-gbps"),
+        (["--kv-block-bytes", "1024"], "--kv-block-bytes"),
+        (["--rate-scale", "2"], "--rate-scale"),
+        (["--trace-start", "2"], "--trace-start"),
+        (["--max-requests", "2"], "--max-requests"),
+        (["--mfu", "0.3"], "--mfu"),
+        (["--step-overhead-us", "3"], "--step-overhead-us"),
+        (["--gpu-memory-utilization", "0.8"], "--gpu-memory-utilization"),
+        (["--tensor-parallel-size", "2"], "--tensor-parallel-size"),
+        (["--arrival", "offline", "--rate", "3"], "--rate"),
+        (["--adaptive-step", "2"], "--adaptive-step"),
+        (["--adaptive-threshold", "2"], "--adaptive-threshold"),
+        (["--trace-file", S1_CSV, "--num-requests", "3"], "--num-requests"),
+        (["--trace-file", S1_CSV, "--prompt-tokens", "3"], "--prompt-tokens"),
+        (["--trace-file", S1_CSV, "--seed", "3"], "--seed"),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "H100", "--num-gpu-blocks", "100"]
+            + ["--gpu-memory-utilization", "0.8"],
+            "--gpu-memory-utilization",
+        ),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "H100", "--latency", "roofline"]
+            + ["--beta-coeffs", "1,2,3"],
+            "--beta-coeffs",
+        ),
+    ],
+)
+def test_inert_options_are_refused(capsys, args, flag):
+    code, out, err = run_cli(capsys, "run", *args)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("plan: error: " + flag), err
+    assert out == ""
+
+
+def test_options_in_effect_are_accepted(capsys):
+    """The same options are fine where they act."""
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        *("--num-requests", "5", "--preemption-mode", "swap", "--cpu-swap-blocks", "10"),
+        *("--adaptive-window", "10", "--adaptive-step", "2", "--json"),
+    )
+    assert code == 0, err
+
+
+def _spec(tmp_path: Path, workload: str, latency: str = "") -> Path:
+    p = tmp_path / "s.toml"
+    p.write_text(
+        'name = "t"\n[workload]\n' + workload + "\n" + latency + "\n[axes]\nmax_num_seqs = [4]\n"
+    )
+    return p
+
+
+SYN = (
+    'kind = "synthetic"\nnum_requests = 4\n'
+    'prompt = { kind = "constant", mean = 10 }\noutput = { kind = "constant", mean = 5 }\n'
+)
+
+
+@pytest.mark.parametrize(
+    "workload,latency,field",
+    [
+        (SYN + "rate_scale = 2.0", "", "rate_scale"),
+        (SYN + 'arrival = "offline"\nrate = 3.0', "", "rate"),
+        (SYN + "gamma_cv = 2.0", "", "gamma_cv"),
+        (f'kind = "trace"\npath = "{S1_CSV}"\nnum_requests = 3', "", "num_requests"),
+        (f'kind = "trace"\npath = "{S1_CSV}"\nseed = 3', "", "seed"),
+        (SYN, '[latency]\nkind = "linear"\nmfu = 0.4', "mfu"),
+        (
+            SYN.replace("mean = 10 }", "mean = 10, stdev = 2 }"),
+            "",
+            "stdev",
+        ),
+    ],
+)
+def test_inert_spec_fields_are_refused(tmp_path, workload, latency, field):
+    with pytest.raises(SpecError, match=field):
+        load_spec(_spec(tmp_path, workload, latency))
+
+
+def test_spec_mean_outside_bounds_is_refused(tmp_path):
+    wl = SYN.replace(
+        'prompt = { kind = "constant", mean = 10 }',
+        'prompt = { kind = "gaussian", mean = 1024, stdev = 10, min = 200, max = 400 }',
+    )
+    with pytest.raises((SpecError, WorkloadError), match="outside its bounds"):
+        load_spec(_spec(tmp_path, wl))
+
+
+def test_s1_shapes_are_unchanged():
+    rng = np.random.default_rng(0)
+    x = S1_OUTPUT.sample(rng, 1000)
+    assert x.min() >= 3200 and x.max() <= 3596
