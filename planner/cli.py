@@ -290,7 +290,7 @@ def run(
 ) -> None:
     """Simulate one scheduler configuration and print its metrics."""
     from planner import resolve
-    from planner.api import simulate
+    from planner.api import compile_note, simulate
 
     reject_inert(ctx, RUN_RULES)
 
@@ -359,8 +359,11 @@ def run(
             "--output-tokens",
         )
         wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
-        for dist, drawn in ((p, wl.prompt_tokens), (o, wl.output_tokens)):
-            if msg := drawn_mean_warning(drawn, dist):
+        given_p = (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max)
+        given_o = (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)
+        for dist, drawn, opts in ((p, wl.prompt_tokens, given_p), (o, wl.output_tokens, given_o)):
+            # S1's own shape is clamped by design; warn only about the user's choices.
+            if any(v is not None for v in opts) and (msg := drawn_mean_warning(drawn, dist)):
                 print(f"plan: warning: {msg}", file=sys.stderr)
     wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
     if wl.prefix_group is not None and not enable_prefix_caching:
@@ -377,6 +380,8 @@ def run(
         if max_num_seqs > safe
         else ""
     )
+    if note := compile_note(1):
+        print(f"plan: {note}", file=sys.stderr)
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
     wall = time.perf_counter() - t0

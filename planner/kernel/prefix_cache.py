@@ -269,7 +269,7 @@ def free_blocks(table, s, n, ref, hkey, fq_next, fq_prev, pc):
                 _fq_insert_after(front, b, fq_next, fq_prev)
                 front = b
             else:
-                _fq_insert_after(fq_prev[tail], b, fq_next, fq_prev)
+                _fq_insert_after(np.int64(fq_prev[tail]), b, fq_next, fq_prev)
             freed += 1
     pc[FREE_LEN] += freed
     pc[IN_USE] -= freed

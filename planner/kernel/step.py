@@ -221,7 +221,7 @@ def _decode_run_length(
             return 0, 0, 0  # re-decode waste is only attributed step by step
         ctx0 += ncomp[r]
         if admission != VANILLA:
-            proj += projected_blocks(r, admission, prompt, max_tokens, stop_len, mml, bs)
+            proj += projected_blocks(np.int64(r), admission, prompt, max_tokens, stop_len, mml, bs)
         if f < kf:
             kf = f
         # First of the next steps that needs a new block; then one every bs steps.
@@ -244,7 +244,7 @@ def _decode_run_length(
         # Projected admission can still refuse it; the projection is fixed
         # while nothing is admitted or finishes.
         usable = usable_blocks(cfg[K.N], cfg[K.NULL] != 0)
-        p_h = projected_blocks(head, admission, prompt, max_tokens, stop_len, mml, bs)
+        p_h = projected_blocks(np.int64(head), admission, prompt, max_tokens, stop_len, mml, bs)
         if admission == VANILLA or proj + p_h <= usable:
             return 0, 0, 0
     if periodic:
@@ -281,7 +281,7 @@ def _decode_run_length(
         if k > 0 and clock + elapsed >= limit:
             break
         kv = ctx0 + n_run * (k + 1)
-        dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, 0, n_run, kv, kv)
+        dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, np.int64(0), n_run, kv, kv)
         if k == 0:
             first = dt
         elapsed += dt
@@ -391,7 +391,7 @@ def simulate_one(
     adapt_thr = cfg[K.ADAPT_THRESHOLD]
     adapt_step = cfg[K.ADAPT_STEP]
     window_end = adapt_w if adapt_w > 0 else INT64_MAX
-    window_pre = 0
+    window_pre = np.int64(0)
     anti_k = cfg[K.ANTI_STARVATION]
     admission = cfg[K.ADMISSION]
     restart = cfg[K.PREEMPT] == 1
@@ -435,31 +435,33 @@ def simulate_one(
     )
     n_free_slots = n_slots
 
+    # np.int64(0), not 0: a literal 0 passed to a jitted helper compiles a
+    # second specialisation of it (Literal[int](0)), doubling first-run compile time.
     free = usable
     min_free = free
-    clock = 0
-    nxt = 0
-    n_run = 0
-    wh = 0
-    wl = 0
-    steps = 0
-    zero_steps = 0
-    finished = 0
-    rejected = 0
-    arrived = 0
-    preemptions = 0
-    busy = 0
-    prefill_tok = 0
-    decode_tok = 0
-    inv_err = 0
-    macro_steps = 0
+    clock = np.int64(0)
+    nxt = np.int64(0)
+    n_run = np.int64(0)
+    wh = np.int64(0)
+    wl = np.int64(0)
+    steps = np.int64(0)
+    zero_steps = np.int64(0)
+    finished = np.int64(0)
+    rejected = np.int64(0)
+    arrived = np.int64(0)
+    preemptions = np.int64(0)
+    busy = np.int64(0)
+    prefill_tok = np.int64(0)
+    decode_tok = np.int64(0)
+    inv_err = np.int64(0)
+    macro_steps = np.int64(0)
     waste = 0.0
-    livelocked = 0
+    livelocked = np.int64(0)
     livelock_step = -1
-    step_limit = 0
+    step_limit = np.int64(0)
     lone_r = -1
     lone_ntok = -1
-    nlog = 0
+    nlog = np.int64(0)
 
     while True:
         # Requests whose entry time has come join the tail of `waiting`;
@@ -655,12 +657,12 @@ def simulate_one(
             if caching and (need > 0 or min(ncomp[r] + num_new, ntok) >= (ncached[r] + 1) * bs):
                 if need > 0:
                     PC.get_new_blocks(
-                        need, table, slot_of[r], held[r], ref, hkey, hnext, hprev, fq_next,
-                        fq_prev, pc, tkey, thead, ttail,
+                        need, table, slot_of[r], np.int64(held[r]), ref, hkey, hnext, hprev,
+                        fq_next, fq_prev, pc, tkey, thead, ttail,
                     )  # fmt: skip
                 ncached[r] = PC.cache_blocks(
-                    r, table, slot_of[r], ncached[r], min(ncomp[r] + num_new, ntok), bs, group,
-                    shared_len, R, maxb, hkey, hnext, hprev, tkey, thead, ttail,
+                    r, table, slot_of[r], np.int64(ncached[r]), min(ncomp[r] + num_new, ntok), bs,
+                    group, shared_len, R, maxb, hkey, hnext, hprev, tkey, thead, ttail,
                 )  # fmt: skip
             held[r] += need
             sched_tok[r] = num_new
@@ -683,7 +685,7 @@ def simulate_one(
             if admission != VANILLA:
                 for j in range(n_run):
                     proj += projected_blocks(
-                        run[j], admission, prompt, max_tokens, stop_len, mml, bs
+                        np.int64(run[j]), admission, prompt, max_tokens, stop_len, mml, bs
                     )
             n_skip = 0
             while wl > 0 and budget > 0:
@@ -726,7 +728,9 @@ def simulate_one(
                 if need + wm > free:
                     break
                 if admission != VANILLA:
-                    p_r = projected_blocks(r, admission, prompt, max_tokens, stop_len, mml, bs)
+                    p_r = projected_blocks(
+                        np.int64(r), admission, prompt, max_tokens, stop_len, mml, bs
+                    )
                     if proj + p_r > usable:
                         break
                     proj += p_r
@@ -845,7 +849,7 @@ def simulate_one(
                 ):
                     # Blocks whose tokens are now all known join the cache.
                     ncached[r] = PC.cache_blocks(
-                        r, table, slot_of[r], ncached[r], upto, bs, group, shared_len, R,
+                        r, table, slot_of[r], np.int64(ncached[r]), upto, bs, group, shared_len, R,
                         maxb, hkey, hnext, hprev, tkey, thead, ttail,
                     )  # fmt: skip
                 if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:

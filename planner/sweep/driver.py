@@ -29,7 +29,7 @@ from rich.progress import (
 )
 
 from planner import __version__
-from planner.api import simulate
+from planner.api import compile_note, simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.kernel.state import bytes_per_config
 from planner.sweep import executors, store
@@ -288,6 +288,8 @@ def _run(
         TimeRemainingColumn(),
         console=console,
     )
+    if client is None and todo and (note := compile_note(max(len(c.config_ids) for c in todo))):
+        console.print(f"plan: {note}")
     t0 = time.perf_counter()
     ran = 0
     with progress:

@@ -70,7 +70,8 @@ def _warm_up(threads: int) -> bool:
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     d = LengthDist("constant", 8)
-    simulate([SchedulerConfig(num_gpu_blocks=8, max_model_len=64)], synthetic(2, 1.0, d, d))
+    two = [SchedulerConfig(num_gpu_blocks=8, max_model_len=64)] * 2  # the parallel variant
+    simulate(two, synthetic(2, 1.0, d, d))
     return True
 
 
