@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.capacity import analytic_safe_max_num_seqs
-from planner.cli_capacity import TraceColumns, finite, read_trace_warned, require_trace_file, warn
+from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import RUN_RULES, reject_inert
 from planner.config import SchedulerConfig
@@ -337,17 +337,6 @@ def run(
         kv_block_bytes=_block_bytes(kv_block_bytes, model, block_size, tensor_parallel_size),
         horizon_s=horizon,
         max_steps=max_steps,
-    )
-    require_trace_file(
-        trace_file,
-        {
-            "--trace-columns": trace_columns is not None,
-            "--trace-format": trace_format != TraceFormat.auto,
-            "--trace-start": trace_start != 0.0,
-            "--trace-duration": trace_duration != math.inf,
-            "--rate-scale": rate_scale != 1.0,
-            "--max-requests": max_requests is not None,
-        },
     )
     if trace_file is not None:
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner import capacity, resolve
+from planner.cli_inert import TRACE_RULE, reject_inert
 from planner.config import SchedulerConfig
 from planner.traces import DEFAULT_COLUMNS, TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import unused_field_warnings
@@ -53,15 +54,6 @@ def warn(message: str) -> None:
     print(f"plan: warning: {message}", file=sys.stderr)
 
 
-def require_trace_file(trace_file: Path | None, given: dict[str, bool]) -> None:
-    """Refuse trace options (flag -> whether the user set it) without --trace-file,
-    rather than ignore them. Raises ValueError naming the first one."""
-    if trace_file is None:
-        for flag, is_set in given.items():
-            if is_set:
-                raise ValueError(f"{flag} needs --trace-file (the workload is synthetic)")
-
-
 def read_trace_warned(
     trace_file: Path, fmt: str, options: TraceOptions, trace_columns: str | None
 ) -> TraceRead:
@@ -87,6 +79,7 @@ def _pool(
 
 
 def check(
+    ctx: typer.Context,
     num_gpu_blocks: Blocks = None,
     block_size: BlockSize = 16,
     max_model_len: Mml = 4096,
@@ -108,7 +101,7 @@ def check(
     """
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
-    require_trace_file(trace_file, {"--trace-columns": trace_columns is not None})
+    reject_inert(ctx, (TRACE_RULE,))
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:
@@ -211,6 +204,7 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
 
 
 def safe_limit(
+    ctx: typer.Context,
     num_gpu_blocks: Blocks = None,
     block_size: BlockSize = 16,
     max_model_len: Mml = 4096,
@@ -262,14 +256,7 @@ def safe_limit(
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = resolve.latency(latency, model, gpu, tensor_parallel_size)
-    require_trace_file(
-        trace_file,
-        {
-            "--trace-columns": trace_columns is not None,
-            "--max-requests": max_requests is not None,
-            "--rate-scale": rate_scale != 1.0,
-        },
-    )
+    reject_inert(ctx, (TRACE_RULE,))
     if trace_file is not None:
         opts = TraceOptions(rate_scale=rate_scale, max_requests=max_requests)
         wl = read_trace_warned(trace_file, "auto", opts, trace_columns).workload

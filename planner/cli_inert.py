@@ -77,12 +77,21 @@ SYNTHETIC_ONLY = (
     "output_tokens_min",
     "output_tokens_max",
 )
-TRACE_ONLY = ("trace_format", "trace_start", "trace_duration", "rate_scale", "max_requests")
+TRACE_ONLY = (
+    "trace_format",
+    "trace_start",
+    "trace_duration",
+    "rate_scale",
+    "max_requests",
+    "trace_columns",
+)
+# Shared with plan safe-limit and plan check (cli_capacity), which take --trace-file too.
+TRACE_RULE = Rule(TRACE_ONLY, lambda p: p.get("trace_file") is None, "needs --trace-file")
 
 # The rules of ``plan run`` (and any command with the same option names: a rule
 # whose options a command lacks is skipped).
 RUN_RULES: tuple[Rule, ...] = (
-    Rule(TRACE_ONLY, lambda p: p.get("trace_file") is None, "needs --trace-file"),
+    TRACE_RULE,
     Rule(
         SYNTHETIC_ONLY,
         lambda p: p.get("trace_file") is not None,
