@@ -241,7 +241,8 @@ def run(
             "--trace-file",
             "--requests-csv",
             help="Request trace (Azure CSV, or CSV/JSONL with arrival_time_s,"
-            "prompt_tokens,output_tokens); else a synthetic workload.",
+            "prompt_tokens,output_tokens[,priority][,prefix_group,prefix_len]; other names "
+            "with --trace-columns); else a synthetic workload.",
         ),
     ] = None,
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = (

@@ -41,9 +41,9 @@ TraceFile = Annotated[
 TraceColumns = Annotated[
     str | None,
     typer.Option(
-        help="Trace column names as key=column,... (keys: "
-        + ", ".join(f"{k} [{v}]" for k, v in DEFAULT_COLUMNS.items())
-        + "), e.g. arrival=ts,prompt=prompt_tokens,output=completion_tokens.",
+        help="Trace column names as key=column,... (keys with their default names: "
+        + ", ".join(f"{k}={v}" for k, v in DEFAULT_COLUMNS.items())
+        + "), e.g. arrival=ts,output=completion_tokens.",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]

@@ -161,10 +161,9 @@ DEFAULT_COLUMNS: dict[str, str] = {
 }
 _AZURE_NAMES = dict(zip(("timestamp", "prompt", "output"), AZURE_COLUMNS, strict=True))
 _ACCEPTED = (
-    "arrival=arrival_time_s or timestamp=timestamp, prompt=prompt_tokens, "
-    "output=output_tokens, optional priority=priority, "
-    "prefix_group=prefix_group with prefix_len=prefix_len"
-)
+    "arrival={arrival} or timestamp={timestamp}, prompt={prompt}, output={output}, "
+    "optional priority={priority}, prefix_group={prefix_group} with prefix_len={prefix_len}"
+).format(**DEFAULT_COLUMNS)
 MAX_PRIORITY = 2**31 - 1  # |priority| bound: exact in float64, far beyond any real use
 
 
@@ -245,6 +244,15 @@ def _resolve_columns(
             raise WorkloadError(
                 f"{path}: {what} (map yours with {hint}); columns found: "
                 f"{', '.join(found) or 'none'}; accepted: {_ACCEPTED}"
+            )
+    for key, col in use.items():
+        other = next((k for k, c in use.items() if c == col and k != key), None)
+        if other is not None:
+            mapped = key if key in columns else other
+            kept = other if mapped == key else key
+            raise WorkloadError(
+                f"{path}: column {col!r} would be read as both {mapped} (mapped) and {kept} "
+                f"(its default name); map {kept}=NAME too"
             )
     if ("prefix_group" in use) != ("prefix_len" in use):
         have, lack = ("prefix_group", "prefix_len")[:: 1 if "prefix_group" in use else -1]

@@ -289,6 +289,10 @@ BAD_MAPS = [
     ("arrival=ts,timestamp=ts2", "not both"),
     ("arrival=ts,output=completion", "missing column 'completion'"),
     ("arrival=ts,output=completion_tokens,priority=prio", "missing column 'prio'"),
+    (
+        "arrival=ts,output=completion_tokens,priority=prompt_tokens",
+        "'prompt_tokens' would be read as both priority (mapped) and prompt",
+    ),
     ("arrival", "expected key=column"),
     ("arrival=", "arrival needs a column name"),
 ]
