@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner import capacity, resolve
-from planner.cli_inert import TRACE_RULE, reject_inert
+from planner.cli_inert import WORKLOAD_RULES, reject_inert
 from planner.config import SchedulerConfig
 from planner.traces import DEFAULT_COLUMNS, TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import unused_field_warnings
@@ -101,7 +101,7 @@ def check(
     """
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
-    reject_inert(ctx, (TRACE_RULE,))
+    reject_inert(ctx, WORKLOAD_RULES)
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:
@@ -256,7 +256,7 @@ def safe_limit(
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = resolve.latency(latency, model, gpu, tensor_parallel_size)
-    reject_inert(ctx, (TRACE_RULE,))
+    reject_inert(ctx, WORKLOAD_RULES)
     if trace_file is not None:
         opts = TraceOptions(rate_scale=rate_scale, max_requests=max_requests)
         wl = read_trace_warned(trace_file, "auto", opts, trace_columns).workload

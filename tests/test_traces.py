@@ -340,3 +340,15 @@ def test_misshapen_files_say_what_is_wrong(capsys, tmp_path, name, body, needle)
     code, _, err = run_cli(capsys, "run", "--trace-file", str(f))
     assert code == 2 and len(err.strip().splitlines()) == 1 and name in err
     assert needle in err and "missing column 'timestamp'" not in err
+
+
+def test_safe_limit_refuses_synthetic_options_with_a_trace(capsys, tmp_path):
+    f = _write(tmp_path, "m.csv", "arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n")
+    for extra, needle in (
+        (["--num-requests", "5"], "--num-requests has no effect with --trace-file"),
+        (["--rate", "3"], "--rate has no effect with --trace-file"),
+        (["--prompt-tokens", "9,0,9,9"], "--prompt-tokens has no effect with --trace-file"),
+        (["--seed", "3"], "--seed has no effect with --trace-file"),
+    ):
+        code, _, err = run_cli(capsys, *SAFE_LIMIT, "--trace-file", str(f), *extra)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
