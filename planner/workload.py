@@ -297,8 +297,8 @@ def with_shared_prefixes(
         return wl
     if wl.prefix_group is not None:
         raise WorkloadError(
-            f"{wl.name}: the trace has prefix_group/prefix_len columns; --prefix-groups, "
-            "--prefix-len and --prefix-share would replace them: give one or the other"
+            f"{wl.name}: the trace has prefix_group/prefix_len columns; a prefix draw "
+            "(prefix groups, length and share) would replace them: give one or the other"
         )
     rng = np.random.default_rng(seed + 1)
     n = wl.num_requests
@@ -328,7 +328,10 @@ def unused_field_warnings(wl: Workload, configs: Sequence[SchedulerConfig]) -> l
             "(set policy priority, or victim priority)"
         )
     if wl.prefix_group is not None and not any(c.enable_prefix_caching for c in configs):
-        out.append("shared prefixes change nothing without --enable-prefix-caching")
+        out.append(
+            "shared prefixes change nothing without prefix caching "
+            "(--enable-prefix-caching; in a spec, enable_prefix_caching)"
+        )
     return out
 
 
