@@ -18,12 +18,12 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.capacity import analytic_safe_max_num_seqs
-from planner.cli_capacity import finite
+from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import RUN_RULES, reject_inert
 from planner.config import SchedulerConfig
 from planner.latency import Latency
-from planner.traces import TraceOptions, read_trace
+from planner.traces import TraceOptions
 from planner.workload import (
     S1_OUTPUT,
     S1_PROMPT,
@@ -32,6 +32,7 @@ from planner.workload import (
     drawn_mean_warning,
     length_from_options,
     synthetic,
+    unused_field_warnings,
     with_shared_prefixes,
 )
 
@@ -192,7 +193,8 @@ def run(
         bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
     ] = False,
     policy: Annotated[
-        Policy, typer.Option(help="fcfs, or priority (all requests priority 0).")
+        Policy,
+        typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
     ] = Policy.fcfs,
     horizon: Annotated[
         float, typer.Option(help="Simulated seconds; default: until every request ends.")
@@ -239,12 +241,14 @@ def run(
             "--trace-file",
             "--requests-csv",
             help="Request trace (Azure CSV, or CSV/JSONL with arrival_time_s,"
-            "prompt_tokens,output_tokens); else a synthetic workload.",
+            "prompt_tokens,output_tokens[,priority][,prefix_group,prefix_len]; other names "
+            "with --trace-columns); else a synthetic workload.",
         ),
     ] = None,
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = (
         TraceFormat.auto
     ),
+    trace_columns: TraceColumns = None,
     trace_start: Annotated[float, typer.Option(help="Window start, seconds.")] = 0.0,
     trace_duration: Annotated[float, typer.Option(help="Window length, seconds.")] = math.inf,
     rate_scale: Annotated[float, typer.Option(help="Replay speed: 2 = twice as fast.")] = 1.0,
@@ -337,7 +341,7 @@ def run(
     )
     if trace_file is not None:
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
-        wl = read_trace(trace_file, trace_format.value, opts)
+        wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
     else:
         kind = length_dist.value
         p = length_from_options(
@@ -366,11 +370,8 @@ def run(
             if any(v is not None for v in opts) and (msg := drawn_mean_warning(drawn, dist)):
                 print(f"plan: warning: {msg}", file=sys.stderr)
     wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
-    if wl.prefix_group is not None and not enable_prefix_caching:
-        print(
-            "plan: warning: shared prefixes change nothing without --enable-prefix-caching",
-            file=sys.stderr,
-        )
+    for message in unused_field_warnings(wl, [cfg]):
+        warn(message)
     mean_len = wl.mean_request_tokens
     safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
     warning = (
@@ -506,6 +507,8 @@ def sweep(
     if executor != Executor.dask and (address is not None or dask_workers is not None):
         raise InputError("--address and --dask-workers need --executor dask")
     sw = load_spec(spec)
+    for message in sw.warnings:
+        warn(message)
     console = Console(stderr=True)
     if dry_run:
         driver.dry_run(sw, chunk_size, limit, workers, console)

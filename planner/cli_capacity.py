@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,8 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from planner import capacity, resolve
+from planner.cli_inert import WORKLOAD_RULES, reject_inert
 from planner.config import SchedulerConfig
-from planner.traces import TraceOptions, read_trace
+from planner.traces import DEFAULT_COLUMNS, TraceOptions, TraceRead, load_trace, parse_columns
+from planner.workload import unused_field_warnings
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
 
@@ -35,7 +38,31 @@ TraceFile = Annotated[
     Path | None,
     typer.Option("--trace-file", "--requests-csv", help="Workload trace (Azure, CSV or JSONL)."),
 ]
+TraceColumns = Annotated[
+    str | None,
+    typer.Option(
+        help="Trace column names as key=column,... (keys with their default names: "
+        + ", ".join(f"{k}={v}" for k, v in DEFAULT_COLUMNS.items())
+        + "), e.g. arrival=ts,output=completion_tokens.",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def warn(message: str) -> None:
+    """Print one ``plan: warning: ...`` line on stderr."""
+    print(f"plan: warning: {message}", file=sys.stderr)
+
+
+def read_trace_warned(
+    trace_file: Path, fmt: str, options: TraceOptions, trace_columns: str | None
+) -> TraceRead:
+    """Read a ``--trace-file`` with ``--trace-columns``, warning once on stderr
+    about the file's columns that nothing reads."""
+    read = load_trace(trace_file, fmt, options, parse_columns(trace_columns))
+    if read.warning():
+        warn(read.warning())
+    return read
 
 
 def _pool(
@@ -52,6 +79,7 @@ def _pool(
 
 
 def check(
+    ctx: typer.Context,
     num_gpu_blocks: Blocks = None,
     block_size: BlockSize = 16,
     max_model_len: Mml = 4096,
@@ -63,6 +91,7 @@ def check(
         int | None, typer.Option(help="T for the concurrency figure [default: max_model_len].")
     ] = None,
     trace_file: TraceFile = None,
+    trace_columns: TraceColumns = None,
     as_json: AsJson = False,
 ) -> None:
     """Would vLLM start on this pool, and can requests livelock in it?
@@ -72,6 +101,7 @@ def check(
     """
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
+    reject_inert(ctx, WORKLOAD_RULES)
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:
@@ -97,7 +127,18 @@ def check(
         "max_concurrency_true": capacity.max_concurrency(n, block_size, t, False),
     }
     if trace_file is not None:
-        wl = read_trace(trace_file, options=TraceOptions(max_model_len=max_model_len))
+        read = read_trace_warned(
+            trace_file, "auto", TraceOptions(max_model_len=max_model_len), trace_columns
+        )
+        wl = read.workload
+        unused = [
+            read.columns[k] for k in ("priority", "prefix_group", "prefix_len") if k in read.columns
+        ]
+        if unused:
+            warn(
+                f"{wl.name}: plan check reads request lengths only; column(s) "
+                f"{', '.join(unused)} have no effect here"
+            )
         final = np.minimum(wl.prompt_tokens.astype(np.int64) + wl.output_tokens, max_model_len)
         admitted = wl.prompt_tokens < max_model_len
         in_gap = admitted & (final >= gap[0]) & (final <= gap[1]) if gap else admitted & False
@@ -163,6 +204,7 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
 
 
 def safe_limit(
+    ctx: typer.Context,
     num_gpu_blocks: Blocks = None,
     block_size: BlockSize = 16,
     max_model_len: Mml = 4096,
@@ -172,6 +214,7 @@ def safe_limit(
     gpu_memory_utilization: Util = 0.9,
     tensor_parallel_size: Tp = 1,
     trace_file: TraceFile = None,
+    trace_columns: TraceColumns = None,
     max_requests: Annotated[int | None, typer.Option(help="Keep the first N requests.")] = None,
     rate_scale: Annotated[float, typer.Option(help="Trace replay speed.")] = 1.0,
     num_requests: Annotated[int, typer.Option(help="Synthetic: request count.")] = 300,
@@ -213,10 +256,10 @@ def safe_limit(
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = resolve.latency(latency, model, gpu, tensor_parallel_size)
+    reject_inert(ctx, WORKLOAD_RULES)
     if trace_file is not None:
-        wl = read_trace(
-            trace_file, options=TraceOptions(rate_scale=rate_scale, max_requests=max_requests)
-        )
+        opts = TraceOptions(rate_scale=rate_scale, max_requests=max_requests)
+        wl = read_trace_warned(trace_file, "auto", opts, trace_columns).workload
     else:
         p = LengthDist(
             "gaussian", *_four(prompt_tokens, "--prompt-tokens"), label="--prompt-tokens"
@@ -235,6 +278,8 @@ def safe_limit(
         enable_prefix_caching=enable_prefix_caching,
         async_scheduling=async_scheduling,
     )
+    for message in unused_field_warnings(wl, [cfg]):
+        warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
     s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, ttft_slo, tpot_slo)
     rec = recommendation(s)

@@ -77,11 +77,17 @@ SYNTHETIC_ONLY = (
     "output_tokens_min",
     "output_tokens_max",
 )
-TRACE_ONLY = ("trace_format", "trace_start", "trace_duration", "rate_scale", "max_requests")
-
-# The rules of ``plan run`` (and any command with the same option names: a rule
-# whose options a command lacks is skipped).
-RUN_RULES: tuple[Rule, ...] = (
+TRACE_ONLY = (
+    "trace_format",
+    "trace_start",
+    "trace_duration",
+    "rate_scale",
+    "max_requests",
+    "trace_columns",
+)
+# Trace versus synthetic workload: shared by every command that takes
+# --trace-file (plan run; plan safe-limit and plan check in cli_capacity).
+WORKLOAD_RULES: tuple[Rule, ...] = (
     Rule(TRACE_ONLY, lambda p: p.get("trace_file") is None, "needs --trace-file"),
     Rule(
         SYNTHETIC_ONLY,
@@ -93,6 +99,12 @@ RUN_RULES: tuple[Rule, ...] = (
         lambda p: p.get("trace_file") is not None and not p.get("prefix_groups"),
         "has no effect with --trace-file unless --prefix-groups is given",
     ),
+)
+
+# The rules of ``plan run`` (and any command with the same option names: a rule
+# whose options a command lacks is skipped).
+RUN_RULES: tuple[Rule, ...] = (
+    *WORKLOAD_RULES,
     Rule(
         ("rate",),
         lambda p: _value(p.get("arrival")) == "offline",

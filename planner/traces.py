@@ -5,10 +5,27 @@ Formats:
 - ``azure``: the Azure LLM inference traces 2023 (``TIMESTAMP,ContextTokens,
   GeneratedTokens``; CC-BY 4.0, Patel et al., "Splitwise", ISCA 2024). Two ship
   with planner in ``planner/data/azure-llm-2023/``.
-- ``csv`` / ``jsonl``: one request per row/line with an arrival column
-  (seconds from the start, default ``arrival_time_s``) or a timestamp column
-  (datetime text or epoch seconds; times count from the first row), a prompt
-  column and an output column; names configurable.
+- ``csv`` / ``jsonl``: one request per row/line (comma-separated CSV with a
+  header; JSONL objects). Columns, by key (default name in brackets):
+
+  - ``arrival`` [``arrival_time_s``]: seconds from the start; or
+    ``timestamp`` [``timestamp``]: datetime text or epoch seconds, counted
+    from the first row. ``arrival`` wins when a file has both default names.
+  - ``prompt`` [``prompt_tokens``], ``output`` [``output_tokens``]: integers
+    >= 1 (output is ``max_tokens``, EOS ignored).
+  - optional ``priority`` [``priority``]: an integer, lower runs first
+    (vLLM's ``priority``); it matters under policy ``priority`` or victim
+    ``priority`` only.
+  - optional ``prefix_group`` [``prefix_group``] and ``prefix_len``
+    [``prefix_len``], both or neither: request i shares its first
+    ``min(prefix_len, prompt)`` tokens with the other requests of its group
+    (prefix caching; see ``Workload``). A blank group or -1 means no group; a
+    blank length means 0.
+
+  ``columns`` (``--trace-columns arrival=ts,prompt=prompt_tokens``, or
+  ``columns = { arrival = "ts" }`` under a spec's ``[workload]``) maps keys to
+  other names. Other columns in the file are ignored and reported
+  (``TraceRead.ignored``).
 
 ``TraceOptions`` then applies, in order: a time window (``start_s``,
 ``duration_s``, relative to the first request), a rate scale (arrivals divided
@@ -25,6 +42,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,16 +104,26 @@ def _load(path: Path, fmt: str) -> pd.DataFrame:
         ) from None
 
 
-def _numbers(path: Path, df: pd.DataFrame, col: str, integer: bool) -> np.ndarray:
+def _numbers(
+    path: Path, df: pd.DataFrame, col: str, lo: float, hi: float, integer: bool, blank: float | None
+) -> np.ndarray:
+    """Column ``col`` as float64 numbers in ``lo..hi`` (integers if ``integer``).
+
+    Blank cells (empty text, JSON null) take ``blank``, or are an error when it
+    is None. Raises WorkloadError naming the first bad row (header = row 1).
+    """
     raw = df[col]
-    v = pd.to_numeric(raw.astype(str).str.strip(), errors="coerce").astype(np.float64)
-    limit = MAX_TOKENS if integer else MAX_ARRIVAL_S
-    bad = v.isna() | ~np.isfinite(v) | (v < (1 if integer else 0)) | (v > limit)
+    text = raw.astype(str).str.strip()
+    empty = raw.isna() | text.isin(("", "None", "nan"))
+    v = pd.to_numeric(text, errors="coerce").astype(np.float64)
+    if blank is not None:
+        v = v.mask(empty, blank)
+    bad = v.isna() | ~np.isfinite(v) | (v < lo) | (v > hi)
     if integer:
         bad |= v != np.floor(v)
     if bad.any():
         row = int(np.argmax(bad.to_numpy()))
-        want = f"an integer in 1..{limit}" if integer else f"seconds in 0..{limit:g}"
+        want = f"an integer in {lo:g}..{hi:g}" if integer else f"seconds in {lo:g}..{hi:g}"
         raise WorkloadError(
             f"{path}: row {row + 2}: bad {col} value {str(raw.iloc[row])!r} (want {want})"
         )
@@ -120,68 +148,247 @@ def _timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
     return t - t[0]
 
 
-def read_trace(
+# Column keys -> default names (module docstring). The Azure format renames
+# the time, prompt and output columns (AZURE_COLUMNS).
+DEFAULT_COLUMNS: dict[str, str] = {
+    "arrival": "arrival_time_s",
+    "timestamp": "timestamp",
+    "prompt": "prompt_tokens",
+    "output": "output_tokens",
+    "priority": "priority",
+    "prefix_group": "prefix_group",
+    "prefix_len": "prefix_len",
+}
+_AZURE_NAMES = dict(zip(("timestamp", "prompt", "output"), AZURE_COLUMNS, strict=True))
+_ACCEPTED = (
+    "arrival={arrival} or timestamp={timestamp}, prompt={prompt}, output={output}, "
+    "optional priority={priority}, prefix_group={prefix_group} with prefix_len={prefix_len}"
+).format(**DEFAULT_COLUMNS)
+MAX_PRIORITY = 2**31 - 1  # |priority| bound: exact in float64, far beyond any real use
+
+
+def check_columns(columns: Mapping[str, str], label: str = "trace columns") -> dict[str, str]:
+    """Validate a column map (key -> column name in the file; keys in DEFAULT_COLUMNS).
+
+    Raises WorkloadError, prefixed with ``label`` (the option or spec key), on
+    an unknown key, an empty name, a name given to two keys, or both
+    ``arrival`` and ``timestamp`` (the time comes from one).
+    """
+    out: dict[str, str] = {}
+    for key, name in columns.items():
+        if key not in DEFAULT_COLUMNS:
+            raise WorkloadError(
+                f"{label}: unknown key {key!r} (keys: {', '.join(DEFAULT_COLUMNS)})"
+            )
+        if not isinstance(name, str) or not name.strip():
+            raise WorkloadError(f"{label}: {key} needs a column name, got {name!r}")
+        twice = [k for k, v in out.items() if v == name.strip()]
+        if twice:
+            raise WorkloadError(
+                f"{label}: column {name.strip()!r} is mapped twice ({twice[0]} and {key})"
+            )
+        out[key] = name.strip()
+    if "arrival" in out and "timestamp" in out:
+        raise WorkloadError(
+            f"{label}: give arrival (seconds from the start) or timestamp, not both"
+        )
+    return out
+
+
+def parse_columns(text: str | None) -> dict[str, str]:
+    """``--trace-columns`` text ``key=name,key=name`` -> a checked column map.
+
+    None gives {}. Raises WorkloadError on a malformed item, a key given twice,
+    or anything ``check_columns`` refuses.
+    """
+    if text is None:
+        return {}
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        key, eq, name = (x.strip() for x in item.partition("="))
+        if not eq or not key:
+            raise WorkloadError(
+                f"--trace-columns: expected key=column[,key=column...], got {item.strip()!r} "
+                f"(keys: {', '.join(DEFAULT_COLUMNS)})"
+            )
+        if key in out:
+            raise WorkloadError(f"--trace-columns: key {key!r} is given twice")
+        out[key] = name
+    return check_columns(out, "--trace-columns")
+
+
+def _resolve_columns(
+    path: Path, found: list[str], fmt: str, columns: dict[str, str]
+) -> dict[str, str]:
+    """Key -> the file's column to read, for the keys this file provides.
+
+    Required keys (a time key, prompt, output) and any key the user mapped must
+    be present; optional keys at their default names are read when present.
+    """
+    names = {**DEFAULT_COLUMNS, **(_AZURE_NAMES if fmt == "azure" else {}), **columns}
+    if "arrival" in columns or "timestamp" in columns:
+        time_key = "arrival" if "arrival" in columns else "timestamp"
+    else:
+        time_key = "arrival" if names["arrival"] in found else "timestamp"
+    use = {}
+    for key in (time_key, "prompt", "output", "priority", "prefix_group", "prefix_len"):
+        required = key in (time_key, "prompt", "output") or key in columns
+        if names[key] in found:
+            use[key] = names[key]
+        elif required:
+            if key == time_key and not columns.keys() & {"arrival", "timestamp"}:
+                what = f"missing column {names['arrival']!r} or {names['timestamp']!r}"
+                hint = "arrival=NAME or timestamp=NAME"
+            else:
+                what, hint = f"missing column {names[key]!r}", f"{key}=NAME"
+            raise WorkloadError(
+                f"{path}: {what} (map yours with {hint}); columns found: "
+                f"{', '.join(found) or 'none'}; accepted: {_ACCEPTED}"
+            )
+    for key, col in use.items():
+        other = next((k for k, c in use.items() if c == col and k != key), None)
+        if other is not None:
+            mapped = key if key in columns else other
+            kept = other if mapped == key else key
+            raise WorkloadError(
+                f"{path}: column {col!r} would be read as both {mapped} (mapped) and {kept} "
+                f"(its default name); map {kept}=NAME too"
+            )
+    if ("prefix_group" in use) != ("prefix_len" in use):
+        have, lack = ("prefix_group", "prefix_len")[:: 1 if "prefix_group" in use else -1]
+        raise WorkloadError(f"{path}: column {use[have]!r} ({have}) needs a {lack} column too")
+    return use
+
+
+def _check_shape(path: Path, df: pd.DataFrame, load_fmt: str) -> None:
+    """Say what is wrong with a file that has no usable columns at all."""
+    if len(df.columns) == 0:
+        raise WorkloadError(f"{path}: the file is empty (no JSON lines)")
+    if load_fmt == "csv" and len(df.columns) == 1:
+        head = str(df.columns[0])
+        for sep, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
+            if sep in head:
+                raise WorkloadError(
+                    f"{path}: the header is one column {head!r}: the file is separated by "
+                    f"{name}, planner reads comma-separated CSV"
+                )
+
+
+@dataclass(frozen=True)
+class TraceRead:
+    """A trace read into a workload, and the columns of the file it did not use.
+
+    ``columns``: key -> the file's column read for it; ``ignored``: the file's
+    other columns, in file order.
+    """
+
+    workload: Workload
+    columns: dict[str, str]
+    ignored: tuple[str, ...]
+
+    def warning(self) -> str:
+        """One line naming the ignored columns (without the ``plan: warning:``
+        prefix), or '' when every column was used."""
+        if not self.ignored:
+            return ""
+        return (
+            f"{self.workload.name}: ignored column(s) {', '.join(self.ignored)} "
+            f"(read: {', '.join(f'{k}={v}' for k, v in self.columns.items())}; "
+            f"keys that map a column: {', '.join(DEFAULT_COLUMNS)})"
+        )
+
+
+def load_trace(
     path: str | Path,
     fmt: str = "auto",
     options: TraceOptions = TraceOptions(),
-    arrival_col: str = "arrival_time_s",
-    timestamp_col: str = "timestamp",
-    prompt_col: str = "prompt_tokens",
-    output_col: str = "output_tokens",
-) -> Workload:
+    columns: Mapping[str, str] | None = None,
+) -> TraceRead:
     """Read a trace file into a ``Workload`` (see the module docstring).
 
     ``fmt = "auto"`` picks ``azure`` when the Azure columns are present,
-    ``jsonl`` for ``.jsonl``/``.json`` files, else ``csv``. Rows must be in
-    arrival order. Raises WorkloadError (one line) on any problem.
+    ``jsonl`` for ``.jsonl``/``.json`` files, else ``csv``. ``columns`` maps
+    keys (DEFAULT_COLUMNS) to the file's names. Rows must be in arrival order.
+    Raises WorkloadError (one line) on any problem.
     """
     path = Path(path)
     if fmt not in FORMATS:
         raise WorkloadError(f"--trace-format must be one of {FORMATS}, got {fmt!r}")
+    mapping = check_columns(columns or {})
     load_fmt = (
         "jsonl"
         if fmt == "jsonl" or (fmt == "auto" and path.suffix in (".jsonl", ".json"))
         else "csv"
     )
     df = _load(path, load_fmt)
+    df.columns = [str(c) for c in df.columns]
+    _check_shape(path, df, load_fmt)
     if fmt == "auto":
         fmt = "azure" if all(c in df.columns for c in AZURE_COLUMNS) else load_fmt
-    if fmt == "azure":
-        arrival_col, timestamp_col, prompt_col, output_col = ("", *AZURE_COLUMNS)
-    time_col = arrival_col if arrival_col in df.columns else timestamp_col
-    for col in (time_col, prompt_col, output_col):
-        if col not in df.columns:
-            raise WorkloadError(f"{path}: missing column {col!r} (has {list(df.columns)})")
+    use = _resolve_columns(path, list(df.columns), fmt, mapping)
     if len(df) == 0:
         raise WorkloadError(f"{path}: no requests")
-    if time_col == arrival_col:
-        t = _numbers(path, df, arrival_col, integer=False)  # already seconds from the start
+    if "arrival" in use:  # already seconds from the start
+        t = _numbers(path, df, use["arrival"], 0, MAX_ARRIVAL_S, integer=False, blank=None)
     else:
-        t = _timestamps(path, df, time_col)
+        t = _timestamps(path, df, use["timestamp"])
     back = np.flatnonzero(np.diff(t) < 0)
     if len(back):
+        time_col = use.get("arrival", use.get("timestamp"))
         raise WorkloadError(f"{path}: row {back[0] + 3}: {time_col} goes backwards")
-    prompt = _numbers(path, df, prompt_col, integer=True)
-    output = _numbers(path, df, output_col, integer=True)
-    return _apply_options(path, t, prompt, output, options)
+    arrays = {
+        key: _numbers(path, df, use[key], lo, hi, integer=True, blank=blank)
+        for key, lo, hi, blank in (
+            ("prompt", 1, MAX_TOKENS, None),
+            ("output", 1, MAX_TOKENS, None),
+            ("priority", -MAX_PRIORITY, MAX_PRIORITY, None),
+            ("prefix_group", -1, MAX_TOKENS, -1),
+            ("prefix_len", 0, MAX_TOKENS, 0),
+        )
+        if key in use
+    }
+    ignored = tuple(c for c in df.columns if c not in use.values())
+    wl = _apply_options(path, t, arrays, options)
+    return TraceRead(wl, use, ignored)
+
+
+def read_trace(
+    path: str | Path,
+    fmt: str = "auto",
+    options: TraceOptions = TraceOptions(),
+    columns: Mapping[str, str] | None = None,
+) -> Workload:
+    """``load_trace(...).workload``: the workload alone, for callers that do
+    not report ignored columns."""
+    return load_trace(path, fmt, options, columns).workload
 
 
 def _apply_options(
-    path: Path, t: np.ndarray, prompt: np.ndarray, output: np.ndarray, o: TraceOptions
+    path: Path, t: np.ndarray, arrays: dict[str, np.ndarray], o: TraceOptions
 ) -> Workload:
+    """Window, rate scale, request cap and the max_model_len output cap
+    (module docstring) applied to the times ``t`` and the per-request
+    ``arrays`` (key -> values, as read)."""
     keep = (t >= o.start_s) & (t < o.start_s + o.duration_s)
     if not keep.any():
         raise WorkloadError(f"{path}: no request in the window {o.start_s:g}..+{o.duration_s:g} s")
-    t, prompt, output = t[keep] - o.start_s, prompt[keep], output[keep]
-    if o.max_requests is not None:
-        t, prompt, output = t[: o.max_requests], prompt[: o.max_requests], output[: o.max_requests]
-    t = t / o.rate_scale
+    cut = slice(None, o.max_requests)
+    t = (t[keep] - o.start_s)[cut] / o.rate_scale
+    a = {k: v[keep][cut] for k, v in arrays.items()}
+    prompt, output = a["prompt"], a["output"]
     if o.max_model_len is not None:
         room = o.max_model_len - prompt
         output = np.where(room >= 1, np.minimum(output, room), output)
+
+    def opt(key: str) -> np.ndarray | None:
+        return a[key].astype(np.int32) if key in a else None
+
     return Workload(
         t.astype(np.float64),
         prompt.astype(np.int32),
         output.astype(np.int32),
         name=path.name,
+        priority=None if "priority" not in a else a["priority"].astype(np.int64),
+        prefix_group=opt("prefix_group"),
+        prefix_len=opt("prefix_len"),
     )

@@ -15,8 +15,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from planner.config import SchedulerConfig
 
 ARRIVALS = ("constant", "poisson", "gamma", "offline")
 MAX_TOKENS = 2**31 - 1  # token counts are int32 in the kernel
@@ -273,7 +279,8 @@ def with_shared_prefixes(
 
     Raises:
         WorkloadError: on a negative or too large count or length, a share
-            outside [0, 1], or some but not all of the three set.
+            outside [0, 1], some but not all of the three set, or a workload
+            that already has prefix groups (a trace's prefix columns).
     """
     for name, v in (("--prefix-groups", groups), ("--prefix-len", prefix_len)):
         if not 0 <= v <= MAX_TOKENS:
@@ -288,6 +295,11 @@ def with_shared_prefixes(
         )
     if not any(given):
         return wl
+    if wl.prefix_group is not None:
+        raise WorkloadError(
+            f"{wl.name}: the trace has prefix_group/prefix_len columns; a prefix draw "
+            "(prefix groups, length and share) would replace them: give one or the other"
+        )
     rng = np.random.default_rng(seed + 1)
     n = wl.num_requests
     member = rng.random(n) < share
@@ -298,6 +310,29 @@ def with_shared_prefixes(
         prefix_len=np.full(n, prefix_len, dtype=np.int32),
         name=f"{wl.name}, {share:g} sharing {prefix_len}-token prefixes in {groups} groups",
     )
+
+
+def unused_field_warnings(wl: Workload, configs: Sequence[SchedulerConfig]) -> list[str]:
+    """One-line warnings (without the ``plan: warning:`` prefix) for workload
+    fields that no config in ``configs`` uses, so that they are not silent no-ops.
+
+    Priorities matter only under policy ``priority`` or victim ``priority``
+    (``SchedulerConfig.victim_rule``); shared prefixes only with prefix caching.
+    """
+    out = []
+    if wl.priority is not None and not any(
+        c.policy == "priority" or c.victim_rule == "priority" for c in configs
+    ):
+        out.append(
+            f"{wl.name}: request priorities have no effect under the fcfs policy "
+            "(set policy priority, or victim priority)"
+        )
+    if wl.prefix_group is not None and not any(c.enable_prefix_caching for c in configs):
+        out.append(
+            "shared prefixes change nothing without prefix caching "
+            "(--enable-prefix-caching; in a spec, enable_prefix_caching)"
+        )
+    return out
 
 
 def s1_exact() -> Workload:

@@ -288,3 +288,67 @@ def test_prefix_caching_and_async_axes(capsys, tmp_path):
     bad = body.replace("prefix_share = 0.9", "prefix_share = 1.9")
     code, _, err = run_cli(capsys, "sweep", str(write(tmp_path, bad)), "--out", str(tmp_path / "b"))
     assert code == 2 and "prefix_share" in err
+
+
+TRACE_SPEC = """
+name = "tr"
+
+[workload]
+kind = "trace"
+path = "log.csv"
+columns = { arrival = "ts", output = "completion_tokens" }
+
+[scheduler]
+num_gpu_blocks = 200
+
+[axes]
+max_num_seqs = [1, 4]
+rate_scale = [1.0, 2.0]
+"""
+LOG = "ts,prompt_tokens,completion_tokens,priority,session\n0,64,400,5,a\n0,64,8,0,b\n0,64,8,0,c\n"
+
+
+def test_trace_spec_columns_priority_and_ignored_columns(capsys, tmp_path):
+    write(tmp_path, LOG, "log.csv")
+    sw = load_spec(write(tmp_path, TRACE_SPEC))
+    wl = sw.workloads[(1.0,)]
+    assert wl.output_tokens.tolist() == [400, 8, 8] and wl.priority.tolist() == [5, 0, 0]
+    # read twice (two rate_scale values), reported once each
+    assert len(sw.warnings) == 2, sw.warnings
+    assert "ignored column(s) session" in sw.warnings[0]
+    assert "priorities have no effect" in sw.warnings[1]
+    code, _, err = run_cli(capsys, "sweep", str(tmp_path / "spec.toml"), "--dry-run")
+    assert code == 0 and err.count("plan: warning:") == 2
+    with_policy = TRACE_SPEC.replace("[axes]", '[axes]\npolicy = ["fcfs", "priority"]')
+    sw = load_spec(write(tmp_path, with_policy))
+    assert not [w for w in sw.warnings if "no effect" in w]
+    out = tmp_path / "o"
+    assert run_cli(capsys, "sweep", str(tmp_path / "spec.toml"), "--out", str(out))[0] == 0
+    df = pd.read_parquet(out).query("max_num_seqs == 1 and rate_scale == 1.0")
+    ttft = df.set_index("policy")["ttft_s_mean"]
+    assert ttft["priority"] < ttft["fcfs"] / 2  # the priority column takes effect
+
+
+@pytest.mark.parametrize(
+    "old,new,needle",
+    [
+        ('arrival = "ts"', 'colour = "ts"', "workload.columns: unknown key 'colour'"),
+        ('output = "completion_tokens"', 'output = "ts"', "column 'ts' is mapped twice"),
+        ('output = "completion_tokens"', 'output = "done"', "missing column 'done'"),
+        ('arrival = "ts", ', "", "missing column 'arrival_time_s' or 'timestamp'"),
+    ],
+)
+def test_bad_trace_spec_columns_are_one_line(capsys, tmp_path, old, new, needle):
+    write(tmp_path, LOG, "log.csv")
+    spec = write(tmp_path, TRACE_SPEC.replace(old, new))
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert needle in err and not (tmp_path / "o").exists()
+
+
+def test_synthetic_spec_refuses_columns(tmp_path):
+    spec = write(
+        tmp_path, SYNTH.replace('arrival = "poisson"', 'arrival = "poisson"\ncolumns = {}')
+    )
+    with pytest.raises(SpecError, match="columns: no effect in a synthetic workload"):
+        load_spec(spec)

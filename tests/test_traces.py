@@ -10,8 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import run_cli
 from planner.cli import main
-from planner.traces import AZURE_CODE, AZURE_CONV, TraceOptions, read_trace
+from planner.traces import (
+    AZURE_CODE,
+    AZURE_CONV,
+    TraceOptions,
+    load_trace,
+    parse_columns,
+    read_trace,
+)
 from planner.workload import WorkloadError
 
 SLICE = Path(__file__).parent / "data" / "azure_conv_head50.csv"
@@ -73,7 +81,7 @@ def test_generic_csv_jsonl_and_timestamps(tmp_path):
     rows = [(0.0, 10, 5), (0.5, 20, 6), (2.25, 30, 7)]
     c = tmp_path / "r.csv"
     c.write_text("t,p,o\n" + "".join(f"{a},{b},{d}\n" for a, b, d in rows))
-    wl = read_trace(c, "csv", arrival_col="t", prompt_col="p", output_col="o")
+    wl = read_trace(c, "csv", columns={"arrival": "t", "prompt": "p", "output": "o"})
     assert wl.arrival_s.tolist() == [0.0, 0.5, 2.25]
     j = tmp_path / "r.jsonl"
     j.write_text(
@@ -143,3 +151,204 @@ def test_plan_run_on_azure_with_presets(capsys):
     assert out["latency_model"].startswith("linear alpha=(232.46")
     assert out["arrived"] == 1500 and out["completed"] + out["rejected"] <= 1500
     assert out["completed"] > 1000
+
+
+# ---- Issue 18: every trace column the workload model has is read; the rest are
+# reported; column names can be mapped (--trace-columns, spec workload.columns).
+
+# All three arrive together; one slot (max_num_seqs 1): FCFS serves the long
+# request first, priority serves the two short urgent ones first.
+PRIO_ROWS = "arrival_time_s,prompt_tokens,output_tokens,priority\n0,64,400,5\n0,64,8,0\n0,64,8,0\n"
+ONE_SLOT = ("--max-num-seqs", "1", "--num-gpu-blocks", "200", "--json")
+SAFE_LIMIT = ["safe-limit", "--num-gpu-blocks", "200", "--percentile", "50"]
+CHECK = ["check", "--num-gpu-blocks", "200", "--max-model-len", "1024"]  # safe: exit 0
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def test_priority_column_is_read_and_changes_the_priority_policy(capsys, tmp_path):
+    f = _write(tmp_path, "p.csv", PRIO_ROWS)
+    assert read_trace(f).priority.tolist() == [5, 0, 0]
+    code, out, err = run_cli(
+        capsys, "run", "--trace-file", str(f), "--policy", "priority", *ONE_SLOT
+    )
+    assert code == 0 and err == ""
+    prio = json.loads(out)
+    code, out, err = run_cli(capsys, "run", "--trace-file", str(f), *ONE_SLOT)
+    fcfs = json.loads(out)
+    # the long request last instead of first: the mean TTFT drops
+    assert prio["ttft_s_mean"] < fcfs["ttft_s_mean"] / 2
+
+
+def test_priorities_under_fcfs_warn_once(capsys, tmp_path):
+    f = _write(tmp_path, "p.csv", PRIO_ROWS)
+    for cmd in (
+        ["run", *ONE_SLOT],
+        SAFE_LIMIT,
+        CHECK,
+    ):
+        code, _, err = run_cli(capsys, *cmd, "--trace-file", str(f))
+        assert code == 0, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("plan: warning: p.csv"), (cmd, err)
+        assert "priorit" in lines[0] and "no effect" in lines[0]
+    code, _, err = run_cli(capsys, "run", *ONE_SLOT, "--trace-file", str(f), "--victim", "priority")
+    assert code == 0 and err == ""  # the priority victim rule reads them
+
+
+def test_unknown_columns_warn_once_naming_them(capsys, tmp_path):
+    f = _write(
+        tmp_path,
+        "s.csv",
+        "arrival_time_s,prompt_tokens,output_tokens,session_id,hash_ids\n0,10,5,a,1\n1,10,5,a,2\n",
+    )
+    read = load_trace(f)
+    assert read.ignored == ("session_id", "hash_ids")
+    for cmd in (
+        ["run"],
+        SAFE_LIMIT,
+        CHECK,
+    ):
+        code, _, err = run_cli(capsys, *cmd, "--trace-file", str(f))
+        assert code == 0, err
+        warn = [x for x in err.splitlines() if "ignored column" in x]
+        assert len(warn) == 1 and "session_id, hash_ids" in warn[0], err
+        assert warn[0].startswith("plan: warning: s.csv")
+    assert load_trace(SLICE).ignored == ()
+
+
+def test_prefix_columns_are_read(capsys, tmp_path):
+    f = _write(
+        tmp_path,
+        "g.jsonl",
+        "".join(
+            json.dumps(r) + "\n"
+            for r in (
+                {"arrival_time_s": 0, "prompt_tokens": 600, "output_tokens": 4,
+                 "prefix_group": 0, "prefix_len": 512},
+                {"arrival_time_s": 1, "prompt_tokens": 600, "output_tokens": 4,
+                 "prefix_group": None, "prefix_len": None},
+                {"arrival_time_s": 2, "prompt_tokens": 600, "output_tokens": 4,
+                 "prefix_group": 0, "prefix_len": 512},
+            )
+        ),
+    )  # fmt: skip
+    wl = read_trace(f)
+    assert wl.prefix_group.tolist() == [0, -1, 0] and wl.prefix_len.tolist() == [512, 0, 512]
+    args = ("run", "--trace-file", str(f), "--max-num-seqs", "8", "--json")
+    code, out, err = run_cli(capsys, *args, "--enable-prefix-caching")
+    assert code == 0 and err == ""
+    cached = json.loads(out)
+    code, out, err = run_cli(capsys, *args)
+    assert "shared prefixes change nothing" in err
+    assert cached["prefill_tokens"] == json.loads(out)["prefill_tokens"] - 512
+    # a synthetic prefix draw would silently replace the trace's groups
+    code, _, err = run_cli(capsys, *args, "--prefix-groups", "2", "--prefix-len", "8",
+                           "--prefix-share", "0.5")  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "give one or the other" in err
+    bad = _write(
+        tmp_path, "h.csv", "arrival_time_s,prompt_tokens,output_tokens,prefix_group\n0,9,9,1\n"
+    )
+    with pytest.raises(WorkloadError, match="needs a prefix_len column"):
+        read_trace(bad)
+
+
+MAPPED = "ts,prompt_tokens,completion_tokens\n0,10,5\n0.5,20,6\n2.25,30,7\n"
+
+
+def test_trace_columns_map_names_in_every_command(capsys, tmp_path):
+    f = _write(tmp_path, "m.csv", MAPPED)
+    cols = "arrival=ts,prompt=prompt_tokens,output=completion_tokens"
+    wl = read_trace(f, columns=parse_columns(cols))
+    assert wl.arrival_s.tolist() == [0.0, 0.5, 2.25] and wl.output_tokens.tolist() == [5, 6, 7]
+    for cmd in (
+        ["run"],
+        SAFE_LIMIT,
+        CHECK,
+    ):
+        code, out, err = run_cli(
+            capsys, *cmd, "--trace-file", str(f), "--trace-columns", cols, "--json"
+        )
+        assert code == 0 and err == "", (cmd, err)
+        assert json.loads(out)["workload" if cmd[0] != "run" else "completed"] in ("m.csv", 3)
+        code, _, err = run_cli(capsys, *cmd, "--trace-file", str(f))  # unmapped: names the fix
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "missing column 'arrival_time_s' or 'timestamp'" in err
+        assert "columns found: ts, prompt_tokens, completion_tokens" in err
+        assert "output=output_tokens" in err and "m.csv" in err
+
+
+BAD_MAPS = [
+    ("arrival=ts,colour=red", "unknown key 'colour'"),
+    ("arrival=ts,arrival=t", "key 'arrival' is given twice"),
+    ("arrival=ts,output=ts", "column 'ts' is mapped twice"),
+    ("arrival=ts,timestamp=ts2", "not both"),
+    ("arrival=ts,output=completion", "missing column 'completion'"),
+    ("arrival=ts,output=completion_tokens,priority=prio", "missing column 'prio'"),
+    (
+        "arrival=ts,output=completion_tokens,priority=prompt_tokens",
+        "'prompt_tokens' would be read as both priority (mapped) and prompt",
+    ),
+    ("arrival", "expected key=column"),
+    ("arrival=", "arrival needs a column name"),
+]
+
+
+@pytest.mark.parametrize("text,needle", BAD_MAPS)
+def test_bad_trace_columns_exit_2_one_line(capsys, tmp_path, text, needle):
+    f = _write(tmp_path, "m.csv", MAPPED)
+    for cmd in (
+        ["run"],
+        SAFE_LIMIT,
+        CHECK,
+    ):
+        code, _, err = run_cli(capsys, *cmd, "--trace-file", str(f), "--trace-columns", text)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (cmd, err)
+        assert err.startswith("plan: error:") and needle in err, (cmd, err)
+
+
+def test_trace_options_without_a_trace_are_refused(capsys):
+    for cmd in (
+        ["run", "--trace-columns", "arrival=ts"],
+        ["run", "--rate-scale", "2"],
+        ["run", "--trace-format", "jsonl"],
+        ["run", "--max-requests", "5"],
+        ["safe-limit", "--num-gpu-blocks", "200", "--trace-columns", "arrival=ts"],
+        ["safe-limit", "--num-gpu-blocks", "200", "--max-requests", "5"],
+        ["check", "--num-gpu-blocks", "200", "--trace-columns", "arrival=ts"],
+    ):
+        code, _, err = run_cli(capsys, *cmd)
+        assert code == 2 and "needs --trace-file" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "name,body,needle",
+    [
+        ("semi.csv", "ts;prompt;output\n0;1;2\n", "separated by semicolons"),
+        ("tab.csv", "ts\tprompt\toutput\n0\t1\t2\n", "separated by tabs"),
+        ("empty.jsonl", "", "the file is empty"),
+        ("blank.jsonl", "\n\n", "the file is empty"),
+        ("arrays.jsonl", "[0, 1, 2]\n", "columns found: 0, 1, 2"),
+    ],
+)
+def test_misshapen_files_say_what_is_wrong(capsys, tmp_path, name, body, needle):
+    f = _write(tmp_path, name, body)
+    code, _, err = run_cli(capsys, "run", "--trace-file", str(f))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and name in err
+    assert needle in err and "missing column 'timestamp'" not in err
+
+
+def test_safe_limit_refuses_synthetic_options_with_a_trace(capsys, tmp_path):
+    f = _write(tmp_path, "m.csv", "arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n")
+    for extra, needle in (
+        (["--num-requests", "5"], "--num-requests has no effect with --trace-file"),
+        (["--rate", "3"], "--rate has no effect with --trace-file"),
+        (["--prompt-tokens", "9,0,9,9"], "--prompt-tokens has no effect with --trace-file"),
+        (["--seed", "3"], "--seed has no effect with --trace-file"),
+    ):
+        code, _, err = run_cli(capsys, *SAFE_LIMIT, "--trace-file", str(f), *extra)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

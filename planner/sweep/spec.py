@@ -27,12 +27,13 @@ from planner import resolve
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
 from planner.hardware import HardwareError
 from planner.latency import Latency
-from planner.traces import TraceOptions, read_trace
+from planner.traces import TraceOptions, check_columns, load_trace
 from planner.workload import (
     LengthDist,
     Workload,
     WorkloadError,
     synthetic,
+    unused_field_warnings,
     with_shared_prefixes,
 )
 
@@ -130,6 +131,9 @@ class WorkloadSpec(_Strict):
     duration_s: Annotated[float, Field(gt=0)] = math.inf
     rate_scale: Annotated[float, Field(gt=0)] = 1.0
     max_requests: Annotated[int, Field(ge=1)] | None = None
+    # key -> the file's column name (planner.traces.DEFAULT_COLUMNS), e.g.
+    # columns = { arrival = "ts", output = "completion_tokens" }
+    columns: dict[str, str] = {}
     # shared prompt prefixes (planner.workload.with_shared_prefixes)
     # (strict: true is not 1 group, "0.5" is not a share)
     prefix_groups: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
@@ -156,7 +160,9 @@ class WorkloadSpec(_Strict):
 
 
 _SYNTHETIC_FIELDS = frozenset({"num_requests", "arrival", "rate", "gamma_cv", "prompt", "output"})
-_TRACE_FIELDS = frozenset({"path", "format", "start_s", "duration_s", "rate_scale", "max_requests"})
+_TRACE_FIELDS = frozenset(
+    {"path", "format", "start_s", "duration_s", "rate_scale", "max_requests", "columns"}
+)
 
 
 class HardwareSpec(_Strict):
@@ -261,6 +267,8 @@ class Sweep:
         spec: the parsed ``SweepSpec``; ``text``: the TOML source.
         grid: DataFrame, one row per config (``config_id`` 0..C-1, then axes).
         axes: axis name -> its values, in spec order.
+        warnings: one-line warnings (ignored trace columns, workload fields no
+            config uses), each once, for the command to print.
     """
 
     def __init__(self, spec: SweepSpec, text: str, base_dir: Path) -> None:
@@ -304,15 +312,23 @@ class Sweep:
         self.grid.insert(0, "config_id", np.arange(len(self.grid), dtype=np.int64))
         # Build every config and workload now, so that bad values fail before any run.
         self.configs = [self._config(row) for row in self._axis_rows()]
+        self.warnings: list[str] = []  # one-line notes for the user, each once
         self.workloads: dict[tuple, Workload] = {}
         for key in self.workload_keys():
             self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
+            for message in unused_field_warnings(self.workloads[key], self.configs):
+                self._warn(message)
         self.latency = self._latency()
         self.hardware_columns = self._hardware_columns()
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def _warn(self, message: str) -> None:
+        """Record a warning once (a trace is read once per workload key)."""
+        if message and message not in self.warnings:
+            self.warnings.append(message)
 
     def _axis_rows(self) -> list[dict[str, Any]]:
         return self.grid.drop(columns="config_id").to_dict("records")
@@ -387,9 +403,11 @@ class Sweep:
                 path = (self.base_dir / str(w.path)).resolve()
                 scale = float(axis_values.get("rate_scale", w.rate_scale))
                 opts = TraceOptions(w.start_s, w.duration_s, scale, w.max_requests)
-                wl = read_trace(path, w.format, opts)
+                columns = check_columns(w.columns, "workload.columns")
+                read = load_trace(path, w.format, opts, columns)
+                self._warn(read.warning())
                 return with_shared_prefixes(
-                    wl, w.prefix_groups, w.prefix_len, w.prefix_share, w.seed
+                    read.workload, w.prefix_groups, w.prefix_len, w.prefix_share, w.seed
                 )
             assert w.prompt is not None and w.output is not None
             p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
