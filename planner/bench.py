@@ -109,3 +109,47 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
             f"kernel on the same config: {k_tok / max(k_cpu, 1e-9) / 1e6:8.1f} M tokens/CPU-s"
         )
     return fig
+
+
+STARTUP_ARGS = ("run", "--num-requests", "20", "--json")
+
+
+def _child_run(env: dict[str, str]) -> tuple[float, float]:
+    """(wall s, CPU s of the child) for one ``plan run`` in a fresh interpreter."""
+    import resource
+    import subprocess
+    import sys
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "planner.cli", *STARTUP_ARGS],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def run_startup_bench() -> dict[str, float]:
+    """Time ``plan run --num-requests 20`` in fresh processes: first with an
+    empty Numba cache (``NUMBA_CACHE_DIR`` set to a new temporary folder, so
+    the kernel compiles), then again with that cache warm. Prints and returns
+    wall and CPU seconds (the child's user + system time)."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="planner-bench-") as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        cold = _child_run(env)
+        warm = _child_run(env)
+    fig = {"cold_wall_s": cold[0], "cold_cpu_s": cold[1], "warm_wall_s": warm[0]}
+    fig["warm_cpu_s"] = warm[1]
+    print(f"plan {' '.join(STARTUP_ARGS)}, fresh processes:")
+    print(f"first run (empty Numba cache): {cold[0]:6.2f} s wall, {cold[1]:6.2f} s CPU")
+    print(f"next run (cache warm):         {warm[0]:6.2f} s wall, {warm[1]:6.2f} s CPU")
+    return fig

@@ -596,9 +596,17 @@ def bench(
     ] = True,
     async_scheduling: Annotated[bool, typer.Option(help="Bench with async scheduling.")] = False,
     enable_prefix_caching: Annotated[bool, typer.Option(help="Bench with prefix caching.")] = False,
+    startup: Annotated[
+        bool,
+        typer.Option(help="Instead: time a first plan run (empty Numba cache) and a warm one."),
+    ] = False,
 ) -> None:
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
-    from planner.bench import run_bench
+    from planner.bench import run_bench, run_startup_bench
+
+    if startup:
+        run_startup_bench()
+        return
 
     if not 1 <= grid <= 1024:
         raise InputError(f"--grid must be in 1..1024 (grid x grid configs), got {grid}")
