@@ -125,3 +125,138 @@ def test_notebooks_execute_on_small_grids(name, draws, monkeypatch):
     ]
     assert bool(images) == draws, "heatmap images expected" if draws else "no images expected"
     assert os.environ["PLANNER_NOTEBOOK_SMALL"] == "1"
+
+
+# --- One colour scale: equal values get equal colours in every panel (issue 18, case 4) ---
+
+
+def _dataset(tmp_path: Path, z: list[float], **axes: list) -> Path:
+    """A hand-made sweep folder: the Cartesian product of ``axes`` (x fastest last),
+    metric ``completed`` = ``z`` in that order, every cell ``ok``."""
+    import pandas as pd
+
+    from planner.sweep.store import DATA, write_table
+
+    grid = pd.MultiIndex.from_product(list(axes.values()), names=list(axes)).to_frame(index=False)
+    grid["completed"] = np.asarray(z, float)
+    grid["outcome"] = "ok"
+    grid.insert(0, "config_id", np.arange(len(grid)))
+    folder = tmp_path / "ds"
+    write_table(grid, folder / DATA)
+    return folder
+
+
+def _draw(folder: Path, tmp_path: Path, **kw):
+    """Draw with planner.plots.heatmap and return the figure's panels' meshes and title,
+    by keeping the figure open (plt.close is patched out)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import QuadMesh
+
+    from planner import plots
+
+    closed = []
+    orig = plt.close
+    plt.close = closed.append
+    try:
+        plots.heatmap(folder, tmp_path / "h.png", **kw)
+    finally:
+        plt.close = orig
+    fig = closed[0]
+    panels = [ax for ax in fig.axes if getattr(ax, "_colorbar", None) is None]
+    meshes = [m for ax in panels for m in ax.collections if isinstance(m, QuadMesh)]
+    assert len(meshes) == len(panels)
+    title = fig._suptitle.get_text()
+    colours = [m.get_facecolors() for m in meshes]
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    orig(fig)
+    return meshes, colours, title, legend
+
+
+SEQS, BLOCKS = [8, 64, 256], [1000, 4000]
+
+
+@pytest.mark.parametrize(
+    "axes,kw",
+    [
+        ({"rate_scale": [1.0, 2.0]}, {"facet": "rate_scale"}),
+        ({"watermark": [0.0, 0.05]}, {"facet": None, "where": ["watermark=0.05"]}),
+        ({"watermark": [0.0, 0.05], "rate_scale": [1.0, 2.0, 4.0]},
+         {"facet": "rate_scale", "where": ["watermark=0"]}),
+        ({}, {"facet": None}),
+    ],
+)  # fmt: skip
+def test_constant_metric_one_colour_everywhere_and_said_in_the_title(tmp_path, axes, kw):
+    n = int(np.prod([len(v) for v in axes.values()])) * len(SEQS) * len(BLOCKS)
+    z = [2000.0] * n
+    if "where" in kw:  # the rows --where drops differ, so only the selection is constant
+        half, varying = n // 2, [5.0 + i for i in range(n // 2)]
+        pinned_first = kw["where"] == ["watermark=0"]
+        z = [2000.0] * half + varying if pinned_first else varying + [2000.0] * half
+    folder = _dataset(tmp_path, z, **axes, num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    meshes, colours, title, _ = _draw(folder, tmp_path, z="completed", **kw)
+    assert len({(m.norm.vmin, m.norm.vmax) for m in meshes}) == 1
+    every = np.concatenate(colours)
+    assert len(np.unique(every, axis=0)) == 1, "one value drawn in several colours"
+    assert "constant" in title and "2,000" in title
+
+
+def test_equal_values_equal_colours_across_panels(tmp_path):
+    # Panel 1 spans 0..5, panel 2 spans 5..100: the value 5 must look the same in both.
+    z = [0, 1, 2, 3, 4, 5] + [5, 20, 40, 60, 80, 100]
+    folder = _dataset(tmp_path, z, rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    meshes, colours, title, _ = _draw(folder, tmp_path, z="completed", facet="rate_scale")
+    assert meshes[0].norm is meshes[1].norm or (
+        (meshes[0].norm.vmin, meshes[0].norm.vmax) == (meshes[1].norm.vmin, meshes[1].norm.vmax)
+    )
+    # pcolormesh cells run x fastest: cell 5 of panel 1 and cell 0 of panel 2 hold 5.
+    np.testing.assert_array_equal(colours[0][5], colours[1][0])
+    assert "constant" not in title
+
+
+def test_nan_and_infinite_cells_are_drawn_as_no_data(tmp_path):
+    from matplotlib.colors import to_rgba
+
+    from planner import plots
+
+    z = [np.nan, 1, 2, np.inf, 4, 5] + [5, 20, -np.inf, 60, 80, 100]
+    folder = _dataset(tmp_path, z, rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    meshes, colours, _, legend = _draw(folder, tmp_path, z="completed", facet="rate_scale")
+    grey = to_rgba(plots.NO_DATA)
+    for panel, cell in ((0, 0), (0, 3), (1, 2)):
+        np.testing.assert_allclose(colours[panel][cell], grey)
+    viridis = plots._colormap()(np.linspace(0, 1, 256))
+    assert not np.isclose(viridis, grey).all(axis=1).any(), "no-data grey is on the scale"
+    assert (meshes[0].norm.vmin, meshes[0].norm.vmax) == (1, 100)  # finite values only
+    assert "no data" in legend
+
+
+def test_missing_configurations_are_drawn_as_no_data(tmp_path):
+    import pandas as pd
+    from matplotlib.colors import to_rgba
+
+    from planner import plots
+    from planner.sweep.store import DATA, write_table
+
+    folder = _dataset(tmp_path, list(range(12)), rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS,
+                      max_num_seqs=SEQS)  # fmt: skip
+    df = pd.read_parquet(folder / DATA)
+    write_table(df[df.config_id != 7], folder / DATA)  # panel 2 lacks (64, 1000)
+    _, colours, _, legend = _draw(folder, tmp_path, z="completed", facet="rate_scale")
+    np.testing.assert_allclose(colours[1][1], to_rgba(plots.NO_DATA))
+    assert "no data" in legend
+
+
+def test_all_nan_metric_is_refused_in_one_line(capsys, tmp_path):
+    folder = _dataset(tmp_path, [np.nan] * 6, num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    code, _, err = run_cli(capsys, "heatmap", str(folder), "--facet", "")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "no plotted cell has a value" in err
+
+
+def test_axis_with_zero_stays_linear(tmp_path):
+    # A decade-spanning axis that holds 0 cannot be drawn on a log scale: it stays linear.
+    folder = _dataset(tmp_path, list(range(6)), num_gpu_blocks=BLOCKS,
+                      long_prefill_token_threshold=[0, 100, 1000])  # fmt: skip
+    meshes, _, _, _ = _draw(folder, tmp_path, x="long_prefill_token_threshold", facet=None)
+    assert meshes[0].axes.get_xscale() == "linear"
+    assert meshes[0].axes.get_yscale() == "linear"
