@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -260,3 +261,81 @@ def test_axis_with_zero_stays_linear(tmp_path):
     meshes, _, _, _ = _draw(folder, tmp_path, x="long_prefill_token_threshold", facet=None)
     assert meshes[0].axes.get_xscale() == "linear"
     assert meshes[0].axes.get_yscale() == "linear"
+
+
+# --- The dataset stays readable: pictures go beside it, readers open the file the README names ---
+
+
+def _read_all_three(data: Path) -> list[int]:
+    """Row counts of ``data`` as pandas, polars and duckdb read it."""
+    import duckdb
+    import pandas as pd
+    import polars as pl
+
+    return [
+        len(pd.read_parquet(data)),
+        pl.read_parquet(data).height,
+        duckdb.sql(f"select count(*) from '{data}'").fetchall()[0][0],  # the README's form
+    ]
+
+
+def test_default_heatmap_lands_beside_the_dataset_and_readers_still_work(capsys, results, tmp_path):
+    import pandas as pd
+
+    from planner.sweep.store import CHUNKS, DATA, MANIFEST
+
+    folder = tmp_path / "quick"
+    shutil.copytree(results, folder)
+    assert (folder / MANIFEST).exists()  # a finished sweep keeps its manifest
+    code, _, err = run_cli(capsys, "heatmap", str(folder), "--where", "watermark=0.0")
+    assert code == 0, err
+    rows = len(pd.read_parquet(folder / DATA))
+    assert len(pd.read_parquet(folder)) == rows  # the folder too, for pandas/pyarrow
+    picture = tmp_path / "quick.heatmap.png"
+    assert picture.exists() and f"wrote {picture}" in err
+    assert sorted(p.name for p in folder.iterdir()) == sorted([DATA, MANIFEST])
+    # The path the README names, read by all three, also while a sweep's chunks and
+    # temp files sit beside it (they hold a copy of the rows: a folder read would count them).
+    (folder / CHUNKS).mkdir()
+    shutil.copy(folder / DATA, folder / CHUNKS / "chunk-00000.parquet")
+    shutil.copy(folder / DATA, folder / f".{DATA}.abc.tmp")
+    assert _read_all_three(folder / DATA) == [rows] * 3
+
+
+def test_readme_names_the_default_picture_and_the_readable_path():
+    from planner.plots import default_out
+
+    readme = (ROOT / "README.md").read_text()
+    main_job = readme.split("```bash", 1)[1].split("```", 1)[0]
+    assert str(default_out(Path("results/quick"))) in main_job
+    assert "results/quick/data.parquet" in main_job
+    output = readme[readme.index("Output (`results/NAME/`)") :].split("\n\n", 1)[0]
+    for reader in ('pd.read_parquet("results/NAME/data.parquet")',
+                   'pl.read_parquet("results/NAME/data.parquet")',
+                   "duckdb.sql(\"select * from 'results/NAME/data.parquet'\")"):  # fmt: skip
+        assert reader in output
+
+
+def test_heatmap_out_inside_the_sweep_folder_is_refused(capsys, results):
+    for out in (results / "h.png", results / "sub" / "h.png"):
+        code, _, err = run_cli(
+            capsys, "heatmap", str(results), "--where", "watermark=0", "--out", str(out)
+        )
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "inside the sweep folder" in err and not out.exists()
+
+
+def test_default_out_is_beside_the_dataset(tmp_path, monkeypatch):
+    from planner.plots import default_out
+    from planner.sweep.store import DATA
+
+    (tmp_path / "results" / "quick").mkdir(parents=True)
+    (tmp_path / "results" / "quick" / DATA).touch()
+    (tmp_path / "lone.parquet").touch()
+    monkeypatch.chdir(tmp_path)
+    assert default_out("results/quick") == Path("results/quick.heatmap.png")
+    assert default_out("results/quick/") == Path("results/quick.heatmap.png")
+    assert default_out(f"results/quick/{DATA}") == Path("results/quick.heatmap.png")
+    assert default_out("lone.parquet") == Path("lone.heatmap.png")
+    monkeypatch.chdir(tmp_path / "results" / "quick")
+    assert default_out(".") == tmp_path / "results" / "quick.heatmap.png"
