@@ -118,14 +118,22 @@ def select(df: pd.DataFrame, x: str, y: str, facet: str | None, where: list[str]
 
 
 def _edges(values: np.ndarray, log: bool) -> np.ndarray:
-    """Cell edges around sorted centre values (geometric midpoints on log axes)."""
+    """Cell edges around sorted centre values (geometric midpoints on log axes).
+
+    On a linear axis of non-negative values (block counts, fractions) the first cell
+    stops at 0, so the axis never shows impossible negative values.
+    """
     v = np.log(values) if log else values.astype(float)
     if len(v) == 1:
         mid = np.array([v[0] - 0.5, v[0] + 0.5]) if not log else np.array([v[0] - 0.1, v[0] + 0.1])
     else:
         inner = (v[1:] + v[:-1]) / 2
         mid = np.concatenate([[2 * v[0] - inner[0]], inner, [2 * v[-1] - inner[-1]]])
-    return np.exp(mid) if log else mid
+    if log:
+        return np.exp(mid)
+    if values.min() >= 0:
+        mid[0] = max(mid[0], 0.0)
+    return mid
 
 
 def _log_scale(values: np.ndarray) -> bool:

@@ -261,6 +261,8 @@ def test_axis_with_zero_stays_linear(tmp_path):
     meshes, _, _, _ = _draw(folder, tmp_path, x="long_prefill_token_threshold", facet=None)
     assert meshes[0].axes.get_xscale() == "linear"
     assert meshes[0].axes.get_yscale() == "linear"
+    # and no axis of non-negative values reaches below 0 (no pool of -500 blocks)
+    assert meshes[0].axes.get_xlim()[0] == 0 and meshes[0].axes.get_ylim()[0] == 0
 
 
 # --- The dataset stays readable: pictures go beside it, readers open the file the README names ---
