@@ -534,7 +534,7 @@ def heatmap(
         Path | None,
         typer.Option(
             help="PNG or SVG, outside the sweep folder "
-            "[default: RESULTS.heatmap.png beside the folder, e.g. results/quick.heatmap.png]."
+            "\\[default: RESULTS.heatmap.png beside it, e.g. results/quick.heatmap.png]"
         ),
     ] = None,
     width: Annotated[int, typer.Option(help="Pixels.")] = 1400,

@@ -341,3 +341,10 @@ def test_default_out_is_beside_the_dataset(tmp_path, monkeypatch):
     assert default_out("lone.parquet") == Path("lone.heatmap.png")
     monkeypatch.chdir(tmp_path / "results" / "quick")
     assert default_out(".") == tmp_path / "results" / "quick.heatmap.png"
+
+
+def test_heatmap_help_states_the_default_out(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, err = run_cli(capsys, "heatmap", "--help")
+    assert code == 0
+    assert "[default: RESULTS.heatmap.png beside it" in out + err
