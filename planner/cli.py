@@ -559,12 +559,17 @@ def heatmap(
         str | None, typer.Option(help="Your current config as x,y, e.g. 256,7463.")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="PNG or SVG [default: RESULTS/heatmap.png].")
+        Path | None,
+        typer.Option(
+            help="PNG or SVG, outside the sweep folder "
+            "\\[default: RESULTS.heatmap.png beside it, e.g. results/quick.heatmap.png]"
+        ),
     ] = None,
     width: Annotated[int, typer.Option(help="Pixels.")] = 1400,
     height: Annotated[int, typer.Option(help="Pixels.")] = 700,
 ) -> None:
     """Draw a sweep's metric over two axes with its failure regions and the KV-safe curve."""
+    from planner.plots import default_out
     from planner.plots import heatmap as draw
 
     point = None
@@ -574,7 +579,7 @@ def heatmap(
         except ValueError:
             raise InputError(f"--mark: expected x,y numbers, got {mark!r}") from None
         point = (a, b)
-    dest = out if out is not None else results / "heatmap.png"
+    dest = out if out is not None else default_out(results)
     try:
         path = draw(results, dest, x, y, z, facet or None, where or [], point, width, height)
     except OSError as e:

@@ -7,6 +7,7 @@ the facet axis. Every other axis that varies must be pinned with ``where``.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -18,10 +19,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from matplotlib.collections import PatchCollection  # noqa: E402
+from matplotlib.colors import Colormap, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from planner.metrics import CHURNING, LIVELOCKED, STARVED, THRASHING  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
+from planner.sweep.store import DATA  # noqa: E402
 
 ALIASES = {
     "throughput": "throughput_rps",
@@ -39,6 +42,14 @@ OVERLAYS = (
     (STARVED, "xx", "black"),
     (LIVELOCKED, "OO", "magenta"),
 )
+# Colour map of the metric, and the colour of a cell with no value (NaN, ±inf, or no
+# configuration there): a light grey, which viridis never produces.
+CMAP = "viridis"
+NO_DATA = "0.85"
+# A constant metric is drawn at the middle of a ±10% scale around its value (±0.1 around
+# 0), the expansion matplotlib's colorbar applies to a singular range on its own
+# (matplotlib.transforms.nonsingular, expander=0.1).
+CONSTANT_EXPANDER = 0.1
 
 
 class PlotError(ValueError):
@@ -48,7 +59,7 @@ class PlotError(ValueError):
 def load(results: str | Path) -> tuple[pd.DataFrame, dict]:
     """The dataset and its sweep spec (from the Parquet metadata, {} if absent)."""
     path = Path(results)
-    data = path / "data.parquet" if path.is_dir() else path
+    data = path / DATA if path.is_dir() else path
     if not data.exists():
         raise PlotError(f"{results}: no sweep dataset (expected {data})")
     try:
@@ -107,14 +118,22 @@ def select(df: pd.DataFrame, x: str, y: str, facet: str | None, where: list[str]
 
 
 def _edges(values: np.ndarray, log: bool) -> np.ndarray:
-    """Cell edges around sorted centre values (geometric midpoints on log axes)."""
+    """Cell edges around sorted centre values (geometric midpoints on log axes).
+
+    On a linear axis of non-negative values (block counts, fractions) the first cell
+    stops at 0, so the axis never shows impossible negative values.
+    """
     v = np.log(values) if log else values.astype(float)
     if len(v) == 1:
         mid = np.array([v[0] - 0.5, v[0] + 0.5]) if not log else np.array([v[0] - 0.1, v[0] + 0.1])
     else:
         inner = (v[1:] + v[:-1]) / 2
         mid = np.concatenate([[2 * v[0] - inner[0]], inner, [2 * v[-1] - inner[-1]]])
-    return np.exp(mid) if log else mid
+    if log:
+        return np.exp(mid)
+    if values.min() >= 0:
+        mid[0] = max(mid[0], 0.0)
+    return mid
 
 
 def _log_scale(values: np.ndarray) -> bool:
@@ -133,6 +152,70 @@ def _title(df: pd.DataFrame, spec: dict, z: str) -> str:
     elif "latency_model" in df.columns:
         hw = f", step time {df['latency_model'].iloc[0].split(' ')[0]}"
     return f"{name}: {z} — workload {workload}{hw}"
+
+
+def default_out(results: str | Path) -> Path:
+    """Where ``plan heatmap`` writes when ``--out`` is not given: beside the dataset,
+    never inside it.
+
+    ``results/NAME`` or ``results/NAME/data.parquet`` -> ``results/NAME.heatmap.png``;
+    any other Parquet file ``F.parquet`` -> ``F.heatmap.png``. A non-Parquet file in
+    the sweep folder would break ``pandas.read_parquet("results/NAME")``, which reads
+    every file there not starting with ``_`` or ``.``.
+    """
+    path = Path(results)
+    if path.name == DATA or not path.is_dir():
+        if path.name != DATA:
+            return path.with_suffix(".heatmap.png")
+        path = path.parent
+    if path.name in ("", ".", ".."):
+        path = Path(os.path.abspath(path))
+    if not path.name:
+        raise PlotError(f"{results}: no folder name to name the picture after; pass --out")
+    return path.with_name(f"{path.name}.heatmap.png")
+
+
+def _dataset_folder(results: str | Path) -> Path | None:
+    """The sweep folder holding the dataset (None when ``results`` is a lone file)."""
+    path = Path(results)
+    if path.is_dir():
+        return path
+    return path.parent if path.name == DATA else None
+
+
+def _check_out(out: Path, results: str | Path) -> None:
+    """Refuse an output file that is not PNG/SVG or that lies inside the sweep folder."""
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise PlotError(f"--out: expected a .png or .svg file, got {str(out)!r}")
+    folder = _dataset_folder(results)
+    if folder is not None and out.resolve().is_relative_to(folder.resolve()):
+        raise PlotError(
+            f"--out {out}: inside the sweep folder {folder}, where Parquet readers would "
+            f"trip over it; write it beside the folder, e.g. {default_out(results)}"
+        )
+
+
+def colour_scale(values: np.ndarray) -> tuple[Normalize, float | None]:
+    """The one colour scale every panel and the colourbar share.
+
+    ``values`` are the metric over all plotted cells, in the metric's own unit; non-
+    finite ones (NaN, ±inf) are left out and drawn as "no data". Returns the norm
+    and, when every finite value is the same, that value (the scale is then
+    value ± 10%, see CONSTANT_EXPANDER). Raises PlotError when no value is finite.
+    """
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        raise PlotError("--z: no plotted cell has a value (all NaN or infinite)")
+    lo, hi = float(finite.min()), float(finite.max())
+    constant = lo if lo == hi else None
+    if constant is not None:
+        pad = CONSTANT_EXPANDER * (abs(constant) or 1.0)
+        lo, hi = constant - pad, constant + pad
+    return Normalize(vmin=lo, vmax=hi), constant
+
+
+def _colormap() -> Colormap:
+    return plt.get_cmap(CMAP).with_extremes(bad=NO_DATA)
 
 
 def heatmap(
@@ -172,8 +255,7 @@ def heatmap(
         facet = None
     df = select(df, x, y, facet, where or [])
     out = Path(out)
-    if out.suffix.lower() not in (".png", ".svg"):
-        raise PlotError(f"--out: expected a .png or .svg file, got {str(out)!r}")
+    _check_out(out, results)
     if not (100 <= width <= 10000 and 100 <= height <= 10000):
         raise PlotError(f"--width/--height must be in 100..10000 pixels, got {width}x{height}")
     panels = sorted(df[facet].unique()) if facet else [None]
@@ -190,14 +272,13 @@ def heatmap(
     )  # fmt: skip
     xs, ys = np.sort(df[x].unique()), np.sort(df[y].unique())
     xlog, ylog = _log_scale(xs), _log_scale(ys)
-    vmin, vmax = np.nanmin(df[z].to_numpy(float)), np.nanmax(df[z].to_numpy(float))
-    mesh = None
-    for ax, value in zip(axs[0], panels, strict=True):
+    xe, ye = _edges(xs, xlog), _edges(ys, ylog)
+    grids = [_grid(df if v is None else df[df[facet] == v], x, y, z, xs, ys) for v in panels]
+    norm, constant = colour_scale(np.concatenate([g.ravel() for g in grids]))
+    cmap = _colormap()
+    for ax, value, grid in zip(axs[0], panels, grids, strict=True):
         part = df if value is None else df[df[facet] == value]
-        grid = part.pivot_table(index=y, columns=x, values=z, aggfunc="mean")
-        grid = grid.reindex(index=ys, columns=xs)
-        xe, ye = _edges(xs, xlog), _edges(ys, ylog)
-        mesh = ax.pcolormesh(xe, ye, grid.to_numpy(float), cmap="viridis", vmin=vmin, vmax=vmax)
+        ax.pcolormesh(xe, ye, np.ma.masked_invalid(grid), cmap=cmap, norm=norm)
         _overlay(ax, part, x, y, xs, ys, xe, ye)
         _safe_curve(ax, part, x, y)
         if mark is not None:
@@ -211,21 +292,35 @@ def heatmap(
         ax.set_ylabel(y)
         if value is not None:
             ax.set_title(f"{facet} = {value}")
-    assert mesh is not None
-    fig.colorbar(mesh, ax=axs[0].tolist(), label=z, shrink=0.9)
+    bar = fig.colorbar(
+        plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axs[0].tolist(), label=z, shrink=0.9
+    )
+    if constant is not None:
+        bar.set_ticks([constant])
     present = set(df["outcome"])
     handles = [
         Patch(facecolor="none", edgecolor=c, hatch=h, label=n)
         for n, h, c in OVERLAYS
         if n in present
     ]
+    if any(not np.isfinite(g).all() for g in grids):
+        handles.append(Patch(facecolor=NO_DATA, edgecolor="0.5", label="no data"))
     handles.append(plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs"))
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
-    fig.suptitle(_title(df, spec, z))
+    title = _title(df, spec, z)
+    if constant is not None:
+        title += f"\n{z} is constant: {constant:,.6g} in every cell with data"
+    fig.suptitle(title)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def _grid(part: pd.DataFrame, x: str, y: str, z: str, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """The metric on the (ys, xs) grid of one panel; NaN where no configuration is."""
+    grid = part.pivot_table(index=y, columns=x, values=z, aggfunc="mean", dropna=False)
+    return grid.reindex(index=ys, columns=xs).to_numpy(float)
 
 
 def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001

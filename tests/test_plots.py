@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -125,3 +126,225 @@ def test_notebooks_execute_on_small_grids(name, draws, monkeypatch):
     ]
     assert bool(images) == draws, "heatmap images expected" if draws else "no images expected"
     assert os.environ["PLANNER_NOTEBOOK_SMALL"] == "1"
+
+
+# --- One colour scale: equal values get equal colours in every panel (issue 18, case 4) ---
+
+
+def _dataset(tmp_path: Path, z: list[float], **axes: list) -> Path:
+    """A hand-made sweep folder: the Cartesian product of ``axes`` (x fastest last),
+    metric ``completed`` = ``z`` in that order, every cell ``ok``."""
+    import pandas as pd
+
+    from planner.sweep.store import DATA, write_table
+
+    grid = pd.MultiIndex.from_product(list(axes.values()), names=list(axes)).to_frame(index=False)
+    grid["completed"] = np.asarray(z, float)
+    grid["outcome"] = "ok"
+    grid.insert(0, "config_id", np.arange(len(grid)))
+    folder = tmp_path / "ds"
+    write_table(grid, folder / DATA)
+    return folder
+
+
+def _draw(folder: Path, tmp_path: Path, **kw):
+    """Draw with planner.plots.heatmap and return the figure's panels' meshes and title,
+    by keeping the figure open (plt.close is patched out)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import QuadMesh
+
+    from planner import plots
+
+    closed = []
+    orig = plt.close
+    plt.close = closed.append
+    try:
+        plots.heatmap(folder, tmp_path / "h.png", **kw)
+    finally:
+        plt.close = orig
+    fig = closed[0]
+    panels = [ax for ax in fig.axes if getattr(ax, "_colorbar", None) is None]
+    meshes = [m for ax in panels for m in ax.collections if isinstance(m, QuadMesh)]
+    assert len(meshes) == len(panels)
+    title = fig._suptitle.get_text()
+    colours = [m.get_facecolors() for m in meshes]
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    orig(fig)
+    return meshes, colours, title, legend
+
+
+SEQS, BLOCKS = [8, 64, 256], [1000, 4000]
+
+
+@pytest.mark.parametrize(
+    "axes,kw",
+    [
+        ({"rate_scale": [1.0, 2.0]}, {"facet": "rate_scale"}),
+        ({"watermark": [0.0, 0.05]}, {"facet": None, "where": ["watermark=0.05"]}),
+        ({"watermark": [0.0, 0.05], "rate_scale": [1.0, 2.0, 4.0]},
+         {"facet": "rate_scale", "where": ["watermark=0"]}),
+        ({}, {"facet": None}),
+    ],
+)  # fmt: skip
+def test_constant_metric_one_colour_everywhere_and_said_in_the_title(tmp_path, axes, kw):
+    n = int(np.prod([len(v) for v in axes.values()])) * len(SEQS) * len(BLOCKS)
+    z = [2000.0] * n
+    if "where" in kw:  # the rows --where drops differ, so only the selection is constant
+        half, varying = n // 2, [5.0 + i for i in range(n // 2)]
+        pinned_first = kw["where"] == ["watermark=0"]
+        z = [2000.0] * half + varying if pinned_first else varying + [2000.0] * half
+    folder = _dataset(tmp_path, z, **axes, num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    meshes, colours, title, _ = _draw(folder, tmp_path, z="completed", **kw)
+    assert len({(m.norm.vmin, m.norm.vmax) for m in meshes}) == 1
+    every = np.concatenate(colours)
+    assert len(np.unique(every, axis=0)) == 1, "one value drawn in several colours"
+    assert "constant" in title and "2,000" in title
+
+
+def test_equal_values_equal_colours_across_panels(tmp_path):
+    # Panel 1 spans 0..5, panel 2 spans 5..100: the value 5 must look the same in both.
+    z = [0, 1, 2, 3, 4, 5] + [5, 20, 40, 60, 80, 100]
+    folder = _dataset(tmp_path, z, rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    meshes, colours, title, _ = _draw(folder, tmp_path, z="completed", facet="rate_scale")
+    assert meshes[0].norm is meshes[1].norm or (
+        (meshes[0].norm.vmin, meshes[0].norm.vmax) == (meshes[1].norm.vmin, meshes[1].norm.vmax)
+    )
+    # pcolormesh cells run x fastest: cell 5 of panel 1 and cell 0 of panel 2 hold 5.
+    np.testing.assert_array_equal(colours[0][5], colours[1][0])
+    assert "constant" not in title
+
+
+def test_nan_and_infinite_cells_are_drawn_as_no_data(tmp_path):
+    from matplotlib.colors import to_rgba
+
+    from planner import plots
+
+    z = [np.nan, 1, 2, np.inf, 4, 5] + [5, 20, -np.inf, 60, 80, 100]
+    folder = _dataset(tmp_path, z, rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    meshes, colours, _, legend = _draw(folder, tmp_path, z="completed", facet="rate_scale")
+    grey = to_rgba(plots.NO_DATA)
+    for panel, cell in ((0, 0), (0, 3), (1, 2)):
+        np.testing.assert_allclose(colours[panel][cell], grey)
+    viridis = plots._colormap()(np.linspace(0, 1, 256))
+    assert not np.isclose(viridis, grey).all(axis=1).any(), "no-data grey is on the scale"
+    assert (meshes[0].norm.vmin, meshes[0].norm.vmax) == (1, 100)  # finite values only
+    assert "no data" in legend
+
+
+def test_missing_configurations_are_drawn_as_no_data(tmp_path):
+    import pandas as pd
+    from matplotlib.colors import to_rgba
+
+    from planner import plots
+    from planner.sweep.store import DATA, write_table
+
+    folder = _dataset(tmp_path, list(range(12)), rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS,
+                      max_num_seqs=SEQS)  # fmt: skip
+    df = pd.read_parquet(folder / DATA)
+    write_table(df[df.config_id != 7], folder / DATA)  # panel 2 lacks (64, 1000)
+    _, colours, _, legend = _draw(folder, tmp_path, z="completed", facet="rate_scale")
+    np.testing.assert_allclose(colours[1][1], to_rgba(plots.NO_DATA))
+    assert "no data" in legend
+
+
+def test_all_nan_metric_is_refused_in_one_line(capsys, tmp_path):
+    folder = _dataset(tmp_path, [np.nan] * 6, num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
+    code, _, err = run_cli(capsys, "heatmap", str(folder), "--facet", "")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "no plotted cell has a value" in err
+
+
+def test_axis_with_zero_stays_linear(tmp_path):
+    # A decade-spanning axis that holds 0 cannot be drawn on a log scale: it stays linear.
+    folder = _dataset(tmp_path, list(range(6)), num_gpu_blocks=BLOCKS,
+                      long_prefill_token_threshold=[0, 100, 1000])  # fmt: skip
+    meshes, _, _, _ = _draw(folder, tmp_path, x="long_prefill_token_threshold", facet=None)
+    assert meshes[0].axes.get_xscale() == "linear"
+    assert meshes[0].axes.get_yscale() == "linear"
+    # and no axis of non-negative values reaches below 0 (no pool of -500 blocks)
+    assert meshes[0].axes.get_xlim()[0] == 0 and meshes[0].axes.get_ylim()[0] == 0
+
+
+# --- The dataset stays readable: pictures go beside it, readers open the file the README names ---
+
+
+def _read_all_three(data: Path) -> list[int]:
+    """Row counts of ``data`` as pandas, polars and duckdb read it."""
+    import duckdb
+    import pandas as pd
+    import polars as pl
+
+    return [
+        len(pd.read_parquet(data)),
+        pl.read_parquet(data).height,
+        duckdb.sql(f"select count(*) from '{data}'").fetchall()[0][0],  # the README's form
+    ]
+
+
+def test_default_heatmap_lands_beside_the_dataset_and_readers_still_work(capsys, results, tmp_path):
+    import pandas as pd
+
+    from planner.sweep.store import CHUNKS, DATA, MANIFEST
+
+    folder = tmp_path / "quick"
+    shutil.copytree(results, folder)
+    assert (folder / MANIFEST).exists()  # a finished sweep keeps its manifest
+    code, _, err = run_cli(capsys, "heatmap", str(folder), "--where", "watermark=0.0")
+    assert code == 0, err
+    rows = len(pd.read_parquet(folder / DATA))
+    assert len(pd.read_parquet(folder)) == rows  # the folder too, for pandas/pyarrow
+    picture = tmp_path / "quick.heatmap.png"
+    assert picture.exists() and f"wrote {picture}" in err
+    assert sorted(p.name for p in folder.iterdir()) == sorted([DATA, MANIFEST])
+    # The path the README names, read by all three, also while a sweep's chunks and
+    # temp files sit beside it (they hold a copy of the rows: a folder read would count them).
+    (folder / CHUNKS).mkdir()
+    shutil.copy(folder / DATA, folder / CHUNKS / "chunk-00000.parquet")
+    shutil.copy(folder / DATA, folder / f".{DATA}.abc.tmp")
+    assert _read_all_three(folder / DATA) == [rows] * 3
+
+
+def test_readme_names_the_default_picture_and_the_readable_path():
+    from planner.plots import default_out
+
+    readme = (ROOT / "README.md").read_text()
+    main_job = readme.split("```bash", 1)[1].split("```", 1)[0]
+    assert str(default_out(Path("results/quick"))) in main_job
+    assert "results/quick/data.parquet" in main_job
+    output = readme[readme.index("Output (`results/NAME/`)") :].split("\n\n", 1)[0]
+    for reader in ('pd.read_parquet("results/NAME/data.parquet")',
+                   'pl.read_parquet("results/NAME/data.parquet")',
+                   "duckdb.sql(\"select * from 'results/NAME/data.parquet'\")"):  # fmt: skip
+        assert reader in output
+
+
+def test_heatmap_out_inside_the_sweep_folder_is_refused(capsys, results):
+    for out in (results / "h.png", results / "sub" / "h.png"):
+        code, _, err = run_cli(
+            capsys, "heatmap", str(results), "--where", "watermark=0", "--out", str(out)
+        )
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "inside the sweep folder" in err and not out.exists()
+
+
+def test_default_out_is_beside_the_dataset(tmp_path, monkeypatch):
+    from planner.plots import default_out
+    from planner.sweep.store import DATA
+
+    (tmp_path / "results" / "quick").mkdir(parents=True)
+    (tmp_path / "results" / "quick" / DATA).touch()
+    (tmp_path / "lone.parquet").touch()
+    monkeypatch.chdir(tmp_path)
+    assert default_out("results/quick") == Path("results/quick.heatmap.png")
+    assert default_out("results/quick/") == Path("results/quick.heatmap.png")
+    assert default_out(f"results/quick/{DATA}") == Path("results/quick.heatmap.png")
+    assert default_out("lone.parquet") == Path("lone.heatmap.png")
+    monkeypatch.chdir(tmp_path / "results" / "quick")
+    assert default_out(".") == tmp_path / "results" / "quick.heatmap.png"
+
+
+def test_heatmap_help_states_the_default_out(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, err = run_cli(capsys, "heatmap", "--help")
+    assert code == 0
+    assert "[default: RESULTS.heatmap.png beside it" in out + err

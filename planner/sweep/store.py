@@ -6,9 +6,13 @@ Layout under ``results/NAME/``::
     _manifest.json     spec fingerprint and chunk plan, for --resume
     _chunks/           chunk-00000.parquet ... while the sweep runs
 
-pyarrow, pandas, polars and duckdb skip ``_``-prefixed paths when they read the
-directory as a dataset, so ``pd.read_parquet("results/NAME")`` reads only
-``data.parquet``.
+Readers open the file, ``results/NAME/data.parquet``: pandas, polars and duckdb
+all read it whatever sits beside it. The folder itself is not a portable
+dataset path: pyarrow and pandas skip the ``_``- and ``.``-prefixed entries,
+but polars refuses a folder holding ``_manifest.json``, and duckdb reads
+``_chunks/`` too (duplicate rows while a sweep runs). Nothing else belongs in
+the folder; ``plan heatmap`` writes its picture beside it
+(planner.plots.default_out).
 """
 
 from __future__ import annotations
