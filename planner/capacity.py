@@ -9,15 +9,19 @@ Sources:
 - ``vllm/v1/core/block_pool.py``, ``BlockPool.__init__``: block 0 is taken as
   the null block, so a pool of N blocks hands out N-1.
 - ``vllm/v1/core/kv_cache_utils.py`` (start-up check, 0.33 counts the null
-  block): ``N >= cdiv(max_model_len, block_size) + 1``.
+  block): ``N >= cdiv(max_model_len, block_size) + 1``. Older releases compared
+  max_model_len with all N blocks (``STARTUP_CHECK_HISTORY`` says which).
 - vLLM PR #52530 (proposed): ``max_servable_num_tokens = (N-1) * block_size``.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from numba import njit
+
+from planner import hardware
 
 
 @njit(cache=True)
@@ -69,17 +73,34 @@ def stop_length(
     return min(max_model_len, max_servable_tokens(num_gpu_blocks, block_size, null_block))
 
 
+# Which vLLM releases' start-up check counts the null block, read in each
+# release's source (``get_kv_cache_configs`` and ``check_enough_kv_cache_memory``
+# in ``vllm/v1/core/kv_cache_utils.py``, ``kv_cache_planning.py`` in 0.33):
+# 0.28.0 compares max_model_len's KV bytes with the whole pool; 0.29.0 first
+# subtracts one block's bytes ("reserve the null block", vLLM PR #47272), and
+# 0.30.0-0.33.0 keep doing so. The "Maximum concurrency" log line divides all
+# N blocks in every one of these releases.
+NULL_BLOCK_COUNTED = "vLLM >= 0.29.0"
+NULL_BLOCK_NOT_COUNTED = "vLLM <= 0.28.0"
+STARTUP_CHECK_HISTORY = (
+    "the start-up check counts the null block since vLLM 0.29.0 (PR #47272); "
+    "0.28.0 and earlier do not, so they start on a pool one block short"
+)
+
+
 def min_startup_blocks(max_model_len: int, block_size: int, count_null_block: bool = True) -> int:
     """Smallest pool vLLM accepts at start-up for one max_model_len request.
 
-    vLLM 0.33 counts the null block (``cdiv(mml, bs) + 1``); older releases did
-    not (``cdiv(mml, bs)``), which leaves the one-block livelock gap.
+    vLLM >= 0.29.0 counts the null block (``cdiv(mml, bs) + 1``); 0.28.0 and
+    earlier did not (``cdiv(mml, bs)``), which leaves the one-block livelock gap
+    (see ``STARTUP_CHECK_HISTORY``).
     """
     return int(cdiv(max_model_len, block_size)) + (1 if count_null_block else 0)
 
 
 def vllm_starts(num_gpu_blocks: int, max_model_len: int, block_size: int, count_null: bool) -> bool:
-    """Whether vLLM's start-up check accepts the pool (0.33: ``count_null=True``)."""
+    """Whether vLLM's start-up check accepts the pool (``count_null=True``:
+    vLLM >= 0.29.0, including 0.33; False: <= 0.28.0)."""
     return num_gpu_blocks >= min_startup_blocks(max_model_len, block_size, count_null)
 
 
@@ -119,3 +140,50 @@ def analytic_safe_max_num_seqs(
     admitted together can all grow to full length without preemption."""
     per_request = max(1, math.ceil(request_tokens / block_size))
     return usable_blocks(num_gpu_blocks, null_block) // per_request
+
+
+def min_safe_num_gpu_blocks(max_model_len: int, block_size: int) -> int:
+    """Smallest pool on which vLLM 0.33 starts *and* no request can livelock.
+
+    Both conditions, from ``vllm_starts`` (``N >= cdiv(mml, bs) + 1``) and
+    ``livelock_gap`` (none when ``(N - 1) * bs + 2 > mml``); the start-up rule
+    is always the binding one, so this is ``cdiv(mml, bs) + 1`` blocks
+    (S3: mml 1,024, bs 16 -> 65).
+    """
+    gap_free = int(cdiv(max_model_len - 1, block_size)) + 1  # (N-1)*bs >= mml-1
+    return max(min_startup_blocks(max_model_len, block_size, True), gap_free)
+
+
+def max_safe_model_len(num_gpu_blocks: int, block_size: int) -> int:
+    """Largest max_model_len (tokens) that vLLM 0.33 accepts on this pool with
+    no livelock gap: the servable tokens ``(N - 1) * bs`` (S3: 64 blocks ->
+    1,008). Both rules (``vllm_starts``, ``livelock_gap``) hold up to it."""
+    return int(max_servable_tokens(num_gpu_blocks, block_size, True))
+
+
+UTILIZATION_STEP = 1000  # gpu_memory_utilization is searched in steps of 1/1000
+
+
+def min_gpu_memory_utilization(
+    need_blocks: int, model: str, gpu: str, block_size: int, tp: int = 1
+) -> float | None:
+    """Smallest ``gpu_memory_utilization`` (a multiple of 0.001, in (0, 1]) at
+    which vLLM's pool sizing (``hardware.num_gpu_blocks``, same allowances)
+    gives at least ``need_blocks`` blocks; None if even 1.0 does not.
+
+    Found by bisection over the sizing function itself, which grows with the
+    utilisation, so the sizing formula lives in one place only.
+    """
+    m, g = hardware.model(model), hardware.gpu(gpu)
+
+    def enough(k: int) -> bool:
+        try:
+            return (
+                hardware.num_gpu_blocks(m, g, k / UTILIZATION_STEP, block_size, tp) >= need_blocks
+            )
+        except hardware.HardwareError:  # no room for the KV cache at this utilisation
+            return False
+
+    steps = range(1, UTILIZATION_STEP + 1)
+    i = bisect.bisect_left(steps, True, key=enough)
+    return steps[i] / UTILIZATION_STEP if i < len(steps) else None

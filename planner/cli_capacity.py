@@ -96,8 +96,13 @@ def check(
 ) -> None:
     """Would vLLM start on this pool, and can requests livelock in it?
 
-    Exit code 0: safe; 1: a livelock gap exists or vLLM 0.33 refuses the pool;
-    2: bad input.
+    Prints the fix when unsafe: the smallest --num-gpu-blocks, the largest
+    --max-model-len on this pool and, with --model/--gpu, the smallest
+    --gpu-memory-utilization. vLLM >= 0.29.0 (0.33 included) counts the null
+    block at start-up; 0.28.0 and earlier start one block short.
+
+    Exit code 0: safe; 1: a livelock gap exists or vLLM >= 0.29 refuses the
+    pool; 2: bad input.
     """
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
@@ -121,6 +126,10 @@ def check(
         "vllm_0_33_min_blocks": need,
         "older_vllm_starts": starts_old,
         "older_vllm_min_blocks": need - 1,
+        "vllm_counting_null_block": capacity.NULL_BLOCK_COUNTED,
+        "older_vllm": capacity.NULL_BLOCK_NOT_COUNTED,
+        "startup_check_history": capacity.STARTUP_CHECK_HISTORY,
+        **_fixes(n, num_gpu_blocks, model, gpu, block_size, max_model_len, tensor_parallel_size),
         "livelock_gap_tokens": list(gap) if gap else None,
         "tokens_per_request": t,
         "max_concurrency_vllm_log": capacity.max_concurrency(n, block_size, t, True),
@@ -155,6 +164,53 @@ def check(
     raise typer.Exit(EXIT_SAFE if safe else EXIT_UNSAFE)
 
 
+def _fixes(
+    n: int,
+    explicit_blocks: int | None,
+    model: str | None,
+    gpu: str | None,
+    bs: int,
+    mml: int,
+    tp: int,
+) -> dict:
+    """What makes the pool safe (``capacity``): the smallest num_gpu_blocks, the
+    largest max_model_len on this pool, and, when the pool is sized from
+    --model/--gpu, the smallest gpu_memory_utilization giving enough blocks."""
+    need = capacity.min_safe_num_gpu_blocks(mml, bs)
+    util = None
+    if explicit_blocks is None and model is not None and gpu is not None:
+        util = capacity.min_gpu_memory_utilization(need, model, gpu, bs, tp)
+    return {
+        "min_safe_num_gpu_blocks": need,
+        "max_safe_max_model_len": capacity.max_safe_model_len(n, bs),
+        "min_safe_gpu_memory_utilization": util,
+        "utilization_sized": explicit_blocks is None,
+    }
+
+
+def _print_fix(c: Console, o: dict) -> None:
+    n, mml = o["num_gpu_blocks"], o["max_model_len"]
+    c.print(
+        f"fix: --num-gpu-blocks {o['min_safe_num_gpu_blocks']:,} or more "
+        f"(+{o['min_safe_num_gpu_blocks'] - n:,}), or --max-model-len "
+        f"{o['max_safe_max_model_len']:,} or less on these {n:,} blocks (now {mml:,})"
+    )
+    if not o["utilization_sized"]:
+        return
+    u = o["min_safe_gpu_memory_utilization"]
+    if u is None:
+        c.print(
+            "fix: no --gpu-memory-utilization up to 1.0 gives "
+            f"{o['min_safe_num_gpu_blocks']:,} blocks; lower --max-model-len or "
+            "raise --tensor-parallel-size"
+        )
+    else:
+        c.print(
+            f"fix: --gpu-memory-utilization {u:.3f} or more (sized as above, it gives "
+            f"{o['min_safe_num_gpu_blocks']:,} blocks with the same allowances)"
+        )
+
+
 def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
     c = Console()
     n, bs, mml = o["num_gpu_blocks"], o["block_size"], o["max_model_len"]
@@ -163,11 +219,13 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
         f"null block) = {o['max_servable_tokens']:,} servable tokens"
     )
     c.print(
-        f"vLLM 0.33 start-up check, N >= cdiv({mml}, {bs}) + 1 = {o['vllm_0_33_min_blocks']:,}: "
+        f"{o['vllm_counting_null_block']} start-up check (0.33 included), N >= "
+        f"cdiv({mml}, {bs}) + 1 = {o['vllm_0_33_min_blocks']:,}: "
         + ("passes" if o["vllm_0_33_starts"] else "REFUSES to start")
     )
     c.print(
-        f"older vLLM check, N >= cdiv({mml}, {bs}) = {o['older_vllm_min_blocks']:,}: "
+        f"{o['older_vllm']} (no null block), N >= cdiv({mml}, {bs}) = "
+        f"{o['older_vllm_min_blocks']:,}: "
         + ("passes" if o["older_vllm_starts"] else "refuses to start")
     )
     if gap:
@@ -191,16 +249,20 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
         f"{o['max_concurrency_true']:.2f}x ((N - 1) / cdiv(T, bs))"
     )
     if o["verdict"] == "safe":
-        c.print("verdict: SAFE - vLLM 0.33 starts and no request can livelock")
+        c.print("verdict: SAFE - vLLM >= 0.29 starts and no request can livelock")
     elif not o["vllm_0_33_starts"]:
         older = ""
         if o["older_vllm_starts"] and gap:
             older = (
-                f"; older vLLM would start and livelock requests of {gap[0]:,}-{gap[1]:,} tokens"
+                f"; {o['older_vllm']} would start and livelock requests of "
+                f"{gap[0]:,}-{gap[1]:,} tokens"
             )
-        c.print(f"verdict: UNSAFE - vLLM 0.33 refuses to start on this pool{older}")
+        c.print(f"verdict: UNSAFE - vLLM >= 0.29 refuses to start on this pool{older}")
     else:
         c.print("verdict: UNSAFE - requests in the gap livelock")
+    if o["verdict"] != "safe":
+        _print_fix(c, o)
+        c.print(f"note: {o['startup_check_history']}")
 
 
 def safe_limit(

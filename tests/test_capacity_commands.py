@@ -9,11 +9,15 @@ import numpy as np
 import pytest
 
 from helpers import STEP_LATENCY, run_cli, uniform
+from planner import hardware
 from planner.api import simulate
 from planner.capacity import (
     analytic_safe_max_num_seqs,
     livelock_gap,
     max_concurrency,
+    max_safe_model_len,
+    min_gpu_memory_utilization,
+    min_safe_num_gpu_blocks,
     vllm_starts,
 )
 from planner.config import SchedulerConfig
@@ -30,6 +34,55 @@ def test_s3_pool_gap_and_startup_rules():
     assert livelock_gap(64, 16, 1024) == (1010, 1024)
     assert vllm_starts(65, 1024, 16, True) and livelock_gap(65, 16, 1024) is None
     assert not vllm_starts(57, 900, 16, True) and vllm_starts(58, 900, 16, True)
+
+
+@pytest.mark.parametrize("bs", [1, 16, 32])
+def test_the_fix_is_the_exact_boundary_of_safe(bs):
+    """min_safe_num_gpu_blocks and max_safe_model_len are exactly where the pool
+    turns safe (vLLM >= 0.29 starts and there is no gap), for every small case."""
+
+    def safe(n: int, mml: int) -> bool:
+        return vllm_starts(n, mml, bs, True) and livelock_gap(n, bs, mml) is None
+
+    for mml in range(1, 200):
+        need = min_safe_num_gpu_blocks(mml, bs)
+        assert safe(need, mml) and not safe(need - 1, mml)
+    for n in range(2, 40):
+        top = max_safe_model_len(n, bs)
+        assert safe(n, top) and not safe(n, top + 1)
+    assert min_safe_num_gpu_blocks(1024, 16) == 65 and max_safe_model_len(64, 16) == 1008
+
+
+def test_utilization_fix_is_the_smallest_that_sizes_enough_blocks():
+    m, g = hardware.model("llama-3.1-8b"), hardware.gpu("H100")
+    need = min_safe_num_gpu_blocks(131072, 16)
+    u = min_gpu_memory_utilization(need, "llama-3.1-8b", "H100", 16)
+    assert hardware.num_gpu_blocks(m, g, u) >= need > hardware.num_gpu_blocks(m, g, u - 0.001)
+    assert min_gpu_memory_utilization(10**7, "llama-3.1-8b", "H100", 16) is None
+
+
+def test_plan_check_states_the_fix_and_the_versions(capsys):
+    code, out, _ = run_cli(capsys, "check", "--num-gpu-blocks", "64", "--max-model-len", "1024")
+    assert code == 1
+    flat = " ".join(out.split())
+    assert "--num-gpu-blocks 65 or more" in flat and "--max-model-len 1,008 or less" in flat
+    assert "vLLM <= 0.28.0" in flat and "vLLM >= 0.29.0" in flat and "older" not in flat
+    code, out, _ = run_cli(
+        capsys, "check", "--num-gpu-blocks", "64", "--max-model-len", "1024", "--json"
+    )
+    o = json.loads(out)
+    assert (o["min_safe_num_gpu_blocks"], o["max_safe_max_model_len"]) == (65, 1008)
+    assert o["min_safe_gpu_memory_utilization"] is None
+    args = ["check", "--model", "llama-3.1-8b", "--gpu", "H100", "--max-model-len", "131072"]
+    code, out, _ = run_cli(capsys, *args, "--gpu-memory-utilization", "0.3", "--json")
+    o = json.loads(out)
+    assert code == 1 and o["min_safe_num_gpu_blocks"] == 8193
+    u = o["min_safe_gpu_memory_utilization"]
+    assert u == min_gpu_memory_utilization(8193, "llama-3.1-8b", "H100", 16)
+    code, out, _ = run_cli(capsys, *args, "--gpu-memory-utilization", str(u), "--json")
+    assert code == 0 and json.loads(out)["verdict"] == "safe"
+    code, out, _ = run_cli(capsys, *args, "--gpu-memory-utilization", "0.3")
+    assert f"--gpu-memory-utilization {u:.3f} or more" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("size", [1008, 1009, 1010, 1017, 1024])
