@@ -53,6 +53,16 @@ class SimResult:
         n = int(min(self.state.rlog_n[c], self.state.rlog.shape[1]))
         return pd.DataFrame(self.state.rlog[c, :n], columns=["step", "request", "value", "kind"])
 
+    def stuck_requests(self, c: int = 0) -> np.ndarray:
+        """Ids of config c's requests that entered the scheduler and never
+        finished: still waiting or running when the run stopped (kernel status
+        ``state.WAITING``/``RUNNING``). Ids are 0-based positions in the
+        workload (arrival order), as in ``request_log``. Under a livelock these
+        are the requests that can never complete; under a horizon, also the
+        ones that simply had no time. Sorted, int64."""
+        st = self.state.status[c]
+        return np.flatnonzero((st == S.WAITING) | (st == S.RUNNING)).astype(np.int64)
+
     def request_log(self, c: int = 0) -> pd.DataFrame:
         """(step, request, tokens) for each request scheduled in each step of config c."""
         ev = self.events(c)
