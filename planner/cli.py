@@ -23,6 +23,7 @@ from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import RUN_RULES, reject_inert
 from planner.config import SchedulerConfig
 from planner.latency import Latency
+from planner.metrics import OK, OUTCOMES
 from planner.traces import TraceOptions
 from planner.workload import (
     S1_OUTPUT,
@@ -36,7 +37,9 @@ from planner.workload import (
     with_shared_prefixes,
 )
 
+EXIT_FAILURE_VERDICT = 1  # plan run --fail-on: the outcome is one of the given classes
 EXIT_BAD_INPUT = 2
+STUCK_SHOWN = 20  # stuck request ids printed in the table output (--json has all)
 
 app = typer.Typer(
     add_completion=False,
@@ -291,12 +294,27 @@ def run(
     trace: Annotated[
         Path | None, typer.Option(help="Write one row per step to this Parquet file.")
     ] = None,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Exit 1 when the outcome is one of these classes, comma-separated or "
+            "repeated, e.g. livelocked,thrashing,starved,churning (for pipelines)."
+        ),
+    ] = None,
 ) -> None:
-    """Simulate one scheduler configuration and print its metrics."""
+    """Simulate one scheduler configuration and print its metrics.
+
+    Under a failure outcome the output names the stuck requests (ids are
+    0-based positions in the workload, in arrival order).
+
+    Exit status: 0 the run finished (whatever its outcome); 1 with --fail-on,
+    when the outcome is one of the given classes; 2 bad input.
+    """
     from planner import resolve
     from planner.api import compile_note, simulate
 
     reject_inert(ctx, RUN_RULES)
+    fail_classes = _fail_on(fail_on)
 
     lat = resolve.latency(
         latency.value,
@@ -396,10 +414,62 @@ def run(
         print(f"plan: wrote {int(row.steps)} steps to {trace}", file=sys.stderr)
     if warning:
         print(warning, file=sys.stderr)
+    stuck = res.stuck_requests()
+    stuck_preempted = stuck[res.state.npre[0, stuck] > 0]
     if as_json:
         out = {k: _json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
+        out["stuck_request_ids"] = stuck.tolist()
+        out["stuck_preempted_request_ids"] = stuck_preempted.tolist()
         print(json.dumps(finite(out), default=_json_default))
-        return
+    else:
+        _print_run(wl, blocks, derived, lat, row, wall)
+        if row["outcome"] != OK and len(stuck):
+            _print_stuck(str(row["outcome"]), stuck.tolist(), stuck_preempted.tolist())
+    if row["outcome"] in fail_classes:
+        raise typer.Exit(EXIT_FAILURE_VERDICT)
+
+
+def _fail_on(values: list[str] | None) -> frozenset[str]:
+    """Outcome classes named by --fail-on (comma-separated and/or repeated),
+    validated against ``planner.metrics.OUTCOMES`` minus ``ok``."""
+    known = tuple(o for o in OUTCOMES if o != OK)
+    names = {v.strip() for text in values or () for v in text.split(",") if v.strip()}
+    if values is not None and not names:
+        raise InputError(f"--fail-on: expected class names from {', '.join(known)}")
+    for name in sorted(names):
+        if name == OK:
+            raise InputError(
+                f"--fail-on: {OK!r} is not a failure class (known: {', '.join(known)})"
+            )
+        if name not in known:
+            raise InputError(
+                f"--fail-on: unknown failure class {name!r} (known: {', '.join(known)})"
+            )
+    return frozenset(names)
+
+
+def _ids(ids: list[int]) -> str:
+    """The first STUCK_SHOWN ids, comma-separated, and how many more there are."""
+    text = ", ".join(str(i) for i in ids[:STUCK_SHOWN])
+    if len(ids) > STUCK_SHOWN:
+        text += f", ... ({len(ids) - STUCK_SHOWN:,} more; --json lists all)"
+    return text
+
+
+def _print_stuck(outcome: str, stuck: list[int], preempted: list[int]) -> None:
+    """One line naming the requests that were waiting or running and never finished."""
+    pre = f"; preempted among them: {_ids(preempted)}" if preempted else ""
+    Console().print(
+        f"{outcome}: {len(stuck):,} requests entered the scheduler and never finished "
+        f"(request ids, 0-based in arrival order): {_ids(stuck)}{pre}",
+        soft_wrap=True,
+    )
+
+
+def _print_run(
+    wl: Workload, blocks: int, derived: bool, lat: Latency, row: object, wall: float
+) -> None:
+    """The human-readable summary table of ``plan run``."""
     source = "derived from presets" if derived else "given"
     console = Console()
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from helpers import run_cli
+from planner.metrics import OUTCOMES
 
 S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
 
@@ -133,3 +134,45 @@ def test_run_writes_step_trace(capsys, tmp_path):
     per_req = df.request_tokens.apply(sum)
     assert (per_req == df.scheduled_tokens).all()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _s3_csv(tmp_path: Path, output_tokens: int) -> str:
+    """Scenario S3's request (prompt 1,000) on its own, as a trace file."""
+    f = tmp_path / "s3.csv"
+    f.write_text(f"arrival_time_s,prompt_tokens,output_tokens\n0,1000,{output_tokens}\n")
+    return str(f)
+
+
+S3_POOL = ("--num-gpu-blocks", "64", "--block-size", "16", "--max-model-len", "1024")
+
+
+def test_livelock_names_the_stuck_request_and_fail_on_sets_the_exit(capsys, tmp_path):
+    args = ("run", *S3_POOL, "--requests-csv", _s3_csv(tmp_path, 24))
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and "livelocked: 1 requests" in out and "ids, 0-based" in out
+    assert "preempted among them: 0" in out
+    code, out, _ = run_cli(capsys, *args, "--json")
+    row = json.loads(out)
+    assert code == 0 and row["outcome"] == "livelocked"
+    assert row["stuck_request_ids"] == [0] and row["stuck_preempted_request_ids"] == [0]
+    code, _, _ = run_cli(capsys, *args, "--fail-on", "livelocked,thrashing")
+    assert code == 1
+    code, _, _ = run_cli(capsys, *args, "--fail-on", "thrashing", "--fail-on", "starved")
+    assert code == 0
+    # Control (S3): 8 output tokens fit the pool; nothing is stuck.
+    ok = ("run", *S3_POOL, "--requests-csv", _s3_csv(tmp_path, 8))
+    code, out, _ = run_cli(capsys, *ok, "--fail-on", "livelocked", "--json")
+    row = json.loads(out)
+    assert code == 0 and row["outcome"] == "ok" and row["stuck_request_ids"] == []
+
+
+@pytest.mark.parametrize("cls", [o for o in OUTCOMES if o != "ok"])
+def test_fail_on_accepts_every_failure_class(capsys, cls):
+    code, out, _ = run_cli(capsys, "run", "--num-requests", "2", "--fail-on", cls, "--json")
+    assert code == (1 if json.loads(out)["outcome"] == cls else 0)
+
+
+@pytest.mark.parametrize("value", ["nope", "ok", "", "livelocked,bogus"])
+def test_fail_on_rejects_unknown_classes(capsys, value):
+    code, _, err = run_cli(capsys, "run", "--num-requests", "2", "--fail-on", value)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--fail-on" in err
