@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from planner import cli_options as opt
 from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
@@ -26,13 +27,8 @@ from planner.latency import Latency
 from planner.metrics import OK, OUTCOMES
 from planner.traces import TraceOptions
 from planner.workload import (
-    S1_OUTPUT,
-    S1_PROMPT,
     Workload,
     WorkloadError,
-    drawn_mean_warning,
-    length_from_options,
-    synthetic,
     unused_field_warnings,
     with_shared_prefixes,
 )
@@ -57,19 +53,6 @@ class Interrupted(Exception):
     """Ctrl-C during a long command; work done so far is on disk."""
 
 
-class Arrival(StrEnum):
-    constant = "constant"
-    poisson = "poisson"
-    gamma = "gamma"
-    offline = "offline"
-
-
-class LengthKind(StrEnum):
-    gaussian = "gaussian"
-    lognormal = "lognormal"
-    constant = "constant"
-
-
 class PreemptionMode(StrEnum):
     recompute = "recompute"
     restart = "restart"
@@ -84,16 +67,6 @@ class StopBound(StrEnum):
 class Policy(StrEnum):
     fcfs = "fcfs"
     priority = "priority"
-
-
-def _coeffs(text: str, flag: str) -> tuple[float, float, float]:
-    try:
-        vals = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise InputError(f"{flag}: expected three comma-separated numbers, got {text!r}") from None
-    if len(vals) != 3:
-        raise InputError(f"{flag}: expected three comma-separated numbers, got {text!r}")
-    return vals  # type: ignore[return-value]
 
 
 def _atomic_parquet(df: object, path: Path) -> None:
@@ -148,18 +121,6 @@ class TraceFormat(StrEnum):
     azure = "azure"
     csv = "csv"
     jsonl = "jsonl"
-
-
-class LatencyKind(StrEnum):
-    linear = "linear"
-    roofline = "roofline"
-
-
-PROMPT_HELP = "Synthetic prompt mean, tokens [default: S1's 300, stdev 200, 200..400]."
-OUTPUT_HELP = "Synthetic output mean, tokens [default: S1's 3,500, stdev 3,200, 3,200..3,596]."
-STDEV_HELP = "Standard deviation, tokens [default: S1's when no length option is given, else 0]."
-MIN_HELP = "Lower clamp, tokens [default: S1's when no length option is given, else 1]."
-MAX_HELP = "Upper clamp, tokens [default: S1's when no length option is given, else none]."
 
 
 @app.command()
@@ -256,40 +217,28 @@ def run(
     trace_duration: Annotated[float, typer.Option(help="Window length, seconds.")] = math.inf,
     rate_scale: Annotated[float, typer.Option(help="Replay speed: 2 = twice as fast.")] = 1.0,
     max_requests: Annotated[int | None, typer.Option(help="Keep the first N requests.")] = None,
-    num_requests: Annotated[int, typer.Option(help="Synthetic: request count.")] = 300,
-    rate: Annotated[float, typer.Option(help="Synthetic: requests per second.")] = 10.0,
-    arrival: Annotated[Arrival, typer.Option(help="Synthetic arrival process.")] = Arrival.constant,
-    length_dist: Annotated[LengthKind, typer.Option(help="Synthetic length law.")] = (
-        LengthKind.gaussian
-    ),
-    prompt_tokens: Annotated[float | None, typer.Option(help=PROMPT_HELP)] = None,
-    prompt_tokens_stdev: Annotated[float | None, typer.Option(help=STDEV_HELP)] = None,
-    prompt_tokens_min: Annotated[int | None, typer.Option(help=MIN_HELP)] = None,
-    prompt_tokens_max: Annotated[int | None, typer.Option(help=MAX_HELP)] = None,
-    output_tokens: Annotated[float | None, typer.Option(help=OUTPUT_HELP)] = None,
-    output_tokens_stdev: Annotated[float | None, typer.Option(help=STDEV_HELP)] = None,
-    output_tokens_min: Annotated[int | None, typer.Option(help=MIN_HELP)] = None,
-    output_tokens_max: Annotated[int | None, typer.Option(help=MAX_HELP)] = None,
-    seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 0,
-    prefix_groups: Annotated[
-        int, typer.Option(help="Shared-prefix groups (with --prefix-len, --prefix-share).")
-    ] = 0,
-    prefix_len: Annotated[int, typer.Option(help="Tokens of each group's shared prefix.")] = 0,
-    prefix_share: Annotated[
-        float, typer.Option(help="Share of requests in a shared-prefix group, 0..1.")
-    ] = 0.0,
-    latency: Annotated[LatencyKind, typer.Option(help="Step-time model.")] = LatencyKind.linear,
-    alpha_coeffs: Annotated[
-        str | None,
-        typer.Option(help="alpha0,alpha1,alpha2 in microseconds [default: preset or S1 seed]."),
-    ] = None,
-    beta_coeffs: Annotated[
-        str | None,
-        typer.Option(help="beta0,beta1,beta2 in microseconds [default: preset or S1 seed]."),
-    ] = None,
-    mfu: Annotated[float | None, typer.Option(help="Roofline: model FLOP utilisation.")] = None,
-    mbu: Annotated[float | None, typer.Option(help="Roofline: memory bandwidth use.")] = None,
-    step_overhead_us: Annotated[float, typer.Option(help="Roofline: fixed per step.")] = 0.0,
+    num_requests: opt.NumRequests = 300,
+    rate: opt.Rate = 10.0,
+    arrival: opt.ArrivalOpt = opt.Arrival.constant,
+    length_dist: opt.LengthDistOpt = opt.LengthKind.gaussian,
+    prompt_tokens: opt.PromptTokens = None,
+    prompt_tokens_stdev: opt.Stdev = None,
+    prompt_tokens_min: opt.Min = None,
+    prompt_tokens_max: opt.Max = None,
+    output_tokens: opt.OutputTokens = None,
+    output_tokens_stdev: opt.Stdev = None,
+    output_tokens_min: opt.Min = None,
+    output_tokens_max: opt.Max = None,
+    seed: opt.Seed = 0,
+    prefix_groups: opt.PrefixGroups = 0,
+    prefix_len: opt.PrefixLen = 0,
+    prefix_share: opt.PrefixShare = 0.0,
+    latency: opt.LatencyOpt = opt.LatencyKind.linear,
+    alpha_coeffs: opt.AlphaCoeffs = None,
+    beta_coeffs: opt.BetaCoeffs = None,
+    mfu: opt.Mfu = None,
+    mbu: opt.Mbu = None,
+    step_overhead_us: opt.StepOverheadUs = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     trace: Annotated[
         Path | None, typer.Option(help="Write one row per step to this Parquet file.")
@@ -316,17 +265,10 @@ def run(
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
 
-    lat = resolve.latency(
-        latency.value,
-        model,
-        gpu,
-        tensor_parallel_size,
-        None if alpha_coeffs is None else _coeffs(alpha_coeffs, "--alpha-coeffs"),
-        None if beta_coeffs is None else _coeffs(beta_coeffs, "--beta-coeffs"),
-        mfu,
-        mbu,
+    lat = opt.step_time(
+        latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us,
-    )
+    )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463
     )
@@ -361,32 +303,12 @@ def run(
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
         wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
     else:
-        kind = length_dist.value
-        p = length_from_options(
-            kind,
-            prompt_tokens,
-            prompt_tokens_stdev,
-            prompt_tokens_min,
-            prompt_tokens_max,
-            S1_PROMPT,
-            "--prompt-tokens",
-        )
-        o = length_from_options(
-            kind,
-            output_tokens,
-            output_tokens_stdev,
-            output_tokens_min,
-            output_tokens_max,
-            S1_OUTPUT,
-            "--output-tokens",
-        )
-        wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
-        given_p = (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max)
-        given_o = (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)
-        for dist, drawn, opts in ((p, wl.prompt_tokens, given_p), (o, wl.output_tokens, given_o)):
-            # S1's own shape is clamped by design; warn only about the user's choices.
-            if any(v is not None for v in opts) and (msg := drawn_mean_warning(drawn, dist)):
-                print(f"plan: warning: {msg}", file=sys.stderr)
+        wl = opt.synthetic_workload(
+            num_requests, rate, arrival, length_dist,
+            (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
+            (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
+            seed,
+        )  # fmt: skip
     wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from planner import capacity, resolve
-from planner.cli_inert import WORKLOAD_RULES, reject_inert
+from planner import cli_options as opt
+from planner.cli_inert import RUN_RULES, reject_inert
 from planner.config import SchedulerConfig
 from planner.traces import DEFAULT_COLUMNS, TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import unused_field_warnings
@@ -104,9 +105,9 @@ def check(
     Exit code 0: safe; 1: a livelock gap exists or vLLM >= 0.29 refuses the
     pool; 2: bad input.
     """
+    reject_inert(ctx, RUN_RULES)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
-    reject_inert(ctx, WORKLOAD_RULES)
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:
@@ -279,15 +280,19 @@ def safe_limit(
     trace_columns: TraceColumns = None,
     max_requests: Annotated[int | None, typer.Option(help="Keep the first N requests.")] = None,
     rate_scale: Annotated[float, typer.Option(help="Trace replay speed.")] = 1.0,
-    num_requests: Annotated[int, typer.Option(help="Synthetic: request count.")] = 300,
-    rate: Annotated[float, typer.Option(help="Synthetic: requests per second.")] = 10.0,
-    prompt_tokens: Annotated[str, typer.Option(help="Synthetic prompt mean,stdev,min,max.")] = (
-        "300,200,200,400"
-    ),
-    output_tokens: Annotated[str, typer.Option(help="Synthetic output mean,stdev,min,max.")] = (
-        "3500,3200,3200,3596"
-    ),
-    seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 0,
+    num_requests: opt.NumRequests = 300,
+    rate: opt.Rate = 10.0,
+    arrival: opt.ArrivalOpt = opt.Arrival.constant,
+    length_dist: opt.LengthDistOpt = opt.LengthKind.gaussian,
+    prompt_tokens: opt.PromptTokens = None,
+    prompt_tokens_stdev: opt.Stdev = None,
+    prompt_tokens_min: opt.Min = None,
+    prompt_tokens_max: opt.Max = None,
+    output_tokens: opt.OutputTokens = None,
+    output_tokens_stdev: opt.Stdev = None,
+    output_tokens_min: opt.Min = None,
+    output_tokens_max: opt.Max = None,
+    seed: opt.Seed = 0,
     horizon: Annotated[float, typer.Option(help="Simulated seconds.")] = math.inf,
     percentile: Annotated[
         list[float] | None, typer.Option(help="Request-length percentiles (repeatable).")
@@ -297,39 +302,46 @@ def safe_limit(
     ] = 0.0,
     ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO, seconds.")] = None,
     tpot_slo: Annotated[float | None, typer.Option(help="TPOT SLO, seconds.")] = None,
-    latency: Annotated[str, typer.Option(help="linear or roofline.")] = "linear",
+    latency: opt.LatencyOpt = opt.LatencyKind.linear,
+    alpha_coeffs: opt.AlphaCoeffs = None,
+    beta_coeffs: opt.BetaCoeffs = None,
+    mfu: opt.Mfu = None,
+    mbu: opt.Mbu = None,
+    step_overhead_us: opt.StepOverheadUs = 0.0,
     enable_prefix_caching: Annotated[
         bool, typer.Option(help="Simulate with prefix caching (vLLM default on).")
     ] = False,
     async_scheduling: Annotated[
         bool, typer.Option(help="Simulate with async scheduling (vLLM default on).")
     ] = False,
-    prefix_groups: Annotated[int, typer.Option(help="Shared-prefix groups.")] = 0,
-    prefix_len: Annotated[int, typer.Option(help="Tokens of each shared prefix.")] = 0,
-    prefix_share: Annotated[float, typer.Option(help="Share of requests in a group.")] = 0.0,
+    prefix_groups: opt.PrefixGroups = 0,
+    prefix_len: opt.PrefixLen = 0,
+    prefix_share: opt.PrefixShare = 0.0,
     as_json: AsJson = False,
 ) -> None:
     """The largest KV-safe max_num_seqs for a workload and pool: analytic,
     simulation-verified, throughput- and goodput-optimal."""
     from planner.safelimit import find_safe_limits, recommendation
-    from planner.workload import LengthDist, synthetic, with_shared_prefixes
+    from planner.workload import with_shared_prefixes
 
+    reject_inert(ctx, RUN_RULES)
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
-    lat = resolve.latency(latency, model, gpu, tensor_parallel_size)
-    reject_inert(ctx, WORKLOAD_RULES)
+    lat = opt.step_time(
+        latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
+        step_overhead_us,
+    )  # fmt: skip
     if trace_file is not None:
         opts = TraceOptions(rate_scale=rate_scale, max_requests=max_requests)
         wl = read_trace_warned(trace_file, "auto", opts, trace_columns).workload
     else:
-        p = LengthDist(
-            "gaussian", *_four(prompt_tokens, "--prompt-tokens"), label="--prompt-tokens"
-        )
-        o = LengthDist(
-            "gaussian", *_four(output_tokens, "--output-tokens"), label="--output-tokens"
-        )
-        wl = synthetic(num_requests, rate, p, o, seed=seed)
+        wl = opt.synthetic_workload(
+            num_requests, rate, arrival, length_dist,
+            (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
+            (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
+            seed,
+        )  # fmt: skip
     wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
     cfg = SchedulerConfig(
         num_gpu_blocks=n,
@@ -360,14 +372,6 @@ def finite(obj: object) -> object:
     if isinstance(obj, list | tuple):
         return [finite(v) for v in obj]
     return obj
-
-
-def _four(text: str, flag: str) -> tuple[float, float, int, int]:
-    try:
-        a, b, c, d = (float(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"{flag}: expected mean,stdev,min,max, got {text!r}") from None
-    return a, b, int(c), int(d)
 
 
 def _limits_json(s: object, name: str, n: int, rec: str) -> dict:

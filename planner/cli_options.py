@@ -1,0 +1,155 @@
+"""Command-line options shared by several ``plan`` commands, each defined once.
+
+A command declares a parameter with one of these types and the option has the
+same name, help and parsing everywhere, so an error message that names it
+(``resolve.latency``: "pass --beta-coeffs ...") is true for every command that
+can print it. ``tests/test_error_flags.py`` checks that for all commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from planner import resolve
+from planner.latency import Latency
+from planner.workload import (
+    S1_OUTPUT,
+    S1_PROMPT,
+    Workload,
+    drawn_mean_warning,
+    length_from_options,
+    synthetic,
+)
+
+
+class LatencyKind(StrEnum):
+    """Step-time models (``planner.latency``; ``resolve.LATENCY_KINDS``)."""
+
+    linear = "linear"
+    roofline = "roofline"
+
+
+LatencyOpt = Annotated[LatencyKind, typer.Option(help="Step-time model.")]
+AlphaCoeffs = Annotated[
+    str | None,
+    typer.Option(help="alpha0,alpha1,alpha2 in microseconds [default: preset or S1 seed]."),
+]
+BetaCoeffs = Annotated[
+    str | None,
+    typer.Option(help="beta0,beta1,beta2 in microseconds [default: preset or S1 seed]."),
+]
+Mfu = Annotated[float | None, typer.Option(help="Roofline: model FLOP utilisation.")]
+Mbu = Annotated[float | None, typer.Option(help="Roofline: memory bandwidth use.")]
+StepOverheadUs = Annotated[float, typer.Option(help="Roofline: fixed per step.")]
+
+
+def coeffs(text: str, flag: str) -> tuple[float, float, float]:
+    """Parse ``a,b,c`` (three numbers, microseconds) given to ``flag``.
+
+    Raises ValueError (one line, naming ``flag``) otherwise.
+    """
+    try:
+        vals = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag}: expected three comma-separated numbers, got {text!r}") from None
+    if len(vals) != 3:
+        raise ValueError(f"{flag}: expected three comma-separated numbers, got {text!r}")
+    return vals  # type: ignore[return-value]
+
+
+def step_time(
+    latency: LatencyKind,
+    model: str | None,
+    gpu: str | None,
+    tp: int,
+    alpha_coeffs: str | None,
+    beta_coeffs: str | None,
+    mfu: float | None,
+    mbu: float | None,
+    step_overhead_us: float,
+) -> Latency:
+    """The step-time model from the latency options above (``resolve.latency``
+    picks it and states the defaults)."""
+    return resolve.latency(
+        latency.value,
+        model,
+        gpu,
+        tp,
+        None if alpha_coeffs is None else coeffs(alpha_coeffs, "--alpha-coeffs"),
+        None if beta_coeffs is None else coeffs(beta_coeffs, "--beta-coeffs"),
+        mfu,
+        mbu,
+        step_overhead_us,
+    )
+
+
+# Synthetic workloads (``planner.workload.synthetic``); S1's shapes are the defaults.
+class Arrival(StrEnum):
+    """Arrival processes (``workload.ARRIVALS``)."""
+
+    constant = "constant"
+    poisson = "poisson"
+    gamma = "gamma"
+    offline = "offline"
+
+
+class LengthKind(StrEnum):
+    """Length laws of a synthetic workload (``workload.LENGTH_KINDS``)."""
+
+    gaussian = "gaussian"
+    lognormal = "lognormal"
+    constant = "constant"
+
+
+PROMPT_HELP = "Synthetic prompt mean, tokens [default: S1's 300, stdev 200, 200..400]."
+OUTPUT_HELP = "Synthetic output mean, tokens [default: S1's 3,500, stdev 3,200, 3,200..3,596]."
+STDEV_HELP = "Standard deviation, tokens [default: S1's when no length option is given, else 0]."
+MIN_HELP = "Lower clamp, tokens [default: S1's when no length option is given, else 1]."
+MAX_HELP = "Upper clamp, tokens [default: S1's when no length option is given, else none]."
+
+NumRequests = Annotated[int, typer.Option(help="Synthetic: request count.")]
+Rate = Annotated[float, typer.Option(help="Synthetic: requests per second.")]
+ArrivalOpt = Annotated[Arrival, typer.Option(help="Synthetic arrival process.")]
+LengthDistOpt = Annotated[LengthKind, typer.Option(help="Synthetic length law.")]
+PromptTokens = Annotated[float | None, typer.Option(help=PROMPT_HELP)]
+OutputTokens = Annotated[float | None, typer.Option(help=OUTPUT_HELP)]
+Stdev = Annotated[float | None, typer.Option(help=STDEV_HELP)]
+Min = Annotated[int | None, typer.Option(help=MIN_HELP)]
+Max = Annotated[int | None, typer.Option(help=MAX_HELP)]
+Seed = Annotated[int, typer.Option(help="Synthetic workload seed.")]
+PrefixGroups = Annotated[
+    int, typer.Option(help="Shared-prefix groups (with --prefix-len, --prefix-share).")
+]
+PrefixLen = Annotated[int, typer.Option(help="Tokens of each group's shared prefix.")]
+PrefixShare = Annotated[
+    float, typer.Option(help="Share of requests in a shared-prefix group, 0..1.")
+]
+
+Lengths = tuple[float | None, float | None, int | None, int | None]  # mean, stdev, min, max
+
+
+def synthetic_workload(
+    num_requests: int,
+    rate: float,
+    arrival: Arrival,
+    length_dist: LengthKind,
+    prompt: Lengths,
+    output: Lengths,
+    seed: int,
+) -> Workload:
+    """The synthetic workload of the options above (``workload.synthetic``;
+    lengths by ``workload.length_from_options``, S1's shapes by default).
+    Warns on stderr when clamping moved the drawn mean of lengths the user
+    chose (``drawn_mean_warning``; S1's own shape is clamped by design)."""
+    kind = length_dist.value
+    p = length_from_options(kind, *prompt, S1_PROMPT, "--prompt-tokens")
+    o = length_from_options(kind, *output, S1_OUTPUT, "--output-tokens")
+    wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
+    for dist, drawn, given in ((p, wl.prompt_tokens, prompt), (o, wl.output_tokens, output)):
+        if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):
+            print(f"plan: warning: {msg}", file=sys.stderr)
+    return wl
