@@ -30,6 +30,8 @@ def latency(
     """
     if kind not in LATENCY_KINDS:
         raise ValueError(f"--latency must be one of {LATENCY_KINDS}, got {kind!r}")
+    if tp < 1:
+        raise ValueError(f"--tensor-parallel-size must be >= 1, got {tp}")
     if kind == "roofline":
         if model is None or gpu is None:
             raise ValueError("--latency roofline needs --model and --gpu")
