@@ -211,3 +211,34 @@ def test_safe_limit_json_and_run_warning(capsys):
         capsys, "run", "--requests-csv", S1_CSV, "--horizon", "5", "--max-num-seqs", "256"
     )
     assert code == 0 and err.count("KV-safe limit 32") == 1
+
+
+def test_safe_limit_takes_the_latency_options_its_errors_name(capsys):
+    """safe-limit used to say "pass --beta-coeffs" without accepting it."""
+    base = ["safe-limit", "--model", "llama-3.1-70b", "--gpu", "H100",
+            "--tensor-parallel-size", "2", "--num-requests", "20", "--horizon", "30"]  # fmt: skip
+    code, _, err = run_cli(capsys, *base)
+    assert code == 2 and "--beta-coeffs" in err
+    rps = []
+    for beta in ("6000,20,6", "12000,40,12"):
+        code, out, _ = run_cli(capsys, *base, "--beta-coeffs", beta, "--json")
+        assert code == 0
+        rps.append(max(r["throughput_rps"] for r in json.loads(out)["evaluated"]))
+    assert rps[0] > rps[1]  # slower steps, fewer completions per second: the option took effect
+    code, out, _ = run_cli(capsys, *base, "--latency", "roofline", "--mfu", "0.4", "--json")
+    assert code == 0 and json.loads(out)["analytic"] >= 1
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["check", "--num-gpu-blocks", "64", "--gpu-memory-utilization", "0.5"], "--gpu-memory"),
+        (["check", "--num-gpu-blocks", "64", "--tensor-parallel-size", "2"], "--tensor-parallel"),
+        (["safe-limit", "--num-gpu-blocks", "64", "--mfu", "0.4"], "--mfu"),
+        (["safe-limit", "--num-gpu-blocks", "64", "--rate-scale", "2"], "--rate-scale"),
+        (["safe-limit", "--num-gpu-blocks", "64", "--trace-file", S1_CSV, "--rate", "3"], "--rate"),
+    ],
+)
+def test_capacity_commands_refuse_options_without_effect(capsys, args, flag):
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err
