@@ -167,7 +167,9 @@ def test_hash_table_matches_a_dict():
 
 def test_safe_limit_counts_shared_prefix_blocks_once(capsys):
     args = ["safe-limit", "--num-gpu-blocks", "3000", "--num-requests", "120", "--rate", "20"]
-    args += ["--prompt-tokens", "800,200,600,1000", "--output-tokens", "300,100,100,500"]
+    args += ["--prompt-tokens", "800", "--prompt-tokens-stdev", "200", "--prompt-tokens-min", "600"]
+    args += ["--prompt-tokens-max", "1000", "--output-tokens", "300", "--output-tokens-stdev"]
+    args += ["100", "--output-tokens-min", "100", "--output-tokens-max", "500"]
     args += ["--horizon", "30", "--json"]
     code, plain, _ = run_cli(capsys, *args)
     assert code == 0

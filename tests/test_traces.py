@@ -347,7 +347,7 @@ def test_safe_limit_refuses_synthetic_options_with_a_trace(capsys, tmp_path):
     for extra, needle in (
         (["--num-requests", "5"], "--num-requests has no effect with --trace-file"),
         (["--rate", "3"], "--rate has no effect with --trace-file"),
-        (["--prompt-tokens", "9,0,9,9"], "--prompt-tokens has no effect with --trace-file"),
+        (["--prompt-tokens", "9"], "--prompt-tokens has no effect with --trace-file"),
         (["--seed", "3"], "--seed has no effect with --trace-file"),
     ):
         code, _, err = run_cli(capsys, *SAFE_LIMIT, "--trace-file", str(f), *extra)
