@@ -619,7 +619,12 @@ register_capacity_commands(app)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``plan`` script: one-line errors, exit code 2 on bad input."""
+    """Entry point of the ``plan`` script: one-line errors, exit code 2 on bad input.
+
+    Exit codes: 0 done; 1 a failure verdict the user asked about (``plan check``:
+    unsafe pool; ``plan run --fail-on``: the outcome is one of the classes);
+    2 bad input; 130 interrupted.
+    """
     cmd = typer.main.get_command(app)
     try:
         # Not standalone: errors come back here as exceptions; typer.Exit comes
