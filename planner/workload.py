@@ -30,6 +30,13 @@ MAX_ARRIVAL_S = 1e9  # ~31 years: keeps times in int64 nanoseconds
 LENGTH_KINDS = ("gaussian", "lognormal", "constant", "empirical")
 
 
+def field_name(label: str, part: str) -> str:
+    """The name of a length setting's ``part`` (stdev, min, max) as the user wrote
+    it: ``--prompt-tokens-min`` for a CLI label, ``workload.prompt.min`` for a
+    sweep-spec label, so messages name an option or field that exists."""
+    return f"{label}-{part}" if label.startswith("--") else f"{label}.{part}"
+
+
 class WorkloadError(ValueError):
     """A workload that cannot be simulated (bad parameters or a malformed file)."""
 
@@ -130,13 +137,16 @@ class LengthDist:
         if not (1 <= self.mean <= MAX_TOKENS):
             raise WorkloadError(f"{lb}: mean must be in 1..{MAX_TOKENS}, got {self.mean}")
         if not (0 <= self.stdev < float("inf")):
-            raise WorkloadError(f"{lb}-stdev must be finite and >= 0, got {self.stdev}")
+            raise WorkloadError(
+                f"{field_name(lb, 'stdev')} must be finite and >= 0, got {self.stdev}"
+            )
         if not (1 <= self.min <= self.max <= MAX_TOKENS):
             raise WorkloadError(f"{lb}: needs 1 <= min <= max, got min {self.min}, max {self.max}")
         if not (self.min <= self.mean <= self.max):
             raise WorkloadError(
                 f"{lb}: mean {self.mean:g} lies outside its bounds {self.min}..{self.max}; "
-                f"lengths would be clamped to the bounds (set {lb}-min/{lb}-max)"
+                f"lengths would be clamped to the bounds (set {field_name(lb, 'min')}/"
+                f"{field_name(lb, 'max')})"
             )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -192,3 +192,16 @@ def test_every_flag_in_the_package_names_some_command_option():
     for path in (ROOT / "planner").rglob("*.py"):
         stray = string_flags(ast.parse(path.read_text())) - every
         assert not stray, f"{path.relative_to(ROOT)} names {sorted(stray)}"
+
+
+def test_sweep_spec_errors_name_spec_fields(capsys, tmp_path):
+    """A spec's length error names spec fields (workload.prompt.min), not CLI-like ones."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        'name = "t"\nhorizon_s = 10.0\n[workload]\nkind = "synthetic"\nnum_requests = 10\n'
+        "rate = 1\n[workload.prompt]\nmean = 500\nmax = 400\n[workload.output]\nmean = 10\n"
+        "[scheduler]\nblock_size = 16\n[axes]\nmax_num_seqs = [8]\nnum_gpu_blocks = [500]\n"
+    )
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--dry-run")
+    assert code == 2 and "workload.prompt.min/workload.prompt.max" in err
+    assert not named_flags(err)
