@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from planner import capacity
 from planner import cli_options as opt
 from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
@@ -24,7 +25,7 @@ from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import RUN_RULES, reject_inert
 from planner.config import SchedulerConfig
 from planner.latency import Latency
-from planner.metrics import OK, OUTCOMES
+from planner.metrics import LIVELOCKED, OK, OUTCOMES
 from planner.traces import TraceOptions
 from planner.workload import (
     Workload,
@@ -347,6 +348,8 @@ def run(
         _print_run(wl, blocks, derived, lat, row, wall)
         if row["outcome"] != OK and len(stuck):
             _print_stuck(str(row["outcome"]), stuck.tolist(), stuck_preempted.tolist())
+        if row["outcome"] == LIVELOCKED:
+            _print_gap_fix(cfg)
     if row["outcome"] in fail_classes:
         raise typer.Exit(EXIT_FAILURE_VERDICT)
 
@@ -384,6 +387,21 @@ def _print_stuck(outcome: str, stuck: list[int], preempted: list[int]) -> None:
     Console().print(
         f"{outcome}: {len(stuck):,} requests entered the scheduler and never finished "
         f"(request ids, 0-based in arrival order): {_ids(stuck)}{pre}",
+        soft_wrap=True,
+    )
+
+
+def _print_gap_fix(cfg: SchedulerConfig) -> None:
+    """Under a livelock on a pool with the null-block gap (``capacity.livelock_gap``),
+    the fix ``plan check`` gives for it."""
+    n, bs, mml = cfg.num_gpu_blocks, cfg.block_size, cfg.max_model_len
+    gap = capacity.livelock_gap(n, bs, mml, cfg.null_block)
+    if gap is None or not cfg.null_block:
+        return
+    Console().print(
+        f"the pool is short for max_model_len: requests of {gap[0]:,}-{gap[1]:,} tokens can "
+        f"never finish; fix: --num-gpu-blocks {capacity.min_safe_num_gpu_blocks(mml, bs):,} "
+        f"or --max-model-len {capacity.max_safe_model_len(n, bs):,} (plan check explains)",
         soft_wrap=True,
     )
 

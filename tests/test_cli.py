@@ -151,6 +151,7 @@ def test_livelock_names_the_stuck_request_and_fail_on_sets_the_exit(capsys, tmp_
     code, out, _ = run_cli(capsys, *args)
     assert code == 0 and "livelocked: 1 requests" in out and "ids, 0-based" in out
     assert "preempted among them: 0" in out
+    assert "fix: --num-gpu-blocks 65 or --max-model-len 1,008" in " ".join(out.split())
     code, out, _ = run_cli(capsys, *args, "--json")
     row = json.loads(out)
     assert code == 0 and row["outcome"] == "livelocked"
