@@ -152,12 +152,29 @@ def num_gpu_blocks(
         )
     if tp < 1:
         raise HardwareError(f"--tensor-parallel-size must be >= 1, got {tp}")
-    budget = g.memory_gib * GIB * gpu_memory_utilization
-    kv_bytes = budget - m.weight_bytes(tp) - (activation_gib + non_torch_gib) * GIB
-    blocks = int(kv_bytes // kv_page_bytes(m, block_size, tp))
+    blocks = _blocks(m, g, gpu_memory_utilization, block_size, tp, activation_gib + non_torch_gib)
     if blocks < 2:
+        fits = [
+            t
+            for t in TP_SIZES
+            if t > tp
+            and _blocks(m, g, gpu_memory_utilization, block_size, t, activation_gib + non_torch_gib)
+            >= 2
+        ]
+        hint = f"; a tensor-parallel size of {fits[0]} leaves room" if fits else ""
         raise HardwareError(
             f"{m.name} on {tp} x {g.name} at {gpu_memory_utilization}: weights "
-            f"{m.weight_bytes(tp) / GIB:.1f} GiB leave no room for the KV cache"
+            f"{m.weight_bytes(tp) / GIB:.1f} GiB leave no room for the KV cache{hint}"
         )
     return blocks
+
+
+TP_SIZES = (1, 2, 4, 8)  # tensor-parallel sizes suggested when the weights do not fit
+
+
+def _blocks(
+    m: ModelSpec, g: GpuSpec, util: float, block_size: int, tp: int, overhead_gib: float
+) -> int:
+    """floor((memory x util - weights/tp - overhead) / page bytes): the sizing formula."""
+    kv_bytes = g.memory_gib * GIB * util - m.weight_bytes(tp) - overhead_gib * GIB
+    return int(kv_bytes // kv_page_bytes(m, block_size, tp))

@@ -242,3 +242,10 @@ def test_safe_limit_takes_the_latency_options_its_errors_name(capsys):
 def test_capacity_commands_refuse_options_without_effect(capsys, args, flag):
     code, _, err = run_cli(capsys, *args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err
+
+
+def test_weights_that_do_not_fit_say_which_tensor_parallel_size_fits(capsys):
+    code, _, err = run_cli(capsys, "check", "--model", "llama-3.1-70b", "--gpu", "H100")
+    assert code == 2 and "a tensor-parallel size of 2 leaves room" in err
+    args = ["check", "--model", "llama-3.1-70b", "--gpu", "H100", "--tensor-parallel-size", "2"]
+    assert run_cli(capsys, *args, "--max-model-len", "1024")[0] == 0
