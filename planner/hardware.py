@@ -152,14 +152,13 @@ def num_gpu_blocks(
         )
     if tp < 1:
         raise HardwareError(f"--tensor-parallel-size must be >= 1, got {tp}")
-    blocks = _blocks(m, g, gpu_memory_utilization, block_size, tp, activation_gib + non_torch_gib)
+    overhead = activation_gib + non_torch_gib
+    blocks = _blocks(m, g, gpu_memory_utilization, block_size, tp, overhead)
     if blocks < 2:
         fits = [
             t
             for t in TP_SIZES
-            if t > tp
-            and _blocks(m, g, gpu_memory_utilization, block_size, t, activation_gib + non_torch_gib)
-            >= 2
+            if t > tp and _blocks(m, g, gpu_memory_utilization, block_size, t, overhead) >= 2
         ]
         hint = f"; a tensor-parallel size of {fits[0]} leaves room" if fits else ""
         raise HardwareError(
