@@ -249,3 +249,13 @@ def test_weights_that_do_not_fit_say_which_tensor_parallel_size_fits(capsys):
     assert code == 2 and "a tensor-parallel size of 2 leaves room" in err
     args = ["check", "--model", "llama-3.1-70b", "--gpu", "H100", "--tensor-parallel-size", "2"]
     assert run_cli(capsys, *args, "--max-model-len", "1024")[0] == 0
+
+
+@pytest.mark.parametrize("cmd", ["check", "safe-limit", "run"])
+def test_help_shows_the_bracketed_defaults(capsys, cmd):
+    """Rich reads "[default: ...]" as markup and drops it unless escaped."""
+    code, out, _ = run_cli(capsys, cmd, "--help")
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "[default:" in flat
+    if cmd != "check":
+        assert "[default: preset or S1 seed]" in flat
