@@ -8,9 +8,10 @@ calls the very same compiled functions.
 Sources:
 - ``vllm/v1/core/block_pool.py``, ``BlockPool.__init__``: block 0 is taken as
   the null block, so a pool of N blocks hands out N-1.
-- ``vllm/v1/core/kv_cache_utils.py`` (start-up check, 0.33 counts the null
-  block): ``N >= cdiv(max_model_len, block_size) + 1``. Older releases compared
-  max_model_len with all N blocks (``STARTUP_CHECK_HISTORY`` says which).
+- ``vllm/v1/core/kv_cache_planning.py`` in 0.33 (``kv_cache_utils.py`` before),
+  start-up check, which counts the null block since 0.29.0:
+  ``N >= cdiv(max_model_len, block_size) + 1``; 0.28.0 compared max_model_len
+  with all N blocks (``STARTUP_CHECK_HISTORY``).
 - vLLM PR #52530 (proposed): ``max_servable_num_tokens = (N-1) * block_size``.
 """
 
@@ -76,15 +77,15 @@ def stop_length(
 # Which vLLM releases' start-up check counts the null block, read in each
 # release's source (``get_kv_cache_configs`` and ``check_enough_kv_cache_memory``
 # in ``vllm/v1/core/kv_cache_utils.py``, ``kv_cache_planning.py`` in 0.33):
-# 0.28.0 compares max_model_len's KV bytes with the whole pool; 0.29.0 first
-# subtracts one block's bytes ("reserve the null block", vLLM PR #47272), and
-# 0.30.0-0.33.0 keep doing so. The "Maximum concurrency" log line divides all
-# N blocks in every one of these releases.
+# 0.10.0, 0.27.1 and 0.28.0 compare max_model_len's KV bytes with the whole
+# pool; 0.29.0 first subtracts one block's bytes ("reserve the null block", the
+# change of vLLM PR #47272), and 0.30.0-0.33.0 keep doing so. The "Maximum
+# concurrency" log line divides all N blocks in 0.28.0, 0.29.0 and 0.33.0.
 NULL_BLOCK_COUNTED = "vLLM >= 0.29.0"
 NULL_BLOCK_NOT_COUNTED = "vLLM <= 0.28.0"
 STARTUP_CHECK_HISTORY = (
     "the start-up check counts the null block since vLLM 0.29.0 (PR #47272); "
-    "0.28.0 and earlier do not, so they start on a pool one block short"
+    "0.28.0 and earlier v1 releases do not, so they start on a pool one block short"
 )
 
 
@@ -143,7 +144,7 @@ def analytic_safe_max_num_seqs(
 
 
 def min_safe_num_gpu_blocks(max_model_len: int, block_size: int) -> int:
-    """Smallest pool on which vLLM 0.33 starts *and* no request can livelock.
+    """Smallest pool on which vLLM >= 0.29 starts *and* no request can livelock.
 
     Both conditions, from ``vllm_starts`` (``N >= cdiv(mml, bs) + 1``) and
     ``livelock_gap`` (none when ``(N - 1) * bs + 2 > mml``); the start-up rule
@@ -155,7 +156,7 @@ def min_safe_num_gpu_blocks(max_model_len: int, block_size: int) -> int:
 
 
 def max_safe_model_len(num_gpu_blocks: int, block_size: int) -> int:
-    """Largest max_model_len (tokens) that vLLM 0.33 accepts on this pool with
+    """Largest max_model_len (tokens) that vLLM >= 0.29 accepts on this pool with
     no livelock gap: the servable tokens ``(N - 1) * bs`` (S3: 64 blocks ->
     1,008). Both rules (``vllm_starts``, ``livelock_gap``) hold up to it."""
     return int(max_servable_tokens(num_gpu_blocks, block_size, True))
