@@ -20,7 +20,7 @@ import pytest
 
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.latency import SEED_BETA_US
+from planner.latency import SEED_ALPHA_US, SEED_BETA_US
 from planner.workload import s1_exact
 
 GOLDEN = Path(__file__).parent / "golden" / "blis"
@@ -93,6 +93,14 @@ def test_fixtures_match_the_shipped_workload_and_commit():
     data = (Path(__file__).parents[1] / META["workload"]).read_bytes()
     assert hashlib.sha256(data).hexdigest() == META["workload_sha256"]
     assert META["blis_commit"].startswith("b563c440")
+    flags = dict(zip(META["flags"][::2], META["flags"][1::2], strict=True))
+    cfg = _config(*FOCUS)
+    assert tuple(map(float, flags["--alpha-coeffs"].split(","))) == SEED_ALPHA_US
+    assert tuple(map(float, flags["--beta-coeffs"].split(","))) == SEED_BETA_US
+    assert int(flags["--block-size-in-tokens"]) == cfg.block_size
+    assert int(flags["--max-num-scheduled-tokens"]) == cfg.max_num_batched_tokens
+    assert int(flags["--max-model-len"]) == cfg.max_model_len
+    assert int(flags["--horizon"]) == HORIZON_US
     assert len(GRID) == 64 and set(FOCUS) <= set(GRID.max_num_seqs) | set(GRID.num_gpu_blocks)
 
 

@@ -33,6 +33,9 @@ Install and build (about 2 minutes), outside this repository::
     cd /work/blis-src/inference-sim && GOTOOLCHAIN=local \\
         /work/blis-src/govenv/bin/go build -o /work/blis-src/blis .
 
+(That plain build needs proxy.golang.org; it was not reachable where the
+fixtures were recorded, so the build there went through ``--vendor-from``.)
+
 BLIS has no ``vendor/`` folder and needs six modules (cobra v1.9.1, pflag
 v1.0.6, mousetrap v1.1.0, logrus v1.9.3, yaml.v3 v3.0.1, x/sys
 c0bba94af5f8). Where proxy.golang.org is unreachable, give this script git
