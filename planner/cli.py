@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -38,10 +39,34 @@ EXIT_FAILURE_VERDICT = 1  # plan run --fail-on: the outcome is one of the given 
 EXIT_BAD_INPUT = 2
 STUCK_SHOWN = 20  # stuck request ids printed in the table output (--json has all)
 
+
+class _HelpGroup(typer.core.TyperGroup):
+    """The ``plan`` group; its help lists each command's whole first sentence
+    (Click's default cuts it to the width with "...")."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Write the "Commands" section: name and first sentence, wrapped, never cut."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=sys.maxsize)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+# rich_markup_mode=None: help is laid out by Click's own formatter, which
+# prints every option name in full at any width (Rich's panels cut names to
+# the column, "--max-num-batche…", at 80 columns when stdout is not a
+# terminal) and keeps bracketed text such as "[default: from --model/--gpu]"
+# (Rich markup swallowed it, leaving "blocks .").
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
+    rich_markup_mode=None,
+    cls=_HelpGroup,
     help="Capacity planning for LLM servers that run the vLLM v1 scheduler.",
 )
 

@@ -1,0 +1,81 @@
+"""``--help`` of every ``plan`` command, with stdout not a terminal (issue 18 case 13):
+every option name printed in full at any width, and every help string printed
+whole (no bracketed text swallowed as markup, no stray space before a full stop)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import click
+import pytest
+import typer
+
+from planner.cli import app, main
+
+ROOT = typer.main.get_command(app)
+COMMANDS = [[]] + [[name] for name in ROOT.commands]  # type: ignore[attr-defined]
+
+
+def _command(path: list[str]) -> click.Command:
+    return ROOT.commands[path[0]] if path else ROOT  # type: ignore[attr-defined]
+
+
+def _squash(text: str) -> str:
+    """Text without any whitespace, so that wrapping does not matter."""
+    return "".join(text.split())
+
+
+def _help(capsys, path: list[str]) -> str:
+    try:
+        main([*path, "--help"])
+    except SystemExit as e:
+        assert e.code in (0, None)
+    out = capsys.readouterr().out
+    assert out.strip()
+    return out
+
+
+def _check(out: str, command: click.Command) -> None:
+    assert "…" not in out
+    stray = [line for line in out.splitlines() if re.search(r"\s\.(?!\.)", line)]
+    assert not stray, f"space before a full stop: {stray}"
+    squashed = _squash(out)
+    words = set(re.split(r"[\s,/]+", out))
+    for param in command.params:
+        for name in [*param.opts, *param.secondary_opts]:
+            if name.startswith("-"):
+                assert name in words, f"{name} not printed in full"
+        text = getattr(param, "help", None)
+        if text:
+            assert _squash(text) in squashed, f"help of {param.name} not printed whole: {text!r}"
+    for name, sub in getattr(command, "commands", {}).items():
+        summary = sub.get_short_help_str(limit=sys.maxsize)
+        assert _squash(summary) in squashed, f"summary of {name} cut: {summary!r}"
+
+
+@pytest.mark.parametrize("columns", [None, "40", "80"])
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "plan")
+def test_help_prints_every_option_and_help_in_full(capsys, monkeypatch, path, columns):
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
+    _check(_help(capsys, path), _command(path))
+
+
+def test_help_through_a_pipe_in_a_fresh_process():
+    """The installed entry point, stdout a pipe, COLUMNS unset."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from planner.cli import main; main()", "run", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    _check(proc.stdout, _command(["run"]))
