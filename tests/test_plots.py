@@ -104,8 +104,9 @@ def test_heatmap_missing_results(capsys, tmp_path):
         ("mitigations.ipynb", True),
     ],
 )
-def test_notebooks_execute_on_small_grids(name, draws, monkeypatch):
+def test_notebooks_execute_on_small_grids(name, draws, monkeypatch, tmp_path):
     monkeypatch.setenv("PLANNER_NOTEBOOK_SMALL", "1")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's temp folders land in tmp_path
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,23 +80,31 @@ def _warm_up(threads: int) -> bool:
 def dask_client(address: str | None, n_workers: int | None, threads_per_worker: int = 1):  # noqa: ANN201
     """A connected ``distributed.Client`` whose workers have the kernel loaded:
     a new LocalCluster (worker processes, their logs silenced) when ``address``
-    is None. Raises ExecutorError when the scheduler cannot be reached."""
+    is None, with its scratch space in a temporary folder that is removed when
+    the cluster closes (Dask's default, ``$TMPDIR/dask-scratch-space``, stays
+    behind). Raises ExecutorError when the scheduler cannot be reached."""
     from distributed import Client, LocalCluster
 
     cluster = None
+    scratch = None
     try:
         if address is None:
+            scratch = tempfile.TemporaryDirectory(prefix="planner-dask-")
             cluster = LocalCluster(
                 n_workers=n_workers or os.cpu_count() or 1,
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
                 silence_logs=logging.CRITICAL,
+                local_directory=scratch.name,  # workers and nannies
+                scheduler_kwargs={"local_directory": scratch.name},
             )
             client = Client(cluster)
         else:
             client = Client(address, timeout="10s")
     except OSError as e:
+        if scratch is not None:
+            scratch.cleanup()
         raise ExecutorError(f"--address {address}: cannot reach the Dask scheduler ({e})") from None
     try:
         client.run(_warm_up, threads_per_worker)
@@ -104,6 +113,8 @@ def dask_client(address: str | None, n_workers: int | None, threads_per_worker: 
         client.close()
         if cluster is not None:
             cluster.close()
+        if scratch is not None:
+            scratch.cleanup()
 
 
 def run_dask(

@@ -1,0 +1,50 @@
+"""Session-wide guard: the suite writes temporary files only where pytest cleans up.
+
+For the whole session, TMPDIR and ``tempfile.tempdir`` point at a private
+folder under pytest's base temp directory, so that everything that asks the
+standard library for a temp location (``tempfile``, Dask's scratch space,
+notebook kernels and other child processes, which inherit TMPDIR) lands
+there and not in the machine's /tmp. Each test must leave that folder as it
+found it: files a test needs belong in ``tmp_path``; anything else must be
+removed by the code that made it. A test that leaves something behind fails
+at teardown, naming what it left.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]  # tests/test_tmp_guard.py runs this guard on sample tests
+
+# Folders that tools create once per process under TMPDIR and keep by design:
+# none today. Add a name here only with the reason it cannot be avoided.
+ALLOWED: frozenset[str] = frozenset()
+
+
+def _contents(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()} - ALLOWED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point TMPDIR and ``tempfile.tempdir`` at a private, initially empty folder."""
+    folder = tmp_path_factory.mktemp("TMPDIR", numbered=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(folder))
+        mp.setattr(tempfile, "tempdir", str(folder))
+        yield folder
+    left = sorted(_contents(folder))
+    assert not left, f"the test session left files in its TMPDIR {folder}: {left}"
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_temp_files(session_tmpdir: Path) -> Iterator[None]:
+    """Fail the test that leaves anything in the session TMPDIR."""
+    before = _contents(session_tmpdir)
+    yield
+    left = sorted(_contents(session_tmpdir) - before)
+    assert not left, f"left in TMPDIR (use tmp_path, or clean up): {left}"
