@@ -20,6 +20,7 @@ from rich.table import Table
 
 from planner import capacity
 from planner import cli_options as opt
+from planner import distribution
 from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
@@ -668,6 +669,11 @@ def main(argv: list[str] | None = None) -> None:
     unsafe pool; ``plan run --fail-on``: the outcome is one of the classes);
     2 bad input; 130 interrupted.
     """
+    try:  # is the imported `planner` ours? (another PyPI distribution installs one)
+        distribution.check(sys.modules["planner"])
+    except distribution.DistributionClash as e:
+        print(f"plan: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     cmd = typer.main.get_command(app)
     try:
         # Not standalone: errors come back here as exceptions; typer.Exit comes
