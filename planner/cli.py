@@ -68,6 +68,8 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
     cls=_HelpGroup,
+    # Click caps help at 80 columns; use the whole terminal (COLUMNS), as Rich did.
+    context_settings={"max_content_width": 10_000},
     help="Capacity planning for LLM servers that run the vLLM v1 scheduler.",
 )
 
@@ -598,7 +600,7 @@ def heatmap(
         Path | None,
         typer.Option(
             help="PNG or SVG, outside the sweep folder "
-            "\\[default: RESULTS.heatmap.png beside it, e.g. results/quick.heatmap.png]"
+            "[default: RESULTS.heatmap.png beside it, e.g. results/quick.heatmap.png]"
         ),
     ] = None,
     width: Annotated[int, typer.Option(help="Pixels.")] = 1400,

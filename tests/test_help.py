@@ -40,6 +40,7 @@ def _help(capsys, path: list[str]) -> str:
 
 def _check(out: str, command: click.Command) -> None:
     assert "…" not in out
+    assert "\\[" not in out, "a Rich markup escape printed literally"
     stray = [line for line in out.splitlines() if re.search(r"\s\.(?!\.)", line)]
     assert not stray, f"space before a full stop: {stray}"
     squashed = _squash(out)
