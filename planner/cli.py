@@ -18,9 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner import capacity
+from planner import capacity, distribution
 from planner import cli_options as opt
-from planner import distribution
 from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands

@@ -27,7 +27,7 @@ EXIT_SAFE, EXIT_UNSAFE = 0, 1
 
 Blocks = Annotated[
     int | None,
-    typer.Option(help="KV pool size N in blocks \\[default: from --model/--gpu]."),
+    typer.Option(help="KV pool size N in blocks [default: from --model/--gpu]."),
 ]
 Model = Annotated[str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b.")]
 Gpu = Annotated[str | None, typer.Option(help="GPU preset: H100, H200, A100-80GB, L40S.")]
@@ -89,7 +89,7 @@ def check(
     gpu_memory_utilization: Util = 0.9,
     tensor_parallel_size: Tp = 1,
     tokens_per_request: Annotated[
-        int | None, typer.Option(help="T for the concurrency figure \\[default: max_model_len].")
+        int | None, typer.Option(help="T for the concurrency figure [default: max_model_len].")
     ] = None,
     trace_file: TraceFile = None,
     trace_columns: TraceColumns = None,

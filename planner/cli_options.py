@@ -36,11 +36,11 @@ class LatencyKind(StrEnum):
 LatencyOpt = Annotated[LatencyKind, typer.Option(help="Step-time model.")]
 AlphaCoeffs = Annotated[
     str | None,
-    typer.Option(help="alpha0,alpha1,alpha2 in microseconds \\[default: preset or S1 seed]."),
+    typer.Option(help="alpha0,alpha1,alpha2 in microseconds [default: preset or S1 seed]."),
 ]
 BetaCoeffs = Annotated[
     str | None,
-    typer.Option(help="beta0,beta1,beta2 in microseconds \\[default: preset or S1 seed]."),
+    typer.Option(help="beta0,beta1,beta2 in microseconds [default: preset or S1 seed]."),
 ]
 Mfu = Annotated[float | None, typer.Option(help="Roofline: model FLOP utilisation.")]
 Mbu = Annotated[float | None, typer.Option(help="Roofline: memory bandwidth use.")]
@@ -105,11 +105,11 @@ class LengthKind(StrEnum):
     constant = "constant"
 
 
-PROMPT_HELP = "Synthetic prompt mean, tokens \\[default: S1's 300, stdev 200, 200..400]."
-OUTPUT_HELP = "Synthetic output mean, tokens \\[default: S1's 3,500, stdev 3,200, 3,200..3,596]."
-STDEV_HELP = "Standard deviation, tokens \\[default: S1's when no length option is given, else 0]."
-MIN_HELP = "Lower clamp, tokens \\[default: S1's when no length option is given, else 1]."
-MAX_HELP = "Upper clamp, tokens \\[default: S1's when no length option is given, else none]."
+PROMPT_HELP = "Synthetic prompt mean, tokens [default: S1's 300, stdev 200, 200..400]."
+OUTPUT_HELP = "Synthetic output mean, tokens [default: S1's 3,500, stdev 3,200, 3,200..3,596]."
+STDEV_HELP = "Standard deviation, tokens [default: S1's when no length option is given, else 0]."
+MIN_HELP = "Lower clamp, tokens [default: S1's when no length option is given, else 1]."
+MAX_HELP = "Upper clamp, tokens [default: S1's when no length option is given, else none]."
 
 NumRequests = Annotated[int, typer.Option(help="Synthetic: request count.")]
 Rate = Annotated[float, typer.Option(help="Synthetic: requests per second.")]
