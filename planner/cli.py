@@ -411,7 +411,7 @@ def _ids(ids: list[int]) -> str:
 def _print_stuck(outcome: str, stuck: list[int], preempted: list[int]) -> None:
     """One line naming the requests that were waiting or running and never finished."""
     pre = f"; preempted among them: {_ids(preempted)}" if preempted else ""
-    Console().print(
+    Console(markup=False).print(
         f"{outcome}: {len(stuck):,} requests entered the scheduler and never finished "
         f"(request ids, 0-based in arrival order): {_ids(stuck)}{pre}",
         soft_wrap=True,
@@ -425,7 +425,7 @@ def _print_gap_fix(cfg: SchedulerConfig) -> None:
     gap = capacity.livelock_gap(n, bs, mml, cfg.null_block)
     if gap is None or not cfg.null_block:
         return
-    Console().print(
+    Console(markup=False).print(
         f"the pool is short for max_model_len: requests of {gap[0]:,}-{gap[1]:,} tokens can "
         f"never finish; fix: --num-gpu-blocks {capacity.min_safe_num_gpu_blocks(mml, bs):,} "
         f"or --max-model-len {capacity.max_safe_model_len(n, bs):,} (plan check explains)",
@@ -438,7 +438,7 @@ def _print_run(
 ) -> None:
     """The human-readable summary table of ``plan run``."""
     source = "derived from presets" if derived else "given"
-    console = Console()
+    console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
@@ -546,7 +546,7 @@ def sweep(
     sw = load_spec(spec)
     for message in sw.warnings:
         warn(message)
-    console = Console(stderr=True)
+    console = Console(stderr=True, markup=False)
     if dry_run:
         driver.dry_run(sw, chunk_size, limit, workers, console)
         return

@@ -213,7 +213,7 @@ def _print_fix(c: Console, o: dict) -> None:
 
 
 def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
-    c = Console()
+    c = Console(markup=False)
     n, bs, mml = o["num_gpu_blocks"], o["block_size"], o["max_model_len"]
     c.print(
         f"pool: {n:,} blocks x {bs} tokens; {o['usable_blocks']:,} usable (block 0 is the "
@@ -451,7 +451,7 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
             str(s.goodput_optimal),
             f"TTFT <= {s.ttft_slo_s} s, TPOT <= {s.tpot_slo_s} s: {g.goodput_rps:.3f} req/s",
         )
-    c = Console()
+    c = Console(markup=False)
     c.print(table)
     c.print(f"recommendation: {rec}")
 
