@@ -1,3 +1,22 @@
-"""planner: capacity planning for LLM servers running the vLLM v1 scheduler."""
+"""planner: capacity planning for LLM servers running the vLLM v1 scheduler.
+
+The sweep API (``load_spec``, ``run_sweep``, ``Spec``; ``planner.sweep_api``)
+is exported lazily: ``import planner`` does not import numba or pandas.
+"""
 
 __version__ = "0.1.0"
+
+_LAZY = ("Spec", "load_spec", "run_sweep")
+
+
+def __getattr__(name: str) -> object:
+    """Import the sweep API on first use (PEP 562)."""
+    if name in _LAZY:
+        from planner import sweep_api
+
+        return getattr(sweep_api, name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
