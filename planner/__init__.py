@@ -1,12 +1,12 @@
 """planner: capacity planning for LLM servers running the vLLM v1 scheduler.
 
-The sweep API (``load_spec``, ``run_sweep``, ``Spec``; ``planner.sweep_api``)
+The sweep API (``load_spec``, ``Spec``, ``run_sweep``, ``estimate``; ``planner.sweep_api``)
 is exported lazily: ``import planner`` does not import numba or pandas.
 """
 
 __version__ = "0.1.0"
 
-_LAZY = ("Spec", "load_spec", "run_sweep")
+_LAZY = ("Spec", "estimate", "load_spec", "run_sweep")
 
 
 def __getattr__(name: str) -> object:

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.sweep.driver import SweepError
+from planner.sweep.driver import Estimate, SweepError
 from planner.sweep.spec import SpecError, Sweep, load_spec_text
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Spec", "SpecError", "SweepError", "load_spec", "run_sweep"]
+__all__ = ["Estimate", "Spec", "SpecError", "SweepError", "estimate", "load_spec", "run_sweep"]
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,49 @@ def run_sweep(
         finally:
             numba.set_num_threads(threads)
     return df
+
+
+def estimate(
+    spec: Spec | str | os.PathLike[str],
+    *,
+    memory_limit: str | int = "4GiB",
+    chunk_size: int | None = None,
+    workers: int | None = None,
+) -> Estimate:
+    """What ``plan sweep --dry-run`` estimates: the wall time of ``run_sweep`` with
+    the same arguments, from the kernel's cost per request-step measured now on a
+    sample of the grid (``planner.sweep.driver.Estimate`` says how). Compiles or
+    loads the kernel first, so that this time is not counted.
+
+    Returns:
+        ``Estimate``: ``.seconds``, ``.rate`` (request-steps/s per thread),
+        ``.grid_request_steps``, ``.describe()``.
+
+    Raises:
+        SpecError, SweepError: as ``run_sweep``.
+    """
+    import numba
+
+    from planner.api import simulate
+    from planner.sweep import driver
+
+    sweep = (spec if isinstance(spec, Spec) else load_spec(spec)).sweep
+    _check_threads(workers)
+    if chunk_size is not None and chunk_size < 1:
+        raise SweepError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    plan = driver.plan_chunks(sweep, chunk_size, driver.chunk_budget(_memory_limit(memory_limit)))
+    first = plan.chunks[0]
+    simulate([sweep.configs[int(first.config_ids[0])]], sweep.workloads[first.workload_key])
+    return driver.estimate(sweep, plan, workers or numba.get_num_threads())
+
+
+def _check_threads(workers: int | None) -> None:
+    """Raises SweepError unless ``workers`` is None or 1..NUMBA_NUM_THREADS."""
+    import numba
+
+    top = numba.config.NUMBA_NUM_THREADS
+    if workers is not None and (isinstance(workers, bool) or not 1 <= workers <= top):
+        raise SweepError(f"workers must be in 1..{top}, got {workers!r}")
 
 
 def _memory_limit(value: str | int) -> int:

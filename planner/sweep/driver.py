@@ -31,7 +31,7 @@ from rich.progress import (
 from planner import __version__
 from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
-from planner.kernel.state import bytes_per_config
+from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config
 from planner.sweep import executors, store
 from planner.sweep.spec import Sweep
 
@@ -325,31 +325,102 @@ def _check_resumable(out: Path, plan: ChunkPlan, manifest: dict) -> None:
                 raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
 
 
+# Configs the dry-run estimate simulates (spread over the grid's cost order).
+CALIBRATION_CONFIGS = 16
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The dry-run run-time estimate and what it is computed from.
+
+    ``request_steps`` counts one request in one scheduler step: the decode
+    tokens the kernel schedules (``O_DECODE_TOKENS``, as ``plan bench`` counts
+    its "simulated output tokens"). The kernel's cost per request-step
+    (``rate``, request-steps per second on one thread) is measured on this
+    machine by simulating ``sample`` configs spread over the grid's cost order
+    on one thread; the grid's request-steps are extrapolated from the same
+    sample. ``seconds = grid_request_steps / (rate * threads)``: it assumes idle
+    cores and threads that share the work evenly.
+    """
+
+    sample: int  # configs simulated
+    sample_request_steps: float
+    sample_seconds: float  # wall time of the sample, one thread
+    grid_configs: int
+    threads: int
+
+    @property
+    def rate(self) -> float:
+        """Request-steps per second on one thread."""
+        return self.sample_request_steps / max(self.sample_seconds, 1e-9)
+
+    @property
+    def grid_request_steps(self) -> float:
+        """The sample's mean request-steps per config, times the grid's configs."""
+        return self.sample_request_steps / self.sample * self.grid_configs
+
+    @property
+    def seconds(self) -> float:
+        """Estimated wall time of the sweep's kernel calls (s), compile excluded.
+
+        When the sample schedules no decode token at all, the sample's time per
+        config is extrapolated instead (the same figure when there are some)."""
+        if self.sample_request_steps == 0:
+            return self.sample_seconds / self.sample * self.grid_configs / self.threads
+        return self.grid_request_steps / (self.rate * self.threads)
+
+    def describe(self) -> str:
+        """One line: the estimate and the figures it comes from."""
+        return (
+            f"~{_human(self.seconds)} on {self.threads} thread(s): "
+            f"{self.grid_request_steps / 1e6:,.1f} M request-steps at "
+            f"{self.rate / 1e6:,.1f} M request-steps/s per thread, both measured just now "
+            f"on {self.sample} of the {self.grid_configs:,} configs run on one thread "
+            "(assumes idle cores)"
+        )
+
+
+def estimate(
+    sweep: Sweep, plan: ChunkPlan, threads: int, sample: int = CALIBRATION_CONFIGS
+) -> Estimate:
+    """Measure the kernel's cost per request-step on ``sample`` configs spread
+    evenly over the plan's cost order (one kernel call per workload, one thread)
+    and extrapolate to the grid (see ``Estimate``). The kernel must be compiled
+    or loaded already, or its compile time counts."""
+    pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
+    n = min(len(pairs), sample)
+    by_key: dict[tuple, list[int]] = {}
+    for j in np.linspace(0, len(pairs) - 1, n).round().astype(int):
+        by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    steps = 0.0
+    seconds = 0.0
+    try:
+        for k, ids in by_key.items():
+            t = time.perf_counter()
+            res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
+            seconds += time.perf_counter() - t
+            steps += float(res.state.out_i[:, O_DECODE_TOKENS].sum())
+    finally:
+        numba.set_num_threads(before)
+    return Estimate(n, steps, seconds, plan.num_configs, threads)
+
+
 def dry_run(
     sweep: Sweep, chunk_size: int | None, memory_limit: int, workers: int | None, console: Console
 ) -> dict:
-    """Print the grid, the chunk plan and an estimated wall time from a short
-    calibration run (compile time reported separately). Returns the figures."""
+    """Print the grid, the chunk plan and an estimated wall time (``estimate``;
+    compile time reported separately). Returns the figures."""
     budget = chunk_budget(memory_limit)
     plan = plan_chunks(sweep, chunk_size, budget)
-    if workers is not None:
-        numba.set_num_threads(workers)
+    threads = workers if workers is not None else numba.get_num_threads()
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
     t = time.perf_counter()
     simulate([sweep.configs[int(plan.chunks[0].config_ids[0])]], wl, sweep.latency)
     compile_s = time.perf_counter() - t
-    # Calibrate on configs spread over the cost order of every chunk.
-    pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
-    n_cal = min(len(pairs), 4 * numba.get_num_threads())
-    by_key: dict[tuple, list[int]] = {}
-    for j in np.linspace(0, len(pairs) - 1, n_cal).round().astype(int):
-        by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
-    t = time.perf_counter()
-    for k, ids in by_key.items():
-        simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
-    per_config = (time.perf_counter() - t) / n_cal
-    est = per_config * plan.num_configs
+    est = estimate(sweep, plan, threads)
     peak = max(len(c.config_ids) * plan.bytes_per_config[c.workload_key] for c in plan.chunks)
     fig = {
         "configs": plan.num_configs,
@@ -358,7 +429,10 @@ def dry_run(
         "chunk_size": plan.chunk_size,
         "peak_chunk_bytes": peak,
         "compile_s": compile_s,
-        "estimated_s": est,
+        "estimated_s": est.seconds,
+        "request_steps": est.grid_request_steps,
+        "request_steps_per_s_per_thread": est.rate,
+        "threads": threads,
     }
     axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
     console.print(f"spec {sweep.name}: {plan.num_configs:,} configs over {axes}")
@@ -369,10 +443,7 @@ def dry_run(
         f" MiB (limit {memory_limit / 2**20:,.0f} MiB)"
     )
     console.print(f"JIT compile / cache load: {compile_s:.1f} s")
-    console.print(
-        f"estimated run time: {_human(est)} on {numba.get_num_threads()} threads "
-        f"(calibrated on {n_cal} configs)"
-    )
+    console.print(f"estimated run time: {est.describe()}")
     return fig
 
 
