@@ -326,7 +326,7 @@ def _check_resumable(out: Path, plan: ChunkPlan, manifest: dict) -> None:
 
 
 # Configs the dry-run estimate simulates (spread over the grid's cost order).
-CALIBRATION_CONFIGS = 16
+CALIBRATION_CONFIGS = 32
 
 
 @dataclass(frozen=True)
@@ -383,14 +383,17 @@ class Estimate:
 def estimate(
     sweep: Sweep, plan: ChunkPlan, threads: int, sample: int = CALIBRATION_CONFIGS
 ) -> Estimate:
-    """Measure the kernel's cost per request-step on ``sample`` configs spread
-    evenly over the plan's cost order (one kernel call per workload, one thread)
+    """Measure the kernel's cost per request-step on ``sample`` configs, the middle
+    one of each of ``sample`` equal strata of the plan's cost order (one kernel call
+    per workload, one thread),
     and extrapolate to the grid (see ``Estimate``). The kernel must be compiled
     or loaded already, or its compile time counts."""
     pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
     n = min(len(pairs), sample)
     by_key: dict[tuple, list[int]] = {}
-    for j in np.linspace(0, len(pairs) - 1, n).round().astype(int):
+    # The middle config of each of n equal strata of the cost order: the ends of the
+    # order (the cheapest and the costliest config) would overweight the tails.
+    for j in ((np.arange(n) + 0.5) * len(pairs) / n).astype(int):
         by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
     before = numba.get_num_threads()
     numba.set_num_threads(1)
