@@ -451,6 +451,8 @@ def dry_run(
 
 
 def _human(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.2g} s"
     if seconds < 90:
         return f"{seconds:.1f} s"
     if seconds < 5400:
