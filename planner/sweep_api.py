@@ -128,8 +128,29 @@ class Spec:
                 target[key] = _toml_value(value, f"{where}{key}")
         if table is not None and not target and table != "axes":
             del doc[table]
+        if table == "axes":
+            _keep_axis_order(doc, list(self.sweep.axes))
         label = self.source if self.source.startswith("<") else f"<edited from {self.source}>"
         return Spec(load_spec_text(tomlkit.dumps(doc), self.base_dir, label), label)
+
+
+def _keep_axis_order(doc: Any, before: list[str]) -> None:
+    """Rewrite ``[axes]`` in order if an edit moved an axis (an axis written as
+    an ``[axes.NAME]`` table moves to the end when replaced): the axis order is
+    the grid's order, so config ids must not change with the way a spec is written."""
+    import tomllib
+
+    import tomlkit
+
+    axes = tomllib.loads(tomlkit.dumps(doc)).get("axes", {})
+    kept = [k for k in before if k in axes]
+    if list(axes)[: len(kept)] == kept:
+        return
+    order = kept + [k for k in axes if k not in kept]
+    del doc["axes"]
+    doc["axes"] = tomlkit.table()
+    for key in order:
+        doc["axes"][key] = _toml_value(axes[key], f"axes.{key}")
 
 
 def _toml_value(value: Any, where: str) -> Any:

@@ -153,3 +153,20 @@ def test_run_arguments_are_keyword_only():
 
     with pytest.raises(TypeError):
         run_sweep(QUICK, None, "4GiB")  # type: ignore[misc]
+
+
+def test_replacing_an_axis_table_keeps_the_axis_order(tmp_path):
+    """The axis order is the grid order: replacing ``[axes.max_num_seqs]`` (a table
+    written before ``[axes]``) must not move that axis to the end."""
+    from planner import load_spec
+
+    path = tmp_path / "sub.toml"
+    path.write_text(
+        'name = "sub"\n[workload]\nkind = "synthetic"\nprompt = { mean = 100 }\n'
+        "output = { mean = 50 }\n[axes.max_num_seqs]\nstart = 4\nstop = 64\nnum = 3\n"
+        "[axes]\nnum_gpu_blocks = [500, 1000]\n"
+    )
+    spec = load_spec(path)
+    assert list(spec.grid.columns) == ["config_id", "max_num_seqs", "num_gpu_blocks"]
+    edited = spec.with_axes(max_num_seqs=[8, 16], rate=[1.0, 2.0])
+    assert list(edited.grid.columns) == ["config_id", "max_num_seqs", "num_gpu_blocks", "rate"]
