@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numba
+import numpy as np
 import pytest
 
 from helpers import run_cli
@@ -69,3 +70,30 @@ def test_api_estimate(small):
     est = estimate(small, workers=1)
     assert est.threads == 1 and est.grid_configs == 12
     assert est.seconds == pytest.approx(est.grid_request_steps / est.rate)
+
+
+@pytest.mark.parametrize("n,threads", [(1024, 2), (10, 4), (7, 3), (5, 1), (1, 2)])
+def test_thread_order_deals_sorted_costs_evenly_to_the_static_blocks(n, threads):
+    """numba gives thread t the t-th np.array_split block of a prange loop; on a
+    cost-sorted chunk each block must get a near-equal share of the cost."""
+    order = driver.thread_order(n, threads)
+    assert sorted(order.tolist()) == list(range(n))
+    cost = np.arange(n, dtype=float)  # ascending, as in a cost-sorted chunk
+    shares = [cost[b].sum() for b in np.array_split(order, threads)]
+    assert max(shares) - min(shares) <= n  # at most about one config's cost apart
+
+
+def test_run_chunk_rows_follow_the_chunk_whatever_the_kernel_order(small):
+    sweep = small.sweep
+    plan = driver.plan_chunks(sweep, None, 10**9)
+    chunk = plan.chunks[0]
+    df = driver.run_chunk(sweep, chunk)
+    assert df.config_id.tolist() == chunk.config_ids.tolist()
+    alone = [
+        simulate([sweep.configs[i]], sweep.workloads[()], sweep.latency).metrics()
+        for i in chunk.config_ids
+    ]
+    for row, one in zip(df.itertuples(), alone, strict=True):
+        assert (row.completed, row.preemptions, row.steps) == tuple(
+            one.loc[0, ["completed", "preemptions", "steps"]]
+        )

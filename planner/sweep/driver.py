@@ -2,8 +2,12 @@
 
 Work is split per workload (one kernel call never mixes workloads) into chunks
 whose kernel state fits ``memory_limit``. Inside a workload, configs are
-ordered by an estimate of their cost, so each chunk's ``prange`` threads get
-configs of similar cost. The final dataset is sorted by ``config_id``, so it
+ordered by an estimate of their cost, so each chunk holds configs of similar
+cost. Numba splits a ``prange`` loop into one contiguous block of iterations
+per thread (a static schedule), so each kernel call deals the chunk's configs
+to the threads' blocks in a snake order (``thread_order``): on a cost-sorted
+chunk the last thread would otherwise get all the costliest configs. The final
+dataset is sorted by ``config_id``, so it
 does not depend on the chunking or on the number of threads.
 """
 
@@ -141,11 +145,28 @@ def plan_chunks(
     return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes)
 
 
+def thread_order(n: int, threads: int) -> np.ndarray:
+    """Positions 0..n-1 of a cost-sorted chunk, reordered for the kernel call.
+
+    Numba's ``prange`` gives each of ``threads`` threads one contiguous block of
+    iterations (``np.array_split`` sizes). Position j goes, in snake order
+    (0, 1, .., T-1, T-1, .., 0, 0, 1, ..), to block ``j mod T`` or its mirror, so
+    every block gets a share of the cheap and of the costly configs. Shape (n,) int64.
+    """
+    j = np.arange(n, dtype=np.int64)
+    r, q = np.divmod(j, max(threads, 1))
+    block = np.where(r % 2 == 0, q, max(threads, 1) - 1 - q)
+    return j[np.argsort(block, kind="stable")]
+
+
 def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
-    """Simulate one chunk; one row per config, with config_id and workload axes."""
+    """Simulate one chunk; one row per config (in the chunk's order), with
+    config_id and workload axes. The kernel sees the configs in ``thread_order``."""
     configs = [sweep.configs[i] for i in chunk.config_ids]
     wl = sweep.workloads[chunk.workload_key]
-    df = simulate(configs, wl, sweep.latency).metrics()
+    perm = thread_order(len(configs), numba.get_num_threads())
+    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics()
+    df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
     mean_len = wl.mean_request_tokens
     df["kv_safe_max_num_seqs"] = [
