@@ -2,11 +2,12 @@
 
 For notebooks and scripts; ``plan sweep`` runs the same driver::
 
-    from planner import load_spec, run_sweep
+    from planner import estimate, load_spec, run_sweep
 
     spec = load_spec("sweeps/quick.toml").with_axes(
         max_num_seqs=[32, 256], num_gpu_blocks=[2000, 7463], preemption_mode=None
     )
+    print(estimate(spec).describe())                # what plan sweep --dry-run estimates
     df = run_sweep(spec)                            # a DataFrame, nothing kept on disk
     df = run_sweep(spec, "results/mine")            # also writes results/mine/data.parquet
 
