@@ -357,9 +357,9 @@ class Estimate:
     ``request_steps`` counts one request in one scheduler step: the decode
     tokens the kernel schedules (``O_DECODE_TOKENS``, as ``plan bench`` counts
     its "simulated output tokens"). The kernel's cost per request-step
-    (``rate``, request-steps per second on one thread) is measured on this
-    machine by simulating ``sample`` configs spread over the grid's cost order
-    on one thread; the grid's request-steps are extrapolated from the same
+    (``rate``, request-steps per second on one thread, kernel and metrics) is
+    measured on this machine by simulating ``sample`` configs spread over the
+    grid's cost order on one thread; the grid's request-steps are extrapolated from the same
     sample. ``seconds = grid_request_steps / (rate * threads)``: it assumes idle
     cores and threads that share the work evenly.
     """
@@ -424,6 +424,7 @@ def estimate(
         for k, ids in by_key.items():
             t = time.perf_counter()
             res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
+            res.metrics()  # a chunk's work includes its metrics
             seconds += time.perf_counter() - t
             steps += float(res.state.out_i[:, O_DECODE_TOKENS].sum())
     finally:
