@@ -359,9 +359,9 @@ class Estimate:
     its "simulated output tokens"). The kernel's cost per request-step
     (``rate``, request-steps per second on one thread, kernel and metrics) is
     measured on this machine by simulating ``sample`` configs spread over the
-    grid's cost order on one thread; the grid's request-steps are extrapolated from the same
-    sample. ``seconds = grid_request_steps / (rate * threads)``: it assumes idle
-    cores and threads that share the work evenly.
+    grid's cost order on one thread; the grid's request-steps are extrapolated
+    from the same sample. ``seconds = grid_request_steps / (rate * threads)``: it
+    assumes idle cores and threads that share the work evenly (``thread_order``).
     """
 
     sample: int  # configs simulated
