@@ -38,9 +38,9 @@ def test_estimate_is_request_steps_over_measured_rate(small):
     est = driver.estimate(sweep, plan, threads=2, sample=4)
     assert est.sample == 4 and est.grid_configs == 12 and est.threads == 2
     # The sample's request-steps are the decode tokens the kernel schedules for
-    # the sampled configs: the middle one of each quarter of the cost order.
+    # the sampled configs: one from each quarter of the cost order.
     order = [int(i) for c in plan.chunks for i in c.config_ids]
-    ids = [order[j] for j in (1, 4, 7, 10)]
+    ids = [order[j] for j in driver.sample_positions(12, 4)]
     res = simulate([sweep.configs[i] for i in ids], sweep.workloads[()], sweep.latency)
     assert est.sample_request_steps == res.state.out_i[:, S.O_DECODE_TOKENS].sum() > 0
     assert est.rate == pytest.approx(est.sample_request_steps / est.sample_seconds)
@@ -70,6 +70,14 @@ def test_api_estimate(small):
     est = estimate(small, workers=1)
     assert est.threads == 1 and est.grid_configs == 12
     assert est.seconds == pytest.approx(est.grid_request_steps / est.rate)
+
+
+@pytest.mark.parametrize("total,n", [(12, 4), (384, 64), (64, 64), (5, 5), (100_000, 64)])
+def test_sample_positions_take_one_config_per_stratum(total, n):
+    pos = driver.sample_positions(total, n)
+    assert len(pos) == n and 0 <= pos.min() and pos.max() < total
+    assert (pos * n // total).tolist() == list(range(n))  # stratum k holds sample k
+    assert driver.sample_positions(total, n).tolist() == pos.tolist()  # reproducible
 
 
 @pytest.mark.parametrize("n,threads", [(1024, 2), (10, 4), (7, 3), (5, 1), (1, 2)])

@@ -347,7 +347,7 @@ def _check_resumable(out: Path, plan: ChunkPlan, manifest: dict) -> None:
 
 
 # Configs the dry-run estimate simulates (spread over the grid's cost order).
-CALIBRATION_CONFIGS = 32
+CALIBRATION_CONFIGS = 64
 
 
 @dataclass(frozen=True)
@@ -401,20 +401,29 @@ class Estimate:
         )
 
 
+def sample_positions(total: int, n: int, seed: int = 0) -> np.ndarray:
+    """n positions in 0..total-1, one drawn at random (fixed ``seed``) from each
+    of n equal strata of the cost order. Shape (n,) int64, ascending.
+
+    Random within its stratum, not the middle one: a fixed stride lines up with
+    the grid's period (every other config is one preemption mode, say) and
+    measured only one kind of config; the ends of the order overweight the tails."""
+    u = np.random.default_rng(seed).random(n)
+    return np.minimum(((np.arange(n) + u) * total / n).astype(np.int64), total - 1)
+
+
 def estimate(
     sweep: Sweep, plan: ChunkPlan, threads: int, sample: int = CALIBRATION_CONFIGS
 ) -> Estimate:
-    """Measure the kernel's cost per request-step on ``sample`` configs, the middle
-    one of each of ``sample`` equal strata of the plan's cost order (one kernel call
-    per workload, one thread),
+    """Measure the kernel's cost per request-step on ``sample`` configs, one from
+    each of ``sample`` equal strata of the plan's cost order (``sample_positions``;
+    one kernel call per workload, one thread),
     and extrapolate to the grid (see ``Estimate``). The kernel must be compiled
     or loaded already, or its compile time counts."""
     pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
     n = min(len(pairs), sample)
     by_key: dict[tuple, list[int]] = {}
-    # The middle config of each of n equal strata of the cost order: the ends of the
-    # order (the cheapest and the costliest config) would overweight the tails.
-    for j in ((np.arange(n) + 0.5) * len(pairs) / n).astype(int):
+    for j in sample_positions(len(pairs), n):
         by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
     before = numba.get_num_threads()
     numba.set_num_threads(1)
