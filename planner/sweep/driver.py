@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,6 +370,7 @@ class Estimate:
     sample_seconds: float  # wall time of the sample, one thread
     grid_configs: int
     threads: int
+    load: float = 0.0  # 1-minute load average when measured (os.getloadavg)
 
     @property
     def rate(self) -> float:
@@ -396,8 +398,8 @@ class Estimate:
             f"~{_human(self.seconds)} on {self.threads} thread(s): "
             f"{self.grid_request_steps / 1e6:,.1f} M request-steps at "
             f"{self.rate / 1e6:,.1f} M request-steps/s per thread, both measured just now "
-            f"on {self.sample} of the {self.grid_configs:,} configs run on one thread "
-            "(assumes idle cores)"
+            f"on {self.sample} of the {self.grid_configs:,} configs run on one thread; "
+            f"assumes idle cores (load average {self.load:.1f} on {os.cpu_count()} cores)"
         )
 
 
@@ -438,7 +440,7 @@ def estimate(
             steps += float(res.state.out_i[:, O_DECODE_TOKENS].sum())
     finally:
         numba.set_num_threads(before)
-    return Estimate(n, steps, seconds, plan.num_configs, threads)
+    return Estimate(n, steps, seconds, plan.num_configs, threads, os.getloadavg()[0])
 
 
 def dry_run(
