@@ -7,8 +7,8 @@ cost. Numba splits a ``prange`` loop into one contiguous block of iterations
 per thread (a static schedule), so each kernel call deals the chunk's configs
 to the threads' blocks in a snake order (``thread_order``): on a cost-sorted
 chunk the last thread would otherwise get all the costliest configs. The final
-dataset is sorted by ``config_id``, so it
-does not depend on the chunking or on the number of threads.
+dataset is sorted by ``config_id``, so it does not depend on the chunking or on
+the number of threads.
 """
 
 from __future__ import annotations
@@ -384,7 +384,8 @@ class Estimate:
 
     @property
     def seconds(self) -> float:
-        """Estimated wall time of the sweep's kernel calls (s), compile excluded.
+        """Estimated wall time of the sweep's kernel calls and metrics (s), compile
+        excluded.
 
         When the sample schedules no decode token at all, the sample's time per
         config is extrapolated instead (the same figure when there are some)."""
@@ -419,9 +420,9 @@ def estimate(
 ) -> Estimate:
     """Measure the kernel's cost per request-step on ``sample`` configs, one from
     each of ``sample`` equal strata of the plan's cost order (``sample_positions``;
-    one kernel call per workload, one thread),
-    and extrapolate to the grid (see ``Estimate``). The kernel must be compiled
-    or loaded already, or its compile time counts."""
+    one kernel call per workload, one thread), and extrapolate to the grid (see
+    ``Estimate``). The kernel must be compiled or loaded already, or its compile
+    time counts."""
     pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
     n = min(len(pairs), sample)
     by_key: dict[tuple, list[int]] = {}
