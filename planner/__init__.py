@@ -1,5 +1,8 @@
 """planner: capacity planning for LLM servers running the vLLM v1 scheduler.
 
+The sweep API (``load_spec``, ``Spec``, ``run_sweep``, ``estimate``; ``planner.sweep_api``)
+is exported lazily: ``import planner`` does not import numba or pandas.
+
 Installed as the distribution ``vllm-capacity-planner``; the import name
 stays ``planner`` (see ``planner.distribution`` for the clash this marks).
 """
@@ -8,3 +11,18 @@ from planner import distribution as _distribution
 
 __distribution__ = _distribution.NAME  # the marker planner.distribution.check() looks for
 __version__ = "0.1.0"
+
+_LAZY = ("Spec", "estimate", "load_spec", "run_sweep")
+
+
+def __getattr__(name: str) -> object:
+    """Import the sweep API on first use (PEP 562)."""
+    if name in _LAZY:
+        from planner import sweep_api
+
+        return getattr(sweep_api, name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

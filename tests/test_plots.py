@@ -106,11 +106,16 @@ def test_heatmap_missing_results(capsys, tmp_path):
 )
 def test_notebooks_execute_on_small_grids(name, draws, monkeypatch, tmp_path):
     monkeypatch.setenv("PLANNER_NOTEBOOK_SMALL", "1")
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's temp folders land in tmp_path
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' sweeps and pictures
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    # The notebooks use the public API (planner.load_spec, Spec.with_*, planner.run_sweep),
+    # not the driver's positional internals or TOML string replacement.
+    assert "planner.sweep" not in code and "driver." not in code and "read_text()" not in code
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = []
+    before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
     client = NotebookClient(
         nb,
         timeout=600,
@@ -127,6 +132,8 @@ def test_notebooks_execute_on_small_grids(name, draws, monkeypatch, tmp_path):
     ]
     assert bool(images) == draws, "heatmap images expected" if draws else "no images expected"
     assert os.environ["PLANNER_NOTEBOOK_SMALL"] == "1"
+    assert sorted(p.name for p in (ROOT / "notebooks").iterdir()) == before
+    assert list(tmp_path.glob("planner-nb-*/*.png")), "pictures go to the temporary folder"
 
 
 # --- One colour scale: equal values get equal colours in every panel (issue 18, case 4) ---

@@ -2,15 +2,20 @@
 
 Work is split per workload (one kernel call never mixes workloads) into chunks
 whose kernel state fits ``memory_limit``. Inside a workload, configs are
-ordered by an estimate of their cost, so each chunk's ``prange`` threads get
-configs of similar cost. The final dataset is sorted by ``config_id``, so it
-does not depend on the chunking or on the number of threads.
+ordered by an estimate of their cost, so each chunk holds configs of similar
+cost. Numba splits a ``prange`` loop into one contiguous block of iterations
+per thread (a static schedule), so each kernel call deals the chunk's configs
+to the threads' blocks in a snake order (``thread_order``): on a cost-sorted
+chunk the last thread would otherwise get all the costliest configs. The final
+dataset is sorted by ``config_id``, so it does not depend on the chunking or on
+the number of threads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +36,7 @@ from rich.progress import (
 from planner import __version__
 from planner.api import compile_note, simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
-from planner.kernel.state import bytes_per_config
+from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config
 from planner.sweep import executors, store
 from planner.sweep.spec import Sweep
 
@@ -141,11 +146,28 @@ def plan_chunks(
     return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes)
 
 
+def thread_order(n: int, threads: int) -> np.ndarray:
+    """Positions 0..n-1 of a cost-sorted chunk, reordered for the kernel call.
+
+    Numba's ``prange`` gives each of ``threads`` threads one contiguous block of
+    iterations (``np.array_split`` sizes). Position j goes, in snake order
+    (0, 1, .., T-1, T-1, .., 0, 0, 1, ..), to block ``j mod T`` or its mirror, so
+    every block gets a share of the cheap and of the costly configs. Shape (n,) int64.
+    """
+    j = np.arange(n, dtype=np.int64)
+    r, q = np.divmod(j, max(threads, 1))
+    block = np.where(r % 2 == 0, q, max(threads, 1) - 1 - q)
+    return j[np.argsort(block, kind="stable")]
+
+
 def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
-    """Simulate one chunk; one row per config, with config_id and workload axes."""
+    """Simulate one chunk; one row per config (in the chunk's order), with
+    config_id and workload axes. The kernel sees the configs in ``thread_order``."""
     configs = [sweep.configs[i] for i in chunk.config_ids]
     wl = sweep.workloads[chunk.workload_key]
-    df = simulate(configs, wl, sweep.latency).metrics()
+    perm = thread_order(len(configs), numba.get_num_threads())
+    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics()
+    df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
     mean_len = wl.mean_request_tokens
     df["kv_safe_max_num_seqs"] = [
@@ -327,31 +349,117 @@ def _check_resumable(out: Path, plan: ChunkPlan, manifest: dict) -> None:
                 raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
 
 
+# Configs the dry-run estimate simulates (spread over the grid's cost order).
+CALIBRATION_CONFIGS = 64
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The dry-run run-time estimate and what it is computed from.
+
+    ``request_steps`` counts one request in one scheduler step: the decode
+    tokens the kernel schedules (``O_DECODE_TOKENS``, as ``plan bench`` counts
+    its "simulated output tokens"). The kernel's cost per request-step
+    (``rate``, request-steps per second on one thread, kernel and metrics) is
+    measured on this machine by simulating ``sample`` configs spread over the
+    grid's cost order on one thread; the grid's request-steps are extrapolated
+    from the same sample. ``seconds = grid_request_steps / (rate * threads)``: it
+    assumes idle cores and threads that share the work evenly (``thread_order``).
+    """
+
+    sample: int  # configs simulated
+    sample_request_steps: float
+    sample_seconds: float  # wall time of the sample, one thread
+    grid_configs: int
+    threads: int
+    load: float = 0.0  # 1-minute load average when measured (os.getloadavg)
+
+    @property
+    def rate(self) -> float:
+        """Request-steps per second on one thread."""
+        return self.sample_request_steps / max(self.sample_seconds, 1e-9)
+
+    @property
+    def grid_request_steps(self) -> float:
+        """The sample's mean request-steps per config, times the grid's configs."""
+        return self.sample_request_steps / self.sample * self.grid_configs
+
+    @property
+    def seconds(self) -> float:
+        """Estimated wall time of the sweep's kernel calls and metrics (s), compile
+        excluded.
+
+        When the sample schedules no decode token at all, the sample's time per
+        config is extrapolated instead (the same figure when there are some)."""
+        if self.sample_request_steps == 0:
+            return self.sample_seconds / self.sample * self.grid_configs / self.threads
+        return self.grid_request_steps / (self.rate * self.threads)
+
+    def describe(self) -> str:
+        """One line: the estimate and the figures it comes from."""
+        return (
+            f"~{_human(self.seconds)} on {self.threads} thread(s): "
+            f"{self.grid_request_steps / 1e6:,.1f} M request-steps at "
+            f"{self.rate / 1e6:,.1f} M request-steps/s per thread, both measured just now "
+            f"on {self.sample} of the {self.grid_configs:,} configs run on one thread; "
+            f"assumes idle cores (load average {self.load:.1f} on {os.cpu_count()} cores)"
+        )
+
+
+def sample_positions(total: int, n: int, seed: int = 0) -> np.ndarray:
+    """n positions in 0..total-1, one drawn at random (fixed ``seed``) from each
+    of n equal strata of the cost order. Shape (n,) int64, ascending.
+
+    Random within its stratum, not the middle one: a fixed stride lines up with
+    the grid's period (every other config is one preemption mode, say) and
+    measured only one kind of config; the ends of the order overweight the tails."""
+    u = np.random.default_rng(seed).random(n)
+    return np.minimum(((np.arange(n) + u) * total / n).astype(np.int64), total - 1)
+
+
+def estimate(
+    sweep: Sweep, plan: ChunkPlan, threads: int, sample: int = CALIBRATION_CONFIGS
+) -> Estimate:
+    """Measure the kernel's cost per request-step on ``sample`` configs, one from
+    each of ``sample`` equal strata of the plan's cost order (``sample_positions``;
+    one kernel call per workload, one thread), and extrapolate to the grid (see
+    ``Estimate``). The kernel must be compiled or loaded already, or its compile
+    time counts."""
+    pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
+    n = min(len(pairs), sample)
+    by_key: dict[tuple, list[int]] = {}
+    for j in sample_positions(len(pairs), n):
+        by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    steps = 0.0
+    seconds = 0.0
+    try:
+        for k, ids in by_key.items():
+            t = time.perf_counter()
+            res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
+            res.metrics()  # a chunk's work includes its metrics
+            seconds += time.perf_counter() - t
+            steps += float(res.state.out_i[:, O_DECODE_TOKENS].sum())
+    finally:
+        numba.set_num_threads(before)
+    return Estimate(n, steps, seconds, plan.num_configs, threads, os.getloadavg()[0])
+
+
 def dry_run(
     sweep: Sweep, chunk_size: int | None, memory_limit: int, workers: int | None, console: Console
 ) -> dict:
-    """Print the grid, the chunk plan and an estimated wall time from a short
-    calibration run (compile time reported separately). Returns the figures."""
+    """Print the grid, the chunk plan and an estimated wall time (``estimate``;
+    compile time reported separately). Returns the figures."""
     budget = chunk_budget(memory_limit)
     plan = plan_chunks(sweep, chunk_size, budget)
-    if workers is not None:
-        numba.set_num_threads(workers)
+    threads = workers if workers is not None else numba.get_num_threads()
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
     t = time.perf_counter()
     simulate([sweep.configs[int(plan.chunks[0].config_ids[0])]], wl, sweep.latency)
     compile_s = time.perf_counter() - t
-    # Calibrate on configs spread over the cost order of every chunk.
-    pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
-    n_cal = min(len(pairs), 4 * numba.get_num_threads())
-    by_key: dict[tuple, list[int]] = {}
-    for j in np.linspace(0, len(pairs) - 1, n_cal).round().astype(int):
-        by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
-    t = time.perf_counter()
-    for k, ids in by_key.items():
-        simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
-    per_config = (time.perf_counter() - t) / n_cal
-    est = per_config * plan.num_configs
+    est = estimate(sweep, plan, threads)
     peak = max(len(c.config_ids) * plan.bytes_per_config[c.workload_key] for c in plan.chunks)
     fig = {
         "configs": plan.num_configs,
@@ -360,7 +468,10 @@ def dry_run(
         "chunk_size": plan.chunk_size,
         "peak_chunk_bytes": peak,
         "compile_s": compile_s,
-        "estimated_s": est,
+        "estimated_s": est.seconds,
+        "request_steps": est.grid_request_steps,
+        "request_steps_per_s_per_thread": est.rate,
+        "threads": threads,
     }
     axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
     console.print(f"spec {sweep.name}: {plan.num_configs:,} configs over {axes}")
@@ -371,14 +482,13 @@ def dry_run(
         f" MiB (limit {memory_limit / 2**20:,.0f} MiB)"
     )
     console.print(f"JIT compile / cache load: {compile_s:.1f} s")
-    console.print(
-        f"estimated run time: {_human(est)} on {numba.get_num_threads()} threads "
-        f"(calibrated on {n_cal} configs)"
-    )
+    console.print(f"estimated run time: {est.describe()}")
     return fig
 
 
 def _human(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.2g} s"
     if seconds < 90:
         return f"{seconds:.1f} s"
     if seconds < 5400:
