@@ -10,7 +10,7 @@ stays ``planner`` (see ``planner.distribution`` for the clash this marks).
 from planner import distribution as _distribution
 
 __distribution__ = _distribution.NAME  # the marker planner.distribution.check() looks for
-__version__ = "0.1.0"
+__version__ = _distribution.VERSION
 
 _LAZY = ("Spec", "estimate", "load_spec", "run_sweep")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 
 NAME = "vllm-capacity-planner"
+VERSION = "0.1.0"  # the one definition: pyproject.toml reads it, planner.__version__ re-exports it
 
 
 class DistributionClash(Exception):

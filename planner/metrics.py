@@ -15,7 +15,7 @@ throughputs divide by the horizon (or, with none, by the simulated span).
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -23,9 +23,20 @@ import pandas as pd
 from planner import config as K
 from planner.capacity import usable_blocks
 from planner.kernel import state as S
+from planner.workload import Workload
 
-if TYPE_CHECKING:
-    from planner.api import SimResult
+
+class SimResult(Protocol):
+    """What metrics read of a finished run (``planner.api.SimResult`` has it;
+    declared here so that metrics never imports the module that calls it)."""
+
+    configs: list
+    latencies: list
+    workload: Workload
+    cfg: np.ndarray  # (C, NCOLS) int64 packed configs
+    arrival_ns: np.ndarray  # (R,) int64
+    state: S.State
+
 
 # Outcome classes.
 OK, CHURNING, THRASHING, STARVED, LIVELOCKED = (

@@ -392,3 +392,9 @@ def _apply_options(
         prefix_group=opt("prefix_group"),
         prefix_len=opt("prefix_len"),
     )
+
+
+def s1_exact() -> Workload:
+    """The fixed S1 draw shipped with the package (``planner/data/s1_seed7.csv``):
+    300 requests, scenario S1-exact of ``shared/docs/scenarios.md``."""
+    return read_trace(Path(__file__).parent / "data" / "s1_seed7.csv")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -343,10 +342,3 @@ def unused_field_warnings(wl: Workload, configs: Sequence[SchedulerConfig]) -> l
             "(--enable-prefix-caching; in a spec, enable_prefix_caching)"
         )
     return out
-
-
-def s1_exact() -> Workload:
-    """The fixed S1 draw shipped with the package (``planner/data/s1_seed7.csv``)."""
-    from planner.traces import read_trace
-
-    return read_trace(Path(__file__).parent / "data" / "s1_seed7.csv")

@@ -21,7 +21,7 @@ import pytest
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.latency import SEED_ALPHA_US, SEED_BETA_US
-from planner.workload import s1_exact
+from planner.traces import s1_exact
 
 GOLDEN = Path(__file__).parent / "golden" / "blis"
 META = json.loads((GOLDEN / "meta.json").read_text())

@@ -23,7 +23,7 @@ from planner.capacity import (
 from planner.config import SchedulerConfig
 from planner.latency import LinearLatency
 from planner.safelimit import find_safe_limits, recommendation
-from planner.workload import s1_exact
+from planner.traces import s1_exact
 
 S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
 

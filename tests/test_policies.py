@@ -17,7 +17,8 @@ from helpers import (
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel.policies import VICTIMS, pick_victim
-from planner.workload import Workload, s1_exact
+from planner.traces import s1_exact
+from planner.workload import Workload
 
 S1 = dict(num_gpu_blocks=7463, max_model_len=4096, horizon_s=120.0)
 

@@ -33,11 +33,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from planner import __version__
 from planner.api import compile_note, simulate
-from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
+from planner.capacity import usable_blocks
+from planner.distribution import VERSION
 from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config
 from planner.sweep import executors, store
+from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
 from planner.sweep.spec import Sweep
 
 DEFAULT_CHUNK_SIZE = 1024
@@ -48,13 +49,6 @@ METRICS_BYTES_PER_REQUEST = 64
 
 class SweepError(ValueError):
     """A sweep that cannot start or continue; the message is one line."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    index: int
-    workload_key: tuple
-    config_ids: np.ndarray  # (K,) int64
 
 
 @dataclass(frozen=True)
@@ -146,47 +140,6 @@ def plan_chunks(
     return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes)
 
 
-def thread_order(n: int, threads: int) -> np.ndarray:
-    """Positions 0..n-1 of a cost-sorted chunk, reordered for the kernel call.
-
-    Numba's ``prange`` gives each of ``threads`` threads one contiguous block of
-    iterations (``np.array_split`` sizes). Position j goes, in snake order
-    (0, 1, .., T-1, T-1, .., 0, 0, 1, ..), to block ``j mod T`` or its mirror, so
-    every block gets a share of the cheap and of the costly configs. Shape (n,) int64.
-    """
-    j = np.arange(n, dtype=np.int64)
-    r, q = np.divmod(j, max(threads, 1))
-    block = np.where(r % 2 == 0, q, max(threads, 1) - 1 - q)
-    return j[np.argsort(block, kind="stable")]
-
-
-def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
-    """Simulate one chunk; one row per config (in the chunk's order), with
-    config_id and workload axes. The kernel sees the configs in ``thread_order``."""
-    configs = [sweep.configs[i] for i in chunk.config_ids]
-    wl = sweep.workloads[chunk.workload_key]
-    perm = thread_order(len(configs), numba.get_num_threads())
-    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics()
-    df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
-    df.insert(0, "config_id", chunk.config_ids)
-    mean_len = wl.mean_request_tokens
-    df["kv_safe_max_num_seqs"] = [
-        analytic_safe_max_num_seqs(c.num_gpu_blocks, c.block_size, mean_len, c.null_block)
-        for c in configs
-    ]
-    for name, value in zip(sweep.workload_axes(), chunk.workload_key, strict=True):
-        df[name] = value
-    if "gpu_memory_utilization" in sweep.axes:
-        df["gpu_memory_utilization"] = sweep.grid["gpu_memory_utilization"].to_numpy()[
-            chunk.config_ids
-        ]
-    for name, value in sweep.hardware_columns.items():
-        df[name] = value
-    df["workload_fingerprint"] = wl.fingerprint()
-    df["spec"] = sweep.name
-    return df
-
-
 def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
     return {
         "spec_fingerprint": sweep.fingerprint(),
@@ -194,7 +147,7 @@ def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
         "chunk_sizes": [[list(k), v] for k, v in plan.sizes.items()],
         "num_chunks": len(plan.chunks),
         "num_configs": plan.num_configs,
-        "planner_version": __version__,
+        "planner_version": VERSION,
         "complete": False,
     }
 
@@ -329,7 +282,7 @@ def _run(
             executors.run_dask(sweep, out, todo, done, client)
         else:
             executors.run_local(sweep, out, todo, done)
-    df = store.consolidate(out, len(plan.chunks), sweep.metadata(__version__))
+    df = store.consolidate(out, len(plan.chunks), sweep.metadata(VERSION))
     if len(df) != plan.num_configs or df.config_id.duplicated().any():
         raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
     manifest["complete"] = True

@@ -37,7 +37,7 @@ class ExecutorError(ValueError):
 def run_local(sweep: Sweep, out: Path, todo: list, done: Callable[[object], None]) -> None:
     """Run the chunks one after the other in this process (the kernel's own
     ``prange`` uses every core)."""
-    from planner.sweep.driver import run_chunk
+    from planner.sweep.chunk import run_chunk
 
     for chunk in todo:
         store.write_table(run_chunk(sweep, chunk), store.chunk_path(out, chunk.index))
@@ -49,7 +49,7 @@ _SPECS: dict[tuple[str, str], Sweep] = {}
 
 def _chunk_task(text: str, base_dir: str, out: str, chunk: object) -> int:
     """One Dask task: simulate a chunk and write its file. Runs on a worker."""
-    from planner.sweep.driver import run_chunk
+    from planner.sweep.chunk import run_chunk
 
     if os.environ.get(FAIL_CHUNK_ENV) == str(chunk.index):  # type: ignore[attr-defined]
         raise RuntimeError(f"injected failure in chunk {chunk.index}")  # type: ignore[attr-defined]

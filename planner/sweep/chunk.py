@@ -1,0 +1,68 @@
+"""One chunk of a sweep: the configs one kernel call runs, and that call.
+
+Shared by the driver (which plans chunks and estimates their cost) and the
+executors (which run them), so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import pandas as pd
+
+from planner.api import simulate
+from planner.capacity import analytic_safe_max_num_seqs
+from planner.sweep.spec import Sweep
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Configs ``config_ids`` (shape (K,), int64, grid row numbers) that share the
+    workload ``workload_key`` and run in one kernel call; ``index`` names the file."""
+
+    index: int
+    workload_key: tuple
+    config_ids: np.ndarray  # (K,) int64
+
+
+def thread_order(n: int, threads: int) -> np.ndarray:
+    """Positions 0..n-1 of a cost-sorted chunk, reordered for the kernel call.
+
+    Numba's ``prange`` gives each of ``threads`` threads one contiguous block of
+    iterations (``np.array_split`` sizes). Position j goes, in snake order
+    (0, 1, .., T-1, T-1, .., 0, 0, 1, ..), to block ``j mod T`` or its mirror, so
+    every block gets a share of the cheap and of the costly configs. Shape (n,) int64.
+    """
+    j = np.arange(n, dtype=np.int64)
+    r, q = np.divmod(j, max(threads, 1))
+    block = np.where(r % 2 == 0, q, max(threads, 1) - 1 - q)
+    return j[np.argsort(block, kind="stable")]
+
+
+def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
+    """Simulate one chunk; one row per config (in the chunk's order), with
+    config_id and workload axes. The kernel sees the configs in ``thread_order``."""
+    configs = [sweep.configs[i] for i in chunk.config_ids]
+    wl = sweep.workloads[chunk.workload_key]
+    perm = thread_order(len(configs), numba.get_num_threads())
+    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics()
+    df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
+    df.insert(0, "config_id", chunk.config_ids)
+    mean_len = wl.mean_request_tokens
+    df["kv_safe_max_num_seqs"] = [
+        analytic_safe_max_num_seqs(c.num_gpu_blocks, c.block_size, mean_len, c.null_block)
+        for c in configs
+    ]
+    for name, value in zip(sweep.workload_axes(), chunk.workload_key, strict=True):
+        df[name] = value
+    if "gpu_memory_utilization" in sweep.axes:
+        df["gpu_memory_utilization"] = sweep.grid["gpu_memory_utilization"].to_numpy()[
+            chunk.config_ids
+        ]
+    for name, value in sweep.hardware_columns.items():
+        df[name] = value
+    df["workload_fingerprint"] = wl.fingerprint()
+    df["spec"] = sweep.name
+    return df
