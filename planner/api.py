@@ -14,14 +14,15 @@ from planner.config import SchedulerConfig, pack_configs
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch, simulate_one
 from planner.latency import Latency, LinearLatency
-from planner.workload import Workload
+from planner.workload import MAX_ARRIVAL_S, Workload
 
 
 @dataclass
 class SimResult:
     """Kernel inputs and final state, for metrics and traces.
 
-    ``cfg``: (C, NCOLS) int64 packed configs; ``arrival_ns``: (R,) int64;
+    ``cfg``: (C, NCOLS) int64 packed configs; ``arrival_ns``: (R,) int64, or
+    (C, R) when configs were given their own arrivals;
     ``state``: the ``kernel.state.State`` after the run.
     """
 
@@ -113,12 +114,17 @@ def simulate(
     log_entries: int = 0,
     fast_path: bool = True,
     check_invariants: bool = True,
+    arrival_s: np.ndarray | None = None,
 ) -> SimResult:
     """Simulate every config against ``workload`` in one jitted, parallel call.
 
     Args:
         configs: C scheduler configurations.
         workload: R requests (shared by all configs).
+        arrival_s: optional (C, R) float64 seconds, request i's arrival time in
+            config c, in place of ``workload.arrival_s`` (the highest-rate
+            search, replicas and closed-loop clients give configs different
+            arrivals in one call); rows need not be sorted.
         latency: one step-time model for all configs, or one per config.
         trace_steps: record up to this many steps per config (0: none).
         log_entries: record up to this many events per config (``SimResult.events``).
@@ -127,13 +133,15 @@ def simulate(
         check_invariants: count steps where held + free blocks != usable blocks
             (``invariant_errors``; one extra pass over ``running`` per step).
     Returns:
-        SimResult. Raises ValueError on inconsistent inputs.
+        SimResult. Raises ValueError on inconsistent inputs (including an
+        ``arrival_s`` that is not (C, R) or holds times outside
+        0..``workload.MAX_ARRIVAL_S``).
     """
     configs = list(configs)
     lats = [latency] if isinstance(latency, Latency) else list(latency)
     cfg, cfgf = pack_configs(configs, lats)
     c, r = len(configs), workload.num_requests
-    arrival_ns = np.round(workload.arrival_s * 1e9).astype(np.int64)
+    arrival_ns = _arrivals_ns(workload, arrival_s, c)
     prompt = np.ascontiguousarray(workload.prompt_tokens, dtype=np.int32)
     max_tokens = np.ascontiguousarray(workload.output_tokens, dtype=np.int32)
     priority = (
@@ -154,12 +162,13 @@ def simulate(
     cache: dict[tuple[int, int], int] = {}
     for i in range(c):
         key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]))
-        if key in cache:
+        if key in cache and arrival_ns.ndim == 1:
             j = cache[key]
             entry[i], order[i] = entry[j], order[j]
             continue
         cache[key] = i
-        entry[i] = entry_times_ns(arrival_ns, prompt, *key)
+        arr = arrival_ns if arrival_ns.ndim == 1 else arrival_ns[i]
+        entry[i] = entry_times_ns(arr, prompt, *key)
         order[i] = np.argsort(entry[i], kind="stable")
     st = S.allocate(c, r, trace_steps, log_entries)
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
@@ -174,6 +183,18 @@ def simulate(
             check_invariants,
         )
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+
+
+def _arrivals_ns(workload: Workload, arrival_s: np.ndarray | None, c: int) -> np.ndarray:
+    """Arrival times in int64 ns: (R,) from the workload, or (C, R) when given per config."""
+    if arrival_s is None:
+        return np.round(workload.arrival_s * 1e9).astype(np.int64)
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if a.shape != (c, workload.num_requests):
+        raise ValueError(f"arrival_s: expected shape ({c}, {workload.num_requests}), got {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > MAX_ARRIVAL_S):
+        raise ValueError(f"arrival_s: times must be finite and in 0..{MAX_ARRIVAL_S:g} s")
+    return np.round(a * 1e9).astype(np.int64)
 
 
 def _run_kernel(

@@ -34,7 +34,7 @@ class SimResult(Protocol):
     latencies: list
     workload: Workload
     cfg: np.ndarray  # (C, NCOLS) int64 packed configs
-    arrival_ns: np.ndarray  # (R,) int64
+    arrival_ns: np.ndarray  # (R,) int64, or (C, R) with per-config arrivals
     state: S.State
 
 
@@ -96,7 +96,7 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     st, cfg = res.state, res.cfg
     horizon = cfg[:, K.HORIZON_NS][:, None]
     a2_s = cfg[:, K.A2][:, None] / 1e9
-    arr = res.arrival_ns[None, :]
+    arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
     done = (st.finish_ns >= 0) & (st.finish_ns <= horizon)
     first = (st.first_ns >= 0) & (st.first_ns <= horizon)
     multi = done & (st.nout >= 2)
