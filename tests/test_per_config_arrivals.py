@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_crosscheck import configs, latencies, workloads
 
 from helpers import compare_final
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.reference import Engine
 from planner.workload import Workload
-from test_crosscheck import configs, latencies, workloads
 
 
 def _reference(cfg, wl: Workload, lat, arrival_s: np.ndarray) -> Engine:
