@@ -39,14 +39,15 @@ class SimResult(Protocol):
 
 
 # Outcome classes.
-OK, CHURNING, THRASHING, STARVED, LIVELOCKED = (
+OK, CHURNING, THRASHING, STARVED, LIVELOCKED, STEP_LIMIT = (
     "ok",
     "churning",
     "thrashing",
     "starved",
     "livelocked",
+    "step_limit",
 )
-OUTCOMES = (OK, CHURNING, THRASHING, STARVED, LIVELOCKED)
+OUTCOMES = (OK, CHURNING, THRASHING, STARVED, LIVELOCKED, STEP_LIMIT)
 # A config thrashes when at least this share of its busy step time recomputed
 # KV it had computed before (re-prefill after recompute preemption, or the
 # re-decode of discarded outputs under BLIS restart). Calibrated on scenario S1
@@ -75,18 +76,25 @@ def outcome(
     offered: np.ndarray,
     preemptions: np.ndarray,
     waste_share: np.ndarray,
+    step_limit: np.ndarray | None = None,
 ) -> np.ndarray:
     """Outcome class per config, shape (C,) of str, first match wins:
 
     ``livelocked`` (the kernel proved a request can never be scheduled again:
-    a frozen pool or a repeating cycle), ``starved`` (requests were offered,
-    none completed), ``thrashing`` (waste share >= THRASHING_WASTE_SHARE),
-    ``churning`` (preempted, below that share), else ``ok``.
+    a frozen pool or a repeating cycle), ``step_limit`` (the run stopped at
+    max_steps with requests unfinished and nothing proven: its counts are a
+    truncated run's, so no other verdict is claimed), ``starved`` (requests
+    were offered, none completed), ``thrashing`` (waste share >=
+    THRASHING_WASTE_SHARE), ``churning`` (preempted, below that share), else
+    ``ok``. All arguments have shape (C,); ``step_limit`` is the kernel's
+    O_STEP_LIMIT flag (None: no run hit it).
     """
     cls = np.full(len(completed), OK, dtype=object)
     cls[preemptions > 0] = CHURNING
     cls[waste_share >= THRASHING_WASTE_SHARE] = THRASHING
     cls[(completed == 0) & (offered > 0)] = STARVED
+    if step_limit is not None:
+        cls[step_limit.astype(bool)] = STEP_LIMIT
     cls[livelocked.astype(bool)] = LIVELOCKED
     return cls
 
@@ -181,6 +189,11 @@ def summarize(res: SimResult) -> pd.DataFrame:
     for k, v in cols.items():
         df[k] = v
     df["outcome"] = outcome(
-        oi[:, S.O_LIVELOCKED], completed, offered, oi[:, S.O_PREEMPTIONS], waste_share
+        oi[:, S.O_LIVELOCKED],
+        completed,
+        offered,
+        oi[:, S.O_PREEMPTIONS],
+        waste_share,
+        oi[:, S.O_STEP_LIMIT],
     )
     return df

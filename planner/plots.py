@@ -22,7 +22,7 @@ from matplotlib.collections import PatchCollection  # noqa: E402
 from matplotlib.colors import Colormap, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from planner.metrics import CHURNING, LIVELOCKED, STARVED, THRASHING  # noqa: E402
+from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
 from planner.sweep.store import DATA  # noqa: E402
 
@@ -41,6 +41,7 @@ OVERLAYS = (
     (THRASHING, "///", "red"),
     (STARVED, "xx", "black"),
     (LIVELOCKED, "OO", "magenta"),
+    (STEP_LIMIT, "--", "darkorange"),  # truncated at max_steps: no verdict
 )
 # Colour map of the metric, and the colour of a cell with no value (NaN, ±inf, or no
 # configuration there): a light grey, which viridis never produces.

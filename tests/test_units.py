@@ -112,3 +112,18 @@ def test_bad_synthetic_parameters(kw):
     d = LengthDist("constant", 10)
     with pytest.raises(WorkloadError):
         synthetic(prompt=d, output=d, **kw)
+
+
+def test_a_run_cut_at_max_steps_is_step_limit_not_starved(capsys):
+    """Issue 19: a truncated run claims no verdict (it was 'starved' before)."""
+    from helpers import run_cli
+    from planner.traces import s1_exact
+
+    m = simulate([SchedulerConfig(max_steps=10)], s1_exact()).metrics().iloc[0]
+    assert m.completed == 0 and m.step_limit_hit
+    assert m.outcome == "step_limit"
+    finished = simulate([SchedulerConfig(max_num_seqs=32)], s1_exact()).metrics().iloc[0]
+    assert not finished.step_limit_hit and finished.outcome == "ok"
+    code, out, err = run_cli(capsys, "run", "--max-steps", "10", "--fail-on", "step_limit")
+    assert code == 1, err
+    assert "step_limit" in out
