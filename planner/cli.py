@@ -510,7 +510,7 @@ def sweep(
         int | None, typer.Option(help="Configs per kernel call (default 1024, memory-capped).")
     ] = None,
     memory_limit: Annotated[
-        str, typer.Option(help="Cap on one chunk's state, e.g. 4GiB.")
+        str, typer.Option(help="Cap on the whole process's peak memory, e.g. 4GiB.")
     ] = "4GiB",
     dry_run: Annotated[
         bool, typer.Option(help="Print the grid, chunk plan and time estimate; run nothing.")

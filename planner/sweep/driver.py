@@ -14,6 +14,7 @@ the number of threads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -33,10 +34,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from planner.api import compile_note, simulate
+from planner.api import compile_note, kernel_status, simulate
 from planner.capacity import usable_blocks
 from planner.distribution import VERSION
-from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config
+from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
 from planner.sweep import executors, store
 from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
 from planner.sweep.spec import Sweep
@@ -45,6 +46,19 @@ DEFAULT_CHUNK_SIZE = 1024
 # Kernel state plus the per-request temporaries of metrics.summarize (about
 # eight C x R float64 arrays), per config and request.
 METRICS_BYTES_PER_REQUEST = 64
+# api.simulate's copies of the workload for one kernel call, per request:
+# arrival_ns int64 (and its float64 rounding temporary), prompt and max_tokens
+# int32, priority int64, prefix group and shared length int32.
+CALL_BYTES_PER_REQUEST = 8 + 8 + 4 + 4 + 8 + 4 + 4
+# What the kernel's machine code adds to the process, beyond the state it runs
+# on. Measured with `/usr/bin/time -v` (`python tools/memory_check.py --jit`:
+# peak RSS of importing planner and building a 2-request workload, then of the
+# same plus one 1-config and one 2-config `simulate`) on Linux x86-64, Python
+# 3.11, Numba 0.6x, 2 cores: loading both variants from Numba's cache added
+# 49 MiB (44 MiB for the parallel one alone); compiling both cold added 204 MiB
+# (180 MiB for the 1-config one alone). Allowances: those figures plus ~25%.
+JIT_LOAD_BYTES = 64 * 2**20
+JIT_COMPILE_BYTES = 256 * 2**20
 
 
 class SweepError(ValueError):
@@ -55,17 +69,109 @@ class SweepError(ValueError):
 class ChunkPlan:
     chunks: list[Chunk]
     chunk_size: int
-    bytes_per_config: dict[tuple, int]
+    bytes_per_config: dict[tuple, int]  # state + metrics, per config, per workload key
     sizes: dict[tuple, int]  # configs per chunk, per workload key
+    scratch_bytes: dict[tuple, int]  # largest in-kernel scratch of one config, per key
+    budget: MemoryBudget
 
     @property
     def num_configs(self) -> int:
         return sum(len(c.config_ids) for c in self.chunks)
 
+    @property
+    def peak_bytes(self) -> int:
+        """Estimated peak resident bytes of the run: the budget's fixed part plus
+        the costliest chunk (``MemoryBudget.chunk_bytes``)."""
+        return self.budget.fixed + max(
+            self.budget.chunk_bytes(
+                len(c.config_ids),
+                self.bytes_per_config[c.workload_key],
+                self.scratch_bytes[c.workload_key],
+            )
+            for c in self.chunks
+        )
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What a sweep's process holds besides its chunks, all in bytes.
+
+    ``process``: peak resident memory so far (``process_bytes``): the
+    interpreter, the libraries, the parsed spec and its workloads (the traces
+    themselves, and the peak of reading them). ``jit``: the kernel's machine
+    code still to come (``jit_bytes``). ``calls``: one kernel call's copies of
+    the workload (``CALL_BYTES_PER_REQUEST`` per request of the largest
+    workload). ``threads``: kernel threads, so configs running at once."""
+
+    limit: int
+    process: int
+    jit: int
+    jit_kind: str  # "loaded", "cached" or "cold": how the JIT allowance was chosen
+    threads: int
+    calls: int = 0
+
+    @property
+    def fixed(self) -> int:
+        """Bytes held whatever the chunk size."""
+        return self.process + self.jit + self.calls
+
+    @property
+    def available(self) -> int:
+        """Bytes left for one chunk (may be negative)."""
+        return self.limit - self.fixed
+
+    def chunk_bytes(self, k: int, per_config: int, scratch: int) -> int:
+        """Peak bytes of a chunk of k configs: each config's state and metrics
+        for the whole call, plus the in-kernel scratch of the configs that run
+        at once (one per thread)."""
+        return k * per_config + min(k, self.threads) * scratch
+
+    def fit(self, per_config: int, scratch: int) -> int:
+        """Largest k with ``chunk_bytes(k, ..) <= available`` (0 if none)."""
+        avail = self.available
+        k = max(avail, 0) // (per_config + scratch)
+        if k < self.threads:
+            return int(k)
+        return int((avail - self.threads * scratch) // per_config)
+
+    def describe(self) -> str:
+        """The fixed part, term by term, in MiB."""
+        return (
+            f"planner and workloads {_mib(self.process)}, JIT {_mib(self.jit)} "
+            f"({self.jit_kind}), kernel inputs {_mib(self.calls)}"
+        )
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
 
 def config_bytes(num_requests: int) -> int:
     """Peak bytes one config needs while its chunk runs (state + metrics)."""
     return bytes_per_config(num_requests) + METRICS_BYTES_PER_REQUEST * num_requests
+
+
+def scratch_bytes(sweep: Sweep, ids: np.ndarray, key: tuple) -> int:
+    """The largest ``kernel_scratch_bytes`` of configs ``ids`` on workload ``key``
+    (bytes one running config allocates inside the kernel)."""
+    wl = sweep.workloads[key]
+    tokens = np.asarray(wl.prompt_tokens, dtype=np.int64) + np.asarray(wl.output_tokens)
+    longest = int(tokens.max()) if len(tokens) else 0
+    seen: dict[tuple, int] = {}
+    for i in ids:
+        c = sweep.configs[int(i)]
+        args = (
+            wl.num_requests,
+            c.num_gpu_blocks,
+            c.block_size,
+            c.max_num_seqs,
+            min(longest, c.max_model_len),
+            bool(c.enable_prefix_caching),
+            bool(c.async_scheduling),
+        )
+        if args not in seen:
+            seen[args] = kernel_scratch_bytes(*args)
+    return max(seen.values(), default=0)
 
 
 def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
@@ -89,46 +195,72 @@ def process_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def chunk_budget(memory_limit: int) -> int:
-    """What a chunk may use: the limit minus what the process already holds
-    (interpreter, numba, pandas, the workloads). Raises SweepError if nothing is left."""
-    base = process_bytes()
-    if memory_limit <= base:
-        raise SweepError(
-            f"--memory-limit {memory_limit / 2**20:,.0f} MiB is below what planner itself "
-            f"already uses ({base / 2**20:,.0f} MiB)"
-        )
-    return memory_limit - base
+def jit_bytes() -> tuple[int, str]:
+    """The JIT allowance still to come and why: 0 if both kernel variants are
+    compiled in this process, ``JIT_LOAD_BYTES`` if the rest are in Numba's
+    cache, else ``JIT_COMPILE_BYTES`` (also when the cache cannot be read).
+    Both variants count: a sweep's last chunk may hold one config."""
+    states = {kernel_status(1), kernel_status(2)}
+    if states == {"loaded"}:
+        return 0, "loaded"
+    if states <= {"loaded", "cached"}:
+        return JIT_LOAD_BYTES, "cached"
+    return JIT_COMPILE_BYTES, "cold"
+
+
+def chunk_budget(memory_limit: int, threads: int | None = None) -> MemoryBudget:
+    """The fixed part of a sweep's memory for a process limit ``memory_limit``
+    (bytes): what the process already holds (``process_bytes``, so call it once
+    the spec and its workloads are loaded) and the JIT allowance (``jit_bytes``).
+    ``threads`` defaults to Numba's. ``plan_chunks`` adds the kernel inputs and
+    refuses when nothing fits."""
+    jit, kind = jit_bytes()
+    return MemoryBudget(
+        memory_limit,
+        process_bytes(),
+        jit,
+        kind,
+        threads if threads is not None else numba.get_num_threads(),
+    )
 
 
 def plan_chunks(
     sweep: Sweep,
     chunk_size: int | None,
-    memory_limit: int,
+    memory_limit: MemoryBudget | int,
     fixed_sizes: dict[tuple, int] | None = None,
 ) -> ChunkPlan:
-    """Deterministic chunk plan for a per-chunk byte budget ``memory_limit``;
+    """Deterministic chunk plan within ``memory_limit``: a ``MemoryBudget``
+    (``chunk_budget``), or bytes for the chunks alone on one thread (tests).
     ``fixed_sizes`` (from a manifest) reproduces an earlier plan exactly.
 
-    Raises SweepError if one config alone, or a fixed chunk, is over the budget."""
+    Raises SweepError, saying how much memory is needed, if the fixed part and
+    one config of the costliest workload exceed the limit, or a fixed chunk does."""
+    budget = memory_limit
+    if not isinstance(budget, MemoryBudget):
+        budget = MemoryBudget(int(budget), 0, 0, "not counted", 1)
+    by_key = sweep.ids_by_workload()
+    rmax = max(sweep.workloads[key].num_requests for key in by_key)
+    budget = dataclasses.replace(budget, calls=CALL_BYTES_PER_REQUEST * rmax)
+    per_cfg = {key: config_bytes(sweep.workloads[key].num_requests) for key in by_key}
+    scratch = {key: scratch_bytes(sweep, ids, key) for key, ids in by_key.items()}
+    one = max(per_cfg[key] + scratch[key] for key in by_key)
+    if budget.available < one:
+        raise SweepError(
+            f"--memory-limit {_mib(budget.limit)} is too small: this sweep needs at least "
+            f"{_mib(budget.fixed + one)} ({budget.describe()}, one config {_mib(one)})"
+        )
     chunks: list[Chunk] = []
-    per_cfg: dict[tuple, int] = {}
     sizes: dict[tuple, int] = {}
-    for key, ids in sweep.ids_by_workload().items():
-        need = config_bytes(sweep.workloads[key].num_requests)
-        per_cfg[key] = need
-        fit = memory_limit // need
-        if fit < 1:
-            raise SweepError(
-                f"--memory-limit leaves {memory_limit / 2**20:,.0f} MiB for chunks; one config "
-                f"of this workload needs {need / 2**20:,.1f} MiB"
-            )
+    for key, ids in by_key.items():
+        fit = budget.fit(per_cfg[key], scratch[key])
         if fixed_sizes is not None:
             k = fixed_sizes[key]
             if k > fit:
+                need = budget.fixed + budget.chunk_bytes(k, per_cfg[key], scratch[key])
                 raise SweepError(
                     f"--memory-limit is too small to resume: this sweep's chunks of {k} configs "
-                    f"need {k * need / 2**20:,.0f} MiB; raise the limit or use --overwrite"
+                    f"need {_mib(need)} in all; raise the limit or use --overwrite"
                 )
         else:
             k = int(min(chunk_size or DEFAULT_CHUNK_SIZE, fit))
@@ -137,7 +269,7 @@ def plan_chunks(
         ids = ids[np.lexsort((ids, cost))]
         for start in range(0, len(ids), k):
             chunks.append(Chunk(len(chunks), key, ids[start : start + k].astype(np.int64)))
-    return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes)
+    return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes, scratch, budget)
 
 
 def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
@@ -240,7 +372,7 @@ def _run(
     fixed = None
     if manifest is not None:
         fixed = {tuple(k): int(v) for k, v in manifest["chunk_sizes"]}
-    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit), fixed)
+    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, workers), fixed)
     if manifest is not None:
         _check_resumable(out, plan, manifest)
     if manifest is None:
@@ -375,7 +507,7 @@ def estimate(
 ) -> Estimate:
     """Measure the kernel's cost per request-step on ``sample`` configs, one from
     each of ``sample`` equal strata of the plan's cost order (``sample_positions``;
-    one kernel call per workload, one thread), and extrapolate to the grid (see
+    one kernel call per workload and planned chunk, one thread), and extrapolate to the grid (see
     ``Estimate``). The kernel must be compiled or loaded already, or its compile
     time counts."""
     pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
@@ -383,12 +515,17 @@ def estimate(
     by_key: dict[tuple, list[int]] = {}
     for j in sample_positions(len(pairs), n):
         by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
+    pieces = [  # at most one planned chunk per call, so the sample fits the memory limit
+        (k, ids[i : i + plan.sizes[k]])
+        for k, ids in by_key.items()
+        for i in range(0, len(ids), plan.sizes[k])
+    ]
     before = numba.get_num_threads()
     numba.set_num_threads(1)
     steps = 0.0
     seconds = 0.0
     try:
-        for k, ids in by_key.items():
+        for k, ids in pieces:
             t = time.perf_counter()
             res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
             res.metrics()  # a chunk's work includes its metrics
@@ -404,22 +541,24 @@ def dry_run(
 ) -> dict:
     """Print the grid, the chunk plan and an estimated wall time (``estimate``;
     compile time reported separately). Returns the figures."""
-    budget = chunk_budget(memory_limit)
-    plan = plan_chunks(sweep, chunk_size, budget)
     threads = workers if workers is not None else numba.get_num_threads()
+    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, threads))
+    budget = plan.budget
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
     t = time.perf_counter()
     simulate([sweep.configs[int(plan.chunks[0].config_ids[0])]], wl, sweep.latency)
     compile_s = time.perf_counter() - t
     est = estimate(sweep, plan, threads)
-    peak = max(len(c.config_ids) * plan.bytes_per_config[c.workload_key] for c in plan.chunks)
+    peak = plan.peak_bytes - budget.fixed
     fig = {
         "configs": plan.num_configs,
         "workloads": len(sweep.workloads),
         "chunks": len(plan.chunks),
         "chunk_size": plan.chunk_size,
         "peak_chunk_bytes": peak,
+        "peak_bytes": plan.peak_bytes,
+        "fixed_bytes": budget.fixed,
         "compile_s": compile_s,
         "estimated_s": est.seconds,
         "request_steps": est.grid_request_steps,
@@ -429,10 +568,11 @@ def dry_run(
     axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
     console.print(f"spec {sweep.name}: {plan.num_configs:,} configs over {axes}")
     console.print(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
+    console.print(f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs")
     console.print(
-        f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs, "
-        f"peak chunk state {peak / 2**20:,.1f} MiB + planner {(memory_limit - budget) / 2**20:,.0f}"
-        f" MiB (limit {memory_limit / 2**20:,.0f} MiB)"
+        f"memory: peak about {_mib(plan.peak_bytes)} of the {_mib(memory_limit)} limit: "
+        f"largest chunk {_mib(peak)} (state, metrics and the scratch of {threads} running "
+        f"configs) + {budget.describe()}"
     )
     console.print(f"JIT compile / cache load: {compile_s:.1f} s")
     console.print(f"estimated run time: {est.describe()}")
