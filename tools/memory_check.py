@@ -67,7 +67,8 @@ def peak(cmd: list[str], env: dict[str, str]) -> tuple[int, int, str]:
     )
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
     code = int(re.search(r"Exit status: (\d+)", p.stderr).group(1))
-    lines = [ln for ln in p.stderr.splitlines() if ln and not ln.startswith("\t")]
+    skip = ("\t", "Command exited", "Command terminated")
+    lines = [ln for ln in p.stderr.splitlines() if ln and not ln.startswith(skip)]
     return code, rss * 1024, lines[-1] if lines else ""
 
 
