@@ -144,6 +144,7 @@ def test_plan_counts_inputs_and_shrinks_chunks_with_the_pool(tmp_path):
     r = load_spec(spec(tmp_path)).workloads[()].num_requests
     assert plain.budget.calls == driver.CALL_BYTES_PER_REQUEST * r
     assert plain.budget.fixed == 164 * MiB + plain.budget.calls
+    assert plain.budget.dataset == driver.DATASET_BYTES_PER_CONFIG * 2  # two configs
     cached = driver.plan_chunks(
         load_spec(spec(tmp_path, blocks=5_000_000, caching=True)), None, budget
     )
@@ -163,6 +164,22 @@ def test_plan_refuses_saying_how_much_is_needed(tmp_path):
     need += driver.CALL_BYTES_PER_REQUEST * sw.workloads[()].num_requests
     assert f"needs at least {need / MiB:,.0f} MiB" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_final_merge_grows_with_the_grid_and_can_refuse(tmp_path):
+    """The merge of all rows needs room beside the fixed part, not beside a chunk."""
+    axes = "max_num_seqs = { start = 1, stop = 10000, num = 10000 }\n"
+    axes += 'preemption_mode = ["recompute", "restart"]'
+    text = spec(tmp_path).read_text().replace("max_num_seqs = [8, 64]", axes)  # 20,000 configs
+    path = tmp_path / "big.toml"
+    path.write_text(text)
+    sw = load_spec(path)
+    budget = MemoryBudget(200 * MiB, 100 * MiB, 0, "loaded", 1)
+    plan = driver.plan_chunks(sw, None, budget)
+    assert plan.budget.dataset == driver.DATASET_BYTES_PER_CONFIG * 20_000
+    assert plan.peak_bytes == plan.budget.fixed + max(plan.largest_chunk_bytes, plan.budget.dataset)
+    with pytest.raises(driver.SweepError, match="final merge"):
+        driver.plan_chunks(sw, None, MemoryBudget(140 * MiB, 100 * MiB, 0, "loaded", 1))
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,12 @@ CALL_BYTES_PER_REQUEST = 8 + 8 + 4 + 4 + 8 + 4 + 4
 # (180 MiB for the 1-config one alone). Allowances: those figures plus ~25%.
 JIT_LOAD_BYTES = 64 * 2**20
 JIT_COMPILE_BYTES = 256 * 2**20
+# The final merge (store.consolidate: the chunk files, their concatenation, the
+# sorted copy, the Arrow table it writes), per config of the grid, once the
+# chunks' state is gone. Measured: 1,985 bytes per row above the resident
+# memory before the merge (ru_maxrss) for 384,000 rows of quick.toml's 70
+# columns in 50 chunk files (about 670 bytes per row in pandas); plus ~30%.
+DATASET_BYTES_PER_CONFIG = 2560
 
 
 class SweepError(ValueError):
@@ -79,10 +85,9 @@ class ChunkPlan:
         return sum(len(c.config_ids) for c in self.chunks)
 
     @property
-    def peak_bytes(self) -> int:
-        """Estimated peak resident bytes of the run: the budget's fixed part plus
-        the costliest chunk (``MemoryBudget.chunk_bytes``)."""
-        return self.budget.fixed + max(
+    def largest_chunk_bytes(self) -> int:
+        """The costliest chunk's ``MemoryBudget.chunk_bytes``."""
+        return max(
             self.budget.chunk_bytes(
                 len(c.config_ids),
                 self.bytes_per_config[c.workload_key],
@@ -90,6 +95,12 @@ class ChunkPlan:
             )
             for c in self.chunks
         )
+
+    @property
+    def peak_bytes(self) -> int:
+        """Estimated peak resident bytes of the run: the budget's fixed part plus
+        the larger of the costliest chunk and the final merge (they never overlap)."""
+        return self.budget.fixed + max(self.largest_chunk_bytes, self.budget.dataset)
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,10 @@ class MemoryBudget:
     themselves, and the peak of reading them). ``jit``: the kernel's machine
     code still to come (``jit_bytes``). ``calls``: one kernel call's copies of
     the workload (``CALL_BYTES_PER_REQUEST`` per request of the largest
-    workload). ``threads``: kernel threads, so configs running at once."""
+    workload). ``threads``: kernel threads, so configs running at once.
+    ``dataset``: the final merge (``DATASET_BYTES_PER_CONFIG`` per config),
+    which runs after the last chunk, so it needs room beside the fixed part
+    but not beside a chunk."""
 
     limit: int
     process: int
@@ -109,6 +123,7 @@ class MemoryBudget:
     jit_kind: str  # "loaded", "cached" or "cold": how the JIT allowance was chosen
     threads: int
     calls: int = 0
+    dataset: int = 0
 
     @property
     def fixed(self) -> int:
@@ -231,24 +246,31 @@ def plan_chunks(
     fixed_sizes: dict[tuple, int] | None = None,
 ) -> ChunkPlan:
     """Deterministic chunk plan within ``memory_limit``: a ``MemoryBudget``
-    (``chunk_budget``), or bytes for the chunks alone on one thread (tests).
-    ``fixed_sizes`` (from a manifest) reproduces an earlier plan exactly.
+    (``chunk_budget``; the plan adds the kernel inputs and the final merge), or
+    bytes for the chunks alone on one thread (tests). ``fixed_sizes`` (from a
+    manifest) reproduces an earlier plan exactly.
 
     Raises SweepError, saying how much memory is needed, if the fixed part and
-    one config of the costliest workload exceed the limit, or a fixed chunk does."""
-    budget = memory_limit
-    if not isinstance(budget, MemoryBudget):
-        budget = MemoryBudget(int(budget), 0, 0, "not counted", 1)
+    one config of the costliest workload, or the final merge, exceed the limit,
+    or a fixed chunk does."""
     by_key = sweep.ids_by_workload()
-    rmax = max(sweep.workloads[key].num_requests for key in by_key)
-    budget = dataclasses.replace(budget, calls=CALL_BYTES_PER_REQUEST * rmax)
+    if isinstance(memory_limit, MemoryBudget):
+        rmax = max(sweep.workloads[key].num_requests for key in by_key)
+        budget = dataclasses.replace(
+            memory_limit,
+            calls=CALL_BYTES_PER_REQUEST * rmax,
+            dataset=DATASET_BYTES_PER_CONFIG * len(sweep.configs),
+        )
+    else:
+        budget = MemoryBudget(int(memory_limit), 0, 0, "not counted", 1)
     per_cfg = {key: config_bytes(sweep.workloads[key].num_requests) for key in by_key}
     scratch = {key: scratch_bytes(sweep, ids, key) for key, ids in by_key.items()}
     one = max(per_cfg[key] + scratch[key] for key in by_key)
-    if budget.available < one:
+    if budget.available < max(one, budget.dataset):
         raise SweepError(
             f"--memory-limit {_mib(budget.limit)} is too small: this sweep needs at least "
-            f"{_mib(budget.fixed + one)} ({budget.describe()}, one config {_mib(one)})"
+            f"{_mib(budget.fixed + max(one, budget.dataset))} ({budget.describe()}, "
+            f"one config {_mib(one)}, final merge {_mib(budget.dataset)})"
         )
     chunks: list[Chunk] = []
     sizes: dict[tuple, int] = {}
@@ -550,7 +572,7 @@ def dry_run(
     simulate([sweep.configs[int(plan.chunks[0].config_ids[0])]], wl, sweep.latency)
     compile_s = time.perf_counter() - t
     est = estimate(sweep, plan, threads)
-    peak = plan.peak_bytes - budget.fixed
+    peak = plan.largest_chunk_bytes
     fig = {
         "configs": plan.num_configs,
         "workloads": len(sweep.workloads),
@@ -571,8 +593,9 @@ def dry_run(
     console.print(f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs")
     console.print(
         f"memory: peak about {_mib(plan.peak_bytes)} of the {_mib(memory_limit)} limit: "
-        f"largest chunk {_mib(peak)} (state, metrics and the scratch of {threads} running "
-        f"configs) + {budget.describe()}"
+        f"{budget.describe()}, then the larger of the biggest chunk {_mib(peak)} (state, "
+        f"metrics, the scratch of {threads} running configs) and the final merge "
+        f"{_mib(budget.dataset)}"
     )
     console.print(f"JIT compile / cache load: {compile_s:.1f} s")
     console.print(f"estimated run time: {est.describe()}")
