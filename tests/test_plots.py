@@ -356,3 +356,15 @@ def test_heatmap_help_states_the_default_out(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "heatmap", "--help")
     assert code == 0
     assert "[default: RESULTS.heatmap.png beside it" in out + err
+
+
+@pytest.mark.parametrize("pin", ["max_num_seqs=8", "num_gpu_blocks=1000", "rate_scale=1.0"])
+def test_where_cannot_pin_a_drawn_axis(tmp_path, capsys, pin):
+    folder = _dataset(
+        tmp_path, [1.0] * 12, rate_scale=[1.0, 2.0], num_gpu_blocks=[1000, 4000], max_num_seqs=SEQS
+    )
+    code, _, err = run_cli(
+        capsys, "heatmap", str(folder), "--facet", "rate_scale", "--where", pin,
+        "--out", str(tmp_path / "h.png"),
+    )  # fmt: skip
+    assert code == 2 and "pin another axis" in err
