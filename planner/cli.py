@@ -700,8 +700,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except OSError as e:
-        print(f"plan: error: {e.strerror}: {e.filename}", file=sys.stderr)
+        print(f"plan: error: {os_error_line(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError: "strerror: filename" when the OS gave them;
+    otherwise the exception's own text (pyarrow raises OSErrors with a message
+    and no errno), or its class name."""
+    if e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
 
 
 if __name__ == "__main__":
