@@ -299,6 +299,27 @@ def test_flipped_byte_in_a_chunk_never_changes_the_dataset_silently(
         assert_finished(out, reference)
 
 
+def test_flipped_byte_in_the_manifest_is_recomputed_or_refused(
+    capsys, spec, interrupted, reference, tmp_path
+):
+    """The manifest holds the checksums: damage to it must not slip through
+    either (resume completes with the same bytes, or exits 2 with one line)."""
+    rng = random.Random(7)
+    size = (interrupted / store.MANIFEST).stat().st_size
+    for trial, offset in enumerate(sorted(rng.sample(range(size), 12))):
+        out = tmp_path / f"m{trial}"
+        shutil.copytree(interrupted, out)
+        data = bytearray((out / store.MANIFEST).read_bytes())
+        data[offset] ^= rng.randrange(1, 256)
+        (out / store.MANIFEST).write_bytes(bytes(data))
+        code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(out), "--resume")
+        if code == 2:
+            one_line(err)
+        else:
+            assert code == 0, (offset, err)
+            assert_finished(out, reference)
+
+
 def test_truncated_missing_or_unrecorded_chunks_are_recomputed(
     capsys, spec, interrupted, reference
 ):
