@@ -407,7 +407,7 @@ def _complete(out: Path, manifest: store.Manifest) -> pd.DataFrame:
         return store.read_verified(path, manifest.data_sha256)
     except FileNotFoundError:
         raise SweepError(f"{path}: missing; rerun with --overwrite") from None
-    except store.DamagedChunk:
+    except store.DamagedFile:
         raise SweepError(
             f"{path}: does not match the checksum in {store.MANIFEST} (damaged?); "
             "rerun with --overwrite"

@@ -60,8 +60,8 @@ class FolderBusy(ValueError):
     """Another sweep holds the output folder's lock; the message is one line."""
 
 
-class DamagedChunk(ValueError):
-    """A chunk file that does not match its manifest record; the message says how."""
+class DamagedFile(ValueError):
+    """A file that does not match its manifest record; the message says how."""
 
 
 class DamagedChunks(ValueError):
@@ -157,13 +157,13 @@ def write_chunk(df: pd.DataFrame, out: Path, index: int) -> ChunkRecord:
 def read_verified(path: Path, sha256: str, rows: int | None = None) -> pd.DataFrame:
     """Read a Parquet file whose bytes must have sha256 ``sha256`` (and ``rows``
     rows). The bytes are hashed and parsed from one read, so what is parsed is
-    what was checked. Raises DamagedChunk."""
+    what was checked. Raises DamagedFile."""
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise DamagedChunk("checksum mismatch")
+        raise DamagedFile("checksum mismatch")
     df = pd.read_parquet(io.BytesIO(data))
     if rows is not None and len(df) != rows:
-        raise DamagedChunk(f"{len(df)} rows, the manifest says {rows}")
+        raise DamagedFile(f"{len(df)} rows, the manifest says {rows}")
     return df
 
 
@@ -195,11 +195,11 @@ def consolidate(
         path = chunk_path(out, index)
         try:
             if record is None:
-                raise DamagedChunk("no checksum in the manifest")
+                raise DamagedFile("no checksum in the manifest")
             parts.append(read_verified(path, record.sha256, record.rows))
         except FileNotFoundError:
             problems[index] = "missing"
-        except DamagedChunk as e:
+        except DamagedFile as e:
             problems[index] = str(e)
     if problems:
         raise DamagedChunks(problems)
