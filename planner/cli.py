@@ -104,7 +104,7 @@ def _atomic_parquet(df: object, path: Path) -> None:
     try:
         write_table(df, path)  # type: ignore[arg-type]
     except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
+        raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
 
 
 SUMMARY_ROWS = (
@@ -620,7 +620,7 @@ def heatmap(
     try:
         path = draw(results, dest, x, y, z, facet or None, where or [], point, width, height)
     except OSError as e:
-        raise InputError(f"cannot write {dest}: {e.strerror}") from None
+        raise InputError(f"cannot write {dest}: {os_error_reason(e)}") from None
     print(f"plan: wrote {path}", file=sys.stderr)
 
 
@@ -704,14 +704,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BAD_INPUT)
 
 
+def os_error_reason(e: OSError) -> str:
+    """Why an OSError happened, in one line: its strerror; otherwise its own
+    text (pyarrow raises OSErrors with a message and no errno), or its class name."""
+    return e.strerror or " ".join(str(e).split()) or type(e).__name__
+
+
 def os_error_line(e: OSError) -> str:
-    """One line for an OSError: "strerror: filename" when the OS gave them;
-    otherwise the exception's own text (pyarrow raises OSErrors with a message
-    and no errno), or its class name."""
-    if e.strerror:
-        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
-    text = " ".join(str(e).split())
-    return text or type(e).__name__
+    """One line for an OSError: "strerror: filename" when the OS gave both,
+    otherwise ``os_error_reason``."""
+    return f"{e.strerror}: {e.filename}" if e.strerror and e.filename else os_error_reason(e)
 
 
 if __name__ == "__main__":

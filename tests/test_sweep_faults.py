@@ -466,3 +466,7 @@ def test_os_error_without_strerror_is_a_real_line(capsys, spec, tmp_path, monkey
     assert code == 2 and "Traceback" not in err and "None" not in err, err
     # (the progress bar, already drawn, stays above the error)
     assert err.strip().splitlines()[-1] == "plan: error: simulated: the bucket went away"
+    trace = tmp_path / "trace.parquet"
+    code, _, err = run_cli(capsys, "run", "--num-gpu-blocks", "200", "--trace", str(trace))
+    assert code == 2
+    assert one_line(err) == f"plan: error: cannot write {trace}: simulated: the bucket went away"
