@@ -104,7 +104,7 @@ def _atomic_parquet(df: object, path: Path) -> None:
     try:
         write_table(df, path)  # type: ignore[arg-type]
     except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
+        raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
 
 
 SUMMARY_ROWS = (
@@ -624,7 +624,7 @@ def heatmap(
     try:
         path = draw(results, dest, x, y, z, facet or None, where or [], point, width, height)
     except OSError as e:
-        raise InputError(f"cannot write {dest}: {e.strerror}") from None
+        raise InputError(f"cannot write {dest}: {os_error_reason(e)}") from None
     print(f"plan: wrote {path}", file=sys.stderr)
 
 
@@ -706,8 +706,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except OSError as e:
-        print(f"plan: error: {e.strerror}: {e.filename}", file=sys.stderr)
+        print(f"plan: error: {os_error_line(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+def os_error_reason(e: OSError) -> str:
+    """Why an OSError happened, in one line: its strerror; otherwise its own
+    text (pyarrow raises OSErrors with a message and no errno), or its class name."""
+    return e.strerror or " ".join(str(e).split()) or type(e).__name__
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError: "strerror: filename" when the OS gave both,
+    otherwise ``os_error_reason``."""
+    return f"{e.strerror}: {e.filename}" if e.strerror and e.filename else os_error_reason(e)
 
 
 if __name__ == "__main__":

@@ -267,10 +267,10 @@ def test_resume_keeps_the_original_chunk_plan(tmp_path):
         c.config_ids.tolist() for c in plan.chunks
     ]
     out = tmp_path / "o"
-    store.write_table(driver.run_chunk(sw, plan.chunks[1]), store.chunk_path(out, 0))
-    manifest = {"num_chunks": len(plan.chunks)}
+    manifest = driver._manifest(sw, plan)
+    manifest.chunks[0] = store.write_chunk(driver.run_chunk(sw, plan.chunks[1]), out, 0)
     with pytest.raises(driver.SweepError, match="does not match the chunk plan"):
-        driver._check_resumable(out, plan, manifest)
+        driver._verify_chunks(out, plan, manifest, None)
 
 
 def test_prefix_caching_and_async_axes(capsys, tmp_path):

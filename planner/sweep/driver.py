@@ -294,41 +294,47 @@ def plan_chunks(
     return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes, scratch, budget)
 
 
-def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
-    return {
-        "spec_fingerprint": sweep.fingerprint(),
-        "chunk_size": plan.chunk_size,
-        "chunk_sizes": [[list(k), v] for k, v in plan.sizes.items()],
-        "num_chunks": len(plan.chunks),
-        "num_configs": plan.num_configs,
-        "planner_version": VERSION,
-        "complete": False,
-    }
+def _manifest(sweep: Sweep, plan: ChunkPlan) -> store.Manifest:
+    return store.Manifest(
+        spec_fingerprint=sweep.fingerprint(),
+        planner_version=VERSION,
+        chunk_size=plan.chunk_size,
+        chunk_sizes=[(list(k), v) for k, v in plan.sizes.items()],
+        num_chunks=len(plan.chunks),
+        num_configs=plan.num_configs,
+    )
 
 
-def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> dict | None:
-    """Check the output directory before anything runs. Returns the manifest to
-    resume from, or None for a fresh start."""
+def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> store.Manifest | None:
+    """Check the output directory before anything runs (call it holding the
+    folder's lock). Returns the manifest to resume from, or None for a fresh
+    start. Raises SweepError (one line) when the folder holds another sweep, a
+    sweep of another spec or planner version, or an unreadable manifest."""
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out {out}: exists and is not a directory")
     try:
         manifest = store.read_manifest(out)
-    except (ValueError, OSError) as e:
-        raise SweepError(f"{out / store.MANIFEST}: unreadable ({e.__class__.__name__})") from None
-    if manifest is not None and not {"spec_fingerprint", "chunk_sizes", "num_chunks"} <= set(
-        manifest
-    ):
-        raise SweepError(f"{out / store.MANIFEST}: not a planner manifest; use --overwrite")
+    except OSError as e:
+        raise SweepError(f"{out / store.MANIFEST}: unreadable ({e.strerror or e})") from None
+    except ValueError:
+        raise SweepError(
+            f"{out / store.MANIFEST}: not a planner manifest; use --overwrite"
+        ) from None
     has_data = (out / store.DATA).exists() or (out / store.CHUNKS).exists()
     if resume:
         if manifest is None:
             if has_data:
                 raise SweepError(f"{out}: no {store.MANIFEST}; cannot resume this directory")
             return None
-        if manifest["spec_fingerprint"] != sweep.fingerprint():
+        if manifest.spec_fingerprint != sweep.fingerprint():
             raise SweepError(
                 f"{out}: the spec or its workload changed since this sweep started; "
                 "use --overwrite to start again"
+            )
+        if manifest.planner_version != VERSION:
+            raise SweepError(
+                f"{out}: this sweep was started by planner {manifest.planner_version}, this is "
+                f"{VERSION}; resume it with that version or use --overwrite"
             )
         return manifest
     if (manifest is not None or has_data) and not overwrite:
@@ -339,14 +345,15 @@ def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> di
 
 
 def clear_output(out: Path) -> None:
-    """Remove a previous sweep's files (only the ones a sweep writes)."""
-    for p in (out / store.DATA, out / store.MANIFEST):
-        if p.exists():
-            p.unlink()
+    """Remove a previous sweep's files (only the ones a sweep writes), the
+    manifest last, so that a kill midway leaves a folder ``--overwrite`` clears."""
     if (out / store.CHUNKS).exists():
         for f in (out / store.CHUNKS).iterdir():
             f.unlink()
         (out / store.CHUNKS).rmdir()
+    store.remove_stale_temps(out)
+    for p in (out / store.DATA, out / store.MANIFEST):
+        p.unlink(missing_ok=True)
 
 
 def run_sweep(
@@ -362,22 +369,49 @@ def run_sweep(
     address: str | None = None,
     dask_workers: int | None = None,
 ) -> tuple[pd.DataFrame, bool]:
-    """Run every chunk not yet on disk, then write ``out/data.parquet``.
+    """Run every chunk not yet on disk (and verified), then write ``out/data.parquet``.
 
-    Raises SweepError before any work when the output directory conflicts.
-    KeyboardInterrupt leaves finished chunks on disk for ``--resume``.
+    Holds ``out``'s lock throughout (``store.folder_lock``; with Dask too: the
+    workers only write chunk files). Raises SweepError before any work when
+    another sweep holds the folder or the folder conflicts. KeyboardInterrupt
+    leaves finished chunks on disk for ``--resume``.
     Returns (dataset, whether anything ran).
     """
-    manifest = prepare_output(out, sweep, resume, overwrite)
-    if manifest is not None and manifest.get("complete"):
-        return pd.read_parquet(out / store.DATA), False
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out}: exists and is not a directory")
     with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(store.folder_lock(out))
+        except store.FolderBusy as e:
+            raise SweepError(str(e)) from None
+        manifest = prepare_output(out, sweep, resume, overwrite)
+        store.remove_stale_temps(out)
+        if manifest is not None and manifest.complete:
+            return _complete(out, manifest), False
         client = None
         if executor == "dask":  # connect before anything is written
             client = stack.enter_context(executors.dask_client(address, dask_workers, workers or 1))
         return _run(
             sweep, out, chunk_size, memory_limit, workers, overwrite, console, manifest, client
         )
+
+
+def _complete(out: Path, manifest: store.Manifest) -> pd.DataFrame:
+    """A finished sweep's dataset, checked against the manifest's sha256; removes
+    chunk files left by a kill after the sweep was marked complete."""
+    store.remove_chunks(out)
+    path = out / store.DATA
+    try:
+        if manifest.data_sha256 is None:  # written before checksums were kept
+            return pd.read_parquet(path)
+        return store.read_verified(path, manifest.data_sha256)
+    except FileNotFoundError:
+        raise SweepError(f"{path}: missing; rerun with --overwrite") from None
+    except store.DamagedFile:
+        raise SweepError(
+            f"{path}: does not match the checksum in {store.MANIFEST} (damaged?); "
+            "rerun with --overwrite"
+        ) from None
 
 
 def _run(
@@ -388,23 +422,40 @@ def _run(
     workers: int | None,
     overwrite: bool,
     console: Console,
-    manifest: dict | None,
+    manifest: store.Manifest | None,
     client: object | None,
 ) -> tuple[pd.DataFrame, bool]:
-    fixed = None
-    if manifest is not None:
-        fixed = {tuple(k): int(v) for k, v in manifest["chunk_sizes"]}
+    fixed = manifest.fixed_sizes() if manifest is not None else None
     plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, workers), fixed)
     if manifest is not None:
-        _check_resumable(out, plan, manifest)
-    if manifest is None:
+        todo = _verify_chunks(out, plan, manifest, console)
+    else:
         if overwrite:
             clear_output(out)
         manifest = _manifest(sweep, plan)
         store.write_manifest(out, manifest)
+        todo = list(plan.chunks)
     if workers is not None and client is None:
         numba.set_num_threads(workers)
-    todo = [c for c in plan.chunks if not store.chunk_path(out, c.index).exists()]
+    _run_chunks(sweep, out, plan, todo, manifest, console, client)
+    df = _merge(sweep, out, plan, manifest, console, client)
+    if len(df) != plan.num_configs or df.config_id.duplicated().any():
+        raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
+    return df, True
+
+
+def _run_chunks(
+    sweep: Sweep,
+    out: Path,
+    plan: ChunkPlan,
+    todo: list[Chunk],
+    manifest: store.Manifest,
+    console: Console,
+    client: object | None,
+) -> int:
+    """Run ``todo`` with a progress bar; record each written chunk's checksum
+    and row count in the manifest (rewritten atomically after each chunk).
+    Returns the number of configs run."""
     done_configs = plan.num_configs - sum(len(c.config_ids) for c in todo)
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -426,8 +477,10 @@ def _run(
             sweep.name, total=plan.num_configs, completed=done_configs, rate="-"
         )
 
-        def done(chunk: Chunk) -> None:
+        def done(chunk: Chunk, record: store.ChunkRecord) -> None:
             nonlocal ran
+            manifest.chunks[chunk.index] = record
+            store.write_manifest(out, manifest)
             ran += len(chunk.config_ids)
             rate = ran / max(time.perf_counter() - t0, 1e-9)
             progress.update(task, advance=len(chunk.config_ids), rate=f"{rate:,.0f}")
@@ -436,24 +489,100 @@ def _run(
             executors.run_dask(sweep, out, todo, done, client)
         else:
             executors.run_local(sweep, out, todo, done)
-    df = store.consolidate(out, len(plan.chunks), sweep.metadata(VERSION))
-    if len(df) != plan.num_configs or df.config_id.duplicated().any():
-        raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
-    manifest["complete"] = True
+    return ran
+
+
+def _merge(
+    sweep: Sweep,
+    out: Path,
+    plan: ChunkPlan,
+    manifest: store.Manifest,
+    console: Console,
+    client: object | None,
+) -> pd.DataFrame:
+    """Verify and merge the chunk files into ``data.parquet``, recomputing (once)
+    any chunk that fails verification; then mark the manifest complete, with the
+    dataset's sha256, and remove the chunk files."""
+    for attempt in range(2):
+        records = {c.index: manifest.chunks.get(c.index) for c in plan.chunks}
+        try:
+            df, sha = store.consolidate(out, records, sweep.metadata(VERSION))
+            break
+        except store.DamagedChunks as e:
+            if attempt == 1:
+                raise SweepError(
+                    f"{out}: chunk files fail verification again right after being rewritten "
+                    f"({_describe(e.problems)}); check the disk"
+                ) from None
+            bad = [c for c in plan.chunks if c.index in e.problems]
+            _discard(out, bad, manifest, e.problems, console)
+            _run_chunks(sweep, out, plan, bad, manifest, console, client)
+    manifest.complete = True
+    manifest.data_sha256 = sha
     store.write_manifest(out, manifest)
-    return df, True
+    if not store.remove_chunks(out):
+        console.print(
+            f"plan: warning: left {out / store.CHUNKS}: it holds files a sweep does not write",
+            soft_wrap=True,
+        )
+    return df
 
 
-def _check_resumable(out: Path, plan: ChunkPlan, manifest: dict) -> None:
-    """Chunks on disk must be exactly the plan's chunks with those indices."""
-    if len(plan.chunks) != manifest["num_chunks"]:
+def _verify_chunks(
+    out: Path, plan: ChunkPlan, manifest: store.Manifest, console: Console
+) -> list[Chunk]:
+    """On resume: the chunks still to run. A chunk file that fails verification
+    against the manifest (checksum, row count) is removed and rerun, and said so
+    in one line. Raises SweepError when the chunk plan changed or a verified
+    chunk file holds other configs than the plan's chunk."""
+    if len(plan.chunks) != manifest.num_chunks:
         raise SweepError(f"{out}: the chunk plan changed since this sweep started; use --overwrite")
+    todo, problems = [], {}
     for chunk in plan.chunks:
         path = store.chunk_path(out, chunk.index)
-        if path.exists():
-            ids = pd.read_parquet(path, columns=["config_id"]).config_id.to_numpy()
-            if not np.array_equal(np.sort(ids), np.sort(chunk.config_ids)):
-                raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
+        if not path.exists():
+            manifest.chunks.pop(chunk.index, None)
+            todo.append(chunk)
+            continue
+        problem = store.chunk_problem(path, manifest.chunks.get(chunk.index), len(chunk.config_ids))
+        if problem is not None:
+            problems[chunk.index] = problem
+            todo.append(chunk)
+            continue
+        ids = pd.read_parquet(path, columns=["config_id"]).config_id.to_numpy()
+        if not np.array_equal(np.sort(ids), np.sort(chunk.config_ids)):
+            raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
+    if problems:
+        bad = [c for c in plan.chunks if c.index in problems]
+        _discard(out, bad, manifest, problems, console)
+    return todo
+
+
+def _discard(
+    out: Path,
+    chunks: list[Chunk],
+    manifest: store.Manifest,
+    problems: dict[int, str],
+    console: Console,
+) -> None:
+    """Remove chunk files that failed verification (and their records), saying
+    so in one line on the console."""
+    for chunk in chunks:
+        store.chunk_path(out, chunk.index).unlink(missing_ok=True)
+        manifest.chunks.pop(chunk.index, None)
+    store.write_manifest(out, manifest)
+    console.print(
+        f"plan: recomputing {len(chunks)} chunk(s) whose files in {out / store.CHUNKS} fail "
+        f"verification: {_describe(problems)}",
+        soft_wrap=True,
+    )
+
+
+def _describe(problems: dict[int, str], limit: int = 5) -> str:
+    """'chunk 3 (checksum mismatch), chunk 7 (missing)', the first ``limit``."""
+    items = [f"chunk {i} ({why})" for i, why in sorted(problems.items())]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
 
 
 # Configs the dry-run estimate simulates (spread over the grid's cost order).
