@@ -151,7 +151,7 @@ class TraceFormat(StrEnum):
     jsonl = "jsonl"
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def run(
     ctx: typer.Context,
     num_gpu_blocks: Annotated[
@@ -497,7 +497,7 @@ def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, s
     _atomic_parquet(df, path)
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def sweep(
     spec: Annotated[Path, typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick.toml.")],
     out: Annotated[
@@ -578,7 +578,7 @@ def sweep(
     )
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def heatmap(
     results: Annotated[Path, typer.Argument(help="Sweep output directory, e.g. results/quick.")],
     x: Annotated[str, typer.Option(help="Column on the x axis.")] = "max_num_seqs",
@@ -630,7 +630,7 @@ def numba_threads() -> int:
     return int(numba.config.NUMBA_NUM_THREADS)
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def bench(
     grid: Annotated[int, typer.Option(help="Grid side: grid x grid configs.")] = 64,
     reference: Annotated[

@@ -458,5 +458,5 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``check`` and ``safe-limit`` to the ``plan`` app."""
-    app.command("check")(check)
-    app.command("safe-limit")(safe_limit)
+    app.command("check", cls=opt.BoundedCommand)(check)
+    app.command("safe-limit", cls=opt.BoundedCommand)(safe_limit)
