@@ -141,6 +141,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     # synthetic workloads
     "num_requests": Bound(1, MAX_REQUESTS, integer=True, why="requests"),
     "rate": Bound(MIN_RATE_RPS, MAX_RATE_RPS, why="requests per second"),
+    "gamma_cv": Bound(1e-6, 1e6, why="coefficient of variation of gaps"),
     "prompt_tokens": Bound(1, INT32_MAX, why="tokens"),
     "output_tokens": Bound(1, INT32_MAX, why="tokens"),
     "prompt_tokens_stdev": Bound(0, INT32_MAX, why="tokens"),

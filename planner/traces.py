@@ -130,6 +130,34 @@ def _numbers(
     return v.to_numpy()
 
 
+def _require_dates(path: Path, raw: pd.Series, col: str) -> None:
+    """Refuse timestamps without a full date (``18:15:50``, ``11-16 18:15``):
+    pandas would fill in today's date or year, silently.
+
+    Each distinct shape of text (digits replaced by ``0``) is parsed once with
+    two different default dates (dateutil, the parser behind pandas' mixed
+    format); if the results differ, the text lacks a day, month or year.
+    Raises WorkloadError naming the file, the first such row and the column.
+    """
+    from datetime import datetime
+
+    from dateutil import parser
+
+    shapes = raw.reset_index(drop=True).str.replace(r"\d", "0", regex=True)
+    for row in shapes.drop_duplicates().index:  # positions: the index is 0..n-1
+        text = str(raw.iloc[int(row)])
+        try:
+            a = parser.parse(text, default=datetime(2000, 1, 1))
+            b = parser.parse(text, default=datetime(2004, 2, 3))
+        except (ValueError, OverflowError):
+            continue  # pandas read it (ISO forms dateutil may not); they carry a date
+        if a.date() != b.date():
+            raise WorkloadError(
+                f"{path}: row {int(row) + 2}: {col} value {text!r} has no full date "
+                "(day, month and year); give dates, or seconds in an arrival column"
+            )
+
+
 def _timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
     """Datetime text or epoch seconds -> seconds since the first row."""
     raw = df[col].astype(str).str.strip()
@@ -141,6 +169,7 @@ def _timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
         if ts.isna().any():
             row = int(np.argmax(ts.isna().to_numpy()))
             raise WorkloadError(f"{path}: row {row + 2}: bad {col} value {raw.iloc[row]!r}")
+        _require_dates(path, raw, col)
         t = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     if not np.all(np.isfinite(t)):
         row = int(np.argmax(~np.isfinite(t)))
