@@ -24,11 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from planner.config import SchedulerConfig
-    from planner.latency import Latency
 
 INT32_MAX = 2**31 - 1  # token and block counts: int32 arrays in the kernel
 INT64_MAX = 2**63 - 1  # the clock: int64 nanoseconds (~292 years)
@@ -190,33 +185,6 @@ def coeff(name: str, v: float) -> None:
     check(name, v, Bound(0.0, MAX_COEFF_US, why="microseconds"))
 
 
-def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
-    """The longest step ``cfg`` can take under ``lat``, in ns (a float, an upper bound).
-
-    A step schedules at most T = min(max_num_batched_tokens, num_gpu_blocks x
-    block_size) tokens (vLLM v1's token budget counts prefill and decode
-    tokens; every scheduled token needs a KV slot). Linear: b0 + max(b1, b2) x T.
-    Roofline: overhead + max(FLOPs/(peak x MFU), bytes/(HBM x MBU)) with every
-    token attending max_model_len keys and the whole pool read (see
-    ``latency.step_time_ns``). Swap preemption adds at most a pool's worth of
-    block transfers.
-    """
-    from planner.latency import LinearLatency
-
-    tokens = float(min(cfg.max_num_batched_tokens, cfg.num_gpu_blocks * cfg.block_size))
-    b0, b1, b2, *_ = lat.ns()
-    if isinstance(lat, LinearLatency):
-        t = b0 + max(b1, b2) * tokens
-    else:
-        fp = lat.floats()
-        flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
-        nbytes = fp[2] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
-        t = b0 + math.ceil(max(flops / fp[4], nbytes / fp[5]) * 1e9)
-    if cfg.preemption_mode == "swap":
-        t += float(cfg.swap_ns_per_block) * 2 * cfg.num_gpu_blocks
-    return float(t)
-
-
 CLI_NAMES = {
     "max_steps": "--max-steps",
     "alpha": "--alpha-coeffs",
@@ -230,32 +198,36 @@ SPEC_NAMES = {
 
 
 def clock_bound(
-    cfg: SchedulerConfig, lat: Latency, label: str = "", names: dict[str, str] = CLI_NAMES
+    max_steps: int,
+    step_ns: float,
+    alpha_ns: tuple[int, int],
+    label: str = "",
+    names: dict[str, str] = CLI_NAMES,
 ) -> None:
     """Refuse a configuration whose int64 ns clock could wrap.
 
     The clock reaches at most: the last arrival (``MAX_ARRIVAL_S``) + the
-    queueing delay alpha0 + alpha1 x prompt (prompt <= INT32_MAX tokens) +
-    max_steps x ``max_step_ns``. All of it must stay under ``INT64_MAX`` ns.
+    queueing delay alpha0 + alpha1 x prompt (prompt <= INT32_MAX tokens; at
+    most half the room left by arrivals) + max_steps x ``max_step_ns``. All of
+    it must stay under ``INT64_MAX`` ns.
     Raises ValueError (one line, prefixed with ``label``), naming the options
     as ``names`` spells them (``CLI_NAMES`` or ``SPEC_NAMES``).
     """
-    b = lat.ns()
-    a0, a1, a2 = b[3], b[4], b[5]
+    a0, a1 = alpha_ns  # alpha2 is added to latencies (float seconds), not to the clock
     queue = float(a0) + float(a1) * INT32_MAX
     budget = INT64_MAX - MAX_ARRIVAL_S * 1e9
     where = f"{label}: " if label else ""
-    if queue + float(a2) * INT32_MAX > budget / 2:
+    if queue > budget / 2:
         raise ValueError(
-            f"{where}{names['alpha']}: alpha0 + (alpha1 + alpha2) x {INT32_MAX:,} tokens must "
-            f"stay under {budget / 2e9:.3g} s (int64 ns clock), got alpha=({a0 / 1e3:g}, "
-            f"{a1 / 1e3:g}, {a2 / 1e3:g}) us"
+            f"{where}{names['alpha']}: alpha0 + alpha1 x {INT32_MAX:,} tokens must stay under "
+            f"{budget / 2e9:.3g} s (int64 ns clock), got alpha0={a0 / 1e3:g} us, "
+            f"alpha1={a1 / 1e3:g} us"
         )
-    step = max_step_ns(cfg, lat)
-    if step * cfg.max_steps > budget / 2:
+    step = step_ns
+    if step * max_steps > budget - queue:
         raise ValueError(
-            f"{where}{names['max_steps']} {cfg.max_steps:,} x the longest possible step "
+            f"{where}{names['max_steps']} {max_steps:,} x the longest possible step "
             f"({step / 1e9:.3g} s from the step-time coefficients, "
             f"{names['max_num_batched_tokens']} and the pool) must stay under "
-            f"{budget / 2e9:.3g} s (the int64 ns clock); lower one of them"
+            f"{(budget - queue) / 1e9:.3g} s (the int64 ns clock); lower one of them"
         )

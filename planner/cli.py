@@ -24,7 +24,7 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import RUN_RULES, reject_inert
-from planner.config import SchedulerConfig
+from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES
 from planner.traces import TraceOptions
@@ -327,6 +327,7 @@ def run(
         horizon_s=horizon,
         max_steps=max_steps,
     )
+    clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     if trace_file is not None:
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
         wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload

@@ -177,6 +177,40 @@ class SchedulerConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
+    """The longest step ``cfg`` can take under ``lat``, in ns (a float, an upper bound).
+
+    A step schedules at most T = min(max_num_batched_tokens, num_gpu_blocks x
+    block_size) tokens (vLLM v1's token budget counts prefill and decode
+    tokens; every scheduled token needs a KV slot). Linear: b0 + max(b1, b2) x T.
+    Roofline: overhead + max(FLOPs/(peak x MFU), bytes/(HBM x MBU)) with every
+    token attending max_model_len keys and the whole pool read (see
+    ``latency.step_time_ns``). Swap preemption adds at most a pool's worth of
+    block transfers.
+    """
+    tokens = float(min(cfg.max_num_batched_tokens, cfg.num_gpu_blocks * cfg.block_size))
+    b0, b1, b2, *_ = lat.ns()
+    if isinstance(lat, LinearLatency):
+        t = b0 + max(b1, b2) * tokens
+    else:
+        fp = lat.floats()
+        flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
+        nbytes = fp[2] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
+        t = b0 + math.ceil(max(flops / fp[4], nbytes / fp[5]) * 1e9)
+    if cfg.preemption_mode == "swap":
+        t += float(cfg.swap_ns_per_block) * 2 * cfg.num_gpu_blocks
+    return float(t)
+
+
+def clock_bound(cfg: SchedulerConfig, lat: Latency, label: str = "", spec: bool = False) -> None:
+    """``bounds.clock_bound`` for one config: its int64 ns clock cannot wrap.
+
+    Raises ValueError (one line; option names as in a spec when ``spec``)."""
+    ns = lat.ns()
+    names = bounds.SPEC_NAMES if spec else bounds.CLI_NAMES
+    bounds.clock_bound(cfg.max_steps, max_step_ns(cfg, lat), (ns[3], ns[4]), label, names)
+
+
 def _flag(name: str) -> str:
     return name.replace("_", "-")
 
@@ -206,7 +240,7 @@ def pack_configs(
     out = np.zeros((len(configs), NCOLS), dtype=np.int64)
     outf = np.zeros((len(configs), NFLOAT), dtype=np.float64)
     for i, (c, lat) in enumerate(zip(configs, latencies, strict=True)):
-        bounds.clock_bound(c, lat)  # the int64 ns clock cannot wrap
+        clock_bound(c, lat)  # the int64 ns clock cannot wrap
         outf[i] = lat.floats()
         horizon = NO_HORIZON_NS if math.isinf(c.horizon_s) else int(round(c.horizon_s * 1e9))
         out[i, :] = (

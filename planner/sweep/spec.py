@@ -24,7 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner import bounds, resolve
-from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
+from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
 from planner.latency import Latency
 from planner.traces import TraceOptions, check_columns, load_trace
@@ -391,7 +391,7 @@ class Sweep:
         self.latency = self._latency()
         for i, cfg in enumerate(self.configs):  # the int64 ns clock cannot wrap
             try:
-                bounds.clock_bound(cfg, self.latency, f"config {i}", bounds.SPEC_NAMES)
+                clock_bound(cfg, self.latency, f"config {i}", spec=True)
             except ValueError as e:
                 raise SpecError(str(e)) from None
         self.hardware_columns = self._hardware_columns()
