@@ -13,7 +13,7 @@ import typer
 from helpers import run_cli
 from planner import bounds, cli_options
 from planner.cli import app
-from planner.config import SchedulerConfig, max_step_ns, pack_configs
+from planner.config import SchedulerConfig, pack_configs
 from planner.latency import LinearLatency
 from planner.sweep.spec import SpecError, load_spec
 from planner.traces import read_trace
@@ -113,6 +113,8 @@ def test_listed_inputs(capsys, tmp_path, monkeypatch, args, flag):
 def test_clock_cannot_wrap_in_the_config_layer():
     """pack_configs (before every kernel call) refuses a config whose int64 ns
     clock could wrap, and accepts the defaults with a wide margin."""
+    from planner.config import max_step_ns
+
     slow = LinearLatency(beta=(1e9, 1e9, 1e9))
     with pytest.raises(ValueError, match="int64 ns clock"):
         pack_configs([SchedulerConfig()], [slow])
