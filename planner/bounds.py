@@ -64,7 +64,7 @@ class Bound:
     def describe(self) -> str:
         """The range as text, e.g. ``an integer in 1..2,147,483,647``."""
         if self.integer:
-            text = f"an integer in {self.lo:,.0f}..{self.hi:,.0f}"
+            text = f"an integer in {int(self.lo):,}..{int(self.hi):,}"
         else:
             left = "(" if self.lo_open else "["
             right = ")" if self.hi_open else "]"

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from planner import bounds
 from planner.workload import MAX_ARRIVAL_S, MAX_TOKENS, Workload, WorkloadError
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -60,7 +61,8 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 @dataclass(frozen=True)
 class TraceOptions:
-    """How to cut and replay a trace. Raises WorkloadError on impossible values."""
+    """How to cut and replay a trace. Raises WorkloadError on values outside
+    their bounds (``planner.bounds.OPTION_BOUNDS``, named as the CLI flags)."""
 
     start_s: float = 0.0
     duration_s: float = math.inf
@@ -69,14 +71,19 @@ class TraceOptions:
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
-        if not (0 <= self.start_s < math.inf):
-            raise WorkloadError(f"--trace-start must be >= 0 seconds, got {self.start_s}")
-        if not (self.duration_s > 0):
-            raise WorkloadError(f"--trace-duration must be > 0 seconds, got {self.duration_s}")
-        if not (0 < self.rate_scale < math.inf):
-            raise WorkloadError(f"--rate-scale must be > 0, got {self.rate_scale}")
-        if self.max_requests is not None and self.max_requests < 1:
-            raise WorkloadError(f"--max-requests must be >= 1, got {self.max_requests}")
+        checks = (
+            ("trace_start", self.start_s),
+            ("trace_duration", self.duration_s),
+            ("rate_scale", self.rate_scale),
+            ("max_requests", self.max_requests),
+            ("max_model_len", self.max_model_len),
+        )
+        try:  # planner.bounds: seconds within int64 ns, int32 counts
+            for name, v in checks:
+                if v is not None:
+                    bounds.check_option(name, v)
+        except ValueError as e:
+            raise WorkloadError(str(e)) from None
         if self.max_model_len is not None and self.max_model_len < 2:
             raise WorkloadError(f"--max-model-len must be >= 2, got {self.max_model_len}")
 

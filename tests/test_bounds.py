@@ -196,3 +196,90 @@ def test_dated_timestamps_still_read(tmp_path):
     )
     wl = read_trace(p)
     assert wl.arrival_s.tolist() == pytest.approx([0.0, 4.314579, 5.3194100])
+
+
+S1_CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "s1_seed7.csv"
+SYNTHETIC = '[workload]\nkind = "synthetic"\nnum_requests = 5\n'
+LENGTHS = "[workload.prompt]\nmean = 100\n[workload.output]\nmean = 10\n"
+
+
+def table(name: str, body: dict[str, str]) -> str:
+    """A TOML table ``[name]`` with ``key = value`` lines (values as TOML text)."""
+    return f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in body.items())
+
+
+def field_spec(path: str, value: str) -> str:
+    """A spec valid but for ``path = value`` (a field of FIELD_BOUNDS)."""
+    section, _, key = path.rpartition(".")
+    trace = key in {"start_s", "duration_s", "rate_scale", "max_requests"}
+    workload = (
+        {"kind": '"trace"', "path": f'"{S1_CSV}"'}
+        if trace
+        else {"kind": '"synthetic"', "num_requests": "5"}
+    )
+    if key == "gamma_cv":
+        workload["arrival"] = '"gamma"'
+    length = {"mean": "1"} if key in ("min", "max") else {"mean": "100"}
+    tables = {
+        "": {"name": '"b"'},
+        "workload": workload,
+        "workload.prompt": dict(length),
+        "workload.output": dict(length),
+        "hardware": {"model": '"llama-3.1-8b"', "gpu": '"H100"'},
+        "latency": {"kind": '"roofline"'},
+        "scheduler": {"num_gpu_blocks": "7463"},
+        "axes": {"max_num_seqs": "[1, 2]"},
+    }
+    if trace:
+        del tables["workload.prompt"], tables["workload.output"]
+    tables[section][key] = value
+    top = "".join(f"{k} = {v}\n" for k, v in tables.pop("").items())
+    return top + "".join(table(k, v) for k, v in tables.items())
+
+
+def spec_field_cases() -> list[tuple[str, str]]:
+    from planner.sweep.spec import FIELD_BOUNDS
+
+    cases = []
+    for path, name in FIELD_BOUNDS.items():
+        bound = bounds.OPTION_BOUNDS[name]
+        for text in HOSTILE:
+            literal = text.lstrip("-").isdigit()  # TOML reads it as an integer
+            v = int(text) if literal else float(text)
+            if bound.integer and not literal or not bound.holds(v):
+                cases.append((path, text))
+    return cases
+
+
+@pytest.mark.parametrize("path,value", spec_field_cases())
+def test_hostile_spec_fields_are_refused_naming_the_field(tmp_path, path, value):
+    from planner.sweep.spec import load_spec_text
+
+    toml_value = {"nan": "nan", "inf": "inf"}.get(value, value)
+    with pytest.raises(SpecError) as e:
+        load_spec_text(field_spec(path, toml_value), tmp_path)
+    assert path.rpartition(".")[2] in str(e.value) and "\n" not in str(e.value)
+
+
+def test_field_spec_is_valid_when_the_value_is(tmp_path):
+    """The generator above builds specs that load when the value is in range."""
+    from planner.sweep.spec import load_spec_text
+
+    load_spec_text(field_spec("workload.gamma_cv", "1.5"), tmp_path)
+    load_spec_text(field_spec("workload.start_s", "0"), tmp_path)
+    load_spec_text(field_spec("workload.prompt.stdev", "3"), tmp_path)
+
+
+@pytest.mark.parametrize("axis", ["rate", "seed", "max_num_seqs", "watermark", "num_gpu_blocks"])
+@pytest.mark.parametrize("value", ["-1", "1e308", "nan", str(2**63), str(2**64)])
+def test_hostile_axis_values_are_refused_naming_the_axis(tmp_path, axis, value):
+    from planner.sweep.spec import load_spec_text
+
+    text = f'name = "b"\n{SYNTHETIC}{LENGTHS}[axes]\n{axis} = [{value}]\n'
+    with pytest.raises(SpecError, match=rf"axes\.{axis}"):
+        load_spec_text(text, tmp_path)
+
+
+def test_bound_text_is_exact():
+    assert "0..9,223,372,036,854,775,807 " in bounds.OPTION_BOUNDS["seed"].describe() + " "
+    assert bounds.OPTION_BOUNDS["horizon"].describe().startswith("a number in (0, 1e+09] or inf")
