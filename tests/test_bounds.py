@@ -5,6 +5,7 @@ option (or spec field / axis, or file and row) and the bound."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,21 @@ def test_hostile_axis_values_are_refused_naming_the_axis(tmp_path, axis, value):
 def test_bound_text_is_exact():
     assert "0..9,223,372,036,854,775,807 " in bounds.OPTION_BOUNDS["seed"].describe() + " "
     assert bounds.OPTION_BOUNDS["horizon"].describe().startswith("a number in (0, 1e+09] or inf")
+
+
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        ("[latency]\nbeta = [0, 0, 0]\n", "latency.beta"),
+        ('[hardware]\nmodel = "llama-3.1-8b"\ngpu = "B300"\n', "hardware.gpu"),
+        ('[hardware]\nmodel = "qwen2.5-7b"\ngpu = "H100"\n', "latency.beta"),
+    ],
+)
+def test_spec_errors_use_spec_field_names(tmp_path, extra, field):
+    """Validators shared with the CLI name flags; a spec's errors name its fields."""
+    from planner.sweep.spec import load_spec_text
+
+    text = f'name = "b"\n{SYNTHETIC}{LENGTHS}{extra}[axes]\nmax_num_seqs = [1, 2]\n'
+    with pytest.raises(SpecError, match=re.escape(field)) as e:
+        load_spec_text(text, tmp_path)
+    assert " --" not in str(e.value)

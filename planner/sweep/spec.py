@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -444,7 +445,7 @@ class Sweep:
                     0,
                 )
             except (HardwareError, ValueError) as e:
-                raise SpecError(f"hardware: {e}") from None
+                raise SpecError(spec_names(f"hardware: {e}")) from None
         for k, v in values.items():
             if k in INT_AXES and not (isinstance(v, int) and not isinstance(v, bool)):
                 raise SpecError(f"{_where(k, self)}: expected an integer, got {v!r}")
@@ -516,7 +517,7 @@ class Sweep:
                 lat.overhead_us,
             )
         except ValueError as e:
-            raise SpecError(f"latency: {e}") from None
+            raise SpecError(spec_names(f"latency: {e}")) from None
 
     def _hardware_columns(self) -> dict[str, Any]:
         """Constant columns describing the hardware and step-time model."""
@@ -548,6 +549,27 @@ class Sweep:
                 }
             ),
         }
+
+
+# CLI flags a shared validator may name -> the spec's own field names.
+SPEC_FIELD_NAMES = {
+    "--alpha-coeffs": "latency.alpha",
+    "--beta-coeffs": "latency.beta",
+    "--mfu": "latency.mfu",
+    "--mbu": "latency.mbu",
+    "--step-overhead-us": "latency.overhead_us",
+    "--latency": "latency.kind",
+    "--tensor-parallel-size": "hardware.tensor_parallel_size",
+    "--gpu-memory-utilization": "hardware.gpu_memory_utilization",
+    "--model": "hardware.model",
+    "--gpu": "hardware.gpu",
+}
+
+
+def spec_names(message: str) -> str:
+    """``message`` with the CLI flags of ``SPEC_FIELD_NAMES`` spelled as spec fields."""
+    pattern = "|".join(re.escape(f) for f in sorted(SPEC_FIELD_NAMES, key=len, reverse=True))
+    return re.sub(rf"({pattern})(?![\w-])", lambda m: SPEC_FIELD_NAMES[m.group(1)], message)
 
 
 def _where(key: str, sweep: Sweep) -> str:
