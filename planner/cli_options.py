@@ -181,7 +181,16 @@ def synthetic_workload(
     """The synthetic workload of the options above (``workload.synthetic``;
     lengths by ``workload.length_from_options``, S1's shapes by default).
     Warns on stderr when clamping moved the drawn mean of lengths the user
-    chose (``drawn_mean_warning``; S1's own shape is clamped by design)."""
+    chose (``drawn_mean_warning``; S1's own shape is clamped by design).
+
+    Raises ValueError (one line, naming --num-requests and --rate) when the
+    arrivals would span more than ``bounds.MAX_ARRIVAL_S``."""
+    span = (num_requests - 1) / rate if arrival != Arrival.offline else 0.0
+    if span > bounds.MAX_ARRIVAL_S:
+        raise ValueError(
+            f"--num-requests {num_requests:,} at --rate {rate:g}/s arrive over {span:.3g} s, "
+            f"beyond {bounds.MAX_ARRIVAL_S:g} s (arrivals are int64 ns; bounds.MAX_ARRIVAL_S)"
+        )
     kind = length_dist.value
     p = length_from_options(kind, *prompt, S1_PROMPT, "--prompt-tokens")
     o = length_from_options(kind, *output, S1_OUTPUT, "--output-tokens")

@@ -302,3 +302,10 @@ def test_spec_errors_use_spec_field_names(tmp_path, extra, field):
     with pytest.raises(SpecError, match=re.escape(field)) as e:
         load_spec_text(text, tmp_path)
     assert " --" not in str(e.value)
+
+
+def test_arrivals_beyond_the_clock_name_the_options(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "run", "--num-requests", "2000", "--rate", "1e-6")
+    line = one_error_line(code, err)
+    assert "--num-requests 2,000 at --rate 1e-06/s" in line
