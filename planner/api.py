@@ -71,23 +71,32 @@ class SimResult:
         return ev.reset_index(drop=True)
 
 
-def compile_note(num_configs: int) -> str:
-    """A one-line note when the kernel variant that ``simulate`` will use for
-    ``num_configs`` configs is neither compiled in this process nor in Numba's
-    on-disk cache (the next call then compiles it first), else ''.
+def kernel_status(num_configs: int) -> str:
+    """Whether the kernel variant ``simulate`` uses for ``num_configs`` configs is
+    ``'loaded'`` (compiled in this process), ``'cached'`` (in Numba's on-disk
+    cache: the next call loads it), ``'cold'`` (the next call compiles it) or
+    ``'unknown'``.
 
     One config runs ``simulate_one`` directly; more run the parallel
     ``simulate_batch``. Reads Numba's cache index (``numba/core/caching.py``,
-    ``FunctionCache``); if that internal API changes, says nothing.
+    ``FunctionCache``); if that internal API changes, says ``'unknown'``.
     """
     fn = simulate_one if num_configs == 1 else simulate_batch
     if fn.signatures:
-        return ""
+        return "loaded"
     try:
         cached = bool(fn._cache._cache_file._load_index())
-    except Exception:  # noqa: BLE001 (internal API: never fail a run over a note)
-        return ""
-    if cached:
+    except Exception:  # noqa: BLE001 (internal API: never fail a run over it)
+        return "unknown"
+    return "cached" if cached else "cold"
+
+
+def compile_note(num_configs: int) -> str:
+    """A one-line note when the kernel variant that ``simulate`` will use for
+    ``num_configs`` configs is neither compiled in this process nor in Numba's
+    on-disk cache (``kernel_status`` is ``'cold'``; the next call then compiles
+    it first), else ''."""
+    if kernel_status(num_configs) != "cold":
         return ""
     which = "" if num_configs == 1 else "parallel "
     return (

@@ -23,7 +23,7 @@ from planner import cli_options as opt
 from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
-from planner.cli_inert import RUN_RULES, reject_inert
+from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES
@@ -104,7 +104,7 @@ def _atomic_parquet(df: object, path: Path) -> None:
     try:
         write_table(df, path)  # type: ignore[arg-type]
     except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
+        raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
 
 
 SUMMARY_ROWS = (
@@ -232,9 +232,9 @@ def run(
         typer.Option(
             "--trace-file",
             "--requests-csv",
-            help="Request trace (Azure CSV, or CSV/JSONL with arrival_time_s,"
-            "prompt_tokens,output_tokens[,priority][,prefix_group,prefix_len]; other names "
-            "with --trace-columns); else a synthetic workload.",
+            help="Request trace (Azure CSV, or CSV/JSONL with columns arrival_time_s, "
+            "prompt_tokens, output_tokens and optionally priority, prefix_group, prefix_len; "
+            "other names with --trace-columns); else a synthetic workload.",
         ),
     ] = None,
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = (
@@ -274,8 +274,9 @@ def run(
     fail_on: Annotated[
         list[str] | None,
         typer.Option(
+            metavar="CLASSES",
             help="Exit 1 when the outcome is one of these classes, comma-separated or "
-            "repeated, e.g. livelocked,thrashing,starved,churning (for pipelines)."
+            f"repeated: {', '.join(o for o in OUTCOMES if o != 'ok')} (for pipelines).",
         ),
     ] = None,
 ) -> None:
@@ -373,7 +374,8 @@ def run(
         out["stuck_preempted_request_ids"] = stuck_preempted.tolist()
         print(json.dumps(finite(out), default=_json_default))
     else:
-        _print_run(wl, blocks, derived, lat, row, wall)
+        source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
+        _print_run(wl, blocks, source, lat, row, wall)
         if row["outcome"] != OK and len(stuck):
             _print_stuck(str(row["outcome"]), stuck.tolist(), stuck_preempted.tolist())
         if row["outcome"] == LIVELOCKED:
@@ -435,10 +437,10 @@ def _print_gap_fix(cfg: SchedulerConfig) -> None:
 
 
 def _print_run(
-    wl: Workload, blocks: int, derived: bool, lat: Latency, row: object, wall: float
+    wl: Workload, blocks: int, source: str, lat: Latency, row: object, wall: float
 ) -> None:
-    """The human-readable summary table of ``plan run``."""
-    source = "derived from presets" if derived else "given"
+    """The human-readable summary table of ``plan run``; ``source`` says where
+    num_gpu_blocks came from."""
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
@@ -511,7 +513,7 @@ def sweep(
         int | None, typer.Option(help="Configs per kernel call (default 1024, memory-capped).")
     ] = None,
     memory_limit: Annotated[
-        str, typer.Option(help="Cap on one chunk's state, e.g. 4GiB.")
+        str, typer.Option(help="Cap on the whole process's peak memory, e.g. 4GiB.")
     ] = "4GiB",
     dry_run: Annotated[
         bool, typer.Option(help="Print the grid, chunk plan and time estimate; run nothing.")
@@ -547,9 +549,10 @@ def sweep(
     sw = load_spec(spec)
     for message in sw.warnings:
         warn(message)
-    console = Console(stderr=True, markup=False)
+    console = Console(stderr=True, markup=False)  # progress and warnings
+    report = Console(markup=False, soft_wrap=True)  # results: stdout, pipeable
     if dry_run:
-        driver.dry_run(sw, chunk_size, limit, workers, console)
+        driver.dry_run(sw, chunk_size, limit, workers, report)
         return
     dest = out if out is not None else driver.default_out(sw)
     t0 = time.perf_counter()
@@ -564,7 +567,7 @@ def sweep(
         ) from None
     wall = time.perf_counter() - t0
     if not ran:
-        console.print(f"{dest / 'data.parquet'} is already complete ({len(df):,} configs)")
+        report.print(f"{dest / 'data.parquet'} is already complete ({len(df):,} configs)")
         return
     over = int((df.max_num_seqs > df.kv_safe_max_num_seqs).sum())
     if over:
@@ -574,7 +577,7 @@ def sweep(
         )
     counts = df["outcome"].value_counts().to_dict()
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    console.print(
+    report.print(
         f"wrote {len(df):,} configs to {dest / 'data.parquet'} in {wall:.1f} s ({summary})"
     )
 
@@ -591,7 +594,8 @@ def heatmap(
         "preemption_mode"
     ),
     where: Annotated[
-        list[str] | None, typer.Option(help="Pin another axis: axis=value (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="AXIS=VALUE", help="Pin another axis: axis=value (repeatable)."),
     ] = None,
     mark: Annotated[
         str | None, typer.Option(help="Your current config as x,y, e.g. 256,7463.")
@@ -621,7 +625,7 @@ def heatmap(
     try:
         path = draw(results, dest, x, y, z, facet or None, where or [], point, width, height)
     except OSError as e:
-        raise InputError(f"cannot write {dest}: {e.strerror}") from None
+        raise InputError(f"cannot write {dest}: {os_error_reason(e)}") from None
     print(f"plan: wrote {path}", file=sys.stderr)
 
 
@@ -633,6 +637,7 @@ def numba_threads() -> int:
 
 @app.command(cls=opt.BoundedCommand)
 def bench(
+    ctx: typer.Context,
     grid: Annotated[int, typer.Option(help="Grid side: grid x grid configs.")] = 64,
     reference: Annotated[
         bool, typer.Option(help="Also time the plain-Python reference on one config.")
@@ -647,6 +652,7 @@ def bench(
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
     from planner.bench import run_bench, run_startup_bench
 
+    reject_inert(ctx, BENCH_RULES)
     if startup:
         run_startup_bench()
         return
@@ -701,8 +707,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except OSError as e:
-        print(f"plan: error: {e.strerror}: {e.filename}", file=sys.stderr)
+        print(f"plan: error: {os_error_line(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+def os_error_reason(e: OSError) -> str:
+    """Why an OSError happened, in one line: its strerror; otherwise its own
+    text (pyarrow raises OSErrors with a message and no errno), or its class name."""
+    return e.strerror or " ".join(str(e).split()) or type(e).__name__
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError: "strerror: filename" when the OS gave both,
+    otherwise ``os_error_reason``."""
+    return f"{e.strerror}: {e.filename}" if e.strerror and e.filename else os_error_reason(e)
 
 
 if __name__ == "__main__":

@@ -295,7 +295,8 @@ def safe_limit(
     seed: opt.Seed = 0,
     horizon: Annotated[float, typer.Option(help="Simulated seconds.")] = math.inf,
     percentile: Annotated[
-        list[float] | None, typer.Option(help="Request-length percentiles (repeatable).")
+        list[float] | None,
+        typer.Option(metavar="P", help="Request-length percentiles (repeatable)."),
     ] = None,
     preemption_threshold: Annotated[
         float, typer.Option(help="Preemptions per completed request still called safe.")

@@ -121,6 +121,11 @@ RUN_RULES: tuple[Rule, ...] = (
         "needs --model (it splits the model's weights and KV heads)",
     ),
     Rule(
+        ("preemption_mode",),
+        lambda p: _value(p.get("preemption_mode")) == "swap" and not p.get("cpu_swap_blocks"),
+        "swap needs --cpu-swap-blocks > 0 (with no CPU tier every victim is recomputed)",
+    ),
+    Rule(
         ("cpu_swap_blocks", "swap_bandwidth_gbps", "kv_block_bytes"),
         lambda p: _value(p.get("preemption_mode")) != "swap",
         "needs --preemption-mode swap",
@@ -139,5 +144,31 @@ RUN_RULES: tuple[Rule, ...] = (
         ("mfu", "mbu", "step_overhead_us"),
         lambda p: _value(p.get("latency", "linear")) != "roofline",
         "needs --latency roofline",
+    ),
+)
+
+# Rules whose options are SchedulerConfig fields: a sweep spec refuses such a
+# setting (fixed or axis) when it has no effect in any configuration of its grid.
+SCHEDULER_RULES: tuple[Rule, ...] = tuple(
+    r
+    for r in RUN_RULES
+    if set(r.options)
+    <= {
+        "preemption_mode",
+        "cpu_swap_blocks",
+        "swap_bandwidth_gbps",
+        "kv_block_bytes",
+        "adaptive_threshold",
+        "adaptive_step",
+    }
+)
+
+
+# ``plan bench``: --startup times fresh ``plan run`` processes, not the grid.
+BENCH_RULES: tuple[Rule, ...] = (
+    Rule(
+        ("grid", "reference", "async_scheduling", "enable_prefix_caching"),
+        lambda p: bool(p.get("startup")),
+        "has no effect with --startup (it times fresh plan run processes)",
     ),
 )

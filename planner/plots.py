@@ -93,6 +93,9 @@ def select(df: pd.DataFrame, x: str, y: str, facet: str | None, where: list[str]
         key, sep, value = cond.partition("=")
         if not sep or key not in df.columns:
             raise PlotError(f"--where: expected axis=value with a known axis, got {cond!r}")
+        if key in (x, y, facet):
+            role = "--x" if key == x else "--y" if key == y else "--facet"
+            raise PlotError(f"--where {cond}: {key} is the {role} axis; pin another axis")
         col = df[key]
         target: object = value
         if pd.api.types.is_bool_dtype(col):

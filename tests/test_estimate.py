@@ -56,9 +56,9 @@ def test_estimate_without_decode_tokens_uses_time_per_config():
 
 
 def test_dry_run_states_what_the_estimate_is_based_on(capsys):
-    code, _, err = run_cli(capsys, "sweep", str(QUICK), "--dry-run", "--workers", "1")
+    code, out, err = run_cli(capsys, "sweep", str(QUICK), "--dry-run", "--workers", "1")
     assert code == 0, err
-    text = " ".join(err.split())  # rich wraps long lines
+    text = " ".join(out.split())  # the report goes to stdout; rich may wrap long lines
     line = text[text.index("estimated run time") :]
     assert "request-steps/s per thread" in line and "measured" in line and "1 thread" in line
     assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS  # --workers not kept

@@ -187,3 +187,44 @@ def test_s1_shapes_are_unchanged():
     rng = np.random.default_rng(0)
     x = S1_OUTPUT.sample(rng, 1000)
     assert x.min() >= 3200 and x.max() <= 3596
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["run", "--preemption-mode", "swap"], "--preemption-mode"),
+        (["bench", "--startup", "--grid", "4"], "--grid"),
+        (["bench", "--startup", "--async-scheduling"], "--async-scheduling"),
+    ],
+)
+def test_more_inert_options_are_refused(capsys, argv, flag):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("plan: error: " + flag), err
+
+
+@pytest.mark.parametrize(
+    "scheduler,field",
+    [
+        ("cpu_swap_blocks = 1000", "cpu_swap_blocks"),
+        ("adaptive_threshold = 3", "adaptive_threshold"),
+        ('preemption_mode = "swap"', "preemption_mode"),
+    ],
+)
+def test_spec_scheduler_settings_without_effect_are_refused(tmp_path, scheduler, field):
+    p = tmp_path / "s.toml"
+    p.write_text(
+        f'name = "t"\n[workload]\n{SYN}\n[scheduler]\n{scheduler}\n[axes]\nmax_num_seqs = [4]\n'
+    )
+    with pytest.raises(SpecError, match=f"scheduler.{field}: .*no effect in any configuration"):
+        load_spec(p)
+
+
+def test_spec_setting_acting_in_some_configs_is_kept(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text(
+        f'name = "t"\n[workload]\n{SYN}\n[scheduler]\ncpu_swap_blocks = 100\n'
+        '[axes]\npreemption_mode = ["recompute", "swap"]\n'
+    )
+    assert len(load_spec(p).configs) == 2

@@ -292,7 +292,7 @@ def _read_all_three(data: Path) -> list[int]:
 def test_default_heatmap_lands_beside_the_dataset_and_readers_still_work(capsys, results, tmp_path):
     import pandas as pd
 
-    from planner.sweep.store import CHUNKS, DATA, MANIFEST
+    from planner.sweep.store import CHUNKS, DATA, LOCK, MANIFEST
 
     folder = tmp_path / "quick"
     shutil.copytree(results, folder)
@@ -303,7 +303,7 @@ def test_default_heatmap_lands_beside_the_dataset_and_readers_still_work(capsys,
     assert len(pd.read_parquet(folder)) == rows  # the folder too, for pandas/pyarrow
     picture = tmp_path / "quick.heatmap.png"
     assert picture.exists() and f"wrote {picture}" in err
-    assert sorted(p.name for p in folder.iterdir()) == sorted([DATA, MANIFEST])
+    assert sorted(p.name for p in folder.iterdir()) == sorted([DATA, LOCK, MANIFEST])
     # The path the README names, read by all three, also while a sweep's chunks and
     # temp files sit beside it (they hold a copy of the rows: a folder read would count them).
     (folder / CHUNKS).mkdir()
@@ -356,3 +356,15 @@ def test_heatmap_help_states_the_default_out(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "heatmap", "--help")
     assert code == 0
     assert "[default: RESULTS.heatmap.png beside it" in out + err
+
+
+@pytest.mark.parametrize("pin", ["max_num_seqs=8", "num_gpu_blocks=1000", "rate_scale=1.0"])
+def test_where_cannot_pin_a_drawn_axis(tmp_path, capsys, pin):
+    folder = _dataset(
+        tmp_path, [1.0] * 12, rate_scale=[1.0, 2.0], num_gpu_blocks=[1000, 4000], max_num_seqs=SEQS
+    )
+    code, _, err = run_cli(
+        capsys, "heatmap", str(folder), "--facet", "rate_scale", "--where", pin,
+        "--out", str(tmp_path / "h.png"),
+    )  # fmt: skip
+    assert code == 2 and "pin another axis" in err

@@ -152,8 +152,69 @@ def allocate(
     )
 
 
+def _state_bytes(num_requests: int) -> int:
+    """Bytes of one ``allocate(1, num_requests)`` (no traces), read from the arrays."""
+    return sum(a.nbytes for a in vars(allocate(1, num_requests)).values())
+
+
+# api.simulate's per-config inputs beside the state: ``entry`` (int64) and
+# ``order`` (int32), shape (C, R).
+SIMULATE_BYTES_PER_REQUEST = 8 + 4
+
+
 def bytes_per_config(num_requests: int) -> int:
-    """State bytes one config needs (no traces): used to size sweep chunks."""
-    return num_requests * (4 * 4 + 1 + 8 * 2 + 4 * 2 + 4 * 4 + 8 + 4 + 4 * 5) + 8 * (
-        NOUT_I + NOUT_F
-    )
+    """State bytes one config holds for a whole kernel call (no traces): the
+    arrays of ``allocate`` (measured on a 1- and a 2-request allocation, so every
+    field counts) plus ``api.simulate``'s per-config ``entry``/``order`` rows.
+    Used to size sweep chunks."""
+    one, two = _state_bytes(1), _state_bytes(2)
+    per_request = two - one + SIMULATE_BYTES_PER_REQUEST
+    return one - (two - one) + per_request * num_requests
+
+
+# Bytes per array object Numba allocates (its MemInfo header and the array
+# struct); simulate_one allocates 17 arrays per config.
+_ARRAY_OVERHEAD = 128
+_SCRATCH_ARRAYS = 17
+
+
+def pool_table_capacity(n_blocks: int) -> int:
+    """Slots of the prefix cache's hash table for ``n_blocks`` blocks: the
+    smallest power of two >= max(4, 2 * n_blocks) (``prefix_cache.new_pool``)."""
+    cap = 4
+    while cap < 2 * n_blocks:
+        cap *= 2
+    return cap
+
+
+def kernel_scratch_bytes(
+    num_requests: int,
+    num_gpu_blocks: int,
+    block_size: int,
+    max_num_seqs: int,
+    longest_tokens: int,
+    caching: bool,
+    async_scheduling: bool,
+) -> int:
+    """Bytes ``step.simulate_one`` allocates for one config while it runs (freed
+    when it returns), so one per running thread. Counted from its allocations:
+    ``hist`` (block_size + 1) int64 (the decode fast path), ``skipbuf`` (R int32
+    when async), and with prefix caching the block tables ``table`` (S x maxb
+    int32, S = min(max_num_seqs, R), maxb = ceil(longest_tokens / block_size)
+    + 1), ``slots`` (S, built as int64 then int32), ``slot_of``/``ncached``
+    (R int32), ``hits`` (maxb int32) and the pool of ``prefix_cache.new_pool``
+    for num_gpu_blocks blocks N: ``ref``/``hnext``/``hprev`` (N int32), ``hkey``
+    (N int64), ``fq_next``/``fq_prev`` (N + 2 int32), ``tkey`` (cap int64),
+    ``thead``/``ttail`` (cap int32). Without caching those are 1-element arrays.
+    ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
+    workload's requests."""
+    r = num_requests
+    n = num_gpu_blocks if caching else 1
+    slots = min(max_num_seqs, r) if caching else 1
+    maxb = -(-longest_tokens // block_size) + 1 if caching else 1
+    per_req = r if caching else 1
+    cap = pool_table_capacity(n)
+    total = 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
+    total += 4 * slots * maxb + 12 * slots + 8 * per_req + 4 * maxb
+    total += 12 * n + 8 * n + 8 * (n + 2) + 24 + 16 * cap
+    return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS

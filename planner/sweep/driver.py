@@ -14,6 +14,7 @@ the number of threads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -33,10 +34,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from planner.api import compile_note, simulate
+from planner.api import compile_note, kernel_status, simulate
 from planner.capacity import usable_blocks
 from planner.distribution import VERSION
-from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config
+from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
 from planner.sweep import executors, store
 from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
 from planner.sweep.spec import Sweep
@@ -45,6 +46,25 @@ DEFAULT_CHUNK_SIZE = 1024
 # Kernel state plus the per-request temporaries of metrics.summarize (about
 # eight C x R float64 arrays), per config and request.
 METRICS_BYTES_PER_REQUEST = 64
+# api.simulate's copies of the workload for one kernel call, per request:
+# arrival_ns int64 (and its float64 rounding temporary), prompt and max_tokens
+# int32, priority int64, prefix group and shared length int32.
+CALL_BYTES_PER_REQUEST = 8 + 8 + 4 + 4 + 8 + 4 + 4
+# What the kernel's machine code adds to the process, beyond the state it runs
+# on. Measured with `/usr/bin/time -v` (`python tools/memory_check.py --jit`:
+# peak RSS of importing planner and building a 2-request workload, then of the
+# same plus one 1-config and one 2-config `simulate`) on Linux x86-64, Python
+# 3.11, Numba 0.6x, 2 cores: loading both variants from Numba's cache added
+# 49 MiB (44 MiB for the parallel one alone); compiling both cold added 204 MiB
+# (180 MiB for the 1-config one alone). Allowances: those figures plus ~25%.
+JIT_LOAD_BYTES = 64 * 2**20
+JIT_COMPILE_BYTES = 256 * 2**20
+# The final merge (store.consolidate: the chunk files, their concatenation, the
+# sorted copy, the Arrow table it writes), per config of the grid, once the
+# chunks' state is gone. Measured: 1,985 bytes per row above the resident
+# memory before the merge (ru_maxrss) for 384,000 rows of quick.toml's 70
+# columns in 50 chunk files (about 670 bytes per row in pandas); plus ~30%.
+DATASET_BYTES_PER_CONFIG = 2560
 
 
 class SweepError(ValueError):
@@ -55,17 +75,118 @@ class SweepError(ValueError):
 class ChunkPlan:
     chunks: list[Chunk]
     chunk_size: int
-    bytes_per_config: dict[tuple, int]
+    bytes_per_config: dict[tuple, int]  # state + metrics, per config, per workload key
     sizes: dict[tuple, int]  # configs per chunk, per workload key
+    scratch_bytes: dict[tuple, int]  # largest in-kernel scratch of one config, per key
+    budget: MemoryBudget
 
     @property
     def num_configs(self) -> int:
         return sum(len(c.config_ids) for c in self.chunks)
 
+    @property
+    def largest_chunk_bytes(self) -> int:
+        """The costliest chunk's ``MemoryBudget.chunk_bytes``."""
+        return max(
+            self.budget.chunk_bytes(
+                len(c.config_ids),
+                self.bytes_per_config[c.workload_key],
+                self.scratch_bytes[c.workload_key],
+            )
+            for c in self.chunks
+        )
+
+    @property
+    def peak_bytes(self) -> int:
+        """Estimated peak resident bytes of the run: the budget's fixed part plus
+        the larger of the costliest chunk and the final merge (they never overlap)."""
+        return self.budget.fixed + max(self.largest_chunk_bytes, self.budget.dataset)
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What a sweep's process holds besides its chunks, all in bytes.
+
+    ``process``: peak resident memory so far (``process_bytes``): the
+    interpreter, the libraries, the parsed spec and its workloads (the traces
+    themselves, and the peak of reading them). ``jit``: the kernel's machine
+    code still to come (``jit_bytes``). ``calls``: one kernel call's copies of
+    the workload (``CALL_BYTES_PER_REQUEST`` per request of the largest
+    workload). ``threads``: kernel threads, so configs running at once.
+    ``dataset``: the final merge (``DATASET_BYTES_PER_CONFIG`` per config),
+    which runs after the last chunk, so it needs room beside the fixed part
+    but not beside a chunk."""
+
+    limit: int
+    process: int
+    jit: int
+    jit_kind: str  # "loaded", "cached" or "cold": how the JIT allowance was chosen
+    threads: int
+    calls: int = 0
+    dataset: int = 0
+
+    @property
+    def fixed(self) -> int:
+        """Bytes held whatever the chunk size."""
+        return self.process + self.jit + self.calls
+
+    @property
+    def available(self) -> int:
+        """Bytes left for one chunk (may be negative)."""
+        return self.limit - self.fixed
+
+    def chunk_bytes(self, k: int, per_config: int, scratch: int) -> int:
+        """Peak bytes of a chunk of k configs: each config's state and metrics
+        for the whole call, plus the in-kernel scratch of the configs that run
+        at once (one per thread)."""
+        return k * per_config + min(k, self.threads) * scratch
+
+    def fit(self, per_config: int, scratch: int) -> int:
+        """Largest k with ``chunk_bytes(k, ..) <= available`` (0 if none)."""
+        avail = self.available
+        k = max(avail, 0) // (per_config + scratch)
+        if k < self.threads:
+            return int(k)
+        return int((avail - self.threads * scratch) // per_config)
+
+    def describe(self) -> str:
+        """The fixed part, term by term, in MiB."""
+        return (
+            f"planner and workloads {_mib(self.process)}, JIT {_mib(self.jit)} "
+            f"({self.jit_kind}), kernel inputs {_mib(self.calls)}"
+        )
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
 
 def config_bytes(num_requests: int) -> int:
     """Peak bytes one config needs while its chunk runs (state + metrics)."""
     return bytes_per_config(num_requests) + METRICS_BYTES_PER_REQUEST * num_requests
+
+
+def scratch_bytes(sweep: Sweep, ids: np.ndarray, key: tuple) -> int:
+    """The largest ``kernel_scratch_bytes`` of configs ``ids`` on workload ``key``
+    (bytes one running config allocates inside the kernel)."""
+    wl = sweep.workloads[key]
+    tokens = np.asarray(wl.prompt_tokens, dtype=np.int64) + np.asarray(wl.output_tokens)
+    longest = int(tokens.max()) if len(tokens) else 0
+    seen: dict[tuple, int] = {}
+    for i in ids:
+        c = sweep.configs[int(i)]
+        args = (
+            wl.num_requests,
+            c.num_gpu_blocks,
+            c.block_size,
+            c.max_num_seqs,
+            min(longest, c.max_model_len),
+            bool(c.enable_prefix_caching),
+            bool(c.async_scheduling),
+        )
+        if args not in seen:
+            seen[args] = kernel_scratch_bytes(*args)
+    return max(seen.values(), default=0)
 
 
 def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
@@ -89,46 +210,79 @@ def process_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def chunk_budget(memory_limit: int) -> int:
-    """What a chunk may use: the limit minus what the process already holds
-    (interpreter, numba, pandas, the workloads). Raises SweepError if nothing is left."""
-    base = process_bytes()
-    if memory_limit <= base:
-        raise SweepError(
-            f"--memory-limit {memory_limit / 2**20:,.0f} MiB is below what planner itself "
-            f"already uses ({base / 2**20:,.0f} MiB)"
-        )
-    return memory_limit - base
+def jit_bytes() -> tuple[int, str]:
+    """The JIT allowance still to come and why: 0 if both kernel variants are
+    compiled in this process, ``JIT_LOAD_BYTES`` if the rest are in Numba's
+    cache, else ``JIT_COMPILE_BYTES`` (also when the cache cannot be read).
+    Both variants count: a sweep's last chunk may hold one config."""
+    states = {kernel_status(1), kernel_status(2)}
+    if states == {"loaded"}:
+        return 0, "loaded"
+    if states <= {"loaded", "cached"}:
+        return JIT_LOAD_BYTES, "cached"
+    return JIT_COMPILE_BYTES, "cold"
+
+
+def chunk_budget(memory_limit: int, threads: int | None = None) -> MemoryBudget:
+    """The fixed part of a sweep's memory for a process limit ``memory_limit``
+    (bytes): what the process already holds (``process_bytes``, so call it once
+    the spec and its workloads are loaded) and the JIT allowance (``jit_bytes``).
+    ``threads`` defaults to Numba's. ``plan_chunks`` adds the kernel inputs and
+    refuses when nothing fits."""
+    jit, kind = jit_bytes()
+    return MemoryBudget(
+        memory_limit,
+        process_bytes(),
+        jit,
+        kind,
+        threads if threads is not None else numba.get_num_threads(),
+    )
 
 
 def plan_chunks(
     sweep: Sweep,
     chunk_size: int | None,
-    memory_limit: int,
+    memory_limit: MemoryBudget | int,
     fixed_sizes: dict[tuple, int] | None = None,
 ) -> ChunkPlan:
-    """Deterministic chunk plan for a per-chunk byte budget ``memory_limit``;
-    ``fixed_sizes`` (from a manifest) reproduces an earlier plan exactly.
+    """Deterministic chunk plan within ``memory_limit``: a ``MemoryBudget``
+    (``chunk_budget``; the plan adds the kernel inputs and the final merge), or
+    bytes for the chunks alone on one thread (tests). ``fixed_sizes`` (from a
+    manifest) reproduces an earlier plan exactly.
 
-    Raises SweepError if one config alone, or a fixed chunk, is over the budget."""
+    Raises SweepError, saying how much memory is needed, if the fixed part and
+    one config of the costliest workload, or the final merge, exceed the limit,
+    or a fixed chunk does."""
+    by_key = sweep.ids_by_workload()
+    if isinstance(memory_limit, MemoryBudget):
+        rmax = max(sweep.workloads[key].num_requests for key in by_key)
+        budget = dataclasses.replace(
+            memory_limit,
+            calls=CALL_BYTES_PER_REQUEST * rmax,
+            dataset=DATASET_BYTES_PER_CONFIG * len(sweep.configs),
+        )
+    else:
+        budget = MemoryBudget(int(memory_limit), 0, 0, "not counted", 1)
+    per_cfg = {key: config_bytes(sweep.workloads[key].num_requests) for key in by_key}
+    scratch = {key: scratch_bytes(sweep, ids, key) for key, ids in by_key.items()}
+    one = max(per_cfg[key] + scratch[key] for key in by_key)
+    if budget.available < max(one, budget.dataset):
+        raise SweepError(
+            f"--memory-limit {_mib(budget.limit)} is too small: this sweep needs at least "
+            f"{_mib(budget.fixed + max(one, budget.dataset))} ({budget.describe()}, "
+            f"one config {_mib(one)}, final merge {_mib(budget.dataset)})"
+        )
     chunks: list[Chunk] = []
-    per_cfg: dict[tuple, int] = {}
     sizes: dict[tuple, int] = {}
-    for key, ids in sweep.ids_by_workload().items():
-        need = config_bytes(sweep.workloads[key].num_requests)
-        per_cfg[key] = need
-        fit = memory_limit // need
-        if fit < 1:
-            raise SweepError(
-                f"--memory-limit leaves {memory_limit / 2**20:,.0f} MiB for chunks; one config "
-                f"of this workload needs {need / 2**20:,.1f} MiB"
-            )
+    for key, ids in by_key.items():
+        fit = budget.fit(per_cfg[key], scratch[key])
         if fixed_sizes is not None:
             k = fixed_sizes[key]
             if k > fit:
+                need = budget.fixed + budget.chunk_bytes(k, per_cfg[key], scratch[key])
                 raise SweepError(
                     f"--memory-limit is too small to resume: this sweep's chunks of {k} configs "
-                    f"need {k * need / 2**20:,.0f} MiB; raise the limit or use --overwrite"
+                    f"need {_mib(need)} in all; raise the limit or use --overwrite"
                 )
         else:
             k = int(min(chunk_size or DEFAULT_CHUNK_SIZE, fit))
@@ -137,44 +291,50 @@ def plan_chunks(
         ids = ids[np.lexsort((ids, cost))]
         for start in range(0, len(ids), k):
             chunks.append(Chunk(len(chunks), key, ids[start : start + k].astype(np.int64)))
-    return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes)
+    return ChunkPlan(chunks, max(sizes.values()), per_cfg, sizes, scratch, budget)
 
 
-def _manifest(sweep: Sweep, plan: ChunkPlan) -> dict:
-    return {
-        "spec_fingerprint": sweep.fingerprint(),
-        "chunk_size": plan.chunk_size,
-        "chunk_sizes": [[list(k), v] for k, v in plan.sizes.items()],
-        "num_chunks": len(plan.chunks),
-        "num_configs": plan.num_configs,
-        "planner_version": VERSION,
-        "complete": False,
-    }
+def _manifest(sweep: Sweep, plan: ChunkPlan) -> store.Manifest:
+    return store.Manifest(
+        spec_fingerprint=sweep.fingerprint(),
+        planner_version=VERSION,
+        chunk_size=plan.chunk_size,
+        chunk_sizes=[(list(k), v) for k, v in plan.sizes.items()],
+        num_chunks=len(plan.chunks),
+        num_configs=plan.num_configs,
+    )
 
 
-def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> dict | None:
-    """Check the output directory before anything runs. Returns the manifest to
-    resume from, or None for a fresh start."""
+def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> store.Manifest | None:
+    """Check the output directory before anything runs (call it holding the
+    folder's lock). Returns the manifest to resume from, or None for a fresh
+    start. Raises SweepError (one line) when the folder holds another sweep, a
+    sweep of another spec or planner version, or an unreadable manifest."""
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out {out}: exists and is not a directory")
     try:
         manifest = store.read_manifest(out)
-    except (ValueError, OSError) as e:
-        raise SweepError(f"{out / store.MANIFEST}: unreadable ({e.__class__.__name__})") from None
-    if manifest is not None and not {"spec_fingerprint", "chunk_sizes", "num_chunks"} <= set(
-        manifest
-    ):
-        raise SweepError(f"{out / store.MANIFEST}: not a planner manifest; use --overwrite")
+    except OSError as e:
+        raise SweepError(f"{out / store.MANIFEST}: unreadable ({e.strerror or e})") from None
+    except ValueError:
+        raise SweepError(
+            f"{out / store.MANIFEST}: not a planner manifest; use --overwrite"
+        ) from None
     has_data = (out / store.DATA).exists() or (out / store.CHUNKS).exists()
     if resume:
         if manifest is None:
             if has_data:
                 raise SweepError(f"{out}: no {store.MANIFEST}; cannot resume this directory")
             return None
-        if manifest["spec_fingerprint"] != sweep.fingerprint():
+        if manifest.spec_fingerprint != sweep.fingerprint():
             raise SweepError(
                 f"{out}: the spec or its workload changed since this sweep started; "
                 "use --overwrite to start again"
+            )
+        if manifest.planner_version != VERSION:
+            raise SweepError(
+                f"{out}: this sweep was started by planner {manifest.planner_version}, this is "
+                f"{VERSION}; resume it with that version or use --overwrite"
             )
         return manifest
     if (manifest is not None or has_data) and not overwrite:
@@ -185,14 +345,15 @@ def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> di
 
 
 def clear_output(out: Path) -> None:
-    """Remove a previous sweep's files (only the ones a sweep writes)."""
-    for p in (out / store.DATA, out / store.MANIFEST):
-        if p.exists():
-            p.unlink()
+    """Remove a previous sweep's files (only the ones a sweep writes), the
+    manifest last, so that a kill midway leaves a folder ``--overwrite`` clears."""
     if (out / store.CHUNKS).exists():
         for f in (out / store.CHUNKS).iterdir():
             f.unlink()
         (out / store.CHUNKS).rmdir()
+    store.remove_stale_temps(out)
+    for p in (out / store.DATA, out / store.MANIFEST):
+        p.unlink(missing_ok=True)
 
 
 def run_sweep(
@@ -208,22 +369,49 @@ def run_sweep(
     address: str | None = None,
     dask_workers: int | None = None,
 ) -> tuple[pd.DataFrame, bool]:
-    """Run every chunk not yet on disk, then write ``out/data.parquet``.
+    """Run every chunk not yet on disk (and verified), then write ``out/data.parquet``.
 
-    Raises SweepError before any work when the output directory conflicts.
-    KeyboardInterrupt leaves finished chunks on disk for ``--resume``.
+    Holds ``out``'s lock throughout (``store.folder_lock``; with Dask too: the
+    workers only write chunk files). Raises SweepError before any work when
+    another sweep holds the folder or the folder conflicts. KeyboardInterrupt
+    leaves finished chunks on disk for ``--resume``.
     Returns (dataset, whether anything ran).
     """
-    manifest = prepare_output(out, sweep, resume, overwrite)
-    if manifest is not None and manifest.get("complete"):
-        return pd.read_parquet(out / store.DATA), False
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out}: exists and is not a directory")
     with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(store.folder_lock(out))
+        except store.FolderBusy as e:
+            raise SweepError(str(e)) from None
+        manifest = prepare_output(out, sweep, resume, overwrite)
+        store.remove_stale_temps(out)
+        if manifest is not None and manifest.complete:
+            return _complete(out, manifest), False
         client = None
         if executor == "dask":  # connect before anything is written
             client = stack.enter_context(executors.dask_client(address, dask_workers, workers or 1))
         return _run(
             sweep, out, chunk_size, memory_limit, workers, overwrite, console, manifest, client
         )
+
+
+def _complete(out: Path, manifest: store.Manifest) -> pd.DataFrame:
+    """A finished sweep's dataset, checked against the manifest's sha256; removes
+    chunk files left by a kill after the sweep was marked complete."""
+    store.remove_chunks(out)
+    path = out / store.DATA
+    try:
+        if manifest.data_sha256 is None:  # written before checksums were kept
+            return pd.read_parquet(path)
+        return store.read_verified(path, manifest.data_sha256)
+    except FileNotFoundError:
+        raise SweepError(f"{path}: missing; rerun with --overwrite") from None
+    except store.DamagedFile:
+        raise SweepError(
+            f"{path}: does not match the checksum in {store.MANIFEST} (damaged?); "
+            "rerun with --overwrite"
+        ) from None
 
 
 def _run(
@@ -234,23 +422,40 @@ def _run(
     workers: int | None,
     overwrite: bool,
     console: Console,
-    manifest: dict | None,
+    manifest: store.Manifest | None,
     client: object | None,
 ) -> tuple[pd.DataFrame, bool]:
-    fixed = None
+    fixed = manifest.fixed_sizes() if manifest is not None else None
+    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, workers), fixed)
     if manifest is not None:
-        fixed = {tuple(k): int(v) for k, v in manifest["chunk_sizes"]}
-    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit), fixed)
-    if manifest is not None:
-        _check_resumable(out, plan, manifest)
-    if manifest is None:
+        todo = _verify_chunks(out, plan, manifest, console)
+    else:
         if overwrite:
             clear_output(out)
         manifest = _manifest(sweep, plan)
         store.write_manifest(out, manifest)
+        todo = list(plan.chunks)
     if workers is not None and client is None:
         numba.set_num_threads(workers)
-    todo = [c for c in plan.chunks if not store.chunk_path(out, c.index).exists()]
+    _run_chunks(sweep, out, plan, todo, manifest, console, client)
+    df = _merge(sweep, out, plan, manifest, console, client)
+    if len(df) != plan.num_configs or df.config_id.duplicated().any():
+        raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
+    return df, True
+
+
+def _run_chunks(
+    sweep: Sweep,
+    out: Path,
+    plan: ChunkPlan,
+    todo: list[Chunk],
+    manifest: store.Manifest,
+    console: Console,
+    client: object | None,
+) -> int:
+    """Run ``todo`` with a progress bar; record each written chunk's checksum
+    and row count in the manifest (rewritten atomically after each chunk).
+    Returns the number of configs run."""
     done_configs = plan.num_configs - sum(len(c.config_ids) for c in todo)
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -272,8 +477,10 @@ def _run(
             sweep.name, total=plan.num_configs, completed=done_configs, rate="-"
         )
 
-        def done(chunk: Chunk) -> None:
+        def done(chunk: Chunk, record: store.ChunkRecord) -> None:
             nonlocal ran
+            manifest.chunks[chunk.index] = record
+            store.write_manifest(out, manifest)
             ran += len(chunk.config_ids)
             rate = ran / max(time.perf_counter() - t0, 1e-9)
             progress.update(task, advance=len(chunk.config_ids), rate=f"{rate:,.0f}")
@@ -282,24 +489,100 @@ def _run(
             executors.run_dask(sweep, out, todo, done, client)
         else:
             executors.run_local(sweep, out, todo, done)
-    df = store.consolidate(out, len(plan.chunks), sweep.metadata(VERSION))
-    if len(df) != plan.num_configs or df.config_id.duplicated().any():
-        raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
-    manifest["complete"] = True
+    return ran
+
+
+def _merge(
+    sweep: Sweep,
+    out: Path,
+    plan: ChunkPlan,
+    manifest: store.Manifest,
+    console: Console,
+    client: object | None,
+) -> pd.DataFrame:
+    """Verify and merge the chunk files into ``data.parquet``, recomputing (once)
+    any chunk that fails verification; then mark the manifest complete, with the
+    dataset's sha256, and remove the chunk files."""
+    for attempt in range(2):
+        records = {c.index: manifest.chunks.get(c.index) for c in plan.chunks}
+        try:
+            df, sha = store.consolidate(out, records, sweep.metadata(VERSION))
+            break
+        except store.DamagedChunks as e:
+            if attempt == 1:
+                raise SweepError(
+                    f"{out}: chunk files fail verification again right after being rewritten "
+                    f"({_describe(e.problems)}); check the disk"
+                ) from None
+            bad = [c for c in plan.chunks if c.index in e.problems]
+            _discard(out, bad, manifest, e.problems, console)
+            _run_chunks(sweep, out, plan, bad, manifest, console, client)
+    manifest.complete = True
+    manifest.data_sha256 = sha
     store.write_manifest(out, manifest)
-    return df, True
+    if not store.remove_chunks(out):
+        console.print(
+            f"plan: warning: left {out / store.CHUNKS}: it holds files a sweep does not write",
+            soft_wrap=True,
+        )
+    return df
 
 
-def _check_resumable(out: Path, plan: ChunkPlan, manifest: dict) -> None:
-    """Chunks on disk must be exactly the plan's chunks with those indices."""
-    if len(plan.chunks) != manifest["num_chunks"]:
+def _verify_chunks(
+    out: Path, plan: ChunkPlan, manifest: store.Manifest, console: Console
+) -> list[Chunk]:
+    """On resume: the chunks still to run. A chunk file that fails verification
+    against the manifest (checksum, row count) is removed and rerun, and said so
+    in one line. Raises SweepError when the chunk plan changed or a verified
+    chunk file holds other configs than the plan's chunk."""
+    if len(plan.chunks) != manifest.num_chunks:
         raise SweepError(f"{out}: the chunk plan changed since this sweep started; use --overwrite")
+    todo, problems = [], {}
     for chunk in plan.chunks:
         path = store.chunk_path(out, chunk.index)
-        if path.exists():
-            ids = pd.read_parquet(path, columns=["config_id"]).config_id.to_numpy()
-            if not np.array_equal(np.sort(ids), np.sort(chunk.config_ids)):
-                raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
+        if not path.exists():
+            manifest.chunks.pop(chunk.index, None)
+            todo.append(chunk)
+            continue
+        problem = store.chunk_problem(path, manifest.chunks.get(chunk.index), len(chunk.config_ids))
+        if problem is not None:
+            problems[chunk.index] = problem
+            todo.append(chunk)
+            continue
+        ids = pd.read_parquet(path, columns=["config_id"]).config_id.to_numpy()
+        if not np.array_equal(np.sort(ids), np.sort(chunk.config_ids)):
+            raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
+    if problems:
+        bad = [c for c in plan.chunks if c.index in problems]
+        _discard(out, bad, manifest, problems, console)
+    return todo
+
+
+def _discard(
+    out: Path,
+    chunks: list[Chunk],
+    manifest: store.Manifest,
+    problems: dict[int, str],
+    console: Console,
+) -> None:
+    """Remove chunk files that failed verification (and their records), saying
+    so in one line on the console."""
+    for chunk in chunks:
+        store.chunk_path(out, chunk.index).unlink(missing_ok=True)
+        manifest.chunks.pop(chunk.index, None)
+    store.write_manifest(out, manifest)
+    console.print(
+        f"plan: recomputing {len(chunks)} chunk(s) whose files in {out / store.CHUNKS} fail "
+        f"verification: {_describe(problems)}",
+        soft_wrap=True,
+    )
+
+
+def _describe(problems: dict[int, str], limit: int = 5) -> str:
+    """'chunk 3 (checksum mismatch), chunk 7 (missing)', the first ``limit``."""
+    items = [f"chunk {i} ({why})" for i, why in sorted(problems.items())]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
 
 
 # Configs the dry-run estimate simulates (spread over the grid's cost order).
@@ -375,7 +658,7 @@ def estimate(
 ) -> Estimate:
     """Measure the kernel's cost per request-step on ``sample`` configs, one from
     each of ``sample`` equal strata of the plan's cost order (``sample_positions``;
-    one kernel call per workload, one thread), and extrapolate to the grid (see
+    one kernel call per workload and planned chunk, one thread), and extrapolate to the grid (see
     ``Estimate``). The kernel must be compiled or loaded already, or its compile
     time counts."""
     pairs = [(c.workload_key, int(i)) for c in plan.chunks for i in c.config_ids]
@@ -383,12 +666,17 @@ def estimate(
     by_key: dict[tuple, list[int]] = {}
     for j in sample_positions(len(pairs), n):
         by_key.setdefault(pairs[j][0], []).append(pairs[j][1])
+    pieces = [  # at most one planned chunk per call, so the sample fits the memory limit
+        (k, ids[i : i + plan.sizes[k]])
+        for k, ids in by_key.items()
+        for i in range(0, len(ids), plan.sizes[k])
+    ]
     before = numba.get_num_threads()
     numba.set_num_threads(1)
     steps = 0.0
     seconds = 0.0
     try:
-        for k, ids in by_key.items():
+        for k, ids in pieces:
             t = time.perf_counter()
             res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
             res.metrics()  # a chunk's work includes its metrics
@@ -404,22 +692,24 @@ def dry_run(
 ) -> dict:
     """Print the grid, the chunk plan and an estimated wall time (``estimate``;
     compile time reported separately). Returns the figures."""
-    budget = chunk_budget(memory_limit)
-    plan = plan_chunks(sweep, chunk_size, budget)
     threads = workers if workers is not None else numba.get_num_threads()
+    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, threads))
+    budget = plan.budget
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
     t = time.perf_counter()
     simulate([sweep.configs[int(plan.chunks[0].config_ids[0])]], wl, sweep.latency)
     compile_s = time.perf_counter() - t
     est = estimate(sweep, plan, threads)
-    peak = max(len(c.config_ids) * plan.bytes_per_config[c.workload_key] for c in plan.chunks)
+    peak = plan.largest_chunk_bytes
     fig = {
         "configs": plan.num_configs,
         "workloads": len(sweep.workloads),
         "chunks": len(plan.chunks),
         "chunk_size": plan.chunk_size,
         "peak_chunk_bytes": peak,
+        "peak_bytes": plan.peak_bytes,
+        "fixed_bytes": budget.fixed,
         "compile_s": compile_s,
         "estimated_s": est.seconds,
         "request_steps": est.grid_request_steps,
@@ -429,10 +719,12 @@ def dry_run(
     axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
     console.print(f"spec {sweep.name}: {plan.num_configs:,} configs over {axes}")
     console.print(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
+    console.print(f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs")
     console.print(
-        f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs, "
-        f"peak chunk state {peak / 2**20:,.1f} MiB + planner {(memory_limit - budget) / 2**20:,.0f}"
-        f" MiB (limit {memory_limit / 2**20:,.0f} MiB)"
+        f"memory: peak about {_mib(plan.peak_bytes)} of the {_mib(memory_limit)} limit: "
+        f"{budget.describe()}, then the larger of the biggest chunk {_mib(peak)} (state, "
+        f"metrics, the scratch of {threads} running configs) and the final merge "
+        f"{_mib(budget.dataset)}"
     )
     console.print(f"JIT compile / cache load: {compile_s:.1f} s")
     console.print(f"estimated run time: {est.describe()}")

@@ -1,9 +1,10 @@
 """Where chunks run: in this process (``local``) or on a Dask cluster (``dask``).
 
 Both write each chunk's Parquet file atomically into the same
-``results/NAME/_chunks/`` layout and report finished chunks through a
-callback, so progress, ``--resume`` and the final dataset do not depend on
-the executor.
+``results/NAME/_chunks/`` layout and report finished chunks, with the file's
+sha256 and row count (``store.ChunkRecord``), through a callback, so progress,
+the manifest, ``--resume`` and the final dataset do not depend on the executor.
+The driver holds the output folder's lock; workers only write chunk files.
 
 Dask (``distributed``): one task per chunk, retried once; a chunk that fails
 twice stops the sweep with a one-line error naming it, and the chunks already
@@ -34,21 +35,24 @@ class ExecutorError(ValueError):
     """A chunk failed for good, or the cluster cannot be reached; one line."""
 
 
-def run_local(sweep: Sweep, out: Path, todo: list, done: Callable[[object], None]) -> None:
+Done = Callable[[object, store.ChunkRecord], None]
+
+
+def run_local(sweep: Sweep, out: Path, todo: list, done: Done) -> None:
     """Run the chunks one after the other in this process (the kernel's own
-    ``prange`` uses every core)."""
+    ``prange`` uses every core); ``done(chunk, record)`` after each is written."""
     from planner.sweep.chunk import run_chunk
 
     for chunk in todo:
-        store.write_table(run_chunk(sweep, chunk), store.chunk_path(out, chunk.index))
-        done(chunk)
+        done(chunk, store.write_chunk(run_chunk(sweep, chunk), out, chunk.index))
 
 
 _SPECS: dict[tuple[str, str], Sweep] = {}
 
 
-def _chunk_task(text: str, base_dir: str, out: str, chunk: object) -> int:
-    """One Dask task: simulate a chunk and write its file. Runs on a worker."""
+def _chunk_task(text: str, base_dir: str, out: str, chunk: object) -> store.ChunkRecord:
+    """One Dask task: simulate a chunk and write its file; returns the file's
+    record (sha256 of the bytes written, rows). Runs on a worker."""
     from planner.sweep.chunk import run_chunk
 
     if os.environ.get(FAIL_CHUNK_ENV) == str(chunk.index):  # type: ignore[attr-defined]
@@ -57,8 +61,7 @@ def _chunk_task(text: str, base_dir: str, out: str, chunk: object) -> int:
     if key not in _SPECS:
         _SPECS[key] = load_spec_text(text, Path(base_dir))
     df = run_chunk(_SPECS[key], chunk)  # type: ignore[arg-type]
-    store.write_table(df, store.chunk_path(Path(out), chunk.index))  # type: ignore[attr-defined]
-    return len(df)
+    return store.write_chunk(df, Path(out), chunk.index)  # type: ignore[attr-defined]
 
 
 def _warm_up(threads: int) -> bool:
@@ -117,11 +120,9 @@ def dask_client(address: str | None, n_workers: int | None, threads_per_worker: 
             scratch.cleanup()
 
 
-def run_dask(
-    sweep: Sweep, out: Path, todo: list, done: Callable[[object], None], client: object
-) -> None:
-    """Submit one task per chunk (retried once) and call ``done`` as each
-    finishes. Raises ExecutorError naming a chunk that failed twice."""
+def run_dask(sweep: Sweep, out: Path, todo: list, done: Done, client: object) -> None:
+    """Submit one task per chunk (retried once) and call ``done(chunk, record)``
+    as each finishes. Raises ExecutorError naming a chunk that failed twice."""
     from distributed import as_completed
 
     futures = {
@@ -141,4 +142,4 @@ def run_dask(
                 f"chunk {chunk.index} failed twice ({err}); finished chunks are in {out}; "
                 "rerun with --resume"
             )
-        done(chunk)
+        done(chunk, future.result())

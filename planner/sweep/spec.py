@@ -11,6 +11,7 @@ value (``SpecError``). Nothing is written before the whole spec is valid.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -25,6 +26,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner import bounds, resolve
+from planner.cli_inert import SCHEDULER_RULES
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
 from planner.latency import Latency
@@ -383,6 +385,7 @@ class Sweep:
         self.grid.insert(0, "config_id", np.arange(len(self.grid), dtype=np.int64))
         # Build every config and workload now, so that bad values fail before any run.
         self.configs = [self._config(row) for row in self._axis_rows()]
+        self._reject_inert_settings()
         self.warnings: list[str] = []  # one-line notes for the user, each once
         self.workloads: dict[tuple, Workload] = {}
         for key in self.workload_keys():
@@ -405,6 +408,21 @@ class Sweep:
         """Record a warning once (a trace is read once per workload key)."""
         if message and message not in self.warnings:
             self.warnings.append(message)
+
+    def _reject_inert_settings(self) -> None:
+        """Refuse a scheduler setting that has no effect in any configuration
+        (the rules of ``plan run``, ``planner.cli_inert.SCHEDULER_RULES``)."""
+        given = set(self.spec.scheduler) | set(self.axes)
+        params = [dataclasses.asdict(c) for c in self.configs]
+        for rule in SCHEDULER_RULES:
+            for name in rule.options:
+                if name in given and all(rule.inert(p) for p in params):
+                    what = "swap without CPU blocks" if name == "preemption_mode" else name
+                    raise SpecError(
+                        f"{_where(name, self)}: {what} has no effect in any configuration of "
+                        "this grid (swap settings need preemption_mode swap with "
+                        "cpu_swap_blocks > 0; adaptive settings need adaptive_window > 0)"
+                    )
 
     def _axis_rows(self) -> list[dict[str, Any]]:
         return self.grid.drop(columns="config_id").to_dict("records")

@@ -1,0 +1,155 @@
+"""Peak RSS of `plan sweep --memory-limit` runs against their limit (a benchmark,
+not a test: the machine's load and allocator change the figures).
+
+Each case runs in a fresh process under `/usr/bin/time -v` (Linux) and reports
+its "Maximum resident set size", its exit status and, when it refused, its
+one-line message. "cold" cases point NUMBA_CACHE_DIR at an empty temporary
+folder, so the kernel compiles; "warm" ones fill a shared cache first.
+
+    python tools/memory_check.py            # every case (a few minutes on 2 cores)
+    python tools/memory_check.py --jit      # only the JIT allowance probe
+    python tools/memory_check.py --case azure-512-warm --case caching-5m-300
+
+`--jit` measures what `planner.sweep.driver.JIT_LOAD_BYTES` and
+`JIT_COMPILE_BYTES` allow for: the peak RSS of importing planner and building a
+2-request workload, then of the same plus a 1-config and a 2-config `simulate`,
+with a warm and with a cold cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = str(Path(sys.executable).parent / "plan")
+TRACE = ROOT / "planner" / "data" / "s1_seed7.csv"
+MiB = 2**20
+
+PROBE = """
+import sys
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.workload import LengthDist, synthetic
+d = LengthDist("constant", 8)
+wl = synthetic(2, 1.0, d, d)
+if sys.argv[1] == "1":
+    for n in (1, 2):
+        simulate([SchedulerConfig(num_gpu_blocks=8, max_model_len=64)] * n, wl)
+"""
+
+SMALL_SPEC = """
+name = "{name}"
+horizon_s = 60.0
+[workload]
+kind = "trace"
+path = "{trace}"
+[scheduler]
+block_size = {block_size}
+max_num_batched_tokens = 2048
+max_model_len = 4096
+num_gpu_blocks = {blocks}
+enable_prefix_caching = {caching}
+[axes]
+max_num_seqs = [64, 128, 256, 512]
+"""
+
+
+def peak(cmd: list[str], env: dict[str, str]) -> tuple[int, int, str]:
+    """(exit status, peak RSS in bytes, last stderr line) of ``cmd`` under time -v."""
+    p = subprocess.run(
+        ["/usr/bin/time", "-v", *cmd], env=env, capture_output=True, text=True, check=False
+    )
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
+    code = int(re.search(r"Exit status: (\d+)", p.stderr).group(1))
+    skip = ("\t", "Command exited", "Command terminated")
+    lines = [ln for ln in p.stderr.splitlines() if ln and not ln.startswith(skip)]
+    return code, rss * 1024, lines[-1] if lines else ""
+
+
+def env_with(cache: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["NUMBA_CACHE_DIR"] = cache
+    env["COLUMNS"] = "400"  # one line per message
+    return env
+
+
+def specs(tmp: Path) -> dict[str, Path]:
+    """The azure-conv spec and two small ones: prefix caching on a 5 M-block
+    pool, and block_size 2**27."""
+    out = {"azure": ROOT / "sweeps" / "azure-conv.toml"}
+    for name, bs, blocks, caching in (
+        ("caching-5m", 16, 5_000_000, "true"),
+        ("block-2p27", 2**27, 64, "false"),
+    ):
+        path = tmp / f"{name}.toml"
+        path.write_text(
+            SMALL_SPEC.format(name=name, trace=TRACE, block_size=bs, blocks=blocks, caching=caching)
+        )
+        out[name] = path
+    return out
+
+
+CASES = (  # (name, spec, limit, cache)
+    ("azure-512-warm", "azure", "512MiB", "warm"),
+    ("azure-512-cold", "azure", "512MiB", "cold"),
+    ("azure-300-warm", "azure", "300MiB", "warm"),
+    ("azure-300-cold", "azure", "300MiB", "cold"),
+    ("caching-5m-300", "caching-5m", "300MiB", "warm"),
+    ("caching-5m-1GiB", "caching-5m", "1GiB", "warm"),
+    ("block-2p27-300", "block-2p27", "300MiB", "warm"),
+    ("block-2p27-1536MiB", "block-2p27", "1536MiB", "warm"),
+    # just above the minimum each refusal above states (about 467, 648, 1,282 MiB)
+    ("azure-470-cold", "azure", "470MiB", "cold"),
+    ("caching-5m-650MiB", "caching-5m", "650MiB", "warm"),
+    ("block-2p27-1290MiB", "block-2p27", "1290MiB", "warm"),
+)
+
+
+def jit_probe(warm_cache: str) -> None:
+    """Print the peak RSS of the probe without and with the kernel, warm and cold."""
+    base = peak([sys.executable, "-c", PROBE, "0"], env_with(warm_cache))[1]
+    print(f"{'probe':<22} {'peak RSS':>10} {'added':>8}")
+    print(f"{'import + workload':<22} {base / MiB:>8.0f} M")
+    for kind in ("warm", "cold"):
+        with tempfile.TemporaryDirectory() as cold:
+            cache = warm_cache if kind == "warm" else cold
+            rss = peak([sys.executable, "-c", PROBE, "1"], env_with(cache))[1]
+        print(f"{'+ simulate, ' + kind:<22} {rss / MiB:>8.0f} M {(rss - base) / MiB:>6.0f} M")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jit", action="store_true", help="only the JIT allowance probe")
+    ap.add_argument("--case", action="append", choices=[c[0] for c in CASES])
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        warm = str(tmp / "numba-cache")
+        peak([sys.executable, "-c", PROBE, "1"], env_with(warm))  # fill the warm cache
+        if args.jit:
+            jit_probe(warm)
+            return
+        paths = specs(tmp)
+        print(f"{'case':<20} {'limit':>8} {'peak RSS':>9} {'within':>6} exit  message")
+        for name, spec, limit, cache in CASES:
+            if args.case and name not in args.case:
+                continue
+            with tempfile.TemporaryDirectory() as cold:
+                env = env_with(warm if cache == "warm" else cold)
+                out = tmp / f"out-{name}"
+                cmd = [PLAN, "sweep", str(paths[spec]), "--out", str(out)]
+                code, rss, last = peak([*cmd, "--memory-limit", limit], env)
+            lim = int(limit[:-3]) * (MiB if limit.endswith("MiB") else 2**30)
+            ok = "yes" if rss <= lim else "NO"
+            msg = last if code else f"{'wrote' if out.exists() else 'nothing written'}"
+            print(f"{name:<20} {limit:>8} {rss / MiB:>7.0f} M {ok:>6} {code:>4}  {msg}")
+
+
+if __name__ == "__main__":
+    main()
