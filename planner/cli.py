@@ -24,7 +24,7 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
-from planner.config import SchedulerConfig
+from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES
 from planner.traces import TraceOptions
@@ -151,7 +151,7 @@ class TraceFormat(StrEnum):
     jsonl = "jsonl"
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def run(
     ctx: typer.Context,
     num_gpu_blocks: Annotated[
@@ -328,6 +328,7 @@ def run(
         horizon_s=horizon,
         max_steps=max_steps,
     )
+    clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     if trace_file is not None:
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
         wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
@@ -499,7 +500,7 @@ def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, s
     _atomic_parquet(df, path)
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def sweep(
     spec: Annotated[Path, typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick.toml.")],
     out: Annotated[
@@ -581,7 +582,7 @@ def sweep(
     )
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def heatmap(
     results: Annotated[Path, typer.Argument(help="Sweep output directory, e.g. results/quick.")],
     x: Annotated[str, typer.Option(help="Column on the x axis.")] = "max_num_seqs",
@@ -634,7 +635,7 @@ def numba_threads() -> int:
     return int(numba.config.NUMBA_NUM_THREADS)
 
 
-@app.command()
+@app.command(cls=opt.BoundedCommand)
 def bench(
     ctx: typer.Context,
     grid: Annotated[int, typer.Option(help="Grid side: grid x grid configs.")] = 64,

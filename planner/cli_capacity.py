@@ -19,7 +19,7 @@ from rich.table import Table
 from planner import capacity, resolve
 from planner import cli_options as opt
 from planner.cli_inert import RUN_RULES, reject_inert
-from planner.config import SchedulerConfig
+from planner.config import SchedulerConfig, clock_bound
 from planner.traces import DEFAULT_COLUMNS, TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import unused_field_warnings
 
@@ -353,6 +353,7 @@ def safe_limit(
         enable_prefix_caching=enable_prefix_caching,
         async_scheduling=async_scheduling,
     )
+    clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
@@ -459,5 +460,5 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``check`` and ``safe-limit`` to the ``plan`` app."""
-    app.command("check")(check)
-    app.command("safe-limit")(safe_limit)
+    app.command("check", cls=opt.BoundedCommand)(check)
+    app.command("safe-limit", cls=opt.BoundedCommand)(safe_limit)

@@ -12,9 +12,10 @@ import sys
 from enum import StrEnum
 from typing import Annotated
 
+import click
 import typer
 
-from planner import resolve
+from planner import bounds, resolve
 from planner.latency import Latency
 from planner.workload import (
     S1_OUTPUT,
@@ -24,6 +25,42 @@ from planner.workload import (
     length_from_options,
     synthetic,
 )
+
+
+class BoundedCommand(typer.core.TyperCommand):
+    """A ``plan`` command whose numeric options are checked against
+    ``planner.bounds.OPTION_BOUNDS`` after parsing and before the command runs."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Check every numeric option given or defaulted, then run the command.
+
+        Raises ValueError (one line naming the option and its bound)."""
+        check_numeric_options(ctx)
+        return super().invoke(ctx)
+
+
+NUMERIC_TYPES = frozenset({"int", "float", "list[int]", "list[float]"})
+
+
+def numeric_params(command: click.Command) -> list[typer.core.TyperOption]:
+    """The command's parameters annotated int or float (lists of them included)."""
+    return [
+        p
+        for p in command.params
+        if isinstance(p, typer.core.TyperOption | typer.core.TyperArgument)
+        and p.bare_type() in NUMERIC_TYPES
+    ]
+
+
+def check_numeric_options(ctx: click.Context) -> None:
+    """Each numeric parameter's value (each element of a list) against its bound."""
+    for p in numeric_params(ctx.command):
+        value = ctx.params.get(p.name or "")
+        name = bounds.flag(p.name or "")
+        label = name if name in p.opts or not p.opts else p.opts[0]
+        for v in value if isinstance(value, list | tuple) else [value]:
+            if v is not None:
+                bounds.check_option(p.name or "", v, label)
 
 
 class LatencyKind(StrEnum):
@@ -144,7 +181,16 @@ def synthetic_workload(
     """The synthetic workload of the options above (``workload.synthetic``;
     lengths by ``workload.length_from_options``, S1's shapes by default).
     Warns on stderr when clamping moved the drawn mean of lengths the user
-    chose (``drawn_mean_warning``; S1's own shape is clamped by design)."""
+    chose (``drawn_mean_warning``; S1's own shape is clamped by design).
+
+    Raises ValueError (one line, naming --num-requests and --rate) when the
+    arrivals would span more than ``bounds.MAX_ARRIVAL_S``."""
+    span = (num_requests - 1) / rate if arrival != Arrival.offline else 0.0
+    if span > bounds.MAX_ARRIVAL_S:
+        raise ValueError(
+            f"--num-requests {num_requests:,} at --rate {rate:g}/s arrive over {span:.3g} s, "
+            f"beyond {bounds.MAX_ARRIVAL_S:g} s (arrivals are int64 ns; bounds.MAX_ARRIVAL_S)"
+        )
     kind = length_dist.value
     p = length_from_options(kind, *prompt, S1_PROMPT, "--prompt-tokens")
     o = length_from_options(kind, *output, S1_OUTPUT, "--output-tokens")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from planner import bounds
 from planner.kernel.policies import ADMISSIONS, VICTIMS
 from planner.latency import LINEAR, ROOFLINE, Latency, LinearLatency
 
@@ -58,10 +59,31 @@ POLICIES = {"fcfs": 0, "priority": 1}
 NCOLS = 31
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
-NO_HORIZON_NS = np.iinfo(np.int64).max
-MAX_INT = 2**31 - 1  # sizes and counts fit int32 arrays in the kernel
-MAX_HORIZON_S = 1e9  # ~31 years: the clock is int64 nanoseconds
+NO_HORIZON_NS = bounds.INT64_MAX
+MAX_INT = bounds.INT32_MAX  # sizes and counts fit int32 arrays in the kernel
+MAX_HORIZON_S = bounds.MAX_HORIZON_S  # ~31 years: the clock is int64 nanoseconds
 DEFAULT_MAX_STEPS = 10_000_000
+
+# Numeric fields, each checked against bounds.OPTION_BOUNDS under its own name.
+NUMERIC_FIELDS = (
+    "num_gpu_blocks",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "long_prefill_token_threshold",
+    "watermark",
+    "anti_starvation",
+    "adaptive_window",
+    "adaptive_threshold",
+    "adaptive_step",
+    "cpu_swap_blocks",
+    "swap_bandwidth_gbps",
+    "kv_block_bytes",
+    "horizon_s",
+    "max_steps",
+)
+FIELD_FLAGS = {"horizon_s": "--horizon"}  # fields whose flag is not --FIELD-NAME
 
 
 @dataclass(frozen=True)
@@ -102,25 +124,8 @@ class SchedulerConfig:
     max_steps: int = DEFAULT_MAX_STEPS
 
     def __post_init__(self) -> None:
-        positive = (
-            "num_gpu_blocks",
-            "block_size",
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "max_model_len",
-            "max_steps",
-        )
-        for name in positive:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= v <= MAX_INT:
-                raise ValueError(f"--{_flag(name)} must be an integer in 1..{MAX_INT}, got {v!r}")
-        thr = self.long_prefill_token_threshold
-        if (
-            isinstance(thr, bool)
-            or not isinstance(thr, int | np.integer)
-            or not 0 <= thr <= MAX_INT
-        ):
-            raise ValueError(f"--long-prefill-token-threshold must be an integer >= 0, got {thr!r}")
+        for name in NUMERIC_FIELDS:  # bounds.OPTION_BOUNDS: int32 counts, int64 ns
+            bounds.check_option(name, getattr(self, name), FIELD_FLAGS.get(name))
         for name in (
             "scheduler_reserve_full_isl",
             "null_block",
@@ -131,27 +136,10 @@ class SchedulerConfig:
                 raise ValueError(
                     f"--{_flag(name)} must be true or false, got {getattr(self, name)!r}"
                 )
-        wm = self.watermark
-        if isinstance(wm, bool) or not isinstance(wm, int | float) or not (0.0 <= wm < 1.0):
-            raise ValueError(f"--watermark must be a number in [0, 1), got {wm!r}")
         if self.num_gpu_blocks < 2 and self.null_block:
             raise ValueError("--num-gpu-blocks must be >= 2: block 0 is the null block")
         if self.victim is not None and self.victim not in VICTIMS:
             raise ValueError(f"--victim must be one of {sorted(VICTIMS)}, got {self.victim!r}")
-        k = self.anti_starvation
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= MAX_INT:
-            raise ValueError(f"--anti-starvation must be an integer >= 0 (0 = off), got {k!r}")
-        for name, lo in (("adaptive_window", 0), ("adaptive_threshold", 0), ("adaptive_step", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not lo <= v <= MAX_INT:
-                raise ValueError(f"--{_flag(name)} must be an integer >= {lo}, got {v!r}")
-        for name, lo in (("cpu_swap_blocks", 0), ("kv_block_bytes", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not lo <= v <= 2**40:
-                raise ValueError(f"--{_flag(name)} must be an integer >= {lo}, got {v!r}")
-        bw = self.swap_bandwidth_gbps
-        if isinstance(bw, bool) or not isinstance(bw, int | float) or not 0 < bw <= 1e6:
-            raise ValueError(f"--swap-bandwidth-gbps must be a number in (0, 1e6], got {bw!r}")
         for name, allowed in (
             ("preemption_mode", PREEMPTION_MODES),
             ("stop_bound", STOP_BOUNDS),
@@ -167,15 +155,6 @@ class SchedulerConfig:
                     f"--{_flag(name)} is modelled with recompute preemption only, "
                     f"not {self.preemption_mode!r}"
                 )
-        h = self.horizon_s
-        if (
-            isinstance(h, bool)
-            or not isinstance(h, int | float)
-            or not (0 < h <= MAX_HORIZON_S or h == math.inf)
-        ):
-            raise ValueError(
-                f"--horizon must be in (0, {MAX_HORIZON_S:g}] seconds or inf, got {h!r}"
-            )
 
     @property
     def victim_rule(self) -> str:
@@ -198,6 +177,40 @@ class SchedulerConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
+    """The longest step ``cfg`` can take under ``lat``, in ns (a float, an upper bound).
+
+    A step schedules at most T = min(max_num_batched_tokens, num_gpu_blocks x
+    block_size) tokens (vLLM v1's token budget counts prefill and decode
+    tokens; every scheduled token needs a KV slot). Linear: b0 + max(b1, b2) x T.
+    Roofline: overhead + max(FLOPs/(peak x MFU), bytes/(HBM x MBU)) with every
+    token attending max_model_len keys and the whole pool read (see
+    ``latency.step_time_ns``). Swap preemption adds at most a pool's worth of
+    block transfers.
+    """
+    tokens = float(min(cfg.max_num_batched_tokens, cfg.num_gpu_blocks * cfg.block_size))
+    b0, b1, b2, *_ = lat.ns()
+    if isinstance(lat, LinearLatency):
+        t = b0 + max(b1, b2) * tokens
+    else:
+        fp = lat.floats()
+        flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
+        nbytes = fp[2] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
+        t = b0 + math.ceil(max(flops / fp[4], nbytes / fp[5]) * 1e9)
+    if cfg.preemption_mode == "swap":
+        t += float(cfg.swap_ns_per_block) * 2 * cfg.num_gpu_blocks
+    return float(t)
+
+
+def clock_bound(cfg: SchedulerConfig, lat: Latency, label: str = "", spec: bool = False) -> None:
+    """``bounds.clock_bound`` for one config: its int64 ns clock cannot wrap.
+
+    Raises ValueError (one line; option names as in a spec when ``spec``)."""
+    ns = lat.ns()
+    names = bounds.SPEC_NAMES if spec else bounds.CLI_NAMES
+    bounds.clock_bound(cfg.max_steps, max_step_ns(cfg, lat), (ns[3], ns[4]), label, names)
+
+
 def _flag(name: str) -> str:
     return name.replace("_", "-")
 
@@ -215,7 +228,8 @@ def pack_configs(
         module constants (``N``, ``BS``, ...; times in integer ns), and float64
         array of shape (C, NFLOAT) with the roofline parameters.
     Raises:
-        ValueError: if the lengths disagree or no config is given.
+        ValueError: if the lengths disagree, no config is given, or a config's
+            clock could pass int64 nanoseconds (``bounds.clock_bound``).
     """
     if len(configs) == 0:
         raise ValueError("no configurations to simulate")
@@ -226,6 +240,7 @@ def pack_configs(
     out = np.zeros((len(configs), NCOLS), dtype=np.int64)
     outf = np.zeros((len(configs), NFLOAT), dtype=np.float64)
     for i, (c, lat) in enumerate(zip(configs, latencies, strict=True)):
+        clock_bound(c, lat)  # the int64 ns clock cannot wrap
         outf[i] = lat.floats()
         horizon = NO_HORIZON_NS if math.isinf(c.horizon_s) else int(round(c.horizon_s * 1e9))
         out[i, :] = (

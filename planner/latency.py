@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from numba import njit
 
+from planner import bounds
+
 # Seed coefficients: llama-3.1-8b on H100 (BLIS defaults, shared/docs/semantics.md).
 SEED_ALPHA_US: tuple[float, float, float] = (232.46, 1.75, 3357.44)
 SEED_BETA_US: tuple[float, float, float] = (5752.71, 17.25, 6.00)
@@ -30,7 +32,7 @@ LINEAR_PRESETS: dict[tuple[str, str], tuple[tuple[float, ...], tuple[float, ...]
 }
 
 
-MAX_COEFF_US = 1e9  # 1,000 s: keeps every step time inside int64 nanoseconds
+MAX_COEFF_US = bounds.MAX_COEFF_US  # 1,000 s; bounds.clock_bound checks the whole run
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class LinearLatency:
     """BLIS alpha/beta coefficients in microseconds (see module docstring).
 
     Raises:
-        ValueError: if a coefficient is negative or not finite, or beta0 + beta2 is 0
+        ValueError: if a coefficient is outside 0..MAX_COEFF_US us or not finite
+            (``bounds.coeff``), or beta0 + beta2 is 0
             (a decode step that costs no time would let the clock stand still).
     """
 
@@ -50,8 +53,7 @@ class LinearLatency:
             if len(coeffs) != 3:
                 raise ValueError(f"--{name}-coeffs needs 3 values, got {len(coeffs)}")
             for x in coeffs:
-                if not (0 <= x <= MAX_COEFF_US):
-                    raise ValueError(f"--{name}-coeffs must be in 0..{MAX_COEFF_US:g} us, got {x}")
+                bounds.coeff(f"--{name}-coeffs", x)
         if self.beta[0] + self.beta[2] <= 0 or self.beta[0] + self.beta[1] <= 0:
             raise ValueError("--beta-coeffs: a step must take time (beta0 + beta1/beta2 > 0)")
 
@@ -91,7 +93,8 @@ class RooflineLatency:
     ``LinearLatency``, default zero.
 
     Raises:
-        ValueError: for efficiencies outside (0, 1], tp < 1 or negative overhead.
+        ValueError: for efficiencies outside (0, 1], tp outside 1..MAX_TP or an
+            overhead outside 0..MAX_COEFF_US (``planner.bounds``).
     """
 
     model: str
@@ -106,13 +109,10 @@ class RooflineLatency:
         from planner.hardware import gpu, model
 
         model(self.model), gpu(self.gpu)
-        for name, v in (("--mfu", self.mfu), ("--mbu", self.mbu)):
-            if not (0 < v <= 1):
-                raise ValueError(f"{name} must be in (0, 1], got {v}")
-        if self.tp < 1:
-            raise ValueError(f"--tensor-parallel-size must be >= 1, got {self.tp}")
-        if not (0 <= self.overhead_us <= MAX_COEFF_US):
-            raise ValueError(f"--step-overhead-us must be >= 0, got {self.overhead_us}")
+        bounds.check_option("mfu", self.mfu)
+        bounds.check_option("mbu", self.mbu)
+        bounds.check_option("tensor_parallel_size", self.tp)
+        bounds.check_option("step_overhead_us", self.overhead_us)
         LinearLatency(self.alpha, (1.0, 0.0, 0.0))  # validates alpha
 
     def ns(self) -> tuple[int, int, int, int, int, int]:

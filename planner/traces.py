@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from planner import bounds
 from planner.workload import MAX_ARRIVAL_S, MAX_TOKENS, Workload, WorkloadError
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -60,7 +61,8 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 @dataclass(frozen=True)
 class TraceOptions:
-    """How to cut and replay a trace. Raises WorkloadError on impossible values."""
+    """How to cut and replay a trace. Raises WorkloadError on values outside
+    their bounds (``planner.bounds.OPTION_BOUNDS``, named as the CLI flags)."""
 
     start_s: float = 0.0
     duration_s: float = math.inf
@@ -69,14 +71,19 @@ class TraceOptions:
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
-        if not (0 <= self.start_s < math.inf):
-            raise WorkloadError(f"--trace-start must be >= 0 seconds, got {self.start_s}")
-        if not (self.duration_s > 0):
-            raise WorkloadError(f"--trace-duration must be > 0 seconds, got {self.duration_s}")
-        if not (0 < self.rate_scale < math.inf):
-            raise WorkloadError(f"--rate-scale must be > 0, got {self.rate_scale}")
-        if self.max_requests is not None and self.max_requests < 1:
-            raise WorkloadError(f"--max-requests must be >= 1, got {self.max_requests}")
+        checks = (
+            ("trace_start", self.start_s),
+            ("trace_duration", self.duration_s),
+            ("rate_scale", self.rate_scale),
+            ("max_requests", self.max_requests),
+            ("max_model_len", self.max_model_len),
+        )
+        try:  # planner.bounds: seconds within int64 ns, int32 counts
+            for name, v in checks:
+                if v is not None:
+                    bounds.check_option(name, v)
+        except ValueError as e:
+            raise WorkloadError(str(e)) from None
         if self.max_model_len is not None and self.max_model_len < 2:
             raise WorkloadError(f"--max-model-len must be >= 2, got {self.max_model_len}")
 
@@ -130,6 +137,34 @@ def _numbers(
     return v.to_numpy()
 
 
+def _require_dates(path: Path, raw: pd.Series, col: str) -> None:
+    """Refuse timestamps without a full date (``18:15:50``, ``11-16 18:15``):
+    pandas would fill in today's date or year, silently.
+
+    Each distinct shape of text (digits replaced by ``0``) is parsed once with
+    two different default dates (dateutil, the parser behind pandas' mixed
+    format); if the results differ, the text lacks a day, month or year.
+    Raises WorkloadError naming the file, the first such row and the column.
+    """
+    from datetime import datetime
+
+    from dateutil import parser
+
+    shapes = raw.reset_index(drop=True).str.replace(r"\d", "0", regex=True)
+    for row in shapes.drop_duplicates().index:  # positions: the index is 0..n-1
+        text = str(raw.iloc[int(row)])
+        try:
+            a = parser.parse(text, default=datetime(2000, 1, 1))
+            b = parser.parse(text, default=datetime(2004, 2, 3))
+        except (ValueError, OverflowError):
+            continue  # pandas read it (ISO forms dateutil may not); they carry a date
+        if a.date() != b.date():
+            raise WorkloadError(
+                f"{path}: row {int(row) + 2}: {col} value {text!r} has no full date "
+                "(day, month and year); give dates, or seconds in an arrival column"
+            )
+
+
 def _timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
     """Datetime text or epoch seconds -> seconds since the first row."""
     raw = df[col].astype(str).str.strip()
@@ -141,6 +176,7 @@ def _timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
         if ts.isna().any():
             row = int(np.argmax(ts.isna().to_numpy()))
             raise WorkloadError(f"{path}: row {row + 2}: bad {col} value {raw.iloc[row]!r}")
+        _require_dates(path, raw, col)
         t = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     if not np.all(np.isfinite(t)):
         row = int(np.argmax(~np.isfinite(t)))

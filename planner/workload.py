@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner import bounds
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from planner.config import SchedulerConfig
 
 ARRIVALS = ("constant", "poisson", "gamma", "offline")
-MAX_TOKENS = 2**31 - 1  # token counts are int32 in the kernel
-MAX_ARRIVAL_S = 1e9  # ~31 years: keeps times in int64 nanoseconds
+MAX_TOKENS = bounds.INT32_MAX  # token counts are int32 in the kernel
+MAX_ARRIVAL_S = bounds.MAX_ARRIVAL_S  # ~31 years: keeps times in int64 nanoseconds
 LENGTH_KINDS = ("gaussian", "lognormal", "constant", "empirical")
 
 

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,9 +25,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from planner import resolve
+from planner import bounds, resolve
 from planner.cli_inert import SCHEDULER_RULES
-from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
+from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
 from planner.latency import Latency
 from planner.traces import TraceOptions, check_columns, load_trace
@@ -92,6 +93,64 @@ INT_AXES = {
     "cpu_swap_blocks",
     "kv_block_bytes",
 }
+
+
+# Spec fields checked against planner.bounds.OPTION_BOUNDS (field -> bound name);
+# axes and [scheduler] keys use their own names.
+FIELD_BOUNDS = {
+    "horizon_s": "horizon_s",
+    "max_steps": "max_steps",
+    "workload.num_requests": "num_requests",
+    "workload.rate": "rate",
+    "workload.gamma_cv": "gamma_cv",
+    "workload.seed": "seed",
+    "workload.prompt.mean": "prompt_tokens",
+    "workload.prompt.stdev": "prompt_tokens_stdev",
+    "workload.prompt.min": "prompt_tokens_min",
+    "workload.prompt.max": "prompt_tokens_max",
+    "workload.output.mean": "output_tokens",
+    "workload.output.stdev": "output_tokens_stdev",
+    "workload.output.min": "output_tokens_min",
+    "workload.output.max": "output_tokens_max",
+    "workload.start_s": "trace_start",
+    "workload.duration_s": "trace_duration",
+    "workload.rate_scale": "rate_scale",
+    "workload.max_requests": "max_requests",
+    "workload.prefix_groups": "prefix_groups",
+    "workload.prefix_len": "prefix_len",
+    "workload.prefix_share": "prefix_share",
+    "hardware.tensor_parallel_size": "tensor_parallel_size",
+    "hardware.gpu_memory_utilization": "gpu_memory_utilization",
+    "latency.mfu": "mfu",
+    "latency.mbu": "mbu",
+    "latency.overhead_us": "step_overhead_us",
+}
+
+
+def check_field_bounds(spec: SweepSpec) -> None:
+    """Every numeric spec field against its bound (``FIELD_BOUNDS``), and the
+    step-time coefficients (``bounds.coeff``). Raises SpecError naming the field."""
+    try:
+        for path, name in FIELD_BOUNDS.items():
+            obj: Any = spec
+            for part in path.split("."):
+                obj = getattr(obj, part, None)
+            if obj is not None:
+                bounds.check_option(name, obj, path)
+        for name in ("alpha", "beta"):
+            for v in getattr(spec.latency, name) or ():
+                bounds.coeff(f"latency.{name}", v)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
+
+
+def _check_axis_value(key: str, v: object, label: str) -> None:
+    """One axis or [scheduler] value against ``bounds.OPTION_BOUNDS[key]``, if it has one."""
+    if key in bounds.OPTION_BOUNDS:
+        try:
+            bounds.check_option(key, v, label)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
 
 
 class SpecError(ValueError):
@@ -245,8 +304,15 @@ def _axis_values(key: str, axis: list[AxisValue] | RangeSpec) -> list[AxisValue]
             raise SpecError(f"axes.{key}: a log range needs start and stop > 0")
         if axis.stop < axis.start:
             raise SpecError(f"axes.{key}: stop {axis.stop:g} is below start {axis.start:g}")
+        for end, x in (("start", axis.start), ("stop", axis.stop)):
+            v = int(round(x)) if key in INT_AXES else x
+            shown = f" ({x:g} rounds to {v})" if v != x else ""
+            _check_axis_value(key, v, f"axes.{key}.{end}{shown}")
         if key in INT_AXES:
-            return int_range(axis.start, axis.stop, axis.num, axis.scale)
+            try:
+                return int_range(axis.start, axis.stop, axis.num, axis.scale)
+            except SpecError as e:
+                raise SpecError(f"axes.{key}: {e}") from None
         raw = (
             np.geomspace(axis.start, axis.stop, axis.num)
             if axis.scale == "log"
@@ -255,6 +321,8 @@ def _axis_values(key: str, axis: list[AxisValue] | RangeSpec) -> list[AxisValue]
         values: list[AxisValue] = [float(x) for x in raw]
     else:
         values = list(axis)
+        for v in values:
+            _check_axis_value(key, v, f"axes.{key}")
     if len(values) == 0:
         raise SpecError(f"axes.{key}: the axis is empty")
     if len(set(map(repr, values))) != len(values):
@@ -278,6 +346,9 @@ class Sweep:
         self.text = text
         self.base_dir = base_dir
         self.axes: dict[str, list[AxisValue]] = {}
+        check_field_bounds(spec)
+        for key, v in spec.scheduler.items():
+            _check_axis_value(key, v, f"scheduler.{key}")
         known = SCHEDULER_AXES + WORKLOAD_AXES + HARDWARE_AXES
         for key, axis in spec.axes.items():
             if key not in known:
@@ -322,6 +393,11 @@ class Sweep:
             for message in unused_field_warnings(self.workloads[key], self.configs):
                 self._warn(message)
         self.latency = self._latency()
+        for i, cfg in enumerate(self.configs):  # the int64 ns clock cannot wrap
+            try:
+                clock_bound(cfg, self.latency, f"config {i}", spec=True)
+            except ValueError as e:
+                raise SpecError(str(e)) from None
         self.hardware_columns = self._hardware_columns()
 
     @property
@@ -387,7 +463,7 @@ class Sweep:
                     0,
                 )
             except (HardwareError, ValueError) as e:
-                raise SpecError(f"hardware: {e}") from None
+                raise SpecError(spec_names(f"hardware: {e}")) from None
         for k, v in values.items():
             if k in INT_AXES and not (isinstance(v, int) and not isinstance(v, bool)):
                 raise SpecError(f"{_where(k, self)}: expected an integer, got {v!r}")
@@ -459,7 +535,7 @@ class Sweep:
                 lat.overhead_us,
             )
         except ValueError as e:
-            raise SpecError(f"latency: {e}") from None
+            raise SpecError(spec_names(f"latency: {e}")) from None
 
     def _hardware_columns(self) -> dict[str, Any]:
         """Constant columns describing the hardware and step-time model."""
@@ -493,6 +569,27 @@ class Sweep:
         }
 
 
+# CLI flags a shared validator may name -> the spec's own field names.
+SPEC_FIELD_NAMES = {
+    "--alpha-coeffs": "latency.alpha",
+    "--beta-coeffs": "latency.beta",
+    "--mfu": "latency.mfu",
+    "--mbu": "latency.mbu",
+    "--step-overhead-us": "latency.overhead_us",
+    "--latency": "latency.kind",
+    "--tensor-parallel-size": "hardware.tensor_parallel_size",
+    "--gpu-memory-utilization": "hardware.gpu_memory_utilization",
+    "--model": "hardware.model",
+    "--gpu": "hardware.gpu",
+}
+
+
+def spec_names(message: str) -> str:
+    """``message`` with the CLI flags of ``SPEC_FIELD_NAMES`` spelled as spec fields."""
+    pattern = "|".join(re.escape(f) for f in sorted(SPEC_FIELD_NAMES, key=len, reverse=True))
+    return re.sub(rf"({pattern})(?![\w-])", lambda m: SPEC_FIELD_NAMES[m.group(1)], message)
+
+
 def _where(key: str, sweep: Sweep) -> str:
     return f"axes.{key}" if key in sweep.axes else f"scheduler.{key}"
 
@@ -501,6 +598,7 @@ def load_spec_text(text: str, base_dir: Path, label: str = "spec") -> Sweep:
     """Validate and expand spec text; relative paths resolve against ``base_dir``.
 
     Raises SpecError (one line, prefixed with ``label``)."""
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the TOML
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -532,7 +630,7 @@ def load_spec(path: str | Path) -> Sweep:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not TOML
     except FileNotFoundError:
         raise SpecError(f"{path}: no such spec file") from None
     except (IsADirectoryError, UnicodeDecodeError, PermissionError) as e:
