@@ -21,7 +21,7 @@ from rich.table import Table
 from planner import capacity, distribution
 from planner import cli_options as opt
 from planner.capacity import analytic_safe_max_num_seqs
-from planner.cli_capacity import TraceColumns, finite, read_trace_warned, warn
+from planner.cli_capacity import finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
 from planner.config import SchedulerConfig, clock_bound
@@ -144,27 +144,17 @@ class Executor(StrEnum):
     dask = "dask"
 
 
-class TraceFormat(StrEnum):
-    auto = "auto"
-    azure = "azure"
-    csv = "csv"
-    jsonl = "jsonl"
-
-
 @app.command(cls=opt.BoundedCommand)
 def run(
     ctx: typer.Context,
-    num_gpu_blocks: Annotated[
-        int | None,
-        typer.Option(help="KV pool size N in blocks [default: from --model/--gpu, else 7463]."),
-    ] = None,
-    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    num_gpu_blocks: opt.NumGpuBlocks = None,
+    block_size: opt.BlockSize = 16,
     max_num_seqs: Annotated[
         int,
         typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
     ] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 2048,
-    max_model_len: Annotated[int, typer.Option(help="Context length limit (tokens).")] = 4096,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
+    max_model_len: opt.MaxModelLen = 4096,
     long_prefill_token_threshold: Annotated[int, typer.Option(help="0 = off.")] = 0,
     watermark: Annotated[float, typer.Option(help="Share of N kept free at admission.")] = 0.0,
     scheduler_reserve_full_isl: Annotated[
@@ -177,31 +167,19 @@ def run(
         StopBound, typer.Option(help="max_model_len (vLLM) or max_servable (PR #52530).")
     ] = StopBound.max_model_len,
     null_block: Annotated[bool, typer.Option(help="Reserve block 0 (vLLM); off = BLIS.")] = True,
-    async_scheduling: Annotated[
-        bool,
-        typer.Option(help="Schedule step N+1 before step N's output lands (vLLM engine default)."),
-    ] = False,
-    enable_prefix_caching: Annotated[
-        bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
-    ] = False,
+    async_scheduling: opt.AsyncScheduling = False,
+    enable_prefix_caching: opt.EnablePrefixCaching = False,
     policy: Annotated[
         Policy,
         typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
     ] = Policy.fcfs,
-    horizon: Annotated[
-        float, typer.Option(help="Simulated seconds; default: until every request ends.")
-    ] = math.inf,
+    horizon: opt.Horizon = math.inf,
     max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
-    victim: Annotated[
-        str | None,
-        typer.Option(help="Mitigation: youngest, priority, least_progress or most_blocks."),
-    ] = None,
+    victim: opt.VictimOpt = None,
     anti_starvation: Annotated[
         int, typer.Option(help="Mitigation: protect a request after K preemptions (0 = off).")
     ] = 0,
-    admission: Annotated[
-        str, typer.Option(help="Mitigation: vanilla, projected or projected_oracle.")
-    ] = "vanilla",
+    admission: opt.AdmissionOpt = opt.Admission.vanilla,
     adaptive_window: Annotated[
         int, typer.Option(help="Mitigation: adaptive cap window in steps (0 = off).")
     ] = 0,
@@ -219,32 +197,17 @@ def run(
         int | None,
         typer.Option(help="Swap: bytes per KV block [default: from --model, else 2 MiB]."),
     ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b (sizes the KV pool).")
-    ] = None,
-    gpu: Annotated[
-        str | None, typer.Option(help="GPU preset: H100, H200, A100-80GB, L40S.")
-    ] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's setting.")] = 0.9,
-    tensor_parallel_size: Annotated[int, typer.Option(help="GPUs per replica.")] = 1,
-    trace_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--trace-file",
-            "--requests-csv",
-            help="Request trace (Azure CSV, or CSV/JSONL with columns arrival_time_s, "
-            "prompt_tokens, output_tokens and optionally priority, prefix_group, prefix_len; "
-            "other names with --trace-columns); else a synthetic workload.",
-        ),
-    ] = None,
-    trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = (
-        TraceFormat.auto
-    ),
-    trace_columns: TraceColumns = None,
-    trace_start: Annotated[float, typer.Option(help="Window start, seconds.")] = 0.0,
-    trace_duration: Annotated[float, typer.Option(help="Window length, seconds.")] = math.inf,
-    rate_scale: Annotated[float, typer.Option(help="Replay speed: 2 = twice as fast.")] = 1.0,
-    max_requests: Annotated[int | None, typer.Option(help="Keep the first N requests.")] = None,
+    model: opt.Model = None,
+    gpu: opt.Gpu = None,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
+    tensor_parallel_size: opt.TensorParallelSize = 1,
+    trace_file: opt.TraceFile = None,
+    trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
+    trace_columns: opt.TraceColumns = None,
+    trace_start: opt.TraceStart = 0.0,
+    trace_duration: opt.TraceDuration = math.inf,
+    rate_scale: opt.RateScale = 1.0,
+    max_requests: opt.MaxRequests = None,
     num_requests: opt.NumRequests = 300,
     rate: opt.Rate = 10.0,
     arrival: opt.ArrivalOpt = opt.Arrival.constant,
@@ -267,7 +230,7 @@ def run(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: opt.AsJson = False,
     trace: Annotated[
         Path | None, typer.Option(help="Write one row per step to this Parquet file.")
     ] = None,
@@ -316,9 +279,9 @@ def run(
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
         policy=policy.value,
-        victim=victim,
+        victim=None if victim is None else victim.value,
         anti_starvation=anti_starvation,
-        admission=admission,
+        admission=admission.value,
         adaptive_window=adaptive_window,
         adaptive_threshold=adaptive_threshold,
         adaptive_step=adaptive_step,
@@ -642,8 +605,8 @@ def bench(
     reference: Annotated[
         bool, typer.Option(help="Also time the plain-Python reference on one config.")
     ] = True,
-    async_scheduling: Annotated[bool, typer.Option(help="Bench with async scheduling.")] = False,
-    enable_prefix_caching: Annotated[bool, typer.Option(help="Bench with prefix caching.")] = False,
+    async_scheduling: opt.AsyncScheduling = False,
+    enable_prefix_caching: opt.EnablePrefixCaching = False,
     startup: Annotated[
         bool,
         typer.Option(help="Instead: time a first plan run (empty Numba cache) and a warm one."),

@@ -20,34 +20,10 @@ from planner import capacity, resolve
 from planner import cli_options as opt
 from planner.cli_inert import RUN_RULES, reject_inert
 from planner.config import SchedulerConfig, clock_bound
-from planner.traces import DEFAULT_COLUMNS, TraceOptions, TraceRead, load_trace, parse_columns
+from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import unused_field_warnings
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
-
-Blocks = Annotated[
-    int | None,
-    typer.Option(help="KV pool size N in blocks [default: from --model/--gpu]."),
-]
-Model = Annotated[str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b.")]
-Gpu = Annotated[str | None, typer.Option(help="GPU preset: H100, H200, A100-80GB, L40S.")]
-Util = Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")]
-Tp = Annotated[int, typer.Option(help="GPUs per replica.")]
-BlockSize = Annotated[int, typer.Option(help="Tokens per KV block.")]
-Mml = Annotated[int, typer.Option(help="max_model_len (tokens).")]
-TraceFile = Annotated[
-    Path | None,
-    typer.Option("--trace-file", "--requests-csv", help="Workload trace (Azure, CSV or JSONL)."),
-]
-TraceColumns = Annotated[
-    str | None,
-    typer.Option(
-        help="Trace column names as key=column,... (keys with their default names: "
-        + ", ".join(f"{k}={v}" for k, v in DEFAULT_COLUMNS.items())
-        + "), e.g. arrival=ts,output=completion_tokens.",
-    ),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def warn(message: str) -> None:
@@ -81,19 +57,22 @@ def _pool(
 
 def check(
     ctx: typer.Context,
-    num_gpu_blocks: Blocks = None,
-    block_size: BlockSize = 16,
-    max_model_len: Mml = 4096,
-    model: Model = None,
-    gpu: Gpu = None,
-    gpu_memory_utilization: Util = 0.9,
-    tensor_parallel_size: Tp = 1,
+    num_gpu_blocks: opt.NumGpuBlocks = None,
+    block_size: opt.BlockSize = 16,
+    max_model_len: opt.MaxModelLen = 4096,
+    model: opt.Model = None,
+    gpu: opt.Gpu = None,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
+    tensor_parallel_size: opt.TensorParallelSize = 1,
     tokens_per_request: Annotated[
         int | None, typer.Option(help="T for the concurrency figure [default: max_model_len].")
     ] = None,
-    trace_file: TraceFile = None,
-    trace_columns: TraceColumns = None,
-    as_json: AsJson = False,
+    trace_file: opt.TraceFile = None,
+    trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
+    trace_start: opt.TraceStart = 0.0,
+    trace_duration: opt.TraceDuration = math.inf,
+    trace_columns: opt.TraceColumns = None,
+    as_json: opt.AsJson = False,
 ) -> None:
     """Would vLLM start on this pool, and can requests livelock in it?
 
@@ -137,9 +116,8 @@ def check(
         "max_concurrency_true": capacity.max_concurrency(n, block_size, t, False),
     }
     if trace_file is not None:
-        read = read_trace_warned(
-            trace_file, "auto", TraceOptions(max_model_len=max_model_len), trace_columns
-        )
+        window = TraceOptions(trace_start, trace_duration, max_model_len=max_model_len)
+        read = read_trace_warned(trace_file, trace_format.value, window, trace_columns)
         wl = read.workload
         unused = [
             read.columns[k] for k in ("priority", "prefix_group", "prefix_len") if k in read.columns
@@ -268,18 +246,21 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
 
 def safe_limit(
     ctx: typer.Context,
-    num_gpu_blocks: Blocks = None,
-    block_size: BlockSize = 16,
-    max_model_len: Mml = 4096,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 2048,
-    model: Model = None,
-    gpu: Gpu = None,
-    gpu_memory_utilization: Util = 0.9,
-    tensor_parallel_size: Tp = 1,
-    trace_file: TraceFile = None,
-    trace_columns: TraceColumns = None,
-    max_requests: Annotated[int | None, typer.Option(help="Keep the first N requests.")] = None,
-    rate_scale: Annotated[float, typer.Option(help="Trace replay speed.")] = 1.0,
+    num_gpu_blocks: opt.NumGpuBlocks = None,
+    block_size: opt.BlockSize = 16,
+    max_model_len: opt.MaxModelLen = 4096,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
+    model: opt.Model = None,
+    gpu: opt.Gpu = None,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
+    tensor_parallel_size: opt.TensorParallelSize = 1,
+    trace_file: opt.TraceFile = None,
+    trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
+    trace_start: opt.TraceStart = 0.0,
+    trace_duration: opt.TraceDuration = math.inf,
+    trace_columns: opt.TraceColumns = None,
+    max_requests: opt.MaxRequests = None,
+    rate_scale: opt.RateScale = 1.0,
     num_requests: opt.NumRequests = 300,
     rate: opt.Rate = 10.0,
     arrival: opt.ArrivalOpt = opt.Arrival.constant,
@@ -293,7 +274,7 @@ def safe_limit(
     output_tokens_min: opt.Min = None,
     output_tokens_max: opt.Max = None,
     seed: opt.Seed = 0,
-    horizon: Annotated[float, typer.Option(help="Simulated seconds.")] = math.inf,
+    horizon: opt.Horizon = math.inf,
     percentile: Annotated[
         list[float] | None,
         typer.Option(metavar="P", help="Request-length percentiles (repeatable)."),
@@ -309,16 +290,12 @@ def safe_limit(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
-    enable_prefix_caching: Annotated[
-        bool, typer.Option(help="Simulate with prefix caching (vLLM default on).")
-    ] = False,
-    async_scheduling: Annotated[
-        bool, typer.Option(help="Simulate with async scheduling (vLLM default on).")
-    ] = False,
+    enable_prefix_caching: opt.EnablePrefixCaching = False,
+    async_scheduling: opt.AsyncScheduling = False,
     prefix_groups: opt.PrefixGroups = 0,
     prefix_len: opt.PrefixLen = 0,
     prefix_share: opt.PrefixShare = 0.0,
-    as_json: AsJson = False,
+    as_json: opt.AsJson = False,
 ) -> None:
     """The largest KV-safe max_num_seqs for a workload and pool: analytic,
     simulation-verified, throughput- and goodput-optimal."""
@@ -334,8 +311,8 @@ def safe_limit(
         step_overhead_us,
     )  # fmt: skip
     if trace_file is not None:
-        opts = TraceOptions(rate_scale=rate_scale, max_requests=max_requests)
-        wl = read_trace_warned(trace_file, "auto", opts, trace_columns).workload
+        opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests)
+        wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
     else:
         wl = opt.synthetic_workload(
             num_requests, rate, arrival, length_dist,

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import click
 import typer
 
 from planner import bounds, resolve
+from planner.kernel.policies import ADMISSIONS, VICTIMS
 from planner.latency import Latency
+from planner.traces import DEFAULT_COLUMNS
 from planner.workload import (
     S1_OUTPUT,
     S1_PROMPT,
@@ -199,3 +202,85 @@ def synthetic_workload(
         if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):
             print(f"plan: warning: {msg}", file=sys.stderr)
     return wl
+
+
+# Pool, hardware, scheduler and trace options shared by run, check, safe-limit
+# and bench. Names and meanings follow vLLM's flags (vllm/engine/arg_utils.py,
+# EngineArgs) where vLLM has the setting.
+NumGpuBlocks = Annotated[
+    int | None,
+    typer.Option(
+        "--num-gpu-blocks",
+        "--num-gpu-blocks-override",
+        help="KV pool size N in blocks (vLLM's --num-gpu-blocks-override) [default: sized "
+        "from --model and --gpu; plan run without them: S1's 7,463].",
+    ),
+]
+BlockSize = Annotated[int, typer.Option(help="Tokens per KV block (vLLM's --block-size).")]
+MaxModelLen = Annotated[int, typer.Option(help="Context length limit, tokens (vLLM's).")]
+MaxNumBatchedTokens = Annotated[
+    int, typer.Option(help="Token budget per step (vLLM's --max-num-batched-tokens).")
+]
+Model = Annotated[
+    str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b (sizes the KV pool).")
+]
+Gpu = Annotated[str | None, typer.Option(help="GPU preset: H100, H200, A100-80GB, L40S.")]
+GpuMemoryUtilization = Annotated[
+    float, typer.Option(help="vLLM's --gpu-memory-utilization (sizes the pool with --model).")
+]
+TensorParallelSize = Annotated[int, typer.Option(help="GPUs per replica (vLLM's).")]
+Horizon = Annotated[
+    float, typer.Option(help="Simulated seconds; default: until every request ends.")
+]
+AsyncScheduling = Annotated[
+    bool,
+    typer.Option(help="Schedule step N+1 before step N's output lands (vLLM default on)."),
+]
+EnablePrefixCaching = Annotated[
+    bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+class TraceFormat(StrEnum):
+    """Trace file formats (``planner.traces.read_trace``)."""
+
+    auto = "auto"
+    azure = "azure"
+    csv = "csv"
+    jsonl = "jsonl"
+
+
+TraceFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace-file",
+        "--requests-csv",
+        help="Request trace (Azure CSV, or CSV/JSONL with columns arrival_time_s, "
+        "prompt_tokens, output_tokens and optionally priority, prefix_group, prefix_len; "
+        "other names with --trace-columns); else a synthetic workload.",
+    ),
+]
+TraceFormatOpt = Annotated[TraceFormat, typer.Option(help="Trace file format.")]
+TraceColumns = Annotated[
+    str | None,
+    typer.Option(
+        help="Trace column names as key=column,... (keys with their default names: "
+        + ", ".join(f"{k}={v}" for k, v in DEFAULT_COLUMNS.items())
+        + "), e.g. arrival=ts,output=completion_tokens.",
+    ),
+]
+TraceStart = Annotated[float, typer.Option(help="Trace window start, seconds.")]
+TraceDuration = Annotated[float, typer.Option(help="Trace window length, seconds.")]
+RateScale = Annotated[float, typer.Option(help="Trace replay speed: 2 = twice as fast.")]
+MaxRequests = Annotated[int | None, typer.Option(help="Keep the trace's first N requests.")]
+
+
+# Choices come from the kernel's own tables, so they are defined once.
+Victim = StrEnum("Victim", {k: k for k in VICTIMS})  # policies.VICTIMS
+Admission = StrEnum("Admission", {k: k for k in ADMISSIONS})  # policies.ADMISSIONS
+VictimOpt = Annotated[
+    Victim | None,
+    typer.Option(help="Mitigation: preemption victim [default: vLLM's rule for the policy]."),
+]
+AdmissionOpt = Annotated[Admission, typer.Option(help="Mitigation: admission rule.")]
