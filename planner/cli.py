@@ -305,7 +305,7 @@ def run(
     wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
-    mean_len = wl.mean_request_tokens
+    mean_len = wl.mean_request_tokens(max_model_len)
     safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
     warning = (
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "

@@ -363,6 +363,7 @@ def _limits_json(s: object, name: str, n: int, rec: str) -> dict:
         "usable_blocks": s.usable_blocks,
         "mean_prompt_tokens": s.mean_prompt,
         "mean_output_tokens": s.mean_output,
+        "mean_request_tokens": s.mean_request,
         "analytic": s.analytic,
         "analytic_at": s.analytic_at,
         "request_tokens_at": s.length_at,
@@ -392,7 +393,8 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
     from planner.safelimit import SafeLimits
 
     assert isinstance(s, SafeLimits)
-    mean_len = s.mean_prompt + s.mean_output
+    mean_len = s.mean_request
+    capped = abs(mean_len - (s.mean_prompt + s.mean_output)) > 0.05
     table = Table(title=f"KV-safe max_num_seqs: {name} on {n:,} blocks", show_header=True)
     table.add_column("limit")
     table.add_column("max_num_seqs", justify="right")
@@ -400,7 +402,10 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
     table.add_row(
         "analytic (mean)",
         str(s.analytic),
-        f"floor({s.usable_blocks:,} / cdiv({s.mean_prompt:,.1f} + {s.mean_output:,.1f} = "
+        f"floor({s.usable_blocks:,} / cdiv({mean_len:,.1f}, {bs})): mean request, prompt + "
+        "output capped at max_model_len, admitted requests"
+        if capped
+        else f"floor({s.usable_blocks:,} / cdiv({s.mean_prompt:,.1f} + {s.mean_output:,.1f} = "
         f"{mean_len:,.1f}, {bs}))",
     )
     for key, v in s.analytic_at.items():

@@ -42,6 +42,7 @@ class SafeLimits:
 
     mean_prompt: float
     mean_output: float
+    mean_request: float  # L: Workload.mean_request_tokens(max_model_len)
     analytic: int
     analytic_at: dict[str, int]  # "p50" ... "max" -> limit at that request length
     length_at: dict[str, float]
@@ -63,9 +64,13 @@ class SafeLimits:
 def analytic_limits(
     wl: Workload, cfg: SchedulerConfig, percentiles: tuple[float, ...]
 ) -> tuple[int, dict[str, int], dict[str, float]]:
-    """Analytic limit at the mean and at each percentile of prompt + output."""
-    mean_len = wl.mean_request_tokens
-    total = wl.prompt_tokens.astype(np.int64) + wl.output_tokens
+    """Analytic limit at the mean and at each percentile of the request length
+    (prompt + output, capped at max_model_len, admitted requests:
+    ``Workload.request_tokens``)."""
+    mean_len = wl.mean_request_tokens(cfg.max_model_len)
+    total = wl.request_tokens(cfg.max_model_len)
+    if len(total) == 0:
+        total = np.array([cfg.max_model_len])
     at, lengths = {}, {}
     for p in percentiles:
         key = "max" if p == 100 else f"p{p:g}"
@@ -164,6 +169,7 @@ def find_safe_limits(
     return SafeLimits(
         mean_prompt=float(wl.prompt_tokens.mean()),
         mean_output=float(wl.output_tokens.mean()),
+        mean_request=wl.mean_request_tokens(cfg.max_model_len),
         analytic=analytic,
         analytic_at=at,
         length_at=lengths,

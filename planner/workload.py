@@ -91,10 +91,21 @@ class Workload:
     def num_requests(self) -> int:
         return len(self.arrival_s)
 
-    @property
-    def mean_request_tokens(self) -> float:
-        """Mean prompt + mean output tokens: the L of the analytic KV-safe limit."""
-        return float(self.prompt_tokens.mean() + self.output_tokens.mean())
+    def request_tokens(self, max_model_len: int | None = None) -> np.ndarray:
+        """Tokens each request reaches, shape (R',) int64: prompt + output, capped
+        at ``max_model_len`` (``check_stop`` ends a request there), over the
+        requests the front end admits (prompt < max_model_len; vLLM rejects the
+        rest). All R requests, uncapped, when ``max_model_len`` is None."""
+        total = self.prompt_tokens.astype(np.int64) + self.output_tokens
+        if max_model_len is None:
+            return total
+        return np.minimum(total[self.prompt_tokens < max_model_len], max_model_len)
+
+    def mean_request_tokens(self, max_model_len: int | None = None) -> float:
+        """The L of the analytic KV-safe limit: mean of ``request_tokens``
+        (``max_model_len`` itself when no request is admitted)."""
+        t = self.request_tokens(max_model_len)
+        return float(t.mean()) if len(t) else float(max_model_len or 1)
 
     def fingerprint(self) -> str:
         """sha256 (first 16 hex digits) of the arrays (optional ones when given)."""

@@ -127,3 +127,24 @@ def test_a_run_cut_at_max_steps_is_step_limit_not_starved(capsys):
     code, out, err = run_cli(capsys, "run", "--max-steps", "10", "--fail-on", "step_limit")
     assert code == 1, err
     assert "step_limit" in out
+
+
+def test_request_length_is_capped_at_max_model_len(capsys):
+    """The analytic limit's L counts what a request can hold: prompt + output capped
+    at max_model_len, admitted requests only (a 5,000-token prompt is rejected)."""
+    from helpers import run_cli
+
+    wl = Workload(
+        np.zeros(3),
+        np.array([100, 900, 5000], np.int32),
+        np.array([3000, 50, 10], np.int32),
+    )
+    assert wl.request_tokens(1024).tolist() == [1024, 950]
+    assert wl.mean_request_tokens(1024) == 987.0
+    assert wl.mean_request_tokens() == pytest.approx((3100 + 950 + 5010) / 3)
+    code, out, err = run_cli(
+        capsys, "run", "--num-gpu-blocks", "64", "--max-model-len", "1024",
+        "--num-requests", "5", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "mean request 1,024 tokens" in err  # S1's 3,500-token outputs stop at 1,024

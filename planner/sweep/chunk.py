@@ -50,9 +50,11 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics()
     df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
-    mean_len = wl.mean_request_tokens
+    mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}
     df["kv_safe_max_num_seqs"] = [
-        analytic_safe_max_num_seqs(c.num_gpu_blocks, c.block_size, mean_len, c.null_block)
+        analytic_safe_max_num_seqs(
+            c.num_gpu_blocks, c.block_size, mean_len[c.max_model_len], c.null_block
+        )
         for c in configs
     ]
     for name, value in zip(sweep.workload_axes(), chunk.workload_key, strict=True):

@@ -192,7 +192,7 @@ def scratch_bytes(sweep: Sweep, ids: np.ndarray, key: tuple) -> int:
 def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
     """A cost proxy per config: its likely concurrency, min(max_num_seqs, pool
     tokens / mean request tokens). Only used to order work."""
-    mean_len = sweep.workloads[key].mean_request_tokens
+    mean_len = sweep.workloads[key].mean_request_tokens()
     out = np.empty(len(ids))
     for j, i in enumerate(ids):
         c = sweep.configs[i]
