@@ -26,7 +26,7 @@ from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
-from planner.metrics import LIVELOCKED, OK, OUTCOMES
+from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
 from planner.traces import TraceOptions
 from planner.workload import (
     Workload,
@@ -114,6 +114,10 @@ SUMMARY_ROWS = (
     ("waiting_end", "{:.0f}"),
     ("preemptions", "{:.0f}"),
     ("preempted_requests", "{:.0f}"),
+    ("overloaded", "{}"),
+    ("offered_rps", "{:.3f}"),
+    ("served_rps", "{:.3f}"),
+    ("queue_delay_growth_s", "{:.3f}"),
     ("throughput_rps", "{:.3f}"),
     ("output_tps", "{:.1f}"),
     ("first_completion_s", "{:.3f}"),
@@ -239,7 +243,8 @@ def run(
         typer.Option(
             metavar="CLASSES",
             help="Exit 1 when the outcome is one of these classes, comma-separated or "
-            f"repeated: {', '.join(o for o in OUTCOMES if o != 'ok')} (for pipelines).",
+            f"repeated: {', '.join(o for o in OUTCOMES if o != 'ok')}, {OVERLOADED} "
+            "(for pipelines).",
         ),
     ] = None,
 ) -> None:
@@ -343,14 +348,14 @@ def run(
             _print_stuck(str(row["outcome"]), stuck.tolist(), stuck_preempted.tolist())
         if row["outcome"] == LIVELOCKED:
             _print_gap_fix(cfg)
-    if row["outcome"] in fail_classes:
+    if row["outcome"] in fail_classes or (OVERLOADED in fail_classes and row["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
 
 
 def _fail_on(values: list[str] | None) -> frozenset[str]:
     """Outcome classes named by --fail-on (comma-separated and/or repeated),
     validated against ``planner.metrics.OUTCOMES`` minus ``ok``."""
-    known = tuple(o for o in OUTCOMES if o != OK)
+    known = (*(o for o in OUTCOMES if o != OK), OVERLOADED)
     names = {v.strip() for text in values or () for v in text.split(",") if v.strip()}
     if values is not None and not names:
         raise InputError(f"--fail-on: expected class names from {', '.join(known)}")

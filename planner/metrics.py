@@ -58,6 +58,62 @@ THRASHING_WASTE_SHARE = 0.25
 
 PERCENTILES = (50, 90, 99)
 
+# Overload (queue growth over the arrival window). With requests offered at
+# rate lam and served at mu < lam, the queueing delay of a request arriving at
+# t grows as (lam / mu - 1) t; between the median arrivals of the first and
+# last quarters of the window W it grows by about (lam / mu - 1) * 3W/4. A
+# growth above OVERLOAD_WINDOW_SHARE * W (and above OVERLOAD_MIN_GROWTH_S, so
+# that short windows are not judged on noise) therefore means lam exceeds mu by
+# about 7% or more, sustained over the window. Calibrated on S1 (growth 0.0 s
+# at 60,000 blocks, 43-77 s at 7,463) and the Azure conversation trace on
+# Llama-3.1-8B/H100 (0.0 s at 1x, 2x, 4x; 51 s at 8x over a 438 s window).
+OVERLOADED = "overloaded"  # a verdict beside the outcome class (column ``overloaded``)
+OVERLOAD_WINDOW_SHARE = 0.05
+OVERLOAD_MIN_GROWTH_S = 1.0
+
+
+def overload(
+    arrival_s: np.ndarray, first_s: np.ndarray, end_s: np.ndarray, offered: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per config: the growth of queueing delay over the arrival window and the
+    overload verdict, with the offered and served rates.
+
+    Args:
+        arrival_s: (C, R) float64 arrival times, seconds.
+        first_s: (C, R) float64 first-token times, seconds; NaN = none by the end.
+        end_s: (C,) float64 end of the run (horizon or last step), seconds.
+        offered: (C,) requests that arrived.
+    Returns:
+        ``queue_delay_growth_s``: median delay (first token - arrival; for a
+        request never served, end - arrival, a lower bound) of the last quarter
+        of arrivals minus that of the first quarter; ``overloaded``: growth >
+        max(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE x window); and
+        ``offered_rps`` (arrivals / window), ``served_rps`` (requests whose
+        first token came by the last arrival, / window), ``load_ratio``
+        (offered / served). A window of 0 (all at once) is never overloaded and
+        has NaN rates. All (C,).
+    """
+    delay = np.where(np.isnan(first_s), end_s[:, None] - arrival_s, first_s - arrival_s)
+    order = np.argsort(arrival_s, axis=1, kind="stable")
+    d = np.take_along_axis(delay, order, axis=1)
+    q = max(1, arrival_s.shape[1] // 4)
+    growth = np.median(d[:, -q:], axis=1) - np.median(d[:, :q], axis=1)
+    last = arrival_s.max(axis=1)
+    window = last - arrival_s.min(axis=1)
+    limit = np.maximum(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE * window)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        offered_rps = np.where(window > 0, offered / window, np.nan)
+        started = (first_s <= last[:, None]).sum(axis=1)
+        served_rps = np.where(window > 0, started / window, np.nan)
+        ratio = offered_rps / served_rps
+    return {
+        "offered_rps": offered_rps,
+        "served_rps": served_rps,
+        "load_ratio": ratio,
+        "queue_delay_growth_s": growth,
+        "overloaded": (window > 0) & (growth > limit),
+    }
+
 
 def _stats(prefix: str, x: np.ndarray) -> dict[str, np.ndarray]:
     """mean, p50, p90, p99 across axis 1 of a (C, R) float array with NaN = absent."""
@@ -155,6 +211,13 @@ def summarize(res: SimResult) -> pd.DataFrame:
         st.out_f[:, S.F_WASTE_NS], busy, out=np.zeros(len(busy)), where=busy > 0
     )
     offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
+    arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
+    arrival_s = np.broadcast_to(arr / 1e9, st.first_ns.shape)
+    horizon = cfg[:, K.HORIZON_NS]
+    end_s = np.minimum(oi[:, S.O_END_NS], horizon) / 1e9
+    first_s = np.where(
+        (st.first_ns >= 0) & (st.first_ns <= horizon[:, None]), st.first_ns / 1e9, np.nan
+    )
 
     df = pd.DataFrame([c.as_dict() for c in res.configs])
     df["workload"] = res.workload.name
@@ -185,6 +248,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
         "livelock_step": oi[:, S.O_LIVELOCK_STEP],
         "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
+        **overload(arrival_s, first_s, end_s, offered),
     }
     for k, v in cols.items():
         df[k] = v

@@ -1,0 +1,74 @@
+"""Overload as a verdict (issue 13, item 1, part): queueing delay that grows over
+the arrival window, beside the outcome class, with offered and served rates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import run_cli
+from planner import resolve
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.metrics import overload
+from planner.traces import AZURE_CONV, TraceOptions, read_trace, s1_exact
+
+
+@pytest.mark.parametrize(
+    "blocks,seqs,expected", [(7463, 32, True), (7463, 256, True), (60000, 256, False)]
+)
+def test_s1_overload(blocks, seqs, expected):
+    """S1's arrivals end at 30 s: at 60,000 blocks every request starts at once;
+    on 7,463 blocks the queue grows through the window (issue 13's cases)."""
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=seqs, horizon_s=120.0)
+    m = simulate([cfg], s1_exact()).metrics().iloc[0]
+    assert bool(m.overloaded) is expected
+    assert m.offered_rps == pytest.approx(300 / (s1_exact().arrival_s.max() - 0.1), rel=0.01)
+    if not expected:
+        assert m.load_ratio == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.fixture(scope="module")
+def azure_8b():
+    lat = resolve.latency("linear", "llama-3.1-8b", "H100")
+    blocks, _ = resolve.num_gpu_blocks(None, "llama-3.1-8b", "H100", 0.9, 16, 1, 0)
+    return lat, SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
+
+
+@pytest.mark.parametrize("scale,expected", [(1.0, False), (2.0, False), (8.0, True)])
+def test_azure_conversation_overload(azure_8b, scale, expected):
+    lat, cfg = azure_8b
+    wl = read_trace(AZURE_CONV, "auto", TraceOptions(rate_scale=scale, max_model_len=4096))
+    m = simulate([cfg], wl, lat).metrics().iloc[0]
+    assert bool(m.overloaded) is expected, m.queue_delay_growth_s
+
+
+def test_overload_rule_by_hand():
+    """Four requests a second apart; delays 0,0,0,0 (stable), 0,1,2,3 s (growth 3 s
+    over a 3 s window: overloaded), and one never served (end - arrival counts)."""
+    arr = np.tile(np.arange(4.0), (3, 1))
+    first = np.array([arr[0] + 0.1, arr[1] + np.arange(4.0), [0.1, 1.1, 2.1, np.nan]])
+    out = overload(arr, first, np.array([10.0, 10.0, 10.0]), np.array([4, 4, 4]))
+    assert out["overloaded"].tolist() == [False, True, True]
+    assert out["queue_delay_growth_s"][1] == pytest.approx(3.0)
+    assert out["queue_delay_growth_s"][2] == pytest.approx(7.0 - 0.1)
+    assert out["offered_rps"][0] == pytest.approx(4 / 3)
+    offline = overload(np.zeros((1, 4)), np.full((1, 4), 5.0), np.array([9.0]), np.array([4]))
+    assert not offline["overloaded"][0] and np.isnan(offline["offered_rps"][0])
+
+
+def test_run_reports_overload_and_fail_on_exits_1(capsys):
+    args = ("run", "--num-gpu-blocks", "7463", "--max-num-seqs", "32", "--rate", "10")
+    code, out, err = run_cli(capsys, *args, "--num-requests", "600", "--json")
+    assert code == 0, err
+    import json
+
+    d = json.loads(out)
+    assert d["overloaded"] is True and d["offered_rps"] > d["served_rps"]
+    code, _, err = run_cli(capsys, *args, "--num-requests", "600", "--fail-on", "overloaded")
+    assert code == 1, err
+    code, _, err = run_cli(
+        capsys, "run", "--num-gpu-blocks", "60000", "--num-requests", "300", "--horizon", "120",
+        "--fail-on", "overloaded",
+    )  # fmt: skip
+    assert code == 0, err
