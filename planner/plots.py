@@ -43,6 +43,9 @@ OVERLAYS = (
     (LIVELOCKED, "OO", "magenta"),
     (STEP_LIMIT, "--", "darkorange"),  # truncated at max_steps: no verdict
 )
+# Overload is a verdict beside the outcome (column ``overloaded``): its own
+# hatch, drawn over whatever class the cell has.
+OVERLOAD_HATCH = ("\\\\", "deepskyblue")
 # Colour map of the metric, and the colour of a cell with no value (NaN, ±inf, or no
 # configuration there): a light grey, which viridis never produces.
 CMAP = "viridis"
@@ -307,6 +310,9 @@ def heatmap(
         for n, h, c in OVERLAYS
         if n in present
     ]
+    if "overloaded" in df.columns and df["overloaded"].astype(bool).any():
+        h, c = OVERLOAD_HATCH
+        handles.append(Patch(facecolor="none", edgecolor=c, hatch=h, label="overloaded"))
     if any(not np.isfinite(g).all() for g in grids):
         handles.append(Patch(facecolor=NO_DATA, edgecolor="0.5", label="no data"))
     handles.append(plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs"))
@@ -328,11 +334,13 @@ def _grid(part: pd.DataFrame, x: str, y: str, z: str, xs: np.ndarray, ys: np.nda
 
 
 def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
-    """Hatch every cell whose outcome is a failure class."""
+    """Hatch every cell whose outcome is a failure class, and every overloaded cell."""
     xi = {v: i for i, v in enumerate(xs)}
     yi = {v: i for i, v in enumerate(ys)}
-    for name, hatch, color in OVERLAYS:
-        cells = part[part["outcome"] == name]
+    layers = [(part[part["outcome"] == n], h, c) for n, h, c in OVERLAYS]
+    if "overloaded" in part.columns:
+        layers.append((part[part["overloaded"].astype(bool)], *OVERLOAD_HATCH))
+    for cells, hatch, color in layers:
         rects = [
             Rectangle((xe[xi[a]], ye[yi[b]]), xe[xi[a] + 1] - xe[xi[a]], ye[yi[b] + 1] - ye[yi[b]])
             for a, b in zip(cells[x], cells[y], strict=True)

@@ -368,3 +368,37 @@ def test_where_cannot_pin_a_drawn_axis(tmp_path, capsys, pin):
         "--out", str(tmp_path / "h.png"),
     )  # fmt: skip
     assert code == 2 and "pin another axis" in err
+
+
+def test_overloaded_cells_get_their_own_hatch(tmp_path):
+    """Overload is drawn beside the outcome: its hatch on exactly the overloaded
+    cells, and a legend entry only when some cell is overloaded."""
+    import pandas as pd
+    from matplotlib.collections import PatchCollection
+
+    from planner.plots import OVERLOAD_HATCH
+    from planner.sweep.store import DATA, write_table
+
+    folder = _dataset(tmp_path, [1.0] * 6, num_gpu_blocks=[1000, 4000], max_num_seqs=SEQS)
+    df = pd.read_parquet(folder / DATA)
+    df["overloaded"] = df.max_num_seqs >= 64  # 4 of 6 cells
+    write_table(df, folder / DATA)
+    import matplotlib.pyplot as plt
+
+    from planner import plots
+
+    kept, orig = [], plt.close
+    plt.close = kept.append
+    try:
+        plots.heatmap(folder, tmp_path / "h.png", facet=None)
+    finally:
+        plt.close = orig
+    fig = kept[0]
+    hatched = [
+        c for c in fig.axes[0].collections
+        if isinstance(c, PatchCollection) and c.get_hatch() == OVERLOAD_HATCH[0]
+    ]  # fmt: skip
+    assert len(hatched) == 1 and len(hatched[0].get_paths()) == 4
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert "overloaded" in legend
+    orig(fig)
