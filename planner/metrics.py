@@ -66,14 +66,25 @@ PERCENTILES = (50, 90, 99)
 # that short windows are not judged on noise) therefore means lam exceeds mu by
 # about 7% or more, sustained over the window. Calibrated on S1 (growth 0.0 s
 # at 60,000 blocks, 43-77 s at 7,463) and the Azure conversation trace on
-# Llama-3.1-8B/H100 (0.0 s at 1x, 2x, 4x; 51 s at 8x over a 438 s window).
+# Llama-3.1-8B/H100 (0.0 s at 1x, 2x, 4x; 50 s at 8x over a 438 s window).
 OVERLOADED = "overloaded"  # a verdict beside the outcome class (column ``overloaded``)
 OVERLOAD_WINDOW_SHARE = 0.05
 OVERLOAD_MIN_GROWTH_S = 1.0
+# The delay rule underestimates when the run ends before most requests are
+# served (their delay is only known to exceed end - arrival, which falls with
+# arrival). The backlog rule covers that case: requests waiting for a first
+# token grew by more than OVERLOAD_WINDOW_SHARE of the arrivals over the last
+# three quarters of the window (and by more than OVERLOAD_MIN_BACKLOG requests,
+# so that a request still in prefill at the last arrival is no verdict).
+OVERLOAD_MIN_BACKLOG = 2
 
 
 def overload(
-    arrival_s: np.ndarray, first_s: np.ndarray, end_s: np.ndarray, offered: np.ndarray
+    arrival_s: np.ndarray,
+    first_s: np.ndarray,
+    end_s: np.ndarray,
+    offered: np.ndarray,
+    rejected: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per config: the growth of queueing delay over the arrival window and the
     overload verdict, with the offered and served rates.
@@ -83,24 +94,41 @@ def overload(
         first_s: (C, R) float64 first-token times, seconds; NaN = none by the end.
         end_s: (C,) float64 end of the run (horizon or last step), seconds.
         offered: (C,) requests that arrived.
+        rejected: (C, R) bool, requests the front end refused (prompt >=
+            max_model_len): they never wait for a first token, so neither rule
+            counts them; None = none.
     Returns:
         ``queue_delay_growth_s``: median delay (first token - arrival; for a
         request never served, end - arrival, a lower bound) of the last quarter
-        of arrivals minus that of the first quarter; ``overloaded``: growth >
-        max(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE x window); and
+        of arrivals minus that of the first quarter; ``backlog_growth``:
+        requests waiting for a first token at the last arrival minus those
+        waiting a quarter into the window; ``overloaded``: delay growth >
+        max(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE x window), or backlog
+        growth > max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x arrivals
+        after that quarter); and
         ``offered_rps`` (arrivals / window), ``served_rps`` (requests whose
         first token came by the last arrival, / window), ``load_ratio``
         (offered / served). A window of 0 (all at once) is never overloaded and
         has NaN rates. All (C,).
     """
     delay = np.where(np.isnan(first_s), end_s[:, None] - arrival_s, first_s - arrival_s)
+    if rejected is not None:
+        delay = np.where(rejected, np.nan, delay)
     order = np.argsort(arrival_s, axis=1, kind="stable")
     d = np.take_along_axis(delay, order, axis=1)
     q = max(1, arrival_s.shape[1] // 4)
-    growth = np.median(d[:, -q:], axis=1) - np.median(d[:, :q], axis=1)
+    with warnings.catch_warnings():  # a quarter made only of rejected requests
+        warnings.simplefilter("ignore", RuntimeWarning)
+        growth = np.nanmedian(d[:, -q:], axis=1) - np.nanmedian(d[:, :q], axis=1)
+    growth = np.nan_to_num(growth, nan=0.0)
     last = arrival_s.max(axis=1)
     window = last - arrival_s.min(axis=1)
     limit = np.maximum(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE * window)
+    t1 = arrival_s.min(axis=1) + window / 4
+    waits = arrival_s if rejected is None else np.where(rejected, np.inf, arrival_s)
+    backlog = _backlog_growth(waits, first_s, t1, last)
+    arrived_late = ((waits > t1[:, None]) & np.isfinite(waits)).sum(axis=1)
+    backlogged = backlog > np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * arrived_late)
     with np.errstate(divide="ignore", invalid="ignore"):
         offered_rps = np.where(window > 0, offered / window, np.nan)
         started = (first_s <= last[:, None]).sum(axis=1)
@@ -111,8 +139,20 @@ def overload(
         "served_rps": served_rps,
         "load_ratio": ratio,
         "queue_delay_growth_s": growth,
-        "overloaded": (window > 0) & (growth > limit),
+        "backlog_growth": backlog,
+        "overloaded": (window > 0) & ((growth > limit) | backlogged),
     }
+
+
+def _backlog_growth(
+    arrival_s: np.ndarray, first_s: np.ndarray, t1: np.ndarray, t2: np.ndarray
+) -> np.ndarray:
+    """Requests waiting for their first token at t2 minus those waiting at t1, per
+    config: arrivals minus first tokens in (t1, t2]. Shapes (C, R), (C, R), (C,), (C,)."""
+    started = np.nan_to_num(first_s, nan=np.inf)
+    arrivals = ((arrival_s > t1[:, None]) & (arrival_s <= t2[:, None])).sum(axis=1)
+    starts = ((started > t1[:, None]) & (started <= t2[:, None])).sum(axis=1)
+    return arrivals - starts
 
 
 def _stats(prefix: str, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -248,7 +288,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
         "livelock_step": oi[:, S.O_LIVELOCK_STEP],
         "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
-        **overload(arrival_s, first_s, end_s, offered),
+        **overload(arrival_s, first_s, end_s, offered, st.status == S.REJECTED),
     }
     for k, v in cols.items():
         df[k] = v

@@ -184,6 +184,24 @@ def find_safe_limits(
     )
 
 
+def _overload_note(row: pd.Series, table: pd.DataFrame) -> str:
+    """'' unless ``row`` is overloaded (``metrics.overload``); then what is offered,
+    what is served, and the smallest max_num_seqs that keeps up, if any does."""
+    if not row.overloaded:
+        return ""
+    text = (
+        f" It is overloaded: {row.offered_rps:.3f} req/s offered, {row.served_rps:.3f} "
+        "started per second over the arrival window"
+    )
+    keeps_up = table.max_num_seqs[~table.overloaded.astype(bool)]
+    if len(keeps_up):
+        return text + f"; max_num_seqs {int(keeps_up.min())} is the smallest that keeps up."
+    return (
+        text + "; no max_num_seqs on this pool keeps up: only more capacity (blocks, GPUs, "
+        "replicas) or less traffic does."
+    )
+
+
 def recommendation(s: SafeLimits) -> str:
     """One paragraph: the safe choice, the fastest, and what the difference costs."""
     if s.table.completed.max() == 0:
@@ -208,6 +226,7 @@ def recommendation(s: SafeLimits) -> str:
         s.tpot_slo_s is not None and a.tpot_s_p99 > s.tpot_slo_s
     ):
         text += " Its p99 latency misses the SLOs you gave."
+    text += _overload_note(a, s.table)
     if s.throughput_optimal < safe:
         text += (
             f" It is past the throughput knee: max_num_seqs {s.throughput_optimal} already "
@@ -230,4 +249,6 @@ def recommendation(s: SafeLimits) -> str:
             f" Within the SLOs, max_num_seqs {s.goodput_optimal} serves the most: "
             f"{g.goodput_rps:.3f} req/s."
         )
+        if s.goodput_optimal != safe:
+            text += _overload_note(g, s.table)
     return text

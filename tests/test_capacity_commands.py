@@ -259,3 +259,11 @@ def test_help_shows_the_bracketed_defaults(capsys, cmd):
     assert code == 0 and "[default:" in flat
     if cmd != "check":
         assert "[default: preset or S1 seed]" in flat
+
+
+def test_recommendation_says_when_its_choice_is_overloaded(s1_limits):
+    """S1 offers 10 req/s to 7,463 blocks: the KV-safe choice is overloaded and no
+    max_num_seqs keeps up, which the recommendation must say (issue 13)."""
+    text = recommendation(s1_limits)
+    assert s1_limits.table.overloaded.all()
+    assert "It is overloaded" in text and "no max_num_seqs on this pool keeps up" in text

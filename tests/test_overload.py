@@ -72,3 +72,26 @@ def test_run_reports_overload_and_fail_on_exits_1(capsys):
         "--fail-on", "overloaded",
     )  # fmt: skip
     assert code == 0, err
+
+
+def test_backlog_rule_catches_runs_cut_short():
+    """At max_num_seqs 1 S1 serves a handful of requests by the horizon: the delay
+    of the unserved is a falling lower bound (growth < 0), the backlog is not."""
+    cfg = SchedulerConfig(num_gpu_blocks=7463, max_num_seqs=1, horizon_s=120.0)
+    m = simulate([cfg], s1_exact()).metrics().iloc[0]
+    assert m.queue_delay_growth_s < 0 and m.backlog_growth > 200
+    assert bool(m.overloaded)
+
+
+def test_rejected_requests_never_count_as_waiting():
+    """Twelve requests a second apart, all served at once, except four rejected
+    ones late in the window: no backlog, no delay growth, not overloaded."""
+    arr = np.arange(12.0)[None, :]
+    first = arr + 0.1
+    rejected = np.zeros((1, 12), bool)
+    rejected[0, 8:] = True
+    first = np.where(rejected, np.nan, first)
+    out = overload(arr, first, np.array([20.0]), np.array([12]), rejected)
+    assert out["backlog_growth"][0] == 0 and not out["overloaded"][0]
+    # Without the mask the four would look like a growing queue.
+    assert overload(arr, first, np.array([20.0]), np.array([12]))["overloaded"][0]
