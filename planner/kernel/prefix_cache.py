@@ -41,6 +41,16 @@ GOLDEN = np.uint64(11400714819323198485)  # 2**64 / golden ratio (Fibonacci hash
 
 
 @njit(cache=True)
+def table_capacity(n_blocks):
+    """Slots of the hash table for ``n_blocks`` blocks: the smallest power of two
+    >= max(4, 2 * n_blocks), so the open-addressing table stays at most half full."""
+    cap = 4
+    while cap < 2 * n_blocks:
+        cap *= 2
+    return cap
+
+
+@njit(cache=True)
 def new_pool(n_blocks, null_block):
     """Fresh pool state (see the module docstring); block 0 is taken if null_block."""
     ref = np.zeros(n_blocks, dtype=np.int32)
@@ -61,9 +71,7 @@ def new_pool(n_blocks, null_block):
     fq_prev[tail] = prev
     pc = np.zeros(3, dtype=np.int64)
     pc[FREE_LEN] = n_blocks - first
-    cap = 4
-    while cap < 2 * n_blocks:
-        cap *= 2
+    cap = table_capacity(n_blocks)
     tkey = np.full(cap, -1, dtype=np.int64)
     thead = np.full(cap, -1, dtype=np.int32)
     ttail = np.full(cap, -1, dtype=np.int32)

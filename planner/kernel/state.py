@@ -179,12 +179,11 @@ _SCRATCH_ARRAYS = 17
 
 
 def pool_table_capacity(n_blocks: int) -> int:
-    """Slots of the prefix cache's hash table for ``n_blocks`` blocks: the
-    smallest power of two >= max(4, 2 * n_blocks) (``prefix_cache.new_pool``)."""
-    cap = 4
-    while cap < 2 * n_blocks:
-        cap *= 2
-    return cap
+    """Slots of the prefix cache's hash table for ``n_blocks`` blocks (the kernel's
+    own ``prefix_cache.table_capacity``, run as plain Python)."""
+    from planner.kernel.prefix_cache import table_capacity
+
+    return int(table_capacity.py_func(n_blocks))
 
 
 def kernel_scratch_bytes(
