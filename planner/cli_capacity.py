@@ -127,13 +127,12 @@ def check(
                 f"{wl.name}: plan check reads request lengths only; column(s) "
                 f"{', '.join(unused)} have no effect here"
             )
-        final = np.minimum(wl.prompt_tokens.astype(np.int64) + wl.output_tokens, max_model_len)
-        admitted = wl.prompt_tokens < max_model_len
-        in_gap = admitted & (final >= gap[0]) & (final <= gap[1]) if gap else admitted & False
+        final = wl.request_tokens(max_model_len)  # admitted requests, capped
+        n_gap = int(((final >= gap[0]) & (final <= gap[1])).sum()) if gap else 0
         out["workload"] = wl.name
         out["workload_requests"] = wl.num_requests
-        out["workload_in_gap"] = int(in_gap.sum())
-        out["workload_in_gap_share"] = float(in_gap.mean())
+        out["workload_in_gap"] = n_gap
+        out["workload_in_gap_share"] = n_gap / wl.num_requests
     safe = starts and gap is None
     out["verdict"] = "safe" if safe else "unsafe"
     if as_json:
