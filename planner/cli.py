@@ -419,6 +419,14 @@ def _print_run(
         table.add_row(key, "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
     table.add_row("wall_s", f"{wall:.2f}")
     console.print(table)
+    if row["overloaded"]:  # the outcome class speaks of preemption only
+        console.print(
+            f"verdict: OVERLOADED - {row['offered_rps']:.3f} req/s offered, "
+            f"{row['served_rps']:.3f} started per second over the arrival window; the "
+            f"outcome '{row['outcome']}' describes preemption only, and no scheduler "
+            "setting fixes overload: more capacity or less traffic does",
+            soft_wrap=True,
+        )
 
 
 def _block_bytes(explicit: int | None, model: str | None, bs: int, tp: int) -> int:

@@ -95,3 +95,13 @@ def test_rejected_requests_never_count_as_waiting():
     assert out["backlog_growth"][0] == 0 and not out["overloaded"][0]
     # Without the mask the four would look like a growing queue.
     assert overload(arr, first, np.array([20.0]), np.array([12]))["overloaded"][0]
+
+
+def test_run_table_never_leaves_ok_standing_alone_under_overload(capsys):
+    code, out, err = run_cli(
+        capsys, "run", "--num-gpu-blocks", "7463", "--max-num-seqs", "32", "--num-requests", "600"
+    )
+    assert code == 0, err
+    assert "verdict: OVERLOADED" in out and "outcome 'ok' describes preemption only" in out
+    code, out, _ = run_cli(capsys, "run", "--num-gpu-blocks", "60000", "--horizon", "120")
+    assert "OVERLOADED" not in out
