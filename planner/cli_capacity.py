@@ -227,7 +227,10 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
         f"{o['max_concurrency_true']:.2f}x ((N - 1) / cdiv(T, bs))"
     )
     if o["verdict"] == "safe":
-        c.print("verdict: SAFE - vLLM >= 0.29 starts and no request can livelock")
+        c.print(
+            "verdict: SAFE - vLLM >= 0.29 starts and no request can livelock (the pool only: "
+            "whether it keeps up with traffic is plan run's or plan safe-limit's question)"
+        )
     elif not o["vllm_0_33_starts"]:
         older = ""
         if o["older_vllm_starts"] and gap:
