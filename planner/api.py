@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numba
@@ -41,8 +42,8 @@ class SimResult:
 
     def trace(self, c: int = 0) -> pd.DataFrame:
         """Per-step trace of config c (needs ``trace_steps`` > 0): one row per step."""
-        steps = int(min(self.state.out_i[c, S.O_STEPS], self.state.trace.shape[1]))
-        df = pd.DataFrame(self.state.trace[c, :steps], columns=list(S.TRACE_COLUMNS))
+        steps = int(min(self.state.out.counters[c, S.O_STEPS], self.state.out.trace.shape[1]))
+        df = pd.DataFrame(self.state.out.trace[c, :steps], columns=list(S.TRACE_COLUMNS))
         df.insert(0, "step", np.arange(steps))
         for col in ("start_s", "end_s"):
             df[col] = df[col] / 1e9
@@ -51,8 +52,9 @@ class SimResult:
     def events(self, c: int = 0) -> pd.DataFrame:
         """Config c's event log (needs ``log_entries`` > 0): columns step, request,
         value, kind; ``kernel.state.EV_*`` say what each kind's value means."""
-        n = int(min(self.state.rlog_n[c], self.state.rlog.shape[1]))
-        return pd.DataFrame(self.state.rlog[c, :n], columns=["step", "request", "value", "kind"])
+        n = int(min(self.state.out.counters[c, S.O_EVENTS], self.state.out.events.shape[1]))
+        rows = self.state.out.events[c, :n]
+        return pd.DataFrame(rows, columns=["step", "request", "value", "kind"])
 
     def stuck_requests(self, c: int = 0) -> np.ndarray:
         """Ids of config c's requests that entered the scheduler and never
@@ -61,7 +63,7 @@ class SimResult:
         workload (arrival order), as in ``request_log``. Under a livelock these
         are the requests that can never complete; under a horizon, also the
         ones that simply had no time. Sorted, int64."""
-        st = self.state.status[c]
+        st = self.state.req.status[c]
         return np.flatnonzero((st == S.WAITING) | (st == S.RUNNING)).astype(np.int64)
 
     def request_log(self, c: int = 0) -> pd.DataFrame:
@@ -166,8 +168,8 @@ def simulate(
         shared_len = np.where(group >= 0, np.minimum(workload.prefix_len, prompt), 0).astype(
             np.int32
         )
-    entry = np.empty((c, r), dtype=np.int64)
-    order = np.empty((c, r), dtype=np.int32)
+    st = S.allocate(c, r, trace_steps, log_entries)
+    entry, order = st.req.entry_ns, st.req.order
     cache: dict[tuple[int, int], int] = {}
     for i in range(c):
         key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]))
@@ -179,18 +181,9 @@ def simulate(
         arr = arrival_ns if arrival_ns.ndim == 1 else arrival_ns[i]
         entry[i] = entry_times_ns(arr, prompt, *key)
         order[i] = np.argsort(entry[i], kind="stable")
-    st = S.allocate(c, r, trace_steps, log_entries)
+    requests = S.Requests(prompt, max_tokens, priority, group, shared_len)
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
-        _run_kernel(
-            cfg,
-            cfgf,
-            (prompt, max_tokens, priority, group, shared_len),
-            entry,
-            order,
-            st,
-            fast_path,
-            check_invariants,
-        )
+        _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
 
 
@@ -209,33 +202,51 @@ def _arrivals_ns(workload: Workload, arrival_s: np.ndarray | None, c: int) -> np
 def _run_kernel(
     cfg: np.ndarray,
     cfgf: np.ndarray,
-    requests: tuple[np.ndarray, ...],
-    entry: np.ndarray,
-    order: np.ndarray,
+    requests: S.Requests,
     st: S.State,
     fast_path: bool,
     check_invariants: bool,
 ) -> None:
     """Call the jitted kernel: ``simulate_one`` directly for one config (no parallel
-    wrapper to compile on a first run), else ``simulate_batch`` over all configs."""
-    per_config = (cfg, cfgf)
-    state_a = (entry, order, st.ncomp, st.nout, st.held, st.status, st.first_ns, st.finish_ns)
-    state_b = (st.npre, st.hw, st.run, st.wq, st.sched_tok, st.slist, st.out_i, st.out_f)
-    state_c = (st.trace, st.rlog)
-    state_d = (st.ph, st.infl, st.stale, st.plist, st.ptok)
+    wrapper to compile on a first run), else ``simulate_batch`` over all configs.
+    Raises KeyboardInterrupt within about 0.1 s of Ctrl-C (``_interruptible``)."""
+    ctl = np.zeros(1, dtype=np.int64)
     if cfg.shape[0] == 1:
-        first = [a[0] for a in (*state_a, *state_b, *state_c, *state_d)]
-        head = [a[0] for a in per_config]  # the workload arrays are shared by all configs
-        st.rlog_n[0] = simulate_one(*head, *requests, *first, fast_path, check_invariants)
+        rows = (S.rows(st.req, 0), S.rows(st.queues, 0), S.rows(st.out, 0))
+        args = (cfg[0], cfgf[0], requests, *rows, ctl, fast_path, check_invariants)
+        _interruptible(simulate_one, args, ctl)
         return
-    simulate_batch(
-        *per_config,
-        *requests,
-        *state_a,
-        *state_b,
-        *state_c,
-        st.rlog_n,
-        *state_d,
-        fast_path,
-        check_invariants,
-    )
+    args = (cfg, cfgf, requests, st.req, st.queues, st.out, ctl, fast_path, check_invariants)
+    _interruptible(simulate_batch, args, ctl)
+
+
+def _interruptible(kernel: Callable[..., None], args: tuple, ctl: np.ndarray) -> None:
+    """Run ``kernel(*args)`` so that Ctrl-C stops it. Compiled code never
+    returns to the interpreter, so a SIGINT would wait for the whole run: in
+    the main thread the kernel (``nogil``) runs in a worker thread while this
+    thread waits in 0.1 s slices; on KeyboardInterrupt it sets the stop flag
+    ``ctl[0]``, which every configuration's step loop reads once per step,
+    waits for the kernel to return, and re-raises. Elsewhere (sweep executor
+    threads) it just calls the kernel."""
+    if threading.current_thread() is not threading.main_thread():
+        kernel(*args)
+        return
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            kernel(*args)
+        except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+            failure.append(e)
+
+    worker = threading.Thread(target=target, name="planner-kernel", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        ctl[0] = 1
+        worker.join()
+        raise
+    if failure:
+        raise failure[0]

@@ -66,8 +66,8 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
     w0, c0 = time.perf_counter(), time.process_time()
     res = simulate(cfgs, wl, lat, check_invariants=False)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    tokens = float(res.state.out_i[:, S.O_DECODE_TOKENS].sum())
-    steps = float(res.state.out_i[:, S.O_STEPS].sum())
+    tokens = float(res.state.out.counters[:, S.O_DECODE_TOKENS].sum())
+    steps = float(res.state.out.counters[:, S.O_STEPS].sum())
     fig = {
         "configs": len(cfgs),
         "compile_or_cache_load_s": compile_s,
@@ -101,7 +101,7 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
         k0 = time.process_time()
         one = simulate([cfg], wl, lat)
         k_cpu = time.process_time() - k0
-        k_tok = float(one.state.out_i[0, S.O_DECODE_TOKENS])
+        k_tok = float(one.state.out.counters[0, S.O_DECODE_TOKENS])
         fig["reference_tokens_per_cpu_s"] = ref_tok / ref_cpu
         print(
             "reference engine (Python), S1 seqs 32: "

@@ -335,7 +335,7 @@ def run(
     if warning:
         print(warning, file=sys.stderr)
     stuck = res.stuck_requests()
-    stuck_preempted = stuck[res.state.npre[0, stuck] > 0]
+    stuck_preempted = stuck[res.state.req.npre[0, stuck] > 0]
     if as_json:
         out = {k: _json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
         out["stuck_request_ids"] = stuck.tolist()
@@ -663,6 +663,8 @@ def main(argv: list[str] | None = None) -> None:
         # Not standalone: errors come back here as exceptions; typer.Exit comes
         # back as the return value.
         rc = cmd.main(args=argv, prog_name="plan", standalone_mode=False)
+        if rc == 130:  # Typer turns KeyboardInterrupt into Exit(130)
+            print("plan: interrupted", file=sys.stderr)
         if isinstance(rc, int) and rc != 0:
             sys.exit(rc)
     except typer.Exit as e:

@@ -201,15 +201,17 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     horizon = cfg[:, K.HORIZON_NS][:, None]
     a2_s = cfg[:, K.A2][:, None] / 1e9
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
-    done = (st.finish_ns >= 0) & (st.finish_ns <= horizon)
-    first = (st.first_ns >= 0) & (st.first_ns <= horizon)
-    multi = done & (st.nout >= 2)
+    done = (st.req.finish_ns >= 0) & (st.req.finish_ns <= horizon)
+    first = (st.req.first_ns >= 0) & (st.req.first_ns <= horizon)
+    multi = done & (st.req.nout >= 2)
     return {
         "done": done,
-        "ttft": np.where(first, (st.first_ns - arr) / 1e9 + a2_s, np.nan),
-        "e2e": np.where(done, (st.finish_ns - arr) / 1e9 + a2_s * st.nout, np.nan),
+        "ttft": np.where(first, (st.req.first_ns - arr) / 1e9 + a2_s, np.nan),
+        "e2e": np.where(done, (st.req.finish_ns - arr) / 1e9 + a2_s * st.req.nout, np.nan),
         "tpot": np.where(
-            multi, (st.finish_ns - st.first_ns) / 1e9 / np.maximum(st.nout - 1, 1) + a2_s, np.nan
+            multi,
+            (st.req.finish_ns - st.req.first_ns) / 1e9 / np.maximum(st.req.nout - 1, 1) + a2_s,
+            np.nan,
         ),
     }
 
@@ -217,7 +219,7 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
 def span_s(res: SimResult) -> np.ndarray:
     """Seconds the throughputs divide by: the horizon, or the simulated span."""
     horizon = res.cfg[:, K.HORIZON_NS]
-    s = np.where(horizon != K.NO_HORIZON_NS, horizon, res.state.out_i[:, S.O_END_NS]) / 1e9
+    s = np.where(horizon != K.NO_HORIZON_NS, horizon, res.state.out.counters[:, S.O_END_NS]) / 1e9
     return np.where(s > 0, s, np.nan)
 
 
@@ -236,27 +238,29 @@ def goodput_rps(res: SimResult, ttft_slo_s: float | None, tpot_slo_s: float | No
 def summarize(res: SimResult) -> pd.DataFrame:
     """One row per config: config columns, counts, throughput, latency, outcome."""
     st, cfg = res.state, res.cfg
-    oi = st.out_i
+    oi = st.out.counters
     q = _per_request(res)
     done = q["done"]
     span = span_s(res)
     completed = done.sum(axis=1)
-    out_tok = np.where(done, st.nout, 0).sum(axis=1)
-    fin = np.where(done, st.finish_ns, np.iinfo(np.int64).max).min(axis=1)
+    out_tok = np.where(done, st.req.nout, 0).sum(axis=1)
+    fin = np.where(done, st.req.finish_ns, np.iinfo(np.int64).max).min(axis=1)
     usable = np.array(
         [usable_blocks(int(n), bool(b)) for n, b in zip(cfg[:, K.N], cfg[:, K.NULL], strict=True)]
     )
     busy = oi[:, S.O_BUSY_NS].astype(float)
     waste_share = np.divide(
-        st.out_f[:, S.F_WASTE_NS], busy, out=np.zeros(len(busy)), where=busy > 0
+        st.out.floats[:, S.F_WASTE_NS], busy, out=np.zeros(len(busy)), where=busy > 0
     )
     offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
-    arrival_s = np.broadcast_to(arr / 1e9, st.first_ns.shape)
+    arrival_s = np.broadcast_to(arr / 1e9, st.req.first_ns.shape)
     horizon = cfg[:, K.HORIZON_NS]
     end_s = np.minimum(oi[:, S.O_END_NS], horizon) / 1e9
     first_s = np.where(
-        (st.first_ns >= 0) & (st.first_ns <= horizon[:, None]), st.first_ns / 1e9, np.nan
+        (st.req.first_ns >= 0) & (st.req.first_ns <= horizon[:, None]),
+        st.req.first_ns / 1e9,
+        np.nan,
     )
 
     df = pd.DataFrame([c.as_dict() for c in res.configs])
@@ -269,7 +273,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
         "waiting_end": oi[:, S.O_WAITING_END],
         "arrived": oi[:, S.O_ARRIVED],
         "preemptions": oi[:, S.O_PREEMPTIONS],
-        "preempted_requests": (st.npre > 0).sum(axis=1),
+        "preempted_requests": (st.req.npre > 0).sum(axis=1),
         "throughput_rps": completed / span,
         "output_tps": out_tok / span,
         "first_completion_s": np.where(completed > 0, fin / 1e9, np.nan),
@@ -288,7 +292,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
         "livelock_step": oi[:, S.O_LIVELOCK_STEP],
         "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
-        **overload(arrival_s, first_s, end_s, offered, st.status == S.REJECTED),
+        **overload(arrival_s, first_s, end_s, offered, st.req.status == S.REJECTED),
     }
     for k, v in cols.items():
         df[k] = v

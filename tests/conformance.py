@@ -92,11 +92,11 @@ def kernel_steps(scn: dict) -> tuple[list[dict], dict]:
     """Per-step records in golden form, and final facts, from the kernel."""
     wl, lat, perm = workload_of(scn)
     res = simulate([config_of(scn)], wl, lat, log_entries=4_000_000)
-    n = int(res.state.rlog_n[0])
-    assert n <= res.state.rlog.shape[1], "event log truncated"
-    steps = int(res.state.out_i[0, S.O_STEPS])
+    n = int(res.state.out.counters[0, S.O_EVENTS])
+    assert n <= res.state.out.events.shape[1], "event log truncated"
+    steps = int(res.state.out.counters[0, S.O_STEPS])
     recs = [{**_empty(), "admitted": []} for _ in range(steps)]
-    for step, r, value, kind in res.state.rlog[0, :n].tolist():
+    for step, r, value, kind in res.state.out.events[0, :n].tolist():
         rec = recs[step]
         g = int(perm[r]) if kind not in (S.EV_STATE, S.EV_FREE) else r
         if kind == S.EV_SCHED:
@@ -114,13 +114,13 @@ def kernel_steps(scn: dict) -> tuple[list[dict], dict]:
             rec["free"] = value
     inv = np.argsort(perm)
     final = {
-        "livelocked": bool(res.state.out_i[0, S.O_LIVELOCKED]),
+        "livelocked": bool(res.state.out.counters[0, S.O_LIVELOCKED]),
         "num_steps": steps,
-        "end_ns": int(res.state.out_i[0, S.O_END_NS]),
-        "num_output_tokens": res.state.nout[0][inv].tolist(),
-        "num_preemptions": res.state.npre[0][inv].tolist(),
-        "first_token": res.state.first_ns[0][inv].tolist(),
-        "finish": res.state.finish_ns[0][inv].tolist(),
+        "end_ns": int(res.state.out.counters[0, S.O_END_NS]),
+        "num_output_tokens": res.state.req.nout[0][inv].tolist(),
+        "num_preemptions": res.state.req.npre[0][inv].tolist(),
+        "first_token": res.state.req.first_ns[0][inv].tolist(),
+        "finish": res.state.req.finish_ns[0][inv].tolist(),
     }
     return _finish_records(recs), final
 

@@ -40,8 +40,8 @@ def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Eng
 
 
 def kernel_trace_rows(res, c: int) -> list[tuple]:
-    steps = int(res.state.out_i[c, S.O_STEPS])
-    return [tuple(int(x) for x in row) for row in res.state.trace[c, :steps]]
+    steps = int(res.state.out.counters[c, S.O_STEPS])
+    return [tuple(int(x) for x in row) for row in res.state.out.trace[c, :steps]]
 
 
 def reference_trace_rows(eng: Engine) -> list[tuple]:
@@ -64,17 +64,17 @@ def reference_trace_rows(eng: Engine) -> list[tuple]:
 
 
 def kernel_log(res, c: int) -> list[tuple[int, int, int]]:
-    n = int(res.state.rlog_n[c])
-    assert n <= res.state.rlog.shape[1], "request log truncated: raise log_entries"
-    rows = res.state.rlog[c, :n]
+    n = int(res.state.out.counters[c, S.O_EVENTS])
+    assert n <= res.state.out.events.shape[1], "request log truncated: raise log_entries"
+    rows = res.state.out.events[c, :n]
     return [tuple(int(x) for x in row[:3]) for row in rows if row[3] == S.EV_SCHED]
 
 
 def kernel_events(res, c: int) -> list[tuple[int, int, int, int]]:
     """Every logged event of config c, sorted: (step, request, value, kind)."""
-    n = int(res.state.rlog_n[c])
-    assert n <= res.state.rlog.shape[1], "event log truncated: raise log_entries"
-    return sorted(tuple(int(x) for x in row) for row in res.state.rlog[c, :n])
+    n = int(res.state.out.counters[c, S.O_EVENTS])
+    assert n <= res.state.out.events.shape[1], "event log truncated: raise log_entries"
+    return sorted(tuple(int(x) for x in row) for row in res.state.out.events[c, :n])
 
 
 def reference_events(eng: Engine) -> list[tuple[int, int, int, int]]:
@@ -96,13 +96,13 @@ def reference_log(eng: Engine) -> list[tuple[int, int, int]]:
 
 def compare_final(res, c: int, eng: Engine) -> None:
     """Kernel config c and the reference agree on every per-request and counter output."""
-    st, oi = res.state, res.state.out_i[c]
+    st, oi = res.state, res.state.out.counters[c]
     reqs = eng.requests
-    assert st.nout[c].tolist() == [r.num_output_tokens for r in reqs]
-    assert st.npre[c].tolist() == [r.num_preemptions for r in reqs]
-    assert st.first_ns[c].tolist() == [r.first_token_ns for r in reqs]
-    assert st.finish_ns[c].tolist() == [r.finish_ns for r in reqs]
-    assert st.ncomp[c].tolist() == [r.num_computed_tokens for r in reqs]
+    assert st.req.nout[c].tolist() == [r.num_output_tokens for r in reqs]
+    assert st.req.npre[c].tolist() == [r.num_preemptions for r in reqs]
+    assert st.req.first_ns[c].tolist() == [r.first_token_ns for r in reqs]
+    assert st.req.finish_ns[c].tolist() == [r.finish_ns for r in reqs]
+    assert st.req.ncomp[c].tolist() == [r.num_computed_tokens for r in reqs]
     assert oi[S.O_STEPS] == len(eng.steps)
     assert oi[S.O_PREEMPTIONS] == eng.preemptions
     assert oi[S.O_REJECTED] == eng.rejected
@@ -113,7 +113,7 @@ def compare_final(res, c: int, eng: Engine) -> None:
     assert oi[S.O_MIN_FREE] == eng.min_free
     assert oi[S.O_RUNNING_END] == len(eng.sched.running)
     assert oi[S.O_WAITING_END] == len(eng.sched.waiting)
-    np.testing.assert_allclose(st.out_f[c, S.F_WASTE_NS], eng.waste_ns, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(st.out.floats[c, S.F_WASTE_NS], eng.waste_ns, rtol=1e-9, atol=1e-6)
 
 
 def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency):

@@ -116,7 +116,7 @@ def test_kernel_matches_reference(cfgs, wl, lat):
         compare_final(traced, c, eng)
         compare_final(fast, c, eng)
         for res in (traced, fast):
-            oi = res.state.out_i[c]
+            oi = res.state.out.counters[c]
             # Block conservation at every step (counted inside the kernel).
             assert oi[S.O_INVARIANT_ERRORS] == 0
             # Request conservation.
@@ -224,7 +224,7 @@ def test_seeded_random_cases_cover_every_path():
             assert kernel_events(traced, c) == reference_events(eng)
             compare_final(traced, c, eng)
             compare_final(fast, c, eng)
-            oi = fast.state.out_i[c]
+            oi = fast.state.out.counters[c]
             seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
             seen["async_fast_path"] += cfgs[c].async_scheduling and oi[S.O_MACRO_STEPS] > 0
             seen["cache_hits"] += cfgs[c].enable_prefix_caching and any(

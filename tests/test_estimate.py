@@ -42,7 +42,7 @@ def test_estimate_is_request_steps_over_measured_rate(small):
     order = [int(i) for c in plan.chunks for i in c.config_ids]
     ids = [order[j] for j in driver.sample_positions(12, 4)]
     res = simulate([sweep.configs[i] for i in ids], sweep.workloads[()], sweep.latency)
-    assert est.sample_request_steps == res.state.out_i[:, S.O_DECODE_TOKENS].sum() > 0
+    assert est.sample_request_steps == res.state.out.counters[:, S.O_DECODE_TOKENS].sum() > 0
     assert est.rate == pytest.approx(est.sample_request_steps / est.sample_seconds)
     assert est.grid_request_steps == pytest.approx(est.sample_request_steps / 4 * 12)
     assert est.seconds == pytest.approx(est.grid_request_steps / (est.rate * 2))

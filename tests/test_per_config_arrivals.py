@@ -52,8 +52,11 @@ def test_each_config_sees_its_own_arrivals(cfgs, wl, lat, data):
         compare_final(batch, c, _reference(cfg, wl, lat, arrivals[c]))
         alone = simulate([cfg], wl, lat, arrival_s=arrivals[c : c + 1])
         for name in ("nout", "npre", "first_ns", "finish_ns", "ncomp"):
-            assert getattr(alone.state, name)[0].tolist() == getattr(batch.state, name)[c].tolist()
-        assert alone.state.out_i[0].tolist() == batch.state.out_i[c].tolist()
+            assert (
+                getattr(alone.state.req, name)[0].tolist()
+                == getattr(batch.state.req, name)[c].tolist()
+            )
+        assert alone.state.out.counters[0].tolist() == batch.state.out.counters[c].tolist()
     m = batch.metrics()
     assert len(m) == len(cfgs)
 
@@ -71,7 +74,7 @@ def test_later_arrivals_shift_ttft_origin():
     wl = Workload(np.array([0.0, 0.0]), np.full(2, 20, np.int32), np.full(2, 5, np.int32))
     cfgs = [SchedulerConfig(num_gpu_blocks=50, max_model_len=64)] * 2
     res = simulate(cfgs, wl, arrival_s=np.array([[0.0, 0.0], [1.0, 1.0]]))
-    fin = res.state.finish_ns
+    fin = res.state.req.finish_ns
     assert (fin[1] - fin[0]).tolist() == [1_000_000_000, 1_000_000_000]
     m = res.metrics()
     assert m.ttft_s_p50[0] == pytest.approx(m.ttft_s_p50[1])

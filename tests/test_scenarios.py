@@ -122,7 +122,7 @@ def test_s2_base_case_step_by_step():
     assert tr.finished[tr.finished > 0].index[0] == 599
     assert log[log.step == 600].tokens.tolist()[:4] == [785, 625, 529, 109]
     # All finish with reason "length": 600 outputs each, within max_model_len.
-    assert (res.state.nout[0] == 600).all()
+    assert (res.state.req.nout[0] == 600).all()
 
 
 @pytest.mark.parametrize(
@@ -177,7 +177,7 @@ def test_s3_self_preemption_then_livelock():
     res, m, tr = s3_run()
     assert tr.scheduled_tokens[:4].tolist() == [256, 256, 256, 232]
     assert tr.preempted[12] == 1 and tr.preempted[:12].sum() == 0
-    assert res.state.nout[0, 0] == 9  # num_tokens = 1009 at the self-preemption
+    assert res.state.req.nout[0, 0] == 9  # num_tokens = 1009 at the self-preemption
     after = tr[tr.step > 12]
     assert len(after) >= 1
     assert (after.scheduled_tokens == 0).all()
@@ -198,7 +198,7 @@ def test_s3_max_servable_bound_finishes():
     res, m, tr = s3_run(stop_bound="max_servable")
     assert m.completed == 1 and m.steps == 11
     assert tr.finished[10] == 1
-    assert res.state.nout[0, 0] == 8
+    assert res.state.req.nout[0, 0] == 8
     assert m.outcome == OK
 
 

@@ -56,7 +56,7 @@ def test_check_stop_at_max_model_len():
     wl = Workload(np.zeros(1), np.array([90], np.int32), np.array([50], np.int32))
     cfg = SchedulerConfig(num_gpu_blocks=100, block_size=16, max_model_len=100)
     res = simulate([cfg], wl, STEP_LATENCY)
-    assert res.state.nout[0, 0] == 10  # num_tokens reached 100 = max_model_len
+    assert res.state.req.nout[0, 0] == 10  # num_tokens reached 100 = max_model_len
     assert res.metrics().iloc[0].completed == 1
 
 

@@ -20,23 +20,33 @@ Block contents: block j of request r holds its prefix group's tokens while
 ``(j + 1) * block_size <= shared_len[r]``, else tokens unique to r, so its hash
 key is ``(R + group) * maxb + j`` or ``r * maxb + j``.
 
-Per-config arrays (built by ``new_pool``): ``ref`` (N,) int32 reference counts;
+Per-config arrays, one ``PrefixCache`` record (built by ``new_cache``): ``ref``
+(N,) int32 reference counts;
 ``hkey`` (N,) int64 hash key or -1; ``hnext``/``hprev`` (N,) int32 links of
 the blocks sharing one key; ``fq_next``/``fq_prev`` (N+2,) int32; ``pc``
-(3,) int64 counters: free-queue length, blocks in use, total references;
+(4,) int64 counters: free-queue length, blocks in use, total references,
+free block-table rows;
 ``tkey``/``thead``/``ttail`` (cap,) the hash map, an open-addressing table
 (linear probing, backward-shift deletion; cap = a power of two >= 2N) from a
 key to the first and last block holding it.
 Block tables live in ``table`` (S, maxb) int32 rows, one per running request
-(``slot[r]``), with ``nblk[r]`` blocks and ``ncached[r]`` of them hashed.
+(``slot_of[r]``), whose first ``ncached[r]`` blocks are hashed; ``slots`` is the
+stack of free rows and ``hits`` (maxb,) int32 a lookup's result.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
-FREE_LEN, IN_USE, REFS = 0, 1, 2
+FREE_LEN, IN_USE, REFS, FREE_SLOTS = 0, 1, 2, 3
+
+PrefixCache = namedtuple(
+    "PrefixCache",
+    "table slots slot_of ncached hits ref hkey hnext hprev fq_next fq_prev pc tkey thead ttail",
+)
 GOLDEN = np.uint64(11400714819323198485)  # 2**64 / golden ratio (Fibonacci hashing)
 
 
@@ -51,8 +61,10 @@ def table_capacity(n_blocks):
 
 
 @njit(cache=True)
-def new_pool(n_blocks, null_block):
-    """Fresh pool state (see the module docstring); block 0 is taken if null_block."""
+def new_cache(n_blocks, null_block, n_slots, maxb, n_req):
+    """Fresh prefix-cache state (see the module docstring) for ``n_blocks`` blocks,
+    ``n_slots`` block-table rows of ``maxb`` blocks and ``n_req`` requests;
+    block 0 is taken if null_block."""
     ref = np.zeros(n_blocks, dtype=np.int32)
     hkey = np.full(n_blocks, -1, dtype=np.int64)
     hnext = np.full(n_blocks, -1, dtype=np.int32)
@@ -69,13 +81,27 @@ def new_pool(n_blocks, null_block):
         prev = b
     fq_next[prev] = tail
     fq_prev[tail] = prev
-    pc = np.zeros(3, dtype=np.int64)
+    pc = np.zeros(4, dtype=np.int64)
     pc[FREE_LEN] = n_blocks - first
+    pc[FREE_SLOTS] = n_slots
     cap = table_capacity(n_blocks)
-    tkey = np.full(cap, -1, dtype=np.int64)
-    thead = np.full(cap, -1, dtype=np.int32)
-    ttail = np.full(cap, -1, dtype=np.int32)
-    return ref, hkey, hnext, hprev, fq_next, fq_prev, pc, tkey, thead, ttail
+    return PrefixCache(
+        np.empty((n_slots, maxb), dtype=np.int32),
+        np.arange(n_slots).astype(np.int32),
+        np.full(n_req, -1, dtype=np.int32),
+        np.zeros(n_req, dtype=np.int32),
+        np.empty(maxb, dtype=np.int32),
+        ref,
+        hkey,
+        hnext,
+        hprev,
+        fq_next,
+        fq_prev,
+        pc,
+        np.full(cap, -1, dtype=np.int64),
+        np.full(cap, -1, dtype=np.int32),
+        np.full(cap, -1, dtype=np.int32),
+    )
 
 
 @njit(cache=True, inline="always")
@@ -83,7 +109,7 @@ def _home(k, mask):
     return np.int64((np.uint64(k) * GOLDEN) >> np.uint64(32)) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def find(k, tkey):
     """Table slot holding key k, or -1."""
     mask = tkey.shape[0] - 1
@@ -95,7 +121,7 @@ def find(k, tkey):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _put(k, b, tkey, thead, ttail):
     """Key k's first (and last) block is b: k must be absent."""
     mask = tkey.shape[0] - 1
@@ -107,7 +133,7 @@ def _put(k, b, tkey, thead, ttail):
     ttail[i] = b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _delete(i, tkey, thead, ttail):
     """Empty slot i, shifting later entries of its probe run back."""
     mask = tkey.shape[0] - 1
@@ -141,7 +167,7 @@ def block_key(r, j, bs, group, shared_len, n_req, maxb):
     return r * maxb + j
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _fq_unlink(b, fq_next, fq_prev):
     p = fq_prev[b]
     n = fq_next[b]
@@ -149,7 +175,7 @@ def _fq_unlink(b, fq_next, fq_prev):
     fq_prev[n] = p
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _fq_insert_after(p, b, fq_next, fq_prev):
     n = fq_next[p]
     fq_next[p] = b
@@ -158,7 +184,7 @@ def _fq_insert_after(p, b, fq_next, fq_prev):
     fq_prev[n] = b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     """Drop block b's hash (``_maybe_evict_cached_block``)."""
     i = find(hkey[b], tkey)
@@ -179,7 +205,7 @@ def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     hprev[b] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
     """``_insert_block_hash``: block b now holds content k (appended to k's list)."""
     if hkey[b] == k:
@@ -197,89 +223,110 @@ def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
         _put(k, b, tkey, thead, ttail)
 
 
-@njit(cache=True)
-def get_new_blocks(
-    n, table, s, start, ref, hkey, hnext, hprev, fq_next, fq_prev, pc, tkey, thead, ttail
-):
-    """Pop n blocks from the front of the free queue into table[s, start:start+n]."""
-    head = fq_next.shape[0] - 2
+@njit(cache=True, _nrt=False)
+def get_new_blocks(n, s, start, p):
+    """Pop n blocks from the front of the free queue into p.table[s, start:start+n]."""
+    head = p.fq_next.shape[0] - 2
     for i in range(n):
-        b = fq_next[head]
-        _fq_unlink(b, fq_next, fq_prev)
-        if hkey[b] >= 0:
-            _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail)
-        ref[b] = 1
-        table[s, start + i] = b
-    pc[FREE_LEN] -= n
-    pc[IN_USE] += n
-    pc[REFS] += n
+        b = p.fq_next[head]
+        _fq_unlink(b, p.fq_next, p.fq_prev)
+        if p.hkey[b] >= 0:
+            _map_remove(b, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+        p.ref[b] = 1
+        p.table[s, start + i] = b
+    p.pc[FREE_LEN] -= n
+    p.pc[IN_USE] += n
+    p.pc[REFS] += n
 
 
-@njit(cache=True)
-def lookup(r, ntok, bs, group, shared_len, n_req, maxb, tkey, thead, ref, hits):
-    """``get_computed_blocks``: fill hits[:k] with the longest cached chain of
+@njit(cache=True, _nrt=False)
+def lookup(r, ntok, bs, group, shared_len, p):
+    """``get_computed_blocks``: fill p.hits[:k] with the longest cached chain of
     r's full blocks within ntok - 1 tokens. Returns (k, hits still in the free queue)."""
+    n_req = p.slot_of.shape[0]
+    maxb = p.table.shape[1]
     k = 0
     evictable = 0
     for j in range(max_hit_blocks(ntok, bs)):
-        i = find(block_key(r, j, bs, group, shared_len, n_req, maxb), tkey)
+        i = find(block_key(r, j, bs, group, shared_len, n_req, maxb), p.tkey)
         if i < 0:
             break
-        b = thead[i]
-        hits[k] = b
+        b = p.thead[i]
+        p.hits[k] = b
         k += 1
-        if ref[b] == 0:
+        if p.ref[b] == 0:
             evictable += 1
     return k, evictable
 
 
-@njit(cache=True)
-def touch(hits, k, table, s, ref, fq_next, fq_prev, pc):
-    """Take a reference on each hit block; copy them to the front of table[s]."""
+@njit(cache=True, _nrt=False)
+def touch(k, s, p):
+    """Take a reference on each of the k hit blocks; copy them to the front of table[s]."""
     for i in range(k):
-        b = hits[i]
-        if ref[b] == 0:
-            _fq_unlink(b, fq_next, fq_prev)
-            pc[FREE_LEN] -= 1
-            pc[IN_USE] += 1
-        ref[b] += 1
-        table[s, i] = b
-    pc[REFS] += k
+        b = p.hits[i]
+        if p.ref[b] == 0:
+            _fq_unlink(b, p.fq_next, p.fq_prev)
+            p.pc[FREE_LEN] -= 1
+            p.pc[IN_USE] += 1
+        p.ref[b] += 1
+        p.table[s, i] = b
+    p.pc[REFS] += k
 
 
-@njit(cache=True)
-def cache_blocks(
-    r, table, s, ncached, upto, bs, group, shared_len, n_req, maxb, hkey, hnext, hprev, tkey,
-    thead, ttail,
-):  # fmt: skip
-    """Hash r's full blocks below ``upto`` known, computed tokens. Returns the
-    new count of hashed blocks."""
+@njit(cache=True, _nrt=False)
+def cache_blocks(r, upto, bs, group, shared_len, p):
+    """Hash r's full blocks below ``upto`` known, computed tokens (``cache_blocks``);
+    updates ``p.ncached[r]``, the count of r's hashed blocks."""
+    n_req = p.slot_of.shape[0]
+    maxb = p.table.shape[1]
+    s = p.slot_of[r]
     n_full = upto // bs
-    for j in range(ncached, n_full):
+    for j in range(p.ncached[r], n_full):
         k = block_key(r, j, bs, group, shared_len, n_req, maxb)
-        _map_insert(table[s, j], k, hkey, hnext, hprev, tkey, thead, ttail)
-    return max(ncached, n_full)
+        _map_insert(p.table[s, j], k, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+    if n_full > p.ncached[r]:
+        p.ncached[r] = n_full
 
 
-@njit(cache=True)
-def free_blocks(table, s, n, ref, hkey, fq_next, fq_prev, pc):
+@njit(cache=True, _nrt=False)
+def free_blocks(s, n, p):
     """``KVCacheManager.free``: release table[s, :n] tail first. Returns the
     blocks that rejoined the free queue."""
-    head = fq_next.shape[0] - 2
+    head = p.fq_next.shape[0] - 2
     tail = head + 1
     front = head  # unhashed blocks go to the front, in freeing order
     freed = 0
     for i in range(n - 1, -1, -1):
-        b = table[s, i]
-        ref[b] -= 1
-        if ref[b] == 0:
-            if hkey[b] < 0:
-                _fq_insert_after(front, b, fq_next, fq_prev)
+        b = p.table[s, i]
+        p.ref[b] -= 1
+        if p.ref[b] == 0:
+            if p.hkey[b] < 0:
+                _fq_insert_after(front, b, p.fq_next, p.fq_prev)
                 front = b
             else:
-                _fq_insert_after(np.int64(fq_prev[tail]), b, fq_next, fq_prev)
+                _fq_insert_after(np.int64(p.fq_prev[tail]), b, p.fq_next, p.fq_prev)
             freed += 1
-    pc[FREE_LEN] += freed
-    pc[IN_USE] -= freed
-    pc[REFS] -= n
+    p.pc[FREE_LEN] += freed
+    p.pc[IN_USE] -= freed
+    p.pc[REFS] -= n
     return freed
+
+
+@njit(cache=True, _nrt=False)
+def release(r, held, p):
+    """Free r's ``held`` blocks (``free_blocks``) and its block-table row.
+    Returns the blocks back in the free queue."""
+    s = p.slot_of[r]
+    freed = free_blocks(s, held, p)
+    p.slots[p.pc[FREE_SLOTS]] = s
+    p.pc[FREE_SLOTS] += 1
+    p.slot_of[r] = -1
+    p.ncached[r] = 0
+    return freed
+
+
+@njit(cache=True, _nrt=False)
+def take_slot(r, p):
+    """Give r a free block-table row (it was admitted)."""
+    p.pc[FREE_SLOTS] -= 1
+    p.slot_of[r] = p.slots[p.pc[FREE_SLOTS]]

@@ -1,12 +1,17 @@
-"""Struct-of-arrays simulation state and the column layout of the kernel's outputs.
+"""Struct-of-arrays simulation state: the kernel's records and column layouts.
 
-Per-config scalars are length-C arrays (or columns of ``out_i``/``out_f``);
-per-request fields are C x R arrays. ``allocate`` builds all of them at once so
-the kernel never allocates.
+The workload is one ``Requests`` record of (R,) arrays shared by all configs.
+Per config, ``ReqState`` holds the per-request arrays, ``Queues`` the
+scheduler's queues and ``Out`` the counters (a config's scalar state, and its
+integer outputs, ``O_*``), float outputs and logs; each is a named tuple of
+(C, ...) arrays and the kernel runs config c on row c of each. ``allocate``
+builds them at once; the kernel itself allocates only per-config scratch
+(``kernel_scratch_bytes``).
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,18 +19,19 @@ import numpy as np
 # Request status codes (C x R int8).
 FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 
-# Integer outputs, shape (C, NOUT_I), int64.
+# Per-config counters, shape (C, NOUT_I), int64: the kernel's scalar state
+# while it runs and its integer outputs when it returns.
 (
     O_FINISHED,  # requests finished (any time, also in the step that crossed the horizon)
     O_REJECTED,  # rejected by the front end (prompt >= max_model_len)
-    O_RUNNING_END,
-    O_WAITING_END,
+    O_RUNNING_END,  # len(running)
+    O_WAITING_END,  # len(waiting)
     O_ARRIVED,  # requests that entered the scheduler (or were rejected)
     O_PREEMPTIONS,  # preemption events
     O_STEPS,  # scheduler steps simulated
     O_ZERO_STEPS,  # steps that scheduled zero tokens
     O_MIN_FREE,  # fewest free blocks seen after a step's allocations
-    O_END_NS,  # clock when the simulation stopped (ns)
+    O_END_NS,  # the clock (ns); when the simulation stopped, at the end
     O_BUSY_NS,  # sum of step durations (ns)
     O_LIVELOCKED,  # 1 if a livelock was proven (frozen pool or a repeating cycle)
     O_LIVELOCK_STEP,  # step index at which it was proven, else -1
@@ -34,8 +40,43 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_DECODE_TOKENS,  # scheduled decode tokens
     O_INVARIANT_ERRORS,  # steps where held blocks + free blocks != usable blocks
     O_MACRO_STEPS,  # steps simulated by the decode fast path (diagnostic only)
-) = range(18)
-NOUT_I = 18
+    O_EVENTS,  # event-log entries written (may exceed the log's length: then truncated)
+    O_INTERRUPTED,  # 1 if the caller's stop flag ended the run early
+    # Kernel state, not results:
+    O_FREE,  # free blocks (the free queue's length)
+    O_NEXT_ARRIVAL,  # position in ``order`` of the next request to arrive
+    O_WAITING_HEAD,  # ring-buffer index of waiting's head
+    O_SEQS,  # effective max_num_seqs (the adaptive cap changes it)
+    O_WINDOW_END,  # step at which the adaptive window closes
+    O_WINDOW_PRE,  # preemptions when the window opened
+    O_CPU_FREE,  # free CPU blocks (swap preemption)
+    O_N_PEND,  # async: requests of the step whose output is in flight
+    O_N_STALE,  # async: preempted requests whose stale output is still in flight
+    O_LONE_R,  # the lone request of the last preemption with nothing else left, or -1
+    O_LONE_NTOK,  # its known tokens then
+    O_USABLE,  # usable blocks (num_gpu_blocks less the null block)
+    O_STOP_LEN,  # tokens at which check_stop ends a request (capacity.stop_length)
+) = range(33)
+NOUT_I = 33
+
+# One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
+(
+    BUDGET,  # token budget left (max_num_batched_tokens)
+    N_SCHED,  # requests scheduled
+    N_PRE,  # preemptions
+    N_ADM,  # admissions
+    PREFILL,  # prefill tokens scheduled
+    DECODE,  # decode tokens scheduled
+    SWAP_NS,  # KV transfer time to and from the CPU tier (ns)
+    ATTENDED,  # (query, key) pairs, for the roofline model
+    KV_TOUCHED,  # KV tokens read or written
+    CYCLE,  # 1: a lone request's preemption repeated the previous one
+    START,  # clock when the step began (ns)
+    THR_NOW,  # long_prefill_token_threshold in force this step
+    N_FLIGHT,  # async: requests whose output landed this step
+    N_FIN,  # requests finished
+) = range(14)
+NSTEP = 14
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)
@@ -87,46 +128,98 @@ def max_events_per_step(max_num_seqs: int, num_requests: int) -> int:
     return 3 * min(max_num_seqs, num_requests) + 2
 
 
+# The workload, shared by all configs: (R,) arrays.
+Requests = namedtuple(
+    "Requests",
+    [
+        "prompt",  # int32 prompt tokens
+        "max_tokens",  # int32 output tokens (SamplingParams.max_tokens)
+        "priority",  # int64 priority (lower is served first under the priority policy)
+        "group",  # int32 prefix group, or -1
+        "shared_len",  # int32 tokens shared with the group (prefix caching)
+    ],
+)
+
+# Per-config, per-request state (``ReqState``), all shape (C, R): the request's
+# side of ``vllm/v1/request.py::Request`` plus its arrival. Async scheduling
+# (``vllm/v1/core/sched/async_scheduler.py``) adds ph/infl/stale.
+ReqState = namedtuple(
+    "ReqState",
+    [
+        "entry_ns",  # int64 when the request becomes visible (arrival + queueing delay), ns
+        "order",  # int32 request indices sorted by entry time (a permutation, not per request)
+        "ncomp",  # int32 num_computed_tokens
+        "nout",  # int32 num_output_tokens
+        "held",  # int32 blocks held
+        "status",  # int8 status code (FUTURE .. REJECTED)
+        "first_ns",  # int64 first-token time (ns), -1 if none
+        "finish_ns",  # int64 finish time (ns), -1 if none
+        "npre",  # int32 preemptions of this request
+        "hw",  # int32 high-water mark of computed positions (recompute waste)
+        "ph",  # int32 num_output_placeholders (async)
+        "infl",  # int32 num_in_flight_tokens (async)
+        "stale",  # int32 num_stale_output_tokens (async)
+    ],
+)
+
+# Per-config queues and per-step lists, all shape (C, R) int32 (the
+# scheduler's ``running`` and ``waiting``, and the batch scheduled/in flight).
+Queues = namedtuple(
+    "Queues",
+    [
+        "run",  # running, in admission order
+        "wq",  # waiting ring buffer (a deque with prepend)
+        "slist",  # requests scheduled this step
+        "sched_tok",  # per request: tokens scheduled this step
+        "plist",  # requests of the step whose output is in flight (async)
+        "ptok",  # their scheduled tokens, negated when they sample (async)
+    ],
+)
+
+# Per-config counters and logs. ``counters`` (C, NOUT_I) int64 is both the
+# kernel's scalar state while it runs and its integer output (O_* columns).
+Out = namedtuple(
+    "Out",
+    [
+        "counters",  # (C, NOUT_I) int64
+        "floats",  # (C, NOUT_F) float64
+        "trace",  # (C, T, NTRACE) int64 per-step trace, T = 0 disables
+        "events",  # (C, L, 4) int64 event log (step, request, value, EV_*), L = 0 disables
+    ],
+)
+
+
 @dataclass
 class State:
-    """All kernel arrays for C configs x R requests (see field comments for shapes)."""
+    """All kernel arrays for C configs x R requests, as three records (see each
+    record's field comments for dtypes). Adding a state array means adding a
+    field to one record and a line to ``allocate``."""
 
-    ncomp: np.ndarray  # (C, R) int32 num_computed_tokens
-    nout: np.ndarray  # (C, R) int32 num_output_tokens
-    held: np.ndarray  # (C, R) int32 blocks held
-    status: np.ndarray  # (C, R) int8 status code
-    first_ns: np.ndarray  # (C, R) int64 first-token time (ns), -1 if none
-    finish_ns: np.ndarray  # (C, R) int64 finish time (ns), -1 if none
-    npre: np.ndarray  # (C, R) int32 preemptions of this request
-    hw: np.ndarray  # (C, R) int32 high-water mark of computed positions
-    run: np.ndarray  # (C, R) int32 running, in admission order
-    wq: np.ndarray  # (C, R) int32 waiting ring buffer (deque with prepend)
-    sched_tok: np.ndarray  # (C, R) int32 scratch: tokens scheduled this step
-    slist: np.ndarray  # (C, R) int32 scratch: requests scheduled this step
-    out_i: np.ndarray  # (C, NOUT_I) int64
-    out_f: np.ndarray  # (C, NOUT_F) float64
-    trace: np.ndarray  # (C, T, NTRACE) int64, T = 0 disables
-    rlog: np.ndarray  # (C, L, 4) int64 event log (step, request, value, EV_*), L = 0 disables
-    rlog_n: np.ndarray  # (C,) int64 entries written (may exceed L: then truncated)
-    # Async scheduling (vllm/v1/core/sched/async_scheduler.py): per request,
-    # and the previous step's batch whose output is still in flight.
-    ph: np.ndarray  # (C, R) int32 num_output_placeholders
-    infl: np.ndarray  # (C, R) int32 num_in_flight_tokens
-    stale: np.ndarray  # (C, R) int32 num_stale_output_tokens
-    plist: np.ndarray  # (C, R) int32 requests of the in-flight step
-    ptok: np.ndarray  # (C, R) int32 their scheduled tokens, negated when they sample
+    req: ReqState
+    queues: Queues
+    out: Out
+
+
+def rows(record: tuple, c: int) -> tuple:
+    """Config c's row of every array in a record (the kernel's per-config view)."""
+    return type(record)(*(a[c] for a in record))
 
 
 def allocate(
     num_configs: int, num_requests: int, trace_steps: int = 0, log_entries: int = 0
 ) -> State:
-    """Allocate zeroed state. Memory is about 40 bytes x C x R, plus the traces."""
+    """Allocate state for C configs x R requests: zeros, except first/finish times
+    (-1: none yet). ``entry_ns``/``order`` are the caller's to fill. Memory is
+    about 60 bytes x C x R, plus the traces. The kernel's own scratch (per
+    running thread) is ``kernel_scratch_bytes``."""
     c, r = num_configs, num_requests
 
     def z(dt: type) -> np.ndarray:
         return np.zeros((c, r), dtype=dt)
 
-    return State(
+    req = ReqState(
+        entry_ns=z(np.int64),
+        order=z(np.int32),
         ncomp=z(np.int32),
         nout=z(np.int32),
         held=z(np.int32),
@@ -135,47 +228,41 @@ def allocate(
         finish_ns=np.full((c, r), -1, dtype=np.int64),
         npre=z(np.int32),
         hw=z(np.int32),
-        run=z(np.int32),
-        wq=z(np.int32),
-        sched_tok=z(np.int32),
-        slist=z(np.int32),
-        out_i=np.zeros((c, NOUT_I), dtype=np.int64),
-        out_f=np.zeros((c, NOUT_F), dtype=np.float64),
-        trace=np.zeros((c, trace_steps, NTRACE), dtype=np.int64),
-        rlog=np.zeros((c, log_entries, 4), dtype=np.int64),
-        rlog_n=np.zeros(c, dtype=np.int64),
         ph=z(np.int32),
         infl=z(np.int32),
         stale=z(np.int32),
-        plist=z(np.int32),
-        ptok=z(np.int32),
     )
+    queues = Queues(*(z(np.int32) for _ in Queues._fields))
+    out = Out(
+        counters=np.zeros((c, NOUT_I), dtype=np.int64),
+        floats=np.zeros((c, NOUT_F), dtype=np.float64),
+        trace=np.zeros((c, trace_steps, NTRACE), dtype=np.int64),
+        events=np.zeros((c, log_entries, 4), dtype=np.int64),
+    )
+    return State(req, queues, out)
 
 
 def _state_bytes(num_requests: int) -> int:
     """Bytes of one ``allocate(1, num_requests)`` (no traces), read from the arrays."""
-    return sum(a.nbytes for a in vars(allocate(1, num_requests)).values())
-
-
-# api.simulate's per-config inputs beside the state: ``entry`` (int64) and
-# ``order`` (int32), shape (C, R).
-SIMULATE_BYTES_PER_REQUEST = 8 + 4
+    st = allocate(1, num_requests)
+    return sum(a.nbytes for rec in (st.req, st.queues, st.out) for a in rec)
 
 
 def bytes_per_config(num_requests: int) -> int:
     """State bytes one config holds for a whole kernel call (no traces): the
     arrays of ``allocate`` (measured on a 1- and a 2-request allocation, so every
-    field counts) plus ``api.simulate``'s per-config ``entry``/``order`` rows.
-    Used to size sweep chunks."""
+    field counts, the arrivals ``entry_ns``/``order`` included). Used to size
+    sweep chunks."""
     one, two = _state_bytes(1), _state_bytes(2)
-    per_request = two - one + SIMULATE_BYTES_PER_REQUEST
+    per_request = two - one
     return one - (two - one) + per_request * num_requests
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); simulate_one allocates 17 arrays per config.
+# struct); simulate_one allocates 19 arrays per config (3 in step._init, 16 in
+# prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
-_SCRATCH_ARRAYS = 17
+_SCRATCH_ARRAYS = 19
 
 
 def pool_table_capacity(n_blocks: int) -> int:
@@ -197,13 +284,14 @@ def kernel_scratch_bytes(
 ) -> int:
     """Bytes ``step.simulate_one`` allocates for one config while it runs (freed
     when it returns), so one per running thread. Counted from its allocations:
-    ``hist`` (block_size + 1) int64 (the decode fast path), ``skipbuf`` (R int32
-    when async), and with prefix caching the block tables ``table`` (S x maxb
+    the step's accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the
+    decode fast path), ``skipbuf`` (R int32 when async), and with prefix
+    caching the block tables ``table`` (S x maxb
     int32, S = min(max_num_seqs, R), maxb = ceil(longest_tokens / block_size)
     + 1), ``slots`` (S, built as int64 then int32), ``slot_of``/``ncached``
-    (R int32), ``hits`` (maxb int32) and the pool of ``prefix_cache.new_pool``
+    (R int32), ``hits`` (maxb int32) and the pool of ``prefix_cache.new_cache``
     for num_gpu_blocks blocks N: ``ref``/``hnext``/``hprev`` (N int32), ``hkey``
-    (N int64), ``fq_next``/``fq_prev`` (N + 2 int32), ``tkey`` (cap int64),
+    (N int64), ``fq_next``/``fq_prev`` (N + 2 int32), ``pc`` (4 int64), ``tkey`` (cap int64),
     ``thead``/``ttail`` (cap int32). Without caching those are 1-element arrays.
     ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
     workload's requests."""
@@ -213,7 +301,7 @@ def kernel_scratch_bytes(
     maxb = -(-longest_tokens // block_size) + 1 if caching else 1
     per_req = r if caching else 1
     cap = pool_table_capacity(n)
-    total = 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
+    total = 8 * NSTEP + 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
     total += 4 * slots * maxb + 12 * slots + 8 * per_req + 4 * maxb
-    total += 12 * n + 8 * n + 8 * (n + 2) + 24 + 16 * cap
+    total += 12 * n + 8 * n + 8 * (n + 2) + 32 + 16 * cap
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS

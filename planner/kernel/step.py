@@ -22,13 +22,32 @@ class at a time; tests require both to agree step for step.
 - Prefix caching when ``CACHING`` is set (``prefix_cache.py``).
 
 Both are vLLM defaults and both default off here (see the README). Time is
-integer nanoseconds. Deliberate differences are named options (config
+integer nanoseconds.
+
+Shape: ``simulate_one`` is the step loop; each phase of a step is one
+function below, in the order the loop calls it (arrivals, the adaptive cap, the
+decode fast path, ``schedule()``'s running and waiting phases, step time,
+``_update_after_schedule``, ``update_from_output``, end of step). State
+travels as the named records of ``state`` (``ReqState``, ``Queues``, ``Out``),
+``prefix_cache.PrefixCache`` and this module's ``Scratch``; a config's scalar
+state lives in ``Out.counters`` (``state.O_*``), a step's in ``Scratch.step``.
+
+Compilation: the phase functions are compiled with Numba's ``_nrt=False``
+(they allocate nothing), so passing a record costs no reference counting; with
+it, an atomic increment and decrement per array per call made the step loop
+1.8x slower. Their helpers are ``inline="always"``, which keeps the call tree
+shallow: Numba re-optimizes every callee's IR inside each caller, so a deep
+tree compiles slower. Only ``_init`` (and ``prefix_cache.new_cache``) allocate.
+
+Deliberate differences are named options (config
 columns): ``PREEMPT`` (1 = BLIS restart, 2 = swap), ``STOP`` (1 =
 max_servable bound), ``NULL`` (0 = BLIS pool without a null block), ``GATE``
 (0 = gate off), and the mitigations of ``policies.py``.
 """
 
 from __future__ import annotations
+
+from collections import namedtuple
 
 import numpy as np
 from numba import njit, prange
@@ -44,27 +63,93 @@ from planner.kernel.policies import (
     precedes,
     projected_blocks,
 )
+from planner.kernel.rowview import row
+from planner.kernel.state import (
+    ATTENDED,
+    BUDGET,
+    CYCLE,
+    DECODE,
+    KV_TOUCHED,
+    N_ADM,
+    N_FIN,
+    N_FLIGHT,
+    N_PRE,
+    N_SCHED,
+    NSTEP,
+    PREFILL,
+    START,
+    SWAP_NS,
+    THR_NOW,
+)
 from planner.latency import LINEAR, ROOFLINE, step_time_ns
 
 INT64_MAX = np.iinfo(np.int64).max
 
+# Live counters under the names the scheduler code uses (``state.O_*``).
+FREE = S.O_FREE
+N_RUN = S.O_RUNNING_END
+WL = S.O_WAITING_END
+WH = S.O_WAITING_HEAD
+NXT = S.O_NEXT_ARRIVAL
+CLOCK = S.O_END_NS
+STEPS = S.O_STEPS
 
-@njit(cache=True, inline="always")
-def _preempt(v, restart, ncomp, nout, held, status, npre):
-    """``Scheduler._preempt_request``: free the victim's blocks, num_computed_tokens
-    = 0, count it. ``restart`` (BLIS) also discards its generated tokens.
-    Returns the blocks freed."""
-    freed = held[v]
-    held[v] = 0
-    ncomp[v] = 0
-    npre[v] += 1
-    status[v] = S.WAITING
-    if restart:
-        nout[v] = 0
-    return freed
+
+# Per-config scratch the kernel allocates: the step's accumulators, the fast
+# path's first-need histogram (block_size + 1,) int64 and async's skipped
+# waiting requests (R,) int32.
+Scratch = namedtuple("Scratch", "step hist skipbuf")
 
 
 @njit(cache=True)
+def _init(cfg, rq, k):
+    """Zero the counters, set the derived ones and allocate the scratch and the
+    prefix cache (1-element arrays when caching is off). Returns (Scratch,
+    PrefixCache). The pool starts with ``usable_blocks`` free
+    (``BlockPool.__init__`` takes the null block)."""
+    R = rq.prompt.shape[0]
+    n, bs, mml = cfg[K.N], cfg[K.BS], cfg[K.MML]
+    null_block = cfg[K.NULL] != 0
+    k[:] = 0
+    k[S.O_USABLE] = usable_blocks(n, null_block)
+    k[S.O_STOP_LEN] = stop_length(mml, n, bs, null_block, cfg[K.STOP])
+    k[FREE] = k[S.O_USABLE]
+    k[S.O_MIN_FREE] = k[FREE]
+    k[S.O_SEQS] = cfg[K.SEQS]
+    k[S.O_WINDOW_END] = cfg[K.ADAPT_WINDOW] if cfg[K.ADAPT_WINDOW] > 0 else INT64_MAX
+    k[S.O_CPU_FREE] = cfg[K.SWAP_CPU_BLOCKS]
+    k[S.O_LIVELOCK_STEP] = -1
+    k[S.O_LONE_R] = -1
+    k[S.O_LONE_NTOK] = -1
+    sc = Scratch(
+        np.zeros(NSTEP, dtype=np.int64),
+        np.zeros(bs + 1, dtype=np.int64),
+        np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
+    )
+    if cfg[K.CACHING] == 0:
+        return sc, PC.new_cache(1, null_block, 1, 1, 1)
+    longest = 0  # tokens a request can reach: bounds its block table
+    for r in range(R):
+        longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r], mml))
+    return sc, PC.new_cache(n, null_block, min(cfg[K.SEQS], R), cdiv(longest, bs) + 1, R)
+
+
+@njit(cache=True, inline="always")
+def _log(ev, k, step, r, value, kind):
+    """Append one event (``state.EV_*``) if the log exists and has room; counts
+    every event in ``k[O_EVENTS]``."""
+    if ev.shape[0] == 0:
+        return
+    n = k[S.O_EVENTS]
+    if n < ev.shape[0]:
+        ev[n, 0] = step
+        ev[n, 1] = r
+        ev[n, 2] = value
+        ev[n, 3] = kind
+    k[S.O_EVENTS] = n + 1
+
+
+@njit(cache=True, _nrt=False)
 def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):
     """Insert r into the waiting ring in priority order (``PriorityRequestQueue``);
     equal keys keep their order. Returns the new length."""
@@ -77,49 +162,7 @@ def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):
     return wl + 1
 
 
-@njit(cache=True, inline="always")
-def _log(rlog, nlog, step, r, value, kind):
-    """Append one event (``state.EV_*``) if the log has room; returns the count."""
-    if nlog < rlog.shape[0]:
-        rlog[nlog, 0] = step
-        rlog[nlog, 1] = r
-        rlog[nlog, 2] = value
-        rlog[nlog, 3] = kind
-    return nlog + 1
-
-
-@njit(cache=True)
-def _release(
-    r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc
-):
-    """Prefix caching: free r's blocks (prefix_cache.free_blocks) and its table
-    row. Returns (blocks back in the free queue, free rows)."""
-    freed = PC.free_blocks(table, slot_of[r], held[r], ref, hkey, fq_next, fq_prev, pc)
-    slots[n_free_slots] = slot_of[r]
-    slot_of[r] = -1
-    ncached[r] = 0
-    return freed, n_free_slots + 1
-
-
-@njit(cache=True)
-def _finish(
-    r, t, caching, held, status, finish_ns, table, slot_of, slots, n_free_slots, ncached, ref,
-    hkey, fq_next, fq_prev, pc,
-):  # fmt: skip
-    """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``).
-    Returns (blocks back in the free queue, free table rows)."""
-    freed = held[r]
-    if caching and slot_of[r] >= 0:
-        freed, n_free_slots = _release(
-            r, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc
-        )
-    held[r] = 0
-    status[r] = S.FINISHED
-    finish_ns[r] = t
-    return freed, n_free_slots
-
-
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _remove_waiting(r, wq, wh, wl):
     """Remove r from the waiting ring, keeping the others' order. Returns the length."""
     R = wq.shape[0]
@@ -132,7 +175,74 @@ def _remove_waiting(r, wq, wh, wl):
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
+def _drop_finished(run, n_run, status):
+    """Remove finished requests from ``running``, keeping order (``remove_all``)."""
+    m = 0
+    for i in range(n_run):
+        r = run[i]
+        if status[r] == S.RUNNING:
+            run[m] = r
+            m += 1
+    return m
+
+
+@njit(cache=True, inline="always")
+def _finish(r, t, caching, st, p):
+    """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``).
+    Returns the blocks back in the free queue."""
+    freed = st.held[r]
+    if caching and p.slot_of[r] >= 0:
+        freed = PC.release(r, st.held[r], p)
+    st.held[r] = 0
+    st.status[r] = S.FINISHED
+    st.finish_ns[r] = t
+    return freed
+
+
+# ---- Arrivals --------------------------------------------------------------
+
+
+@njit(cache=True, _nrt=False)
+def _arrivals(cfg, rq, st, q, k):
+    """Requests whose entry time has come join the tail of ``waiting``
+    (``Scheduler.add_request``; priority: ``PriorityRequestQueue``). The front
+    end rejects prompts >= max_model_len (``InputProcessor``)."""
+    R = rq.prompt.shape[0]
+    by_priority = cfg[K.POLICY] == 1
+    while k[NXT] < R and st.entry_ns[st.order[k[NXT]]] <= k[CLOCK]:
+        r = st.order[k[NXT]]
+        k[NXT] += 1
+        k[S.O_ARRIVED] += 1
+        if rq.prompt[r] >= cfg[K.MML]:
+            st.status[r] = S.REJECTED
+            k[S.O_REJECTED] += 1
+        elif by_priority:
+            st.status[r] = S.WAITING
+            k[WL] = _enqueue_sorted(r, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
+        else:
+            st.status[r] = S.WAITING
+            q.wq[(k[WH] + k[WL]) % R] = r
+            k[WL] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _adapt_cap(cfg, k):
+    """Adaptive cap (``policies.py``, a named mitigation, not vLLM): every window,
+    cut max_num_seqs on too many preemptions, otherwise recover additively."""
+    if cfg[K.ADAPT_WINDOW] > 0 and k[STEPS] >= k[S.O_WINDOW_END]:
+        k[S.O_SEQS] = adaptive_cap_next(
+            k[S.O_SEQS], cfg[K.SEQS], k[N_RUN], k[S.O_PREEMPTIONS] - k[S.O_WINDOW_PRE],
+            cfg[K.ADAPT_THRESHOLD], cfg[K.ADAPT_STEP],
+        )  # fmt: skip
+        k[S.O_WINDOW_PRE] = k[S.O_PREEMPTIONS]
+        k[S.O_WINDOW_END] = k[STEPS] + cfg[K.ADAPT_WINDOW]
+
+
+# ---- Decode fast path ------------------------------------------------------
+
+
+@njit(cache=True, _nrt=False)
 def _head_blocked(r, ntok, c0, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mml, bs):
     """Whether the waiting phase would refuse request ``r`` (the head) now.
 
@@ -153,119 +263,109 @@ def _head_blocked(r, ntok, c0, n_run, free, seqs, mnbt, thr, wm_blocks, gate, mm
     return blocks_for_tokens(c0 + num_new, mml, bs) + wm > free
 
 
-@njit(cache=True)
-def _drop_finished(run, n_run, status):
-    """Remove finished requests from ``running``, keeping order (``remove_all``)."""
-    m = 0
-    for i in range(n_run):
-        r = run[i]
-        if status[r] == S.RUNNING:
-            run[m] = r
-            m += 1
-    return m
-
-
-@njit(cache=True)
-def _blocks_needed_after(k, run, n_run, ncomp, held, mml, bs):
-    """New blocks the running decodes need over the next k steps."""
+@njit(cache=True, _nrt=False)
+def _blocks_needed_after(n, run, n_run, ncomp, held, mml, bs):
+    """New blocks the running decodes need over the next n steps."""
     total = 0
     for i in range(n_run):
         r = run[i]
-        nb = blocks_for_tokens(ncomp[r] + k, mml, bs) - held[r]
+        nb = blocks_for_tokens(ncomp[r] + n, mml, bs) - held[r]
         if nb > 0:
             total += nb
     return total
 
 
-@njit(cache=True)
-def _decode_run_length(
-    cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist, stop_len,
-    free, head, next_entry, clock, seqs, steps_left, async_, ph, infl,
-):  # fmt: skip
-    """How many upcoming steps are provably identical decode-only steps.
-
-    They are when every running request decodes one token, the waiting head
-    stays refused (its admission test only gets harder as blocks are used),
-    no request arrives that could become the head (``next_entry``, ns, or
-    INT64_MAX when arrivals cannot matter) and no allocation fails.
-    The run may end with the step in which the first requests finish.
-    Async (``async_``): every running request must have exactly the previous
-    step's sampled token in flight (``ph == infl == 1``); the run then ends
-    before any request's last token is scheduled, so nothing finishes in it.
-    Returns (k, elapsed ns, duration of the first step); k < 2 means "take a
-    normal step".
-    """
-    bs = cfg[K.BS]
-    mml = cfg[K.MML]
+@njit(cache=True, inline="always")
+def _decode_scan(cfg, rq, st, q, k, hist):
+    """The fast path's per-request test: every running request decodes exactly
+    one token (async: has exactly the previous step's token in flight).
+    Returns (steps until the first finish, blocks needed by the first step,
+    cached tokens, projected blocks, whether first needs repeat every
+    block_size steps), or a first element < 2 when no run is possible. Fills
+    ``hist[j]``: requests whose first new block is needed j steps ahead."""
+    bs, mml, admission = cfg[K.BS], cfg[K.MML], cfg[K.ADMISSION]
+    async_ = cfg[K.ASYNC] != 0
     roofline = cfg[K.LAT_KIND] == ROOFLINE
-    kf = INT64_MAX
-    need1 = 0
-    ctx0 = 0
-    proj = 0
-    admission = cfg[K.ADMISSION]
-    periodic = True
+    stop_len = k[S.O_STOP_LEN]
+    kf, need1, ctx0, proj, periodic = INT64_MAX, 0, 0, 0, True
     for j in range(bs + 1):
         hist[j] = 0
-    for i in range(n_run):
-        r = run[i]
-        ntok = prompt[r] + nout[r]
+    for i in range(k[N_RUN]):
+        r = q.run[i]
+        ntok = rq.prompt[r] + st.nout[r]
         if async_:
-            if ph[r] != 1 or infl[r] != 1 or ncomp[r] != ntok:
-                return 0, 0, 0
-            f = min(max_tokens[r] - nout[r], stop_len - ntok) - 1
+            if st.ph[r] != 1 or st.infl[r] != 1 or st.ncomp[r] != ntok:
+                return 0, 0, 0, 0, False
+            f = min(rq.max_tokens[r] - st.nout[r], stop_len - ntok) - 1
         else:
-            if ntok - ncomp[r] != 1:
-                return 0, 0, 0
-            f = min(max_tokens[r] - nout[r], stop_len - ntok)
-        if roofline and hw[r] > ncomp[r]:
-            return 0, 0, 0  # re-decode waste is only attributed step by step
-        ctx0 += ncomp[r]
+            if ntok - st.ncomp[r] != 1:
+                return 0, 0, 0, 0, False
+            f = min(rq.max_tokens[r] - st.nout[r], stop_len - ntok)
+        if roofline and st.hw[r] > st.ncomp[r]:
+            return 0, 0, 0, 0, False  # re-decode waste is only attributed step by step
+        ctx0 += st.ncomp[r]
         if admission != VANILLA:
-            proj += projected_blocks(np.int64(r), admission, prompt, max_tokens, stop_len, mml, bs)
-        if f < kf:
-            kf = f
+            proj += projected_blocks(
+                np.int64(r), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
+            )
+        kf = min(kf, f)
         # First of the next steps that needs a new block; then one every bs steps.
-        j1 = held[r] * bs - ncomp[r] + 1
+        j1 = st.held[r] * bs - st.ncomp[r] + 1
         if j1 == 1:
             need1 += 1
         if 1 <= j1 <= bs:
             hist[j1] += 1
         else:
             periodic = False
+    return kf, need1, ctx0, proj, periodic
+
+
+@njit(cache=True, inline="always")
+def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry):
+    """How many upcoming steps are provably identical decode-only steps.
+
+    They are when every running request decodes one token, the waiting head
+    (``head``, or -1) stays refused (its admission test only gets harder as
+    blocks are used), no request arrives that could become the head
+    (``next_entry``, ns, or INT64_MAX when arrivals cannot matter) and no
+    allocation fails. The run may end with the step in which the first
+    requests finish. Async: the run ends before any request's last token is
+    scheduled, so nothing finishes in it. Returns (steps, elapsed ns, duration
+    of the first step); steps < 2 means "take a normal step"."""
+    bs, mml, n_run, free = cfg[K.BS], cfg[K.MML], k[N_RUN], k[FREE]
+    kf, need1, ctx0, proj, periodic = _decode_scan(cfg, rq, st, q, k, hist)
     if kf < 2 or need1 > free:
         return 0, 0, 0
-    kmax = min(kf, steps_left)
+    kmax = min(kf, min(cfg[K.MAX_STEPS], k[S.O_WINDOW_END]) - k[STEPS])
     if kmax < 2:
         return 0, 0, 0
     if head >= 0 and not _head_blocked(
-        head, prompt[head] + nout[head], ncomp[head], n_run, free - need1, seqs, cfg[K.MNBT],
-        cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
+        head, rq.prompt[head] + st.nout[head], st.ncomp[head], n_run, free - need1, k[S.O_SEQS],
+        cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
     ):  # fmt: skip
         # Projected admission can still refuse it; the projection is fixed
         # while nothing is admitted or finishes.
-        usable = usable_blocks(cfg[K.N], cfg[K.NULL] != 0)
-        p_h = projected_blocks(np.int64(head), admission, prompt, max_tokens, stop_len, mml, bs)
-        if admission == VANILLA or proj + p_h <= usable:
+        admission = cfg[K.ADMISSION]
+        p_h = projected_blocks(
+            np.int64(head), admission, rq.prompt, rq.max_tokens, k[S.O_STOP_LEN], mml, bs
+        )
+        if admission == VANILLA or proj + p_h <= k[S.O_USABLE]:
             return 0, 0, 0
     if periodic:
         # Each request needs one block per bs steps: after q whole periods q*n
         # blocks are gone, and the (rem+1)-th smallest first-need step fails.
-        q = free // n_run
-        rem = free % n_run
-        cum = 0
-        v = bs
+        cum, v = 0, bs
         for j in range(1, bs + 1):
             cum += hist[j]
-            if cum > rem:
+            if cum > free % n_run:
                 v = j
                 break
-        kmax = min(kmax, q * bs + v - 1)
-    elif _blocks_needed_after(kmax, run, n_run, ncomp, held, mml, bs) > free:
-        lo = 1
-        hi = kmax
+        kmax = min(kmax, (free // n_run) * bs + v - 1)
+    elif _blocks_needed_after(kmax, q.run, n_run, st.ncomp, st.held, mml, bs) > free:
+        lo, hi = 1, kmax
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if _blocks_needed_after(mid, run, n_run, ncomp, held, mml, bs) <= free:
+            if _blocks_needed_after(mid, q.run, n_run, st.ncomp, st.held, mml, bs) <= free:
                 lo = mid
             else:
                 hi = mid
@@ -274,753 +374,657 @@ def _decode_run_length(
     # first must start before the next relevant arrival and the horizon.
     limit = min(next_entry, cfg[K.HORIZON_NS])
     ip = cfg[K.B0 : K.B2 + 1]
-    elapsed = 0
-    first = 0
-    k = 0
-    while k < kmax:
-        if k > 0 and clock + elapsed >= limit:
+    elapsed, first, n = 0, 0, 0
+    while n < kmax:
+        if n > 0 and k[CLOCK] + elapsed >= limit:
             break
-        kv = ctx0 + n_run * (k + 1)
+        kv = ctx0 + n_run * (n + 1)
         dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, np.int64(0), n_run, kv, kv)
-        if k == 0:
+        if n == 0:
             first = dt
         elapsed += dt
-        k += 1
-    if k < 2:
+        n += 1
+    if n < 2:
         return 0, 0, 0
-    return k, elapsed, first
+    return n, elapsed, first
 
 
-@njit(cache=True)
-def _apply_decode_run(
-    k, elapsed, first_dt, clock, share, bs, mml, stop_len, run, n_run, prompt,
-    nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns, async_,
-):  # fmt: skip
-    """Advance every running request by k decode steps; finish those that stop
-    at the end of step k. ``share``: waste per re-decoded token (ns). Async:
-    the token in flight before the run lands at its start (a first token
-    then counts at ``clock``), and one token is still in flight after it.
-    Returns (blocks allocated, blocks freed, finished, blocks still held,
-    recompute waste in ns)."""
-    end = clock + elapsed
-    used = 0
-    alloc = 0
-    freed = 0
-    n_fin = 0
-    waste = 0.0
+@njit(cache=True, inline="always")
+def _apply_decode_run(n, elapsed, first_dt, cfg, rq, st, q, k):
+    """Advance every running request by n decode steps; finish those that stop
+    at the end of step n. Async: the token in flight before the run lands at
+    its start (a first token then counts at the clock), and one token is still
+    in flight after it. Returns (blocks allocated, blocks freed, finished,
+    blocks still held, recompute waste in ns)."""
+    bs, mml, stop_len, n_run = cfg[K.BS], cfg[K.MML], k[S.O_STOP_LEN], k[N_RUN]
+    share = cfg[K.B0] / n_run + cfg[K.B2]  # waste per re-decoded token (ns)
+    clock = k[CLOCK]
+    async_ = cfg[K.ASYNC] != 0
+    used, alloc, freed, n_fin, waste = 0, 0, 0, 0, 0.0
     for i in range(n_run):
-        r = run[i]
-        c0 = ncomp[r]
-        w = min(c0 + k, hw[r]) - c0
+        r = q.run[i]
+        c0 = st.ncomp[r]
+        w = min(c0 + n, st.hw[r]) - c0
         if w > 0:
             waste += w * share
-        ncomp[r] = c0 + k
-        nout[r] += k
-        if first_ns[r] < 0:
-            first_ns[r] = clock if async_ else clock + first_dt
-        if c0 + k > hw[r]:
-            hw[r] = c0 + k
-        if c0 + k > held[r] * bs:
-            nb = blocks_for_tokens(c0 + k, mml, bs)
-            alloc += nb - held[r]
-            held[r] = nb
-        if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
-            freed += held[r]
-            held[r] = 0
-            status[r] = S.FINISHED
-            finish_ns[r] = end
+        st.ncomp[r] = c0 + n
+        st.nout[r] += n
+        if st.first_ns[r] < 0:
+            st.first_ns[r] = clock if async_ else clock + first_dt
+        if c0 + n > st.hw[r]:
+            st.hw[r] = c0 + n
+        if c0 + n > st.held[r] * bs:
+            nb = blocks_for_tokens(c0 + n, mml, bs)
+            alloc += nb - st.held[r]
+            st.held[r] = nb
+        if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= stop_len:
+            freed += st.held[r]
+            st.held[r] = 0
+            st.status[r] = S.FINISHED
+            st.finish_ns[r] = clock + elapsed
             n_fin += 1
         else:
-            used += held[r]
+            used += st.held[r]
     return alloc, freed, n_fin, used, waste
 
 
-@njit(cache=True)
-def simulate_one(
-    cfg,
-    cfgf,
-    prompt,
-    max_tokens,
-    priority,
-    group,
-    shared_len,
-    entry_ns,
-    order,
-    ncomp,
-    nout,
-    held,
-    status,
-    first_ns,
-    finish_ns,
-    npre,
-    hw,
-    run,
-    wq,
-    sched_tok,
-    slist,
-    out_i,
-    out_f,
-    trace,
-    rlog,
-    ph,
-    infl,
-    stale,
-    plist,
-    ptok,
-    use_macro,
-    check,
-):
-    """Simulate one configuration. Arrays are this config's rows (see ``state.State``).
+@njit(cache=True, _nrt=False)
+def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
+    """Jump over a run of identical decode-only steps when one is provable
+    (``_decode_run_length``). Returns whether it did; the result is the same
+    as taking the steps one by one (tests compare both)."""
+    k = o.counters
+    n_run = k[N_RUN]
+    if not 0 < n_run <= cfg[K.MNBT]:
+        return False
+    if cfg[K.ASYNC] != 0 and (k[S.O_N_PEND] != n_run or k[S.O_N_STALE] != 0):
+        return False
+    R = rq.prompt.shape[0]
+    nxt = k[NXT]
+    arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
+    next_entry = st.entry_ns[st.order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
+    head = q.wq[k[WH]] if k[WL] > 0 else -1
+    n, elapsed, first_dt = _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry)
+    if n < 2:
+        return False
+    alloc, freed, n_fin, used, w = _apply_decode_run(n, elapsed, first_dt, cfg, rq, st, q, k)
+    o.floats[S.F_WASTE_NS] += w
+    k[FREE] -= alloc
+    k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
+    k[FREE] += freed
+    k[S.O_DECODE_TOKENS] += n * n_run
+    if n_fin > 0:
+        k[N_RUN] = _drop_finished(q.run, n_run, st.status)
+        k[S.O_FINISHED] += n_fin
+    k[CLOCK] += elapsed
+    k[S.O_BUSY_NS] += elapsed
+    k[STEPS] += n
+    k[S.O_MACRO_STEPS] += n
+    if check and used + k[FREE] != k[S.O_USABLE]:
+        k[S.O_INVARIANT_ERRORS] += 1
+    return True
 
-    ``entry_ns[r]``: when request r becomes visible (arrival + queueing delay), ns.
-    ``check``: count steps that break block conservation (costs one pass per step).
-    ``order``: request indices sorted by entry time. Returns request-log entries.
-    """
-    R = prompt.shape[0]
-    N = cfg[K.N]
-    bs = cfg[K.BS]
-    seqs = cfg[K.SEQS]
-    mnbt = cfg[K.MNBT]
-    mml = cfg[K.MML]
-    thr = cfg[K.THR]
-    wm_blocks = cfg[K.WM_BLOCKS]
-    gate = cfg[K.GATE] != 0
-    by_priority = cfg[K.POLICY] == 1
-    victim = cfg[K.VICTIM]
-    adapt_w = cfg[K.ADAPT_WINDOW]
-    adapt_thr = cfg[K.ADAPT_THRESHOLD]
-    adapt_step = cfg[K.ADAPT_STEP]
-    window_end = adapt_w if adapt_w > 0 else INT64_MAX
-    window_pre = np.int64(0)
-    anti_k = cfg[K.ANTI_STARVATION]
-    admission = cfg[K.ADMISSION]
-    restart = cfg[K.PREEMPT] == 1
-    swap = cfg[K.PREEMPT] == 2
-    cpu_free = cfg[K.SWAP_CPU_BLOCKS]
-    ns_per_block = cfg[K.SWAP_NS_PER_BLOCK]
-    null_block = cfg[K.NULL] != 0
-    horizon = cfg[K.HORIZON_NS]
-    max_steps = cfg[K.MAX_STEPS]
-    b0 = cfg[K.B0]
-    b1 = cfg[K.B1]
-    b2 = cfg[K.B2]
-    lat_kind = cfg[K.LAT_KIND]
-    ip = cfg[K.B0 : K.B2 + 1]
-    usable = usable_blocks(N, null_block)
-    stop_len = stop_length(mml, N, bs, null_block, cfg[K.STOP])
+
+# ---- schedule(): the running phase -----------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _add_to_batch(r, num_new, c0, known, q, s):
+    """Put r in this step's batch with num_new tokens after c0 computed ones
+    (``known`` tokens known): a decode when it is the one last token."""
+    q.sched_tok[r] = num_new
+    q.slist[s[N_SCHED]] = r
+    s[N_SCHED] += 1
+    s[BUDGET] -= num_new
+    if num_new == 1 and c0 == known - 1:
+        s[DECODE] += 1
+    else:
+        s[PREFILL] += num_new
+    s[ATTENDED] += num_new * c0 + num_new * (num_new + 1) // 2
+    s[KV_TOUCHED] += c0 + num_new
+
+
+@njit(cache=True, inline="always")
+def _unschedule(v, rq, st, q, s):
+    """A victim that already ran this step gives its tokens back (async may have
+    skipped it: then it is not in the batch)."""
+    m = 0
+    for j in range(s[N_SCHED]):
+        if q.slist[j] != v:
+            q.slist[m] = q.slist[j]
+            m += 1
+    if m == s[N_SCHED]:
+        return
+    s[N_SCHED] = m
+    n = q.sched_tok[v]
+    c0 = st.ncomp[v]
+    s[BUDGET] += n
+    if n == 1 and c0 == rq.prompt[v] + st.nout[v] + st.ph[v] - 1:
+        s[DECODE] -= 1
+    else:
+        s[PREFILL] -= n
+    s[ATTENDED] -= n * c0 + n * (n + 1) // 2
+    s[KV_TOUCHED] -= c0 + n
+
+
+@njit(cache=True, inline="always")
+def _evict(cfg, v, st, k, s, p):
+    """Free victim v's KV. Recompute (``Scheduler._preempt_request``): free its
+    blocks, num_computed_tokens = 0; restart (BLIS, a named option) also drops
+    its outputs; swap (``policies.py``, a named option) moves the KV to the CPU
+    tier when it fits there, keeping num_computed_tokens."""
+    h = st.held[v]
+    st.npre[v] += 1
+    st.status[v] = S.WAITING
+    if cfg[K.PREEMPT] == 2 and 0 < h <= k[S.O_CPU_FREE]:
+        k[FREE] += h  # st.held[v] now counts CPU blocks
+        k[S.O_CPU_FREE] -= h
+        s[SWAP_NS] += h * cfg[K.SWAP_NS_PER_BLOCK]
+        return
+    k[FREE] += PC.release(v, h, p) if cfg[K.CACHING] != 0 else h
+    st.held[v] = 0
+    st.ncomp[v] = 0
+    if cfg[K.PREEMPT] == 1:
+        st.nout[v] = 0
+
+
+@njit(cache=True, inline="always")
+def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
+    """Preempt one request to make room for ``running[i]`` = r. FCFS: the tail
+    of ``running``; priority: the largest (priority, arrival); other victims:
+    ``policies.py``. The victim is prepended to ``waiting``
+    (``Scheduler._preempt_request``). Returns (the index of r's successor
+    position, whether r itself was the victim)."""
+    k = o.counters
+    R = rq.prompt.shape[0]
+    vi = pick_victim(
+        q.run, k[N_RUN], cfg[K.VICTIM], cfg[K.ANTI_STARVATION], st.npre, st.ncomp, st.held,
+        rq.priority, st.entry_ns,
+    )  # fmt: skip
+    v = q.run[vi]
+    if vi < i:
+        i -= 1
+        _unschedule(v, rq, st, q, s)
+    for j in range(vi, k[N_RUN] - 1):
+        q.run[j] = q.run[j + 1]
+    k[N_RUN] -= 1
+    _evict(cfg, v, st, k, s, p)
+    # Async: output still in flight becomes stale (delivered, but it no longer
+    # advances the request's counters).
+    if st.infl[v] > 0 and st.stale[v] == 0:
+        k[S.O_N_STALE] += 1
+    elif st.infl[v] == 0 and st.stale[v] > 0:
+        k[S.O_N_STALE] -= 1
+    st.stale[v] = st.infl[v]
+    st.ph[v] = 0
+    if cfg[K.POLICY] == 1:
+        k[WL] = _enqueue_sorted(v, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
+    else:
+        k[WH] = (k[WH] - 1 + R) % R
+        q.wq[k[WH]] = v
+        k[WL] += 1
+    s[N_PRE] += 1
+    _log(o.events, k, k[STEPS], v, 0, S.EV_PREEMPT)
+    if v == r and k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= R:
+        # Alone in the system with nothing left to arrive: the state after this
+        # preemption repeats the last one => a cycle.
+        vt = rq.prompt[v] + st.nout[v]
+        if k[S.O_LONE_R] == v and k[S.O_LONE_NTOK] == vt:
+            s[CYCLE] = 1
+        k[S.O_LONE_R] = v
+        k[S.O_LONE_NTOK] = vt
+    return i, v == r
+
+
+@njit(cache=True, _nrt=False)
+def _schedule_running(cfg, rq, st, q, o, s, p):
+    """``Scheduler.schedule``, running phase: walk ``running`` in order while
+    budget remains; each request gets min(its new tokens, the budget,
+    long_prefill_token_threshold, max_model_len - 1 - computed) tokens, and
+    ``allocate_slots`` failing preempts (``_preempt_one``) until it fits.
+    Async: in-flight tokens count as known (num_output_placeholders), and a
+    request whose last token is in flight is skipped."""
+    k = o.counters
+    bs, mml = cfg[K.BS], cfg[K.MML]
     async_ = cfg[K.ASYNC] != 0
-    T = trace.shape[0]
-    L = rlog.shape[0]
-    macro = use_macro and T == 0 and L == 0
-    skipbuf = np.empty(R if async_ else 1, dtype=np.int32)  # async: skipped waiting requests
-    n_pend = 0  # async: requests of the step whose output is in flight
-    n_stale = 0  # async: preempted requests whose stale output is still in flight
-    hist = np.zeros(bs + 1, dtype=np.int64)  # fast path: first-need step histogram
-    # Prefix caching (prefix_cache.py): block identities for running requests.
     caching = cfg[K.CACHING] != 0
-    macro = macro and not caching
-    longest = 0  # tokens a request can reach: bounds its block table
-    if caching:
-        for r in range(R):
-            longest = max(longest, min(prompt[r] + max_tokens[r], mml))
-    maxb = cdiv(longest, bs) + 1
-    n_slots = min(seqs, R) if caching else 1
-    table = np.empty((n_slots, maxb if caching else 1), dtype=np.int32)
-    slots = np.arange(n_slots).astype(np.int32)  # stack of free table rows
-    slot_of = np.full(R if caching else 1, -1, dtype=np.int32)
-    ncached = np.zeros(R if caching else 1, dtype=np.int32)
-    hits = np.empty(maxb if caching else 1, dtype=np.int32)
-    ref, hkey, hnext, hprev, fq_next, fq_prev, pc, tkey, thead, ttail = PC.new_pool(
-        N if caching else 1, null_block
-    )
-    n_free_slots = n_slots
-
-    # np.int64(0), not 0: a literal 0 passed to a jitted helper compiles a
-    # second specialisation of it (Literal[int](0)), doubling first-run compile time.
-    free = usable
-    min_free = free
-    clock = np.int64(0)
-    nxt = np.int64(0)
-    n_run = np.int64(0)
-    wh = np.int64(0)
-    wl = np.int64(0)
-    steps = np.int64(0)
-    zero_steps = np.int64(0)
-    finished = np.int64(0)
-    rejected = np.int64(0)
-    arrived = np.int64(0)
-    preemptions = np.int64(0)
-    busy = np.int64(0)
-    prefill_tok = np.int64(0)
-    decode_tok = np.int64(0)
-    inv_err = np.int64(0)
-    macro_steps = np.int64(0)
-    waste = 0.0
-    livelocked = np.int64(0)
-    livelock_step = -1
-    step_limit = np.int64(0)
-    lone_r = -1
-    lone_ntok = -1
-    nlog = np.int64(0)
-
-    while True:
-        # Requests whose entry time has come join the tail of `waiting`;
-        # the front end rejects prompts >= max_model_len.
-        while nxt < R and entry_ns[order[nxt]] <= clock:
-            r = order[nxt]
-            nxt += 1
-            arrived += 1
-            if prompt[r] >= mml:
-                status[r] = S.REJECTED
-                rejected += 1
-            else:
-                status[r] = S.WAITING
-                if by_priority:
-                    wl = _enqueue_sorted(r, wq, wh, wl, priority, entry_ns)
-                else:
-                    wq[(wh + wl) % R] = r
-                    wl += 1
-        if n_run == 0 and wl == 0:
-            n_pend = 0  # only finished requests can still have output in flight
-            if nxt >= R:
-                break
-            clock = entry_ns[order[nxt]]
+    thr_now = s[THR_NOW]
+    # The hot scalars live in locals during the walk (the counters array is
+    # written back before a preemption, which updates it, and at the end).
+    budget, free, n_run = s[BUDGET], k[FREE], k[N_RUN]
+    i = 0
+    while i < n_run and budget > 0:
+        r = q.run[i]
+        c0 = st.ncomp[r]
+        ntok = rq.prompt[r] + st.nout[r]
+        if async_ and st.ph[r] > 0 and c0 + 2 - st.ph[r] >= rq.prompt[r] + rq.max_tokens[r]:
+            i += 1
             continue
-        if clock >= horizon:
-            break
-        if steps >= max_steps:
-            step_limit = 1
-            break
-        if adapt_w > 0 and steps >= window_end:
-            # Adaptive cap (policies.py): every window, cut on too many preemptions,
-            # otherwise recover additively.
-            seqs = adaptive_cap_next(
-                seqs, cfg[K.SEQS], n_run, preemptions - window_pre, adapt_thr, adapt_step
-            )
-            window_pre = preemptions
-            window_end = steps + adapt_w
-
-        # ---- Decode fast path: k identical decode-only steps in one jump. ----
-        if macro and 0 < n_run <= mnbt and (not async_ or (n_pend == n_run and n_stale == 0)):
-            arrivals_matter = wl == 0 or by_priority
-            next_entry = entry_ns[order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
-            head = wq[wh] if wl > 0 else -1
-            k, elapsed, first_dt = _decode_run_length(
-                cfg, cfgf, run, n_run, prompt, nout, ncomp, max_tokens, held, hw, hist,
-                stop_len, free, head, next_entry, clock, seqs,
-                min(max_steps, window_end) - steps, async_, ph, infl,
-            )  # fmt: skip
-            if k >= 2:
-                alloc, freed, n_fin, used, w = _apply_decode_run(
-                    k, elapsed, first_dt, clock, b0 / n_run + b2, bs, mml, stop_len, run,
-                    n_run, prompt, nout, ncomp, max_tokens, held, hw, status, first_ns, finish_ns,
-                    async_,
-                )  # fmt: skip
-                waste += w
-                free -= alloc
-                if free < min_free:
-                    min_free = free
-                free += freed
-                decode_tok += k * n_run
-                if n_fin > 0:
-                    n_run = _drop_finished(run, n_run, status)
-                    finished += n_fin
-                clock += elapsed
-                busy += elapsed
-                steps += k
-                macro_steps += k
-                if check and used + free != usable:
-                    inv_err += 1
-                continue
-
-        # ---- One scheduler step (Scheduler.schedule). ----
-        start = clock
-        budget = mnbt
-        n_sched = 0
-        n_pre = 0
-        n_adm = 0
-        P = 0
-        D = 0
-        swap_ns = 0  # KV transfer time to and from the CPU tier this step
-        attended = 0  # (query, key) pairs this step, for the roofline model
-        kv_touched = 0  # KV tokens read or written this step
-        cycle = False
-        step = steps
-        # long_prefill_token_threshold applies only when another request exists.
-        thr_now = thr if n_run + wl > 1 else 0
-
-        # Running phase: walk `running` in admission order while budget remains.
-        i = 0
-        while i < n_run and budget > 0:
-            r = run[i]
-            ntok = prompt[r] + nout[r]
-            # Async: tokens in flight count as known (num_output_placeholders),
-            # and a request whose last token is in flight is skipped.
-            if async_ and ph[r] > 0 and ncomp[r] + 2 - ph[r] >= prompt[r] + max_tokens[r]:
-                i += 1
-                continue
-            num_new = ntok + ph[r] - ncomp[r]
-            if 0 < thr_now < num_new:
-                num_new = thr_now
-            if num_new > budget:
-                num_new = budget
-            if num_new > mml - 1 - ncomp[r]:
-                num_new = mml - 1 - ncomp[r]
-            if num_new <= 0:
-                i += 1
-                continue
-            need = 0
-            if ncomp[r] + num_new > held[r] * bs:  # skips the division on most decodes
-                need = blocks_for_tokens(ncomp[r] + num_new, mml, bs) - held[r]
-                if need < 0:
-                    need = 0
-            scheduled = True
-            while need > free:
-                # Preempt and retry. FCFS: the tail of `running`; priority: the
-                # largest (priority, arrival); other victims: policies.py. A
-                # victim that already ran this step gives its tokens back.
-                vi = pick_victim(run, n_run, victim, anti_k, npre, ncomp, held, priority, entry_ns)
-                v = run[vi]
-                if vi < i:
-                    i -= 1
-                    m = 0
-                    for j in range(n_sched):
-                        if slist[j] != v:
-                            slist[m] = slist[j]
-                            m += 1
-                    if m < n_sched:  # it was scheduled (async may have skipped it)
-                        n_sched = m
-                        n = sched_tok[v]
-                        budget += n
-                        if n == 1 and ncomp[v] == prompt[v] + nout[v] + ph[v] - 1:
-                            D -= 1
-                        else:
-                            P -= n
-                        attended -= n * ncomp[v] + n * (n + 1) // 2
-                        kv_touched -= ncomp[v] + n
-                for j in range(vi, n_run - 1):
-                    run[j] = run[j + 1]
-                n_run -= 1
-                if swap and 0 < held[v] <= cpu_free:
-                    # Swap preemption (policies.py): the KV moves to the CPU tier;
-                    # held[v] now counts CPU blocks and num_computed_tokens stays.
-                    free += held[v]
-                    cpu_free -= held[v]
-                    swap_ns += held[v] * ns_per_block
-                    npre[v] += 1
-                    status[v] = S.WAITING
-                else:
-                    if caching:
-                        freed, n_free_slots = _release(
-                            v, held, table, slot_of, slots, n_free_slots, ncached, ref, hkey,
-                            fq_next, fq_prev, pc,
-                        )  # fmt: skip
-                        free += freed
-                        _preempt(v, restart, ncomp, nout, held, status, npre)
-                    else:
-                        free += _preempt(v, restart, ncomp, nout, held, status, npre)
-                # Async: output still in flight becomes stale (delivered, but it
-                # no longer advances the request's counters).
-                if infl[v] > 0 and stale[v] == 0:
-                    n_stale += 1
-                elif infl[v] == 0 and stale[v] > 0:
-                    n_stale -= 1
-                stale[v] = infl[v]
-                ph[v] = 0
-                if by_priority:
-                    wl = _enqueue_sorted(v, wq, wh, wl, priority, entry_ns)
-                else:
-                    wh = (wh - 1 + R) % R
-                    wq[wh] = v
-                    wl += 1
-                n_pre += 1
-                if L > 0:
-                    nlog = _log(rlog, nlog, step, v, 0, S.EV_PREEMPT)
-                if v == r:
-                    scheduled = False
-                    # Alone in the system with nothing left to arrive: the state
-                    # after this preemption repeats the last one => a cycle.
-                    if n_run == 0 and wl == 1 and nxt >= R:
-                        vt = prompt[v] + nout[v]
-                        if lone_r == v and lone_ntok == vt:
-                            cycle = True
-                        lone_r = v
-                        lone_ntok = vt
+        num_new = min(ntok + st.ph[r] - c0, budget, mml - 1 - c0)
+        if 0 < thr_now < num_new:
+            num_new = thr_now
+        if num_new <= 0:
+            i += 1
+            continue
+        need = 0
+        if c0 + num_new > st.held[r] * bs:  # skips the division on most decodes
+            need = max(blocks_for_tokens(c0 + num_new, mml, bs) - st.held[r], 0)
+        if need > free:
+            s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
+            preempted_self = False
+            while need > k[FREE]:
+                i, preempted_self = _preempt_one(cfg, rq, st, q, o, s, p, i, r)
+                if preempted_self:
                     break
-            if not scheduled:
-                if by_priority:
+            budget, free, n_run = s[BUDGET], k[FREE], k[N_RUN]
+            if preempted_self:
+                if cfg[K.POLICY] == 1:
                     continue  # the lowest-priority request went; later ones may fit
                 break
-            free -= need
-            # Prefix caching: new blocks get identities, filled blocks get hashed
-            # (most decode steps do neither).
-            if caching and (need > 0 or min(ncomp[r] + num_new, ntok) >= (ncached[r] + 1) * bs):
-                if need > 0:
-                    PC.get_new_blocks(
-                        need, table, slot_of[r], np.int64(held[r]), ref, hkey, hnext, hprev,
-                        fq_next, fq_prev, pc, tkey, thead, ttail,
-                    )  # fmt: skip
-                ncached[r] = PC.cache_blocks(
-                    r, table, slot_of[r], np.int64(ncached[r]), min(ncomp[r] + num_new, ntok), bs,
-                    group, shared_len, R, maxb, hkey, hnext, hprev, tkey, thead, ttail,
-                )  # fmt: skip
-            held[r] += need
-            sched_tok[r] = num_new
-            slist[n_sched] = r
-            n_sched += 1
-            budget -= num_new
-            if num_new == 1 and ncomp[r] == ntok + ph[r] - 1:
-                D += 1
+        free -= need
+        # Prefix caching: new blocks get identities, filled blocks get hashed
+        # (most decode steps do neither).
+        upto = min(c0 + num_new, ntok)
+        if caching and (need > 0 or upto >= (p.ncached[r] + 1) * bs):
+            if need > 0:
+                PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
+            PC.cache_blocks(r, upto, bs, rq.group, rq.shared_len, p)
+        st.held[r] += need
+        s[BUDGET] = budget
+        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s)
+        budget = s[BUDGET]
+        i += 1
+    s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
+
+
+# ---- schedule(): the waiting phase -----------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _admission_test(cfg, rq, st, k, s, p, r):
+    """Whether the waiting head r can be admitted now, as ``Scheduler.schedule``'s
+    waiting phase and ``KVCacheManager.allocate_slots`` decide: prefix-cache
+    hits first (``get_computed_blocks``: full blocks already cached; those
+    still in the free queue must leave it), then the whole-sequence gate, the
+    all-or-nothing allocation and the watermark (none with ``running`` empty).
+    Returns (tokens computed at admission, hit blocks, blocks it will hold,
+    new blocks to take, tokens to schedule); tokens to schedule is -1 when
+    the head is refused."""
+    bs, mml = cfg[K.BS], cfg[K.MML]
+    gate = cfg[K.GATE] != 0
+    ntok = rq.prompt[r] + st.nout[r]
+    c0 = st.ncomp[r]  # 0, or the KV kept on the CPU tier by a swap
+    nhit, evictable = 0, 0
+    wm = cfg[K.WM_BLOCKS] if k[N_RUN] > 0 else 0
+    if cfg[K.CACHING] != 0 and c0 == 0:
+        # Only hits on blocks in use lower the gate, and only shared-prefix
+        # blocks can be in use: if even those cannot make it fit, skip the
+        # lookup (it has no side effects; the gate refuses anyway).
+        in_use_max = min(rq.shared_len[r] // bs, PC.max_hit_blocks(ntok, bs))
+        if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > k[FREE]:
+            return 0, 0, 0, 0, -1
+        nhit, evictable = PC.lookup(r, ntok, bs, rq.group, rq.shared_len, p)
+        c0 = nhit * bs
+    num_new = min(ntok - c0, s[BUDGET])
+    if 0 < s[THR_NOW] < num_new:
+        num_new = s[THR_NOW]
+    if gate and max(blocks_for_tokens(ntok, mml, bs) - nhit, 0) + evictable + wm > k[FREE]:
+        return 0, 0, 0, 0, -1
+    total = blocks_for_tokens(c0 + num_new, mml, bs)
+    need = total - nhit + evictable
+    if need + wm > k[FREE]:
+        return 0, 0, 0, 0, -1
+    return c0, nhit, total, need, num_new
+
+
+@njit(cache=True, inline="always")
+def _admit(cfg, rq, st, q, o, s, p, r, a):
+    """Move the waiting head r to ``running`` with the allocation ``a`` of
+    ``_admission_test`` (``Scheduler.schedule``: ``waiting.pop_request``,
+    ``running.append``). A swapped request's KV comes back from the CPU tier;
+    with caching its hits take references and its new blocks get identities."""
+    k = o.counters
+    c0, nhit, total, need, num_new = a
+    R = rq.prompt.shape[0]
+    k[WH] = (k[WH] + 1) % R
+    k[WL] -= 1
+    q.run[k[N_RUN]] = r
+    k[N_RUN] += 1
+    st.status[r] = S.RUNNING
+    _log(o.events, k, k[STEPS], r, c0, S.EV_ADMIT)
+    if st.ncomp[r] > 0:  # swap the KV back in
+        k[S.O_CPU_FREE] += st.held[r]
+        s[SWAP_NS] += st.held[r] * cfg[K.SWAP_NS_PER_BLOCK]
+    k[FREE] -= need
+    ntok = rq.prompt[r] + st.nout[r]
+    if cfg[K.CACHING] != 0:
+        PC.take_slot(r, p)
+        PC.touch(nhit, p.slot_of[r], p)
+        PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
+        p.ncached[r] = nhit
+        PC.cache_blocks(r, min(c0 + num_new, ntok), cfg[K.BS], rq.group, rq.shared_len, p)
+        st.ncomp[r] = c0
+    st.held[r] = total
+    _add_to_batch(r, num_new, c0, ntok, q, s)
+    s[N_ADM] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _schedule_waiting(cfg, rq, st, q, o, sc, p):
+    """``Scheduler.schedule``, waiting phase (skipped in a step that preempted):
+    admit from the head while budget and max_num_seqs allow; strict
+    head-of-line blocking, except that async skips (and keeps in place) a
+    preempted request whose stale output is still in flight. Projected
+    admission (``policies.py``, a named option) also refuses a head whose
+    completion would overfill the pool."""
+    k = o.counters
+    s = sc.step
+    R = rq.prompt.shape[0]
+    bs, mml, admission = cfg[K.BS], cfg[K.MML], cfg[K.ADMISSION]
+    stop_len = k[S.O_STOP_LEN]
+    proj = 0  # projected-capacity admission: blocks held at completion
+    if admission != VANILLA:
+        for j in range(k[N_RUN]):
+            proj += projected_blocks(
+                np.int64(q.run[j]), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
+            )
+    n_skip = 0
+    while k[WL] > 0 and s[BUDGET] > 0 and k[N_RUN] < k[S.O_SEQS]:
+        r = q.wq[k[WH]]
+        if st.stale[r] > 0:
+            sc.skipbuf[n_skip] = r
+            n_skip += 1
+            k[WH] = (k[WH] + 1) % R
+            k[WL] -= 1
+            continue
+        a = _admission_test(cfg, rq, st, k, s, p, r)
+        if a[4] < 0:
+            break
+        if admission != VANILLA:
+            p_r = projected_blocks(
+                np.int64(r), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
+            )
+            if proj + p_r > k[S.O_USABLE]:
+                break
+            proj += p_r
+        _admit(cfg, rq, st, q, o, s, p, r, a)
+    for j in range(n_skip - 1, -1, -1):  # back in front, in their order
+        k[WH] = (k[WH] - 1 + R) % R
+        q.wq[k[WH]] = sc.skipbuf[j]
+        k[WL] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _begin_step(cfg, k, s):
+    """Open a step of ``Scheduler.schedule``: zero its accumulators, the token
+    budget is max_num_batched_tokens, and long_prefill_token_threshold
+    applies only when another request exists."""
+    for j in range(s.shape[0]):
+        s[j] = 0
+    s[START] = k[CLOCK]
+    s[BUDGET] = cfg[K.MNBT]
+    s[THR_NOW] = cfg[K.THR] if k[N_RUN] + k[WL] > 1 else 0
+
+
+# ---- Step time and output processing ---------------------------------------
+
+
+@njit(cache=True, _nrt=False)
+def _step_time(cfg, cfgf, k, s):
+    """Advance the clock by the step's duration (``planner.latency``; an empty
+    step runs no model) plus its KV swap time, and count the step. Returns
+    the duration (ns)."""
+    p_tok, d_tok = s[PREFILL], s[DECODE]
+    ip = cfg[K.B0 : K.B2 + 1]
+    dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED])
+    dt += s[SWAP_NS]
+    k[CLOCK] += dt
+    k[S.O_BUSY_NS] += dt
+    k[STEPS] += 1
+    if p_tok + d_tok == 0:
+        k[S.O_ZERO_STEPS] += 1
+    k[S.O_PREFILL_TOKENS] += p_tok
+    k[S.O_DECODE_TOKENS] += d_tok
+    k[S.O_PREEMPTIONS] += s[N_PRE]
+    k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
+    return dt
+
+
+@njit(cache=True, _nrt=False)
+def _update_after_schedule(cfg, dt, rq, st, q, o, s):
+    """``Scheduler._update_after_schedule``: num_computed_tokens advances by the
+    scheduled tokens; tokens below the high-water mark count as recompute
+    waste (linear model: the step's fixed cost shared per request plus the
+    token's unit cost; roofline: the step time pro rata). Async: scheduled
+    tokens go in flight, and a chunk reaching the known end adds a
+    placeholder (its ``sched_tok`` is negated: it samples). First it logs
+    the state after scheduling (EV_STATE, EV_FREE)."""
+    k = o.counters
+    _log(o.events, k, k[STEPS] - 1, k[N_RUN], k[WL], S.EV_STATE)
+    _log(o.events, k, k[STEPS] - 1, -1, k[FREE], S.EV_FREE)
+    async_ = cfg[K.ASYNC] != 0
+    linear = cfg[K.LAT_KIND] == LINEAR
+    n_sched, n_tok = s[N_SCHED], s[PREFILL] + s[DECODE]
+    for j in range(n_sched):
+        r = q.slist[j]
+        n = q.sched_tok[r]
+        c0 = st.ncomp[r]
+        known = rq.prompt[r] + st.nout[r] + st.ph[r]
+        w = min(c0 + n, st.hw[r]) - c0
+        if w > 0:
+            if linear:
+                unit = cfg[K.B2] if (n == 1 and c0 == known - 1) else cfg[K.B1]
+                o.floats[S.F_WASTE_NS] += (cfg[K.B0] / n_sched) * (w / n) + unit * w
             else:
-                P += num_new
-            attended += num_new * ncomp[r] + num_new * (num_new + 1) // 2
-            kv_touched += ncomp[r] + num_new
-            i += 1
-
-        # Waiting phase: skipped in a step that preempted; strict head-of-line,
-        # except that async skips (and keeps in place) a preempted request whose
-        # stale output is still in flight.
-        if n_pre == 0:
-            proj = 0  # projected-capacity admission: blocks held at completion
-            if admission != VANILLA:
-                for j in range(n_run):
-                    proj += projected_blocks(
-                        np.int64(run[j]), admission, prompt, max_tokens, stop_len, mml, bs
-                    )
-            n_skip = 0
-            while wl > 0 and budget > 0:
-                if n_run >= seqs:
-                    break
-                r = wq[wh]
-                if stale[r] > 0:
-                    skipbuf[n_skip] = r
-                    n_skip += 1
-                    wh = (wh + 1) % R
-                    wl -= 1
-                    continue
-                ntok = prompt[r] + nout[r]
-                c0 = ncomp[r]  # 0, or the KV kept on the CPU tier by a swap
-                # Prefix-cache hits: full blocks already cached (get_computed_blocks);
-                # those still in the free queue leave it when touched.
-                nhit = 0
-                evictable = 0
-                wm = wm_blocks if n_run > 0 else 0
-                if caching and c0 == 0:
-                    # Only hits on blocks in use lower the gate, and only shared-prefix
-                    # blocks can be in use: if even those cannot make it fit, skip
-                    # the lookup (it has no side effects; the gate refuses anyway).
-                    in_use_max = min(shared_len[r] // bs, PC.max_hit_blocks(ntok, bs))
-                    if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > free:
-                        break
-                    nhit, evictable = PC.lookup(
-                        r, ntok, bs, group, shared_len, R, maxb, tkey, thead, ref, hits
-                    )
-                    c0 = nhit * bs
-                num_new = ntok - c0
-                if 0 < thr_now < num_new:
-                    num_new = thr_now
-                if num_new > budget:
-                    num_new = budget
-                if gate and max(blocks_for_tokens(ntok, mml, bs) - nhit, 0) + evictable + wm > free:
-                    break
-                total = blocks_for_tokens(c0 + num_new, mml, bs)
-                need = total - nhit + evictable
-                if need + wm > free:
-                    break
-                if admission != VANILLA:
-                    p_r = projected_blocks(
-                        np.int64(r), admission, prompt, max_tokens, stop_len, mml, bs
-                    )
-                    if proj + p_r > usable:
-                        break
-                    proj += p_r
-                wh = (wh + 1) % R
-                wl -= 1
-                run[n_run] = r
-                n_run += 1
-                status[r] = S.RUNNING
-                if L > 0:
-                    nlog = _log(rlog, nlog, step, r, c0, S.EV_ADMIT)
-                if ncomp[r] > 0:  # swap the KV back in
-                    cpu_free += held[r]
-                    swap_ns += held[r] * ns_per_block
-                free -= need
-                if caching:
-                    n_free_slots -= 1
-                    slot_of[r] = slots[n_free_slots]
-                    PC.touch(hits, nhit, table, slot_of[r], ref, fq_next, fq_prev, pc)
-                    PC.get_new_blocks(
-                        total - nhit, table, slot_of[r], nhit, ref, hkey, hnext, hprev, fq_next,
-                        fq_prev, pc, tkey, thead, ttail,
-                    )  # fmt: skip
-                    ncached[r] = PC.cache_blocks(
-                        r, table, slot_of[r], nhit, min(c0 + num_new, ntok), bs, group,
-                        shared_len, R, maxb, hkey, hnext, hprev, tkey, thead, ttail,
-                    )  # fmt: skip
-                    ncomp[r] = c0
-                held[r] = total
-                sched_tok[r] = num_new
-                slist[n_sched] = r
-                n_sched += 1
-                budget -= num_new
-                n_adm += 1
-                if num_new == 1 and c0 == ntok - 1:
-                    D += 1
-                else:
-                    P += num_new
-                attended += num_new * c0 + num_new * (num_new + 1) // 2
-                kv_touched += c0 + num_new
-            for j in range(n_skip - 1, -1, -1):  # back in front, in their order
-                wh = (wh - 1 + R) % R
-                wq[wh] = skipbuf[j]
-                wl += 1
-        if L > 0:
-            nlog = _log(rlog, nlog, step, n_run, wl, S.EV_STATE)
-            nlog = _log(rlog, nlog, step, -1, free, S.EV_FREE)
-
-        # Step time (planner.latency); an empty step runs no model.
-        dt = step_time_ns(lat_kind, ip, cfgf, P, D, attended, kv_touched) + swap_ns
-        clock += dt
-        busy += dt
-        steps += 1
-        if P + D == 0:
-            zero_steps += 1
-        prefill_tok += P
-        decode_tok += D
-        preemptions += n_pre
-        if free < min_free:
-            min_free = free
-
-        # After the step: num_computed_tokens advances (_update_after_schedule);
-        # a token is sampled where the chunk reached the known end.
-        for j in range(n_sched):
-            r = slist[j]
-            n = sched_tok[r]
-            c0 = ncomp[r]
-            known = prompt[r] + nout[r] + ph[r]
-            w = min(c0 + n, hw[r]) - c0
-            if w > 0:
-                if lat_kind == LINEAR:
-                    unit = b2 if (n == 1 and c0 == known - 1) else b1
-                    waste += (b0 / n_sched) * (w / n) + unit * w
-                else:
-                    waste += dt * w / (P + D)
-            if c0 + n > hw[r]:
-                hw[r] = c0 + n
-            ncomp[r] = c0 + n
-            if L > 0:
-                nlog = _log(rlog, nlog, step, r, n, S.EV_SCHED)
-            if async_:
-                infl[r] += n
-                if c0 + n >= known:
-                    ph[r] += 1
-                    sched_tok[r] = -n  # marks "samples" for the in-flight list
-        # update_from_output: sync applies this step's output now; async applies
-        # the previous step's (its batch was in flight while this one was planned).
-        n_fin = 0
+                o.floats[S.F_WASTE_NS] += dt * w / n_tok
+        st.hw[r] = max(st.hw[r], c0 + n)
+        st.ncomp[r] = c0 + n
+        _log(o.events, k, k[STEPS] - 1, r, n, S.EV_SCHED)
         if async_:
-            for j in range(n_pend):
-                r = plist[j]
-                n = ptok[j]
-                samples = n < 0
-                if samples:
-                    n = -n
-                infl[r] -= n
-                was_stale = stale[r] > 0
-                if was_stale:
-                    stale[r] -= n
-                    if stale[r] == 0:
-                        n_stale -= 1
-                if status[r] == S.FINISHED or not samples:
-                    continue
-                had_ph = ph[r] > 0
-                nout[r] += 1
-                if not was_stale and ph[r] > 0:
-                    ph[r] -= 1
-                if first_ns[r] < 0:
-                    first_ns[r] = start
-                upto = min(ncomp[r] - infl[r], prompt[r] + nout[r])
-                if (
-                    caching
-                    and not was_stale
-                    and status[r] == S.RUNNING
-                    and had_ph
-                    and upto >= (ncached[r] + 1) * bs
-                ):
-                    # Blocks whose tokens are now all known join the cache.
-                    ncached[r] = PC.cache_blocks(
-                        r, table, slot_of[r], np.int64(ncached[r]), upto, bs, group, shared_len, R,
-                        maxb, hkey, hnext, hprev, tkey, thead, ttail,
-                    )  # fmt: skip
-                if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
-                    if status[r] == S.WAITING:  # preempted; its stale token ended it
-                        wl = _remove_waiting(r, wq, wh, wl)
-                    freed, n_free_slots = _finish(
-                        r, start, caching, held, status, finish_ns, table, slot_of, slots,
-                        n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc,
-                    )  # fmt: skip
-                    free += freed
-                    n_fin += 1
-                    if L > 0:
-                        nlog = _log(rlog, nlog, step - 1, r, 0, S.EV_FINISH)
-            n_flight = n_pend
-            for j in range(n_sched):
-                plist[j] = slist[j]
-                ptok[j] = sched_tok[slist[j]]
-            n_pend = n_sched
+            st.infl[r] += n
+            if c0 + n >= known:
+                st.ph[r] += 1
+                q.sched_tok[r] = -n
+
+
+@njit(cache=True, _nrt=False)
+def _update_from_output(cfg, rq, st, q, o, s, p):
+    """``Scheduler.update_from_output`` (sync): a request whose chunk reached
+    its known tokens samples one now; ``check_stop`` finishes it at
+    max_tokens or the stop length, freeing its blocks at once."""
+    k = o.counters
+    caching = cfg[K.CACHING] != 0
+    clock = k[CLOCK]
+    for j in range(s[N_SCHED]):
+        r = q.slist[j]
+        if st.ncomp[r] != rq.prompt[r] + st.nout[r]:
+            continue
+        st.nout[r] += 1
+        if st.first_ns[r] < 0:
+            st.first_ns[r] = clock
+        if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
+            k[FREE] += _finish(r, clock, caching, st, p)
+            s[N_FIN] += 1
+            _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
+
+
+@njit(cache=True, _nrt=False)
+def _update_from_output_async(cfg, rq, st, q, o, s, p):
+    """``Scheduler.update_from_output`` under ``AsyncScheduler``
+    (``EngineCore.step_with_batch_queue``): the previous step's output lands
+    now, at this step's start; its tokens leave flight; stale output of a
+    preempted request is delivered without advancing it (but can still end
+    it). Then this step's batch becomes the one in flight."""
+    k = o.counters
+    caching = cfg[K.CACHING] != 0
+    bs, start = cfg[K.BS], s[START]
+    for j in range(k[S.O_N_PEND]):
+        r = q.plist[j]
+        n = q.ptok[j]
+        samples = n < 0
+        n = abs(n)
+        st.infl[r] -= n
+        was_stale = st.stale[r] > 0
+        if was_stale:
+            st.stale[r] -= n
+            if st.stale[r] == 0:
+                k[S.O_N_STALE] -= 1
+        if st.status[r] == S.FINISHED or not samples:
+            continue
+        had_ph = st.ph[r] > 0
+        st.nout[r] += 1
+        if not was_stale and st.ph[r] > 0:
+            st.ph[r] -= 1
+        if st.first_ns[r] < 0:
+            st.first_ns[r] = start
+        upto = min(st.ncomp[r] - st.infl[r], rq.prompt[r] + st.nout[r])
+        if caching and not was_stale and st.status[r] == S.RUNNING and had_ph:
+            # Blocks whose tokens are now all known join the cache.
+            if upto >= (p.ncached[r] + 1) * bs:
+                PC.cache_blocks(r, upto, bs, rq.group, rq.shared_len, p)
+        if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
+            if st.status[r] == S.WAITING:  # preempted; its stale token ended it
+                k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
+            k[FREE] += _finish(r, start, caching, st, p)
+            s[N_FIN] += 1
+            _log(o.events, k, k[STEPS] - 2, r, 0, S.EV_FINISH)
+    s[N_FLIGHT] = k[S.O_N_PEND]
+    for j in range(s[N_SCHED]):
+        q.plist[j] = q.slist[j]
+        q.ptok[j] = q.sched_tok[q.slist[j]]
+    k[S.O_N_PEND] = s[N_SCHED]
+
+
+# ---- End of step -----------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _check_invariants(cfg, st, q, k, p):
+    """Count a step that breaks block conservation: blocks held by running
+    requests + free blocks = usable blocks (with caching: references, distinct
+    blocks in use and the free queue's length agree)."""
+    used = 0
+    for i in range(k[N_RUN]):
+        used += st.held[q.run[i]]
+    if cfg[K.CACHING] != 0:
+        pc = p.pc
+        free, usable = k[FREE], k[S.O_USABLE]
+        if pc[PC.FREE_LEN] != free or pc[PC.IN_USE] + free != usable or pc[PC.REFS] != used:
+            k[S.O_INVARIANT_ERRORS] += 1
+    elif used + k[FREE] != k[S.O_USABLE]:
+        k[S.O_INVARIANT_ERRORS] += 1
+
+
+@njit(cache=True, inline="always")
+def _write_trace(o, s):
+    """Record the step just taken in the per-step trace, if it has room."""
+    k = o.counters
+    t = k[STEPS] - 1
+    if t >= o.trace.shape[0]:
+        return
+    row_ = o.trace[t]
+    row_[S.T_START_NS] = s[START]
+    row_[S.T_END_NS] = k[CLOCK]
+    row_[S.T_SCHEDULED] = s[PREFILL] + s[DECODE]
+    row_[S.T_PREFILL] = s[PREFILL]
+    row_[S.T_DECODE] = s[DECODE]
+    row_[S.T_RUNNING] = k[N_RUN]
+    row_[S.T_WAITING] = k[WL]
+    row_[S.T_FREE] = k[FREE]
+    row_[S.T_PREEMPTED] = s[N_PRE]
+    row_[S.T_FINISHED] = s[N_FIN]
+    row_[S.T_ADMITTED] = s[N_ADM]
+
+
+@njit(cache=True, _nrt=False)
+def _end_step(cfg, st, q, o, s, p, check):
+    """Drop finished requests from ``running`` (``remove_all``), check the
+    invariants, write the trace, and prove a livelock when there is one.
+    Frozen: nothing scheduled, nothing preempted, no output in flight,
+    requests waiting. Running is then empty, so the head is refused with the
+    whole pool free and no later event can change that (arrivals queue
+    behind it). Returns whether the run is livelocked."""
+    k = o.counters
+    if s[N_FIN] > 0:
+        k[N_RUN] = _drop_finished(q.run, k[N_RUN], st.status)
+        k[S.O_FINISHED] += s[N_FIN]
+    if check:
+        _check_invariants(cfg, st, q, k, p)
+    _write_trace(o, s)
+    frozen = s[PREFILL] + s[DECODE] == 0 and s[N_PRE] == 0 and s[N_FLIGHT] == 0
+    if frozen or s[CYCLE] != 0:
+        k[S.O_LIVELOCKED] = 1
+        k[S.O_LIVELOCK_STEP] = k[STEPS] - 1
+        return True
+    return False
+
+
+# ---- The step loop ---------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
+    """Simulate one configuration to the horizon, the end of its work, a proven
+    livelock, ``max_steps`` or the caller's stop flag.
+
+    Args: ``cfg`` (NCOLS,) int64 and ``cfgf`` (NFLOAT,) float64, this config's
+    row of ``config.pack_configs``; ``rq`` the shared ``state.Requests``;
+    ``st``/``q``/``o`` this config's rows of ``state.ReqState``, ``Queues`` and
+    ``Out`` (results are written there: ``o.counters`` holds ``state.O_*``);
+    ``ctl`` (1,) int64, a stop flag the caller may set from another thread
+    (the run then ends with ``O_INTERRUPTED`` = 1); ``use_macro`` allows the
+    decode fast path (off while tracing or logging events); ``check`` counts
+    steps that break block conservation (one pass over ``running`` per step).
+    """
+    k = o.counters
+    sc, p = _init(cfg, rq, k)
+    R = rq.prompt.shape[0]
+    macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
+    macro = macro and cfg[K.CACHING] == 0
+    async_ = cfg[K.ASYNC] != 0
+    while True:
+        _arrivals(cfg, rq, st, q, k)
+        if k[N_RUN] == 0 and k[WL] == 0:
+            k[S.O_N_PEND] = 0  # only finished requests can still have output in flight
+            if k[NXT] >= R:
+                break
+            k[CLOCK] = st.entry_ns[st.order[k[NXT]]]
+            continue
+        if k[CLOCK] >= cfg[K.HORIZON_NS]:
+            break
+        if k[STEPS] >= cfg[K.MAX_STEPS]:
+            k[S.O_STEP_LIMIT] = 1
+            break
+        if ctl[0] != 0:
+            k[S.O_INTERRUPTED] = 1
+            break
+        _adapt_cap(cfg, k)
+        if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc.hist, check):
+            continue
+        # Scheduler.schedule: the running phase, then (if nothing was
+        # preempted) the waiting phase.
+        _begin_step(cfg, k, sc.step)
+        _schedule_running(cfg, rq, st, q, o, sc.step, p)
+        if sc.step[N_PRE] == 0:
+            _schedule_waiting(cfg, rq, st, q, o, sc, p)
+        dt = _step_time(cfg, cfgf, k, sc.step)
+        _update_after_schedule(cfg, dt, rq, st, q, o, sc.step)
+        if async_:
+            _update_from_output_async(cfg, rq, st, q, o, sc.step, p)
         else:
-            n_flight = 0
-            for j in range(n_sched):
-                r = slist[j]
-                if ncomp[r] == prompt[r] + nout[r]:
-                    nout[r] += 1
-                    if first_ns[r] < 0:
-                        first_ns[r] = clock
-                    if nout[r] >= max_tokens[r] or prompt[r] + nout[r] >= stop_len:
-                        freed, n_free_slots = _finish(
-                            r, clock, caching, held, status, finish_ns, table, slot_of, slots,
-                            n_free_slots, ncached, ref, hkey, fq_next, fq_prev, pc,
-                        )  # fmt: skip
-                        free += freed
-                        n_fin += 1
-                        if L > 0:
-                            nlog = _log(rlog, nlog, step, r, 0, S.EV_FINISH)
-        if n_fin > 0:
-            n_run = _drop_finished(run, n_run, status)
-            finished += n_fin
-
-        if check:
-            used = 0
-            for i in range(n_run):
-                used += held[run[i]]
-            if caching:
-                # Shared blocks: count references and distinct blocks in use.
-                if pc[PC.FREE_LEN] != free or pc[PC.IN_USE] + free != usable or pc[PC.REFS] != used:
-                    inv_err += 1
-            elif used + free != usable:
-                inv_err += 1
-
-        if steps - 1 < T:
-            row = trace[steps - 1]
-            row[S.T_START_NS] = start
-            row[S.T_END_NS] = clock
-            row[S.T_SCHEDULED] = P + D
-            row[S.T_PREFILL] = P
-            row[S.T_DECODE] = D
-            row[S.T_RUNNING] = n_run
-            row[S.T_WAITING] = wl
-            row[S.T_FREE] = free
-            row[S.T_PREEMPTED] = n_pre
-            row[S.T_FINISHED] = n_fin
-            row[S.T_ADMITTED] = n_adm
-
-        # Frozen: nothing scheduled, nothing preempted, no output in flight,
-        # requests waiting. Running is then empty, so the head is refused with
-        # the whole pool free and no later event can change that (arrivals
-        # queue behind it).
-        if (P + D == 0 and n_pre == 0 and n_flight == 0) or cycle:
-            livelocked = 1
-            livelock_step = steps - 1
+            _update_from_output(cfg, rq, st, q, o, sc.step, p)
+        if _end_step(cfg, st, q, o, sc.step, p, check):
             break
 
-    out_i[S.O_FINISHED] = finished
-    out_i[S.O_REJECTED] = rejected
-    out_i[S.O_RUNNING_END] = n_run
-    out_i[S.O_WAITING_END] = wl
-    out_i[S.O_ARRIVED] = arrived
-    out_i[S.O_PREEMPTIONS] = preemptions
-    out_i[S.O_STEPS] = steps
-    out_i[S.O_ZERO_STEPS] = zero_steps
-    out_i[S.O_MIN_FREE] = min_free
-    out_i[S.O_END_NS] = clock
-    out_i[S.O_BUSY_NS] = busy
-    out_i[S.O_LIVELOCKED] = livelocked
-    out_i[S.O_LIVELOCK_STEP] = livelock_step
-    out_i[S.O_STEP_LIMIT] = step_limit
-    out_i[S.O_PREFILL_TOKENS] = prefill_tok
-    out_i[S.O_DECODE_TOKENS] = decode_tok
-    out_i[S.O_INVARIANT_ERRORS] = inv_err
-    out_i[S.O_MACRO_STEPS] = macro_steps
-    out_f[S.F_WASTE_NS] = waste
-    return nlog
 
-
-@njit(parallel=True, cache=True)
-def simulate_batch(
-    cfg,
-    cfgf,
-    prompt,
-    max_tokens,
-    priority,
-    group,
-    shared_len,
-    entry_ns,
-    order,
-    ncomp,
-    nout,
-    held,
-    status,
-    first_ns,
-    finish_ns,
-    npre,
-    hw,
-    run,
-    wq,
-    sched_tok,
-    slist,
-    out_i,
-    out_f,
-    trace,
-    rlog,
-    rlog_n,
-    ph,
-    infl,
-    stale,
-    plist,
-    ptok,
-    use_macro,
-    check,
-):
+@njit(parallel=True, cache=True, nogil=True)
+def simulate_batch(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
     """Run ``simulate_one`` for every row of ``cfg`` (shape (C, NCOLS)), in parallel.
 
-    ``cfgf`` (C, NFLOAT) float64 holds the roofline parameters.
-    Workload arrays ``prompt``, ``max_tokens`` have shape (R,), int32, and
-    ``priority`` (R,) int64 (lower is served first under the priority policy);
-    ``entry_ns`` (C, R) int64 and ``order`` (C, R) int32 are per config because
-    the queueing delay depends on alpha. All other arrays are ``state.State``.
+    ``cfgf`` (C, NFLOAT) float64 holds the roofline parameters; ``rq`` is the
+    ``state.Requests`` all configs share ((R,) arrays); ``st``, ``q`` and ``o``
+    are the ``state.ReqState``, ``Queues`` and ``Out`` records of (C, ...)
+    arrays (``state.allocate``), each config running on its row (``row``).
     """
     for c in prange(cfg.shape[0]):
-        rlog_n[c] = simulate_one(
-            cfg[c],
-            cfgf[c],
-            prompt,
-            max_tokens,
-            priority,
-            group,
-            shared_len,
-            entry_ns[c],
-            order[c],
-            ncomp[c],
-            nout[c],
-            held[c],
-            status[c],
-            first_ns[c],
-            finish_ns[c],
-            npre[c],
-            hw[c],
-            run[c],
-            wq[c],
-            sched_tok[c],
-            slist[c],
-            out_i[c],
-            out_f[c],
-            trace[c],
-            rlog[c],
-            ph[c],
-            infl[c],
-            stale[c],
-            plist[c],
-            ptok[c],
-            use_macro,
-            check,
-        )
+        simulate_one(cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), ctl, use_macro, check)

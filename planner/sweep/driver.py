@@ -681,7 +681,7 @@ def estimate(
             res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
             res.metrics()  # a chunk's work includes its metrics
             seconds += time.perf_counter() - t
-            steps += float(res.state.out_i[:, O_DECODE_TOKENS].sum())
+            steps += float(res.state.out.counters[:, O_DECODE_TOKENS].sum())
     finally:
         numba.set_num_threads(before)
     return Estimate(n, steps, seconds, plan.num_configs, threads, os.getloadavg()[0])
