@@ -159,6 +159,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "preemption_threshold": Bound(0.0, float(INT32_MAX), why="preemptions per request"),
     "ttft_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "tpot_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
+    "e2e_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     # plan sweep / heatmap / bench
     "chunk_size": COUNTS,
     "workers": COUNTS,

@@ -27,6 +27,7 @@ from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
+from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.traces import TraceOptions
 from planner.workload import (
     Workload,
@@ -112,6 +113,8 @@ SUMMARY_ROWS = (
     ("rejected", "{:.0f}"),
     ("running_end", "{:.0f}"),
     ("waiting_end", "{:.0f}"),
+    ("unserved", "{:.0f}"),
+    ("unfinished", "{:.0f}"),
     ("preemptions", "{:.0f}"),
     ("preempted_requests", "{:.0f}"),
     ("overloaded", "{}"),
@@ -133,6 +136,8 @@ SUMMARY_ROWS = (
     ("e2e_s_p50", "{:.3f}"),
     ("e2e_s_p90", "{:.3f}"),
     ("e2e_s_p99", "{:.3f}"),
+    ("queue_delay_s_p50", "{:.3f}"),
+    ("queue_delay_s_p99", "{:.3f}"),
     ("peak_kv_blocks", "{:.0f}"),
     ("peak_kv_usage", "{:.3f}"),
     ("steps", "{:.0f}"),
@@ -234,6 +239,10 @@ def run(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
+    ttft_slo: opt.TtftSlo = None,
+    tpot_slo: opt.TpotSlo = None,
+    e2e_slo: opt.E2eSlo = None,
+    goodput: opt.Goodput = None,
     as_json: opt.AsJson = False,
     trace: Annotated[
         Path | None, typer.Option(help="Write one row per step to this Parquet file.")
@@ -261,6 +270,7 @@ def run(
 
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
+    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
 
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
@@ -324,7 +334,7 @@ def run(
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
     wall = time.perf_counter() - t0
-    row = res.metrics().iloc[0]
+    row = res.metrics(slo).iloc[0]
     row["num_gpu_blocks_derived"] = derived
     row["latency_model"] = lat.describe()
     row["wall_s"] = wall
@@ -343,7 +353,7 @@ def run(
         print(json.dumps(finite(out), default=_json_default))
     else:
         source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
-        _print_run(wl, blocks, source, lat, row, wall)
+        _print_run(wl, blocks, source, lat, row, wall, slo)
         if row["outcome"] != OK and len(stuck):
             _print_stuck(str(row["outcome"]), stuck.tolist(), stuck_preempted.tolist())
         if row["outcome"] == LIVELOCKED:
@@ -404,21 +414,50 @@ def _print_gap_fix(cfg: SchedulerConfig) -> None:
     )
 
 
+def value_text(row: object, key: str, fmt: str) -> str:
+    """``row[key]`` formatted for people: '-' for NaN, and "≥ X" when the row
+    says the value is only a lower bound (``{key}_is_lower_bound``: requests not
+    served by the end of the run count at the time they had waited)."""
+    v = row[key]  # type: ignore[index]
+    if isinstance(v, float) and math.isnan(v):
+        return "-"
+    bound = f"{key}_is_lower_bound"
+    prefix = "≥ " if bound in row and bool(row[bound]) else ""  # type: ignore[operator,index]
+    return prefix + fmt.format(v)
+
+
 def _print_run(
-    wl: Workload, blocks: int, source: str, lat: Latency, row: object, wall: float
+    wl: Workload,
+    blocks: int,
+    source: str,
+    lat: Latency,
+    row: object,
+    wall: float,
+    slo: SLO,
 ) -> None:
     """The human-readable summary table of ``plan run``; ``source`` says where
-    num_gpu_blocks came from."""
+    num_gpu_blocks came from; with an SLO, its verdict (``metrics.slo_columns``)."""
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
     table = Table(show_header=False)
     for key, fmt in SUMMARY_ROWS:
-        v = row[key]
-        table.add_row(key, "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
+        table.add_row(key, value_text(row, key, fmt))
+    if slo.given():
+        table.add_row("goodput_rps", value_text(row, "goodput_rps", "{:.3f}"))
+        table.add_row("meets_slo", str(bool(row["meets_slo"])))  # type: ignore[index]
     table.add_row("wall_s", f"{wall:.2f}")
     console.print(table)
+    if any(bool(row[f"{k}_is_lower_bound"]) for k in LATENCY_STATS):  # type: ignore[index]
+        console.print(
+            "≥ : a lower bound: requests that arrived and had no first token (TTFT, "
+            "queue delay) or had not finished (TPOT, E2E) by the end of the run count at "
+            "the time they had waited",
+            soft_wrap=True,
+        )
+    if slo.given():
+        console.print(slo_verdict(row, slo), soft_wrap=True)
     if row["overloaded"]:  # the outcome class speaks of preemption only
         console.print(
             f"verdict: OVERLOADED - {row['offered_rps']:.3f} req/s offered, "
@@ -427,6 +466,32 @@ def _print_run(
             "setting fixes overload: more capacity or less traffic does",
             soft_wrap=True,
         )
+
+
+LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50", "_p90", "_p99")))
+
+
+def slo_verdict(row: object, slo: SLO) -> str:
+    """One line: whether ``row`` (a ``summarize`` row with SLO columns) meets
+    ``slo``, naming each metric that misses (a lower bound printed as '>= X')
+    and overload, which also denies the claim."""
+    misses = []
+    for field, limit in slo.items():
+        key = f"{field}_p{SLO_PERCENTILE}"
+        p = row[key]  # type: ignore[index]
+        bound = bool(row[f"{key}_is_lower_bound"])  # type: ignore[index]
+        if bound:
+            misses.append(
+                f"{key} ≥ {seconds_text(float(p))}, with requests unserved by the end of the "
+                "run (they count as misses)"
+            )
+        elif p > limit:
+            misses.append(f"{key} {seconds_text(float(p))} > {seconds_text(limit)}")
+    over = bool(row["overloaded"])  # type: ignore[index]
+    if not misses and not over:
+        return f"verdict: MEETS SLO ({slo.describe()}) and keeps up with the offered load"
+    parts = misses + (["overloaded"] if over else [])
+    return f"verdict: MISSES SLO ({slo.describe()}): " + "; ".join(parts)
 
 
 def _block_bytes(explicit: int | None, model: str | None, bs: int, tp: int) -> int:

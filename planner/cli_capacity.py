@@ -284,8 +284,10 @@ def safe_limit(
     preemption_threshold: Annotated[
         float, typer.Option(help="Preemptions per completed request still called safe.")
     ] = 0.0,
-    ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO, seconds.")] = None,
-    tpot_slo: Annotated[float | None, typer.Option(help="TPOT SLO, seconds.")] = None,
+    ttft_slo: opt.TtftSlo = None,
+    tpot_slo: opt.TpotSlo = None,
+    e2e_slo: opt.E2eSlo = None,
+    goodput: opt.Goodput = None,
     latency: opt.LatencyOpt = opt.LatencyKind.linear,
     alpha_coeffs: opt.AlphaCoeffs = None,
     beta_coeffs: opt.BetaCoeffs = None,
@@ -305,6 +307,7 @@ def safe_limit(
     from planner.workload import with_shared_prefixes
 
     reject_inert(ctx, RUN_RULES)
+    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
@@ -336,7 +339,7 @@ def safe_limit(
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
-    s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, ttft_slo, tpot_slo)
+    s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo)
     rec = recommendation(s)
     if as_json:
         print(json.dumps(finite(_limits_json(s, wl.name, n, rec)), default=float))
@@ -373,8 +376,7 @@ def _limits_json(s: object, name: str, n: int, rec: str) -> dict:
         "preemption_threshold": s.preemption_threshold,
         "throughput_optimal": s.throughput_optimal,
         "goodput_optimal": s.goodput_optimal,
-        "ttft_slo_s": s.ttft_slo_s,
-        "tpot_slo_s": s.tpot_slo_s,
+        **s.slo.as_dict(),
         "recommendation": rec,
         "evaluated": s.table[
             [
@@ -435,7 +437,7 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
         table.add_row(
             "goodput-optimal",
             str(s.goodput_optimal),
-            f"TTFT <= {s.ttft_slo_s} s, TPOT <= {s.tpot_slo_s} s: {g.goodput_rps:.3f} req/s",
+            f"{s.slo.describe()}: {g.goodput_rps:.3f} req/s",
         )
     c = Console(markup=False)
     c.print(table)

@@ -26,7 +26,7 @@ from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.config import SchedulerConfig
 from planner.latency import Latency
-from planner.metrics import goodput_rps
+from planner.slo import SLO
 from planner.workload import Workload
 
 COARSE_POINTS = 40
@@ -51,8 +51,7 @@ class SafeLimits:
     simulated: int | None  # None: even max_num_seqs 1 preempts above the threshold
     throughput_optimal: int
     goodput_optimal: int | None
-    ttft_slo_s: float | None
-    tpot_slo_s: float | None
+    slo: SLO
     table: pd.DataFrame
 
     def row(self, seqs: int | None) -> pd.Series | None:
@@ -90,13 +89,14 @@ def _evaluate(
     wl: Workload,
     cfg: SchedulerConfig,
     lat: Latency,
-    ttft_slo: float | None,
-    tpot_slo: float | None,
+    slo: SLO,
 ) -> pd.DataFrame:
+    """``summarize`` rows (with the SLO columns when ``slo`` sets any) for
+    ``cfg`` at each max_num_seqs in ``seqs``, in one kernel call."""
     configs = [dataclasses.replace(cfg, max_num_seqs=int(s)) for s in seqs]
-    res = simulate(configs, wl, lat, check_invariants=False)
-    df = res.metrics()
-    df["goodput_rps"] = goodput_rps(res, ttft_slo, tpot_slo)
+    df = simulate(configs, wl, lat, check_invariants=False).metrics(slo)
+    if "goodput_rps" not in df:
+        df["goodput_rps"] = np.nan
     return df
 
 
@@ -117,38 +117,35 @@ def find_safe_limits(
     lat: Latency,
     percentiles: tuple[float, ...] = (50, 90, 99, 100),
     preemption_threshold: float = 0.0,
-    ttft_slo_s: float | None = None,
-    tpot_slo_s: float | None = None,
+    slo: SLO | None = None,
     upper: int = 1024,
 ) -> SafeLimits:
     """Compute all three limits for ``wl`` on ``cfg``'s pool (its max_num_seqs is ignored).
 
-    Raises ValueError for a percentile outside 0..100, a negative threshold or
-    a non-positive SLO.
+    Raises ValueError for a percentile outside 0..100 or a negative threshold
+    (``SLO`` itself refuses a non-positive objective).
     """
+    slo = slo if slo is not None else SLO()
     for p in percentiles:
         if not (0 <= p <= 100):
             raise ValueError(f"--percentile must be in 0..100, got {p:g}")
     if not (preemption_threshold >= 0):
         raise ValueError(f"--preemption-threshold must be >= 0, got {preemption_threshold}")
-    for name, v in (("--ttft-slo", ttft_slo_s), ("--tpot-slo", tpot_slo_s)):
-        if v is not None and not (v > 0):
-            raise ValueError(f"{name} must be > 0 seconds, got {v}")
     upper = max(1, min(upper, wl.num_requests))
     analytic, at, lengths = analytic_limits(wl, cfg, percentiles)
     coarse = sorted({int(round(x)) for x in np.geomspace(1, upper, COARSE_POINTS)} | {analytic})
     coarse = [s for s in coarse if 1 <= s <= upper]
-    df = _evaluate(coarse, wl, cfg, lat, ttft_slo_s, tpot_slo_s)
+    df = _evaluate(coarse, wl, cfg, lat, slo)
     ok = _passes(df, preemption_threshold)
     first_bad = int(np.argmin(ok)) if not ok.all() else len(ok)
     if 0 < first_bad < len(ok):
         lo, hi = coarse[first_bad - 1], coarse[first_bad]
         fine = list(range(lo + 1, hi))
         if fine:
-            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, ttft_slo_s, tpot_slo_s)])
+            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
     # Refine where each curve first comes within KNEE_TOLERANCE of its maximum.
     cols = ["throughput_rps"]
-    if ttft_slo_s is not None or tpot_slo_s is not None:
+    if slo.given():
         cols.append("goodput_rps")
     for col in cols:
         df = df.sort_values("max_num_seqs").reset_index(drop=True)
@@ -157,7 +154,7 @@ def find_safe_limits(
             lo, hi = int(df.max_num_seqs[j - 1]), int(df.max_num_seqs[j])
             fine = [x for x in range(lo + 1, hi) if x not in set(df.max_num_seqs)]
             if fine:
-                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, ttft_slo_s, tpot_slo_s)])
+                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
     df = df.sort_values("max_num_seqs").reset_index(drop=True)
     ok = _passes(df, preemption_threshold)
     n_ok = int(np.argmin(ok)) if not ok.all() else len(ok)
@@ -178,8 +175,7 @@ def find_safe_limits(
         simulated=simulated,
         throughput_optimal=best,
         goodput_optimal=good,
-        ttft_slo_s=ttft_slo_s,
-        tpot_slo_s=tpot_slo_s,
+        slo=slo,
         table=df,
     )
 
@@ -222,9 +218,7 @@ def recommendation(s: SafeLimits) -> str:
         f"{a.throughput_rps:.3f} req/s, TTFT p99 {a.ttft_s_p99:.2f} s, "
         f"TPOT p99 {a.tpot_s_p99 * 1e3:.1f} ms)."
     )
-    if (s.ttft_slo_s is not None and a.ttft_s_p99 > s.ttft_slo_s) or (
-        s.tpot_slo_s is not None and a.tpot_s_p99 > s.tpot_slo_s
-    ):
+    if s.slo.given() and not a.meets_slo:
         text += " Its p99 latency misses the SLOs you gave."
     text += _overload_note(a, s.table)
     if s.throughput_optimal < safe:

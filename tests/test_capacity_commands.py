@@ -23,6 +23,7 @@ from planner.capacity import (
 from planner.config import SchedulerConfig
 from planner.latency import LinearLatency
 from planner.safelimit import find_safe_limits, recommendation
+from planner.slo import SLO
 from planner.traces import s1_exact
 
 S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
@@ -164,7 +165,7 @@ def test_s1_analytic_limit_from_the_means():
 @pytest.fixture(scope="module")
 def s1_limits():
     cfg = SchedulerConfig(num_gpu_blocks=7463, max_model_len=4096, horizon_s=120.0)
-    return find_safe_limits(s1_exact(), cfg, LinearLatency(), ttft_slo_s=60.0, tpot_slo_s=0.05)
+    return find_safe_limits(s1_exact(), cfg, LinearLatency(), slo=SLO(ttft_s=60.0, tpot_s=0.05))
 
 
 def test_s1_exact_safe_limits(s1_limits):
