@@ -101,10 +101,16 @@ class Spec:
         Raises SpecError."""
         return self._edit("latency", fields)
 
+    def with_slo(self, **fields: Any) -> Spec:
+        """Set or (with ``None``) reset ``[slo]`` fields (``ttft_slo``, ``tpot_slo``,
+        ``e2e_slo`` in seconds, ``goodput`` in vLLM's "ttft:MS ..." form).
+        Raises SpecError."""
+        return self._edit("slo", fields)
+
     def replace(self, **fields: Any) -> Spec:
         """Set or (with ``None``) reset top-level fields: ``name``, ``description``,
         ``horizon_s`` (simulated seconds), ``max_steps``. Raises SpecError."""
-        tables = {"axes", "scheduler", "workload", "hardware", "latency"}
+        tables = {"axes", "scheduler", "workload", "hardware", "latency", "slo"}
         for key in fields:
             if key in tables:
                 raise SpecError(f"replace: use with_{key}() to edit [{key}]")

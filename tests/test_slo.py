@@ -160,3 +160,30 @@ def test_run_prints_lower_bounds_and_the_slo_verdict(capsys):
     assert row["e2e_slo_s"] == 60.0 and row["unserved"] == 101
     for key in ("queue_delay_s_p50", "queue_delay_s_p99", "goodput_rps"):
         assert key in row
+
+
+def test_sweep_spec_slo_section_adds_goodput_and_the_verdict():
+    from planner import load_spec, run_sweep
+    from planner.sweep.spec import load_spec_text
+
+    spec = load_spec("sweeps/quick.toml").with_axes(
+        max_num_seqs=[32, 256], num_gpu_blocks=[7463, 60000], preemption_mode=None
+    )
+    df = run_sweep(spec.with_slo(goodput="ttft:2000 e2el:60000"))
+    direct = simulate(
+        [
+            SchedulerConfig(num_gpu_blocks=n, max_num_seqs=s, horizon_s=120.0)
+            for s in (32, 256)
+            for n in (7463, 60000)
+        ],
+        s1_exact(),
+    ).metrics(SLO(ttft_s=2.0, e2e_s=60.0))
+    assert df.meets_slo.tolist() == direct.meets_slo.tolist()
+    assert df.goodput_rps.tolist() == pytest.approx(direct.goodput_rps.tolist())
+    assert df.e2e_slo_s.tolist() == [60.0] * 4
+    assert df.meets_slo.any() and not df.meets_slo.all()
+    with pytest.raises(ValueError, match="slo.ttft_slo must be > 0"):
+        spec.with_slo(ttft_slo=0.0)
+    text = spec.to_toml() + "\n[slo]\n"
+    with pytest.raises(ValueError, match="slo: give ttft_slo, tpot_slo, e2e_slo or goodput"):
+        load_spec_text(text, spec.base_dir)

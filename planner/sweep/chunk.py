@@ -47,7 +47,7 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     configs = [sweep.configs[i] for i in chunk.config_ids]
     wl = sweep.workloads[chunk.workload_key]
     perm = thread_order(len(configs), numba.get_num_threads())
-    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics()
+    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics(sweep.slo)
     df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
     mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}

@@ -30,6 +30,7 @@ from planner.cli_inert import SCHEDULER_RULES
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
 from planner.latency import Latency
+from planner.slo import SLO, from_options
 from planner.traces import TraceOptions, check_columns, load_trace
 from planner.workload import (
     LengthDist,
@@ -257,6 +258,35 @@ class RangeSpec(_Strict):
     scale: Literal["linear", "log"] = "linear"
 
 
+class SloSpec(_Strict):
+    """``[slo]``: the SLOs of ``planner.slo`` (fields named as the options of
+    ``plan run``): seconds, or ``goodput = "ttft:MS tpot:MS e2el:MS"`` (vLLM
+    bench's form, milliseconds). Each row then has ``goodput_rps``,
+    ``meets_slo`` and ``slo_margin`` (``metrics.summarize``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    ttft_slo: float | None = None
+    tpot_slo: float | None = None
+    e2e_slo: float | None = None
+    goodput: str | None = None
+
+    def slo(self) -> SLO:
+        """The SLO; raises SpecError (one line, naming the field) when it is bad."""
+        try:
+            out = from_options(
+                self.ttft_slo,
+                self.tpot_slo,
+                self.e2e_slo,
+                self.goodput,
+                ("slo.ttft_slo", "slo.tpot_slo", "slo.e2e_slo", "slo.goodput"),
+            )
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+        if not out.given():
+            raise SpecError("slo: give ttft_slo, tpot_slo, e2e_slo or goodput")
+        return out
+
+
 AxisValue = int | float | str | bool
 
 
@@ -272,6 +302,7 @@ class SweepSpec(_Strict):
     latency: LatencySpec = LatencySpec()
     scheduler: dict[str, AxisValue] = {}
     axes: dict[str, list[AxisValue] | RangeSpec]
+    slo: SloSpec | None = None
 
 
 def int_range(start: float, stop: float, num: int, scale: str) -> list[int]:
@@ -347,6 +378,7 @@ class Sweep:
         self.base_dir = base_dir
         self.axes: dict[str, list[AxisValue]] = {}
         check_field_bounds(spec)
+        self.slo = spec.slo.slo() if spec.slo is not None else None
         for key, v in spec.scheduler.items():
             _check_axis_value(key, v, f"scheduler.{key}")
         known = SCHEDULER_AXES + WORKLOAD_AXES + HARDWARE_AXES
