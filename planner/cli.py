@@ -158,10 +158,7 @@ def run(
     ctx: typer.Context,
     num_gpu_blocks: opt.NumGpuBlocks = None,
     block_size: opt.BlockSize = 16,
-    max_num_seqs: Annotated[
-        int,
-        typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
-    ] = 256,
+    max_num_seqs: opt.MaxNumSeqs = 256,
     max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
     max_model_len: opt.MaxModelLen = 4096,
     long_prefill_token_threshold: Annotated[int, typer.Option(help="0 = off.")] = 0,

@@ -218,6 +218,10 @@ NumGpuBlocks = Annotated[
     ),
 ]
 BlockSize = Annotated[int, typer.Option(help="Tokens per KV block (vLLM's --block-size).")]
+MaxNumSeqs = Annotated[
+    int,
+    typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
+]
 MaxModelLen = Annotated[int, typer.Option(help="Context length limit, tokens (vLLM's).")]
 MaxNumBatchedTokens = Annotated[
     int, typer.Option(help="Token budget per step (vLLM's --max-num-batched-tokens).")

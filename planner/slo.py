@@ -65,12 +65,13 @@ class SLO:
         """True when at least one objective is set."""
         return bool(self.items())
 
-    def describe(self) -> str:
-        """E.g. ``TTFT p99 <= 2 s, TPOT p99 <= 50 ms``; '' when none is given."""
+    def describe(self, per_request: bool = False) -> str:
+        """E.g. ``TTFT p99 <= 2 s, TPOT p99 <= 50 ms`` (the run-level SLO), or with
+        ``per_request`` ``TTFT <= 2 s, TPOT <= 50 ms`` (the goodput rule); ''
+        when none is given."""
         names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
-        return ", ".join(
-            f"{names[k]} p{SLO_PERCENTILE} <= {seconds_text(v)}" for k, v in self.items()
-        )
+        stat = "" if per_request else f" p{SLO_PERCENTILE}"
+        return ", ".join(f"{names[k]}{stat} <= {seconds_text(v)}" for k, v in self.items())
 
     def as_dict(self) -> dict[str, float | None]:
         """Columns ``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s`` (None: not given)."""

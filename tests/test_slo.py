@@ -187,3 +187,37 @@ def test_sweep_spec_slo_section_adds_goodput_and_the_verdict():
     text = spec.to_toml() + "\n[slo]\n"
     with pytest.raises(ValueError, match="slo: give ttft_slo, tpot_slo, e2e_slo or goodput"):
         load_spec_text(text, spec.base_dir)
+
+
+S1_CSV = "planner/data/s1_seed7.csv"
+
+
+def test_check_with_an_slo_judges_the_traffic(capsys):
+    """plan check's SAFE covers the SLOs and overload once they are given."""
+    base = ["check", "--trace-file", S1_CSV, "--ttft-slo", "2"]
+    code, out, err = run_cli(
+        capsys, *base, "--num-gpu-blocks", "7463", "--max-num-seqs", "32", "--horizon", "120"
+    )
+    flat = " ".join(out.split())
+    assert code == 1, err
+    assert "traffic at max_num_seqs 32: is OVERLOADED and MISSES the SLOs" in flat
+    assert "TTFT p99 ≥ 99.7 s" in flat and "verdict: UNSAFE" in flat and " SAFE -" not in flat
+    code, out, err = run_cli(capsys, *base, "--num-gpu-blocks", "60000", "--json")
+    o = json.loads(out)
+    assert code == 0, err
+    assert o["verdict"] == "safe" and o["traffic"]["keeps_up"] and o["traffic"]["meets_slo"]
+    assert o["traffic"]["ttft_s_p99"] < 2 and o["traffic"]["max_num_seqs"] == 256
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--max-num-seqs", "32"], "--max-num-seqs needs an SLO"),
+        (["--latency", "roofline"], "--latency needs an SLO"),
+        (["--ttft-slo", "2"], "--ttft-slo needs --trace-file"),
+        (["--goodput", "ttft:2000"], "--goodput needs --trace-file"),
+    ],
+)
+def test_check_refuses_simulation_options_without_an_slo(capsys, args, needle):
+    code, _, err = run_cli(capsys, "check", "--num-gpu-blocks", "60000", *args)
+    assert code == 2 and err.count("\n") == 1 and needle in err
