@@ -160,6 +160,9 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "ttft_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "tpot_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "e2e_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
+    "rate_scale_min": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),
+    "rate_scale_max": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),
+    "rate_tolerance": Bound(1e-4, 1.0, why="relative width of the answer"),
     # plan sweep / heatmap / bench
     "chunk_size": COUNTS,
     "workers": COUNTS,

@@ -24,6 +24,7 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
+from planner.cli_maxrate import register as register_max_rate
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
@@ -686,6 +687,13 @@ def bench(
         bool,
         typer.Option(help="Instead: time a first plan run (empty Numba cache) and a warm one."),
     ] = False,
+    max_rate: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: time the highest-rate search over the grid against one plain "
+            "sweep of it, and print the ratio."
+        ),
+    ] = False,
 ) -> None:
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
     from planner.bench import run_bench, run_startup_bench
@@ -697,6 +705,13 @@ def bench(
 
     if not 1 <= grid <= 1024:
         raise InputError(f"--grid must be in 1..1024 (grid x grid configs), got {grid}")
+    if max_rate:
+        from planner.bench import run_max_rate_bench
+
+        run_max_rate_bench(
+            grid, async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching
+        )
+        return
     run_bench(
         grid,
         reference,
@@ -706,6 +721,7 @@ def bench(
 
 
 register_capacity_commands(app)
+register_max_rate(app)
 
 
 def main(argv: list[str] | None = None) -> None:

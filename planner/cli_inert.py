@@ -167,9 +167,14 @@ SCHEDULER_RULES: tuple[Rule, ...] = tuple(
 # ``plan bench``: --startup times fresh ``plan run`` processes, not the grid.
 BENCH_RULES: tuple[Rule, ...] = (
     Rule(
-        ("grid", "reference", "async_scheduling", "enable_prefix_caching"),
+        ("grid", "reference", "async_scheduling", "enable_prefix_caching", "max_rate"),
         lambda p: bool(p.get("startup")),
         "has no effect with --startup (it times fresh plan run processes)",
+    ),
+    Rule(
+        ("reference",),
+        lambda p: bool(p.get("max_rate")),
+        "has no effect with --max-rate (it times the search against a plain sweep)",
     ),
 )
 

@@ -49,6 +49,7 @@ SPEC_TO_RUN = {
     "scheduler": None,
     "axes": None,
     "slo": None,  # a table: ttft_slo, tpot_slo, e2e_slo, goodput = plan run's options
+    "search": None,  # a table: rate_scale_min, rate_scale_max, rate_tolerance = plan max-rate's
 }
 
 

@@ -57,7 +57,7 @@ def test_bad_slos_are_one_line_errors(kwargs, needle):
         ("--goodput", "e2el:-3"),
     ],
 )
-@pytest.mark.parametrize("command", ["run", "safe-limit"])
+@pytest.mark.parametrize("command", ["run", "safe-limit", "max-rate"])
 def test_slo_at_or_below_zero_exits_2_with_one_line(capsys, command, args):
     code, out, err = run_cli(capsys, command, "--num-gpu-blocks", "7463", *args)
     assert code == 2

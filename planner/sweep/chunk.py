@@ -14,6 +14,8 @@ import pandas as pd
 
 from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs
+from planner.maxrate import search_max_rate
+from planner.slo import SLO
 from planner.sweep.spec import Sweep
 
 
@@ -65,6 +67,10 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
         ]
     for name, value in sweep.hardware_columns.items():
         df[name] = value
+    if sweep.search is not None:  # [search]: the highest sustainable rate of each config
+        found = search_max_rate(configs, wl, sweep.latency, sweep.slo or SLO(), sweep.search)
+        for col in found.table.columns:
+            df[col] = found.table[col].to_numpy()
     df["workload_fingerprint"] = wl.fingerprint()
     df["spec"] = sweep.name
     return df

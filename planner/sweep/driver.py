@@ -731,6 +731,12 @@ def dry_run(
     )
     console.print(f"JIT compile / cache load: {compile_s:.1f} s")
     console.print(f"estimated run time: {est.describe()}")
+    if sweep.search is not None:
+        console.print(
+            "[search]: not in the estimate; each chunk then runs the highest-rate search, "
+            "about 10 more kernel calls over its configs, each run to completion "
+            "(planner.maxrate)"
+        )
     return fig
 
 

@@ -30,6 +30,12 @@ from planner.cli_inert import SCHEDULER_RULES
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
 from planner.latency import Latency
+from planner.maxrate_range import (
+    DEFAULT_MAX_SCALE,
+    DEFAULT_MIN_SCALE,
+    DEFAULT_REL_TOL,
+    SearchRange,
+)
 from planner.slo import SLO, from_options
 from planner.traces import TraceOptions, check_columns, load_trace
 from planner.workload import (
@@ -287,6 +293,28 @@ class SloSpec(_Strict):
         return out
 
 
+class SearchSpec(_Strict):
+    """``[search]``: the highest sustainable rate of every configuration
+    (``planner.maxrate``) at the spec's ``[slo]`` (none: overload only), adding
+    the columns ``max_rate_scale``, ``max_rps``, ``max_output_tps``,
+    ``max_rate_limit``, ``max_rate_fail_scale``. Fields as ``plan max-rate``'s
+    options. Every search candidate runs to completion: ``horizon_s`` applies
+    to the other columns only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    rate_scale_min: float = DEFAULT_MIN_SCALE
+    rate_scale_max: float = DEFAULT_MAX_SCALE
+    rate_tolerance: float = DEFAULT_REL_TOL
+
+    def range(self) -> SearchRange:
+        """The search range; raises SpecError (one line, naming the field)."""
+        names = ("search.rate_scale_min", "search.rate_scale_max", "search.rate_tolerance")
+        try:
+            return SearchRange(self.rate_scale_min, self.rate_scale_max, self.rate_tolerance, names)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+
+
 AxisValue = int | float | str | bool
 
 
@@ -303,6 +331,7 @@ class SweepSpec(_Strict):
     scheduler: dict[str, AxisValue] = {}
     axes: dict[str, list[AxisValue] | RangeSpec]
     slo: SloSpec | None = None
+    search: SearchSpec | None = None
 
 
 def int_range(start: float, stop: float, num: int, scale: str) -> list[int]:
@@ -379,6 +408,7 @@ class Sweep:
         self.axes: dict[str, list[AxisValue]] = {}
         check_field_bounds(spec)
         self.slo = spec.slo.slo() if spec.slo is not None else None
+        self.search = spec.search.range() if spec.search is not None else None
         for key, v in spec.scheduler.items():
             _check_axis_value(key, v, f"scheduler.{key}")
         known = SCHEDULER_AXES + WORKLOAD_AXES + HARDWARE_AXES
