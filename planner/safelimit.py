@@ -54,6 +54,11 @@ class SafeLimits:
     slo: SLO
     table: pd.DataFrame
     search_limit: int = 1024  # the largest max_num_seqs evaluated (min(upper, requests))
+    # When no value qualifies (``qualifies``): the highest rate scale at which the
+    # closest value does (``planner.maxrate``, run to completion), and that value.
+    closest: int | None = None
+    closest_rate_scale: float = float("nan")
+    closest_rate_limit: str = ""
 
     def row(self, seqs: int | None) -> pd.Series | None:
         if seqs is None:
@@ -164,7 +169,7 @@ def find_safe_limits(
     good = None
     if len(cols) == 2:
         good = int(df.max_num_seqs[_knee(df, "goodput_rps")])
-    return SafeLimits(
+    out = SafeLimits(
         mean_prompt=float(wl.prompt_tokens.mean()),
         mean_output=float(wl.output_tokens.mean()),
         mean_request=wl.mean_request_tokens(cfg.max_model_len),
@@ -180,6 +185,34 @@ def find_safe_limits(
         table=df,
         search_limit=upper,
     )
+    if not qualifies(out).any() and df.completed.max() > 0:
+        _closest_rate(out, wl, cfg, lat)
+    return out
+
+
+def _closest_rate(s: SafeLimits, wl: Workload, cfg: SchedulerConfig, lat: Latency) -> None:
+    """Nothing qualifies: find the value that comes closest (the most started
+    per second when all are overloaded, else the smallest p99 / SLO ratio among
+    those that keep up) and the highest rate scale at which it qualifies
+    (``maxrate.search_max_rate``, below 1). Sets ``s.closest*``; an offline
+    workload (no rate to scale) leaves them unset."""
+    from planner.maxrate import SearchRange, search_max_rate
+
+    t = s.table
+    alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
+    keeps_up = alive & ~t.overloaded.astype(bool)
+    sub = t[keeps_up] if keeps_up.any() else t[alive]
+    col, pick = ("slo_margin", "idxmin") if keeps_up.any() else ("served_rps", "idxmax")
+    seqs = int(sub.loc[getattr(sub[col], pick)()].max_num_seqs)
+    try:
+        found = search_max_rate(
+            [dataclasses.replace(cfg, max_num_seqs=seqs)], wl, lat, s.slo, SearchRange(hi=1.0)
+        )
+    except ValueError:  # every request arrives at once: no rate to scale
+        return
+    s.closest = seqs
+    s.closest_rate_scale = float(found.table.max_rate_scale[0])
+    s.closest_rate_limit = str(found.table.max_rate_limit[0])
 
 
 def simulated_is_bound(s: SafeLimits) -> bool:
@@ -280,10 +313,10 @@ def recommend(s: SafeLimits) -> Recommendation:
                 "do better."
             )
         return Recommendation(seqs, reason, text)
-    return _nothing_qualifies(s, slo_part)
+    return _nothing_qualifies(s)
 
 
-def _nothing_qualifies(s: SafeLimits, slo_part: str) -> Recommendation:
+def _nothing_qualifies(s: SafeLimits) -> Recommendation:
     """Nothing recommended: say what fails at every max_num_seqs, and how far off it is."""
     t = s.table
     alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
@@ -300,19 +333,37 @@ def _nothing_qualifies(s: SafeLimits, slo_part: str) -> Recommendation:
             f"least {1 / frac:.2f}x (blocks, GPUs, replicas); no scheduler setting fixes "
             "overload."
         )
-        if s.slo.given():
-            text += " The SLOs must then still be checked (plan max-rate finds the rate)."
+        text += _rate_text(s)
         return Recommendation(None, "overloaded", text, frac)
     sub = t[keeps_up]
     best = sub.loc[sub.slo_margin.idxmin()]
     text = (
-        f"Nothing recommended: no max_num_seqs {span} keeps up{slo_part}. Closest: "
+        f"Nothing recommended: no max_num_seqs {span} keeps up and meets the SLOs "
+        f"({s.slo.describe()}). Closest: "
         f"max_num_seqs {int(best.max_num_seqs)} keeps up, with {latency_text(best, s.slo)}: "
-        f"{'at least ' if _any_bound(best) else ''}{best.slo_margin:.2f}x its tightest SLO. "
-        "The SLOs need less load or more capacity; plan max-rate finds the highest rate at "
-        "which a configuration meets them."
+        f"{'at least ' if _any_bound(best) else ''}{best.slo_margin:.2f}x its tightest SLO."
+        + _rate_text(s)
     )
-    return Recommendation(None, "misses the SLOs", text)
+    return Recommendation(None, "misses the SLOs", text, s.closest_rate_scale)
+
+
+def _rate_text(s: SafeLimits) -> str:
+    """What the highest-rate search of the closest value found (``_closest_rate``)."""
+    if s.closest is None:
+        return ""
+    cond = "meets the SLOs and keeps up" if s.slo.given() else "keeps up"
+    if s.closest_rate_limit == "below_search_min":
+        return (
+            f" Even at 0.001x the offered rate, max_num_seqs {s.closest} never {cond} "
+            "(run to completion): less load alone does not help; the SLOs need faster steps "
+            "(hardware, model) or a larger pool."
+        )
+    r = s.closest_rate_scale
+    return (
+        f" Run to completion, max_num_seqs {s.closest} {cond} up to {r:.3g}x the offered "
+        f"rate (plan max-rate): the load must fall by {(1 - r) * 100:.0f}% or the capacity "
+        f"grow {1 / r:.2f}x (replicas)."
+    )
 
 
 def _any_bound(row: pd.Series) -> bool:

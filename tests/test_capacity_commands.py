@@ -207,10 +207,28 @@ def test_no_recommendation_when_only_slos_fail():
     s = find_safe_limits(s1_exact(), cfg, LinearLatency(), slo=SLO(ttft_s=0.001))
     rec = recommend(s)
     assert rec.max_num_seqs is None and "Recommended" not in rec.text
-    assert "Nothing recommended: no max_num_seqs from 1 to 300 keeps up, meet the SLOs" in (
+    assert "Nothing recommended: no max_num_seqs from 1 to 300 keeps up and meets the SLOs" in (
         rec.text
     )
     assert "Closest: max_num_seqs" in rec.text
+    # a 1 ms TTFT is below one prefill step: no load is low enough
+    assert s.closest is not None and s.closest_rate_limit == "below_search_min"
+    assert "less load alone does not help" in rec.text
+
+
+def test_nothing_qualifies_says_how_far_the_load_must_fall(s1_limits):
+    """S1 at 10 req/s on 7,463 blocks: the closest value's highest sustainable
+    rate (plan max-rate, run to completion) says by how much the load must fall,
+    and that rate holds at 0.9x and fails at 1.1x."""
+    s = s1_limits
+    r = s.closest_rate_scale
+    assert s.closest is not None and 0 < r < 1
+    assert f"the load must fall by {(1 - r) * 100:.0f}%" in recommendation(s)
+    wl = s1_exact()
+    cfg = SchedulerConfig(num_gpu_blocks=7463, max_num_seqs=s.closest)
+    for f, ok in ((0.9, True), (1.1, False)):
+        m = simulate([cfg], wl, arrival_s=wl.arrival_s[None, :] / (r * f)).metrics(s.slo)
+        assert (bool(m.meets_slo[0]) and not m.overloaded[0]) is ok
 
 
 def test_json_is_standard_and_tiny_pools_say_so(capsys):
