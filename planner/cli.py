@@ -94,6 +94,11 @@ class StopBound(StrEnum):
     max_servable = "max_servable"
 
 
+class ColorScale(StrEnum):
+    linear = "linear"
+    log = "log"
+
+
 class Policy(StrEnum):
     fcfs = "fcfs"
     priority = "priority"
@@ -648,6 +653,20 @@ def heatmap(
     ] = None,
     width: Annotated[int, typer.Option(help="Pixels.")] = 1400,
     height: Annotated[int, typer.Option(help="Pixels.")] = 700,
+    color_scale: Annotated[
+        ColorScale, typer.Option(help="Colour scale of the metric (log: TTFT spans decades).")
+    ] = ColorScale.linear,
+    slo_contour: Annotated[
+        bool,
+        typer.Option(help="Outline the cells that meet the sweep's [slo] and keep up."),
+    ] = False,
+    recommend: Annotated[
+        bool,
+        typer.Option(
+            help="Mark each panel's recommended cell: meets the SLOs, keeps up, within 1% of "
+            "the best goodput, fewest resources on the y then x axis."
+        ),
+    ] = False,
 ) -> None:
     """Draw a sweep's metric over two axes with its failure regions and the KV-safe curve."""
     from planner.plots import default_out
@@ -662,7 +681,10 @@ def heatmap(
         point = (a, b)
     dest = out if out is not None else default_out(results)
     try:
-        path = draw(results, dest, x, y, z, facet or None, where or [], point, width, height)
+        path = draw(
+            results, dest, x, y, z, facet or None, where or [], point, width, height,
+            color_scale.value, slo_contour, recommend,
+        )  # fmt: skip
     except OSError as e:
         raise InputError(f"cannot write {dest}: {os_error_reason(e)}") from None
     print(f"plan: wrote {path}", file=sys.stderr)
