@@ -499,6 +499,10 @@ def _limits_json(s: object, name: str, n: int, rec: object) -> dict:
         "preemption_threshold": s.preemption_threshold,
         "throughput_optimal": s.throughput_optimal,
         "goodput_optimal": s.goodput_optimal,
+        "optimal_at_search_limit": {
+            "throughput": s.throughput_optimal >= s.search_limit,
+            "goodput": s.goodput_optimal is not None and s.goodput_optimal >= s.search_limit,
+        },
         **s.slo.as_dict(),
         "recommended": rec.max_num_seqs,
         "recommended_reason": rec.reason,
@@ -548,7 +552,7 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
     assert b is not None
     table.add_row(
         "throughput-optimal",
-        str(s.throughput_optimal),
+        _seqs_text(s, s.throughput_optimal),
         f"smallest within 1% of the best completions/s ({b.throughput_rps:.3f} req/s)"
         + _state(s, s.throughput_optimal),
     )
@@ -557,7 +561,7 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
         assert g is not None
         table.add_row(
             "goodput-optimal",
-            str(s.goodput_optimal),
+            _seqs_text(s, s.goodput_optimal),
             f"smallest within 1% of the most requests per second with "
             f"{s.slo.describe(per_request=True)}: {g.goodput_rps:.3f} req/s"
             + _state(s, s.goodput_optimal),
@@ -565,6 +569,17 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
     c = Console(markup=False)
     c.print(table)
     c.print(f"recommendation: {rec}")
+
+
+def _seqs_text(s: object, seqs: int) -> str:
+    """A max_num_seqs found by the search; at the search limit, a bound: larger
+    values were not tried."""
+    from planner.safelimit import SafeLimits, search_limit_text
+
+    assert isinstance(s, SafeLimits)
+    if seqs >= s.search_limit:
+        return f"≥ {seqs:,} ({search_limit_text(s)})"
+    return str(seqs)
 
 
 def _state(s: object, seqs: int | None) -> str:
