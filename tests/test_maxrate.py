@@ -190,3 +190,20 @@ def test_bench_prints_the_ratio(capsys):
     assert "search / plain sweep:" in out and "4 configs" in out
     code, _, err = run_cli(capsys, "bench", "--max-rate", "--reference")
     assert code == 2 and "--reference has no effect with --max-rate" in err
+
+
+def test_plan_run_at_the_reported_rate(capsys):
+    """The same check through the commands a user types: plan max-rate's answer,
+    then plan run --rate-scale at 0.9x and 1.1x of it (no horizon: to completion)."""
+    slo = ["--ttft-slo", "2", "--tpot-slo", "0.05"]
+    pool = ["--trace-file", S1_CSV, "--num-gpu-blocks", "60000", "--max-num-seqs", "256"]
+    code, out, err = run_cli(capsys, "max-rate", *pool, *slo, "--json")
+    assert code == 0, err
+    s = json.loads(out)["configs"][0]["max_rate_scale"]
+    verdicts = []
+    for f in (0.9, 1.1):
+        code, out, err = run_cli(capsys, "run", *pool, *slo, "--rate-scale", f"{s * f!r}", "--json")
+        assert code == 0, err
+        row = json.loads(out)
+        verdicts.append(row["meets_slo"] and not row["overloaded"])
+    assert verdicts == [True, False]
