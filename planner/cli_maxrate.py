@@ -231,11 +231,10 @@ def max_rate(
         f"({tps:,.0f} output tokens/s) at scale 1; step time: {lat.describe()}",
         soft_wrap=True,
     )
-    cond = f"{slo.describe()}, " if slo.given() else "no SLO given: "
+    cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
     c.print(
-        f"sustainable = {cond}not overloaded, every request run to completion "
-        f"(unserved requests miss every SLO); scales {rng.lo:g}..{rng.hi:g}, "
-        f"within {rng.rel_tol:.0%}",
+        f"sustainable = {cond}not overloaded, every request run to completion; scales "
+        f"{rng.lo:g}..{rng.hi:g}, within {rng.rel_tol:.0%}",
         soft_wrap=True,
     )
     for i, combo in enumerate(combos):
@@ -243,7 +242,8 @@ def max_rate(
         scale, rps_t, tps_t = _answer(row, rng.lo, AT_MAX, BELOW_MIN)
         name = ", ".join(f"{k} {v}" for k, v in combo.items()) or "this configuration"
         rates = "" if rps_t == "-" else f" ({rps_t} req/s, {tps_t} output tokens/s)"
-        c.print(f"{name}: max_rate_scale {scale}{rates}; at it: {_at_rate(row)}", soft_wrap=True)
+        at = f"; at it: {_at_rate(row)}" if rps_t != "-" else "; nothing in the range passes"
+        c.print(f"{name}: max_rate_scale {scale}{rates}{at}", soft_wrap=True)
     c.print(
         f"{found.rounds} rounds (one kernel call each), {found.evaluations} runs, {wall:.1f} s",
         soft_wrap=True,
