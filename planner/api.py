@@ -15,6 +15,7 @@ from planner.config import SchedulerConfig, pack_configs
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch, simulate_one
 from planner.latency import Latency, LinearLatency
+from planner.slo import SLO
 from planner.workload import MAX_ARRIVAL_S, Workload
 
 
@@ -34,11 +35,12 @@ class SimResult:
     arrival_ns: np.ndarray
     state: S.State
 
-    def metrics(self) -> pd.DataFrame:
-        """One row per config: see ``planner.metrics.summarize``."""
+    def metrics(self, slo: SLO | None = None) -> pd.DataFrame:
+        """One row per config: see ``planner.metrics.summarize`` (``slo`` adds
+        goodput and the SLO verdict)."""
         from planner.metrics import summarize
 
-        return summarize(self)
+        return summarize(self, slo)
 
     def trace(self, c: int = 0) -> pd.DataFrame:
         """Per-step trace of config c (needs ``trace_steps`` > 0): one row per step."""

@@ -111,6 +111,58 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
     return fig
 
 
+# The SLOs of ``plan bench --max-rate`` (seconds).
+BENCH_SLO = {"ttft_s": 2.0, "tpot_s": 0.05}
+
+
+def run_max_rate_bench(side: int, **options: bool) -> dict[str, float]:
+    """Time the highest-rate search (``planner.maxrate``, TTFT p99 <= 2 s, TPOT
+    p99 <= 50 ms) over the S1 grid of ``s1_grid(side)`` against one plain sweep
+    of the same configs (one kernel call, horizon 120 s, as ``run_bench``), and
+    against one call at scale 1 run to completion (what each search round
+    runs). Prints and returns the wall times and their ratios."""
+    import dataclasses
+    import math
+
+    from planner.maxrate import search_max_rate
+    from planner.slo import SLO
+
+    wl, lat = s1_workload(), LinearLatency()
+    simulate([SchedulerConfig(num_gpu_blocks=100, max_model_len=256, horizon_s=1.0)], wl, lat)
+    cfgs = s1_grid(side, **options)
+    t0 = time.perf_counter()
+    simulate(cfgs, wl, lat, check_invariants=False).metrics()
+    plain = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    full = [dataclasses.replace(c, horizon_s=math.inf) for c in cfgs]
+    simulate(full, wl, lat, check_invariants=False).metrics()
+    complete = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    found = search_max_rate(cfgs, wl, lat, SLO(**BENCH_SLO))
+    search = time.perf_counter() - t0
+    fig = {
+        "configs": len(cfgs),
+        "plain_sweep_s": plain,
+        "plain_to_completion_s": complete,
+        "search_s": search,
+        "rounds": found.rounds,
+        "evaluations": found.evaluations,
+        "ratio": search / plain,
+        "ratio_to_completion": search / complete,
+    }
+    print(f"S1 grid:                       {len(cfgs)} configs, 300 requests")
+    print("search:                        TTFT p99 <= 2 s, TPOT p99 <= 50 ms, not overloaded")
+    print(f"plain sweep (horizon 120 s):   {plain:8.2f} s")
+    print(f"plain, run to completion:      {complete:8.2f} s")
+    print(
+        f"max-rate search:               {search:8.2f} s ({found.rounds} kernel calls, "
+        f"{found.evaluations:,} config runs)"
+    )
+    print(f"search / plain sweep:          {fig['ratio']:8.1f}x")
+    print(f"search / plain to completion:  {fig['ratio_to_completion']:8.1f}x")
+    return fig
+
+
 STARTUP_ARGS = ("run", "--num-requests", "20", "--json")
 
 

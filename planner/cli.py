@@ -24,9 +24,11 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
+from planner.cli_maxrate import register as register_max_rate
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
+from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.traces import TraceOptions
 from planner.workload import (
     Workload,
@@ -92,6 +94,11 @@ class StopBound(StrEnum):
     max_servable = "max_servable"
 
 
+class ColorScale(StrEnum):
+    linear = "linear"
+    log = "log"
+
+
 class Policy(StrEnum):
     fcfs = "fcfs"
     priority = "priority"
@@ -112,6 +119,8 @@ SUMMARY_ROWS = (
     ("rejected", "{:.0f}"),
     ("running_end", "{:.0f}"),
     ("waiting_end", "{:.0f}"),
+    ("unserved", "{:.0f}"),
+    ("unfinished", "{:.0f}"),
     ("preemptions", "{:.0f}"),
     ("preempted_requests", "{:.0f}"),
     ("overloaded", "{}"),
@@ -133,6 +142,8 @@ SUMMARY_ROWS = (
     ("e2e_s_p50", "{:.3f}"),
     ("e2e_s_p90", "{:.3f}"),
     ("e2e_s_p99", "{:.3f}"),
+    ("queue_delay_s_p50", "{:.3f}"),
+    ("queue_delay_s_p99", "{:.3f}"),
     ("peak_kv_blocks", "{:.0f}"),
     ("peak_kv_usage", "{:.3f}"),
     ("steps", "{:.0f}"),
@@ -153,10 +164,7 @@ def run(
     ctx: typer.Context,
     num_gpu_blocks: opt.NumGpuBlocks = None,
     block_size: opt.BlockSize = 16,
-    max_num_seqs: Annotated[
-        int,
-        typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
-    ] = 256,
+    max_num_seqs: opt.MaxNumSeqs = 256,
     max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
     max_model_len: opt.MaxModelLen = 4096,
     long_prefill_token_threshold: Annotated[int, typer.Option(help="0 = off.")] = 0,
@@ -234,6 +242,10 @@ def run(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
+    ttft_slo: opt.TtftSlo = None,
+    tpot_slo: opt.TpotSlo = None,
+    e2e_slo: opt.E2eSlo = None,
+    goodput: opt.Goodput = None,
     as_json: opt.AsJson = False,
     trace: Annotated[
         Path | None, typer.Option(help="Write one row per step to this Parquet file.")
@@ -261,6 +273,7 @@ def run(
 
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
+    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
 
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
@@ -324,7 +337,7 @@ def run(
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
     wall = time.perf_counter() - t0
-    row = res.metrics().iloc[0]
+    row = res.metrics(slo).iloc[0]
     row["num_gpu_blocks_derived"] = derived
     row["latency_model"] = lat.describe()
     row["wall_s"] = wall
@@ -343,7 +356,7 @@ def run(
         print(json.dumps(finite(out), default=_json_default))
     else:
         source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
-        _print_run(wl, blocks, source, lat, row, wall)
+        _print_run(wl, blocks, source, lat, row, wall, slo)
         if row["outcome"] != OK and len(stuck):
             _print_stuck(str(row["outcome"]), stuck.tolist(), stuck_preempted.tolist())
         if row["outcome"] == LIVELOCKED:
@@ -404,21 +417,50 @@ def _print_gap_fix(cfg: SchedulerConfig) -> None:
     )
 
 
+def value_text(row: object, key: str, fmt: str) -> str:
+    """``row[key]`` formatted for people: '-' for NaN, and "≥ X" when the row
+    says the value is only a lower bound (``{key}_is_lower_bound``: requests not
+    served by the end of the run count at the time they had waited)."""
+    v = row[key]  # type: ignore[index]
+    if isinstance(v, float) and math.isnan(v):
+        return "-"
+    bound = f"{key}_is_lower_bound"
+    prefix = "≥ " if bound in row and bool(row[bound]) else ""  # type: ignore[operator,index]
+    return prefix + fmt.format(v)
+
+
 def _print_run(
-    wl: Workload, blocks: int, source: str, lat: Latency, row: object, wall: float
+    wl: Workload,
+    blocks: int,
+    source: str,
+    lat: Latency,
+    row: object,
+    wall: float,
+    slo: SLO,
 ) -> None:
     """The human-readable summary table of ``plan run``; ``source`` says where
-    num_gpu_blocks came from."""
+    num_gpu_blocks came from; with an SLO, its verdict (``metrics.slo_columns``)."""
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
     table = Table(show_header=False)
     for key, fmt in SUMMARY_ROWS:
-        v = row[key]
-        table.add_row(key, "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
+        table.add_row(key, value_text(row, key, fmt))
+    if slo.given():
+        table.add_row("goodput_rps", value_text(row, "goodput_rps", "{:.3f}"))
+        table.add_row("meets_slo", str(bool(row["meets_slo"])))  # type: ignore[index]
     table.add_row("wall_s", f"{wall:.2f}")
     console.print(table)
+    if any(bool(row[f"{k}_is_lower_bound"]) for k in LATENCY_STATS):  # type: ignore[index]
+        console.print(
+            "≥ : a lower bound: requests that arrived and had no first token (TTFT, "
+            "queue delay) or had not finished (TPOT, E2E) by the end of the run count at "
+            "the time they had waited",
+            soft_wrap=True,
+        )
+    if slo.given():
+        console.print(slo_verdict(row, slo), soft_wrap=True)
     if row["overloaded"]:  # the outcome class speaks of preemption only
         console.print(
             f"verdict: OVERLOADED - {row['offered_rps']:.3f} req/s offered, "
@@ -427,6 +469,32 @@ def _print_run(
             "setting fixes overload: more capacity or less traffic does",
             soft_wrap=True,
         )
+
+
+LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50", "_p90", "_p99")))
+
+
+def slo_verdict(row: object, slo: SLO) -> str:
+    """One line: whether ``row`` (a ``summarize`` row with SLO columns) meets
+    ``slo``, naming each metric that misses (a lower bound printed as '>= X')
+    and overload, which also denies the claim."""
+    misses = []
+    for field, limit in slo.items():
+        key = f"{field}_p{SLO_PERCENTILE}"
+        p = row[key]  # type: ignore[index]
+        bound = bool(row[f"{key}_is_lower_bound"])  # type: ignore[index]
+        if bound:
+            misses.append(
+                f"{key} ≥ {seconds_text(float(p))}, with requests unserved by the end of the "
+                "run (they count as misses)"
+            )
+        elif p > limit:
+            misses.append(f"{key} {seconds_text(float(p))} > {seconds_text(limit)}")
+    over = bool(row["overloaded"])  # type: ignore[index]
+    if not misses and not over:
+        return f"verdict: MEETS SLO ({slo.describe()}) and keeps up with the offered load"
+    parts = misses + (["overloaded"] if over else [])
+    return f"verdict: MISSES SLO ({slo.describe()}): " + "; ".join(parts)
 
 
 def _block_bytes(explicit: int | None, model: str | None, bs: int, tp: int) -> int:
@@ -585,6 +653,20 @@ def heatmap(
     ] = None,
     width: Annotated[int, typer.Option(help="Pixels.")] = 1400,
     height: Annotated[int, typer.Option(help="Pixels.")] = 700,
+    color_scale: Annotated[
+        ColorScale, typer.Option(help="Colour scale of the metric (log: TTFT spans decades).")
+    ] = ColorScale.linear,
+    slo_contour: Annotated[
+        bool,
+        typer.Option(help="Outline the cells that meet the sweep's [slo] and keep up."),
+    ] = False,
+    recommend: Annotated[
+        bool,
+        typer.Option(
+            help="Mark each panel's recommended cell: meets the SLOs, keeps up, within 1% of "
+            "the best goodput, fewest resources on the y then x axis."
+        ),
+    ] = False,
 ) -> None:
     """Draw a sweep's metric over two axes with its failure regions and the KV-safe curve."""
     from planner.plots import default_out
@@ -599,7 +681,10 @@ def heatmap(
         point = (a, b)
     dest = out if out is not None else default_out(results)
     try:
-        path = draw(results, dest, x, y, z, facet or None, where or [], point, width, height)
+        path = draw(
+            results, dest, x, y, z, facet or None, where or [], point, width, height,
+            color_scale.value, slo_contour, recommend,
+        )  # fmt: skip
     except OSError as e:
         raise InputError(f"cannot write {dest}: {os_error_reason(e)}") from None
     print(f"plan: wrote {path}", file=sys.stderr)
@@ -624,6 +709,13 @@ def bench(
         bool,
         typer.Option(help="Instead: time a first plan run (empty Numba cache) and a warm one."),
     ] = False,
+    max_rate: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: time the highest-rate search over the grid against one plain "
+            "sweep of it, and print the ratio."
+        ),
+    ] = False,
 ) -> None:
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
     from planner.bench import run_bench, run_startup_bench
@@ -635,6 +727,13 @@ def bench(
 
     if not 1 <= grid <= 1024:
         raise InputError(f"--grid must be in 1..1024 (grid x grid configs), got {grid}")
+    if max_rate:
+        from planner.bench import run_max_rate_bench
+
+        run_max_rate_bench(
+            grid, async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching
+        )
+        return
     run_bench(
         grid,
         reference,
@@ -644,6 +743,7 @@ def bench(
 
 
 register_capacity_commands(app)
+register_max_rate(app)
 
 
 def main(argv: list[str] | None = None) -> None:

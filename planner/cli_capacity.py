@@ -9,7 +9,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
@@ -18,10 +18,16 @@ from rich.table import Table
 
 from planner import capacity, resolve
 from planner import cli_options as opt
-from planner.cli_inert import RUN_RULES, reject_inert
+from planner.cli_inert import CHECK_RULES, RUN_RULES, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
-from planner.workload import unused_field_warnings
+from planner.workload import Workload, unused_field_warnings
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from planner.latency import Latency
+    from planner.slo import SLO
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
 
@@ -72,6 +78,20 @@ def check(
     trace_start: opt.TraceStart = 0.0,
     trace_duration: opt.TraceDuration = math.inf,
     trace_columns: opt.TraceColumns = None,
+    rate_scale: opt.RateScale = 1.0,
+    ttft_slo: opt.TtftSlo = None,
+    tpot_slo: opt.TpotSlo = None,
+    e2e_slo: opt.E2eSlo = None,
+    goodput: opt.Goodput = None,
+    max_num_seqs: opt.MaxNumSeqs = 256,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
+    horizon: opt.Horizon = math.inf,
+    latency: opt.LatencyOpt = opt.LatencyKind.linear,
+    alpha_coeffs: opt.AlphaCoeffs = None,
+    beta_coeffs: opt.BetaCoeffs = None,
+    mfu: opt.Mfu = None,
+    mbu: opt.Mbu = None,
+    step_overhead_us: opt.StepOverheadUs = 0.0,
     as_json: opt.AsJson = False,
 ) -> None:
     """Would vLLM start on this pool, and can requests livelock in it?
@@ -81,10 +101,15 @@ def check(
     --gpu-memory-utilization. vLLM >= 0.29.0 (0.33 included) counts the null
     block at start-up; 0.28.0 and earlier start one block short.
 
-    Exit code 0: safe; 1: a livelock gap exists or vLLM >= 0.29 refuses the
-    pool; 2: bad input.
+    With an SLO (--ttft-slo, --tpot-slo, --e2e-slo or --goodput) and a
+    --trace-file, also simulates that traffic at --max-num-seqs: SAFE then
+    also needs the SLOs met (unserved requests count as misses) and no overload.
+
+    Exit code 0: safe; 1: a livelock gap exists, vLLM >= 0.29 refuses the
+    pool, or (with an SLO) the traffic is overloaded or misses it; 2: bad input.
     """
-    reject_inert(ctx, RUN_RULES)
+    reject_inert(ctx, CHECK_RULES)
+    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
@@ -116,7 +141,9 @@ def check(
         "max_concurrency_true": capacity.max_concurrency(n, block_size, t, False),
     }
     if trace_file is not None:
-        window = TraceOptions(trace_start, trace_duration, max_model_len=max_model_len)
+        window = TraceOptions(
+            trace_start, trace_duration, rate_scale=rate_scale, max_model_len=max_model_len
+        )
         read = read_trace_warned(trace_file, trace_format.value, window, trace_columns)
         wl = read.workload
         unused = [
@@ -134,12 +161,67 @@ def check(
         out["workload_in_gap"] = n_gap
         out["workload_in_gap_share"] = n_gap / wl.num_requests
     safe = starts and gap is None
+    if slo.given():
+        assert trace_file is not None  # CHECK_RULES
+        lat = opt.step_time(
+            latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
+            step_overhead_us,
+        )  # fmt: skip
+        cfg = SchedulerConfig(
+            num_gpu_blocks=n,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            horizon_s=horizon,
+        )
+        clock_bound(cfg, lat)
+        out["traffic"] = traffic_check(cfg, wl, lat, slo)
+        safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
     out["verdict"] = "safe" if safe else "unsafe"
     if as_json:
         print(json.dumps(out))
     else:
         _print_check(out, gap)
     raise typer.Exit(EXIT_SAFE if safe else EXIT_UNSAFE)
+
+
+def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) -> dict:
+    """Simulate ``cfg`` on the workload and judge it: ``keeps_up`` (not
+    ``metrics.overload``-ed), ``meets_slo`` (``metrics.slo_columns``), with the
+    p99s (and whether each is a lower bound), the offered and served rates and
+    the goodput."""
+    from planner.api import simulate
+
+    row = simulate([cfg], wl, lat).metrics(slo).iloc[0]
+    keys = [f"{m}_p99{b}" for m in ("ttft_s", "tpot_s", "e2e_s") for b in ("", "_is_lower_bound")]
+    keys += ["offered_rps", "served_rps", "goodput_rps", "completed", "unserved", "outcome"]
+    out = {k: _plain(row[k]) for k in keys}
+    out["max_num_seqs"] = cfg.max_num_seqs
+    out["keeps_up"] = not bool(row.overloaded)
+    out["meets_slo"] = bool(row.meets_slo)
+    out["slo"] = slo.describe()
+    out["verdict_line"] = _traffic_line(row, slo, cfg.max_num_seqs)
+    return out
+
+
+def _plain(v: object) -> object:
+    """A numpy scalar as the Python value JSON takes."""
+    return v.item() if hasattr(v, "item") else v  # type: ignore[union-attr]
+
+
+def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:
+    """One line: the traffic verdict at max_num_seqs ``seqs`` with its p99s."""
+    from planner.safelimit import latency_text
+
+    over, met = bool(row.overloaded), bool(row.meets_slo)
+    fails = (["is OVERLOADED"] if over else []) + ([] if met else ["MISSES the SLOs"])
+    state = " and ".join(fails) if fails else "keeps up and meets the SLOs"
+    return (
+        f"traffic at max_num_seqs {seqs}: {state} ({slo.describe()}): "
+        f"{latency_text(row, slo)}; {row.served_rps:.3f} of {row.offered_rps:.3f} req/s "
+        "offered started over the arrival window"
+    )
 
 
 def _fixes(
@@ -226,10 +308,29 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
         f"{o['max_concurrency_vllm_log']:.2f}x (N / cdiv(T, bs)); true "
         f"{o['max_concurrency_true']:.2f}x ((N - 1) / cdiv(T, bs))"
     )
-    if o["verdict"] == "safe":
+    if "traffic" in o:
+        c.print(o["traffic"]["verdict_line"])
+    pool_safe = o["vllm_0_33_starts"] and not gap
+    if o["verdict"] == "safe" and "traffic" in o:
+        c.print(
+            "verdict: SAFE - vLLM >= 0.29 starts, no request can livelock, and the trace's "
+            f"traffic keeps up and meets the SLOs at max_num_seqs {o['traffic']['max_num_seqs']}"
+        )
+    elif o["verdict"] == "safe":
         c.print(
             "verdict: SAFE - vLLM >= 0.29 starts and no request can livelock (the pool only: "
             "whether it keeps up with traffic is plan run's or plan safe-limit's question)"
+        )
+    elif pool_safe:
+        c.print(
+            "verdict: UNSAFE - the pool starts and cannot livelock, but the traffic "
+            + ("is overloaded" if not o["traffic"]["keeps_up"] else "misses the SLOs")
+            + (
+                " and misses the SLOs"
+                if not o["traffic"]["keeps_up"] and not o["traffic"]["meets_slo"]
+                else ""
+            )
+            + ": plan safe-limit and plan max-rate say what would hold"
         )
     elif not o["vllm_0_33_starts"]:
         older = ""
@@ -241,7 +342,7 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
         c.print(f"verdict: UNSAFE - vLLM >= 0.29 refuses to start on this pool{older}")
     else:
         c.print("verdict: UNSAFE - requests in the gap livelock")
-    if o["verdict"] != "safe":
+    if not pool_safe:
         _print_fix(c, o)
         c.print(f"note: {o['startup_check_history']}")
 
@@ -284,8 +385,10 @@ def safe_limit(
     preemption_threshold: Annotated[
         float, typer.Option(help="Preemptions per completed request still called safe.")
     ] = 0.0,
-    ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO, seconds.")] = None,
-    tpot_slo: Annotated[float | None, typer.Option(help="TPOT SLO, seconds.")] = None,
+    ttft_slo: opt.TtftSlo = None,
+    tpot_slo: opt.TpotSlo = None,
+    e2e_slo: opt.E2eSlo = None,
+    goodput: opt.Goodput = None,
     latency: opt.LatencyOpt = opt.LatencyKind.linear,
     alpha_coeffs: opt.AlphaCoeffs = None,
     beta_coeffs: opt.BetaCoeffs = None,
@@ -301,10 +404,11 @@ def safe_limit(
 ) -> None:
     """The largest KV-safe max_num_seqs for a workload and pool: analytic,
     simulation-verified, throughput- and goodput-optimal."""
-    from planner.safelimit import find_safe_limits, recommendation
+    from planner.safelimit import find_safe_limits, recommend
     from planner.workload import with_shared_prefixes
 
     reject_inert(ctx, RUN_RULES)
+    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
@@ -336,12 +440,12 @@ def safe_limit(
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
-    s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, ttft_slo, tpot_slo)
-    rec = recommendation(s)
+    s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo)
+    rec = recommend(s)
     if as_json:
         print(json.dumps(finite(_limits_json(s, wl.name, n, rec)), default=float))
         return
-    _print_limits(s, wl.name, n, block_size, rec)
+    _print_limits(s, wl.name, n, block_size, rec.text)
 
 
 def finite(obj: object) -> object:
@@ -355,10 +459,30 @@ def finite(obj: object) -> object:
     return obj
 
 
-def _limits_json(s: object, name: str, n: int, rec: str) -> dict:
-    from planner.safelimit import SafeLimits
+EVALUATED_COLUMNS = (
+    "max_num_seqs",
+    "completed",
+    "preemptions",
+    "throughput_rps",
+    "goodput_rps",
+    "ttft_s_p99",
+    "ttft_s_p99_is_lower_bound",
+    "tpot_s_p99",
+    "tpot_s_p99_is_lower_bound",
+    "e2e_s_p99",
+    "e2e_s_p99_is_lower_bound",
+    "overloaded",
+    "offered_rps",
+    "served_rps",
+    "outcome",
+)
 
-    assert isinstance(s, SafeLimits)
+
+def _limits_json(s: object, name: str, n: int, rec: object) -> dict:
+    from planner.safelimit import Recommendation, SafeLimits, simulated_is_bound
+
+    assert isinstance(s, SafeLimits) and isinstance(rec, Recommendation)
+    cols = [c for c in (*EVALUATED_COLUMNS, "meets_slo") if c in s.table]
     return {
         "workload": name,
         "num_gpu_blocks": n,
@@ -370,29 +494,26 @@ def _limits_json(s: object, name: str, n: int, rec: str) -> dict:
         "analytic_at": s.analytic_at,
         "request_tokens_at": s.length_at,
         "simulated": s.simulated,
+        "simulated_is_lower_bound": simulated_is_bound(s),
+        "search_limit": s.search_limit,
         "preemption_threshold": s.preemption_threshold,
         "throughput_optimal": s.throughput_optimal,
         "goodput_optimal": s.goodput_optimal,
-        "ttft_slo_s": s.ttft_slo_s,
-        "tpot_slo_s": s.tpot_slo_s,
-        "recommendation": rec,
-        "evaluated": s.table[
-            [
-                "max_num_seqs",
-                "completed",
-                "preemptions",
-                "throughput_rps",
-                "goodput_rps",
-                "ttft_s_p99",
-                "tpot_s_p99",
-                "outcome",
-            ]
-        ].to_dict("records"),  # fmt: skip
+        "optimal_at_search_limit": {
+            "throughput": s.throughput_optimal >= s.search_limit,
+            "goodput": s.goodput_optimal is not None and s.goodput_optimal >= s.search_limit,
+        },
+        **s.slo.as_dict(),
+        "recommended": rec.max_num_seqs,
+        "recommended_reason": rec.reason,
+        "recommendation": rec.text,
+        "load_fraction_served": rec.load_fraction,
+        "evaluated": s.table[cols].to_dict("records"),
     }
 
 
 def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
-    from planner.safelimit import SafeLimits
+    from planner.safelimit import SafeLimits, search_limit_text, simulated_is_bound
 
     assert isinstance(s, SafeLimits)
     mean_len = s.mean_request
@@ -417,29 +538,63 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
         if s.preemption_threshold == 0
         else f"<= {s.preemption_threshold:g} preemptions per completed request"
     )
-    table.add_row(
-        "simulation-verified",
-        "-" if s.simulated is None else str(s.simulated),
-        f"largest value such that it and every smaller one have {crit}",
-    )
+    if s.simulated is None:
+        verified = "none"
+        how = f"max_num_seqs 1 already exceeds {crit}"
+    elif simulated_is_bound(s):
+        verified = f"≥ {s.simulated:,}"
+        how = f"every value up to the {search_limit_text(s)} has {crit}"
+    else:
+        verified = str(s.simulated)
+        how = f"largest value such that it and every smaller one have {crit}"
+    table.add_row("simulation-verified", verified, how + _state(s, s.simulated))
     b = s.row(s.throughput_optimal)
     assert b is not None
     table.add_row(
         "throughput-optimal",
-        str(s.throughput_optimal),
-        f"smallest within 1% of the best completions/s ({b.throughput_rps:.3f} req/s)",
+        _seqs_text(s, s.throughput_optimal),
+        f"smallest within 1% of the best completions/s ({b.throughput_rps:.3f} req/s)"
+        + _state(s, s.throughput_optimal),
     )
     if s.goodput_optimal is not None:
         g = s.row(s.goodput_optimal)
         assert g is not None
         table.add_row(
             "goodput-optimal",
-            str(s.goodput_optimal),
-            f"TTFT <= {s.ttft_slo_s} s, TPOT <= {s.tpot_slo_s} s: {g.goodput_rps:.3f} req/s",
+            _seqs_text(s, s.goodput_optimal),
+            f"smallest within 1% of the most requests per second with "
+            f"{s.slo.describe(per_request=True)}: {g.goodput_rps:.3f} req/s"
+            + _state(s, s.goodput_optimal),
         )
     c = Console(markup=False)
     c.print(table)
     c.print(f"recommendation: {rec}")
+
+
+def _seqs_text(s: object, seqs: int) -> str:
+    """A max_num_seqs found by the search; at the search limit, a bound: larger
+    values were not tried."""
+    from planner.safelimit import SafeLimits, search_limit_text
+
+    assert isinstance(s, SafeLimits)
+    if seqs >= s.search_limit:
+        return f"≥ {seqs:,} ({search_limit_text(s)})"
+    return str(seqs)
+
+
+def _state(s: object, seqs: int | None) -> str:
+    """'; overloaded' / '; misses the SLOs' / '' for the evaluated row at ``seqs``:
+    the table's limits are facts about the pool, and say when they fail the traffic."""
+    from planner.safelimit import SafeLimits
+
+    assert isinstance(s, SafeLimits)
+    row = s.row(seqs)
+    if row is None:
+        return ""
+    notes = ["overloaded"] if bool(row.overloaded) else []
+    if s.slo.given() and not bool(row.meets_slo):
+        notes.append("misses the SLOs")
+    return f"; {' and '.join(notes)}" if notes else ""
 
 
 def register(app: typer.Typer) -> None:

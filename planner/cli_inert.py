@@ -167,8 +167,40 @@ SCHEDULER_RULES: tuple[Rule, ...] = tuple(
 # ``plan bench``: --startup times fresh ``plan run`` processes, not the grid.
 BENCH_RULES: tuple[Rule, ...] = (
     Rule(
-        ("grid", "reference", "async_scheduling", "enable_prefix_caching"),
+        ("grid", "reference", "async_scheduling", "enable_prefix_caching", "max_rate"),
         lambda p: bool(p.get("startup")),
         "has no effect with --startup (it times fresh plan run processes)",
+    ),
+    Rule(
+        ("reference",),
+        lambda p: bool(p.get("max_rate")),
+        "has no effect with --max-rate (it times the search against a plain sweep)",
+    ),
+)
+
+
+SLO_OPTIONS = ("ttft_slo", "tpot_slo", "e2e_slo", "goodput")
+# ``plan check`` simulates the trace only to judge SLOs: the settings of that
+# simulation need an SLO, and an SLO needs the trace it is judged on.
+CHECK_RULES: tuple[Rule, ...] = (
+    *RUN_RULES,
+    Rule(
+        SLO_OPTIONS,
+        lambda p: p.get("trace_file") is None,
+        "needs --trace-file (plan check judges SLOs on that trace's traffic)",
+    ),
+    Rule(
+        (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "horizon",
+            "rate_scale",
+            "latency",
+            "alpha_coeffs",
+            "beta_coeffs",
+        ),
+        lambda p: not any(p.get(k) for k in SLO_OPTIONS),
+        "needs an SLO (--ttft-slo, --tpot-slo, --e2e-slo or --goodput): plan check "
+        "simulates the traffic only to judge SLOs",
     ),
 )

@@ -19,6 +19,7 @@ import typer
 from planner import bounds, resolve
 from planner.kernel.policies import ADMISSIONS, VICTIMS
 from planner.latency import Latency
+from planner.slo import SLO, from_options
 from planner.traces import DEFAULT_COLUMNS
 from planner.workload import (
     S1_OUTPUT,
@@ -217,6 +218,10 @@ NumGpuBlocks = Annotated[
     ),
 ]
 BlockSize = Annotated[int, typer.Option(help="Tokens per KV block (vLLM's --block-size).")]
+MaxNumSeqs = Annotated[
+    int,
+    typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
+]
 MaxModelLen = Annotated[int, typer.Option(help="Context length limit, tokens (vLLM's).")]
 MaxNumBatchedTokens = Annotated[
     int, typer.Option(help="Token budget per step (vLLM's --max-num-batched-tokens).")
@@ -240,6 +245,35 @@ EnablePrefixCaching = Annotated[
     bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+# Service-level objectives (planner.slo): on the p99 of each metric, unserved
+# requests counting as misses; seconds, or vLLM bench's goodput form in ms.
+TtftSlo = Annotated[
+    float | None, typer.Option(help="SLO on TTFT p99, seconds (unserved requests miss it).")
+]
+TpotSlo = Annotated[
+    float | None, typer.Option(help="SLO on TPOT p99, seconds (unserved requests miss it).")
+]
+E2eSlo = Annotated[
+    float | None,
+    typer.Option(help="SLO on E2E latency p99, seconds (unserved requests miss it)."),
+]
+Goodput = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar='"ttft:MS tpot:MS e2el:MS"',
+        help="SLOs in vLLM bench's --goodput form, milliseconds (instead of --ttft-slo, "
+        "--tpot-slo, --e2e-slo).",
+    ),
+]
+
+
+def slo_from(
+    ttft_slo: float | None, tpot_slo: float | None, e2e_slo: float | None, goodput: list[str] | None
+) -> SLO:
+    """The SLO of the options above (``planner.slo.from_options``); raises
+    ``slo.SLOError`` (a ValueError, one line) on a value <= 0 or a metric given twice."""
+    return from_options(ttft_slo, tpot_slo, e2e_slo, goodput)
 
 
 class TraceFormat(StrEnum):

@@ -23,6 +23,7 @@ import pandas as pd
 from planner import config as K
 from planner.capacity import usable_blocks
 from planner.kernel import state as S
+from planner.slo import SLO, SLO_PERCENTILE
 from planner.workload import Workload
 
 
@@ -155,14 +156,31 @@ def _backlog_growth(
     return arrivals - starts
 
 
-def _stats(prefix: str, x: np.ndarray) -> dict[str, np.ndarray]:
-    """mean, p50, p90, p99 across axis 1 of a (C, R) float array with NaN = absent."""
+# Stands in for +inf (an unserved request) in the upper percentile of
+# ``_stats``: finite, so that numpy's interpolation stays defined.
+_UNSERVED = 1e18
+
+
+def _stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.ndarray]:
+    """mean, p50, p90, p99 across axis 1 of a (C, R) float array (NaN = not
+    counted), where ``censored`` (C, R) bool marks values that are only lower
+    bounds (requests not served by the end of the run).
+
+    Each statistic is computed with the lower bounds (so it is itself a lower
+    bound when it depends on one), and ``{stat}_is_lower_bound`` says whether it
+    does: the percentile recomputed with every censored value at +inf differs.
+    Returns ``{prefix}_{stat}`` (float64) and ``{prefix}_{stat}_is_lower_bound``
+    (bool), all (C,)."""
+    hi = np.where(censored, _UNSERVED, x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         out = {f"{prefix}_mean": np.nanmean(x, axis=1)}
         q = np.nanpercentile(x, PERCENTILES, axis=1)
-    for p, row in zip(PERCENTILES, q, strict=True):
+        q_hi = np.nanpercentile(hi, PERCENTILES, axis=1)
+    out[f"{prefix}_mean_is_lower_bound"] = censored.any(axis=1)
+    for p, row, row_hi in zip(PERCENTILES, q, q_hi, strict=True):
         out[f"{prefix}_p{p}"] = row
+        out[f"{prefix}_p{p}_is_lower_bound"] = ~np.isnan(row) & (row_hi != row)
     return out
 
 
@@ -196,23 +214,55 @@ def outcome(
 
 
 def _per_request(res: SimResult) -> dict[str, np.ndarray]:
-    """(C, R) arrays: completed mask, TTFT, TPOT, E2E in seconds (NaN = absent)."""
+    """Per-request latencies, each (C, R) float64 seconds, NaN = not counted.
+
+    ``done``: finished by the horizon (bool). ``ttft``, ``tpot``, ``e2e`` and
+    ``queue_delay`` (arrival to first token, without alpha2) are exact for the
+    requests served, and **lower bounds** for the requests that arrived (and
+    were not rejected) but had no first token (``ttft``, ``queue_delay``) or had
+    not finished (``tpot``, ``e2e``) by the end of the run (the horizon, or the
+    last step of a run stopped early): end - arrival (+ alpha2), and for TPOT
+    (end - first token) / (most outputs - 1) + alpha2, or alpha2 with no first
+    token. ``{name}_censored`` (bool) marks those. Requests arriving after the
+    end are not counted; single-output requests have no TPOT.
+    """
     st, cfg = res.state, res.cfg
     horizon = cfg[:, K.HORIZON_NS][:, None]
+    end = np.minimum(st.out.counters[:, S.O_END_NS][:, None], horizon)
     a2_s = cfg[:, K.A2][:, None] / 1e9
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
     done = (st.req.finish_ns >= 0) & (st.req.finish_ns <= horizon)
     first = (st.req.first_ns >= 0) & (st.req.first_ns <= horizon)
+    waited = (arr <= end) & (st.req.status != S.REJECTED)
+    no_first = waited & ~first
+    unfinished = waited & ~done
+    wl = res.workload
+    most = np.minimum(
+        wl.output_tokens[None, :].astype(np.int64),
+        cfg[:, K.MML][:, None] - wl.prompt_tokens[None, :].astype(np.int64),
+    )  # the most outputs a request can still produce (max_tokens, max_model_len)
     multi = done & (st.req.nout >= 2)
+    multi_open = unfinished & (most >= 2)
+    since_first = np.where(first, (end - st.req.first_ns) / 1e9, 0.0) / np.maximum(most - 1, 1)
+    waited_s = (end - arr) / 1e9
+    ttft = np.where(first, (st.req.first_ns - arr) / 1e9 + a2_s, np.nan)
+    queue = np.where(first, (st.req.first_ns - arr) / 1e9, np.nan)
+    e2e = np.where(done, (st.req.finish_ns - arr) / 1e9 + a2_s * st.req.nout, np.nan)
+    tpot = np.where(
+        multi,
+        (st.req.finish_ns - st.req.first_ns) / 1e9 / np.maximum(st.req.nout - 1, 1) + a2_s,
+        np.nan,
+    )
     return {
         "done": done,
-        "ttft": np.where(first, (st.req.first_ns - arr) / 1e9 + a2_s, np.nan),
-        "e2e": np.where(done, (st.req.finish_ns - arr) / 1e9 + a2_s * st.req.nout, np.nan),
-        "tpot": np.where(
-            multi,
-            (st.req.finish_ns - st.req.first_ns) / 1e9 / np.maximum(st.req.nout - 1, 1) + a2_s,
-            np.nan,
-        ),
+        "ttft": np.where(no_first, waited_s + a2_s, ttft),
+        "ttft_censored": no_first,
+        "queue_delay": np.where(no_first, waited_s, queue),
+        "queue_delay_censored": no_first,
+        "e2e": np.where(unfinished, waited_s + a2_s, e2e),
+        "e2e_censored": unfinished,
+        "tpot": np.where(multi_open, since_first + a2_s, tpot),
+        "tpot_censored": multi_open,
     }
 
 
@@ -223,20 +273,57 @@ def span_s(res: SimResult) -> np.ndarray:
     return np.where(s > 0, s, np.nan)
 
 
-def goodput_rps(res: SimResult, ttft_slo_s: float | None, tpot_slo_s: float | None) -> np.ndarray:
-    """Completed requests per second that met both SLOs (a missing SLO always
-    holds; a single-token request has no TPOT and meets it). Shape (C,)."""
-    q = _per_request(res)
+def request_meets_slo(q: dict[str, np.ndarray], slo: SLO) -> np.ndarray:
+    """(C, R) bool: vLLM's goodput rule (``vllm/benchmarks/serve.py``,
+    ``calculate_metrics``): a request finished by the horizon whose every given
+    metric is at or below its SLO (a single-output request has no TPOT and
+    meets a TPOT SLO, as vLLM's TPOT of 0). ``q``: ``_per_request``'s output."""
     ok = q["done"].copy()
-    if ttft_slo_s is not None:
-        ok &= q["ttft"] <= ttft_slo_s
-    if tpot_slo_s is not None:
-        ok &= np.isnan(q["tpot"]) | (q["tpot"] <= tpot_slo_s)
-    return ok.sum(axis=1) / span_s(res)
+    if slo.ttft_s is not None:
+        ok &= q["ttft"] <= slo.ttft_s
+    if slo.tpot_s is not None:
+        ok &= np.isnan(q["tpot"]) | (q["tpot"] <= slo.tpot_s)
+    if slo.e2e_s is not None:
+        ok &= q["e2e"] <= slo.e2e_s
+    return ok
 
 
-def summarize(res: SimResult) -> pd.DataFrame:
-    """One row per config: config columns, counts, throughput, latency, outcome."""
+def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
+    """Run-level SLO verdict from ``summarize``'s columns: ``meets_slo`` (C,)
+    bool, True when for each given metric its p99 (``slo.SLO_PERCENTILE``) is
+    exact (no unserved request reaches it: they count as +inf) and at or below
+    the SLO, or no request has that metric; and ``slo_margin`` (C,) float, the
+    largest p99 / SLO ratio (at most 1 when met; a lower bound when a p99 is).
+    Overload is not part of it: callers combine it with ``overloaded``."""
+    meets = np.ones(len(df), dtype=bool)
+    margin = np.zeros(len(df))
+    for field, limit in slo.items():
+        p = df[f"{field}_p{SLO_PERCENTILE}"].to_numpy(dtype=float)
+        bound = df[f"{field}_p{SLO_PERCENTILE}_is_lower_bound"].to_numpy(dtype=bool)
+        meets &= np.isnan(p) | (~bound & (p <= limit))
+        margin = np.fmax(margin, p / limit)
+    return {"meets_slo": meets, "slo_margin": margin}
+
+
+def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
+    """One row per config: config columns, counts, throughput, latency, outcome.
+
+    Latency statistics count every request that arrived, the unserved ones by
+    a lower bound (``_per_request``), and say when they are lower bounds
+    (``*_is_lower_bound``); ``unserved``/``unfinished`` count those requests.
+    With an ``slo`` that sets any objective, also ``goodput_rps``
+    (``request_meets_slo`` per second of ``span_s``), ``meets_slo`` and
+    ``slo_margin`` (``slo_columns``) and the SLOs themselves (``ttft_slo_s``,
+    ``tpot_slo_s``, ``e2e_slo_s``, NaN = not given).
+
+    Not derivable from the kernel's outputs yet (planned with the kernel's
+    per-token state): ITL p50/p90/p99 (``itl_s_*``), the largest gap between two
+    output tokens (``max_token_stall_s``), the time-averaged KV usage
+    (``mean_kv_usage``: only the peak is recorded) and the prefix-cache hit rate
+    (``prefix_cache_hit_rate``: cached tokens are not counted apart from
+    re-prefill). ``queue_delay_s_*`` is arrival to first token (it includes the
+    prefill steps): the kernel does not record when a request is first
+    scheduled."""
     st, cfg = res.state, res.cfg
     oi = st.out.counters
     q = _per_request(res)
@@ -277,9 +364,12 @@ def summarize(res: SimResult) -> pd.DataFrame:
         "throughput_rps": completed / span,
         "output_tps": out_tok / span,
         "first_completion_s": np.where(completed > 0, fin / 1e9, np.nan),
-        **_stats("ttft_s", q["ttft"]),
-        **_stats("tpot_s", q["tpot"]),
-        **_stats("e2e_s", q["e2e"]),
+        "unserved": q["ttft_censored"].sum(axis=1),
+        "unfinished": q["e2e_censored"].sum(axis=1),
+        **_stats("ttft_s", q["ttft"], q["ttft_censored"]),
+        **_stats("tpot_s", q["tpot"], q["tpot_censored"]),
+        **_stats("e2e_s", q["e2e"], q["e2e_censored"]),
+        **_queue_stats(q),
         "peak_kv_blocks": usable - oi[:, S.O_MIN_FREE],
         "peak_kv_usage": (usable - oi[:, S.O_MIN_FREE]) / usable,
         "steps": oi[:, S.O_STEPS],
@@ -304,4 +394,17 @@ def summarize(res: SimResult) -> pd.DataFrame:
         waste_share,
         oi[:, S.O_STEP_LIMIT],
     )
+    if slo is not None and slo.given():
+        df["goodput_rps"] = request_meets_slo(q, slo).sum(axis=1) / span
+        for k, v in slo_columns(df, slo).items():
+            df[k] = v
+        for k, v in slo.as_dict().items():
+            df[k] = np.nan if v is None else v
     return df
+
+
+def _queue_stats(q: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``queue_delay_s_p50``/``_p99`` (arrival to first token, seconds; see
+    ``_per_request``) and their ``_is_lower_bound`` flags, (C,) each."""
+    full = _stats("queue_delay_s", q["queue_delay"], q["queue_delay_censored"])
+    return {k: v for k, v in full.items() if "_p50" in k or "_p99" in k}

@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from matplotlib.collections import PatchCollection  # noqa: E402
-from matplotlib.colors import Colormap, Normalize  # noqa: E402
+from matplotlib.collections import LineCollection, PatchCollection  # noqa: E402
+from matplotlib.colors import Colormap, LogNorm, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING  # noqa: E402
@@ -54,6 +54,11 @@ NO_DATA = "0.85"
 # 0), the expansion matplotlib's colorbar applies to a singular range on its own
 # (matplotlib.transforms.nonsingular, expander=0.1).
 CONSTANT_EXPANDER = 0.1
+LOG_UNDER = "white"  # log colour scale: cells at or below 0
+# The SLO contour (boundary of the cells that meet the sweep's [slo] and keep up)
+# and the recommended configuration's marker.
+CONTOUR_COLOUR = "red"
+RECOMMEND_TOLERANCE = 0.01  # as safelimit.KNEE_TOLERANCE: within 1% of the best
 
 
 class PlotError(ValueError):
@@ -202,6 +207,20 @@ def _check_out(out: Path, results: str | Path) -> None:
         )
 
 
+def log_colour_scale(values: np.ndarray) -> LogNorm:
+    """A log colour scale over the positive finite ``values`` (TTFT spans 0.1 s
+    to hundreds of seconds); cells at or below 0 take the colour map's "under"
+    colour (``LOG_UNDER``), shown in the legend. Raises PlotError when no value
+    is positive."""
+    pos = values[np.isfinite(values) & (values > 0)]
+    if pos.size == 0:
+        raise PlotError("--color-scale log: no plotted cell has a positive value")
+    lo, hi = float(pos.min()), float(pos.max())
+    if lo == hi:
+        lo, hi = lo / (1 + CONSTANT_EXPANDER), hi * (1 + CONSTANT_EXPANDER)
+    return LogNorm(vmin=lo, vmax=hi)
+
+
 def colour_scale(values: np.ndarray) -> tuple[Normalize, float | None]:
     """The one colour scale every panel and the colourbar share.
 
@@ -222,7 +241,29 @@ def colour_scale(values: np.ndarray) -> tuple[Normalize, float | None]:
 
 
 def _colormap() -> Colormap:
-    return plt.get_cmap(CMAP).with_extremes(bad=NO_DATA)
+    return plt.get_cmap(CMAP).with_extremes(bad=NO_DATA, under=LOG_UNDER)
+
+
+def qualifying(part: pd.DataFrame) -> pd.Series:
+    """Rows that meet the sweep's SLOs (``meets_slo``, from its ``[slo]`` table),
+    keep up (not ``overloaded``), complete something and neither livelock nor
+    stop at the step limit: the rule of ``safelimit.qualifies``."""
+    ok = part["meets_slo"].astype(bool) & ~part["overloaded"].astype(bool)
+    ok &= (part["completed"] > 0) & ~part["livelocked"].astype(bool)
+    return ok & ~part["step_limit_hit"].astype(bool)
+
+
+def recommended(part: pd.DataFrame, x: str, y: str) -> pd.Series | None:
+    """The recommended row of one panel: among ``qualifying`` rows, those within
+    RECOMMEND_TOLERANCE of the best ``goodput_rps``, then the one with the
+    smallest ``y`` and then ``x`` (the fewest resources on the plotted axes).
+    None when no row qualifies."""
+    ok = part[qualifying(part)]
+    if ok.empty:
+        return None
+    best = ok["goodput_rps"].max()
+    near = ok[ok["goodput_rps"] >= (1 - RECOMMEND_TOLERANCE) * best]
+    return near.sort_values([y, x]).iloc[0]
 
 
 def heatmap(
@@ -236,12 +277,27 @@ def heatmap(
     mark: tuple[float, float] | None = None,
     width: int = 1400,
     height: int = 700,
+    color_scale: str = "linear",
+    slo_contour: bool = False,
+    recommend: bool = False,
 ) -> Path:
     """Draw the heatmap and save it (PNG or SVG, by the suffix of ``out``).
 
-    The figure is ``width`` x ``height`` pixels (100 dpi). Raises PlotError.
+    The figure is ``width`` x ``height`` pixels (100 dpi). ``color_scale``:
+    ``linear`` or ``log`` (``log_colour_scale``). ``slo_contour`` outlines the
+    cells that meet the sweep's SLOs and keep up (``qualifying``);
+    ``recommend`` marks the ``recommended`` cell of each panel; both need a
+    sweep with an ``[slo]`` table. Raises PlotError.
     """
+    if color_scale not in ("linear", "log"):
+        raise PlotError(f"--color-scale: expected linear or log, got {color_scale!r}")
     df, spec = load(results)
+    if (slo_contour or recommend) and "meets_slo" not in df.columns:
+        flag = "--slo-contour" if slo_contour else "--recommend"
+        raise PlotError(
+            f"{flag}: {results} has no SLO columns; add an [slo] table to the sweep spec "
+            "(e.g. ttft_slo = 2.0) and sweep again"
+        )
     x, y, z = column(df, x, "--x"), column(df, y, "--y"), column(df, z, "--z")
     axes = [a for a in (*SCHEDULER_AXES, *WORKLOAD_AXES, *HARDWARE_AXES) if a in df.columns]
     for flag, name in (("--x", x), ("--y", y), ("--facet", facet)):
@@ -281,13 +337,29 @@ def heatmap(
     xlog, ylog = _log_scale(xs), _log_scale(ys)
     xe, ye = _edges(xs, xlog), _edges(ys, ylog)
     grids = [_grid(df if v is None else df[df[facet] == v], x, y, z, xs, ys) for v in panels]
-    norm, constant = colour_scale(np.concatenate([g.ravel() for g in grids]))
+    every = np.concatenate([g.ravel() for g in grids])
+    norm, constant = colour_scale(every)
+    if color_scale == "log":
+        norm, constant = log_colour_scale(every), None
     cmap = _colormap()
+    notes = []
     for ax, value, grid in zip(axs[0], panels, grids, strict=True):
         part = df if value is None else df[df[facet] == value]
         ax.pcolormesh(xe, ye, np.ma.masked_invalid(grid), cmap=cmap, norm=norm)
         _overlay(ax, part, x, y, xs, ys, xe, ye)
         _safe_curve(ax, part, x, y)
+        if slo_contour:
+            _contour(ax, part, x, y, xs, ys, xe, ye)
+        if recommend:
+            best = recommended(part, x, y)
+            if best is None:
+                notes.append(f"{'' if value is None else f'{facet} = {value}: '}no cell meets "
+                             "the SLOs and keeps up: nothing recommended")  # fmt: skip
+            else:
+                ax.plot(best[x], best[y], marker="D", color="white", markeredgecolor="red",
+                        markersize=11)  # fmt: skip
+                ax.annotate("recommended", (best[x], best[y]), xytext=(6, -14),
+                            textcoords="offset points", color="white")  # fmt: skip
         if mark is not None:
             ax.plot(*mark, marker="*", color="white", markeredgecolor="black", markersize=16)
             ax.annotate("current", mark, xytext=(6, 6), textcoords="offset points", color="white")
@@ -315,11 +387,21 @@ def heatmap(
         handles.append(Patch(facecolor="none", edgecolor=c, hatch=h, label="overloaded"))
     if any(not np.isfinite(g).all() for g in grids):
         handles.append(Patch(facecolor=NO_DATA, edgecolor="0.5", label="no data"))
+    if color_scale == "log" and bool((every <= 0).any()):
+        handles.append(Patch(facecolor=LOG_UNDER, edgecolor="0.5", label="<= 0 (log scale)"))
     handles.append(plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs"))
+    if slo_contour:
+        handles.append(
+            plt.Line2D([], [], color=CONTOUR_COLOUR, lw=2, ls="--", label=f"inside: {_slo(df)}")
+        )
+    if recommend and len(notes) < len(panels):
+        handles.append(plt.Line2D([], [], color="red", marker="D", ls="", label="recommended"))
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
     title = _title(df, spec, z)
     if constant is not None:
         title += f"\n{z} is constant: {constant:,.6g} in every cell with data"
+    for note in notes:
+        title += f"\n{note}"
     fig.suptitle(title)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
@@ -331,6 +413,39 @@ def _grid(part: pd.DataFrame, x: str, y: str, z: str, xs: np.ndarray, ys: np.nda
     """The metric on the (ys, xs) grid of one panel; NaN where no configuration is."""
     grid = part.pivot_table(index=y, columns=x, values=z, aggfunc="mean", dropna=False)
     return grid.reindex(index=ys, columns=xs).to_numpy(float)
+
+
+def _slo(df: pd.DataFrame) -> str:
+    """The sweep's SLOs as text, from the columns ttft_slo_s, tpot_slo_s, e2e_slo_s."""
+    names = {"ttft_slo_s": "TTFT", "tpot_slo_s": "TPOT", "e2e_slo_s": "E2E"}
+    parts = [
+        f"{n} p99 <= {df[c].iloc[0]:g} s"
+        for c, n in names.items()
+        if c in df.columns and np.isfinite(df[c].iloc[0])
+    ]
+    return ", ".join(parts) + (" and " if parts else "") + "keeps up (not overloaded)"
+
+
+def _contour(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
+    """Outline the cells that qualify (``qualifying``) along cell edges: every
+    edge between a qualifying cell and one that does not (or the plot's border)."""
+    flag = part.assign(_ok=qualifying(part).astype(float))
+    ok = np.nan_to_num(_grid(flag, x, y, "_ok", xs, ys)) > 0.5  # (len(ys), len(xs))
+    padded = np.pad(ok, 1)
+    segs = []
+    for j, i in zip(*np.nonzero(ok), strict=True):
+        if not padded[j, i + 1]:  # below
+            segs.append([(xe[i], ye[j]), (xe[i + 1], ye[j])])
+        if not padded[j + 1, i + 2]:  # right
+            segs.append([(xe[i + 1], ye[j]), (xe[i + 1], ye[j + 1])])
+        if not padded[j + 2, i + 1]:  # above
+            segs.append([(xe[i], ye[j + 1]), (xe[i + 1], ye[j + 1])])
+        if not padded[j + 1, i]:  # left
+            segs.append([(xe[i], ye[j]), (xe[i], ye[j + 1])])
+    if segs:
+        ax.add_collection(
+            LineCollection(segs, colors=CONTOUR_COLOUR, linewidths=2.5, linestyles="--")
+        )
 
 
 def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001

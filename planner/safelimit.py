@@ -26,7 +26,7 @@ from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.config import SchedulerConfig
 from planner.latency import Latency
-from planner.metrics import goodput_rps
+from planner.slo import SLO, seconds_text
 from planner.workload import Workload
 
 COARSE_POINTS = 40
@@ -51,9 +51,14 @@ class SafeLimits:
     simulated: int | None  # None: even max_num_seqs 1 preempts above the threshold
     throughput_optimal: int
     goodput_optimal: int | None
-    ttft_slo_s: float | None
-    tpot_slo_s: float | None
+    slo: SLO
     table: pd.DataFrame
+    search_limit: int = 1024  # the largest max_num_seqs evaluated (min(upper, requests))
+    # When no value qualifies (``qualifies``): the highest rate scale at which the
+    # closest value does (``planner.maxrate``, run to completion), and that value.
+    closest: int | None = None
+    closest_rate_scale: float = float("nan")
+    closest_rate_limit: str = ""
 
     def row(self, seqs: int | None) -> pd.Series | None:
         if seqs is None:
@@ -90,13 +95,14 @@ def _evaluate(
     wl: Workload,
     cfg: SchedulerConfig,
     lat: Latency,
-    ttft_slo: float | None,
-    tpot_slo: float | None,
+    slo: SLO,
 ) -> pd.DataFrame:
+    """``summarize`` rows (with the SLO columns when ``slo`` sets any) for
+    ``cfg`` at each max_num_seqs in ``seqs``, in one kernel call."""
     configs = [dataclasses.replace(cfg, max_num_seqs=int(s)) for s in seqs]
-    res = simulate(configs, wl, lat, check_invariants=False)
-    df = res.metrics()
-    df["goodput_rps"] = goodput_rps(res, ttft_slo, tpot_slo)
+    df = simulate(configs, wl, lat, check_invariants=False).metrics(slo)
+    if "goodput_rps" not in df:
+        df["goodput_rps"] = np.nan
     return df
 
 
@@ -117,38 +123,35 @@ def find_safe_limits(
     lat: Latency,
     percentiles: tuple[float, ...] = (50, 90, 99, 100),
     preemption_threshold: float = 0.0,
-    ttft_slo_s: float | None = None,
-    tpot_slo_s: float | None = None,
+    slo: SLO | None = None,
     upper: int = 1024,
 ) -> SafeLimits:
     """Compute all three limits for ``wl`` on ``cfg``'s pool (its max_num_seqs is ignored).
 
-    Raises ValueError for a percentile outside 0..100, a negative threshold or
-    a non-positive SLO.
+    Raises ValueError for a percentile outside 0..100 or a negative threshold
+    (``SLO`` itself refuses a non-positive objective).
     """
+    slo = slo if slo is not None else SLO()
     for p in percentiles:
         if not (0 <= p <= 100):
             raise ValueError(f"--percentile must be in 0..100, got {p:g}")
     if not (preemption_threshold >= 0):
         raise ValueError(f"--preemption-threshold must be >= 0, got {preemption_threshold}")
-    for name, v in (("--ttft-slo", ttft_slo_s), ("--tpot-slo", tpot_slo_s)):
-        if v is not None and not (v > 0):
-            raise ValueError(f"{name} must be > 0 seconds, got {v}")
     upper = max(1, min(upper, wl.num_requests))
     analytic, at, lengths = analytic_limits(wl, cfg, percentiles)
     coarse = sorted({int(round(x)) for x in np.geomspace(1, upper, COARSE_POINTS)} | {analytic})
     coarse = [s for s in coarse if 1 <= s <= upper]
-    df = _evaluate(coarse, wl, cfg, lat, ttft_slo_s, tpot_slo_s)
+    df = _evaluate(coarse, wl, cfg, lat, slo)
     ok = _passes(df, preemption_threshold)
     first_bad = int(np.argmin(ok)) if not ok.all() else len(ok)
     if 0 < first_bad < len(ok):
         lo, hi = coarse[first_bad - 1], coarse[first_bad]
         fine = list(range(lo + 1, hi))
         if fine:
-            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, ttft_slo_s, tpot_slo_s)])
+            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
     # Refine where each curve first comes within KNEE_TOLERANCE of its maximum.
     cols = ["throughput_rps"]
-    if ttft_slo_s is not None or tpot_slo_s is not None:
+    if slo.given():
         cols.append("goodput_rps")
     for col in cols:
         df = df.sort_values("max_num_seqs").reset_index(drop=True)
@@ -157,7 +160,7 @@ def find_safe_limits(
             lo, hi = int(df.max_num_seqs[j - 1]), int(df.max_num_seqs[j])
             fine = [x for x in range(lo + 1, hi) if x not in set(df.max_num_seqs)]
             if fine:
-                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, ttft_slo_s, tpot_slo_s)])
+                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
     df = df.sort_values("max_num_seqs").reset_index(drop=True)
     ok = _passes(df, preemption_threshold)
     n_ok = int(np.argmin(ok)) if not ok.all() else len(ok)
@@ -166,7 +169,7 @@ def find_safe_limits(
     good = None
     if len(cols) == 2:
         good = int(df.max_num_seqs[_knee(df, "goodput_rps")])
-    return SafeLimits(
+    out = SafeLimits(
         mean_prompt=float(wl.prompt_tokens.mean()),
         mean_output=float(wl.output_tokens.mean()),
         mean_request=wl.mean_request_tokens(cfg.max_model_len),
@@ -178,77 +181,198 @@ def find_safe_limits(
         simulated=simulated,
         throughput_optimal=best,
         goodput_optimal=good,
-        ttft_slo_s=ttft_slo_s,
-        tpot_slo_s=tpot_slo_s,
+        slo=slo,
         table=df,
+        search_limit=upper,
     )
+    if not qualifies(out).any() and df.completed.max() > 0:
+        _closest_rate(out, wl, cfg, lat)
+    return out
 
 
-def _overload_note(row: pd.Series, table: pd.DataFrame) -> str:
-    """'' unless ``row`` is overloaded (``metrics.overload``); then what is offered,
-    what is served, and the smallest max_num_seqs that keeps up, if any does."""
-    if not row.overloaded:
-        return ""
+def _closest_rate(s: SafeLimits, wl: Workload, cfg: SchedulerConfig, lat: Latency) -> None:
+    """Nothing qualifies: find the value that comes closest (the most started
+    per second when all are overloaded, else the smallest p99 / SLO ratio among
+    those that keep up) and the highest rate scale at which it qualifies
+    (``maxrate.search_max_rate``, below 1). Sets ``s.closest*``; an offline
+    workload (no rate to scale) leaves them unset."""
+    from planner.maxrate import SearchRange, search_max_rate
+
+    t = s.table
+    alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
+    keeps_up = alive & ~t.overloaded.astype(bool)
+    sub = t[keeps_up] if keeps_up.any() else t[alive]
+    col, pick = ("slo_margin", "idxmin") if keeps_up.any() else ("served_rps", "idxmax")
+    seqs = int(sub.loc[getattr(sub[col], pick)()].max_num_seqs)
+    try:
+        found = search_max_rate(
+            [dataclasses.replace(cfg, max_num_seqs=seqs)], wl, lat, s.slo, SearchRange(hi=1.0)
+        )
+    except ValueError:  # every request arrives at once: no rate to scale
+        return
+    s.closest = seqs
+    s.closest_rate_scale = float(found.table.max_rate_scale[0])
+    s.closest_rate_limit = str(found.table.max_rate_limit[0])
+
+
+def simulated_is_bound(s: SafeLimits) -> bool:
+    """True when the simulation-verified limit is the search limit: every value
+    tried passed, so the true limit is at least that (a bound, not a finding)."""
+    return s.simulated is not None and s.simulated >= s.search_limit
+
+
+def search_limit_text(s: SafeLimits) -> str:
+    """Why the search stopped where it did, for '≥ N (search limit ...)'."""
+    why = "the workload's request count" if s.search_limit < 1024 else "the search cap"
+    return f"search limit: {why}"
+
+
+def qualifies(s: SafeLimits) -> np.ndarray:
+    """(rows,) bool over ``s.table``: max_num_seqs values that may be recommended:
+    something completed, no livelock or step limit, not overloaded
+    (``metrics.overload``) and, with SLOs, every SLO met (``meets_slo``:
+    unserved requests count as misses)."""
+    t = s.table
+    ok = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit & ~t.overloaded.astype(bool)
+    if s.slo.given():
+        ok &= t.meets_slo.astype(bool)
+    return ok.to_numpy()
+
+
+@dataclass
+class Recommendation:
+    """One answer: ``max_num_seqs`` (None: nothing qualifies), the reason in
+    words, and, when nothing qualifies, ``load_fraction``: the share of the
+    offered load that at best keeps up (served / offered req/s of the best
+    max_num_seqs, an upper bound on the load that can be served: NaN when the
+    failure is an SLO, not overload)."""
+
+    max_num_seqs: int | None
+    reason: str
+    text: str
+    load_fraction: float = float("nan")
+
+
+def latency_text(row: pd.Series, slo: SLO) -> str:
+    """TTFT, TPOT and E2E p99 of ``row``, a lower bound printed as '≥ X'."""
+    parts = []
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        v = row[f"{key}_p99"]
+        if isinstance(v, float) and np.isnan(v):
+            continue
+        bound = "≥ " if bool(row.get(f"{key}_p99_is_lower_bound", False)) else ""
+        parts.append(f"{name} p99 {bound}{seconds_text(float(v))}")
+    return ", ".join(parts)
+
+
+def recommend(s: SafeLimits) -> Recommendation:
+    """The one recommended max_num_seqs and why (``qualifies``): among the
+    values that keep up with the offered load and meet the SLOs, those within
+    the preemption threshold if any, the smallest within KNEE_TOLERANCE of the
+    best goodput (SLOs given) or completions per second. When none qualifies,
+    no value is recommended, and the text says what fails and by how much the
+    load must fall or the capacity grow."""
+    t = s.table
+    if t.completed.max() == 0:
+        text = (
+            "No max_num_seqs completes any request on this pool within the horizon: the pool "
+            "or the horizon is too small for this workload. Nothing recommended."
+        )
+        return Recommendation(None, "nothing completes", text)
+    ok = qualifies(s)
+    crit = (
+        "no preemption"
+        if s.preemption_threshold == 0
+        else f"at most {s.preemption_threshold:g} preemptions per completed request"
+    )
+    slo_part = f", meet the SLOs ({s.slo.describe()})" if s.slo.given() else ""
+    if ok.any():
+        kv_safe = ok & _passes(t, s.preemption_threshold)
+        pool = kv_safe if kv_safe.any() else ok
+        col = "goodput_rps" if s.slo.given() else "throughput_rps"
+        sub = t[pool].reset_index(drop=True)
+        row = sub.iloc[_knee(sub, col)]
+        seqs = int(row.max_num_seqs)
+        what = "goodput" if s.slo.given() else "completions per second"
+        reason = (
+            f"the smallest max_num_seqs within 1% of the best {what} among those that keep up "
+            f"with the offered load{slo_part}"
+            + (f" and have {crit}" if kv_safe.any() else f"; none of those has {crit}")
+        )
+        text = (
+            f"Recommended: max_num_seqs {seqs}, {reason}. At it: "
+            f"{row.throughput_rps:.3f} req/s completed"
+            + (f", goodput {row.goodput_rps:.3f} req/s" if s.slo.given() else "")
+            + f", {latency_text(row, s.slo)}, {row.preemptions:.0f} preemptions, keeps up "
+            f"({row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started over the "
+            "arrival window)."
+        )
+        if seqs >= s.search_limit:
+            text += (
+                f" It is the largest value tried ({search_limit_text(s)}): larger ones may "
+                "do better."
+            )
+        return Recommendation(seqs, reason, text)
+    return _nothing_qualifies(s)
+
+
+def _nothing_qualifies(s: SafeLimits) -> Recommendation:
+    """Nothing recommended: say what fails at every max_num_seqs, and how far off it is."""
+    t = s.table
+    alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
+    keeps_up = alive & ~t.overloaded.astype(bool)
+    span = f"from 1 to {s.search_limit:,}"
+    if not keeps_up.any():
+        best = t[alive].loc[t[alive].served_rps.idxmax()]
+        frac = float(best.served_rps / best.offered_rps)
+        text = (
+            f"Nothing recommended: no max_num_seqs {span} keeps up with the offered load "
+            f"({best.offered_rps:.3f} req/s): every one is overloaded. The most any starts is "
+            f"{best.served_rps:.3f} req/s (max_num_seqs {int(best.max_num_seqs)}), so the "
+            f"load must fall by at least {(1 - frac) * 100:.0f}% or the capacity grow at "
+            f"least {1 / frac:.2f}x (blocks, GPUs, replicas); no scheduler setting fixes "
+            "overload."
+        )
+        text += _rate_text(s)
+        return Recommendation(None, "overloaded", text, frac)
+    sub = t[keeps_up]
+    best = sub.loc[sub.slo_margin.idxmin()]
     text = (
-        f" It is overloaded: {row.offered_rps:.3f} req/s offered, {row.served_rps:.3f} "
-        "started per second over the arrival window"
+        f"Nothing recommended: no max_num_seqs {span} keeps up and meets the SLOs "
+        f"({s.slo.describe()}). Closest: "
+        f"max_num_seqs {int(best.max_num_seqs)} keeps up, with {latency_text(best, s.slo)}: "
+        f"{'at least ' if _any_bound(best) else ''}{best.slo_margin:.2f}x its tightest SLO."
+        + _rate_text(s)
     )
-    keeps_up = table.max_num_seqs[~table.overloaded.astype(bool)]
-    if len(keeps_up):
-        return text + f"; max_num_seqs {int(keeps_up.min())} is the smallest that keeps up."
+    return Recommendation(None, "misses the SLOs", text, s.closest_rate_scale)
+
+
+def _rate_text(s: SafeLimits) -> str:
+    """What the highest-rate search of the closest value found (``_closest_rate``)."""
+    if s.closest is None:
+        return ""
+    cond = "meets the SLOs and keeps up" if s.slo.given() else "keeps up"
+    if s.closest_rate_limit == "below_search_min":
+        return (
+            f" Even at 0.001x the offered rate, max_num_seqs {s.closest} never {cond} "
+            "(run to completion): less load alone does not help; the SLOs need faster steps "
+            "(hardware, model) or a larger pool."
+        )
+    r = s.closest_rate_scale
     return (
-        text + "; no max_num_seqs on this pool keeps up: only more capacity (blocks, GPUs, "
-        "replicas) or less traffic does."
+        f" Run to completion, max_num_seqs {s.closest} {cond} up to {r:.3g}x the offered "
+        f"rate (plan max-rate): the load must fall by {(1 - r) * 100:.0f}% or the capacity "
+        f"grow {1 / r:.2f}x (replicas)."
+    )
+
+
+def _any_bound(row: pd.Series) -> bool:
+    return any(
+        bool(row.get(f"{k}_p99_is_lower_bound", False)) for k in ("ttft_s", "tpot_s", "e2e_s")
     )
 
 
 def recommendation(s: SafeLimits) -> str:
-    """One paragraph: the safe choice, the fastest, and what the difference costs."""
-    if s.table.completed.max() == 0:
-        return (
-            "No max_num_seqs completes any request on this pool within the horizon: "
-            "the pool or the horizon is too small for this workload."
-        )
-    if s.simulated is None:
-        return (
-            "Even max_num_seqs 1 preempts above the threshold: a single request does "
-            "not fit this pool; check it with plan check."
-        )
-    safe = s.simulated
-    a, b = s.row(safe), s.row(s.throughput_optimal)
-    assert a is not None and b is not None
-    text = (
-        f"Safe: max_num_seqs {safe} ({a.preemptions:.0f} preemptions, "
-        f"{a.throughput_rps:.3f} req/s, TTFT p99 {a.ttft_s_p99:.2f} s, "
-        f"TPOT p99 {a.tpot_s_p99 * 1e3:.1f} ms)."
-    )
-    if (s.ttft_slo_s is not None and a.ttft_s_p99 > s.ttft_slo_s) or (
-        s.tpot_slo_s is not None and a.tpot_s_p99 > s.tpot_slo_s
-    ):
-        text += " Its p99 latency misses the SLOs you gave."
-    text += _overload_note(a, s.table)
-    if s.throughput_optimal < safe:
-        text += (
-            f" It is past the throughput knee: max_num_seqs {s.throughput_optimal} already "
-            "reaches within 1% of the best completions/s, and going higher buys nothing."
-        )
-    elif s.throughput_optimal > safe:
-        gain = (b.throughput_rps / a.throughput_rps - 1) * 100 if a.throughput_rps > 0 else np.inf
-        text += (
-            f" Fastest: max_num_seqs {s.throughput_optimal} ({b.throughput_rps:.3f} req/s, "
-            f"{gain:+.0f}%), at the cost of {b.preemptions:.0f} preemptions "
-            f"({b.preempted_requests:.0f} requests preempted), TTFT p99 {b.ttft_s_p99:.2f} s "
-            f"and TPOT p99 {b.tpot_s_p99 * 1e3:.1f} ms ({b.outcome})."
-        )
-    else:
-        text += " It is also the fastest."
-    if s.goodput_optimal is not None:
-        g = s.row(s.goodput_optimal)
-        assert g is not None
-        text += (
-            f" Within the SLOs, max_num_seqs {s.goodput_optimal} serves the most: "
-            f"{g.goodput_rps:.3f} req/s."
-        )
-        if s.goodput_optimal != safe:
-            text += _overload_note(g, s.table)
-    return text
+    """One paragraph: the one recommended max_num_seqs (``recommend``) and what
+    it gives, or why nothing is recommended."""
+    return recommend(s).text

@@ -101,16 +101,30 @@ class Spec:
         Raises SpecError."""
         return self._edit("latency", fields)
 
+    def with_slo(self, **fields: Any) -> Spec:
+        """Set or (with ``None``) reset ``[slo]`` fields (``ttft_slo``, ``tpot_slo``,
+        ``e2e_slo`` in seconds, ``goodput`` in vLLM's "ttft:MS ..." form).
+        Raises SpecError."""
+        return self._edit("slo", fields)
+
+    def with_search(self, **fields: Any) -> Spec:
+        """Set or (with ``None``) reset ``[search]`` fields (``rate_scale_min``,
+        ``rate_scale_max``, ``rate_tolerance``); an empty table is kept (the
+        search with its defaults). Raises SpecError."""
+        return self._edit("search", fields, keep_empty=True)
+
     def replace(self, **fields: Any) -> Spec:
         """Set or (with ``None``) reset top-level fields: ``name``, ``description``,
         ``horizon_s`` (simulated seconds), ``max_steps``. Raises SpecError."""
-        tables = {"axes", "scheduler", "workload", "hardware", "latency"}
+        tables = {"axes", "scheduler", "workload", "hardware", "latency", "slo", "search"}
         for key in fields:
             if key in tables:
                 raise SpecError(f"replace: use with_{key}() to edit [{key}]")
         return self._edit(None, fields)
 
-    def _edit(self, table: str | None, changes: Mapping[str, Any]) -> Spec:
+    def _edit(
+        self, table: str | None, changes: Mapping[str, Any], keep_empty: bool = False
+    ) -> Spec:
         import tomlkit
 
         doc = tomlkit.parse(self.sweep.text)  # comments and key order are kept
@@ -127,7 +141,7 @@ class Spec:
                     del target[key]
             else:
                 target[key] = _toml_value(value, f"{where}{key}")
-        if table is not None and not target and table != "axes":
+        if table is not None and not target and table != "axes" and not keep_empty:
             del doc[table]
         if table == "axes":
             _keep_axis_order(doc, list(self.sweep.axes))

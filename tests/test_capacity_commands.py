@@ -22,7 +22,8 @@ from planner.capacity import (
 )
 from planner.config import SchedulerConfig
 from planner.latency import LinearLatency
-from planner.safelimit import find_safe_limits, recommendation
+from planner.safelimit import find_safe_limits, qualifies, recommend, recommendation
+from planner.slo import SLO, seconds_text
 from planner.traces import s1_exact
 
 S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
@@ -164,7 +165,7 @@ def test_s1_analytic_limit_from_the_means():
 @pytest.fixture(scope="module")
 def s1_limits():
     cfg = SchedulerConfig(num_gpu_blocks=7463, max_model_len=4096, horizon_s=120.0)
-    return find_safe_limits(s1_exact(), cfg, LinearLatency(), ttft_slo_s=60.0, tpot_slo_s=0.05)
+    return find_safe_limits(s1_exact(), cfg, LinearLatency(), slo=SLO(ttft_s=60.0, tpot_s=0.05))
 
 
 def test_s1_exact_safe_limits(s1_limits):
@@ -182,11 +183,52 @@ def test_s1_exact_safe_limits(s1_limits):
     assert s.goodput_optimal is not None
 
 
-def test_recommendation_states_the_trade_off(s1_limits):
-    text = recommendation(s1_limits)
-    assert f"Safe: max_num_seqs {s1_limits.simulated}" in text
-    assert f"Fastest: max_num_seqs {s1_limits.throughput_optimal}" in text
-    assert "preemptions" in text and "TTFT p99" in text and "TPOT p99" in text
+def test_recommendation_is_one_answer_that_keeps_up_and_meets_the_slos():
+    """Issue 13 item 2 (this replaces the "Safe: ... Fastest: ..." pair, which
+    headlined two answers): one max_num_seqs, with its reason and its own p99s,
+    and it keeps up and meets the SLOs."""
+    cfg = SchedulerConfig(num_gpu_blocks=60000, max_model_len=4096, horizon_s=120.0)
+    s = find_safe_limits(s1_exact(), cfg, LinearLatency(), slo=SLO(ttft_s=2.0, tpot_s=0.05))
+    rec = recommend(s)
+    assert rec.max_num_seqs is not None and rec.text.count("Recommended: max_num_seqs") == 1
+    assert "Safe:" not in rec.text and "Fastest:" not in rec.text
+    row = s.row(rec.max_num_seqs)
+    assert not row.overloaded and row.meets_slo and row.completed > 0
+    assert f"TTFT p99 {seconds_text(row.ttft_s_p99)}" in rec.text
+    assert f"TPOT p99 {seconds_text(row.tpot_s_p99)}" in rec.text and "E2E p99" in rec.text
+    assert "None" not in rec.text
+    # every smaller value that qualifies gives less goodput than 99% of the best
+    ok = s.table[qualifies(s)]
+    assert row.goodput_rps >= 0.99 * ok.goodput_rps.max()
+
+
+def test_no_recommendation_when_only_slos_fail():
+    cfg = SchedulerConfig(num_gpu_blocks=60000, max_model_len=4096, horizon_s=120.0)
+    s = find_safe_limits(s1_exact(), cfg, LinearLatency(), slo=SLO(ttft_s=0.001))
+    rec = recommend(s)
+    assert rec.max_num_seqs is None and "Recommended" not in rec.text
+    assert "Nothing recommended: no max_num_seqs from 1 to 300 keeps up and meets the SLOs" in (
+        rec.text
+    )
+    assert "Closest: max_num_seqs" in rec.text
+    # a 1 ms TTFT is below one prefill step: no load is low enough
+    assert s.closest is not None and s.closest_rate_limit == "below_search_min"
+    assert "less load alone does not help" in rec.text
+
+
+def test_nothing_qualifies_says_how_far_the_load_must_fall(s1_limits):
+    """S1 at 10 req/s on 7,463 blocks: the closest value's highest sustainable
+    rate (plan max-rate, run to completion) says by how much the load must fall,
+    and that rate holds at 0.9x and fails at 1.1x."""
+    s = s1_limits
+    r = s.closest_rate_scale
+    assert s.closest is not None and 0 < r < 1
+    assert f"the load must fall by {(1 - r) * 100:.0f}%" in recommendation(s)
+    wl = s1_exact()
+    cfg = SchedulerConfig(num_gpu_blocks=7463, max_num_seqs=s.closest)
+    for f, ok in ((0.9, True), (1.1, False)):
+        m = simulate([cfg], wl, arrival_s=wl.arrival_s[None, :] / (r * f)).metrics(s.slo)
+        assert (bool(m.meets_slo[0]) and not m.overloaded[0]) is ok
 
 
 def test_json_is_standard_and_tiny_pools_say_so(capsys):
@@ -261,9 +303,46 @@ def test_help_shows_the_bracketed_defaults(capsys, cmd):
         assert "[default: preset or S1 seed]" in flat
 
 
-def test_recommendation_says_when_its_choice_is_overloaded(s1_limits):
-    """S1 offers 10 req/s to 7,463 blocks: the KV-safe choice is overloaded and no
-    max_num_seqs keeps up, which the recommendation must say (issue 13)."""
+def test_recommendation_says_when_nothing_keeps_up(s1_limits):
+    """S1 offers 10 req/s to 7,463 blocks: every max_num_seqs is overloaded, so
+    nothing is recommended (no "Safe" claim), and the text says by how much the
+    load must fall (issue 13; this used to recommend the KV-safe value and add
+    that it is overloaded)."""
     text = recommendation(s1_limits)
     assert s1_limits.table.overloaded.all()
-    assert "It is overloaded" in text and "no max_num_seqs on this pool keeps up" in text
+    assert "Recommended" not in text and "Safe" not in text
+    t = s1_limits.table
+    frac = t.served_rps.max() / t.offered_rps.iloc[0]
+    assert "no max_num_seqs from 1 to 300 keeps up with the offered load" in text
+    assert f"load must fall by at least {(1 - frac) * 100:.0f}%" in text
+    assert f"capacity grow at least {1 / frac:.2f}x" in text
+
+
+def test_a_search_limit_is_printed_as_a_bound(capsys):
+    """On 100,000 blocks no max_num_seqs up to S1's 300 requests preempts: the
+    simulation-verified limit is at least 300, which is where the search stops."""
+    args = ["safe-limit", "--num-gpu-blocks", "100000", "--trace-file", S1_CSV, "--horizon", "60"]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    flat = " ".join(out.replace("│", " ").split())
+    assert "simulation-verified ≥ 300 every value up to the search limit" in flat
+    assert "None" not in out
+    code, out, _ = run_cli(capsys, *args, "--json")
+    o = json.loads(out)
+    assert o["simulated"] == 300 and o["simulated_is_lower_bound"] and o["search_limit"] == 300
+
+
+def test_70b_example_claims_nothing_while_overloaded(capsys):
+    """Issue 13's example: it printed "Safe: max_num_seqs 363 (0 preemptions,
+    9.883 req/s ...)" with 11.06 req/s offered and no word of overload."""
+    code, out, err = run_cli(
+        capsys, "safe-limit", "--model", "llama-3.1-70b", "--gpu", "H100",
+        "--tensor-parallel-size", "4", "--max-model-len", "32768", "--trace-file",
+        "planner/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv", "--rate-scale", "2",
+        "--latency", "roofline",
+    )  # fmt: skip
+    assert code == 0, err
+    flat = " ".join(out.replace("│", " ").split())
+    assert "Safe" not in flat and "Recommended" not in flat
+    assert "every one is overloaded" in flat and "capacity grow at least" in flat
+    assert "overloaded" in flat.split("simulation-verified")[1].split("throughput-optimal")[0]

@@ -55,6 +55,10 @@ BASE = {
     "sweep": [str(ROOT / "sweeps" / "quick.toml"), "--dry-run"],
     "heatmap": ["/no/such/results"],
     "bench": [],
+    "max-rate": [
+        "--num-gpu-blocks", "64", "--num-requests", "3", "--prompt-tokens", "8",
+        "--output-tokens", "4", "--rate-scale-max", "2",
+    ],
 }  # fmt: skip
 
 # Cross-option mistakes a new user makes, per command.
@@ -95,6 +99,7 @@ MISTAKES = {
     "run": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
     "safe-limit": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
     "check": POOL_MISTAKES + [["--tokens-per-request", "0"], ["--max-model-len", "0"]],
+    "max-rate": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
 }
 
 

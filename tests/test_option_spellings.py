@@ -18,6 +18,7 @@ from planner.sweep.spec import (
     WORKLOAD_AXES,
     HardwareSpec,
     LatencySpec,
+    SloSpec,
     SweepSpec,
     WorkloadSpec,
 )
@@ -47,6 +48,8 @@ SPEC_TO_RUN = {
     "hardware": None,
     "scheduler": None,
     "axes": None,
+    "slo": None,  # a table: ttft_slo, tpot_slo, e2e_slo, goodput = plan run's options
+    "search": None,  # a table: rate_scale_min, rate_scale_max, rate_tolerance = plan max-rate's
 }
 
 
@@ -117,7 +120,7 @@ def test_spec_fields_use_the_command_line_names():
     run = {p.name for p in GROUP.commands["run"].params}
     assert set(SCHEDULER_AXES) <= run
     assert set(WORKLOAD_AXES) <= run
-    for model in (WorkloadSpec, LatencySpec, HardwareSpec, SweepSpec):
+    for model in (WorkloadSpec, LatencySpec, HardwareSpec, SweepSpec, SloSpec):
         for field in model.model_fields:
             if field in run:
                 continue

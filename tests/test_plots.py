@@ -402,3 +402,91 @@ def test_overloaded_cells_get_their_own_hatch(tmp_path):
     legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     assert "overloaded" in legend
     orig(fig)
+
+
+# Issue 13, item 6: log colour scale, SLO contour, recommended configuration.
+SLO_SPEC = f"""
+name = "hm-slo"
+horizon_s = 120.0
+
+[workload]
+kind = "trace"
+path = "{S1_CSV}"
+
+[axes]
+max_num_seqs = [32, 128, 256, 512]
+num_gpu_blocks = [7463, 30000, 60000]
+
+[slo]
+ttft_slo = 2.0
+tpot_slo = 0.05
+"""
+
+
+@pytest.fixture(scope="module")
+def slo_results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hmslo")
+    spec = d / "hm.toml"
+    spec.write_text(SLO_SPEC)
+    main(["sweep", str(spec), "--out", str(d / "out")])
+    return d / "out"
+
+
+def test_recommended_cell_by_hand():
+    import pandas as pd
+
+    from planner.plots import qualifying, recommended
+
+    df = pd.DataFrame(
+        {
+            "x": [1, 2, 1, 2, 3],
+            "y": [10, 10, 20, 20, 20],
+            "meets_slo": [True, False, True, True, True],
+            "overloaded": [False, False, False, False, True],
+            "completed": [5, 5, 5, 5, 5],
+            "livelocked": [False] * 5,
+            "step_limit_hit": [False] * 5,
+            "goodput_rps": [1.995, 9.0, 2.0, 1.5, 3.0],
+        }
+    )
+    assert qualifying(df).tolist() == [True, False, True, True, False]
+    # best qualifying goodput 2.0 (row 2); row 0 is within 1% and has the smaller y
+    assert recommended(df, "x", "y").name == 0
+    assert recommended(df.assign(meets_slo=False), "x", "y") is None
+
+
+def test_log_colour_scale_spans_the_positive_values():
+    from planner.plots import PlotError, log_colour_scale
+
+    norm = log_colour_scale(np.array([0.0, 0.12, 340.0, np.nan, np.inf]))
+    assert norm.vmin == 0.12 and norm.vmax == 340.0
+    with pytest.raises(PlotError, match="no plotted cell has a positive value"):
+        log_colour_scale(np.array([0.0, -1.0, np.nan]))
+
+
+def test_heatmap_draws_slo_contour_recommendation_and_log_scale(capsys, slo_results, tmp_path):
+    import pandas as pd
+
+    from planner.plots import recommended
+
+    out = tmp_path / "slo.png"
+    code, _, err = run_cli(
+        capsys, "heatmap", str(slo_results), "--z", "ttft_p99", "--color-scale", "log",
+        "--slo-contour", "--recommend", "--out", str(out), "--facet", "",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.stat().st_size > 10_000
+    df = pd.read_parquet(slo_results / "data.parquet")
+    best = recommended(df, "max_num_seqs", "num_gpu_blocks")
+    assert best is not None and best.meets_slo and not best.overloaded
+
+
+def test_slo_drawings_need_slo_columns(capsys, results, tmp_path):
+    for flag in ("--slo-contour", "--recommend"):
+        code, _, err = run_cli(
+            capsys, "heatmap", str(results), "--where", "watermark=0.0", flag,
+            "--out", str(tmp_path / "x.png"),
+        )  # fmt: skip
+        assert code == 2 and err.count("\n") == 1 and "no SLO columns" in err and flag in err
+    code, _, err = run_cli(capsys, "heatmap", str(results), "--color-scale", "cubic")
+    assert code == 2 and err.count("\n") == 1

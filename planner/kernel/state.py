@@ -112,7 +112,7 @@ TRACE_COLUMNS = (
 )
 
 
-# Event log kinds (rlog[..., 3]); the value column means:
+# Event log kinds (Out.events[..., 3]); the value column means:
 EV_SCHED = 0  # tokens scheduled for the request in this step
 EV_PREEMPT = 1  # (none) the request was preempted in this step
 EV_FINISH = 2  # (none) this step's output finished the request

@@ -14,6 +14,8 @@ import pandas as pd
 
 from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs
+from planner.maxrate import search_max_rate
+from planner.slo import SLO
 from planner.sweep.spec import Sweep
 
 
@@ -47,7 +49,7 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     configs = [sweep.configs[i] for i in chunk.config_ids]
     wl = sweep.workloads[chunk.workload_key]
     perm = thread_order(len(configs), numba.get_num_threads())
-    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics()
+    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics(sweep.slo)
     df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
     mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}
@@ -65,6 +67,10 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
         ]
     for name, value in sweep.hardware_columns.items():
         df[name] = value
+    if sweep.search is not None:  # [search]: the highest sustainable rate of each config
+        found = search_max_rate(configs, wl, sweep.latency, sweep.slo or SLO(), sweep.search)
+        for col in found.table.columns:
+            df[col] = found.table[col].to_numpy()
     df["workload_fingerprint"] = wl.fingerprint()
     df["spec"] = sweep.name
     return df

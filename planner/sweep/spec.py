@@ -30,6 +30,13 @@ from planner.cli_inert import SCHEDULER_RULES
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
 from planner.latency import Latency
+from planner.maxrate_range import (
+    DEFAULT_MAX_SCALE,
+    DEFAULT_MIN_SCALE,
+    DEFAULT_REL_TOL,
+    SearchRange,
+)
+from planner.slo import SLO, from_options
 from planner.traces import TraceOptions, check_columns, load_trace
 from planner.workload import (
     LengthDist,
@@ -257,6 +264,57 @@ class RangeSpec(_Strict):
     scale: Literal["linear", "log"] = "linear"
 
 
+class SloSpec(_Strict):
+    """``[slo]``: the SLOs of ``planner.slo`` (fields named as the options of
+    ``plan run``): seconds, or ``goodput = "ttft:MS tpot:MS e2el:MS"`` (vLLM
+    bench's form, milliseconds). Each row then has ``goodput_rps``,
+    ``meets_slo`` and ``slo_margin`` (``metrics.summarize``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    ttft_slo: float | None = None
+    tpot_slo: float | None = None
+    e2e_slo: float | None = None
+    goodput: str | None = None
+
+    def slo(self) -> SLO:
+        """The SLO; raises SpecError (one line, naming the field) when it is bad."""
+        try:
+            out = from_options(
+                self.ttft_slo,
+                self.tpot_slo,
+                self.e2e_slo,
+                self.goodput,
+                ("slo.ttft_slo", "slo.tpot_slo", "slo.e2e_slo", "slo.goodput"),
+            )
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+        if not out.given():
+            raise SpecError("slo: give ttft_slo, tpot_slo, e2e_slo or goodput")
+        return out
+
+
+class SearchSpec(_Strict):
+    """``[search]``: the highest sustainable rate of every configuration
+    (``planner.maxrate``) at the spec's ``[slo]`` (none: overload only), adding
+    the columns ``max_rate_scale``, ``max_rps``, ``max_output_tps``,
+    ``max_rate_limit``, ``max_rate_fail_scale``. Fields as ``plan max-rate``'s
+    options. Every search candidate runs to completion: ``horizon_s`` applies
+    to the other columns only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    rate_scale_min: float = DEFAULT_MIN_SCALE
+    rate_scale_max: float = DEFAULT_MAX_SCALE
+    rate_tolerance: float = DEFAULT_REL_TOL
+
+    def range(self) -> SearchRange:
+        """The search range; raises SpecError (one line, naming the field)."""
+        names = ("search.rate_scale_min", "search.rate_scale_max", "search.rate_tolerance")
+        try:
+            return SearchRange(self.rate_scale_min, self.rate_scale_max, self.rate_tolerance, names)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+
+
 AxisValue = int | float | str | bool
 
 
@@ -272,6 +330,8 @@ class SweepSpec(_Strict):
     latency: LatencySpec = LatencySpec()
     scheduler: dict[str, AxisValue] = {}
     axes: dict[str, list[AxisValue] | RangeSpec]
+    slo: SloSpec | None = None
+    search: SearchSpec | None = None
 
 
 def int_range(start: float, stop: float, num: int, scale: str) -> list[int]:
@@ -347,6 +407,8 @@ class Sweep:
         self.base_dir = base_dir
         self.axes: dict[str, list[AxisValue]] = {}
         check_field_bounds(spec)
+        self.slo = spec.slo.slo() if spec.slo is not None else None
+        self.search = spec.search.range() if spec.search is not None else None
         for key, v in spec.scheduler.items():
             _check_axis_value(key, v, f"scheduler.{key}")
         known = SCHEDULER_AXES + WORKLOAD_AXES + HARDWARE_AXES

@@ -1,0 +1,151 @@
+"""Service-level objectives (SLOs): one definition for ``plan run``, ``plan check``,
+``plan safe-limit``, ``plan max-rate`` and sweep specs.
+
+An SLO is given either as ``--ttft-slo``/``--tpot-slo``/``--e2e-slo`` in seconds,
+or in vLLM bench's goodput form ``--goodput "ttft:MS tpot:MS e2el:MS"`` in
+milliseconds (``vllm/benchmarks/serve.py``: ``parse_goodput`` splits each
+``KEY:VALUE`` pair, ``check_goodput_args`` accepts the keys ``ttft``, ``tpot`` and
+``e2el``). Every given value must be > 0 (vLLM accepts 0; an SLO of 0 s can
+never hold, so it is refused here); a metric given in both forms is refused.
+
+Two uses, both in ``planner.metrics``:
+
+- per request, vLLM's goodput rule (``calculate_metrics``: a completed request
+  is good when each given metric is at or below its SLO; a single-token request
+  has TPOT 0 there, so it always meets a TPOT SLO);
+- per run, ``SLO_PERCENTILE`` (p99): the SLO holds when the p99 of each given
+  metric, over every request that arrived (requests not served by the end of
+  the run counted as misses, i.e. +inf), is at or below its SLO.
+
+ITL (inter-token latency) SLOs need per-token times the kernel does not
+record yet; ``ITL_KEY`` is reserved for them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.bounds import MAX_SLO_S
+
+SLO_PERCENTILE = 99  # the run-level SLO is on this percentile of each metric
+GOODPUT_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s"}  # vLLM key -> field
+FLAGS = {"ttft_s": "--ttft-slo", "tpot_s": "--tpot-slo", "e2e_s": "--e2e-slo"}
+ITL_KEY = "itl"  # vLLM's ITL metric: not an SLO here until the kernel records token times
+MS = 1e3
+
+
+class SLOError(ValueError):
+    """A bad SLO; the message is one line naming the option."""
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency objectives in seconds, each optional (None: not given).
+
+    ``ttft_s``: time to first token; ``tpot_s``: time per output token after
+    the first; ``e2e_s``: end-to-end latency (vLLM's ``e2el``). Definitions of
+    the metrics: ``planner.metrics``."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, v in self.items():
+            check_value(FLAGS[name], v)
+
+    def items(self) -> list[tuple[str, float]]:
+        """(field, seconds) of the given objectives, in the order TTFT, TPOT, E2E."""
+        pairs = (("ttft_s", self.ttft_s), ("tpot_s", self.tpot_s), ("e2e_s", self.e2e_s))
+        return [(k, float(v)) for k, v in pairs if v is not None]
+
+    def given(self) -> bool:
+        """True when at least one objective is set."""
+        return bool(self.items())
+
+    def describe(self, per_request: bool = False) -> str:
+        """E.g. ``TTFT p99 <= 2 s, TPOT p99 <= 50 ms`` (the run-level SLO), or with
+        ``per_request`` ``TTFT <= 2 s, TPOT <= 50 ms`` (the goodput rule); ''
+        when none is given."""
+        names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+        stat = "" if per_request else f" p{SLO_PERCENTILE}"
+        return ", ".join(f"{names[k]}{stat} <= {seconds_text(v)}" for k, v in self.items())
+
+    def as_dict(self) -> dict[str, float | None]:
+        """Columns ``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s`` (None: not given)."""
+        return {"ttft_slo_s": self.ttft_s, "tpot_slo_s": self.tpot_s, "e2e_slo_s": self.e2e_s}
+
+
+def seconds_text(v: float) -> str:
+    """A duration for people: ``50 ms`` below a second, else ``2 s`` (3 significant digits)."""
+    return f"{v * MS:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
+def check_value(flag: str, v: float) -> None:
+    """Raise SLOError unless ``v`` is a finite number of seconds in (0, MAX_SLO_S]."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise SLOError(f"{flag} must be a finite number of seconds > 0, got {v!r}")
+    if not 0 < v <= MAX_SLO_S:
+        raise SLOError(f"{flag} must be > 0 and at most {MAX_SLO_S:g} seconds, got {v:g}")
+
+
+def parse_goodput(items: Sequence[str], flag: str = "--goodput") -> dict[str, float]:
+    """vLLM bench's goodput SLOs, ``KEY:MS`` pairs (``ttft``, ``tpot``, ``e2el``;
+    milliseconds), separated by spaces or commas, in one or several strings.
+
+    Returns field -> seconds (``ttft_s``, ``tpot_s``, ``e2e_s``). Raises SLOError
+    (one line) on a malformed pair, an unknown or repeated key, or a value <= 0."""
+    out: dict[str, float] = {}
+    pairs = [p for text in items for p in text.replace(",", " ").split()]
+    if not pairs:
+        raise SLOError(f'{flag}: expected KEY:MS pairs, e.g. "ttft:2000 tpot:50"')
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = math.nan
+        if not sep or not math.isfinite(ms):
+            raise SLOError(f"{flag}: expected KEY:MS (milliseconds), got {pair!r}")
+        if key == ITL_KEY:
+            raise SLOError(
+                f"{flag}: an itl SLO needs per-token times, which the simulator does not "
+                "record yet (use ttft, tpot, e2el)"
+            )
+        if key not in GOODPUT_KEYS:
+            raise SLOError(f"{flag}: unknown metric {key!r} (known: {', '.join(GOODPUT_KEYS)})")
+        field = GOODPUT_KEYS[key]
+        if field in out:
+            raise SLOError(f"{flag}: {key} given twice")
+        if not ms > 0:
+            raise SLOError(f"{flag}: {key} must be > 0 ms, got {ms:g}")
+        out[field] = ms / MS
+        check_value(f"{flag} {key}", out[field])
+    return out
+
+
+def from_options(
+    ttft_slo: float | None = None,
+    tpot_slo: float | None = None,
+    e2e_slo: float | None = None,
+    goodput: Sequence[str] | str | None = None,
+    names: tuple[str, str, str, str] = ("--ttft-slo", "--tpot-slo", "--e2e-slo", "--goodput"),
+) -> SLO:
+    """The SLO of the options (seconds) and/or the goodput form (milliseconds).
+
+    ``names`` are the spellings used in errors (sweep specs pass their field
+    names). Raises SLOError (one line) on a value <= 0 or a metric given twice."""
+    given = {"ttft_s": ttft_slo, "tpot_s": tpot_slo, "e2e_s": e2e_slo}
+    flags = dict(zip(given, names[:3], strict=True))
+    for field, v in given.items():
+        if v is not None:
+            check_value(flags[field], v)
+    if goodput is not None:
+        parsed = parse_goodput([goodput] if isinstance(goodput, str) else goodput, names[3])
+        for field, v in parsed.items():
+            if given[field] is not None:
+                raise SLOError(f"{flags[field]} and {names[3]} both set {field[:-2]}: give one")
+            given[field] = v
+    return SLO(**given)

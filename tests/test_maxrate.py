@@ -1,0 +1,209 @@
+"""The highest sustainable rate per configuration (issue 13, item 3)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import planner.maxrate as maxrate
+from helpers import run_cli
+from planner import resolve
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.latency import LinearLatency
+from planner.maxrate import AT_MAX, BELOW_MIN, FOUND, SearchRange, passes, search_max_rate
+from planner.slo import SLO
+from planner.traces import AZURE_CONV, TraceOptions, read_trace, s1_exact
+
+S1_CSV = "planner/data/s1_seed7.csv"
+SLO_2S = SLO(ttft_s=2.0, tpot_s=0.05)
+
+
+def _judge(cfg, wl, lat, slo, scale):
+    """(meets the SLOs, overloaded) of a plain run at ``scale``, run to completion."""
+    m = simulate([cfg], wl, lat, arrival_s=wl.arrival_s[None, :] / scale).metrics(slo).iloc[0]
+    return bool(m.meets_slo), bool(m.overloaded)
+
+
+def _check_answer(cfg, wl, lat, slo, s):
+    ok_met, ok_over = _judge(cfg, wl, lat, slo, 0.9 * s)
+    assert ok_met and not ok_over, (cfg, s)
+    bad_met, bad_over = _judge(cfg, wl, lat, slo, 1.1 * s)
+    assert (not bad_met) or bad_over, (cfg, s)
+
+
+def test_s1_answers_hold_at_0_9_and_fail_at_1_1():
+    """Three S1-exact configurations: at 0.9 s the SLOs hold and nothing is
+    overloaded; at 1.1 s an SLO misses or the config is overloaded."""
+    wl, lat = s1_exact(), LinearLatency()
+    cfgs = [
+        SchedulerConfig(num_gpu_blocks=7463, max_num_seqs=32),
+        SchedulerConfig(num_gpu_blocks=7463, max_num_seqs=256),
+        SchedulerConfig(num_gpu_blocks=60000, max_num_seqs=256),
+        SchedulerConfig(num_gpu_blocks=60000, max_num_seqs=64),
+    ]
+    found = search_max_rate(cfgs, wl, lat, SLO_2S)
+    t = found.table
+    assert (t.max_rate_limit == FOUND).all()
+    assert (t.max_rate_fail_scale <= t.max_rate_scale * 1.02 + 1e-12).all()
+    for cfg, s in zip(cfgs, t.max_rate_scale, strict=True):
+        _check_answer(cfg, wl, lat, SLO_2S, s)
+    # 60,000 blocks at 256 keeps up with S1's own 10 req/s; 7,463 blocks does not
+    assert t.max_rate_scale[2] > 1 > t.max_rate_scale[1]
+    window = wl.arrival_s.max() - wl.arrival_s.min()
+    assert t.max_rps.tolist() == pytest.approx((t.max_rate_scale * 300 / window).tolist())
+    out_tokens = wl.output_tokens.sum() / window
+    assert t.max_output_tps.tolist() == pytest.approx((t.max_rate_scale * out_tokens).tolist())
+
+
+def test_azure_conversation_answer_holds():
+    """Llama-3.1-8B on one H100 (27,967 derived blocks), max_num_seqs 256, the
+    Azure conversation trace, TTFT p99 <= 2 s and TPOT p99 <= 100 ms."""
+    lat = resolve.latency("linear", "llama-3.1-8b", "H100")
+    blocks, _ = resolve.num_gpu_blocks(None, "llama-3.1-8b", "H100", 0.9, 16, 1, 0)
+    assert blocks == 27967
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
+    wl = read_trace(AZURE_CONV, "auto", TraceOptions(max_model_len=4096))
+    slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    s = search_max_rate([cfg], wl, lat, slo).table.max_rate_scale[0]
+    assert 2 < s < 8  # not overloaded at 2x, overloaded at 8x (tests/test_overload.py)
+    _check_answer(cfg, wl, lat, slo, s)
+
+
+def test_each_round_is_one_kernel_call_over_every_searching_config(monkeypatch):
+    calls = []
+    real = maxrate.simulate
+
+    def counting(configs, wl, lat, **kw):
+        calls.append((len(configs), kw["arrival_s"].shape))
+        return real(configs, wl, lat, **kw)
+
+    monkeypatch.setattr(maxrate, "simulate", counting)
+    cfgs = [
+        SchedulerConfig(num_gpu_blocks=n, max_num_seqs=s) for n in (7463, 60000) for s in (32, 256)
+    ]
+    found = search_max_rate(cfgs, s1_exact(), LinearLatency(), SLO_2S)
+    assert len(calls) == found.rounds and calls[0][0] == 4
+    assert sum(n for n, _ in calls) == found.evaluations
+    assert all(shape == (n, 300) for n, shape in calls)
+
+
+def test_bounds_of_the_range_are_reported_as_bounds():
+    wl = s1_exact()
+    cfgs = [
+        SchedulerConfig(num_gpu_blocks=60000, max_num_seqs=256),
+        SchedulerConfig(num_gpu_blocks=7463, max_num_seqs=32),
+    ]
+    t = search_max_rate(cfgs, wl, LinearLatency(), SLO_2S, SearchRange(0.5, 0.8)).table
+    assert t.max_rate_limit.tolist() == [AT_MAX, BELOW_MIN]
+    assert t.max_rate_scale[0] == 0.8 and np.isnan(t.max_rate_scale[1])
+    assert np.isnan(t.ttft_s_p99_at_max_rate[1])
+
+
+def test_the_predicate_is_the_slo_verdict_and_overload():
+    df = pd.DataFrame(
+        {
+            "completed": [1, 1, 1, 0],
+            "livelocked": [False] * 4,
+            "step_limit_hit": [False] * 4,
+            "overloaded": [False, True, False, False],
+            "meets_slo": [True, True, False, True],
+        }
+    )
+    assert passes(df, SLO_2S).tolist() == [True, False, False, False]
+    assert passes(df, SLO()).tolist() == [True, False, True, False]
+
+
+def test_max_rate_command_one_and_a_list(capsys):
+    base = ["max-rate", "--trace-file", S1_CSV, "--goodput", "ttft:2000 tpot:50"]
+    code, out, err = run_cli(capsys, *base, "--num-gpu-blocks", "60000")
+    assert code == 0, err
+    assert "this configuration: max_rate_scale 1.1" in out and "None" not in out
+    code, out, err = run_cli(
+        capsys, *base, "--vary", "max_num_seqs=32,256", "--vary", "num_gpu_blocks=7463,60000",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    o = json.loads(out)
+    rows = {(r["max_num_seqs"], r["num_gpu_blocks"]): r for r in o["configs"]}
+    assert len(rows) == 4 and o["ttft_slo_s"] == 2.0
+    direct = search_max_rate(
+        [SchedulerConfig(num_gpu_blocks=n, max_num_seqs=s) for s, n in rows],
+        s1_exact(),
+        LinearLatency(),
+        SLO_2S,
+    ).table
+    assert [r["max_rate_scale"] for r in rows.values()] == pytest.approx(
+        direct.max_rate_scale.tolist()
+    )
+
+
+def test_max_rate_bound_printed_as_bound(capsys):
+    args = ["max-rate", "--trace-file", S1_CSV, "--num-gpu-blocks", "60000"]
+    code, out, _ = run_cli(capsys, *args, "--rate-scale-max", "0.5")
+    assert code == 0 and "max_rate_scale ≥ 0.5 (search limit)" in out
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--rate-scale-min", "2", "--rate-scale-max", "1"], "empty or inverted"),
+        (["--rate-scale-min", "1", "--rate-scale-max", "1"], "empty or inverted"),
+        (["--rate-scale-min", "0"], "--rate-scale-min must be"),
+        (["--rate-tolerance", "0"], "--rate-tolerance must be"),
+        (["--ttft-slo", "0"], "--ttft-slo must be"),
+        (["--vary", "max_num_seqs=0"], "--vary max_num_seqs must be"),
+        (["--vary", "max_num_seqs=8", "--max-num-seqs", "8"], "also given as --max-num-seqs"),
+        (["--vary", "watermark=1"], "--vary: expected KEY=V1,V2"),
+        (["--arrival", "offline"], "no arrival rate to scale"),
+    ],
+)
+def test_max_rate_bad_input_exits_2_with_one_line(capsys, args, needle):
+    code, _, err = run_cli(capsys, "max-rate", "--num-requests", "5", *args)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_sweep_search_section_adds_the_columns():
+    from planner import load_spec, run_sweep
+
+    spec = load_spec("sweeps/quick.toml").with_axes(
+        max_num_seqs=[32, 256], num_gpu_blocks=[7463, 60000], preemption_mode=None
+    )
+    spec = spec.with_slo(ttft_slo=2.0, tpot_slo=0.05)
+    df = run_sweep(spec.with_search(rate_scale_max=100.0))
+    cfgs = [
+        SchedulerConfig(num_gpu_blocks=n, max_num_seqs=s) for s in (32, 256) for n in (7463, 60000)
+    ]
+    direct = search_max_rate(cfgs, s1_exact(), LinearLatency(), SLO_2S, SearchRange(hi=100.0))
+    for col in ("max_rate_scale", "max_rps", "max_output_tps"):
+        assert df[col].tolist() == pytest.approx(direct.table[col].tolist())
+    with pytest.raises(ValueError, match="search.rate_scale_min 5 must be below"):
+        spec.with_search(rate_scale_min=5.0, rate_scale_max=2.0)
+
+
+def test_bench_prints_the_ratio(capsys):
+    code, out, err = run_cli(capsys, "bench", "--max-rate", "--grid", "2")
+    assert code == 0, err
+    assert "search / plain sweep:" in out and "4 configs" in out
+    code, _, err = run_cli(capsys, "bench", "--max-rate", "--reference")
+    assert code == 2 and "--reference has no effect with --max-rate" in err
+
+
+def test_plan_run_at_the_reported_rate(capsys):
+    """The same check through the commands a user types: plan max-rate's answer,
+    then plan run --rate-scale at 0.9x and 1.1x of it (no horizon: to completion)."""
+    slo = ["--ttft-slo", "2", "--tpot-slo", "0.05"]
+    pool = ["--trace-file", S1_CSV, "--num-gpu-blocks", "60000", "--max-num-seqs", "256"]
+    code, out, err = run_cli(capsys, "max-rate", *pool, *slo, "--json")
+    assert code == 0, err
+    s = json.loads(out)["configs"][0]["max_rate_scale"]
+    verdicts = []
+    for f in (0.9, 1.1):
+        code, out, err = run_cli(capsys, "run", *pool, *slo, "--rate-scale", f"{s * f!r}", "--json")
+        assert code == 0, err
+        row = json.loads(out)
+        verdicts.append(row["meets_slo"] and not row["overloaded"])
+    assert verdicts == [True, False]
