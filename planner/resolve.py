@@ -68,16 +68,28 @@ def num_gpu_blocks(
     block_size: int,
     tp: int,
     default: int,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int = 8192,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
-    model and GPU presets (``hardware.num_gpu_blocks``); else ``default``."""
+    model (under --quantization, --kv-cache-dtype) and GPU presets
+    (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens); else
+    ``default``."""
     if explicit is not None:
         return explicit, False
     if model is None and gpu is None:
         return default, False
     if model is None or gpu is None:
         raise ValueError("--model and --gpu go together")
+    g = hardware.gpu(gpu)
     n = hardware.num_gpu_blocks(
-        hardware.model(model), hardware.gpu(gpu), gpu_memory_utilization, block_size, tp
+        hardware.model(model, quantization, kv_cache_dtype),
+        g,
+        gpu_memory_utilization,
+        block_size,
+        tp,
+        max_num_batched_tokens,
+        hardware.vllm_default_max_num_seqs(g),
     )
     return n, True
