@@ -24,6 +24,7 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_capacity import finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
+from planner.cli_models import register as register_model_commands
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
@@ -644,6 +645,7 @@ def bench(
 
 
 register_capacity_commands(app)
+register_model_commands(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -97,8 +97,8 @@ def model(name: str, quantization: str | None = None, kv_cache_dtype: str = "aut
             if not p.exists():
                 known = ", ".join(PRESETS)
                 raise HardwareError(
-                    f"--model: unknown model {name!r} (presets: {known}; catalog ids: "
-                    "plan models; or a path to a config.json)"
+                    f"--model: unknown model {name!r} (presets: {known}; the catalog's "
+                    "Hugging Face ids are listed by plan models; or a path to a config.json)"
                 )
             m = model_config_load(p)
         if quantization is not None or kv_cache_dtype != "auto":

@@ -55,6 +55,7 @@ BASE = {
     "sweep": [str(ROOT / "sweeps" / "quick.toml"), "--dry-run"],
     "heatmap": ["/no/such/results"],
     "bench": [],
+    "models": [],
 }  # fmt: skip
 
 # Cross-option mistakes a new user makes, per command.
@@ -94,7 +95,16 @@ WORKLOAD_MISTAKES = [
 MISTAKES = {
     "run": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
     "safe-limit": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
-    "check": POOL_MISTAKES + [["--tokens-per-request", "0"], ["--max-model-len", "0"]],
+    "check": POOL_MISTAKES
+    + [
+        ["--tokens-per-request", "0"],
+        ["--max-model-len", "0"],
+        ["--quantization", "fp8"],
+        ["--model", "llama-3.1-8b", "--gpu", "H100", "--quantization", "int3"],
+        ["--model", "llama-3.1-8b", "--gpu", "H100", "--kv-cache-dtype", "fp4"],
+        ["--model", "llama-3.1-70b", "--gpu", "H100", "--tensor-parallel-size", "3"],
+    ],
+    "models": [["--gpu", "H100"]],
 }
 
 

@@ -180,3 +180,14 @@ def test_bad_model_input_is_one_line_exit_2(capsys, args, needle):
     code, _, err = run_cli(capsys, "check", *args)
     assert code == 2
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err
+
+
+def test_plan_models_lists_the_catalog_and_gpus_with_sources(capsys):
+    code, out, _ = run_cli(capsys, "models", "--json")
+    assert code == 0
+    o = json.loads(out)
+    assert {m["id"] for m in o["models"]} == set(catalog.entries())
+    assert {g["name"] for g in o["gpus"]} == set(hardware.GPUS)
+    assert all(x["source"] and x["recorded"] for x in o["models"] + o["gpus"])
+    code, out, _ = run_cli(capsys, "models")
+    assert "bigcode/starcoder2-3b (starcoder2-3b): sliding-window" in out and "None" not in out
