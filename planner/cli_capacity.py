@@ -24,6 +24,14 @@ from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import unused_field_warnings
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
+# plan check's figures that assume every layer is full attention (one block
+# table holding every token); left out for sliding-window or chunked models.
+FULL_ATTENTION_KEYS = (
+    "usable_blocks", "max_servable_tokens", "vllm_0_33_starts", "vllm_0_33_min_blocks",
+    "older_vllm_starts", "older_vllm_min_blocks", "min_safe_num_gpu_blocks",
+    "max_safe_max_model_len", "min_safe_gpu_memory_utilization", "livelock_gap_tokens",
+    "max_concurrency_vllm_log", "max_concurrency_true",
+)  # fmt: skip
 
 
 def warn(message: str) -> None:
@@ -105,7 +113,8 @@ def check(
         spec = hardware.model(model, quantization, kv_cache_dtype)
         spec.check_tensor_parallel(tp)
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
-              "max_num_batched_tokens": max_num_batched_tokens}  # fmt: skip
+              "max_num_batched_tokens": max_num_batched_tokens,
+              "full_attention_only": False}  # fmt: skip
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tp, sizing)
     t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:
@@ -150,9 +159,10 @@ def check(
             )  # fmt: skip
             out["memory"] = terms.describe()
         if not full_only:  # the per-type figures replace the full-attention ones
-            starts = out["vllm_0_33_starts"] = out["kv_starts"]
+            starts = out["kv_starts"]
             gap = None
-            out["livelock_gap_tokens"] = None
+            for key in FULL_ATTENTION_KEYS:
+                out.pop(key)
     out["full_attention_only"] = full_only
     if trace_file is not None:
         window = TraceOptions(trace_start, trace_duration, max_model_len=max_model_len)
@@ -197,7 +207,8 @@ def _fixes(
     need = capacity.min_safe_num_gpu_blocks(mml, bs)
     util = None
     if explicit_blocks is None and model is not None and gpu is not None:
-        util = capacity.min_gpu_memory_utilization(need, model, gpu, bs, tp, **sizing)
+        kw = {k: v for k, v in sizing.items() if k != "full_attention_only"}
+        util = capacity.min_gpu_memory_utilization(need, model, gpu, bs, tp, **kw)
     return {
         "min_safe_num_gpu_blocks": need,
         "max_safe_max_model_len": capacity.max_safe_model_len(n, bs),
@@ -258,9 +269,13 @@ def _print_model(c: Console, o: dict) -> None:
     c.print(f"source: {o['model_source']}", soft_wrap=True)
     if "memory" in o:
         c.print(o["memory"], soft_wrap=True)
+    by_kind: dict[tuple, list[int]] = {}
+    for g in o["kv_groups"]:
+        by_kind.setdefault((g["kind"], g["span"]), []).append(g["layers"])
     kinds = ", ".join(
-        f"{g['kind']}{' ' + format(g['span'], ',') if g['span'] else ''} x {g['layers']} layers"
-        for g in o["kv_groups"]
+        f"{kind}{' ' + format(span, ',') if span else ''}: {len(ls)} group"
+        f"{'s' if len(ls) > 1 else ''} ({sum(ls)} layers)"
+        for (kind, span), ls in by_kind.items()
     )
     c.print(
         f"KV cache groups (vLLM 0.33 get_kv_cache_groups): {kinds}; a block spans "

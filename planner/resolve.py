@@ -36,6 +36,7 @@ def latency(
         if model is None or gpu is None:
             raise ValueError("--latency roofline needs --model and --gpu")
         kw = {k: v for k, v in (("mfu", mfu), ("mbu", mbu)) if v is not None}
+        simulated_model(hardware.model(model))
         return RooflineLatency(
             hardware.model(model).name,
             hardware.gpu(gpu).name,
@@ -71,11 +72,13 @@ def num_gpu_blocks(
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
     max_num_batched_tokens: int = 8192,
+    full_attention_only: bool = True,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
     (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens); else
-    ``default``."""
+    ``default``. ``full_attention_only``: refuse a model with sliding-window
+    or chunked layers (``simulated_model``), as the simulator needs."""
     if explicit is not None:
         return explicit, False
     if model is None and gpu is None:
@@ -83,8 +86,11 @@ def num_gpu_blocks(
     if model is None or gpu is None:
         raise ValueError("--model and --gpu go together")
     g = hardware.gpu(gpu)
+    m = hardware.model(model, quantization, kv_cache_dtype)
+    if full_attention_only:
+        simulated_model(m)
     n = hardware.num_gpu_blocks(
-        hardware.model(model, quantization, kv_cache_dtype),
+        m,
         g,
         gpu_memory_utilization,
         block_size,
@@ -93,3 +99,16 @@ def num_gpu_blocks(
         hardware.vllm_default_max_num_seqs(g),
     )
     return n, True
+
+
+def simulated_model(m: hardware.ModelSpec) -> None:
+    """Refuse (ValueError, one line) a model the scheduler simulation would
+    misrepresent: its block accounting is full attention (one block table
+    holding every token), while vLLM frees sliding-window and chunked-local
+    blocks step by step (``SlidingWindowManager.remove_skipped_blocks``)."""
+    other = sorted(set(m.layer_types) - {"full"})
+    if other:
+        raise ValueError(
+            f"--model {m.name}: has {' and '.join(other)} attention layers; the simulator "
+            "models full attention only (plan check sizes this model per attention type)"
+        )

@@ -191,3 +191,23 @@ def test_plan_models_lists_the_catalog_and_gpus_with_sources(capsys):
     assert all(x["source"] and x["recorded"] for x in o["models"] + o["gpus"])
     code, out, _ = run_cli(capsys, "models")
     assert "bigcode/starcoder2-3b (starcoder2-3b): sliding-window" in out and "None" not in out
+
+
+def test_check_on_a_sliding_window_model_gives_no_full_attention_claims(capsys):
+    args = ["check", "--model", "gemma-3-27b", "--max-model-len", "32768"]
+    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "100", "--json")
+    o = json.loads(out)
+    assert code == 1 and o["verdict"] == "unsafe" and o["kv_starts"] is False
+    assert "min_safe_num_gpu_blocks" not in o and "livelock_gap_tokens" not in o
+    code, out, _ = run_cli(capsys, *args, "--gpu", "H100", "--tensor-parallel-size", "2")
+    text = " ".join(out.split())
+    assert code == 0 and "verdict: STARTS" in text and "verdict: SAFE" not in text
+    assert "sliding 1,024: 6 groups (52 layers), full: 1 group (10 layers)" in text
+
+
+def test_simulator_refuses_sliding_window_models(capsys):
+    for cmd in (["run", "--num-requests", "2"], ["safe-limit", "--num-requests", "2"]):
+        code, _, err = run_cli(
+            capsys, *cmd, "--model", "starcoder2-3b", "--gpu", "H100", "--latency", "roofline"
+        )
+        assert code == 2 and "full attention only" in err and err.count("\n") == 1
