@@ -268,8 +268,9 @@ def run(
         step_overhead_us,
     )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
-        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463
-    )
+        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+    )  # fmt: skip
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
         block_size=block_size,

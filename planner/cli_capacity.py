@@ -425,7 +425,10 @@ def safe_limit(
     from planner.workload import with_shared_prefixes
 
     reject_inert(ctx, RUN_RULES)
-    n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
+    sizing = {"max_num_batched_tokens": max_num_batched_tokens}
+    n = _pool(
+        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
+    )
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(

@@ -73,10 +73,12 @@ def num_gpu_blocks(
     kv_cache_dtype: str = "auto",
     max_num_batched_tokens: int = 8192,
     full_attention_only: bool = True,
+    max_num_seqs: int | None = None,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
-    (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens); else
+    (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens and
+    max_num_seqs, by default vLLM 0.33's for the GPU); else
     ``default``. ``full_attention_only``: refuse a model with sliding-window
     or chunked layers (``simulated_model``), as the simulator needs."""
     if explicit is not None:
@@ -96,7 +98,7 @@ def num_gpu_blocks(
         block_size,
         tp,
         max_num_batched_tokens,
-        hardware.vllm_default_max_num_seqs(g),
+        hardware.vllm_default_max_num_seqs(g) if max_num_seqs is None else max_num_seqs,
     )
     return n, True
 
