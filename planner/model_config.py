@@ -14,7 +14,8 @@ KV fields (``vllm/config/model.py``: ``get_head_size``, ``get_num_kv_heads``,
   ``sliding_attention``, ``chunked_attention``); without it, the defaults
   transformers' config classes fill in (gemma2: every other layer sliding,
   gemma3 / cohere2: ``sliding_window_pattern``, qwen2/qwen3: layers from
-  ``max_window_layers`` on when ``use_sliding_window``), gpt_oss's model file
+  ``max_window_layers`` on when ``use_sliding_window``, llama4: chunked local
+  attention except every ``no_rope_layer_interval``-th (NoPE) layer), gpt_oss's model file
   (even layers sliding) and starcoder2 (every layer). vLLM's llama/mistral
   code reads ``layer_types`` only, so a bare ``sliding_window`` there means
   full attention. Mamba / linear-attention layers are refused (not sized).
@@ -34,7 +35,9 @@ Parameter count (weights), from the same file; norms and biases are left out
                     + heads x v_head_dim x hidden
     dense MLP per layer = 3 x hidden x intermediate_size (gated), 2 x (starcoder2)
     MoE MLP per layer = (experts + shared experts) x 3 x hidden x moe_intermediate_size
-                        + hidden x experts (router)
+                        + hidden x experts (router); Llama 4: one shared expert, MoE
+                        every interleave_moe_layer_step-th layer, 3 x hidden x
+                        intermediate_size_mlp in the others
 
 The linear layers (attention and MLP) are what quantization shrinks.
 """
@@ -205,6 +208,13 @@ def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
             return (FULL,) * n
         first = int(cfg.get("max_window_layers", 28))
         return tuple(SLIDING if i >= first else FULL for i in range(n))
+    if mt in ("llama4", "llama4_text") and cfg.get("attention_chunk_size"):
+        # transformers' Llama4TextConfig: a NoPE (full attention) layer every
+        # no_rope_layer_interval layers, chunked local attention elsewhere
+        # (vLLM's llama4.py: ChunkedLocalAttention unless no_rope_layers[i] == 0)
+        interval = int(cfg.get("no_rope_layer_interval", 4))
+        rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        return tuple(CHUNKED if r else FULL for r in rope)
     if not window:
         return (FULL,) * n
     if mt == "gemma2":
@@ -251,7 +261,8 @@ def _params(cfg: Mapping[str, Any], layers: int, heads: int, kv: int, hd: int, w
         moe_i = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
         if not isinstance(moe_i, int):
             raise ModelConfigError(f"{where}: moe_intermediate_size is missing")
-        shared = cfg.get("n_shared_experts") or 0
+        llama4 = cfg.get("model_type") in ("llama4", "llama4_text")
+        shared = cfg.get("n_shared_experts") or (1 if llama4 else 0)  # Llama 4: one shared
         shared_i = cfg.get("shared_expert_intermediate_size")
         moe = (experts + shared) * 3 * hidden * moe_i + hidden * experts
         if shared_i:
@@ -260,6 +271,11 @@ def _params(cfg: Mapping[str, Any], layers: int, heads: int, kv: int, hd: int, w
         if first_dense and not dense:
             raise ModelConfigError(f"{where}: intermediate_size is missing (dense layers)")
         mlp_total = first_dense * dense + (layers - first_dense) * moe
+        if llama4:  # MoE every interleave_moe_layer_step-th layer, dense MLPs between
+            step = int(cfg.get("interleave_moe_layer_step", 1))
+            n_moe = layers // step
+            dense_mlp = 3 * hidden * int(cfg.get("intermediate_size_mlp") or 0)
+            mlp_total = n_moe * moe + (layers - n_moe) * dense_mlp
     else:
         if not dense:
             raise ModelConfigError(f"{where}: intermediate_size is missing")

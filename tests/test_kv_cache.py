@@ -78,3 +78,14 @@ def test_mla_page_is_one_latent_shared_by_tp_ranks():
     m = hardware.model("deepseek-v3")
     assert m.mla_dim == 512 + 64
     assert kv_cache.page_bytes(m, 64, tp=8) == kv_cache.page_bytes(m, 64, tp=1) == 64 * 576 * 2
+
+
+def test_chunked_local_attention_blocks_per_request():
+    """Llama 4 Scout: 36 chunked (8,192) + 12 NoPE full layers -> 3 + 1 groups; a
+    request holds cdiv(min(8,192 + 8,192, mml), 16) = 1,024 blocks per chunked
+    group and cdiv(131,072, 16) = 8,192 in the full one."""
+    m = hardware.model("llama-4-scout")
+    cap = kv_cache.capacity(m, 16, 131072, 8192, False, tp=4, num_gpu_blocks=163840)
+    assert [g.kind for g in cap.groups] == ["chunked"] * 3 + ["full"]
+    assert cap.blocks_per_request == 3 * 1024 + 8192
+    assert round(cap.max_concurrency, 2) == 14.55

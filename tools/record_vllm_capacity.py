@@ -67,6 +67,9 @@ CASES = [
     ("deepseek-ai/DeepSeek-V2-Lite-Chat", 50.0, 1, "fp8", 16, 32768, 2048, False),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 10.0, 8, "auto", 16, 32768, 8192, False),
     ("meta-llama/Llama-3.2-1B-Instruct", 0.01, 1, "auto", 16, 131072, 8192, False),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 30.0, 4, "auto", 16, 131072, 8192, False),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 30.0, 8, "fp8", 16, 1048576, 16384, True),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 2.0, 8, "auto", 16, 4096, 8192, False),
 ]
 
 
