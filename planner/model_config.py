@@ -14,11 +14,13 @@ KV fields (``vllm/config/model.py``: ``get_head_size``, ``get_num_kv_heads``,
   ``sliding_attention``, ``chunked_attention``); without it, the defaults
   transformers' config classes fill in (gemma2: every other layer sliding,
   gemma3 / cohere2: ``sliding_window_pattern``, qwen2/qwen3: layers from
-  ``max_window_layers`` on when ``use_sliding_window``, llama4: chunked local
-  attention except every ``no_rope_layer_interval``-th (NoPE) layer), gpt_oss's model file
-  (even layers sliding) and starcoder2 (every layer). vLLM's llama/mistral
-  code reads ``layer_types`` only, so a bare ``sliding_window`` there means
-  full attention. Mamba / linear-attention layers are refused (not sized).
+  ``max_window_layers`` on when ``use_sliding_window``, gpt_oss: even layers,
+  llama4: chunked local attention except every ``no_rope_layer_interval``-th
+  (NoPE) layer). For llama, mistral, mixtral, phi3 and starcoder2, whose config
+  classes leave ``layer_types`` unset, a ``sliding_window`` windows every layer
+  (``EngineArgs.create_engine_config`` sets ``CacheConfig.sliding_window``, the
+  fallback of every ``Attention`` layer). Another model_type with a window and
+  no ``layer_types`` is refused, as are Mamba / linear-attention layers.
 - ``torch_dtype`` (or ``dtype``): float32 checkpoints run in bfloat16
   (``_resolve_auto_dtype``), 2 bytes; ``quantization_config`` as in
   ``planner.quantization``.
@@ -60,8 +62,11 @@ LAYER_TYPE_NAMES = {
 }
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
 NON_GATED_MLP = frozenset({"starcoder2", "gpt_bigcode", "gpt2"})
-# model_types whose vLLM model code ignores a bare sliding_window (no layer_types).
-WINDOW_FROM_LAYER_TYPES_ONLY = frozenset({"llama", "mistral", "mixtral", "phi3"})
+# model_types whose transformers config class leaves layer_types unset, so that a
+# bare sliding_window windows every layer in vLLM 0.33: EngineArgs.create_engine_config
+# sets CacheConfig.sliding_window when layer_types is None, and each Attention
+# layer without a per-layer window falls back to it.
+ALL_SLIDING_WITHOUT_LAYER_TYPES = frozenset({"llama", "mistral", "mixtral", "phi3", "starcoder2"})
 
 
 class ModelConfigError(ValueError):
@@ -224,10 +229,8 @@ def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
         return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
     if mt == "gpt_oss":
         return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n))
-    if mt == "starcoder2":
+    if mt in ALL_SLIDING_WITHOUT_LAYER_TYPES:
         return (SLIDING,) * n
-    if mt in WINDOW_FROM_LAYER_TYPES_ONLY:
-        return (FULL,) * n
     raise ModelConfigError(
         f"{where}: sliding_window is set but layer_types is not, and model_type "
         f"{mt!r} has no known per-layer rule; add layer_types"

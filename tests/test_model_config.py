@@ -80,8 +80,8 @@ def test_per_layer_attention_types():
     assert sc.dtype_bytes == 2  # float32 checkpoint runs in bf16
     g3 = hardware.model("gemma-3-27b")
     assert g3.layer_types.count("full") == 10 and g3.layer_types[5] == "full"
-    # Mistral-7B-v0.1 sets sliding_window, but vLLM's llama code reads layer_types only
-    assert set(hardware.model("mistral-7b-v0.1").layer_types) == {"full"}
+    # Mistral-7B-v0.1: a bare sliding_window windows every layer (CacheConfig.sliding_window)
+    assert set(hardware.model("mistral-7b-v0.1").layer_types) == {"sliding"}
     assert set(hardware.model("qwen2.5-7b").layer_types) == {"full"}  # use_sliding_window false
 
 

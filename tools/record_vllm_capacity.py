@@ -67,6 +67,8 @@ CASES = [
     ("deepseek-ai/DeepSeek-V2-Lite-Chat", 50.0, 1, "fp8", 16, 32768, 2048, False),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 10.0, 8, "auto", 16, 32768, 8192, False),
     ("meta-llama/Llama-3.2-1B-Instruct", 0.01, 1, "auto", 16, 131072, 8192, False),
+    ("mistralai/Mistral-7B-v0.1", 50.0, 1, "auto", 16, 32768, 8192, False),
+    ("microsoft/Phi-3-mini-4k-instruct", 10.0, 1, "fp8", 16, 4096, 2048, True),
     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 30.0, 4, "auto", 16, 131072, 8192, False),
     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 30.0, 8, "fp8", 16, 1048576, 16384, True),
     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", 2.0, 8, "auto", 16, 4096, 8192, False),
@@ -93,12 +95,10 @@ def layer_specs(cfg: dict, tp: int, kv_dtype: str, block_size: int) -> dict:
     head = getattr(hf, "head_dim", None) or hf.hidden_size // heads
     per_rank = max(1, kv // tp)
     types = getattr(hf, "layer_types", None)
-    if text["model_type"] == "starcoder2":  # every layer windowed (vLLM's starcoder2 model)
+    if types is None and getattr(hf, "sliding_window", None):
+        # EngineArgs.create_engine_config: no layer_types -> CacheConfig.sliding_window,
+        # which every Attention layer without a per-layer window falls back to
         types = ["sliding_attention"] * n
-    if text["model_type"] in ("llama", "mistral", "mixtral", "phi3") and not text.get(
-        "layer_types"
-    ):
-        types = None  # vLLM's llama code reads the window from layer_types only
     out = {}
     for i in range(n):
         t = types[i] if types else "full_attention"
