@@ -139,6 +139,8 @@ class ModelSpec:
         """This model under ``--quantization`` and ``--kv-cache-dtype``
         (``planner.quantization``; raises QuantizationError)."""
         method = quantization.resolve_method(quantization_flag, self.quantization_config)
+        if kv_cache_dtype == "auto":
+            kv_cache_dtype = quantization.checkpoint_kv_cache_dtype(self.quantization_config)
         return replace(
             self,
             quantization=method,
@@ -335,6 +337,12 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
     if any("self_attn" in str(m) for m in skipped):  # e.g. gpt-oss: MXFP4 experts only
         linear -= attn
     method = quantization.resolve_method(None, qcfg)
+    kv_dtype = quantization.checkpoint_kv_cache_dtype(qcfg)
+    if kv_dtype not in quantization.KV_CACHE_DTYPES:
+        raise ModelConfigError(
+            f"{where}: quantization_config.kv_cache_quant_algo stores the KV cache as "
+            f"{kv_dtype}, which the planner does not size"
+        )
     return ModelSpec(
         name=name,
         num_layers=layers,
@@ -350,7 +358,8 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         mla_dim=mla,
         linear_params=linear,
         weight_bits=quantization.weight_bits(method, qcfg, nb),
-        kv_bytes=nb,
+        kv_bytes=quantization.kv_dtype_bytes(kv_dtype, nb),
+        kv_cache_dtype=kv_dtype,
         quantization=method,
         vocab_size=int(cfg["vocab_size"]),
         intermediate_size=_mlp_per_token(cfg),

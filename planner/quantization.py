@@ -77,6 +77,36 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
     return KV_CACHE_DTYPES[kv_cache_dtype] or model_dtype_bytes
 
 
+def checkpoint_kv_cache_dtype(qcfg: Mapping[str, Any] | None) -> str:
+    """What ``--kv-cache-dtype auto`` becomes for this checkpoint
+    (``vllm/utils/torch_utils.py``, ``resolve_kv_cache_dtype_string`` and
+    ``get_kv_cache_quant_algo_string``): a ModelOpt checkpoint's
+    ``kv_cache_quant_algo`` / ``kv_cache_scheme`` FP8 gives ``fp8_e4m3``, NVFP4
+    ``nvfp4`` (not sized here); anything else stays ``auto`` (the model dtype)."""
+    q = dict(qcfg or {})
+    if not str(q.get("quant_method", "")).startswith("modelopt"):
+        return "auto"
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+    algo = (
+        inner.get("kv_cache_scheme") or q.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo") or q.get("kv_cache_quant_algo")
+    )  # fmt: skip
+    if isinstance(algo, dict):
+        if (
+            algo.get("dynamic") is False
+            and algo.get("num_bits") == 8
+            and algo.get("type") == "float"
+        ):
+            algo = "fp8"
+        elif algo.get("num_bits") == 4 and algo.get("type") == "float":
+            algo = "nvfp4"
+        else:
+            return "auto"
+    if isinstance(algo, str):
+        return {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}.get(algo.lower(), "auto")
+    return "auto"
+
+
 def _method_of(qcfg: Mapping[str, Any]) -> str:
     method = qcfg.get("quant_method")
     if not isinstance(method, str):

@@ -125,6 +125,19 @@ def test_quantization_bits():
         quantization.kv_dtype_bytes("nvfp4", 2)
 
 
+def test_modelopt_checkpoint_kv_cache_algo_sets_auto():
+    """vLLM's resolve_kv_cache_dtype_string: --kv-cache-dtype auto follows a ModelOpt
+    checkpoint's kv_cache_quant_algo."""
+    cfg = json.loads((CONFIGS / "llama-3.1-70b.json").read_text())
+    q = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+    m = model_config.from_config({**cfg, "quantization_config": q}, "x")
+    assert (m.kv_cache_dtype, m.kv_bytes, m.weight_bits) == ("fp8_e4m3", 1, 8)
+    assert m.with_options(None, "bfloat16").kv_bytes == 2  # an explicit flag wins
+    q4 = {**q, "kv_cache_quant_algo": "NVFP4"}
+    with pytest.raises(ModelConfigError, match="kv_cache_quant_algo"):
+        model_config.from_config({**cfg, "quantization_config": q4}, "x")
+
+
 def test_tensor_parallel_must_split_the_heads():
     m = hardware.model("llama-3.1-70b")
     m.check_tensor_parallel(8)
