@@ -18,7 +18,7 @@ from rich.table import Table
 
 from planner import capacity, hardware, kv_cache, resolve
 from planner import cli_options as opt
-from planner.cli_inert import RUN_RULES, reject_inert
+from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import unused_field_warnings
@@ -102,16 +102,25 @@ def check(
     Exit code 0: safe; 1: a livelock gap exists or vLLM >= 0.29 refuses the
     pool; 2: bad input.
     """
-    reject_inert(ctx, RUN_RULES)
+    reject_inert(ctx, CHECK_RULES)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
-    if model is None and (quantization is not None or kv_cache_dtype != "auto"):
-        raise ValueError("--quantization and --kv-cache-dtype need --model (they size its KV)")
     tp = tensor_parallel_size
     spec = None
     if model is not None:
         spec = hardware.model(model, quantization, kv_cache_dtype)
         spec.check_tensor_parallel(tp)
+        windowed = set(spec.layer_types) != {"full"}
+        if given(ctx, "async_scheduling") and not windowed:
+            raise InertOption(
+                f"--async-scheduling has no effect on {spec.name}: only sliding-window and "
+                "chunked layers hold blocks for the batches in flight"
+            )
+        if given(ctx, "max_num_batched_tokens") and not windowed and num_gpu_blocks is not None:
+            raise InertOption(
+                f"--max-num-batched-tokens has no effect on {spec.name} with --num-gpu-blocks "
+                "(it sizes the activation term and sliding-window or chunked capacity)"
+            )
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
               "max_num_batched_tokens": max_num_batched_tokens,
               "full_attention_only": False}  # fmt: skip

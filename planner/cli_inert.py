@@ -147,6 +147,19 @@ RUN_RULES: tuple[Rule, ...] = (
     ),
 )
 
+# ``plan check``: the scheduler options it takes only change the per-attention-type
+# figures and the activation term of a model's pool sizing (``cli_capacity.check``
+# refuses the rest once the model is read: async scheduling on a full-attention
+# model, the batch size on a full-attention model with --num-gpu-blocks).
+CHECK_RULES: tuple[Rule, ...] = (
+    *RUN_RULES,
+    Rule(
+        ("max_num_batched_tokens", "async_scheduling", "quantization", "kv_cache_dtype"),
+        lambda p: p.get("model") is None,
+        "needs --model (it sizes that model's KV cache)",
+    ),
+)
+
 # Rules whose options are SchedulerConfig fields: a sweep spec refuses such a
 # setting (fixed or axis) when it has no effect in any configuration of its grid.
 SCHEDULER_RULES: tuple[Rule, ...] = tuple(

@@ -181,7 +181,9 @@ def test_plan_check_with_a_config_json_tp4_fp8(capsys):
             ["--model", "llama-3.1-70b", "--gpu", "H100", "--tensor-parallel-size", "3"],
             "num_attention_heads 64",
         ),
-        (["--quantization", "fp8", "--num-gpu-blocks", "100"], "need --model"),
+        (["--quantization", "fp8", "--num-gpu-blocks", "100"], "needs --model"),
+        (["--num-gpu-blocks", "100", "--async-scheduling"], "needs --model"),
+        (["--model", "llama-3.1-8b", "--num-gpu-blocks", "100", "--async-scheduling"], "no effect"),
         (["--model", "no/such-model", "--gpu", "H100"], "unknown model"),
         (
             ["--model", str(CONFIGS / "llama70b-fp8"), "--gpu", "H100", "--quantization", "awq"],
