@@ -49,7 +49,7 @@ GPU_SOURCES: dict[str, str] = {
     "L40S": "https://www.nvidia.com/en-us/data-center/l40s/",
     "B200": "https://www.nvidia.com/en-us/data-center/dgx-b200/ (per GPU: 180 GB, 8 TB/s)",
     "RTX-4090": "https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/ "
-    "(NVIDIA Ada Lovelace architecture whitepaper: 82.6 TFLOP/s bf16, fp32 accumulate)",
+    "(NVIDIA Ada Lovelace architecture whitepaper: 165.2 TFLOP/s bf16 dense, fp32 accumulate)",
     "MI300X": "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
 }
 GPU_SOURCES_RECORDED = "2026-11-30"
@@ -68,9 +68,9 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("L40S", 44.4, 362.05e12, 0.864e12),
         # B200 180GB: 2.25 PFLOP/s bf16 dense, 8 TB/s HBM3e; 180e9 B = 167.6 GiB
         GpuSpec("B200", 167.6, 2250e12, 8.0e12),
-        # GeForce RTX 4090 24GB (consumer): 82.6 TFLOP/s bf16 dense with fp32
+        # GeForce RTX 4090 24GB (consumer): 165.2 TFLOP/s bf16 dense with fp32
         # accumulate, 1.008 TB/s GDDR6X; ~23.65 GiB visible
-        GpuSpec("RTX-4090", 23.65, 82.6e12, 1.008e12),
+        GpuSpec("RTX-4090", 23.65, 165.2e12, 1.008e12),
         # AMD Instinct MI300X 192GB: 1,307.4 TFLOP/s bf16 dense, 5.3 TB/s HBM3;
         # 192 GiB of HBM, ~191.98 GiB visible to ROCm torch
         GpuSpec("MI300X", 191.98, 1307.4e12, 5.3e12),
