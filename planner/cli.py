@@ -206,6 +206,8 @@ def run(
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
     tensor_parallel_size: opt.TensorParallelSize = 1,
+    quantization: opt.Quantization = None,
+    kv_cache_dtype: opt.KvCacheDtype = "auto",
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
     trace_columns: opt.TraceColumns = None,
@@ -265,11 +267,12 @@ def run(
 
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us,
+        step_overhead_us, quantization, kv_cache_dtype,
     )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
     )  # fmt: skip
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,

@@ -385,6 +385,8 @@ def safe_limit(
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
     tensor_parallel_size: opt.TensorParallelSize = 1,
+    quantization: opt.Quantization = None,
+    kv_cache_dtype: opt.KvCacheDtype = "auto",
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
     trace_start: opt.TraceStart = 0.0,
@@ -434,7 +436,8 @@ def safe_limit(
     from planner.workload import with_shared_prefixes
 
     reject_inert(ctx, RUN_RULES)
-    sizing = {"max_num_batched_tokens": max_num_batched_tokens}
+    sizing = {"max_num_batched_tokens": max_num_batched_tokens, "quantization": quantization,
+              "kv_cache_dtype": kv_cache_dtype}  # fmt: skip
     n = _pool(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
     )
@@ -442,7 +445,7 @@ def safe_limit(
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us,
+        step_overhead_us, quantization, kv_cache_dtype,
     )  # fmt: skip
     if trace_file is not None:
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests)

@@ -152,13 +152,28 @@ RUN_RULES: tuple[Rule, ...] = (
 # refuses the rest once the model is read: async scheduling on a full-attention
 # model, the batch size on a full-attention model with --num-gpu-blocks).
 CHECK_RULES: tuple[Rule, ...] = (
-    *RUN_RULES,
+    *RUN_RULES,  # as defined above, without DTYPE_RULE (check reads --quantization itself)
     Rule(
         ("max_num_batched_tokens", "async_scheduling", "quantization", "kv_cache_dtype"),
         lambda p: p.get("model") is None,
         "needs --model (it sizes that model's KV cache)",
     ),
 )
+
+# plan run and plan safe-limit: the model's dtypes size the pool and the
+# roofline's bytes; with --num-gpu-blocks and the linear model they do nothing.
+DTYPE_RULE = Rule(
+    ("quantization", "kv_cache_dtype"),
+    lambda p: (
+        p.get("model") is None
+        or (
+            p.get("num_gpu_blocks") is not None and _value(p.get("latency", "linear")) != "roofline"
+        )
+    ),
+    "only sizes the pool from --model and --gpu (without --num-gpu-blocks) or the roofline's "
+    "weight and KV bytes",
+)
+RUN_RULES = (*RUN_RULES, DTYPE_RULE)
 
 # Rules whose options are SchedulerConfig fields: a sweep spec refuses such a
 # setting (fixed or axis) when it has no effect in any configuration of its grid.

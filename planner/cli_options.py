@@ -111,9 +111,12 @@ def step_time(
     mfu: float | None,
     mbu: float | None,
     step_overhead_us: float,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
 ) -> Latency:
     """The step-time model from the latency options above (``resolve.latency``
-    picks it and states the defaults)."""
+    picks it and states the defaults); the roofline reads the model's weight
+    and KV bytes under ``--quantization`` and ``--kv-cache-dtype``."""
     return resolve.latency(
         latency.value,
         model,
@@ -124,6 +127,8 @@ def step_time(
         mfu,
         mbu,
         step_overhead_us,
+        quantization,
+        kv_cache_dtype,
     )
 
 

@@ -21,6 +21,8 @@ def latency(
     mfu: float | None = None,
     mbu: float | None = None,
     overhead_us: float = 0.0,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
 ) -> Latency:
     """Pick the step-time model.
 
@@ -36,13 +38,15 @@ def latency(
         if model is None or gpu is None:
             raise ValueError("--latency roofline needs --model and --gpu")
         kw = {k: v for k, v in (("mfu", mfu), ("mbu", mbu)) if v is not None}
-        simulated_model(hardware.model(model))
+        simulated_model(hardware.model(model, quantization, kv_cache_dtype))
         return RooflineLatency(
             hardware.model(model).name,
             hardware.gpu(gpu).name,
             tp=tp,
             overhead_us=overhead_us,
             alpha=alpha or (0.0, 0.0, 0.0),
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
             **kw,
         )
     if beta is not None:

@@ -226,3 +226,24 @@ def test_simulator_refuses_sliding_window_models(capsys):
             capsys, *cmd, "--model", "starcoder2-3b", "--gpu", "H100", "--latency", "roofline"
         )
         assert code == 2 and "full attention only" in err and err.count("\n") == 1
+
+
+def test_run_and_safe_limit_take_the_dtypes(capsys):
+    base = ["--model", "llama-3.1-70b", "--gpu", "H100", "--gpu-memory-utilization", "0.95"]
+    code, _, err = run_cli(capsys, "run", *base, "--num-requests", "2", "--latency", "roofline")
+    assert code == 2 and "no room" in err  # bf16 weights: 131 GiB on one GPU
+    code, out, _ = run_cli(
+        capsys, "run", *base, "--quantization", "fp8", "--latency", "roofline",
+        "--num-requests", "2", "--json",
+    )  # fmt: skip
+    o = json.loads(out)
+    m, g = hardware.model("llama-3.1-70b", "fp8"), hardware.gpu("H100")
+    assert code == 0 and o["num_gpu_blocks"] == hardware.num_gpu_blocks(
+        m, g, 0.95, 16, 1, 2048, 256
+    )
+    assert "quantization fp8" in o["latency_model"]
+    code, _, err = run_cli(
+        capsys, "run", "--num-gpu-blocks", "1000", "--model", "llama-3.1-8b", "--quantization",
+        "fp8", "--num-requests", "2",
+    )  # fmt: skip
+    assert code == 2 and "--quantization only sizes the pool" in err
