@@ -111,6 +111,13 @@ def check(
         spec = hardware.model(model, quantization, kv_cache_dtype)
         spec.check_tensor_parallel(tp)
         windowed = set(spec.layer_types) != {"full"}
+        for name, what in (("tokens_per_request", "--tokens-per-request"),
+                           ("trace_file", "--trace-file")):  # fmt: skip
+            if windowed and given(ctx, name):
+                raise InertOption(
+                    f"{what} has no effect on {spec.name}: the per-request figures and the "
+                    "livelock analysis it feeds are for full-attention models"
+                )
         if given(ctx, "async_scheduling") and not windowed:
             raise InertOption(
                 f"--async-scheduling has no effect on {spec.name}: only sliding-window and "

@@ -183,6 +183,10 @@ def test_plan_check_with_a_config_json_tp4_fp8(capsys):
         ),
         (["--quantization", "fp8", "--num-gpu-blocks", "100"], "needs --model"),
         (["--num-gpu-blocks", "100", "--async-scheduling"], "needs --model"),
+        (
+            ["--model", "starcoder2-3b", "--num-gpu-blocks", "2000", "--tokens-per-request", "9"],
+            "full-attention models",
+        ),
         (["--model", "llama-3.1-8b", "--num-gpu-blocks", "100", "--async-scheduling"], "no effect"),
         (["--model", "no/such-model", "--gpu", "H100"], "unknown model"),
         (
