@@ -20,9 +20,11 @@ vLLM measures the last three on the GPU; here each is a stated estimate:
 - non-torch memory (CUDA context, cuBLAS/NCCL workspaces): 0.5 GiB at TP 1,
   as vLLM's start-up log for Llama-3.1-8B on one H100 reports; 1.0 GiB with
   TP > 1 for NCCL's buffers (an allowance, not a measurement).
-- CUDA graphs: 0.36 GiB, the "Estimated CUDA graph memory" vLLM 0.27 logs
-  for a dense 8B-class model (gpustack/runner PR #251); 0 for engines before
-  0.21, which captured graphs after sizing the pool (``cudagraphs=False``).
+- CUDA graphs: 0.36 GiB, the "Estimated CUDA graph memory" of a public vLLM
+  0.27 start-up log (gpustack/runner PR #251, a TP 2 run whose model the
+  excerpt does not name; other public logs show 0.17 to 1.4 GiB), an
+  allowance; 0 for engines before 0.21, which captured graphs after sizing the
+  pool (``cudagraphs=False``).
 
 Each term is an estimate of a measured quantity: when you have your server's
 log, pass ``--num-gpu-blocks`` from it.
