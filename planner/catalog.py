@@ -4,6 +4,9 @@ the date recorded), read with ``planner.model_config``.
 
 Each file: ``{"id": HF id, "aliases": [...], "family": ..., "source": URL,
 "recorded": date, "note": optional, "config": {config.json fields}}``.
+The entries were transcribed without access to the Hugging Face hub; the
+parameter counts they give are checked against each model card in
+``tests/test_model_config.py``.
 """
 
 from __future__ import annotations
