@@ -166,7 +166,14 @@ UTILIZATION_STEP = 1000  # gpu_memory_utilization is searched in steps of 1/1000
 
 
 def min_gpu_memory_utilization(
-    need_blocks: int, model: str, gpu: str, block_size: int, tp: int = 1
+    need_blocks: int,
+    model: str,
+    gpu: str,
+    block_size: int,
+    tp: int = 1,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int = 8192,
 ) -> float | None:
     """Smallest ``gpu_memory_utilization`` (a multiple of 0.001, in (0, 1]) at
     which vLLM's pool sizing (``hardware.num_gpu_blocks``, same allowances)
@@ -175,13 +182,14 @@ def min_gpu_memory_utilization(
     Found by bisection over the sizing function itself, which grows with the
     utilisation, so the sizing formula lives in one place only.
     """
-    m, g = hardware.model(model), hardware.gpu(gpu)
+    m, g = hardware.model(model, quantization, kv_cache_dtype), hardware.gpu(gpu)
+    seqs = hardware.vllm_default_max_num_seqs(g)
 
     def enough(k: int) -> bool:
+        u = k / UTILIZATION_STEP
         try:
-            return (
-                hardware.num_gpu_blocks(m, g, k / UTILIZATION_STEP, block_size, tp) >= need_blocks
-            )
+            n = hardware.num_gpu_blocks(m, g, u, block_size, tp, max_num_batched_tokens, seqs)
+            return n >= need_blocks
         except hardware.HardwareError:  # no room for the KV cache at this utilisation
             return False
 

@@ -25,6 +25,7 @@ from planner.cli_capacity import finite, read_trace_warned, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
 from planner.cli_maxrate import register as register_max_rate
+from planner.cli_models import register as register_model_commands
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
@@ -213,6 +214,8 @@ def run(
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
     tensor_parallel_size: opt.TensorParallelSize = 1,
+    quantization: opt.Quantization = None,
+    kv_cache_dtype: opt.KvCacheDtype = "auto",
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
     trace_columns: opt.TraceColumns = None,
@@ -277,11 +280,13 @@ def run(
 
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us,
+        step_overhead_us, quantization, kv_cache_dtype,
     )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
-        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463
-    )
+        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463,
+        quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+    )  # fmt: skip
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
         block_size=block_size,
@@ -744,6 +749,7 @@ def bench(
 
 register_capacity_commands(app)
 register_max_rate(app)
+register_model_commands(app)
 
 
 def main(argv: list[str] | None = None) -> None:

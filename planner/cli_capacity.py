@@ -16,9 +16,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner import capacity, resolve
+from planner import capacity, hardware, kv_cache, resolve
 from planner import cli_options as opt
-from planner.cli_inert import CHECK_RULES, RUN_RULES, reject_inert
+from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import Workload, unused_field_warnings
@@ -30,6 +30,14 @@ if TYPE_CHECKING:
     from planner.slo import SLO
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
+# plan check's figures that assume every layer is full attention (one block
+# table holding every token); left out for sliding-window or chunked models.
+FULL_ATTENTION_KEYS = (
+    "usable_blocks", "max_servable_tokens", "vllm_0_33_starts", "vllm_0_33_min_blocks",
+    "older_vllm_starts", "older_vllm_min_blocks", "min_safe_num_gpu_blocks",
+    "max_safe_max_model_len", "min_safe_gpu_memory_utilization", "livelock_gap_tokens",
+    "max_concurrency_vllm_log", "max_concurrency_true",
+)  # fmt: skip
 
 
 def warn(message: str) -> None:
@@ -49,11 +57,17 @@ def read_trace_warned(
 
 
 def _pool(
-    blocks: int | None, model: str | None, gpu: str | None, util: float, bs: int, tp: int
+    blocks: int | None,
+    model: str | None,
+    gpu: str | None,
+    util: float,
+    bs: int,
+    tp: int,
+    sizing: dict | None = None,
 ) -> int:
     if blocks is None and model is None and gpu is None:
         raise ValueError("give --num-gpu-blocks, or --model and --gpu")
-    n, _ = resolve.num_gpu_blocks(blocks, model, gpu, util, bs, tp, default=0)
+    n, _ = resolve.num_gpu_blocks(blocks, model, gpu, util, bs, tp, 0, **(sizing or {}))
     if n <= 1:
         raise ValueError(f"--num-gpu-blocks must be >= 2 (block 0 is the null block), got {n}")
     if bs < 1:
@@ -70,6 +84,10 @@ def check(
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
     tensor_parallel_size: opt.TensorParallelSize = 1,
+    quantization: opt.Quantization = None,
+    kv_cache_dtype: opt.KvCacheDtype = "auto",
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
+    async_scheduling: opt.AsyncScheduling = False,
     tokens_per_request: Annotated[
         int | None, typer.Option(help="T for the concurrency figure [default: max_model_len].")
     ] = None,
@@ -84,7 +102,6 @@ def check(
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
     max_num_seqs: opt.MaxNumSeqs = 256,
-    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
     horizon: opt.Horizon = math.inf,
     latency: opt.LatencyOpt = opt.LatencyKind.linear,
     alpha_coeffs: opt.AlphaCoeffs = None,
@@ -112,7 +129,33 @@ def check(
     slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
-    n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
+    tp = tensor_parallel_size
+    spec = None
+    if model is not None:
+        spec = hardware.model(model, quantization, kv_cache_dtype)
+        spec.check_tensor_parallel(tp)
+        windowed = set(spec.layer_types) != {"full"}
+        for name, what in (("tokens_per_request", "--tokens-per-request"),
+                           ("trace_file", "--trace-file")):  # fmt: skip
+            if windowed and given(ctx, name):
+                raise InertOption(
+                    f"{what} has no effect on {spec.name}: the per-request figures and the "
+                    "livelock analysis it feeds are for full-attention models"
+                )
+        if given(ctx, "async_scheduling") and not windowed:
+            raise InertOption(
+                f"--async-scheduling has no effect on {spec.name}: only sliding-window and "
+                "chunked layers hold blocks for the batches in flight"
+            )
+        if given(ctx, "max_num_batched_tokens") and not windowed and num_gpu_blocks is not None:
+            raise InertOption(
+                f"--max-num-batched-tokens has no effect on {spec.name} with --num-gpu-blocks "
+                "(it sizes the activation term and sliding-window or chunked capacity)"
+            )
+    sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
+              "max_num_batched_tokens": max_num_batched_tokens,
+              "full_attention_only": False}  # fmt: skip
+    n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tp, sizing)
     t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:
         raise ValueError(f"--tokens-per-request must be >= 1, got {t}")
@@ -134,12 +177,33 @@ def check(
         "vllm_counting_null_block": capacity.NULL_BLOCK_COUNTED,
         "older_vllm": capacity.NULL_BLOCK_NOT_COUNTED,
         "startup_check_history": capacity.STARTUP_CHECK_HISTORY,
-        **_fixes(n, num_gpu_blocks, model, gpu, block_size, max_model_len, tensor_parallel_size),
+        **_fixes(n, num_gpu_blocks, model, gpu, block_size, max_model_len, tp, sizing),
         "livelock_gap_tokens": list(gap) if gap else None,
         "tokens_per_request": t,
         "max_concurrency_vllm_log": capacity.max_concurrency(n, block_size, t, True),
         "max_concurrency_true": capacity.max_concurrency(n, block_size, t, False),
     }
+    full_only = True
+    if spec is not None:
+        full_only = set(spec.layer_types) == {"full"}
+        out.update(
+            model_kv_figures(
+                spec, n, block_size, max_model_len, max_num_batched_tokens, async_scheduling, tp
+            )
+        )
+        if gpu is not None and num_gpu_blocks is None:
+            g = hardware.gpu(gpu)
+            terms = hardware.memory_terms(
+                spec, g, gpu_memory_utilization, tp, max_num_batched_tokens,
+                hardware.vllm_default_max_num_seqs(g),
+            )  # fmt: skip
+            out["memory"] = terms.describe()
+        if not full_only:  # the per-type figures replace the full-attention ones
+            starts = out["kv_starts"]
+            gap = None
+            for key in FULL_ATTENTION_KEYS:
+                out.pop(key)
+    out["full_attention_only"] = full_only
     if trace_file is not None:
         window = TraceOptions(
             trace_start, trace_duration, rate_scale=rate_scale, max_model_len=max_model_len
@@ -178,7 +242,7 @@ def check(
         clock_bound(cfg, lat)
         out["traffic"] = traffic_check(cfg, wl, lat, slo)
         safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
-    out["verdict"] = "safe" if safe else "unsafe"
+    out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
     if as_json:
         print(json.dumps(out))
     else:
@@ -232,6 +296,7 @@ def _fixes(
     bs: int,
     mml: int,
     tp: int,
+    sizing: dict,
 ) -> dict:
     """What makes the pool safe (``capacity``): the smallest num_gpu_blocks, the
     largest max_model_len on this pool, and, when the pool is sized from
@@ -239,7 +304,8 @@ def _fixes(
     need = capacity.min_safe_num_gpu_blocks(mml, bs)
     util = None
     if explicit_blocks is None and model is not None and gpu is not None:
-        util = capacity.min_gpu_memory_utilization(need, model, gpu, bs, tp)
+        kw = {k: v for k, v in sizing.items() if k != "full_attention_only"}
+        util = capacity.min_gpu_memory_utilization(need, model, gpu, bs, tp, **kw)
     return {
         "min_safe_num_gpu_blocks": need,
         "max_safe_max_model_len": capacity.max_safe_model_len(n, bs),
@@ -271,9 +337,78 @@ def _print_fix(c: Console, o: dict) -> None:
         )
 
 
+def model_kv_figures(
+    m: object, n: int, bs: int, mml: int, mnbt: int, async_scheduling: bool, tp: int
+) -> dict:
+    """vLLM 0.33's per-attention-type figures (``kv_cache.capacity``) for a pool
+    of ``n`` blocks: groups, blocks per request, "Maximum concurrency" and the
+    start-up check."""
+    cap = kv_cache.capacity(m, bs, mml, mnbt, async_scheduling, tp, num_gpu_blocks=n)  # type: ignore[arg-type]
+    return {
+        "model": m.describe(),  # type: ignore[attr-defined]
+        "model_source": m.source + (f"; {m.note}" if m.note else ""),  # type: ignore[attr-defined]
+        "kv_groups": [
+            {"kind": g.kind, "span": g.span, "layers": g.layers, "page_bytes": g.page_bytes}
+            for g in cap.groups
+        ],
+        "kv_bytes_per_block": cap.bytes_per_block,
+        "kv_blocks_per_request": cap.blocks_per_request,
+        "kv_in_flight_tokens": cap.in_flight_tokens,
+        "kv_max_concurrency": cap.max_concurrency,
+        "kv_needed_bytes": cap.needed_bytes,
+        "kv_check_bytes": cap.check_bytes,
+        "kv_starts": cap.starts,
+    }
+
+
+def _print_model(c: Console, o: dict) -> None:
+    c.print(f"model: {o['model']}", soft_wrap=True)
+    c.print(f"source: {o['model_source']}", soft_wrap=True)
+    if "memory" in o:
+        c.print(o["memory"], soft_wrap=True)
+    by_kind: dict[tuple, list[int]] = {}
+    for g in o["kv_groups"]:
+        by_kind.setdefault((g["kind"], g["span"]), []).append(g["layers"])
+    kinds = ", ".join(
+        f"{kind}{' ' + format(span, ',') if span else ''}: {len(ls)} group"
+        f"{'s' if len(ls) > 1 else ''} ({sum(ls)} layers)"
+        for (kind, span), ls in by_kind.items()
+    )
+    c.print(
+        f"KV cache groups (vLLM 0.33 get_kv_cache_groups): {kinds}; a block spans "
+        f"{o['kv_bytes_per_block']:,} bytes per GPU",
+        soft_wrap=True,
+    )
+    c.print(
+        f"blocks per request at max_model_len {o['max_model_len']:,} (all groups, "
+        f"{o['kv_in_flight_tokens']:,} tokens in flight): {o['kv_blocks_per_request']:,}; "
+        f"Maximum concurrency (vLLM 0.33 log): {o['kv_max_concurrency']:.2f}x",
+        soft_wrap=True,
+    )
+    c.print(
+        f"vLLM 0.33 start-up check: one max_model_len request needs "
+        f"{o['kv_needed_bytes'] / 2**30:.3f} GiB of KV, the pool less the null block holds "
+        f"{o['kv_check_bytes'] / 2**30:.3f} GiB: "
+        + ("passes" if o["kv_starts"] else "REFUSES to start"),
+        soft_wrap=True,
+    )
+
+
 def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
     c = Console(markup=False)
     n, bs, mml = o["num_gpu_blocks"], o["block_size"], o["max_model_len"]
+    if "model" in o:
+        _print_model(c, o)
+    if not o["full_attention_only"]:
+        c.print(f"pool: {n:,} blocks x {bs} tokens")
+        if o["verdict"] == "starts":
+            c.print(
+                "verdict: STARTS - vLLM 0.33 starts on this pool; the livelock analysis "
+                "covers full-attention models only, so no SAFE verdict is given"
+            )
+        else:
+            c.print("verdict: UNSAFE - vLLM 0.33 refuses to start on this pool")
+        return
     c.print(
         f"pool: {n:,} blocks x {bs} tokens; {o['usable_blocks']:,} usable (block 0 is the "
         f"null block) = {o['max_servable_tokens']:,} servable tokens"
@@ -357,6 +492,8 @@ def safe_limit(
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
     tensor_parallel_size: opt.TensorParallelSize = 1,
+    quantization: opt.Quantization = None,
+    kv_cache_dtype: opt.KvCacheDtype = "auto",
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
     trace_start: opt.TraceStart = 0.0,
@@ -409,12 +546,16 @@ def safe_limit(
 
     reject_inert(ctx, RUN_RULES)
     slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
-    n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size)
+    sizing = {"max_num_batched_tokens": max_num_batched_tokens, "quantization": quantization,
+              "kv_cache_dtype": kv_cache_dtype}  # fmt: skip
+    n = _pool(
+        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
+    )
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us,
+        step_overhead_us, quantization, kv_cache_dtype,
     )  # fmt: skip
     if trace_file is not None:
         opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests)

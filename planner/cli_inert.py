@@ -147,6 +147,59 @@ RUN_RULES: tuple[Rule, ...] = (
     ),
 )
 
+SLO_OPTIONS = ("ttft_slo", "tpot_slo", "e2e_slo", "goodput")
+
+
+def _has_slo(p: dict) -> bool:
+    return any(p.get(k) for k in SLO_OPTIONS)
+
+
+# ``plan check``: its scheduler options change the per-attention-type figures
+# and the activation term of a model's pool sizing (``cli_capacity.check``
+# refuses the rest once the model is read: async scheduling on a full-attention
+# model, the batch size on a full-attention model with --num-gpu-blocks), and
+# the simulation it runs only to judge SLOs on a trace's traffic.
+CHECK_RULES: tuple[Rule, ...] = (
+    *RUN_RULES,  # as defined above, without DTYPE_RULE (check reads --quantization itself)
+    Rule(
+        ("async_scheduling", "quantization", "kv_cache_dtype"),
+        lambda p: p.get("model") is None,
+        "needs --model (it sizes that model's KV cache)",
+    ),
+    Rule(
+        ("max_num_batched_tokens",),
+        lambda p: p.get("model") is None and not _has_slo(p),
+        "needs --model (it sizes that model's KV cache) or an SLO (--ttft-slo, --tpot-slo, "
+        "--e2e-slo or --goodput: plan check then simulates the traffic)",
+    ),
+    Rule(
+        SLO_OPTIONS,
+        lambda p: p.get("trace_file") is None,
+        "needs --trace-file (plan check judges SLOs on that trace's traffic)",
+    ),
+    Rule(
+        ("max_num_seqs", "horizon", "rate_scale", "latency", "alpha_coeffs", "beta_coeffs"),
+        lambda p: not _has_slo(p),
+        "needs an SLO (--ttft-slo, --tpot-slo, --e2e-slo or --goodput): plan check "
+        "simulates the traffic only to judge SLOs",
+    ),
+)
+
+# plan run and plan safe-limit: the model's dtypes size the pool and the
+# roofline's bytes; with --num-gpu-blocks and the linear model they do nothing.
+DTYPE_RULE = Rule(
+    ("quantization", "kv_cache_dtype"),
+    lambda p: (
+        p.get("model") is None
+        or (
+            p.get("num_gpu_blocks") is not None and _value(p.get("latency", "linear")) != "roofline"
+        )
+    ),
+    "only sizes the pool from --model and --gpu (without --num-gpu-blocks) or the roofline's "
+    "weight and KV bytes",
+)
+RUN_RULES = (*RUN_RULES, DTYPE_RULE)
+
 # Rules whose options are SchedulerConfig fields: a sweep spec refuses such a
 # setting (fixed or axis) when it has no effect in any configuration of its grid.
 SCHEDULER_RULES: tuple[Rule, ...] = tuple(
@@ -175,32 +228,5 @@ BENCH_RULES: tuple[Rule, ...] = (
         ("reference",),
         lambda p: bool(p.get("max_rate")),
         "has no effect with --max-rate (it times the search against a plain sweep)",
-    ),
-)
-
-
-SLO_OPTIONS = ("ttft_slo", "tpot_slo", "e2e_slo", "goodput")
-# ``plan check`` simulates the trace only to judge SLOs: the settings of that
-# simulation need an SLO, and an SLO needs the trace it is judged on.
-CHECK_RULES: tuple[Rule, ...] = (
-    *RUN_RULES,
-    Rule(
-        SLO_OPTIONS,
-        lambda p: p.get("trace_file") is None,
-        "needs --trace-file (plan check judges SLOs on that trace's traffic)",
-    ),
-    Rule(
-        (
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "horizon",
-            "rate_scale",
-            "latency",
-            "alpha_coeffs",
-            "beta_coeffs",
-        ),
-        lambda p: not any(p.get(k) for k in SLO_OPTIONS),
-        "needs an SLO (--ttft-slo, --tpot-slo, --e2e-slo or --goodput): plan check "
-        "simulates the traffic only to judge SLOs",
     ),
 )

@@ -112,9 +112,12 @@ def step_time(
     mfu: float | None,
     mbu: float | None,
     step_overhead_us: float,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
 ) -> Latency:
     """The step-time model from the latency options above (``resolve.latency``
-    picks it and states the defaults)."""
+    picks it and states the defaults); the roofline reads the model's weight
+    and KV bytes under ``--quantization`` and ``--kv-cache-dtype``."""
     return resolve.latency(
         latency.value,
         model,
@@ -125,6 +128,8 @@ def step_time(
         mfu,
         mbu,
         step_overhead_us,
+        quantization,
+        kv_cache_dtype,
     )
 
 
@@ -227,9 +232,29 @@ MaxNumBatchedTokens = Annotated[
     int, typer.Option(help="Token budget per step (vLLM's --max-num-batched-tokens).")
 ]
 Model = Annotated[
-    str | None, typer.Option(help="Model preset, e.g. llama-3.1-8b (sizes the KV pool).")
+    str | None,
+    typer.Option(
+        help="Model: a catalog id (e.g. meta-llama/Llama-3.1-8B-Instruct), a preset alias "
+        "(llama-3.1-8b) or a path to a folder or file with a config.json (sizes the KV pool).",
+    ),
 ]
-Gpu = Annotated[str | None, typer.Option(help="GPU preset: H100, H200, A100-80GB, L40S.")]
+Gpu = Annotated[
+    str | None,
+    typer.Option(
+        help="GPU preset: H100, H200, A100-80GB, A100-40GB, L40S, B200, RTX-4090, MI300X."
+    ),
+]
+Quantization = Annotated[
+    str | None,
+    typer.Option(
+        help="vLLM's --quantization (fp8, awq, gptq, compressed-tensors, modelopt_fp4, mxfp4, "
+        "...) [default: the checkpoint's quantization_config, else none].",
+    ),
+]
+KvCacheDtype = Annotated[
+    str,
+    typer.Option(help="vLLM's --kv-cache-dtype: auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16."),
+]
 GpuMemoryUtilization = Annotated[
     float, typer.Option(help="vLLM's --gpu-memory-utilization (sizes the pool with --model).")
 ]

@@ -1,71 +1,31 @@
 """Model and GPU presets, KV bytes per block, and num_gpu_blocks sizing.
 
-Sizing follows vLLM's start-up profile (``vllm/v1/worker/gpu_worker.py``,
-``Worker.determine_available_memory``, and ``vllm/v1/core/kv_cache_utils.py``,
-``get_kv_cache_config``): the KV pool gets
-
-    total GPU memory x gpu_memory_utilization
-      - model weights (per GPU) - peak activation memory - non-torch memory
-
-and ``num_gpu_blocks = floor(pool bytes / page bytes)`` where one page holds
-``block_size`` tokens of K and V for every layer.
-
-The activation peak and non-torch memory are *measured* by vLLM at start-up;
-here they are allowances (``activation_gib``, ``non_torch_gib``) with defaults
-taken from vLLM's own start-up log for Llama-3.1-8B on one H100 (worked example
-in ``num_gpu_blocks``). Override them, or pass ``--num-gpu-blocks``, when you
-have your server's log.
+Sizing follows vLLM 0.33's start-up profile (``vllm/v1/worker/gpu_worker.py``,
+``Worker.determine_available_memory``; ``vllm/v1/core/kv_cache_planning.py``,
+``get_kv_cache_config_from_groups``): the KV pool gets the memory left after
+the terms of ``planner.memory_profile`` (weights per GPU, peak activation,
+non-torch memory, CUDA graphs), and ``num_gpu_blocks = floor(pool bytes /
+bytes per block)`` where a block id spans the layers of the largest KV cache
+group (``planner.kv_cache``). The measured terms are estimates here; pass
+``--num-gpu-blocks`` when you have your server's log.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from planner import catalog, kv_cache, memory_profile
+from planner.model_config import ModelConfigError, ModelSpec
+from planner.quantization import QuantizationError
 
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """Shape of a decoder-only transformer (from its Hugging Face ``config.json``)."""
-
-    name: str
-    num_layers: int  # num_hidden_layers
-    hidden_size: int
-    num_heads: int  # num_attention_heads (query heads)
-    num_kv_heads: int  # num_key_value_heads
-    head_dim: int
-    params: float  # parameter count
-    dtype_bytes: int = 2  # bf16 weights and KV cache
-
-    def kv_bytes_per_token(self, tp: int = 1) -> int:
-        """K and V bytes of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x dtype.
-
-        KV heads are split across tensor-parallel ranks; with fewer KV heads
-        than ranks each rank keeps one (vLLM replicates them).
-        """
-        heads = max(1, self.num_kv_heads // tp)
-        return 2 * self.num_layers * heads * self.head_dim * self.dtype_bytes
-
-    def weight_bytes(self, tp: int = 1) -> float:
-        """Weight bytes on one GPU (an even split across tp ranks)."""
-        return self.params * self.dtype_bytes / tp
-
-
-# Sources: each model's config.json on Hugging Face (layers, hidden, heads, KV
-# heads, head dim) and its model card (parameter count).
-MODELS: dict[str, ModelSpec] = {
-    m.name: m
-    for m in (
-        # meta-llama/Llama-3.1-8B: 32 layers, 4096 hidden, 32 q / 8 kv heads, 8.03B params
-        ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 8.03e9),
-        # meta-llama/Llama-3.1-70B: 80 layers, 8192 hidden, 64 q / 8 kv heads, 70.6B params
-        ModelSpec("llama-3.1-70b", 80, 8192, 64, 8, 128, 70.6e9),
-        # Qwen/Qwen2.5-7B: 28 layers, 3584 hidden, 28 q / 4 kv heads, 7.62B params
-        ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 7.62e9),
-        # mistralai/Mistral-7B-v0.3: 32 layers, 4096 hidden, 32 q / 8 kv heads, 7.25B params
-        ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 7.25e9),
-    )
-}
+# Presets are catalog entries (``planner/data/models``), kept under their
+# short names; ``model`` also takes any catalog id or a config.json path.
+PRESETS = ("llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "mistral-7b")
+MODELS: dict[str, ModelSpec] = {name: catalog.lookup(name) for name in PRESETS}  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -78,8 +38,21 @@ class GpuSpec:
     hbm_bytes_per_s: float  # memory bandwidth, bytes/s
 
 
-# Sources: NVIDIA datasheets (dense, i.e. without sparsity) for FLOP/s and
-# bandwidth; memory is what torch reports as total (slightly below the label).
+# Sources (dense, i.e. without sparsity, FLOP/s and bandwidth), recorded
+# 2026-11-30. Memory is what torch reports as total, in GiB: from a vLLM
+# start-up log where one was at hand (H100), else the label converted.
+GPU_SOURCES: dict[str, str] = {
+    "H100": "https://www.nvidia.com/en-us/data-center/h100/ (SXM5; 79.19 GiB from vLLM's log)",
+    "H200": "https://www.nvidia.com/en-us/data-center/h200/ (SXM)",
+    "A100-80GB": "https://www.nvidia.com/en-us/data-center/a100/ (SXM4 80GB)",
+    "A100-40GB": "https://www.nvidia.com/en-us/data-center/a100/ (SXM4 40GB)",
+    "L40S": "https://www.nvidia.com/en-us/data-center/l40s/",
+    "B200": "https://www.nvidia.com/en-us/data-center/dgx-b200/ (per GPU: 180 GB, 8 TB/s)",
+    "RTX-4090": "https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/ "
+    "(NVIDIA Ada Lovelace architecture whitepaper: 165.2 TFLOP/s bf16 dense, fp32 accumulate)",
+    "MI300X": "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
+}
+GPU_SOURCES_RECORDED = "2026-11-30"
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
@@ -89,24 +62,57 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("H200", 139.8, 989.4e12, 4.8e12),
         # A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 2.039 TB/s HBM2e; ~79.15 GiB visible
         GpuSpec("A100-80GB", 79.15, 312e12, 2.039e12),
+        # A100 SXM4 40GB: 312 TFLOP/s bf16 dense, 1.555 TB/s HBM2; ~39.39 GiB visible
+        GpuSpec("A100-40GB", 39.39, 312e12, 1.555e12),
         # L40S 48GB: 362.05 TFLOP/s bf16 dense, 864 GB/s GDDR6; ~44.4 GiB visible
         GpuSpec("L40S", 44.4, 362.05e12, 0.864e12),
+        # B200 180GB: 2.25 PFLOP/s bf16 dense, 8 TB/s HBM3e; 180e9 B = 167.6 GiB
+        GpuSpec("B200", 167.6, 2250e12, 8.0e12),
+        # GeForce RTX 4090 24GB (consumer): 165.2 TFLOP/s bf16 dense with fp32
+        # accumulate, 1.008 TB/s GDDR6X; ~23.65 GiB visible
+        GpuSpec("RTX-4090", 23.65, 165.2e12, 1.008e12),
+        # AMD Instinct MI300X 192GB: 1,307.4 TFLOP/s bf16 dense, 5.3 TB/s HBM3;
+        # 192 GiB of HBM, ~191.98 GiB visible to ROCm torch
+        GpuSpec("MI300X", 191.98, 1307.4e12, 5.3e12),
     )
 }
 GPU_ALIASES = {"h100": "H100", "h100-80gb": "H100", "h200": "H200", "a100": "A100-80GB",
-               "a100-80gb": "A100-80GB", "l40s": "L40S"}  # fmt: skip
+               "a100-80gb": "A100-80GB", "a100-40gb": "A100-40GB", "l40s": "L40S",
+               "b200": "B200", "rtx-4090": "RTX-4090", "rtx4090": "RTX-4090",
+               "4090": "RTX-4090", "mi300x": "MI300X"}  # fmt: skip
 
 
 class HardwareError(ValueError):
     """Unknown preset or impossible sizing; one line."""
 
 
-def model(name: str) -> ModelSpec:
-    """Look up a model preset (case-insensitive). Raises HardwareError."""
-    m = MODELS.get(name.lower())
-    if m is None:
-        raise HardwareError(f"--model: unknown model {name!r} (known: {', '.join(MODELS)})")
-    return m
+def model(name: str, quantization: str | None = None, kv_cache_dtype: str = "auto") -> ModelSpec:
+    """A catalog model (Hugging Face id or preset alias, case-insensitive) or a
+    path to a folder/file with a config.json, under ``--quantization`` and
+    ``--kv-cache-dtype``. Raises HardwareError (one line)."""
+    try:
+        m = catalog.lookup(name)
+        if m is None:
+            p = Path(name)
+            if not p.exists():
+                known = ", ".join(PRESETS)
+                raise HardwareError(
+                    f"--model: unknown model {name!r} (presets: {known}; the catalog's "
+                    "Hugging Face ids are listed by plan models; or a path to a config.json)"
+                )
+            m = model_config_load(p)
+        if quantization is not None or kv_cache_dtype != "auto":
+            m = m.with_options(quantization, kv_cache_dtype)
+        return m
+    except (ModelConfigError, QuantizationError) as e:
+        raise HardwareError(str(e)) from None
+
+
+def model_config_load(p: Path) -> ModelSpec:
+    """``model_config.load`` (a config.json file or folder)."""
+    from planner.model_config import load
+
+    return load(p)
 
 
 def gpu(name: str) -> GpuSpec:
@@ -118,9 +124,18 @@ def gpu(name: str) -> GpuSpec:
     return g
 
 
+def vllm_default_max_num_seqs(g: GpuSpec) -> int:
+    """vLLM 0.33's default max_num_seqs for an OpenAI server on this GPU
+    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``): 1,024 with
+    >= 70 GiB of memory except A100s, else 256. Sizes the sampler's activation."""
+    return 1024 if g.memory_gib >= 70 and not g.name.startswith("A100") else 256
+
+
 def kv_page_bytes(m: ModelSpec, block_size: int, tp: int = 1) -> int:
-    """Bytes of one KV block on one GPU: block_size x kv_bytes_per_token."""
-    return block_size * m.kv_bytes_per_token(tp)
+    """Bytes one block id takes in the pool on one GPU (``kv_cache.bytes_per_block``:
+    block_size x KV bytes per token over the largest group's layers; every
+    layer for a model with one attention type)."""
+    return kv_cache.bytes_per_block(kv_cache.groups(m, block_size, tp))
 
 
 def num_gpu_blocks(
@@ -129,22 +144,26 @@ def num_gpu_blocks(
     gpu_memory_utilization: float,
     block_size: int = 16,
     tp: int = 1,
-    activation_gib: float = 1.19,
-    non_torch_gib: float = 0.50,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 1024,
+    cudagraphs: bool = True,
 ) -> int:
-    """KV blocks vLLM would allocate on each GPU (see the module docstring).
+    """KV blocks vLLM would allocate on each GPU: ``memory_profile.terms``
+    (available bytes) // ``kv_page_bytes``.
 
-    Worked example, Llama-3.1-8B on one H100 at 0.90, block_size 16:
-    79.19 GiB x 0.90 = 71.271 GiB; weights 8.03e9 x 2 B = 14.957 GiB; minus the
-    activation peak 1.19 GiB and non-torch 0.50 GiB leaves 54.624 GiB for KV.
-    A block holds 16 tokens x 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 B
-    = 2 MiB, so num_gpu_blocks = floor(54.624 GiB / 2 MiB) = 27,967
-    (447,472 tokens). vLLM's own log for this setup reports weights 14.99 GiB
-    and about 54.6 GiB of KV cache, i.e. within 0.1% of this figure.
+    Worked example, Llama-3.1-8B on one H100 at 0.90, block_size 16, vLLM
+    0.33's H100 defaults (8,192 batched tokens, 1,024 sequences):
+    79.19 GiB x 0.90 = 71.271 GiB; weights 8.030e9 x 2 B = 14.957 GiB;
+    activation peak max(8,192 x (4 x 4,096 + 3 x 14,336) x 2 B = 0.906 GiB,
+    1,024 x 128,256 x 12 B = 1.468 GiB) = 1.468 GiB; non-torch 0.50 GiB; CUDA
+    graphs 0.36 GiB; 53.986 GiB left. A block holds 16 tokens x 2 (K, V) x 32
+    layers x 8 KV heads x 128 x 2 B = 2 MiB, so num_gpu_blocks = 27,641
+    (-1.2% from the 27,967 this planner quoted from vLLM's log of ~54.6 GiB).
 
     Raises:
-        HardwareError: if the utilisation is outside (0, 1], tp < 1, or the
-            weights and allowances leave no room for a single block.
+        HardwareError: if the utilisation is outside (0, 1], tp < 1, tp does
+            not split the heads as vLLM requires, or nothing is left for a
+            single block.
     """
     if not (0 < gpu_memory_utilization <= 1):
         raise HardwareError(
@@ -152,14 +171,14 @@ def num_gpu_blocks(
         )
     if tp < 1:
         raise HardwareError(f"--tensor-parallel-size must be >= 1, got {tp}")
-    overhead = activation_gib + non_torch_gib
-    blocks = _blocks(m, g, gpu_memory_utilization, block_size, tp, overhead)
+    try:
+        m.check_tensor_parallel(tp)
+    except ModelConfigError as e:
+        raise HardwareError(str(e)) from None
+    args = (g, gpu_memory_utilization, block_size, max_num_batched_tokens, max_num_seqs, cudagraphs)
+    blocks = _blocks(m, tp, *args)
     if blocks < 2:
-        fits = [
-            t
-            for t in TP_SIZES
-            if t > tp and _blocks(m, g, gpu_memory_utilization, block_size, t, overhead) >= 2
-        ]
+        fits = [t for t in TP_SIZES if t > tp and _fits(m, t, args)]
         hint = f"; a tensor-parallel size of {fits[0]} leaves room" if fits else ""
         raise HardwareError(
             f"{m.name} on {tp} x {g.name} at {gpu_memory_utilization}: weights "
@@ -171,9 +190,27 @@ def num_gpu_blocks(
 TP_SIZES = (1, 2, 4, 8)  # tensor-parallel sizes suggested when the weights do not fit
 
 
+def _fits(m: ModelSpec, tp: int, args: tuple) -> bool:
+    try:
+        m.check_tensor_parallel(tp)
+    except ModelConfigError:
+        return False
+    return _blocks(m, tp, *args) >= 2
+
+
+def memory_terms(
+    m: ModelSpec, g: GpuSpec, util: float, tp: int = 1, max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 1024, cudagraphs: bool = True,
+) -> memory_profile.MemoryTerms:  # fmt: skip
+    """``memory_profile.terms`` for a GPU preset."""
+    return memory_profile.terms(
+        m, g.memory_gib, util, tp, max_num_batched_tokens, max_num_seqs, cudagraphs
+    )
+
+
 def _blocks(
-    m: ModelSpec, g: GpuSpec, util: float, block_size: int, tp: int, overhead_gib: float
+    m: ModelSpec, tp: int, g: GpuSpec, util: float, block_size: int, mnbt: int, mns: int, cg: bool
 ) -> int:
-    """floor((memory x util - weights/tp - overhead) / page bytes): the sizing formula."""
-    kv_bytes = g.memory_gib * GIB * util - m.weight_bytes(tp) - overhead_gib * GIB
-    return int(kv_bytes // kv_page_bytes(m, block_size, tp))
+    """floor(available bytes / bytes per block): the sizing formula."""
+    avail = memory_terms(m, g, util, tp, mnbt, mns, cg).available
+    return int(avail // kv_page_bytes(m, block_size, tp))

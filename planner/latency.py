@@ -104,11 +104,13 @@ class RooflineLatency:
     mbu: float = DEFAULT_MBU
     overhead_us: float = 0.0
     alpha: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    quantization: str | None = None  # vLLM's --quantization: weight bytes
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: KV bytes
 
     def __post_init__(self) -> None:
         from planner.hardware import gpu, model
 
-        model(self.model), gpu(self.gpu)
+        model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         bounds.check_option("mfu", self.mfu)
         bounds.check_option("mbu", self.mbu)
         bounds.check_option("tensor_parallel_size", self.tp)
@@ -126,7 +128,7 @@ class RooflineLatency:
         effective FLOP/s, effective bytes/s) on one GPU."""
         from planner.hardware import gpu, model
 
-        m, g = model(self.model), gpu(self.gpu)
+        m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         heads = m.num_heads / self.tp
         return (
             2.0 * m.params / self.tp,
@@ -138,9 +140,12 @@ class RooflineLatency:
         )
 
     def describe(self) -> str:
+        dtypes = f", quantization {self.quantization}" if self.quantization else ""
+        if self.kv_cache_dtype != "auto":
+            dtypes += f", KV {self.kv_cache_dtype}"
         return (
             f"roofline {self.model} on {self.tp} x {self.gpu} "
-            f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us)"
+            f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us{dtypes})"
         )
 
 

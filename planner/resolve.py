@@ -21,6 +21,8 @@ def latency(
     mfu: float | None = None,
     mbu: float | None = None,
     overhead_us: float = 0.0,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
 ) -> Latency:
     """Pick the step-time model.
 
@@ -36,12 +38,15 @@ def latency(
         if model is None or gpu is None:
             raise ValueError("--latency roofline needs --model and --gpu")
         kw = {k: v for k, v in (("mfu", mfu), ("mbu", mbu)) if v is not None}
+        simulated_model(hardware.model(model, quantization, kv_cache_dtype))
         return RooflineLatency(
             hardware.model(model).name,
             hardware.gpu(gpu).name,
             tp=tp,
             overhead_us=overhead_us,
             alpha=alpha or (0.0, 0.0, 0.0),
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
             **kw,
         )
     if beta is not None:
@@ -68,16 +73,48 @@ def num_gpu_blocks(
     block_size: int,
     tp: int,
     default: int,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int = 8192,
+    full_attention_only: bool = True,
+    max_num_seqs: int | None = None,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
-    model and GPU presets (``hardware.num_gpu_blocks``); else ``default``."""
+    model (under --quantization, --kv-cache-dtype) and GPU presets
+    (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens and
+    max_num_seqs, by default vLLM 0.33's for the GPU); else
+    ``default``. ``full_attention_only``: refuse a model with sliding-window
+    or chunked layers (``simulated_model``), as the simulator needs."""
     if explicit is not None:
         return explicit, False
     if model is None and gpu is None:
         return default, False
     if model is None or gpu is None:
         raise ValueError("--model and --gpu go together")
+    g = hardware.gpu(gpu)
+    m = hardware.model(model, quantization, kv_cache_dtype)
+    if full_attention_only:
+        simulated_model(m)
     n = hardware.num_gpu_blocks(
-        hardware.model(model), hardware.gpu(gpu), gpu_memory_utilization, block_size, tp
+        m,
+        g,
+        gpu_memory_utilization,
+        block_size,
+        tp,
+        max_num_batched_tokens,
+        hardware.vllm_default_max_num_seqs(g) if max_num_seqs is None else max_num_seqs,
     )
     return n, True
+
+
+def simulated_model(m: hardware.ModelSpec) -> None:
+    """Refuse (ValueError, one line) a model the scheduler simulation would
+    misrepresent: its block accounting is full attention (one block table
+    holding every token), while vLLM frees sliding-window and chunked-local
+    blocks step by step (``SlidingWindowManager.remove_skipped_blocks``)."""
+    other = sorted(set(m.layer_types) - {"full"})
+    if other:
+        raise ValueError(
+            f"--model {m.name}: has {' and '.join(other)} attention layers; the simulator "
+            "models full attention only (plan check sizes this model per attention type)"
+        )

@@ -59,6 +59,7 @@ BASE = {
         "--num-gpu-blocks", "64", "--num-requests", "3", "--prompt-tokens", "8",
         "--output-tokens", "4", "--rate-scale-max", "2",
     ],
+    "models": [],
 }  # fmt: skip
 
 # Cross-option mistakes a new user makes, per command.
@@ -98,8 +99,17 @@ WORKLOAD_MISTAKES = [
 MISTAKES = {
     "run": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
     "safe-limit": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
-    "check": POOL_MISTAKES + [["--tokens-per-request", "0"], ["--max-model-len", "0"]],
     "max-rate": POOL_MISTAKES + LATENCY_MISTAKES + WORKLOAD_MISTAKES,
+    "check": POOL_MISTAKES
+    + [
+        ["--tokens-per-request", "0"],
+        ["--max-model-len", "0"],
+        ["--quantization", "fp8"],
+        ["--model", "llama-3.1-8b", "--gpu", "H100", "--quantization", "int3"],
+        ["--model", "llama-3.1-8b", "--gpu", "H100", "--kv-cache-dtype", "fp4"],
+        ["--model", "llama-3.1-70b", "--gpu", "H100", "--tensor-parallel-size", "3"],
+    ],
+    "models": [["--gpu", "H100"]],
 }
 
 

