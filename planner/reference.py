@@ -32,6 +32,7 @@ import numpy as np
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
 from planner.latency import LINEAR, Latency, LinearLatency, step_time_ns
+from planner.token_gaps import NBINS, SUB, SUB_BITS
 
 
 @dataclass
@@ -59,6 +60,10 @@ class Request:
     prefix_group: int = -1  # shared-prefix group (-1: none)
     shared_len: int = 0  # prompt tokens shared with the group: min(prefix_len, prompt)
     num_cached_blocks: int = 0  # blocks hashed into the prefix cache so far
+    first_scheduled_ns: int = -1  # start of the first step that scheduled it
+    last_token_ns: int = -1  # time of its latest output token
+    max_token_gap_ns: int = 0  # largest gap between two consecutive output tokens
+    num_token_gaps: int = 0  # gaps between consecutive output tokens
 
     @property
     def num_tokens(self) -> int:
@@ -215,6 +220,15 @@ class KVCacheManager:
         req.num_cached_blocks = 0
 
 
+def gap_bin(gap_ns: int) -> int:
+    """The ITL histogram bin of a token gap (``planner.token_gaps``'s rule,
+    written independently: 16 linear bins per octave above 16 ns)."""
+    if gap_ns < SUB:
+        return max(gap_ns, 0)
+    e = gap_ns.bit_length() - 1
+    return min(SUB * (e - SUB_BITS + 1) + (gap_ns >> (e - SUB_BITS)) - SUB, NBINS - 1)
+
+
 @dataclass
 class StepRecord:
     """What one step did; the same fields as the kernel's trace row."""
@@ -244,6 +258,7 @@ class Scheduler:
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
         self.kv = KVCacheManager(cfg)
+        self.itl_hist = [0] * NBINS  # token gaps per bin (``gap_bin``)
         self.running: list[Request] = []
         self.waiting: list[Request] = []
         self.by_priority = cfg.policy == "priority"
@@ -468,6 +483,12 @@ class Scheduler:
                 req.placeholders -= 1
             if req.first_token_ns < 0:
                 req.first_token_ns = now_ns
+            if req.last_token_ns >= 0:  # ITL: the gap since its previous token
+                gap = now_ns - req.last_token_ns
+                req.max_token_gap_ns = max(req.max_token_gap_ns, gap)
+                req.num_token_gaps += 1
+                self.itl_hist[gap_bin(gap)] += 1
+            req.last_token_ns = now_ns
             if not was_stale and req.status == "running" and had_placeholders:
                 # Async: blocks whose tokens are now all known join the cache.
                 self.kv.cache_blocks(req, req.num_computed_tokens - req.in_flight)
@@ -527,6 +548,7 @@ class Engine:
         self.min_free = self.sched.kv.pool.num_free()
         self.waste_ns = 0.0
         self.invariant_errors = 0
+        self.kv_block_ns = 0.0  # blocks in use (after allocation) x step time, summed
         self.pending: list[tuple[Request, int, bool]] = []  # async: batch in flight
 
     def _admit_arrivals(self, nxt: int) -> int:
@@ -593,6 +615,11 @@ class Engine:
                 self.lat_kind, self.lat_ints, self.lat_floats, prefill, decode, attended, kv_touched
             )
             dt += sched.swap_ns
+            for req, _ in scheduled:
+                if req.first_scheduled_ns < 0:
+                    req.first_scheduled_ns = start
+            self.kv_block_ns += (sched.kv.pool.num_usable - sched.kv.pool.num_free()) * dt
+
             for (req, n), is_decode in zip(scheduled, kinds, strict=True):
                 wasted = min(req.num_computed_tokens + n, req.high_water) - req.num_computed_tokens
                 if wasted <= 0:

@@ -103,6 +103,11 @@ def compare_final(res, c: int, eng: Engine) -> None:
     assert st.req.first_ns[c].tolist() == [r.first_token_ns for r in reqs]
     assert st.req.finish_ns[c].tolist() == [r.finish_ns for r in reqs]
     assert st.req.ncomp[c].tolist() == [r.num_computed_tokens for r in reqs]
+    assert st.req.sched_ns[c].tolist() == [r.first_scheduled_ns for r in reqs]
+    assert st.req.last_ns[c].tolist() == [r.last_token_ns for r in reqs]
+    assert st.req.max_gap_ns[c].tolist() == [r.max_token_gap_ns for r in reqs]
+    assert st.req.ngap[c].tolist() == [r.num_token_gaps for r in reqs]
+    assert st.out.itl_hist[c].tolist() == eng.sched.itl_hist
     assert oi[S.O_STEPS] == len(eng.steps)
     assert oi[S.O_PREEMPTIONS] == eng.preemptions
     assert oi[S.O_REJECTED] == eng.rejected
@@ -114,6 +119,7 @@ def compare_final(res, c: int, eng: Engine) -> None:
     assert oi[S.O_RUNNING_END] == len(eng.sched.running)
     assert oi[S.O_WAITING_END] == len(eng.sched.waiting)
     np.testing.assert_allclose(st.out.floats[c, S.F_WASTE_NS], eng.waste_ns, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(st.out.floats[c, S.F_KV_BLOCK_NS], eng.kv_block_ns, rtol=1e-12)
 
 
 def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.token_gaps import NBINS
+
 # Request status codes (C x R int8).
 FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 
@@ -80,7 +82,8 @@ NSTEP = 14
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)
-NOUT_F = 1
+F_KV_BLOCK_NS = 1  # integral of blocks in use (after the step's allocations) x step time (block ns)
+NOUT_F = 2
 
 # Per-step trace columns, shape (C, T, NTRACE), int64.
 (
@@ -159,6 +162,10 @@ ReqState = namedtuple(
         "ph",  # int32 num_output_placeholders (async)
         "infl",  # int32 num_in_flight_tokens (async)
         "stale",  # int32 num_stale_output_tokens (async)
+        "sched_ns",  # int64 start of the first step that scheduled it (ns), -1 if none
+        "last_ns",  # int64 time of its latest output token (ns), -1 if none
+        "max_gap_ns",  # int64 largest gap between two consecutive output tokens (ns)
+        "ngap",  # int32 gaps counted (output tokens after the first; their sum is last - first)
     ],
 )
 
@@ -185,6 +192,7 @@ Out = namedtuple(
         "floats",  # (C, NOUT_F) float64
         "trace",  # (C, T, NTRACE) int64 per-step trace, T = 0 disables
         "events",  # (C, L, 4) int64 event log (step, request, value, EV_*), L = 0 disables
+        "itl_hist",  # (C, token_gaps.NBINS) int64 counts of inter-token gaps (planner.token_gaps)
     ],
 )
 
@@ -208,9 +216,10 @@ def rows(record: tuple, c: int) -> tuple:
 def allocate(
     num_configs: int, num_requests: int, trace_steps: int = 0, log_entries: int = 0
 ) -> State:
-    """Allocate state for C configs x R requests: zeros, except first/finish times
-    (-1: none yet). ``entry_ns``/``order`` are the caller's to fill. Memory is
-    about 60 bytes x C x R, plus the traces. The kernel's own scratch (per
+    """Allocate state for C configs x R requests: zeros, except first/finish,
+    first-scheduled and last-token times (-1: none yet). ``entry_ns``/``order``
+    are the caller's to fill. Memory is about 85 bytes x C x R plus 5 KB per
+    config (``itl_hist``), plus the traces. The kernel's own scratch (per
     running thread) is ``kernel_scratch_bytes``."""
     c, r = num_configs, num_requests
 
@@ -231,6 +240,10 @@ def allocate(
         ph=z(np.int32),
         infl=z(np.int32),
         stale=z(np.int32),
+        sched_ns=np.full((c, r), -1, dtype=np.int64),
+        last_ns=np.full((c, r), -1, dtype=np.int64),
+        max_gap_ns=z(np.int64),
+        ngap=z(np.int32),
     )
     queues = Queues(*(z(np.int32) for _ in Queues._fields))
     out = Out(
@@ -238,6 +251,7 @@ def allocate(
         floats=np.zeros((c, NOUT_F), dtype=np.float64),
         trace=np.zeros((c, trace_steps, NTRACE), dtype=np.int64),
         events=np.zeros((c, log_entries, 4), dtype=np.int64),
+        itl_hist=np.zeros((c, NBINS), dtype=np.int64),
     )
     return State(req, queues, out)
 

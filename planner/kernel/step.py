@@ -82,6 +82,7 @@ from planner.kernel.state import (
     THR_NOW,
 )
 from planner.latency import LINEAR, ROOFLINE, step_time_ns
+from planner.token_gaps import gap_bin
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -321,7 +322,7 @@ def _decode_scan(cfg, rq, st, q, k, hist):
 
 
 @njit(cache=True, inline="always")
-def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry):
+def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
     """How many upcoming steps are provably identical decode-only steps.
 
     They are when every running request decodes one token, the waiting head
@@ -331,14 +332,20 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry):
     allocation fails. The run may end with the step in which the first
     requests finish. Async: the run ends before any request's last token is
     scheduled, so nothing finishes in it. Returns (steps, elapsed ns, duration
-    of the first step); steps < 2 means "take a normal step"."""
+    of the first and of the last step, the largest token gap inside the run,
+    blocks in use x step time summed over the run); steps < 2 means "take a
+    normal step". The run's token gaps are the same for every running request
+    (sync: steps 1..n-1's durations; async: steps 0..n-2's, as tokens land at
+    step starts), so each accepted step adds n_run gaps to the ITL histogram
+    ``ih``; blocks in use grow by ``hist``'s first needs (periodic) or by
+    ``_blocks_needed_after``."""
     bs, mml, n_run, free = cfg[K.BS], cfg[K.MML], k[N_RUN], k[FREE]
     kf, need1, ctx0, proj, periodic = _decode_scan(cfg, rq, st, q, k, hist)
     if kf < 2 or need1 > free:
-        return 0, 0, 0
+        return 0, 0, 0, 0, 0, 0
     kmax = min(kf, min(cfg[K.MAX_STEPS], k[S.O_WINDOW_END]) - k[STEPS])
     if kmax < 2:
-        return 0, 0, 0
+        return 0, 0, 0, 0, 0, 0
     if head >= 0 and not _head_blocked(
         head, rq.prompt[head] + st.nout[head], st.ncomp[head], n_run, free - need1, k[S.O_SEQS],
         cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
@@ -350,7 +357,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry):
             np.int64(head), admission, rq.prompt, rq.max_tokens, k[S.O_STOP_LEN], mml, bs
         )
         if admission == VANILLA or proj + p_h <= k[S.O_USABLE]:
-            return 0, 0, 0
+            return 0, 0, 0, 0, 0, 0
     if periodic:
         # Each request needs one block per bs steps: after q whole periods q*n
         # blocks are gone, and the (rem+1)-th smallest first-need step fails.
@@ -375,6 +382,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry):
     limit = min(next_entry, cfg[K.HORIZON_NS])
     ip = cfg[K.B0 : K.B2 + 1]
     elapsed, first, n = 0, 0, 0
+    prev, gmax, gbin, glast, used, kv_int = 0, 0, 0, -1, k[S.O_USABLE] - free, 0
     while n < kmax:
         if n > 0 and k[CLOCK] + elapsed >= limit:
             break
@@ -382,20 +390,35 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry):
         dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, np.int64(0), n_run, kv, kv)
         if n == 0:
             first = dt
+        else:
+            gap = prev if cfg[K.ASYNC] != 0 else dt
+            if gap != glast:
+                gbin, glast = gap_bin(gap), gap
+            ih[gbin] += n_run
+            gmax = max(gmax, gap)
+        if periodic:
+            used += hist[n % bs + 1]
+        else:
+            used = k[S.O_USABLE] - free
+            used += _blocks_needed_after(n + 1, q.run, n_run, st.ncomp, st.held, mml, bs)
+        kv_int += used * dt
         elapsed += dt
+        prev = dt
         n += 1
     if n < 2:
-        return 0, 0, 0
-    return n, elapsed, first
+        return 0, 0, 0, 0, 0, 0
+    return n, elapsed, first, prev, gmax, kv_int
 
 
 @njit(cache=True, inline="always")
-def _apply_decode_run(n, elapsed, first_dt, cfg, rq, st, q, k):
+def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih):
     """Advance every running request by n decode steps; finish those that stop
     at the end of step n. Async: the token in flight before the run lands at
     its start (a first token then counts at the clock), and one token is still
-    in flight after it. Returns (blocks allocated, blocks freed, finished,
-    blocks still held, recompute waste in ns)."""
+    in flight after it. Token gaps: a request's first token of the run closes
+    the gap since its previous one (histogram ``ih``); the run's own gaps
+    (largest ``gmax``) are already in ``ih``. Returns (blocks allocated,
+    blocks freed, finished, blocks still held, recompute waste in ns)."""
     bs, mml, stop_len, n_run = cfg[K.BS], cfg[K.MML], k[S.O_STOP_LEN], k[N_RUN]
     share = cfg[K.B0] / n_run + cfg[K.B2]  # waste per re-decoded token (ns)
     clock = k[CLOCK]
@@ -409,8 +432,17 @@ def _apply_decode_run(n, elapsed, first_dt, cfg, rq, st, q, k):
             waste += w * share
         st.ncomp[r] = c0 + n
         st.nout[r] += n
+        t_first = clock if async_ else clock + first_dt
         if st.first_ns[r] < 0:
-            st.first_ns[r] = clock if async_ else clock + first_dt
+            st.first_ns[r] = t_first
+        g = gmax
+        st.ngap[r] += n - 1
+        if st.last_ns[r] >= 0:
+            g = max(g, t_first - st.last_ns[r])
+            ih[gap_bin(t_first - st.last_ns[r])] += 1
+            st.ngap[r] += 1
+        st.max_gap_ns[r] = max(st.max_gap_ns[r], g)
+        st.last_ns[r] = clock + elapsed - (last_dt if async_ else 0)
         if c0 + n > st.hw[r]:
             st.hw[r] = c0 + n
         if c0 + n > st.held[r] * bs:
@@ -444,11 +476,17 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
     next_entry = st.entry_ns[st.order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
     head = q.wq[k[WH]] if k[WL] > 0 else -1
-    n, elapsed, first_dt = _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry)
+    ih = o.itl_hist
+    n, elapsed, first_dt, last_dt, gmax, kv_int = _decode_run_length(
+        cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih
+    )
     if n < 2:
         return False
-    alloc, freed, n_fin, used, w = _apply_decode_run(n, elapsed, first_dt, cfg, rq, st, q, k)
+    alloc, freed, n_fin, used, w = _apply_decode_run(
+        n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
+    )
     o.floats[S.F_WASTE_NS] += w
+    o.floats[S.F_KV_BLOCK_NS] += kv_int
     k[FREE] -= alloc
     k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
     k[FREE] += freed
@@ -798,10 +836,13 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
     token's unit cost; roofline: the step time pro rata). Async: scheduled
     tokens go in flight, and a chunk reaching the known end adds a
     placeholder (its ``sched_tok`` is negated: it samples). First it logs
-    the state after scheduling (EV_STATE, EV_FREE)."""
+    the state after scheduling (EV_STATE, EV_FREE) and adds blocks in use x
+    the step's duration to ``F_KV_BLOCK_NS``; a request scheduled for the
+    first time gets ``sched_ns`` (the step's start)."""
     k = o.counters
     _log(o.events, k, k[STEPS] - 1, k[N_RUN], k[WL], S.EV_STATE)
     _log(o.events, k, k[STEPS] - 1, -1, k[FREE], S.EV_FREE)
+    o.floats[S.F_KV_BLOCK_NS] += (k[S.O_USABLE] - k[FREE]) * dt
     async_ = cfg[K.ASYNC] != 0
     linear = cfg[K.LAT_KIND] == LINEAR
     n_sched, n_tok = s[N_SCHED], s[PREFILL] + s[DECODE]
@@ -819,12 +860,27 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
                 o.floats[S.F_WASTE_NS] += dt * w / n_tok
         st.hw[r] = max(st.hw[r], c0 + n)
         st.ncomp[r] = c0 + n
+        if st.sched_ns[r] < 0:
+            st.sched_ns[r] = s[START]
         _log(o.events, k, k[STEPS] - 1, r, n, S.EV_SCHED)
         if async_:
             st.infl[r] += n
             if c0 + n >= known:
                 st.ph[r] += 1
                 q.sched_tok[r] = -n
+
+
+@njit(cache=True, inline="always")
+def _token_gap(r, t, st, ih):
+    """An output token of r at t (ns): the gap since its previous token updates
+    its largest gap and gap count and goes to the ITL histogram ``ih``
+    (``planner.token_gaps``; vLLM bench's ITL, ``vllm/benchmarks/serve.py``)."""
+    if st.last_ns[r] >= 0:
+        g = t - st.last_ns[r]
+        st.max_gap_ns[r] = max(st.max_gap_ns[r], g)
+        st.ngap[r] += 1
+        ih[gap_bin(g)] += 1
+    st.last_ns[r] = t
 
 
 @njit(cache=True, _nrt=False)
@@ -842,6 +898,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
         st.nout[r] += 1
         if st.first_ns[r] < 0:
             st.first_ns[r] = clock
+        _token_gap(r, clock, st, o.itl_hist)
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
             k[FREE] += _finish(r, clock, caching, st, p)
             s[N_FIN] += 1
@@ -877,6 +934,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
             st.ph[r] -= 1
         if st.first_ns[r] < 0:
             st.first_ns[r] = start
+        _token_gap(r, start, st, o.itl_hist)
         upto = min(st.ncomp[r] - st.infl[r], rq.prompt[r] + st.nout[r])
         if caching and not was_stale and st.status[r] == S.RUNNING and had_ph:
             # Blocks whose tokens are now all known join the cache.
