@@ -42,6 +42,14 @@ class SimResult:
 
         return summarize(self, slo)
 
+    def request_tokens(self, c: int = 0) -> pd.DataFrame:
+        """Config c's per-request token timing: first-scheduled time, queueing
+        delay, first and last token, max token stall, ITL count and mean
+        (``planner.metrics.request_token_metrics``)."""
+        from planner.metrics import request_token_metrics
+
+        return request_token_metrics(self, c)
+
     def trace(self, c: int = 0) -> pd.DataFrame:
         """Per-step trace of config c (needs ``trace_steps`` > 0): one row per step."""
         steps = int(min(self.state.out.counters[c, S.O_STEPS], self.state.out.trace.shape[1]))

@@ -7,6 +7,15 @@ Latency definitions (BLIS conventions, ``shared/docs/semantics.md``), seconds:
   outputs: its mean inter-token latency (ITL), so TPOT percentiles are taken
   across requests.
 - E2E  = finish - arrival + alpha2 * outputs (TTFT plus every ITL sample).
+- ITL  = the gap between two consecutive output tokens of a request + alpha2
+  (``vllm/benchmarks/serve.py``: one sample per gap, percentiles over every
+  gap of every request). Percentiles come from the kernel's per-config
+  histogram (``planner.token_gaps``: exact integer bins, 16 per octave; a
+  percentile is its bin's midpoint, within 3.1 % of the exact gap).
+- Max token stall = the largest such gap of a request + alpha2.
+- Queueing delay = first scheduled (the start of the first step that
+  scheduled it) - arrival (vLLM's ``queued_ts`` -> ``scheduled_ts``,
+  ``vllm/v1/metrics/stats.py``, with BLIS's alpha0/alpha1 entry delay inside).
 
 Counts use the horizon: ``completed`` are finishes at or before it, and the
 throughputs divide by the horizon (or, with none, by the simulated span).
@@ -24,6 +33,7 @@ from planner import config as K
 from planner.capacity import usable_blocks
 from planner.kernel import state as S
 from planner.slo import SLO, SLO_PERCENTILE
+from planner.token_gaps import percentiles_s
 from planner.workload import Workload
 
 
@@ -217,9 +227,10 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     """Per-request latencies, each (C, R) float64 seconds, NaN = not counted.
 
     ``done``: finished by the horizon (bool). ``ttft``, ``tpot``, ``e2e`` and
-    ``queue_delay`` (arrival to first token, without alpha2) are exact for the
-    requests served, and **lower bounds** for the requests that arrived (and
-    were not rejected) but had no first token (``ttft``, ``queue_delay``) or had
+    ``queue_delay`` (arrival to first scheduled) are exact for the requests
+    served (scheduled), and **lower bounds** for the requests that arrived (and
+    were not rejected) but had no first token (``ttft``), were never scheduled
+    (``queue_delay``) or had
     not finished (``tpot``, ``e2e``) by the end of the run (the horizon, or the
     last step of a run stopped early): end - arrival (+ alpha2), and for TPOT
     (end - first token) / (most outputs - 1) + alpha2, or alpha2 with no first
@@ -233,8 +244,10 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
     done = (st.req.finish_ns >= 0) & (st.req.finish_ns <= horizon)
     first = (st.req.first_ns >= 0) & (st.req.first_ns <= horizon)
+    sched = (st.req.sched_ns >= 0) & (st.req.sched_ns <= horizon)
     waited = (arr <= end) & (st.req.status != S.REJECTED)
     no_first = waited & ~first
+    no_sched = waited & ~sched
     unfinished = waited & ~done
     wl = res.workload
     most = np.minimum(
@@ -246,7 +259,7 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     since_first = np.where(first, (end - st.req.first_ns) / 1e9, 0.0) / np.maximum(most - 1, 1)
     waited_s = (end - arr) / 1e9
     ttft = np.where(first, (st.req.first_ns - arr) / 1e9 + a2_s, np.nan)
-    queue = np.where(first, (st.req.first_ns - arr) / 1e9, np.nan)
+    queue = np.where(sched, (st.req.sched_ns - arr) / 1e9, np.nan)
     e2e = np.where(done, (st.req.finish_ns - arr) / 1e9 + a2_s * st.req.nout, np.nan)
     tpot = np.where(
         multi,
@@ -257,8 +270,8 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
         "done": done,
         "ttft": np.where(no_first, waited_s + a2_s, ttft),
         "ttft_censored": no_first,
-        "queue_delay": np.where(no_first, waited_s, queue),
-        "queue_delay_censored": no_first,
+        "queue_delay": np.where(no_sched, waited_s, queue),
+        "queue_delay_censored": no_sched,
         "e2e": np.where(unfinished, waited_s + a2_s, e2e),
         "e2e_censored": unfinished,
         "tpot": np.where(multi_open, since_first + a2_s, tpot),
@@ -316,14 +329,12 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     ``slo_margin`` (``slo_columns``) and the SLOs themselves (``ttft_slo_s``,
     ``tpot_slo_s``, ``e2e_slo_s``, NaN = not given).
 
-    Not derivable from the kernel's outputs yet (planned with the kernel's
-    per-token state): ITL p50/p90/p99 (``itl_s_*``), the largest gap between two
-    output tokens (``max_token_stall_s``), the time-averaged KV usage
-    (``mean_kv_usage``: only the peak is recorded) and the prefix-cache hit rate
-    (``prefix_cache_hit_rate``: cached tokens are not counted apart from
-    re-prefill). ``queue_delay_s_*`` is arrival to first token (it includes the
-    prefill steps): the kernel does not record when a request is first
-    scheduled."""
+    Token-level columns (``token_columns``): ITL p50/p90/p99 (``itl_s_*``),
+    the largest gap between two output tokens of any request
+    (``max_token_stall_s``) and the time-averaged KV usage
+    (``mean_kv_usage``). ``queue_delay_s_*`` is arrival to first scheduled.
+    Not derivable yet: the prefix-cache hit rate (``prefix_cache_hit_rate``:
+    cached tokens are not counted apart from re-prefill)."""
     st, cfg = res.state, res.cfg
     oi = st.out.counters
     q = _per_request(res)
@@ -372,6 +383,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         **_queue_stats(q),
         "peak_kv_blocks": usable - oi[:, S.O_MIN_FREE],
         "peak_kv_usage": (usable - oi[:, S.O_MIN_FREE]) / usable,
+        **token_columns(res, usable),
         "steps": oi[:, S.O_STEPS],
         "zero_token_steps": oi[:, S.O_ZERO_STEPS],
         "prefill_tokens": oi[:, S.O_PREFILL_TOKENS],
@@ -404,7 +416,64 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
 
 
 def _queue_stats(q: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``queue_delay_s_p50``/``_p99`` (arrival to first token, seconds; see
+    """``queue_delay_s_p50``/``_p99`` (arrival to first scheduled, seconds; see
     ``_per_request``) and their ``_is_lower_bound`` flags, (C,) each."""
     full = _stats("queue_delay_s", q["queue_delay"], q["queue_delay_censored"])
     return {k: v for k, v in full.items() if "_p50" in k or "_p99" in k}
+
+
+def token_columns(res: SimResult, usable: np.ndarray) -> dict[str, np.ndarray]:
+    """Per config, (C,) float64: ``itl_s_p50``/``_p90``/``_p99`` (seconds, every
+    gap between consecutive output tokens of every request, + alpha2; from the
+    kernel's histogram, ``planner.token_gaps``: a bin midpoint within 3.1 % of
+    the exact gap; NaN when no request produced two tokens),
+    ``max_token_stall_s`` (the largest such gap of any request + alpha2; NaN
+    likewise) and ``mean_kv_usage`` (blocks in use after each step's
+    allocations, weighted by step time, / busy time / ``usable`` blocks; NaN
+    with no busy time). Gaps count every token the run simulated, including
+    those of the step that crossed the horizon; a gap still open at the end
+    (a request waiting for its next token) is not counted."""
+    st = res.state
+    a2_s = res.cfg[:, K.A2] / 1e9
+    itl = percentiles_s(st.out.itl_hist, PERCENTILES) + a2_s[None, :]
+    gaps = st.req.ngap > 0
+    stall = np.where(gaps, st.req.max_gap_ns, -1).max(axis=1)
+    busy = st.out.counters[:, S.O_BUSY_NS].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kv = np.where(busy > 0, st.out.floats[:, S.F_KV_BLOCK_NS] / busy / usable, np.nan)
+    out = {f"itl_s_p{p}": row for p, row in zip(PERCENTILES, itl, strict=True)}
+    out["max_token_stall_s"] = np.where(stall >= 0, stall / 1e9 + a2_s, np.nan)
+    out["mean_kv_usage"] = kv
+    return out
+
+
+def request_token_metrics(res: SimResult, c: int = 0) -> pd.DataFrame:
+    """Config c's per-request token timing, one row per request (workload
+    order), seconds: ``first_scheduled_s`` (start of the first step that
+    scheduled it), ``queue_delay_s`` (that - arrival), ``first_token_s``,
+    ``last_token_s``, ``max_token_stall_s`` (its largest gap between two
+    consecutive output tokens + alpha2), ``itl_count`` (gaps) and
+    ``itl_mean_s`` (their mean + alpha2: (last - first token) / gaps; vLLM's
+    per-request TPOT for a finished request). NaN where a time or gap does
+    not exist."""
+    st = res.state.req
+    a2_s = res.cfg[c, K.A2] / 1e9
+    arr = res.arrival_ns[c] if res.arrival_ns.ndim == 2 else res.arrival_ns
+
+    def t(x: np.ndarray) -> np.ndarray:
+        return np.where(x >= 0, x / 1e9, np.nan)
+
+    n = st.ngap[c]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(n > 0, (st.last_ns[c] - st.first_ns[c]) / 1e9 / n + a2_s, np.nan)
+    return pd.DataFrame(
+        {
+            "first_scheduled_s": t(st.sched_ns[c]),
+            "queue_delay_s": t(st.sched_ns[c]) - np.where(st.sched_ns[c] >= 0, arr / 1e9, np.nan),
+            "first_token_s": t(st.first_ns[c]),
+            "last_token_s": t(st.last_ns[c]),
+            "max_token_stall_s": np.where(n > 0, st.max_gap_ns[c] / 1e9 + a2_s, np.nan),
+            "itl_count": n.astype(np.int64),
+            "itl_mean_s": mean,
+        }
+    )
