@@ -240,6 +240,24 @@ def _adapt_cap(cfg, k):
         k[S.O_WINDOW_END] = k[STEPS] + cfg[K.ADAPT_WINDOW]
 
 
+@njit(cache=True, inline="always")
+def _token_gap(r, t, st, ih, memo):
+    """An output token of r at t (ns): the gap since its previous token updates
+    its largest gap and gap count and goes to the ITL histogram ``ih``
+    (``planner.token_gaps``; vLLM bench's ITL, ``vllm/benchmarks/serve.py``).
+    ``memo`` is the last (gap, bin) computed: a step's decodes mostly share
+    their gap. Returns the new memo."""
+    if st.last_ns[r] >= 0:
+        g = t - st.last_ns[r]
+        st.max_gap_ns[r] = max(st.max_gap_ns[r], g)
+        st.ngap[r] += 1
+        if g != memo[0]:
+            memo = (g, gap_bin(g))
+        ih[memo[1]] += 1
+    st.last_ns[r] = t
+    return memo
+
+
 # ---- Decode fast path ------------------------------------------------------
 
 
@@ -383,6 +401,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
     ip = cfg[K.B0 : K.B2 + 1]
     elapsed, first, n = 0, 0, 0
     prev, gmax, gbin, glast, used, kv_int = 0, 0, 0, -1, k[S.O_USABLE] - free, 0
+    jb = 0  # (n mod bs) + 1: hist's slot of the requests needing a block in step n
     while n < kmax:
         if n > 0 and k[CLOCK] + elapsed >= limit:
             break
@@ -397,7 +416,9 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
             ih[gbin] += n_run
             gmax = max(gmax, gap)
         if periodic:
-            used += hist[n % bs + 1]
+            jb = jb + 1 if jb < bs else 1
+            used += hist[jb]
+
         else:
             used = k[S.O_USABLE] - free
             used += _blocks_needed_after(n + 1, q.run, n_run, st.ncomp, st.held, mml, bs)
@@ -424,6 +445,8 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
     clock = k[CLOCK]
     async_ = cfg[K.ASYNC] != 0
     used, alloc, freed, n_fin, waste = 0, 0, 0, 0, 0.0
+    memo = (np.int64(-1), np.int64(0))  # (gap, bin) last computed (``_token_gap``)
+
     for i in range(n_run):
         r = q.run[i]
         c0 = st.ncomp[r]
@@ -435,13 +458,9 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
         t_first = clock if async_ else clock + first_dt
         if st.first_ns[r] < 0:
             st.first_ns[r] = t_first
-        g = gmax
         st.ngap[r] += n - 1
-        if st.last_ns[r] >= 0:
-            g = max(g, t_first - st.last_ns[r])
-            ih[gap_bin(t_first - st.last_ns[r])] += 1
-            st.ngap[r] += 1
-        st.max_gap_ns[r] = max(st.max_gap_ns[r], g)
+        st.max_gap_ns[r] = max(st.max_gap_ns[r], gmax)
+        memo = _token_gap(r, t_first, st, ih, memo)
         st.last_ns[r] = clock + elapsed - (last_dt if async_ else 0)
         if c0 + n > st.hw[r]:
             st.hw[r] = c0 + n
@@ -870,19 +889,6 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
                 q.sched_tok[r] = -n
 
 
-@njit(cache=True, inline="always")
-def _token_gap(r, t, st, ih):
-    """An output token of r at t (ns): the gap since its previous token updates
-    its largest gap and gap count and goes to the ITL histogram ``ih``
-    (``planner.token_gaps``; vLLM bench's ITL, ``vllm/benchmarks/serve.py``)."""
-    if st.last_ns[r] >= 0:
-        g = t - st.last_ns[r]
-        st.max_gap_ns[r] = max(st.max_gap_ns[r], g)
-        st.ngap[r] += 1
-        ih[gap_bin(g)] += 1
-    st.last_ns[r] = t
-
-
 @njit(cache=True, _nrt=False)
 def _update_from_output(cfg, rq, st, q, o, s, p):
     """``Scheduler.update_from_output`` (sync): a request whose chunk reached
@@ -891,6 +897,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
     k = o.counters
     caching = cfg[K.CACHING] != 0
     clock = k[CLOCK]
+    memo = (np.int64(-1), np.int64(0))
     for j in range(s[N_SCHED]):
         r = q.slist[j]
         if st.ncomp[r] != rq.prompt[r] + st.nout[r]:
@@ -898,7 +905,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
         st.nout[r] += 1
         if st.first_ns[r] < 0:
             st.first_ns[r] = clock
-        _token_gap(r, clock, st, o.itl_hist)
+        memo = _token_gap(r, clock, st, o.itl_hist, memo)
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
             k[FREE] += _finish(r, clock, caching, st, p)
             s[N_FIN] += 1
@@ -915,6 +922,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
     k = o.counters
     caching = cfg[K.CACHING] != 0
     bs, start = cfg[K.BS], s[START]
+    memo = (np.int64(-1), np.int64(0))
     for j in range(k[S.O_N_PEND]):
         r = q.plist[j]
         n = q.ptok[j]
@@ -934,7 +942,8 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
             st.ph[r] -= 1
         if st.first_ns[r] < 0:
             st.first_ns[r] = start
-        _token_gap(r, start, st, o.itl_hist)
+        memo = _token_gap(r, start, st, o.itl_hist, memo)
+
         upto = min(st.ncomp[r] - st.infl[r], rq.prompt[r] + st.nout[r])
         if caching and not was_stale and st.status[r] == S.RUNNING and had_ph:
             # Blocks whose tokens are now all known join the cache.
