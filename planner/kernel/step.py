@@ -418,7 +418,6 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
         if periodic:
             jb = jb + 1 if jb < bs else 1
             used += hist[jb]
-
         else:
             used = k[S.O_USABLE] - free
             used += _blocks_needed_after(n + 1, q.run, n_run, st.ncomp, st.held, mml, bs)
