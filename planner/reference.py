@@ -31,6 +31,7 @@ import numpy as np
 
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
+from planner.kernel.cycle import QUIET_STEPS
 from planner.latency import LINEAR, Latency, LinearLatency, step_time_ns
 
 
@@ -482,6 +483,50 @@ class Scheduler:
         return finished
 
 
+class CycleDetector:
+    """``planner.kernel.cycle`` on whole states: after every arrival and
+    QUIET_STEPS steps with no finish (and, unless restart preemption discards
+    outputs, no decode), Brent's schedule of snapshots; a livelock is proven
+    when a step's state equals the latest snapshot. States are compared as
+    tuples (``Engine.cycle_state``), so no hash is involved."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.enabled = not cfg.enable_prefix_caching
+        self.decodes_count = cfg.preemption_mode != "restart"
+        self.marks: tuple[int, int, int] | None = None
+        self.quiet = 0
+        self.snapshot: tuple | None = None
+        self.power = 1
+        self.lam = 0
+
+    def proven(self, engine: Engine, nxt: int) -> bool:
+        """Call after each step; True when the state repeated."""
+        if not self.enabled or nxt < len(engine.arrivals) or self._progressed(engine, nxt):
+            self.quiet = 0
+            self.snapshot = None
+            return False
+        self.quiet += 1
+        if self.quiet < QUIET_STEPS:
+            return False
+        state = engine.cycle_state()
+        if self.snapshot is None:
+            self.snapshot, self.power, self.lam = state, 1, 0
+            return False
+        self.lam += 1
+        if state == self.snapshot:
+            return True
+        if self.lam == self.power:
+            self.snapshot, self.power, self.lam = state, 2 * self.power, 0
+        return False
+
+    def _progressed(self, engine: Engine, nxt: int) -> bool:
+        marks = (engine.finished, nxt, engine.decode_total if self.decodes_count else 0)
+        if marks == self.marks:
+            return False
+        self.marks = marks
+        return True
+
+
 class Engine:
     """Drives a ``Scheduler`` in simulated time, as ``planner.kernel.step`` does."""
 
@@ -528,6 +573,41 @@ class Engine:
         self.waste_ns = 0.0
         self.invariant_errors = 0
         self.pending: list[tuple[Request, int, bool]] = []  # async: batch in flight
+        self.finished = 0
+        self.decode_total = 0  # decode tokens scheduled (kept in the batch)
+        self.window_end = cfg.adaptive_window
+        self.window_start_preemptions = 0
+        self.cycles = CycleDetector(cfg)
+
+    def cycle_state(self) -> tuple:
+        """Everything the next step depends on once every request has arrived
+        (``planner.kernel.cycle`` lists it): pool and tier, the effective cap,
+        the adaptive window's position, and each request in running, waiting
+        and the batch in flight with its scheduling fields."""
+        sched = self.sched
+        k = self.cfg.anti_starvation
+
+        def fields(r: Request) -> tuple:
+            held = len(r.blocks) + r.swapped_blocks
+            pre = min(r.num_preemptions, k) if k > 0 else 0
+            return (r.rid, r.status, r.num_computed_tokens, r.num_output_tokens, held,
+                    r.placeholders, r.in_flight, r.stale, pre)  # fmt: skip
+
+        adapt = self.cfg.adaptive_window > 0
+        window = (
+            (self.window_end - len(self.steps), self.preemptions - self.window_start_preemptions)
+            if adapt
+            else (0, 0)
+        )
+        return (
+            sched.kv.pool.num_free(),
+            sched.cpu_free,
+            sched.cap,
+            window,
+            tuple(fields(r) for r in sched.running),
+            tuple(fields(r) for r in sched.waiting),
+            tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.pending),
+        )
 
     def _admit_arrivals(self, nxt: int) -> int:
         while nxt < len(self.arrivals) and self.entry[self.arrivals[nxt]] <= self.clock:
@@ -549,8 +629,6 @@ class Engine:
         b0, b1, b2 = self.beta
         nxt = 0
         sched = self.sched
-        window_end = self.cfg.adaptive_window
-        window_start_preemptions = 0
         while True:
             nxt = self._admit_arrivals(nxt)
             if not sched.running and not sched.waiting:
@@ -564,14 +642,14 @@ class Engine:
             if len(self.steps) >= self.cfg.max_steps:
                 self.step_limit = True
                 break
-            if self.cfg.adaptive_window > 0 and len(self.steps) >= window_end:
-                in_window = self.preemptions - window_start_preemptions
+            if self.cfg.adaptive_window > 0 and len(self.steps) >= self.window_end:
+                in_window = self.preemptions - self.window_start_preemptions
                 if in_window > self.cfg.adaptive_threshold:
                     sched.cap = max(1, len(sched.running) - 1)
                 else:
                     sched.cap = min(self.cfg.max_num_seqs, sched.cap + self.cfg.adaptive_step)
-                window_start_preemptions = self.preemptions
-                window_end = len(self.steps) + self.cfg.adaptive_window
+                self.window_start_preemptions = self.preemptions
+                self.window_end = len(self.steps) + self.cfg.adaptive_window
 
             scheduled, preempted, admitted = sched.schedule()
             prefill = decode = 0
@@ -644,7 +722,12 @@ class Engine:
                     sched_state,
                 )
             )
+            self.finished += len(finishes) + len(done)
+            self.decode_total += decode
             if (not scheduled and preempted == 0 and in_flight == 0) or sched.cycle_detected:
+                self.livelocked = True
+                break
+            if self.cycles.proven(self, nxt):  # a state repeated (kernel/cycle.py)
                 self.livelocked = True
                 break
         return self

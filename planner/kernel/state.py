@@ -259,10 +259,10 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); simulate_one allocates 19 arrays per config (3 in step._init, 16 in
-# prefix_cache.new_cache).
+# struct); simulate_one allocates 21 arrays per config (3 in step._init, 2 in
+# cycle.new_cycle, 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
-_SCRATCH_ARRAYS = 19
+_SCRATCH_ARRAYS = 21
 
 
 def pool_table_capacity(n_blocks: int) -> int:
@@ -285,7 +285,9 @@ def kernel_scratch_bytes(
     """Bytes ``step.simulate_one`` allocates for one config while it runs (freed
     when it returns), so one per running thread. Counted from its allocations:
     the step's accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the
-    decode fast path), ``skipbuf`` (R int32 when async), and with prefix
+    decode fast path), ``skipbuf`` (R int32 when async), the livelock
+    detector's snapshot (``_cycle_bytes``: 56 bytes per request without
+    caching), and with prefix
     caching the block tables ``table`` (S x maxb
     int32, S = min(max_num_seqs, R), maxb = ceil(longest_tokens / block_size)
     + 1), ``slots`` (S, built as int64 then int32), ``slot_of``/``ncached``
@@ -304,4 +306,25 @@ def kernel_scratch_bytes(
     total = 8 * NSTEP + 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
     total += 4 * slots * maxb + 12 * slots + 8 * per_req + 4 * maxb
     total += 12 * n + 8 * n + 8 * (n + 2) + 32 + 16 * cap
+    total += _cycle_bytes(r, caching)
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS
+
+
+# The livelock detector's snapshot layout (``cycle._walk``): per request in
+# running or waiting, its id and 8 fields; per request in flight (async), 5
+# values; 9 scalars. ``cycle.new_cycle`` also keeps CYCLE_DET int64 counters.
+CYCLE_FIELDS_PER_REQUEST = 9
+CYCLE_FIELDS_IN_FLIGHT = 5
+CYCLE_SCALARS = 9
+CYCLE_DET = 8
+
+
+def cycle_snapshot_len(n_req: int) -> int:
+    """int32 entries of a snapshot for ``n_req`` requests (its largest state)."""
+    return (CYCLE_FIELDS_PER_REQUEST + CYCLE_FIELDS_IN_FLIGHT) * n_req + CYCLE_SCALARS
+
+
+def _cycle_bytes(num_requests: int, caching: bool) -> int:
+    """The livelock detector's buffers (``cycle.new_cycle``): an int32 snapshot
+    (1 entry with caching, where detection is off) and its counters."""
+    return 4 * (1 if caching else cycle_snapshot_len(num_requests)) + 8 * CYCLE_DET

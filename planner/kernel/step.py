@@ -56,6 +56,7 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
+from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
     adaptive_cap_next,
@@ -97,8 +98,8 @@ STEPS = S.O_STEPS
 
 # Per-config scratch the kernel allocates: the step's accumulators, the fast
 # path's first-need histogram (block_size + 1,) int64 and async's skipped
-# waiting requests (R,) int32.
-Scratch = namedtuple("Scratch", "step hist skipbuf")
+# waiting requests (R,) int32, and the livelock detector (``cycle.Cycle``).
+Scratch = namedtuple("Scratch", "step hist skipbuf cycle")
 
 
 @njit(cache=True)
@@ -125,6 +126,7 @@ def _init(cfg, rq, k):
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
+        new_cycle(R, cfg[K.CACHING] == 0),
     )
     if cfg[K.CACHING] == 0:
         return sc, PC.new_cache(1, null_block, 1, 1, 1)
@@ -441,8 +443,14 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
         return False
     R = rq.prompt.shape[0]
     nxt = k[NXT]
-    arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
-    next_entry = st.entry_ns[st.order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
+    # The run stops before an arrival that can become the head (nothing waits,
+    # or priority order), and in any case before the last arrival: that one
+    # starts the livelock detector (cycle.py), which must see it at the step
+    # the one-by-one engine does.
+    next_entry = INT64_MAX
+    if nxt < R:
+        arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
+        next_entry = st.entry_ns[st.order[nxt if arrivals_matter else R - 1]]
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     n, elapsed, first_dt = _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry)
     if n < 2:
@@ -980,7 +988,10 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
     sc, p = _init(cfg, rq, k)
     R = rq.prompt.shape[0]
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    macro = macro and cfg[K.CACHING] == 0
+    # No fast path with caching (block identities are assigned step by step)
+    # or restart preemption (its livelock detector must see every step:
+    # decodes are not progress there, cycle.py).
+    macro = macro and cfg[K.CACHING] == 0 and cfg[K.PREEMPT] != 1
     async_ = cfg[K.ASYNC] != 0
     while True:
         _arrivals(cfg, rq, st, q, k)
@@ -1000,6 +1011,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             break
         _adapt_cap(cfg, k)
         if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc.hist, check):
+            after_fast_path(cfg, k, sc.cycle)
             continue
         # Scheduler.schedule: the running phase, then (if nothing was
         # preempted) the waiting phase.
@@ -1014,6 +1026,10 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
         if _end_step(cfg, st, q, o, sc.step, p, check):
+            break
+        if livelock_proven(cfg, st, q, k, sc.cycle):  # a state repeated (cycle.py)
+            k[S.O_LIVELOCKED] = 1
+            k[S.O_LIVELOCK_STEP] = k[STEPS] - 1
             break
 
 
