@@ -219,6 +219,7 @@ def run(
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
     trace_columns: opt.TraceColumns = None,
+    trace_hash_block_size: opt.TraceHashBlockSize = None,
     trace_start: opt.TraceStart = 0.0,
     trace_duration: opt.TraceDuration = math.inf,
     rate_scale: opt.RateScale = 1.0,
@@ -316,7 +317,10 @@ def run(
     )
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     if trace_file is not None:
-        opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
+        opts = TraceOptions(
+            trace_start, trace_duration, rate_scale, max_requests, max_model_len,
+            trace_hash_block_size,
+        )  # fmt: skip
         wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
     else:
         wl = opt.synthetic_workload(
