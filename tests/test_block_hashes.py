@@ -189,3 +189,66 @@ gpu_memory_utilization = [0.5, 0.9]
     on, off = df[df.enable_prefix_caching], df[~df.enable_prefix_caching]
     assert (on.prefix_cache_hit_rate > 0).all() and off.prefix_cache_hit_rate.isna().all()
     assert (on.ideal_prefix_cache_hit_rate >= on.prefix_cache_hit_rate).all()
+
+
+def _hashed_case(rng: np.random.Generator):
+    """A few requests whose trace blocks (hb tokens) branch from a small tree of
+    ids, so prefixes are shared at every depth, and four caching configs."""
+    r = int(rng.integers(2, 9))
+    hb = int(rng.choice([4, 16, 32]))
+    prompt = rng.integers(1, 200, r).astype(np.int32)
+    ids, off = [], [0]
+    for p in prompt.tolist():
+        n = -(-p // hb)
+        ids += [int(x) for x in rng.integers(0, 2, n)]  # few choices: many shared prefixes
+        off.append(len(ids))
+    wl = Workload(
+        np.cumsum(rng.uniform(0, 2e-4, r)),  # 0..200 steps apart
+        prompt,
+        rng.integers(1, 100, r).astype(np.int32),
+        name="hashed",
+        hash_ids=np.array(ids, np.int64),
+        hash_offsets=np.array(off, np.int64),
+        hash_block_size=hb,
+    )
+    cfgs = [
+        SchedulerConfig(
+            num_gpu_blocks=int(rng.integers(8, 80)),
+            block_size=int(rng.choice([b for b in (1, 2, 4, 16) if hb % b == 0])),
+            max_num_seqs=int(rng.integers(1, 8)),
+            max_num_batched_tokens=int(rng.integers(8, 400)),
+            max_model_len=int(rng.integers(64, 400)),
+            scheduler_reserve_full_isl=bool(rng.random() < 0.7),
+            async_scheduling=bool(rng.random() < 0.5),
+            enable_prefix_caching=True,
+            policy=str(rng.choice(["fcfs", "priority"])),
+            max_steps=3000,
+        )
+        for _ in range(4)
+    ]
+    return cfgs, wl
+
+
+def test_kernel_matches_reference_on_hashed_workloads():
+    from helpers import (
+        compare_final,
+        kernel_events,
+        kernel_trace_rows,
+        reference_events,
+        reference_trace_rows,
+        run_both,
+    )
+
+    rng = np.random.default_rng(17)
+    hit = preempted_hit = 0
+    for _ in range(100):
+        cfgs, wl = _hashed_case(rng)
+        traced, fast, engines = run_both(cfgs, wl, STEP_LATENCY)
+        for c, eng in enumerate(engines):
+            assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
+            assert kernel_events(traced, c) == reference_events(eng)
+            compare_final(traced, c, eng)  # prefix-cache stats included
+            compare_final(fast, c, eng)
+            hit += eng.sched.cache_stats[1] > 0
+            preempted_hit += eng.sched.cache_stats_preempted[1] > 0
+    assert hit >= 80 and preempted_hit >= 5, (hit, preempted_hit)
