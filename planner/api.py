@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 
 from planner import config as K
-from planner.block_hashes import chain_ids
+from planner.block_hashes import chain_ids, check_block_sizes
 from planner.config import SchedulerConfig, pack_configs
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch, simulate_one
 from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
-from planner.workload import MAX_ARRIVAL_S, Workload, WorkloadError
+from planner.workload import MAX_ARRIVAL_S, Workload
 
 
 @dataclass
@@ -205,15 +205,9 @@ def hash_arrays(
     if workload.hash_ids is None or workload.hash_offsets is None:
         empty = np.zeros(0, dtype=np.int64)
         return np.zeros(workload.num_requests + 1, dtype=np.int64), empty, np.zeros(1, np.int64)
-    hb = workload.hash_block_size
-    for c in configs:
-        if c.enable_prefix_caching and hb % c.block_size:
-            raise WorkloadError(
-                f"--block-size {c.block_size} does not divide the trace's hash block size "
-                f"{hb}: a vLLM block would span two trace blocks"
-            )
+    check_block_sizes(workload, configs)
     off = np.ascontiguousarray(workload.hash_offsets, dtype=np.int64)
-    return off, chain_ids(workload), np.array([hb], dtype=np.int64)
+    return off, chain_ids(workload), np.array([workload.hash_block_size], dtype=np.int64)
 
 
 def _arrivals_ns(workload: Workload, arrival_s: np.ndarray | None, c: int) -> np.ndarray:

@@ -17,11 +17,31 @@ and requests replayed one at a time, counted as vLLM counts it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.workload import Workload
+from planner.workload import Workload, WorkloadError
+
+if TYPE_CHECKING:
+    from planner.config import SchedulerConfig
+
+
+def check_block_sizes(workload: Workload, configs: Sequence[SchedulerConfig]) -> None:
+    """Raise WorkloadError (one line) when a config with prefix caching has a
+    block_size that does not divide the workload's hash block size: a vLLM
+    block must lie inside one trace block to take its identity."""
+    hb = workload.hash_block_size
+    if workload.hash_ids is None:
+        return
+    for c in configs:
+        if c.enable_prefix_caching and hb % c.block_size:
+            raise WorkloadError(
+                f"--block-size {c.block_size} does not divide the trace's hash block size "
+                f"{hb}: a vLLM block would span two trace blocks"
+            )
 
 
 def chain_ids(workload: Workload) -> np.ndarray:

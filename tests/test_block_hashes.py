@@ -189,6 +189,9 @@ gpu_memory_utilization = [0.5, 0.9]
     on, off = df[df.enable_prefix_caching], df[~df.enable_prefix_caching]
     assert (on.prefix_cache_hit_rate > 0).all() and off.prefix_cache_hit_rate.isna().all()
     assert (on.ideal_prefix_cache_hit_rate >= on.prefix_cache_hit_rate).all()
+    spec.write_text(spec.read_text().replace("[axes]", "block_size = 48\n[axes]"))
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "bad"))
+    assert code == 2 and "does not divide" in err and len(err.strip().splitlines()) == 1, err
 
 
 def _hashed_case(rng: np.random.Generator):

@@ -26,6 +26,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner import bounds, resolve
+from planner.block_hashes import check_block_sizes
 from planner.cli_inert import SCHEDULER_RULES
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
@@ -465,6 +466,10 @@ class Sweep:
             self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
             for message in unused_field_warnings(self.workloads[key], self.configs):
                 self._warn(message)
+            try:  # block_size must divide a block-hash trace's hash block size
+                check_block_sizes(self.workloads[key], self.configs)
+            except WorkloadError as e:
+                raise SpecError(f"block_size: {str(e).removeprefix('--block-size ')}") from None
         self.latency = self._latency()
         for i, cfg in enumerate(self.configs):  # the int64 ns clock cannot wrap
             try:
