@@ -131,8 +131,9 @@ _IDEAL: dict[tuple[str, int, int | None], float] = {}
 
 def ideal_hit_rate(workload: Workload, block_size: int, max_model_len: int | None) -> float:
     """``ideal_hits(...).rate``, memoized per (workload fingerprint, block_size,
-    max_model_len); NaN for a workload without hash ids or a block_size that
-    does not divide its hash block size (no such run is simulated)."""
+    max_model_len); NaN for a workload without hash ids, or for a block_size
+    that does not divide its hash block size (only runs without prefix caching
+    may have one: ``check_block_sizes``)."""
     hb = workload.hash_block_size
     if workload.hash_ids is None or block_size < 1 or hb % block_size:
         return float("nan")
