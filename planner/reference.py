@@ -18,7 +18,10 @@ Scheduling is synchronous, or asynchronous (``vllm/v1/core/sched/async_scheduler
 with ``EngineCore.step_with_batch_queue``) when ``async_scheduling`` is set.
 Prefix caching (``enable_prefix_caching``) hashes full blocks; a block's content
 is its request's shared-prefix group's tokens while it lies in the shared
-prefix, else tokens unique to the request.
+prefix, else tokens unique to the request. With block hash ids (a Mooncake-style
+trace) a block inside a full trace block is (the tuple of the request's ids up
+to that trace block, the offset in it): the whole prefix, as vLLM's chained
+block hash; in a partial trace block or the output it is unique to the request.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class Request:
     prefix_group: int = -1  # shared-prefix group (-1: none)
     shared_len: int = 0  # prompt tokens shared with the group: min(prefix_len, prompt)
     num_cached_blocks: int = 0  # blocks hashed into the prefix cache so far
+    hash_block: int = 0  # tokens per trace hash id (0: no hash ids)
+    hash_prefixes: list[tuple[int, ...]] = field(default_factory=list)  # per full trace block
 
     @property
     def num_tokens(self) -> int:
@@ -155,6 +160,12 @@ class KVCacheManager:
     def block_key(self, req: Request, j: int) -> tuple:
         """The content of block j: its shared-prefix group's tokens while the block
         lies inside the shared prefix, else tokens unique to the request."""
+        if req.hash_block:
+            per = req.hash_block // self.block_size
+            t = j // per
+            if t < len(req.hash_prefixes):
+                return ("hash", req.hash_prefixes[t], j - t * per)
+            return ("request", req.rid, j)
         if (j + 1) * self.block_size <= req.shared_len:
             return ("group", req.prefix_group, j)
         return ("request", req.rid, j)
@@ -262,6 +273,10 @@ class Scheduler:
             STOP_BOUNDS[cfg.stop_bound],
         )
         self.lone_self_preemption: tuple[int, int] | None = None
+        # PrefixCacheStats (vLLM 0.33, recorded at admission): [queries, hits]
+        # for requests never preempted, and for re-admissions after a preemption.
+        self.cache_stats = [0, 0]
+        self.cache_stats_preempted = [0, 0]
         self.victims: list[int] = []
         self.cycle_detected = False
 
@@ -382,6 +397,10 @@ class Scheduler:
                     req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running), hits
                 ):
                     break
+                if self.kv.caching and req.num_computed_tokens == 0:
+                    stats = self.cache_stats_preempted if req.num_preemptions else self.cache_stats
+                    stats[0] += req.num_tokens
+                    stats[1] += hit_tokens
                 req.num_computed_tokens += hit_tokens
                 self.waiting.pop(0)
                 self.admissions.append((req.rid, req.num_computed_tokens))
@@ -540,6 +559,8 @@ class Engine:
         priority: list[int] | None = None,
         prefix_group: list[int] | None = None,
         prefix_len: list[int] | None = None,
+        hash_ids: list[list[int]] | None = None,
+        hash_block_size: int = 0,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
@@ -560,6 +581,11 @@ class Engine:
             for req, g, n in zip(self.requests, prefix_group, prefix_len, strict=True):
                 req.prefix_group = g
                 req.shared_len = min(n, req.prompt_len) if g >= 0 else 0
+        if hash_ids is not None:
+            for req, ids in zip(self.requests, hash_ids, strict=True):
+                req.hash_block = hash_block_size
+                full = req.prompt_len // hash_block_size
+                req.hash_prefixes = [tuple(ids[: t + 1]) for t in range(full)]
         self.arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
         self.entry = entry
         self.steps: list[StepRecord] = []

@@ -42,6 +42,15 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_MACRO_STEPS,  # steps simulated by the decode fast path (diagnostic only)
     O_EVENTS,  # event-log entries written (may exceed the log's length: then truncated)
     O_INTERRUPTED,  # 1 if the caller's stop flag ended the run early
+    # Prefix-cache stats, counted at admission as vLLM 0.33 does
+    # (``Scheduler.schedule`` -> ``KVCacheManager.record_prefix_cache_stats``,
+    # ``PrefixCacheStats.record``): tokens queried (the request's num_tokens)
+    # and hit (cached tokens found), for requests never preempted, and apart
+    # for re-admissions after a preemption (``preempted_queries/_hits``).
+    O_PC_QUERIES,
+    O_PC_HITS,
+    O_PC_PRE_QUERIES,
+    O_PC_PRE_HITS,
     # Kernel state, not results:
     O_FREE,  # free blocks (the free queue's length)
     O_NEXT_ARRIVAL,  # position in ``order`` of the next request to arrive
@@ -56,8 +65,8 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_LONE_NTOK,  # its known tokens then
     O_USABLE,  # usable blocks (num_gpu_blocks less the null block)
     O_STOP_LEN,  # tokens at which check_stop ends a request (capacity.stop_length)
-) = range(33)
-NOUT_I = 33
+) = range(37)
+NOUT_I = 37
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -137,6 +146,15 @@ Requests = namedtuple(
         "priority",  # int64 priority (lower is served first under the priority policy)
         "group",  # int32 prefix group, or -1
         "shared_len",  # int32 tokens shared with the group (prefix caching)
+        # Block-hash traces (prefix caching), CSR per request: request r's
+        # trace blocks are hash_key[hash_off[r]:hash_off[r + 1]], one per
+        # hash_block[0] prompt tokens, each an int64 id of the whole prefix up
+        # to that block's end (``planner.block_hashes.chain_ids``), -1 for a
+        # partial last block. hash_off (R + 1,) int64, hash_key (H,) int64,
+        # hash_block (1,) int64 (0: the workload has no hash ids).
+        "hash_off",
+        "hash_key",
+        "hash_block",
     ],
 )
 

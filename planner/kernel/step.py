@@ -636,7 +636,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if caching and (need > 0 or upto >= (p.ncached[r] + 1) * bs):
             if need > 0:
                 PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
-            PC.cache_blocks(r, upto, bs, rq.group, rq.shared_len, p)
+            PC.cache_blocks(r, upto, bs, rq, p)
         st.held[r] += need
         s[BUDGET] = budget
         _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s)
@@ -668,10 +668,10 @@ def _admission_test(cfg, rq, st, k, s, p, r):
         # Only hits on blocks in use lower the gate, and only shared-prefix
         # blocks can be in use: if even those cannot make it fit, skip the
         # lookup (it has no side effects; the gate refuses anyway).
-        in_use_max = min(rq.shared_len[r] // bs, PC.max_hit_blocks(ntok, bs))
+        in_use_max = min(PC.shareable_blocks(r, bs, rq), PC.max_hit_blocks(ntok, bs))
         if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > k[FREE]:
             return 0, 0, 0, 0, -1
-        nhit, evictable = PC.lookup(r, ntok, bs, rq.group, rq.shared_len, p)
+        nhit, evictable = PC.lookup(r, ntok, bs, rq, p)
         c0 = nhit * bs
     num_new = min(ntok - c0, s[BUDGET])
     if 0 < s[THR_NOW] < num_new:
@@ -683,6 +683,20 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     if need + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     return c0, nhit, total, need, num_new
+
+
+@njit(cache=True, inline="always")
+def _record_cache_stats(k, ntok, hit_tokens, preempted):
+    """``KVCacheManager.record_prefix_cache_stats`` at admission (vLLM 0.33
+    records a lookup only when the request is admitted): ``ntok`` tokens
+    queried (``request.num_tokens``), ``hit_tokens`` found cached; a request
+    preempted before counts apart (``PrefixCacheStats.preempted_*``)."""
+    if preempted:
+        k[S.O_PC_PRE_QUERIES] += ntok
+        k[S.O_PC_PRE_HITS] += hit_tokens
+    else:
+        k[S.O_PC_QUERIES] += ntok
+        k[S.O_PC_HITS] += hit_tokens
 
 
 @njit(cache=True, inline="always")
@@ -710,8 +724,9 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         PC.touch(nhit, p.slot_of[r], p)
         PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
         p.ncached[r] = nhit
-        PC.cache_blocks(r, min(c0 + num_new, ntok), cfg[K.BS], rq.group, rq.shared_len, p)
+        PC.cache_blocks(r, min(c0 + num_new, ntok), cfg[K.BS], rq, p)
         st.ncomp[r] = c0
+        _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
     _add_to_batch(r, num_new, c0, ntok, q, s)
     s[N_ADM] += 1
@@ -889,7 +904,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
         if caching and not was_stale and st.status[r] == S.RUNNING and had_ph:
             # Blocks whose tokens are now all known join the cache.
             if upto >= (p.ncached[r] + 1) * bs:
-                PC.cache_blocks(r, upto, bs, rq.group, rq.shared_len, p)
+                PC.cache_blocks(r, upto, bs, rq, p)
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
             if st.status[r] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
