@@ -74,7 +74,7 @@ def _emit(x, mode, snap, pos, same):
     return pos + 1, same
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def _emit_request(r, anti_k, st, mode, snap, pos, same):
     """A live request's fields, in a fixed order."""
     sat = min(np.int64(st.npre[r]), anti_k) if anti_k > 0 else np.int64(0)
