@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from planner import config as K
+from planner.block_hashes import chain_ids, check_block_sizes
 from planner.config import SchedulerConfig, pack_configs
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch, simulate_one
@@ -191,10 +192,30 @@ def simulate(
         arr = arrival_ns if arrival_ns.ndim == 1 else arrival_ns[i]
         entry[i] = entry_times_ns(arr, prompt, *key)
         order[i] = np.argsort(entry[i], kind="stable")
-    requests = S.Requests(prompt, max_tokens, priority, group, shared_len)
+    requests = S.Requests(
+        prompt, max_tokens, priority, group, shared_len, *hash_arrays(workload, configs)
+    )
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
         _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+
+
+def hash_arrays(
+    workload: Workload, configs: Sequence[SchedulerConfig]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``state.Requests`` block-hash fields: (hash_off (R + 1,) int64,
+    hash_key (H,) int64 prefix-chained ids (``block_hashes.chain_ids``),
+    hash_block (1,) int64 tokens per trace block, 0 without hash ids).
+
+    Raises WorkloadError when a config with prefix caching has a block_size
+    that does not divide the trace's hash block size (a vLLM block must lie in
+    one trace block to take its identity)."""
+    if workload.hash_ids is None or workload.hash_offsets is None:
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(workload.num_requests + 1, dtype=np.int64), empty, np.zeros(1, np.int64)
+    check_block_sizes(workload, configs)
+    off = np.ascontiguousarray(workload.hash_offsets, dtype=np.int64)
+    return off, chain_ids(workload), np.array([workload.hash_block_size], dtype=np.int64)
 
 
 def _arrivals_ns(workload: Workload, arrival_s: np.ndarray | None, c: int) -> np.ndarray:

@@ -113,6 +113,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "max_num_seqs": COUNTS,
     "max_num_batched_tokens": COUNTS,
     "max_model_len": COUNTS,
+    "trace_hash_block_size": COUNTS,
     "long_prefill_token_threshold": COUNTS0,
     "watermark": Bound(0.0, 1.0, hi_open=True, why="share of the pool kept free"),
     "horizon": Bound(0.0, MAX_HORIZON_S, lo_open=True, inf_ok=True, why="seconds; int64 ns"),

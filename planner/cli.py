@@ -224,6 +224,7 @@ def run(
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
     trace_columns: opt.TraceColumns = None,
+    trace_hash_block_size: opt.TraceHashBlockSize = None,
     trace_start: opt.TraceStart = 0.0,
     trace_duration: opt.TraceDuration = math.inf,
     rate_scale: opt.RateScale = 1.0,
@@ -321,7 +322,10 @@ def run(
     )
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     if trace_file is not None:
-        opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
+        opts = TraceOptions(
+            trace_start, trace_duration, rate_scale, max_requests, max_model_len,
+            trace_hash_block_size,
+        )  # fmt: skip
         wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
     else:
         wl = opt.synthetic_workload(
@@ -460,6 +464,8 @@ def _print_run(
     if slo.given():
         table.add_row("goodput_rps", value_text(row, "goodput_rps", "{:.3f}"))
         table.add_row("meets_slo", str(bool(row["meets_slo"])))  # type: ignore[index]
+    for key, text in _cache_rows(row):
+        table.add_row(key, text)
     table.add_row("wall_s", f"{wall:.2f}")
     console.print(table)
     if any(bool(row[f"{k}_is_lower_bound"]) for k in LATENCY_STATS):  # type: ignore[index]
@@ -479,6 +485,28 @@ def _print_run(
             "setting fixes overload: more capacity or less traffic does",
             soft_wrap=True,
         )
+
+
+def _cache_rows(row: object) -> list[tuple[str, str]]:
+    """Prefix-cache rows of ``plan run``'s table: the hit rate when something
+    was looked up (``metrics._prefix_cache_stats``), the ideal when the
+    workload has block hash ids; none otherwise (no NaN printed)."""
+    out = []
+    r = row  # a pandas row
+    if r["prefix_cache_queries"] > 0:  # type: ignore[index]
+        out.append(
+            (
+                "prefix_cache_hit_rate",
+                f"{r['prefix_cache_hit_rate']:.1%} ({r['prefix_cache_hits']:,} of "  # type: ignore[index]
+                f"{r['prefix_cache_queries']:,} tokens; after preemption "  # type: ignore[index]
+                f"{r['prefix_cache_preempted_hits']:,} of "  # type: ignore[index]
+                f"{r['prefix_cache_preempted_queries']:,})",  # type: ignore[index]
+            )
+        )
+    if not math.isnan(r["ideal_prefix_cache_hit_rate"]):  # type: ignore[index]
+        ideal = r["ideal_prefix_cache_hit_rate"]  # type: ignore[index]
+        out.append(("ideal_prefix_cache_hit_rate", f"{ideal:.1%} (unbounded cache)"))
+    return out
 
 
 # Statistics that carry an ``_is_lower_bound`` flag (ITL percentiles do not: they

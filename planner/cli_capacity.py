@@ -96,6 +96,7 @@ def check(
     trace_start: opt.TraceStart = 0.0,
     trace_duration: opt.TraceDuration = math.inf,
     trace_columns: opt.TraceColumns = None,
+    trace_hash_block_size: opt.TraceHashBlockSize = None,
     rate_scale: opt.RateScale = 1.0,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
@@ -206,12 +207,15 @@ def check(
     out["full_attention_only"] = full_only
     if trace_file is not None:
         window = TraceOptions(
-            trace_start, trace_duration, rate_scale=rate_scale, max_model_len=max_model_len
-        )
+            trace_start, trace_duration, rate_scale=rate_scale, max_model_len=max_model_len,
+            hash_block_size=trace_hash_block_size,
+        )  # fmt: skip
         read = read_trace_warned(trace_file, trace_format.value, window, trace_columns)
         wl = read.workload
         unused = [
-            read.columns[k] for k in ("priority", "prefix_group", "prefix_len") if k in read.columns
+            read.columns[k]
+            for k in ("priority", "prefix_group", "prefix_len", "hash_ids")
+            if k in read.columns
         ]
         if unused:
             warn(
@@ -499,6 +503,7 @@ def safe_limit(
     trace_start: opt.TraceStart = 0.0,
     trace_duration: opt.TraceDuration = math.inf,
     trace_columns: opt.TraceColumns = None,
+    trace_hash_block_size: opt.TraceHashBlockSize = None,
     max_requests: opt.MaxRequests = None,
     rate_scale: opt.RateScale = 1.0,
     num_requests: opt.NumRequests = 300,
@@ -558,7 +563,13 @@ def safe_limit(
         step_overhead_us, quantization, kv_cache_dtype,
     )  # fmt: skip
     if trace_file is not None:
-        opts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests)
+        opts = TraceOptions(
+            trace_start,
+            trace_duration,
+            rate_scale,
+            max_requests,
+            hash_block_size=trace_hash_block_size,
+        )
         wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
     else:
         wl = opt.synthetic_workload(

@@ -84,6 +84,7 @@ TRACE_ONLY = (
     "rate_scale",
     "max_requests",
     "trace_columns",
+    "trace_hash_block_size",
 )
 # Trace versus synthetic workload: shared by every command that takes
 # --trace-file (plan run; plan safe-limit and plan check in cli_capacity).

@@ -107,6 +107,7 @@ def max_rate(
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
     trace_columns: opt.TraceColumns = None,
+    trace_hash_block_size: opt.TraceHashBlockSize = None,
     trace_start: opt.TraceStart = 0.0,
     trace_duration: opt.TraceDuration = math.inf,
     rate_scale: opt.RateScale = 1.0,
@@ -187,7 +188,10 @@ def max_rate(
     for cfg in configs:
         clock_bound(cfg, lat)
     if trace_file is not None:
-        topts = TraceOptions(trace_start, trace_duration, rate_scale, max_requests, max_model_len)
+        topts = TraceOptions(
+            trace_start, trace_duration, rate_scale, max_requests, max_model_len,
+            trace_hash_block_size,
+        )  # fmt: skip
         wl = read_trace_warned(trace_file, trace_format.value, topts, trace_columns).workload
     else:
         wl = opt.synthetic_workload(

@@ -308,6 +308,7 @@ class TraceFormat(StrEnum):
     azure = "azure"
     csv = "csv"
     jsonl = "jsonl"
+    mooncake = "mooncake"
 
 
 TraceFile = Annotated[
@@ -316,7 +317,8 @@ TraceFile = Annotated[
         "--trace-file",
         "--requests-csv",
         help="Request trace (Azure CSV, or CSV/JSONL with columns arrival_time_s, "
-        "prompt_tokens, output_tokens and optionally priority, prefix_group, prefix_len; "
+        "prompt_tokens, output_tokens and optionally priority, prefix_group, prefix_len, "
+        "hash_ids; a Mooncake JSONL trace; "
         "other names with --trace-columns); else a synthetic workload.",
     ),
 ]
@@ -327,6 +329,14 @@ TraceColumns = Annotated[
         help="Trace column names as key=column,... (keys with their default names: "
         + ", ".join(f"{k}={v}" for k, v in DEFAULT_COLUMNS.items())
         + "), e.g. arrival=ts,output=completion_tokens.",
+    ),
+]
+TraceHashBlockSize = Annotated[
+    int | None,
+    typer.Option(
+        help="Tokens per hash id of the trace's hash_ids column (prefix caching: blocks "
+        "share KV where their prefix's ids agree); --block-size must divide it "
+        "[default: 512 for --trace-format mooncake].",
     ),
 ]
 TraceStart = Annotated[float, typer.Option(help="Trace window start, seconds.")]

@@ -333,8 +333,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     the largest gap between two output tokens of any request
     (``max_token_stall_s``) and the time-averaged KV usage
     (``mean_kv_usage``). ``queue_delay_s_*`` is arrival to first scheduled.
-    Not derivable yet: the prefix-cache hit rate (``prefix_cache_hit_rate``:
-    cached tokens are not counted apart from re-prefill)."""
+    The prefix-cache hit rate: ``_prefix_cache_stats``."""
     st, cfg = res.state, res.cfg
     oi = st.out.counters
     q = _per_request(res)
@@ -388,6 +387,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "zero_token_steps": oi[:, S.O_ZERO_STEPS],
         "prefill_tokens": oi[:, S.O_PREFILL_TOKENS],
         "decode_tokens": oi[:, S.O_DECODE_TOKENS],
+        **_prefix_cache_stats(res),
         "waste_share": waste_share,
         "sim_end_s": oi[:, S.O_END_NS] / 1e9,
         "livelocked": oi[:, S.O_LIVELOCKED].astype(bool),
@@ -413,6 +413,37 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         for k, v in slo.as_dict().items():
             df[k] = np.nan if v is None else v
     return df
+
+
+def _prefix_cache_stats(res: SimResult) -> dict[str, np.ndarray]:
+    """Prefix-cache hits as vLLM 0.33 counts them (``PrefixCacheStats``,
+    recorded at each admission after a lookup): ``prefix_cache_queries`` and
+    ``prefix_cache_hits`` (tokens; the ``vllm:prefix_cache_queries``/``_hits``
+    counters) over admissions of requests never preempted, and
+    ``prefix_cache_hit_rate`` = hits / queries (NaN with no lookup: caching
+    off); re-admissions after a preemption count apart, as vLLM's
+    ``preempted_queries``/``preempted_hits`` (``prefix_cache_preempted_*``).
+    ``ideal_prefix_cache_hit_rate``: the workload's hit rate with an unbounded
+    cache, one request at a time (``block_hashes.ideal_hits``), for block-hash
+    workloads only (else NaN). Each (C,)."""
+    from planner.block_hashes import ideal_hit_rate
+
+    oi = res.state.out.counters
+    queries, hits = oi[:, S.O_PC_QUERIES], oi[:, S.O_PC_HITS]
+    ideal = [
+        ideal_hit_rate(res.workload, int(bs), int(mml))
+        for bs, mml in zip(res.cfg[:, K.BS], res.cfg[:, K.MML], strict=True)
+    ]
+    return {
+        "prefix_cache_queries": queries,
+        "prefix_cache_hits": hits,
+        "prefix_cache_hit_rate": np.divide(
+            hits, queries, out=np.full(len(hits), np.nan), where=queries > 0
+        ),
+        "prefix_cache_preempted_queries": oi[:, S.O_PC_PRE_QUERIES],
+        "prefix_cache_preempted_hits": oi[:, S.O_PC_PRE_HITS],
+        "ideal_prefix_cache_hit_rate": np.array(ideal, dtype=np.float64),
+    }
 
 
 def _queue_stats(q: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

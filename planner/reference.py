@@ -18,7 +18,10 @@ Scheduling is synchronous, or asynchronous (``vllm/v1/core/sched/async_scheduler
 with ``EngineCore.step_with_batch_queue``) when ``async_scheduling`` is set.
 Prefix caching (``enable_prefix_caching``) hashes full blocks; a block's content
 is its request's shared-prefix group's tokens while it lies in the shared
-prefix, else tokens unique to the request.
+prefix, else tokens unique to the request. With block hash ids (a Mooncake-style
+trace) a block inside a full trace block is (the tuple of the request's ids up
+to that trace block, the offset in it): the whole prefix, as vLLM's chained
+block hash; in a partial trace block or the output it is unique to the request.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
+from planner.kernel.cycle import QUIET_STEPS
 from planner.latency import LINEAR, Latency, LinearLatency, step_time_ns
 from planner.token_gaps import NBINS, SUB, SUB_BITS
 
@@ -64,6 +68,8 @@ class Request:
     last_token_ns: int = -1  # time of its latest output token
     max_token_gap_ns: int = 0  # largest gap between two consecutive output tokens
     num_token_gaps: int = 0  # gaps between consecutive output tokens
+    hash_block: int = 0  # tokens per trace hash id (0: no hash ids)
+    hash_prefixes: list[tuple[int, ...]] = field(default_factory=list)  # per full trace block
 
     @property
     def num_tokens(self) -> int:
@@ -159,6 +165,12 @@ class KVCacheManager:
     def block_key(self, req: Request, j: int) -> tuple:
         """The content of block j: its shared-prefix group's tokens while the block
         lies inside the shared prefix, else tokens unique to the request."""
+        if req.hash_block:
+            per = req.hash_block // self.block_size
+            t = j // per
+            if t < len(req.hash_prefixes):
+                return ("hash", req.hash_prefixes[t], j - t * per)
+            return ("request", req.rid, j)
         if (j + 1) * self.block_size <= req.shared_len:
             return ("group", req.prefix_group, j)
         return ("request", req.rid, j)
@@ -276,6 +288,10 @@ class Scheduler:
             STOP_BOUNDS[cfg.stop_bound],
         )
         self.lone_self_preemption: tuple[int, int] | None = None
+        # PrefixCacheStats (vLLM 0.33, recorded at admission): [queries, hits]
+        # for requests never preempted, and for re-admissions after a preemption.
+        self.cache_stats = [0, 0]
+        self.cache_stats_preempted = [0, 0]
         self.victims: list[int] = []
         self.cycle_detected = False
 
@@ -396,6 +412,10 @@ class Scheduler:
                     req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running), hits
                 ):
                     break
+                if self.kv.caching and req.num_computed_tokens == 0:
+                    stats = self.cache_stats_preempted if req.num_preemptions else self.cache_stats
+                    stats[0] += req.num_tokens
+                    stats[1] += hit_tokens
                 req.num_computed_tokens += hit_tokens
                 self.waiting.pop(0)
                 self.admissions.append((req.rid, req.num_computed_tokens))
@@ -503,6 +523,50 @@ class Scheduler:
         return finished
 
 
+class CycleDetector:
+    """``planner.kernel.cycle`` on whole states: after every arrival and
+    QUIET_STEPS steps with no finish (and, unless restart preemption discards
+    outputs, no decode), Brent's schedule of snapshots; a livelock is proven
+    when a step's state equals the latest snapshot. States are compared as
+    tuples (``Engine.cycle_state``), so no hash is involved."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.enabled = not cfg.enable_prefix_caching
+        self.decodes_count = cfg.preemption_mode != "restart"
+        self.marks: tuple[int, int, int] | None = None
+        self.quiet = 0
+        self.snapshot: tuple | None = None
+        self.power = 1
+        self.lam = 0
+
+    def proven(self, engine: Engine, nxt: int) -> bool:
+        """Call after each step; True when the state repeated."""
+        if not self.enabled or nxt < len(engine.arrivals) or self._progressed(engine, nxt):
+            self.quiet = 0
+            self.snapshot = None
+            return False
+        self.quiet += 1
+        if self.quiet < QUIET_STEPS:
+            return False
+        state = engine.cycle_state()
+        if self.snapshot is None:
+            self.snapshot, self.power, self.lam = state, 1, 0
+            return False
+        self.lam += 1
+        if state == self.snapshot:
+            return True
+        if self.lam == self.power:
+            self.snapshot, self.power, self.lam = state, 2 * self.power, 0
+        return False
+
+    def _progressed(self, engine: Engine, nxt: int) -> bool:
+        marks = (engine.finished, nxt, engine.decode_total if self.decodes_count else 0)
+        if marks == self.marks:
+            return False
+        self.marks = marks
+        return True
+
+
 class Engine:
     """Drives a ``Scheduler`` in simulated time, as ``planner.kernel.step`` does."""
 
@@ -516,6 +580,8 @@ class Engine:
         priority: list[int] | None = None,
         prefix_group: list[int] | None = None,
         prefix_len: list[int] | None = None,
+        hash_ids: list[list[int]] | None = None,
+        hash_block_size: int = 0,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
@@ -536,6 +602,11 @@ class Engine:
             for req, g, n in zip(self.requests, prefix_group, prefix_len, strict=True):
                 req.prefix_group = g
                 req.shared_len = min(n, req.prompt_len) if g >= 0 else 0
+        if hash_ids is not None:
+            for req, ids in zip(self.requests, hash_ids, strict=True):
+                req.hash_block = hash_block_size
+                full = req.prompt_len // hash_block_size
+                req.hash_prefixes = [tuple(ids[: t + 1]) for t in range(full)]
         self.arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
         self.entry = entry
         self.steps: list[StepRecord] = []
@@ -550,6 +621,41 @@ class Engine:
         self.invariant_errors = 0
         self.kv_block_ns = 0.0  # blocks in use (after allocation) x step time, summed
         self.pending: list[tuple[Request, int, bool]] = []  # async: batch in flight
+        self.finished = 0
+        self.decode_total = 0  # decode tokens scheduled (kept in the batch)
+        self.window_end = cfg.adaptive_window
+        self.window_start_preemptions = 0
+        self.cycles = CycleDetector(cfg)
+
+    def cycle_state(self) -> tuple:
+        """Everything the next step depends on once every request has arrived
+        (``planner.kernel.cycle`` lists it): pool and tier, the effective cap,
+        the adaptive window's position, and each request in running, waiting
+        and the batch in flight with its scheduling fields."""
+        sched = self.sched
+        k = self.cfg.anti_starvation
+
+        def fields(r: Request) -> tuple:
+            held = len(r.blocks) + r.swapped_blocks
+            pre = min(r.num_preemptions, k) if k > 0 else 0
+            return (r.rid, r.status, r.num_computed_tokens, r.num_output_tokens, held,
+                    r.placeholders, r.in_flight, r.stale, pre)  # fmt: skip
+
+        adapt = self.cfg.adaptive_window > 0
+        window = (
+            (self.window_end - len(self.steps), self.preemptions - self.window_start_preemptions)
+            if adapt
+            else (0, 0)
+        )
+        return (
+            sched.kv.pool.num_free(),
+            sched.cpu_free,
+            sched.cap,
+            window,
+            tuple(fields(r) for r in sched.running),
+            tuple(fields(r) for r in sched.waiting),
+            tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.pending),
+        )
 
     def _admit_arrivals(self, nxt: int) -> int:
         while nxt < len(self.arrivals) and self.entry[self.arrivals[nxt]] <= self.clock:
@@ -571,8 +677,6 @@ class Engine:
         b0, b1, b2 = self.beta
         nxt = 0
         sched = self.sched
-        window_end = self.cfg.adaptive_window
-        window_start_preemptions = 0
         while True:
             nxt = self._admit_arrivals(nxt)
             if not sched.running and not sched.waiting:
@@ -586,14 +690,14 @@ class Engine:
             if len(self.steps) >= self.cfg.max_steps:
                 self.step_limit = True
                 break
-            if self.cfg.adaptive_window > 0 and len(self.steps) >= window_end:
-                in_window = self.preemptions - window_start_preemptions
+            if self.cfg.adaptive_window > 0 and len(self.steps) >= self.window_end:
+                in_window = self.preemptions - self.window_start_preemptions
                 if in_window > self.cfg.adaptive_threshold:
                     sched.cap = max(1, len(sched.running) - 1)
                 else:
                     sched.cap = min(self.cfg.max_num_seqs, sched.cap + self.cfg.adaptive_step)
-                window_start_preemptions = self.preemptions
-                window_end = len(self.steps) + self.cfg.adaptive_window
+                self.window_start_preemptions = self.preemptions
+                self.window_end = len(self.steps) + self.cfg.adaptive_window
 
             scheduled, preempted, admitted = sched.schedule()
             prefill = decode = 0
@@ -671,7 +775,12 @@ class Engine:
                     sched_state,
                 )
             )
+            self.finished += len(finishes) + len(done)
+            self.decode_total += decode
             if (not scheduled and preempted == 0 and in_flight == 0) or sched.cycle_detected:
+                self.livelocked = True
+                break
+            if self.cycles.proven(self, nxt):  # a state repeated (kernel/cycle.py)
                 self.livelocked = True
                 break
         return self

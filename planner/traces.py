@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +55,13 @@ from planner.workload import MAX_ARRIVAL_S, MAX_TOKENS, Workload, WorkloadError
 DATA_DIR = Path(__file__).parent / "data"
 AZURE_CONV = DATA_DIR / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 AZURE_CODE = DATA_DIR / "azure-llm-2023" / "AzureLLMInferenceTrace_code.csv"
-FORMATS = ("auto", "azure", "csv", "jsonl")
+MOONCAKE_CONV = DATA_DIR / "mooncake-fast25" / "conversation_trace.jsonl"
+FORMATS = ("auto", "azure", "csv", "jsonl", "mooncake")
+# The Mooncake FAST'25 traces (planner/data/mooncake-fast25/README.md): JSONL,
+# timestamp in ms, one hash id per 512-token prompt block.
+MOONCAKE_COLUMNS = ("timestamp", "input_length", "output_length", "hash_ids")
+MOONCAKE_HASH_BLOCK = 512
+MAX_HASH_ID = 2**62  # |id| bound: ids are int64 in the kernel's keys
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
@@ -69,6 +75,7 @@ class TraceOptions:
     rate_scale: float = 1.0
     max_requests: int | None = None
     max_model_len: int | None = None
+    hash_block_size: int | None = None  # tokens per hash id of a hash_ids column
 
     def __post_init__(self) -> None:
         checks = (
@@ -77,6 +84,7 @@ class TraceOptions:
             ("rate_scale", self.rate_scale),
             ("max_requests", self.max_requests),
             ("max_model_len", self.max_model_len),
+            ("trace_hash_block_size", self.hash_block_size),
         )
         try:  # planner.bounds: seconds within int64 ns, int32 counts
             for name, v in checks:
@@ -194,11 +202,16 @@ DEFAULT_COLUMNS: dict[str, str] = {
     "priority": "priority",
     "prefix_group": "prefix_group",
     "prefix_len": "prefix_len",
+    "hash_ids": "hash_ids",
 }
 _AZURE_NAMES = dict(zip(("timestamp", "prompt", "output"), AZURE_COLUMNS, strict=True))
+_MOONCAKE_NAMES = dict(
+    zip(("timestamp", "prompt", "output", "hash_ids"), MOONCAKE_COLUMNS, strict=True)
+)
 _ACCEPTED = (
     "arrival={arrival} or timestamp={timestamp}, prompt={prompt}, output={output}, "
-    "optional priority={priority}, prefix_group={prefix_group} with prefix_len={prefix_len}"
+    "optional priority={priority}, prefix_group={prefix_group} with prefix_len={prefix_len}, "
+    "hash_ids={hash_ids}"
 ).format(**DEFAULT_COLUMNS)
 MAX_PRIORITY = 2**31 - 1  # |priority| bound: exact in float64, far beyond any real use
 
@@ -261,13 +274,14 @@ def _resolve_columns(
     Required keys (a time key, prompt, output) and any key the user mapped must
     be present; optional keys at their default names are read when present.
     """
-    names = {**DEFAULT_COLUMNS, **(_AZURE_NAMES if fmt == "azure" else {}), **columns}
+    renamed = _AZURE_NAMES if fmt == "azure" else _MOONCAKE_NAMES if fmt == "mooncake" else {}
+    names = {**DEFAULT_COLUMNS, **renamed, **columns}
     if "arrival" in columns or "timestamp" in columns:
         time_key = "arrival" if "arrival" in columns else "timestamp"
     else:
         time_key = "arrival" if names["arrival"] in found else "timestamp"
     use = {}
-    for key in (time_key, "prompt", "output", "priority", "prefix_group", "prefix_len"):
+    for key in (time_key, "prompt", "output", "priority", "prefix_group", "prefix_len", "hash_ids"):
         required = key in (time_key, "prompt", "output") or key in columns
         if names[key] in found:
             use[key] = names[key]
@@ -353,7 +367,7 @@ def load_trace(
     mapping = check_columns(columns or {})
     load_fmt = (
         "jsonl"
-        if fmt == "jsonl" or (fmt == "auto" and path.suffix in (".jsonl", ".json"))
+        if fmt in ("jsonl", "mooncake") or (fmt == "auto" and path.suffix in (".jsonl", ".json"))
         else "csv"
     )
     df = _load(path, load_fmt)
@@ -361,11 +375,15 @@ def load_trace(
     _check_shape(path, df, load_fmt)
     if fmt == "auto":
         fmt = "azure" if all(c in df.columns for c in AZURE_COLUMNS) else load_fmt
+        if load_fmt == "jsonl" and all(c in df.columns for c in MOONCAKE_COLUMNS):
+            fmt = "mooncake"
     use = _resolve_columns(path, list(df.columns), fmt, mapping)
     if len(df) == 0:
         raise WorkloadError(f"{path}: no requests")
     if "arrival" in use:  # already seconds from the start
         t = _numbers(path, df, use["arrival"], 0, MAX_ARRIVAL_S, integer=False, blank=None)
+    elif fmt == "mooncake" and "timestamp" not in mapping:  # milliseconds from the start
+        t = _numbers(path, df, use["timestamp"], 0, MAX_ARRIVAL_S * 1e3, False, None) / 1e3
     else:
         t = _timestamps(path, df, use["timestamp"])
     back = np.flatnonzero(np.diff(t) < 0)
@@ -383,9 +401,61 @@ def load_trace(
         )
         if key in use
     }
+    options = _hash_block_size(path, fmt, "hash_ids" in use, options)
+    if "hash_ids" in use:
+        arrays["hash_ids"] = _hash_lists(path, df, use["hash_ids"])
     ignored = tuple(c for c in df.columns if c not in use.values())
     wl = _apply_options(path, t, arrays, options)
     return TraceRead(wl, use, ignored)
+
+
+def _hash_block_size(path: Path, fmt: str, has_ids: bool, o: TraceOptions) -> TraceOptions:
+    """The trace's tokens per hash id: 512 for ``mooncake`` (its README), else
+    ``--trace-hash-block-size``, which a hash_ids column needs and only it
+    uses. Raises WorkloadError naming the option otherwise."""
+    given = o.hash_block_size
+    if fmt == "mooncake":
+        if given is not None and given != MOONCAKE_HASH_BLOCK:
+            raise WorkloadError(
+                f"--trace-hash-block-size {given}: the mooncake format's hash blocks are "
+                f"{MOONCAKE_HASH_BLOCK} tokens"
+            )
+        return replace(o, hash_block_size=MOONCAKE_HASH_BLOCK) if has_ids else o
+    if has_ids and given is None:
+        raise WorkloadError(
+            f"{path}: the hash_ids column needs --trace-hash-block-size (tokens per hash id; "
+            "in a spec, workload.hash_block_size)"
+        )
+    if given is not None and not has_ids:
+        raise WorkloadError(
+            f"--trace-hash-block-size has no effect: {path} has no hash_ids column "
+            "(map one with hash_ids=NAME)"
+        )
+    return o
+
+
+def _hash_lists(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
+    """Column ``col`` as one list of integer hash ids per row: JSON arrays in
+    JSONL, or text in CSV (``[1, 2]``, ``1 2`` or ``1;2``). Returns an (R,)
+    object array of int64 arrays. Raises WorkloadError naming the first bad row."""
+    out = np.empty(len(df), dtype=object)
+    for i, v in enumerate(df[col].tolist()):
+        if isinstance(v, str):
+            parts = v.strip().strip("[]").replace(",", " ").replace(";", " ").split()
+            try:
+                v = [int(x) for x in parts]
+            except ValueError:
+                v = None
+        ok = isinstance(v, list) and all(
+            isinstance(x, int) and not isinstance(x, bool) and abs(x) <= MAX_HASH_ID for x in v
+        )
+        if not ok:
+            raise WorkloadError(
+                f"{path}: row {i + 2}: bad {col} value {str(df[col].iloc[i])[:60]!r} "
+                f"(want a list of integers, |id| <= 2**62)"
+            )
+        out[i] = np.array(v, dtype=np.int64)
+    return out
 
 
 def read_trace(
@@ -419,6 +489,15 @@ def _apply_options(
     def opt(key: str) -> np.ndarray | None:
         return a[key].astype(np.int32) if key in a else None
 
+    hashes: dict = {}
+    if "hash_ids" in a:
+        lists = a["hash_ids"]
+        sizes = np.array([len(x) for x in lists], dtype=np.int64)
+        hashes = dict(
+            hash_ids=np.concatenate([*lists, np.zeros(0, np.int64)]).astype(np.int64),
+            hash_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+            hash_block_size=int(o.hash_block_size or 0),
+        )
     return Workload(
         t.astype(np.float64),
         prompt.astype(np.int32),
@@ -427,6 +506,7 @@ def _apply_options(
         priority=None if "priority" not in a else a["priority"].astype(np.int64),
         prefix_group=opt("prefix_group"),
         prefix_len=opt("prefix_len"),
+        **hashes,
     )
 
 

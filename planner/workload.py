@@ -63,11 +63,22 @@ class Workload:
     # prefix_group[i]; -1 = no group. Both (R,) int32, or both None.
     prefix_group: np.ndarray | None = None
     prefix_len: np.ndarray | None = None
+    # Block-hash traces (prefix caching, ``planner.block_hashes``): request i's
+    # prompt blocks of ``hash_block_size`` tokens carry the ids
+    # hash_ids[hash_offsets[i]:hash_offsets[i + 1]], cdiv(prompt, hash_block_size)
+    # of them (the last may cover a partial block); equal ids at equal
+    # positions mean equal prefixes. hash_ids (H,) int64, hash_offsets (R + 1,)
+    # int64, both or neither; hash_block_size > 0 with them.
+    hash_ids: np.ndarray | None = None
+    hash_offsets: np.ndarray | None = None
+    hash_block_size: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if n == 0:
             raise WorkloadError(f"{self.name}: the workload has no requests")
+        if self.hash_ids is not None or self.hash_offsets is not None:
+            self._check_hashes(n)
         if self.priority is not None and len(self.priority) != n:
             raise WorkloadError(f"{self.name}: priority array differs in length")
         if (self.prefix_group is None) != (self.prefix_len is None):
@@ -86,6 +97,30 @@ class Workload:
             raise WorkloadError(f"{self.name}: arrival times must be sorted")
         if np.any(self.prompt_tokens < 1) or np.any(self.output_tokens < 1):
             raise WorkloadError(f"{self.name}: prompt and output tokens must be >= 1")
+
+    def _check_hashes(self, n: int) -> None:
+        """Validate the block-hash arrays (see the field comments)."""
+        ids, off, hb = self.hash_ids, self.hash_offsets, self.hash_block_size
+        if ids is None or off is None:
+            raise WorkloadError(f"{self.name}: give both hash_ids and hash_offsets, or neither")
+        if self.prefix_group is not None:
+            raise WorkloadError(
+                f"{self.name}: block hash ids and prefix groups both describe shared prefixes: "
+                "give one or the other"
+            )
+        if not 1 <= hb <= MAX_TOKENS:
+            raise WorkloadError(f"{self.name}: the hash block size must be in 1..{MAX_TOKENS}")
+        if len(off) != n + 1 or off[0] != 0 or off[-1] != len(ids) or np.any(np.diff(off) < 0):
+            raise WorkloadError(f"{self.name}: hash_offsets must be R + 1 rising offsets")
+        want = -(-self.prompt_tokens.astype(np.int64) // hb)
+        bad = np.flatnonzero(np.diff(off) != want)
+        if len(bad):
+            i = int(bad[0])
+            raise WorkloadError(
+                f"{self.name}: request {i} has {int(off[i + 1] - off[i])} hash ids for "
+                f"{int(self.prompt_tokens[i])} prompt tokens; want one per {hb}-token block "
+                f"({int(want[i])})"
+            )
 
     @property
     def num_requests(self) -> int:
@@ -112,11 +147,13 @@ class Workload:
         h = hashlib.sha256()
         for a in (self.arrival_s, self.prompt_tokens, self.output_tokens):
             h.update(np.ascontiguousarray(a).tobytes())
-        for name in ("priority", "prefix_group", "prefix_len"):
+        for name in ("priority", "prefix_group", "prefix_len", "hash_ids", "hash_offsets"):
             a = getattr(self, name)
             if a is not None:
                 h.update(name.encode())
                 h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+        if self.hash_ids is not None:
+            h.update(f"hash_block_size={self.hash_block_size}".encode())
         return h.hexdigest()[:16]
 
 
@@ -317,6 +354,11 @@ def with_shared_prefixes(
         )
     if not any(given):
         return wl
+    if wl.hash_ids is not None:
+        raise WorkloadError(
+            f"{wl.name}: the trace has block hash ids; a prefix draw (prefix groups, length "
+            "and share) would replace them: give one or the other"
+        )
     if wl.prefix_group is not None:
         raise WorkloadError(
             f"{wl.name}: the trace has prefix_group/prefix_len columns; a prefix draw "
@@ -349,7 +391,8 @@ def unused_field_warnings(wl: Workload, configs: Sequence[SchedulerConfig]) -> l
             f"{wl.name}: request priorities have no effect under the fcfs policy "
             "(set policy priority, or victim priority)"
         )
-    if wl.prefix_group is not None and not any(c.enable_prefix_caching for c in configs):
+    shared = wl.prefix_group is not None or wl.hash_ids is not None
+    if shared and not any(c.enable_prefix_caching for c in configs):
         out.append(
             "shared prefixes change nothing without prefix caching "
             "(--enable-prefix-caching; in a spec, enable_prefix_caching)"

@@ -27,6 +27,10 @@ def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Eng
     prio = None if wl.priority is None else [int(x) for x in wl.priority]
     group = None if wl.prefix_group is None else wl.prefix_group.tolist()
     plen = None if wl.prefix_len is None else wl.prefix_len.tolist()
+    hashes = None
+    if wl.hash_ids is not None:
+        off = wl.hash_offsets
+        hashes = [wl.hash_ids[off[i] : off[i + 1]].tolist() for i in range(wl.num_requests)]
     return Engine(
         cfg,
         lat,
@@ -36,6 +40,8 @@ def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Eng
         prio,
         group,
         plen,
+        hashes,
+        wl.hash_block_size,
     ).run()
 
 
@@ -120,6 +126,8 @@ def compare_final(res, c: int, eng: Engine) -> None:
     assert oi[S.O_WAITING_END] == len(eng.sched.waiting)
     np.testing.assert_allclose(st.out.floats[c, S.F_WASTE_NS], eng.waste_ns, rtol=1e-9, atol=1e-6)
     np.testing.assert_allclose(st.out.floats[c, S.F_KV_BLOCK_NS], eng.kv_block_ns, rtol=1e-12)
+    assert [oi[S.O_PC_QUERIES], oi[S.O_PC_HITS]] == eng.sched.cache_stats
+    assert [oi[S.O_PC_PRE_QUERIES], oi[S.O_PC_PRE_HITS]] == eng.sched.cache_stats_preempted
 
 
 def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency):

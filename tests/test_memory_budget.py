@@ -97,10 +97,21 @@ def test_block_tables_grow_with_max_num_seqs_requests_and_length_when_caching():
 
 
 def test_async_skip_buffer_grows_with_requests():
-    assert scratch(async_scheduling=True, num_requests=10_000) - scratch(
-        async_scheduling=True
-    ) == 4 * (10_000 - 100)
-    assert scratch(num_requests=10_000) == scratch()
+    for n in (100, 10_000):
+        assert scratch(async_scheduling=True, num_requests=n) - scratch(num_requests=n) == 4 * (
+            n - 1
+        )
+
+
+def test_livelock_snapshot_grows_with_requests_only_without_caching():
+    """cycle.new_cycle: (9 + 5) int32 per request and 9 scalars; off with caching."""
+    assert scratch(num_requests=10_000) - scratch() == 4 * 14 * (10_000 - 100)
+    on = {"caching": True}
+    grow = scratch(num_requests=10_000, **on) - scratch(**on)
+    assert grow == scratch(num_requests=10_000, caching=True, block_size=16) - scratch(
+        caching=True, block_size=16
+    )
+    assert grow < 4 * 14 * (10_000 - 100)
 
 
 def test_budget_terms_and_threads():

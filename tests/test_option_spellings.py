@@ -32,6 +32,7 @@ SPEC_TO_RUN = {
     "path": "trace_file",
     "format": "trace_format",
     "columns": "trace_columns",
+    "hash_block_size": "trace_hash_block_size",
     "start_s": "trace_start",
     "duration_s": "trace_duration",
     "horizon_s": "horizon",
@@ -103,7 +104,7 @@ def test_enumerations_show_their_choices(capsys):
         "<youngest|priority|least_progress|most_blocks>",
         "<vanilla|projected|projected_oracle>",
         "<recompute|restart|swap>",
-        "<auto|azure|csv|jsonl>",
+        "<auto|azure|csv|jsonl|mooncake>",
     ):
         assert choices in text
 

@@ -209,10 +209,10 @@ def test_unknown_columns_warn_once_naming_them(capsys, tmp_path):
     f = _write(
         tmp_path,
         "s.csv",
-        "arrival_time_s,prompt_tokens,output_tokens,session_id,hash_ids\n0,10,5,a,1\n1,10,5,a,2\n",
+        "arrival_time_s,prompt_tokens,output_tokens,session_id,turn\n0,10,5,a,1\n1,10,5,a,2\n",
     )
     read = load_trace(f)
-    assert read.ignored == ("session_id", "hash_ids")
+    assert read.ignored == ("session_id", "turn")
     for cmd in (
         ["run"],
         SAFE_LIMIT,
@@ -221,7 +221,7 @@ def test_unknown_columns_warn_once_naming_them(capsys, tmp_path):
         code, _, err = run_cli(capsys, *cmd, "--trace-file", str(f))
         assert code == 0, err
         warn = [x for x in err.splitlines() if "ignored column" in x]
-        assert len(warn) == 1 and "session_id, hash_ids" in warn[0], err
+        assert len(warn) == 1 and "session_id, turn" in warn[0], err
         assert warn[0].startswith("plan: warning: s.csv")
     assert load_trace(SLICE).ignored == ()
 

@@ -18,7 +18,16 @@ group:
 
 Block contents: block j of request r holds its prefix group's tokens while
 ``(j + 1) * block_size <= shared_len[r]``, else tokens unique to r, so its hash
-key is ``(R + group) * maxb + j`` or ``r * maxb + j``.
+key is ``(R + group) * maxb + j`` or ``r * maxb + j``. With a block-hash trace
+(``hash_block[0]`` = B > 0 tokens per trace block, block_size dividing B) block
+j lies in trace block t = j * block_size // B; while that trace block is full
+it has the identity (hash id h of t, offset o = j - t * B / block_size), key
+``R * maxb + h * (B / block_size) + o``, else (the partial last trace block,
+output tokens) it is unique to r. The trace ids are prefix-chained
+(``planner.block_hashes.chain_ids``), so one key names the whole prefix up to
+its block, as vLLM's chain hash (``hash_block_tokens`` of the parent hash and
+the block's tokens, ``vllm/v1/core/kv_cache_utils.py``) does; ``lookup``
+walks from block 0 and stops at the first miss.
 
 Per-config arrays, one ``PrefixCache`` record (built by ``new_cache``): ``ref``
 (N,) int32 reference counts;
@@ -160,11 +169,29 @@ def max_hit_blocks(ntok, bs):
 
 
 @njit(cache=True, inline="always")
-def block_key(r, j, bs, group, shared_len, n_req, maxb):
-    """Hash key of block j of request r (see the module docstring)."""
-    if (j + 1) * bs <= shared_len[r]:
-        return (n_req + group[r]) * maxb + j
+def block_key(r, j, bs, rq, n_req, maxb):
+    """Hash key of block j of request r (see the module docstring); ``rq`` is
+    the workload's ``state.Requests``."""
+    hb = rq.hash_block[0]
+    if hb > 0:
+        per = hb // bs
+        t = j // per
+        if t < rq.prompt[r] // hb:
+            return n_req * maxb + rq.hash_key[rq.hash_off[r] + t] * per + (j - t * per)
+        return r * maxb + j
+    if (j + 1) * bs <= rq.shared_len[r]:
+        return (n_req + rq.group[r]) * maxb + j
     return r * maxb + j
+
+
+@njit(cache=True, inline="always")
+def shareable_blocks(r, bs, rq):
+    """Blocks of r that other requests can hold too (in a shared prefix or a
+    full trace block): only hits on these can be on blocks in use."""
+    hb = rq.hash_block[0]
+    if hb > 0:
+        return (rq.prompt[r] // hb) * (hb // bs)
+    return rq.shared_len[r] // bs
 
 
 @njit(cache=True, _nrt=False)
@@ -240,7 +267,7 @@ def get_new_blocks(n, s, start, p):
 
 
 @njit(cache=True, _nrt=False)
-def lookup(r, ntok, bs, group, shared_len, p):
+def lookup(r, ntok, bs, rq, p):
     """``get_computed_blocks``: fill p.hits[:k] with the longest cached chain of
     r's full blocks within ntok - 1 tokens. Returns (k, hits still in the free queue)."""
     n_req = p.slot_of.shape[0]
@@ -248,7 +275,7 @@ def lookup(r, ntok, bs, group, shared_len, p):
     k = 0
     evictable = 0
     for j in range(max_hit_blocks(ntok, bs)):
-        i = find(block_key(r, j, bs, group, shared_len, n_req, maxb), p.tkey)
+        i = find(block_key(r, j, bs, rq, n_req, maxb), p.tkey)
         if i < 0:
             break
         b = p.thead[i]
@@ -274,7 +301,7 @@ def touch(k, s, p):
 
 
 @njit(cache=True, _nrt=False)
-def cache_blocks(r, upto, bs, group, shared_len, p):
+def cache_blocks(r, upto, bs, rq, p):
     """Hash r's full blocks below ``upto`` known, computed tokens (``cache_blocks``);
     updates ``p.ncached[r]``, the count of r's hashed blocks."""
     n_req = p.slot_of.shape[0]
@@ -282,7 +309,7 @@ def cache_blocks(r, upto, bs, group, shared_len, p):
     s = p.slot_of[r]
     n_full = upto // bs
     for j in range(p.ncached[r], n_full):
-        k = block_key(r, j, bs, group, shared_len, n_req, maxb)
+        k = block_key(r, j, bs, rq, n_req, maxb)
         _map_insert(p.table[s, j], k, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
     if n_full > p.ncached[r]:
         p.ncached[r] = n_full

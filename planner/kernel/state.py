@@ -44,6 +44,15 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_MACRO_STEPS,  # steps simulated by the decode fast path (diagnostic only)
     O_EVENTS,  # event-log entries written (may exceed the log's length: then truncated)
     O_INTERRUPTED,  # 1 if the caller's stop flag ended the run early
+    # Prefix-cache stats, counted at admission as vLLM 0.33 does
+    # (``Scheduler.schedule`` -> ``KVCacheManager.record_prefix_cache_stats``,
+    # ``PrefixCacheStats.record``): tokens queried (the request's num_tokens)
+    # and hit (cached tokens found), for requests never preempted, and apart
+    # for re-admissions after a preemption (``preempted_queries/_hits``).
+    O_PC_QUERIES,
+    O_PC_HITS,
+    O_PC_PRE_QUERIES,
+    O_PC_PRE_HITS,
     # Kernel state, not results:
     O_FREE,  # free blocks (the free queue's length)
     O_NEXT_ARRIVAL,  # position in ``order`` of the next request to arrive
@@ -58,8 +67,8 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_LONE_NTOK,  # its known tokens then
     O_USABLE,  # usable blocks (num_gpu_blocks less the null block)
     O_STOP_LEN,  # tokens at which check_stop ends a request (capacity.stop_length)
-) = range(33)
-NOUT_I = 33
+) = range(37)
+NOUT_I = 37
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -140,6 +149,15 @@ Requests = namedtuple(
         "priority",  # int64 priority (lower is served first under the priority policy)
         "group",  # int32 prefix group, or -1
         "shared_len",  # int32 tokens shared with the group (prefix caching)
+        # Block-hash traces (prefix caching), CSR per request: request r's
+        # trace blocks are hash_key[hash_off[r]:hash_off[r + 1]], one per
+        # hash_block[0] prompt tokens, each an int64 id of the whole prefix up
+        # to that block's end (``planner.block_hashes.chain_ids``), -1 for a
+        # partial last block. hash_off (R + 1,) int64, hash_key (H,) int64,
+        # hash_block (1,) int64 (0: the workload has no hash ids).
+        "hash_off",
+        "hash_key",
+        "hash_block",
     ],
 )
 
@@ -273,10 +291,10 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); simulate_one allocates 19 arrays per config (3 in step._init, 16 in
-# prefix_cache.new_cache).
+# struct); simulate_one allocates 21 arrays per config (3 in step._init, 2 in
+# cycle.new_cycle, 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
-_SCRATCH_ARRAYS = 19
+_SCRATCH_ARRAYS = 21
 
 
 def pool_table_capacity(n_blocks: int) -> int:
@@ -299,7 +317,9 @@ def kernel_scratch_bytes(
     """Bytes ``step.simulate_one`` allocates for one config while it runs (freed
     when it returns), so one per running thread. Counted from its allocations:
     the step's accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the
-    decode fast path), ``skipbuf`` (R int32 when async), and with prefix
+    decode fast path), ``skipbuf`` (R int32 when async), the livelock
+    detector's snapshot (``_cycle_bytes``: 56 bytes per request without
+    caching), and with prefix
     caching the block tables ``table`` (S x maxb
     int32, S = min(max_num_seqs, R), maxb = ceil(longest_tokens / block_size)
     + 1), ``slots`` (S, built as int64 then int32), ``slot_of``/``ncached``
@@ -318,4 +338,25 @@ def kernel_scratch_bytes(
     total = 8 * NSTEP + 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
     total += 4 * slots * maxb + 12 * slots + 8 * per_req + 4 * maxb
     total += 12 * n + 8 * n + 8 * (n + 2) + 32 + 16 * cap
+    total += _cycle_bytes(r, caching)
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS
+
+
+# The livelock detector's snapshot layout (``cycle._walk``): per request in
+# running or waiting, its id and 8 fields; per request in flight (async), 5
+# values; 9 scalars. ``cycle.new_cycle`` also keeps CYCLE_DET int64 counters.
+CYCLE_FIELDS_PER_REQUEST = 9
+CYCLE_FIELDS_IN_FLIGHT = 5
+CYCLE_SCALARS = 9
+CYCLE_DET = 8
+
+
+def cycle_snapshot_len(n_req: int) -> int:
+    """int32 entries of a snapshot for ``n_req`` requests (its largest state)."""
+    return (CYCLE_FIELDS_PER_REQUEST + CYCLE_FIELDS_IN_FLIGHT) * n_req + CYCLE_SCALARS
+
+
+def _cycle_bytes(num_requests: int, caching: bool) -> int:
+    """The livelock detector's buffers (``cycle.new_cycle``): an int32 snapshot
+    (1 entry with caching, where detection is off) and its counters."""
+    return 4 * (1 if caching else cycle_snapshot_len(num_requests)) + 8 * CYCLE_DET

@@ -56,6 +56,7 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
+from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
     adaptive_cap_next,
@@ -98,8 +99,8 @@ STEPS = S.O_STEPS
 
 # Per-config scratch the kernel allocates: the step's accumulators, the fast
 # path's first-need histogram (block_size + 1,) int64 and async's skipped
-# waiting requests (R,) int32.
-Scratch = namedtuple("Scratch", "step hist skipbuf")
+# waiting requests (R,) int32, and the livelock detector (``cycle.Cycle``).
+Scratch = namedtuple("Scratch", "step hist skipbuf cycle")
 
 
 @njit(cache=True)
@@ -126,6 +127,7 @@ def _init(cfg, rq, k):
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
+        new_cycle(R, cfg[K.CACHING] == 0),
     )
     if cfg[K.CACHING] == 0:
         return sc, PC.new_cache(1, null_block, 1, 1, 1)
@@ -491,8 +493,14 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
         return False
     R = rq.prompt.shape[0]
     nxt = k[NXT]
-    arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
-    next_entry = st.entry_ns[st.order[nxt]] if (arrivals_matter and nxt < R) else INT64_MAX
+    # The run stops before an arrival that can become the head (nothing waits,
+    # or priority order), and in any case before the last arrival: that one
+    # starts the livelock detector (cycle.py), which must see it at the step
+    # the one-by-one engine does.
+    next_entry = INT64_MAX
+    if nxt < R:
+        arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
+        next_entry = st.entry_ns[st.order[nxt if arrivals_matter else R - 1]]
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
     n, elapsed, first_dt, last_dt, gmax, kv_int = _decode_run_length(
@@ -684,7 +692,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if caching and (need > 0 or upto >= (p.ncached[r] + 1) * bs):
             if need > 0:
                 PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
-            PC.cache_blocks(r, upto, bs, rq.group, rq.shared_len, p)
+            PC.cache_blocks(r, upto, bs, rq, p)
         st.held[r] += need
         s[BUDGET] = budget
         _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s)
@@ -716,10 +724,10 @@ def _admission_test(cfg, rq, st, k, s, p, r):
         # Only hits on blocks in use lower the gate, and only shared-prefix
         # blocks can be in use: if even those cannot make it fit, skip the
         # lookup (it has no side effects; the gate refuses anyway).
-        in_use_max = min(rq.shared_len[r] // bs, PC.max_hit_blocks(ntok, bs))
+        in_use_max = min(PC.shareable_blocks(r, bs, rq), PC.max_hit_blocks(ntok, bs))
         if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > k[FREE]:
             return 0, 0, 0, 0, -1
-        nhit, evictable = PC.lookup(r, ntok, bs, rq.group, rq.shared_len, p)
+        nhit, evictable = PC.lookup(r, ntok, bs, rq, p)
         c0 = nhit * bs
     num_new = min(ntok - c0, s[BUDGET])
     if 0 < s[THR_NOW] < num_new:
@@ -731,6 +739,20 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     if need + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     return c0, nhit, total, need, num_new
+
+
+@njit(cache=True, inline="always")
+def _record_cache_stats(k, ntok, hit_tokens, preempted):
+    """``KVCacheManager.record_prefix_cache_stats`` at admission (vLLM 0.33
+    records a lookup only when the request is admitted): ``ntok`` tokens
+    queried (``request.num_tokens``), ``hit_tokens`` found cached; a request
+    preempted before counts apart (``PrefixCacheStats.preempted_*``)."""
+    if preempted:
+        k[S.O_PC_PRE_QUERIES] += ntok
+        k[S.O_PC_PRE_HITS] += hit_tokens
+    else:
+        k[S.O_PC_QUERIES] += ntok
+        k[S.O_PC_HITS] += hit_tokens
 
 
 @njit(cache=True, inline="always")
@@ -758,8 +780,9 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         PC.touch(nhit, p.slot_of[r], p)
         PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
         p.ncached[r] = nhit
-        PC.cache_blocks(r, min(c0 + num_new, ntok), cfg[K.BS], rq.group, rq.shared_len, p)
+        PC.cache_blocks(r, min(c0 + num_new, ntok), cfg[K.BS], rq, p)
         st.ncomp[r] = c0
+        _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
     _add_to_batch(r, num_new, c0, ntok, q, s)
     s[N_ADM] += 1
@@ -947,7 +970,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
         if caching and not was_stale and st.status[r] == S.RUNNING and had_ph:
             # Blocks whose tokens are now all known join the cache.
             if upto >= (p.ncached[r] + 1) * bs:
-                PC.cache_blocks(r, upto, bs, rq.group, rq.shared_len, p)
+                PC.cache_blocks(r, upto, bs, rq, p)
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
             if st.status[r] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
@@ -1046,7 +1069,10 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
     sc, p = _init(cfg, rq, k)
     R = rq.prompt.shape[0]
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    macro = macro and cfg[K.CACHING] == 0
+    # No fast path with caching (block identities are assigned step by step)
+    # or restart preemption (its livelock detector must see every step:
+    # decodes are not progress there, cycle.py).
+    macro = macro and cfg[K.CACHING] == 0 and cfg[K.PREEMPT] != 1
     async_ = cfg[K.ASYNC] != 0
     while True:
         _arrivals(cfg, rq, st, q, k)
@@ -1066,6 +1092,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             break
         _adapt_cap(cfg, k)
         if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc.hist, check):
+            after_fast_path(cfg, k, sc.cycle)
             continue
         # Scheduler.schedule: the running phase, then (if nothing was
         # preempted) the waiting phase.
@@ -1080,6 +1107,10 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
         if _end_step(cfg, st, q, o, sc.step, p, check):
+            break
+        if livelock_proven(cfg, st, q, k, sc.cycle):  # a state repeated (cycle.py)
+            k[S.O_LIVELOCKED] = 1
+            k[S.O_LIVELOCK_STEP] = k[STEPS] - 1
             break
 
 

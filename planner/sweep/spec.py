@@ -26,6 +26,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner import bounds, resolve
+from planner.block_hashes import check_block_sizes
 from planner.cli_inert import SCHEDULER_RULES
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
 from planner.hardware import HardwareError
@@ -194,7 +195,9 @@ class WorkloadSpec(_Strict):
     output: LengthSpec | None = None
     # trace (path relative to the spec file); see planner.traces
     path: str | None = None
-    format: Literal["auto", "azure", "csv", "jsonl"] = "auto"
+    format: Literal["auto", "azure", "csv", "jsonl", "mooncake"] = "auto"
+    # tokens per hash id of a hash_ids column (planner.traces; 512 for mooncake)
+    hash_block_size: Annotated[int, Field(ge=1, le=2**31 - 1, strict=True)] | None = None
     start_s: Annotated[float, Field(ge=0)] = 0.0
     duration_s: Annotated[float, Field(gt=0)] = math.inf
     rate_scale: Annotated[float, Field(gt=0)] = 1.0
@@ -229,7 +232,16 @@ class WorkloadSpec(_Strict):
 
 _SYNTHETIC_FIELDS = frozenset({"num_requests", "arrival", "rate", "gamma_cv", "prompt", "output"})
 _TRACE_FIELDS = frozenset(
-    {"path", "format", "start_s", "duration_s", "rate_scale", "max_requests", "columns"}
+    {
+        "path",
+        "format",
+        "start_s",
+        "duration_s",
+        "rate_scale",
+        "max_requests",
+        "columns",
+        "hash_block_size",
+    }
 )
 
 
@@ -454,6 +466,10 @@ class Sweep:
             self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
             for message in unused_field_warnings(self.workloads[key], self.configs):
                 self._warn(message)
+            try:  # block_size must divide a block-hash trace's hash block size
+                check_block_sizes(self.workloads[key], self.configs)
+            except WorkloadError as e:
+                raise SpecError(f"block_size: {str(e).removeprefix('--block-size ')}") from None
         self.latency = self._latency()
         for i, cfg in enumerate(self.configs):  # the int64 ns clock cannot wrap
             try:
@@ -558,7 +574,10 @@ class Sweep:
             if w.kind == "trace":
                 path = (self.base_dir / str(w.path)).resolve()
                 scale = float(axis_values.get("rate_scale", w.rate_scale))
-                opts = TraceOptions(w.start_s, w.duration_s, scale, w.max_requests)
+                opts = TraceOptions(
+                    w.start_s, w.duration_s, scale, w.max_requests,
+                    hash_block_size=w.hash_block_size,
+                )  # fmt: skip
                 columns = check_columns(w.columns, "workload.columns")
                 read = load_trace(path, w.format, opts, columns)
                 self._warn(read.warning())

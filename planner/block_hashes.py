@@ -1,0 +1,143 @@
+"""Block-hash traces: prefix-chained block ids and the ideal prefix-cache hit rate.
+
+A block-hash trace (the Mooncake FAST'25 trace, or a generic trace with a
+``hash_ids`` column) gives each request one id per ``hash_block_size`` prompt
+tokens; equal ids at equal positions mean equal content. vLLM 0.33 hashes a
+block together with its parent's hash (``hash_block_tokens`` in
+``vllm/v1/core/kv_cache_utils.py``), so a block matches only when every block
+before it matches too. ``chain_ids`` turns the trace's ids into ids of whole
+prefixes, so that the kernel's per-block keys have that property whatever the
+trace's ids do (the Mooncake ids are already chained: each id occurs at one
+position after one parent id, which ``tests/test_block_hashes.py`` checks).
+
+``ideal_hits`` is the reference figure: the hit rate with an unbounded cache
+and requests replayed one at a time, counted as vLLM counts it
+(``PrefixCacheStats``: hit tokens / queried tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.workload import Workload, WorkloadError
+
+if TYPE_CHECKING:
+    from planner.config import SchedulerConfig
+
+
+def check_block_sizes(workload: Workload, configs: Sequence[SchedulerConfig]) -> None:
+    """Raise WorkloadError (one line) when a config with prefix caching has a
+    block_size that does not divide the workload's hash block size: a vLLM
+    block must lie inside one trace block to take its identity."""
+    hb = workload.hash_block_size
+    if workload.hash_ids is None:
+        return
+    for c in configs:
+        if c.enable_prefix_caching and hb % c.block_size:
+            raise WorkloadError(
+                f"--block-size {c.block_size} does not divide the trace's hash block size "
+                f"{hb}: a vLLM block would span two trace blocks"
+            )
+
+
+def chain_ids(workload: Workload) -> np.ndarray:
+    """Prefix ids for the workload's full trace blocks.
+
+    Returns (H,) int64 aligned with ``workload.hash_ids``: for request r's
+    trace block t, a dense id (0, 1, ...) shared by exactly the blocks whose
+    ids at positions 0..t are all equal, or -1 when the block is partial (it
+    ends past the prompt: unique to the request). Raises ValueError when the
+    workload has no hash ids.
+    """
+    ids, off, hb = workload.hash_ids, workload.hash_offsets, workload.hash_block_size
+    if ids is None or off is None:
+        raise ValueError(f"{workload.name}: no block hash ids")
+    out = np.full(len(ids), -1, dtype=np.int64)
+    dense: dict[tuple[int, int], int] = {}
+    raw = ids.tolist()
+    for r, prompt in enumerate(workload.prompt_tokens.tolist()):
+        start = int(off[r])
+        parent = -1
+        for t in range(prompt // hb):
+            parent = dense.setdefault((parent, raw[start + t]), len(dense))
+            out[start + t] = parent
+    return out
+
+
+@dataclass(frozen=True)
+class IdealHits:
+    """Prefix-cache tokens hit and queried over a workload (``ideal_hits``)."""
+
+    hits: int
+    queries: int
+
+    @property
+    def rate(self) -> float:
+        """hits / queries (NaN with no queries)."""
+        return self.hits / self.queries if self.queries else float("nan")
+
+
+def ideal_hits(workload: Workload, block_size: int, max_model_len: int | None = None) -> IdealHits:
+    """The hit rate of an unbounded prefix cache on a block-hash workload.
+
+    Requests are taken in arrival order, each looked up once after every
+    earlier one finished, with nothing evicted. Request r queries its prompt
+    (``request.num_tokens``) and hits the full vLLM blocks of its leading full
+    trace blocks that an earlier request's prompt also held as full trace
+    blocks (only full blocks are cached; a partial trace block is unique),
+    capped at prompt - 1 tokens (``get_computed_blocks``: the last token is
+    always computed) rounded down to whole blocks. Output tokens carry no ids,
+    so they are never shared. Requests the front end rejects (prompt >=
+    ``max_model_len``) are not looked up. Plain Python over the raw ids (a
+    trie of prefixes), independent of ``chain_ids`` and of the kernel.
+
+    Raises ValueError when the workload has no hash ids or ``block_size`` does
+    not divide its hash block size.
+    """
+    ids, off, hb = workload.hash_ids, workload.hash_offsets, workload.hash_block_size
+    if ids is None or off is None:
+        raise ValueError(f"{workload.name}: no block hash ids")
+    if block_size < 1 or hb % block_size:
+        raise ValueError(
+            f"block_size {block_size} does not divide the trace's hash block size {hb}"
+        )
+    root: dict[int, dict] = {}
+    hits = queries = 0
+    raw = ids.tolist()
+    for r, prompt in enumerate(workload.prompt_tokens.tolist()):
+        if max_model_len is not None and prompt >= max_model_len:
+            continue
+        blocks = raw[int(off[r]) : int(off[r + 1])][: prompt // hb]
+        node, matched = root, 0
+        for h in blocks:
+            if h not in node:
+                break
+            node, matched = node[h], matched + 1
+        hit_blocks = min(matched * (hb // block_size), (prompt - 1) // block_size)
+        hits += hit_blocks * block_size
+        queries += prompt
+        node = root
+        for h in blocks:
+            node = node.setdefault(h, {})
+    return IdealHits(hits, queries)
+
+
+_IDEAL: dict[tuple[str, int, int | None], float] = {}
+
+
+def ideal_hit_rate(workload: Workload, block_size: int, max_model_len: int | None) -> float:
+    """``ideal_hits(...).rate``, memoized per (workload fingerprint, block_size,
+    max_model_len); NaN for a workload without hash ids, or for a block_size
+    that does not divide its hash block size (only runs without prefix caching
+    may have one: ``check_block_sizes``)."""
+    hb = workload.hash_block_size
+    if workload.hash_ids is None or block_size < 1 or hb % block_size:
+        return float("nan")
+    key = (workload.fingerprint(), block_size, max_model_len)
+    if key not in _IDEAL:
+        _IDEAL[key] = ideal_hits(workload, block_size, max_model_len).rate
+    return _IDEAL[key]

@@ -1,0 +1,184 @@
+"""Livelock proof for any number of requests: a scheduler state that repeats.
+
+Once every request has arrived, the scheduler is a deterministic function of
+its state: if a state repeats, the run cycles forever and never finishes its
+work (a livelock, whatever the number of requests). ``livelock_proven`` looks
+for a repeat with Brent's cycle detection (R. P. Brent, "An improved Monte
+Carlo factorization algorithm", BIT 20, 1980): it keeps a snapshot taken at
+steps s0, s0 + 1, s0 + 3, s0 + 7, ... and compares each later state with the
+latest one. The comparison is exact (no hash): the state's scalars first, in
+O(1), and only when they match every live request, stopping at the first
+difference.
+
+The state is everything the next step depends on (``_walk``): free blocks,
+len(running) and len(waiting), the CPU tier's free blocks, the effective
+max_num_seqs and the adaptive window's position, the async batch in flight;
+and for every request in ``running`` (in order), ``waiting`` (in order) or in
+flight: its status, num_computed_tokens, output tokens, blocks, async
+placeholders, in-flight and stale tokens, and its preemption count where
+anti-starvation reads it (saturated at that bound: beyond it the count no
+longer changes a decision). Finished and rejected requests are never read
+again; no request is still to arrive. Not part of it: the clock (with no
+arrival left it matters only to the horizon) and the recompute high-water mark
+(it only attributes waste).
+
+Detection runs only while nothing can be progress: after every arrival, and
+``QUIET_STEPS`` steps with no request finished and, under recompute or swap
+preemption, no decode token scheduled (a decode samples a token, and a
+request's output count never falls then, so no cycle contains one; restart
+preemption discards outputs, so there only finishes count). With prefix
+caching the pool's block identities are state too; they are not tracked, so
+detection is off there (the frozen-pool and lone-request proofs in
+``step._end_step`` still apply).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from planner import config as K
+from planner.kernel import state as S
+from planner.kernel.state import CYCLE_DET as NDET
+from planner.kernel.state import CYCLE_FIELDS_IN_FLIGHT as FIELDS_IN_FLIGHT
+from planner.kernel.state import CYCLE_FIELDS_PER_REQUEST as FIELDS_PER_REQUEST
+from planner.kernel.state import CYCLE_SCALARS as SCALARS
+
+QUIET_STEPS = 32
+# det fields (int64)
+ACTIVE, QUIET, POWER, LAM, MARK_FIN, MARK_NXT, MARK_DEC, _UNUSED = range(NDET)
+WRITE, COMPARE = 1, 2
+
+# ``snap`` (int32) holds a snapshot of the state, ``det`` the detector's counters.
+Cycle = namedtuple("Cycle", "snap det")
+
+
+@njit(cache=True)
+def new_cycle(n_req, enabled):
+    """Detector state for ``n_req`` requests (1-element buffers when off); the
+    snapshot has ``state.cycle_snapshot_len(n_req)`` entries."""
+    size = (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS if enabled else 1
+    return Cycle(np.empty(size, dtype=np.int32), np.zeros(NDET, dtype=np.int64))
+
+
+@njit(cache=True, inline="always")
+def _emit(x, mode, snap, pos, same):
+    """Feed one state value to the walk: store it or compare it."""
+    v = np.int32(x)
+    if mode == WRITE:
+        snap[pos] = v
+    else:
+        same = same and snap[pos] == v
+    return pos + 1, same
+
+
+@njit(cache=True, _nrt=False)
+def _emit_request(r, anti_k, st, mode, snap, pos, same):
+    """A live request's fields, in a fixed order."""
+    sat = min(np.int64(st.npre[r]), anti_k) if anti_k > 0 else np.int64(0)
+    i64 = np.int64
+    fields = (i64(r), i64(st.status[r]), i64(st.ncomp[r]), i64(st.nout[r]), i64(st.held[r]),
+              i64(st.ph[r]), i64(st.infl[r]), i64(st.stale[r]), sat)  # fmt: skip
+    for x in fields:
+        pos, same = _emit(x, mode, snap, pos, same)
+    return pos, same
+
+
+@njit(cache=True, inline="always")
+def _scalars(cfg, k):
+    """The state's scalars (module docstring), in a fixed order."""
+    adapt = cfg[K.ADAPT_WINDOW] > 0
+    return (
+        k[S.O_FREE], k[S.O_RUNNING_END], k[S.O_WAITING_END], k[S.O_CPU_FREE], k[S.O_SEQS],
+        k[S.O_N_PEND], k[S.O_N_STALE],
+        k[S.O_WINDOW_END] - k[S.O_STEPS] if adapt else np.int64(0),
+        k[S.O_PREEMPTIONS] - k[S.O_WINDOW_PRE] if adapt else np.int64(0),
+    )  # fmt: skip
+
+
+@njit(cache=True, _nrt=False)
+def _same_scalars(cfg, k, snap):
+    """Whether the scalars equal the snapshot's: O(1), screens ``_walk``."""
+    pos, same = 0, True
+    for x in _scalars(cfg, k):
+        pos, same = _emit(x, COMPARE, snap, pos, same)
+    return same
+
+
+@njit(cache=True, _nrt=False)
+def _walk(cfg, st, q, k, snap, mode):
+    """Store the state (the module docstring lists it) in ``snap`` in canonical
+    order, or compare it with ``snap`` (stopping at the first difference).
+    Returns whether it is equal (always True when storing)."""
+    R = st.ncomp.shape[0]
+    anti_k = cfg[K.ANTI_STARVATION]
+    pos, same = 0, True
+    for x in _scalars(cfg, k):
+        pos, same = _emit(x, mode, snap, pos, same)
+    for i in range(k[S.O_RUNNING_END]):
+        if not same:
+            return False
+        pos, same = _emit_request(q.run[i], anti_k, st, mode, snap, pos, same)
+    wh = k[S.O_WAITING_HEAD]
+    for j in range(k[S.O_WAITING_END]):
+        if not same:
+            return False
+        pos, same = _emit_request(q.wq[(wh + j) % R], anti_k, st, mode, snap, pos, same)
+    i64 = np.int64
+    for j in range(k[S.O_N_PEND]):
+        r = q.plist[j]
+        for x in (i64(r), i64(q.ptok[j]), i64(st.status[r]), i64(st.infl[r]), i64(st.stale[r])):
+            pos, same = _emit(x, mode, snap, pos, same)
+    return same
+
+
+@njit(cache=True, _nrt=False)
+def _progressed(cfg, k, det):
+    """Whether anything that cannot recur happened since the last call: an
+    arrival, a finish, or (recompute and swap preemption) a decode. Updates
+    the marks."""
+    dec = k[S.O_DECODE_TOKENS] if cfg[K.PREEMPT] != 1 else 0
+    fin, nxt = k[S.O_FINISHED], k[S.O_NEXT_ARRIVAL]
+    if det[MARK_FIN] == fin and det[MARK_NXT] == nxt and det[MARK_DEC] == dec:
+        return False
+    det[MARK_FIN], det[MARK_NXT], det[MARK_DEC] = fin, nxt, dec
+    return True
+
+
+@njit(cache=True, _nrt=False)
+def after_fast_path(cfg, k, cyc):
+    """The decode fast path jumped over steps that each decoded: progress, as
+    the detector would have seen at each of them (the reference engine takes
+    them one by one)."""
+    _progressed(cfg, k, cyc.det)
+    cyc.det[QUIET] = 0
+    cyc.det[ACTIVE] = 0
+
+
+@njit(cache=True, _nrt=False)
+def livelock_proven(cfg, st, q, k, cyc):
+    """One step of Brent's detection, after a normal step (module docstring).
+    Returns True when this step's state equals the latest snapshot exactly
+    (the scalars first, in O(1); then every live request)."""
+    det = cyc.det
+    if cfg[K.CACHING] != 0 or k[S.O_NEXT_ARRIVAL] < st.ncomp.shape[0] or _progressed(cfg, k, det):
+        det[QUIET] = 0
+        det[ACTIVE] = 0
+        return False
+    det[QUIET] += 1
+    if det[QUIET] < QUIET_STEPS:
+        return False
+    if det[ACTIVE] == 0:
+        det[ACTIVE], det[POWER], det[LAM] = 1, 1, 0
+        _walk(cfg, st, q, k, cyc.snap, WRITE)
+        return False
+    det[LAM] += 1
+    if _same_scalars(cfg, k, cyc.snap) and _walk(cfg, st, q, k, cyc.snap, COMPARE):
+        return True
+    if det[LAM] == det[POWER]:
+        det[POWER] *= 2
+        det[LAM] = 0
+        _walk(cfg, st, q, k, cyc.snap, WRITE)
+    return False
