@@ -21,7 +21,7 @@ from rich.table import Table
 from planner import capacity, distribution
 from planner import cli_options as opt
 from planner.capacity import analytic_safe_max_num_seqs
-from planner.cli_capacity import finite, read_trace_warned, warn
+from planner.cli_capacity import command_workload, finite, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
 from planner.cli_maxrate import register as register_max_rate
@@ -30,12 +30,10 @@ from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
-from planner.traces import TraceOptions
 from planner.workload import (
     Workload,
     WorkloadError,
     unused_field_warnings,
-    with_shared_prefixes,
 )
 
 EXIT_FAILURE_VERDICT = 1  # plan run --fail-on: the outcome is one of the given classes
@@ -321,20 +319,16 @@ def run(
         max_steps=max_steps,
     )
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
-    if trace_file is not None:
-        opts = TraceOptions(
-            trace_start, trace_duration, rate_scale, max_requests, max_model_len,
-            trace_hash_block_size,
-        )  # fmt: skip
-        wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
-    else:
-        wl = opt.synthetic_workload(
-            num_requests, rate, arrival, length_dist,
-            (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
-            (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
-            seed,
-        )  # fmt: skip
-    wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
+    topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
+             "max_requests": max_requests, "max_model_len": max_model_len,
+             "hash_block_size": trace_hash_block_size}  # fmt: skip
+    wl = command_workload(
+        trace_file, trace_format.value, trace_columns, topts,
+        (num_requests, rate, arrival, length_dist,
+         (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
+         (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
+        (prefix_groups, prefix_len, prefix_share), seed,
+    )  # fmt: skip
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     mean_len = wl.mean_request_tokens(max_model_len)

@@ -21,7 +21,7 @@ from planner import cli_options as opt
 from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
-from planner.workload import Workload, unused_field_warnings
+from planner.workload import Workload, unused_field_warnings, with_shared_prefixes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,6 +54,28 @@ def read_trace_warned(
     if read.warning():
         warn(read.warning())
     return read
+
+
+def command_workload(
+    trace_file: Path | None,
+    trace_format: str,
+    trace_columns: str | None,
+    trace_options: dict,
+    synthetic: tuple,
+    prefix: tuple[int, int, float],
+    seed: int,
+) -> Workload:
+    """The workload a command's options describe: the ``--trace-file``
+    (``read_trace_warned`` with ``TraceOptions(**trace_options)``, built only
+    then: it checks them) if given, else the synthetic one
+    (``cli_options.synthetic_workload(*synthetic, seed)``), then the
+    ``--prefix-*`` shared prefixes (``workload.with_shared_prefixes``)."""
+    if trace_file is not None:
+        topts = TraceOptions(**trace_options)
+        wl = read_trace_warned(trace_file, trace_format, topts, trace_columns).workload
+    else:
+        wl = opt.synthetic_workload(*synthetic, seed)
+    return with_shared_prefixes(wl, *prefix, seed)
 
 
 def _pool(
@@ -547,7 +569,6 @@ def safe_limit(
     """The largest KV-safe max_num_seqs for a workload and pool: analytic,
     simulation-verified, throughput- and goodput-optimal."""
     from planner.safelimit import find_safe_limits, recommend
-    from planner.workload import with_shared_prefixes
 
     reject_inert(ctx, RUN_RULES)
     slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
@@ -562,23 +583,15 @@ def safe_limit(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us, quantization, kv_cache_dtype,
     )  # fmt: skip
-    if trace_file is not None:
-        opts = TraceOptions(
-            trace_start,
-            trace_duration,
-            rate_scale,
-            max_requests,
-            hash_block_size=trace_hash_block_size,
-        )
-        wl = read_trace_warned(trace_file, trace_format.value, opts, trace_columns).workload
-    else:
-        wl = opt.synthetic_workload(
-            num_requests, rate, arrival, length_dist,
-            (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
-            (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
-            seed,
-        )  # fmt: skip
-    wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
+    topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
+             "max_requests": max_requests, "hash_block_size": trace_hash_block_size}  # fmt: skip
+    wl = command_workload(
+        trace_file, trace_format.value, trace_columns, topts,
+        (num_requests, rate, arrival, length_dist,
+         (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
+         (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
+        (prefix_groups, prefix_len, prefix_share), seed,
+    )  # fmt: skip
     cfg = SchedulerConfig(
         num_gpu_blocks=n,
         block_size=block_size,

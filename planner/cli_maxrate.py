@@ -20,13 +20,12 @@ from rich.console import Console
 
 from planner import bounds, resolve
 from planner import cli_options as opt
-from planner.cli_capacity import finite, read_trace_warned, warn
+from planner.cli_capacity import command_workload, finite, warn
 from planner.cli_inert import RUN_RULES, given, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.maxrate_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
 from planner.slo import seconds_text
-from planner.traces import TraceOptions
-from planner.workload import unused_field_warnings, with_shared_prefixes
+from planner.workload import unused_field_warnings
 
 # Scheduler settings ``--vary`` may list (integers, SchedulerConfig fields).
 VARY_KEYS = (
@@ -187,20 +186,16 @@ def max_rate(
     configs = [dataclasses.replace(base, **combo) for combo in combos]
     for cfg in configs:
         clock_bound(cfg, lat)
-    if trace_file is not None:
-        topts = TraceOptions(
-            trace_start, trace_duration, rate_scale, max_requests, max_model_len,
-            trace_hash_block_size,
-        )  # fmt: skip
-        wl = read_trace_warned(trace_file, trace_format.value, topts, trace_columns).workload
-    else:
-        wl = opt.synthetic_workload(
-            num_requests, rate, arrival, length_dist,
-            (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
-            (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
-            seed,
-        )  # fmt: skip
-    wl = with_shared_prefixes(wl, prefix_groups, prefix_len, prefix_share, seed)
+    topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
+             "max_requests": max_requests, "max_model_len": max_model_len,
+             "hash_block_size": trace_hash_block_size}  # fmt: skip
+    wl = command_workload(
+        trace_file, trace_format.value, trace_columns, topts,
+        (num_requests, rate, arrival, length_dist,
+         (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
+         (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
+        (prefix_groups, prefix_len, prefix_share), seed,
+    )  # fmt: skip
     for message in unused_field_warnings(wl, configs):
         warn(message)
     rps, tps = offered_rates(wl)
