@@ -180,24 +180,58 @@ def simulate(
             np.int32
         )
     st = S.allocate(c, r, trace_steps, log_entries)
-    entry, order = st.req.entry_ns, st.req.order
-    cache: dict[tuple[int, int], int] = {}
-    for i in range(c):
-        key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]))
+    _fill_entries(cfg, arrival_ns, prompt, st.req)
+    requests = S.Requests(
+        prompt, max_tokens, priority, group, shared_len, *hash_arrays(workload, configs)
+    )
+    with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
+        _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
+    arrival_ns = _sent_ns(cfg, arrival_ns, prompt, st.req)
+    return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+
+
+def _fill_entries(
+    cfg: np.ndarray, arrival_ns: np.ndarray, prompt: np.ndarray, req: S.ReqState
+) -> None:
+    """Fill ``req.entry_ns``/``req.order`` (C, R): entry = arrival + queueing
+    delay (``entry_times_ns``); open loop: ``order`` by (entry, id); closed
+    loop (``max_concurrency`` N > 0): the stream's send order, arrival then id,
+    its first N (sent at once) by (entry, id), as ``kernel/arrivals.py`` expects."""
+    entry, order = req.entry_ns, req.order
+    cache: dict[tuple[int, int, int], int] = {}
+    for i in range(cfg.shape[0]):
+        conc = int(cfg[i, K.CONC])
+        key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]), conc)
         if key in cache and arrival_ns.ndim == 1:
             j = cache[key]
             entry[i], order[i] = entry[j], order[j]
             continue
         cache[key] = i
         arr = arrival_ns if arrival_ns.ndim == 1 else arrival_ns[i]
-        entry[i] = entry_times_ns(arr, prompt, *key)
-        order[i] = np.argsort(entry[i], kind="stable")
-    requests = S.Requests(
-        prompt, max_tokens, priority, group, shared_len, *hash_arrays(workload, configs)
-    )
-    with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
-        _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
-    return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+        entry[i] = entry_times_ns(arr, prompt, *key[:2])
+        if conc == 0:
+            order[i] = np.argsort(entry[i], kind="stable")
+            continue
+        stream = np.argsort(arr, kind="stable")
+        head = stream[:conc]
+        stream[: len(head)] = head[np.lexsort((head, entry[i][head]))]
+        order[i] = stream
+
+
+def _sent_ns(
+    cfg: np.ndarray, arrival_ns: np.ndarray, prompt: np.ndarray, req: S.ReqState
+) -> np.ndarray:
+    """Arrival times as the run saw them: open loop, the given ones; closed
+    loop, when each client sent its request (entry - queueing delay; a request
+    never released keeps its scheduled time). (R,) or (C, R) int64."""
+    closed = cfg[:, K.CONC] > 0
+    if not closed.any():
+        return arrival_ns
+    out = np.array(np.broadcast_to(arrival_ns, req.entry_ns.shape), dtype=np.int64)
+    for i in np.flatnonzero(closed):
+        delay = entry_times_ns(np.zeros_like(out[i]), prompt, int(cfg[i, K.A0]), int(cfg[i, K.A1]))
+        out[i] = req.entry_ns[i] - delay
+    return out
 
 
 def hash_arrays(

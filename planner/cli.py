@@ -189,6 +189,8 @@ def run(
         Policy,
         typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
     ] = Policy.fcfs,
+    max_concurrency: opt.MaxConcurrency = 0,
+    think_time: opt.ThinkTime = 0.0,
     horizon: opt.Horizon = math.inf,
     max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
     victim: opt.VictimOpt = None,
@@ -315,6 +317,8 @@ def run(
         cpu_swap_blocks=cpu_swap_blocks,
         swap_bandwidth_gbps=swap_bandwidth_gbps,
         kv_block_bytes=_block_bytes(kv_block_bytes, model, block_size, tensor_parallel_size),
+        max_concurrency=max_concurrency,
+        think_time_s=think_time,
         horizon_s=horizon,
         max_steps=max_steps,
     )
@@ -337,7 +341,7 @@ def run(
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "
         f"this workload (mean request {mean_len:,.0f} tokens on {blocks:,} blocks): "
         "requests admitted together cannot all grow to full length without preemption"
-        if max_num_seqs > safe
+        if max_num_seqs > safe and not 0 < max_concurrency <= safe  # clients cap the batch
         else ""
     )
     if note := compile_note(1):
@@ -452,6 +456,15 @@ def _print_run(
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
+    conc = int(row["max_concurrency"])  # type: ignore[index]
+    if conc > 0:
+        think = float(row["think_time_s"])  # type: ignore[index]
+        console.print(
+            f"closed loop: at most {conc:,} requests in the system, each sent when one ends"
+            + (f" plus {think:g} s think time" if think > 0 else "")
+            + "; overload and offered load do not apply (the clients set the rate)",
+            soft_wrap=True,
+        )
     table = Table(show_header=False)
     for key, fmt in SUMMARY_ROWS:
         table.add_row(key, value_text(row, key, fmt))

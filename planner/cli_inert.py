@@ -137,6 +137,11 @@ RUN_RULES: tuple[Rule, ...] = (
         "needs --adaptive-window > 0",
     ),
     Rule(
+        ("think_time",),
+        lambda p: not p.get("max_concurrency"),
+        "needs --max-concurrency > 0 (closed-loop clients think between requests)",
+    ),
+    Rule(
         ("beta_coeffs",),
         lambda p: _value(p.get("latency")) == "roofline",
         "has no effect with --latency roofline (use --mfu/--mbu/--step-overhead-us)",

@@ -269,6 +269,17 @@ AsyncScheduling = Annotated[
 EnablePrefixCaching = Annotated[
     bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
 ]
+MaxConcurrency = Annotated[
+    int,
+    typer.Option(
+        help="Closed loop: at most N requests in the system, each sent when one ends (vLLM "
+        "bench's --max-concurrency; with --arrival offline, N clients). 0 = open loop."
+    ),
+]
+ThinkTime = Annotated[
+    float,
+    typer.Option(help="Closed loop: seconds a client waits after an answer before sending."),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 # Service-level objectives (planner.slo): on the p99 of each metric, unserved

@@ -55,8 +55,10 @@ POLICIES = {"fcfs": 0, "priority": 1}
     SWAP_NS_PER_BLOCK,
     ASYNC,
     CACHING,
-) = range(31)
-NCOLS = 31
+    CONC,
+    THINK_NS,
+) = range(33)
+NCOLS = 33
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -80,10 +82,15 @@ NUMERIC_FIELDS = (
     "cpu_swap_blocks",
     "swap_bandwidth_gbps",
     "kv_block_bytes",
+    "max_concurrency",
+    "think_time_s",
     "horizon_s",
     "max_steps",
 )
-FIELD_FLAGS = {"horizon_s": "--horizon"}  # fields whose flag is not --FIELD-NAME
+FIELD_FLAGS = {
+    "horizon_s": "--horizon",
+    "think_time_s": "--think-time",
+}  # fields whose flag is not --FIELD-NAME
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,12 @@ class SchedulerConfig:
     kv_block_bytes: int = 2 * 2**20  # swap mode: bytes of one block (Llama-3.1-8B, bs 16)
     async_scheduling: bool = False  # vLLM's engine default is on; see README
     enable_prefix_caching: bool = False  # vLLM's default is on; see README
+    # Closed-loop load (vLLM bench's --max-concurrency): at most this many
+    # requests in the system; 0 = open loop (arrivals at their times).
+    max_concurrency: int = 0
+    think_time_s: float = (
+        0.0  # closed loop: a client's pause between an answer and its next request
+    )
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -155,6 +168,14 @@ class SchedulerConfig:
                     f"--{_flag(name)} is modelled with recompute preemption only, "
                     f"not {self.preemption_mode!r}"
                 )
+
+        if self.think_time_s > 0 and self.max_concurrency == 0:
+            raise ValueError("--think-time needs --max-concurrency (closed-loop clients)")
+
+    @property
+    def think_time_ns(self) -> int:
+        """``think_time_s`` in integer ns (the kernel's clock)."""
+        return int(round(self.think_time_s * 1e9))
 
     @property
     def victim_rule(self) -> str:
@@ -270,5 +291,7 @@ def pack_configs(
             c.swap_ns_per_block,
             int(c.async_scheduling),
             int(c.enable_prefix_caching),
+            c.max_concurrency,
+            c.think_time_ns,
         )
     return out, outf

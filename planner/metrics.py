@@ -396,6 +396,10 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
         **overload(arrival_s, first_s, end_s, offered, st.req.status == S.REJECTED),
     }
+    # Closed loop: clients send only when a slot frees, so the server's queue
+    # cannot grow; overload is an open-loop verdict (the highest-rate search
+    # likewise). offered_rps is then the rate the clients reached.
+    cols["overloaded"] = cols["overloaded"] & (cfg[:, K.CONC] == 0)
     for k, v in cols.items():
         df[k] = v
     df["outcome"] = outcome(

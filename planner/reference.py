@@ -541,7 +541,7 @@ class CycleDetector:
 
     def proven(self, engine: Engine, nxt: int) -> bool:
         """Call after each step; True when the state repeated."""
-        if not self.enabled or nxt < len(engine.arrivals) or self._progressed(engine, nxt):
+        if not self.enabled or engine.pending or self._progressed(engine, nxt):
             self.quiet = 0
             self.snapshot = None
             return False
@@ -607,8 +607,15 @@ class Engine:
                 req.hash_block = hash_block_size
                 full = req.prompt_len // hash_block_size
                 req.hash_prefixes = [tuple(ids[: t + 1]) for t in range(full)]
-        self.arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
         self.entry = entry
+        self.alpha = (a0, a1)
+        # Closed loop (vLLM bench's semaphore, kernel/arrivals.py): requests
+        # wait in send order for a free client; ``pending`` holds the sent
+        # ones not yet arrived, sorted by (entry, id).
+        stream = sorted(range(len(entry)), key=lambda i: (arrival_ns[i], i))
+        n_conc = cfg.max_concurrency if cfg.max_concurrency > 0 else len(entry)
+        self.unsent = stream[n_conc:]
+        self.pending = sorted(stream[:n_conc], key=lambda i: (entry[i], i))
         self.steps: list[StepRecord] = []
         self.clock = 0
         self.preemptions = 0
@@ -620,7 +627,7 @@ class Engine:
         self.waste_ns = 0.0
         self.invariant_errors = 0
         self.kv_block_ns = 0.0  # blocks in use (after allocation) x step time, summed
-        self.pending: list[tuple[Request, int, bool]] = []  # async: batch in flight
+        self.in_flight: list[tuple[Request, int, bool]] = []  # async: batch in flight
         self.finished = 0
         self.decode_total = 0  # decode tokens scheduled (kept in the batch)
         self.window_end = cfg.adaptive_window
@@ -654,36 +661,51 @@ class Engine:
             window,
             tuple(fields(r) for r in sched.running),
             tuple(fields(r) for r in sched.waiting),
-            tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.pending),
+            tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.in_flight),
         )
 
-    def _admit_arrivals(self, nxt: int) -> int:
-        while nxt < len(self.arrivals) and self.entry[self.arrivals[nxt]] <= self.clock:
-            req = self.requests[self.arrivals[nxt]]
-            nxt += 1
+    def _admit_arrivals(self) -> int:
+        while self.pending and self.entry[self.pending[0]] <= self.clock:
+            req = self.requests[self.pending.pop(0)]
             self.arrived += 1
             if req.prompt_len >= self.cfg.max_model_len:
                 req.status = "rejected"
                 self.rejected += 1
+                self._client_answered(req.entry_ns)
             else:
                 req.status = "waiting"
                 self.sched.add_waiting(req)
-        self.sched.no_more_arrivals = nxt >= len(self.arrivals)
-        return nxt
+        self.sched.no_more_arrivals = not self.pending
+        return self.arrived
+
+    def _client_answered(self, t_ns: int) -> None:
+        """Closed loop: a response ended at t_ns; its client sends the next
+        request of the stream after the think time (entry: the later of its
+        own and t + think + queueing delay)."""
+        if self.cfg.max_concurrency == 0 or not self.unsent:
+            return
+        i = self.unsent.pop(0)
+        req = self.requests[i]
+        a0, a1 = self.alpha
+        sent = t_ns + self.cfg.think_time_ns
+        self.entry[i] = max(self.entry[i], sent + a0 + a1 * req.prompt_len)
+        req.entry_ns = self.entry[i]
+        req.arrival_ns = self.entry[i] - a0 - a1 * req.prompt_len
+        self.pending.append(i)
+        self.pending.sort(key=lambda j: (self.entry[j], j))
 
     def run(self) -> Engine:
         horizon = self.cfg.horizon_s
         horizon_ns = None if horizon == float("inf") else int(round(horizon * 1e9))
         b0, b1, b2 = self.beta
-        nxt = 0
         sched = self.sched
         while True:
-            nxt = self._admit_arrivals(nxt)
+            nxt = self._admit_arrivals()
             if not sched.running and not sched.waiting:
-                self.pending = []  # only finished requests can have output in flight
-                if nxt >= len(self.arrivals):
+                self.in_flight = []  # only finished requests can have output in flight
+                if not self.pending:
                     break
-                self.clock = self.entry[self.arrivals[nxt]]
+                self.clock = self.entry[self.pending[0]]
                 continue
             if horizon_ns is not None and self.clock >= horizon_ns:
                 break
@@ -741,11 +763,11 @@ class Engine:
             in_flight = 0
             if self.cfg.async_scheduling:
                 # step_with_batch_queue: the previous step's output lands now.
-                done = sched.update_from_output(self.pending, start)
-                in_flight = len(self.pending)
+                done = sched.update_from_output(self.in_flight, start)
+                in_flight = len(self.in_flight)
                 if done:
                     self.steps[-1].finishes = done
-                self.pending = batch
+                self.in_flight = batch
                 finishes: list[int] = []
             else:
                 done = []
@@ -776,6 +798,10 @@ class Engine:
                 )
             )
             self.finished += len(finishes) + len(done)
+            for _ in finishes:
+                self._client_answered(self.clock)
+            for _ in done:
+                self._client_answered(start)
             self.decode_total += decode
             if (not scheduled and preempted == 0 and in_flight == 0) or sched.cycle_detected:
                 self.livelocked = True

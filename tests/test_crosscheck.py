@@ -61,6 +61,8 @@ def configs(draw):
         adaptive_window=draw(st.sampled_from([0, 0, 1, 5, 40])),
         adaptive_threshold=draw(st.sampled_from([0, 2])),
         adaptive_step=draw(st.sampled_from([1, 3])),
+        max_concurrency=(conc := draw(st.sampled_from([0, 0, 0, 1, 2, 3]))),
+        think_time_s=draw(st.sampled_from([0.0, 0.0005, 0.02])) if conc else 0.0,
         horizon_s=horizon,
         max_steps=MAX_STEPS,
     )
@@ -168,6 +170,8 @@ def _random_case(rng: np.random.Generator):
             adaptive_threshold=int(rng.choice([0, 1])),
             horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
             max_steps=MAX_STEPS,
+            max_concurrency=(conc := int(rng.choice([0, 0, 0, 1, 2, 4]))),
+            think_time_s=float(rng.choice([0.0, 0.001])) if conc else 0.0,
         )
         for mode in modes
     ]
@@ -214,6 +218,7 @@ def test_seeded_random_cases_cover_every_path():
         async_preempted=0,
         async_fast_path=0,
         cache_hits=0,
+        closed_loop_waited=0,
     )
     for _ in range(250):
         cfgs, wl, lat = _random_case(rng)
@@ -239,6 +244,9 @@ def test_seeded_random_cases_cover_every_path():
             seen["rejected"] += oi[S.O_REJECTED] > 0
             seen["fast_path"] += oi[S.O_MACRO_STEPS] > 0
             seen["finished"] += oi[S.O_FINISHED] > 0
+            seen["closed_loop_waited"] += cfgs[c].max_concurrency > 0 and bool(
+                np.any(fast.arrival_ns[c] > np.round(wl.arrival_s * 1e9))
+            )
             seen["priority"] += cfgs[c].policy == "priority" and oi[S.O_PREEMPTIONS] > 0
             seen["roofline_fast_path"] += (
                 isinstance(lat, RooflineLatency) and oi[S.O_MACRO_STEPS] > 0

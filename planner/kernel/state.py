@@ -67,8 +67,9 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_LONE_NTOK,  # its known tokens then
     O_USABLE,  # usable blocks (num_gpu_blocks less the null block)
     O_STOP_LEN,  # tokens at which check_stop ends a request (capacity.stop_length)
-) = range(37)
-NOUT_I = 37
+    O_RELEASED,  # closed loop: client slots released (requests finished or rejected)
+) = range(38)
+NOUT_I = 38
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (

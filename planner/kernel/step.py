@@ -56,6 +56,7 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
+from planner.kernel.arrivals import arrival_limit, release
 from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
@@ -210,16 +211,18 @@ def _finish(r, t, caching, st, p):
 def _arrivals(cfg, rq, st, q, k):
     """Requests whose entry time has come join the tail of ``waiting``
     (``Scheduler.add_request``; priority: ``PriorityRequestQueue``). The front
-    end rejects prompts >= max_model_len (``InputProcessor``)."""
+    end rejects prompts >= max_model_len (``InputProcessor``). Closed loop:
+    only released requests arrive (``arrivals.py``)."""
     R = rq.prompt.shape[0]
     by_priority = cfg[K.POLICY] == 1
-    while k[NXT] < R and st.entry_ns[st.order[k[NXT]]] <= k[CLOCK]:
+    while k[NXT] < arrival_limit(cfg, k, R) and st.entry_ns[st.order[k[NXT]]] <= k[CLOCK]:
         r = st.order[k[NXT]]
         k[NXT] += 1
         k[S.O_ARRIVED] += 1
         if rq.prompt[r] >= cfg[K.MML]:
             st.status[r] = S.REJECTED
             k[S.O_REJECTED] += 1
+            release(cfg, rq, st, k, 1, st.entry_ns[r])  # closed loop: the client's answer
         elif by_priority:
             st.status[r] = S.WAITING
             k[WL] = _enqueue_sorted(r, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
@@ -496,10 +499,11 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     # The run stops before an arrival that can become the head (nothing waits,
     # or priority order), and in any case before the last arrival: that one
     # starts the livelock detector (cycle.py), which must see it at the step
-    # the one-by-one engine does.
+    # the one-by-one engine does. Closed loop: before any arrival (each can be
+    # the last before the gate closes).
     next_entry = INT64_MAX
-    if nxt < R:
-        arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
+    if nxt < arrival_limit(cfg, k, R):
+        arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1 or cfg[K.CONC] != 0
         next_entry = st.entry_ns[st.order[nxt if arrivals_matter else R - 1]]
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
@@ -517,10 +521,11 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
     k[FREE] += freed
     k[S.O_DECODE_TOKENS] += n * n_run
+    k[CLOCK] += elapsed
     if n_fin > 0:
         k[N_RUN] = _drop_finished(q.run, n_run, st.status)
         k[S.O_FINISHED] += n_fin
-    k[CLOCK] += elapsed
+        release(cfg, rq, st, k, n_fin, k[CLOCK])
     k[S.O_BUSY_NS] += elapsed
     k[STEPS] += n
     k[S.O_MACRO_STEPS] += n
@@ -629,7 +634,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
         k[WL] += 1
     s[N_PRE] += 1
     _log(o.events, k, k[STEPS], v, 0, S.EV_PREEMPT)
-    if v == r and k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= R:
+    if v == r and k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= arrival_limit(cfg, k, R):
         # Alone in the system with nothing left to arrive: the state after this
         # preemption repeats the last one => a cycle.
         vt = rq.prompt[v] + st.nout[v]
@@ -1026,7 +1031,7 @@ def _write_trace(o, s):
 
 
 @njit(cache=True, _nrt=False)
-def _end_step(cfg, st, q, o, s, p, check):
+def _end_step(cfg, rq, st, q, o, s, p, check):
     """Drop finished requests from ``running`` (``remove_all``), check the
     invariants, write the trace, and prove a livelock when there is one.
     Frozen: nothing scheduled, nothing preempted, no output in flight,
@@ -1037,6 +1042,8 @@ def _end_step(cfg, st, q, o, s, p, check):
     if s[N_FIN] > 0:
         k[N_RUN] = _drop_finished(q.run, k[N_RUN], st.status)
         k[S.O_FINISHED] += s[N_FIN]
+        # Closed loop: each finish frees its client (async: output landed at the step's start).
+        release(cfg, rq, st, k, s[N_FIN], s[START] if cfg[K.ASYNC] != 0 else k[CLOCK])
     if check:
         _check_invariants(cfg, st, q, k, p)
     _write_trace(o, s)
@@ -1078,8 +1085,8 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
         _arrivals(cfg, rq, st, q, k)
         if k[N_RUN] == 0 and k[WL] == 0:
             k[S.O_N_PEND] = 0  # only finished requests can still have output in flight
-            if k[NXT] >= R:
-                break
+            if k[NXT] >= arrival_limit(cfg, k, R):
+                break  # all arrived (closed loop: a request waits for a release; none can come)
             k[CLOCK] = st.entry_ns[st.order[k[NXT]]]
             continue
         if k[CLOCK] >= cfg[K.HORIZON_NS]:
@@ -1106,7 +1113,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             _update_from_output_async(cfg, rq, st, q, o, sc.step, p)
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
-        if _end_step(cfg, st, q, o, sc.step, p, check):
+        if _end_step(cfg, rq, st, q, o, sc.step, p, check):
             break
         if livelock_proven(cfg, st, q, k, sc.cycle):  # a state repeated (cycle.py)
             k[S.O_LIVELOCKED] = 1

@@ -28,7 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from planner import bounds, resolve
 from planner.block_hashes import check_block_sizes
 from planner.cli_inert import SCHEDULER_RULES
-from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
+from planner.config import (
+    FIELD_FLAGS,
+    PREEMPTION_MODES,
+    STOP_BOUNDS,
+    SchedulerConfig,
+    clock_bound,
+)
 from planner.hardware import HardwareError
 from planner.latency import Latency
 from planner.maxrate_range import (
@@ -76,6 +82,8 @@ SCHEDULER_AXES = (
     "cpu_swap_blocks",
     "swap_bandwidth_gbps",
     "kv_block_bytes",
+    "max_concurrency",
+    "think_time_s",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -100,8 +108,11 @@ INT_AXES = {
     "adaptive_step",
     "cpu_swap_blocks",
     "kv_block_bytes",
+    "max_concurrency",
 }
 
+
+FLAG_FIELDS = {flag: field for field, flag in FIELD_FLAGS.items()}  # --think-time -> think_time_s
 
 # Spec fields checked against planner.bounds.OPTION_BOUNDS (field -> bound name);
 # axes and [scheduler] keys use their own names.
@@ -460,6 +471,11 @@ class Sweep:
         # Build every config and workload now, so that bad values fail before any run.
         self.configs = [self._config(row) for row in self._axis_rows()]
         self._reject_inert_settings()
+        if self.search is not None and any(c.max_concurrency > 0 for c in self.configs):
+            raise SpecError(
+                "search: the highest-rate search is for open-loop load; "
+                "max_concurrency must be 0 (closed loop sets its own rate)"
+            )
         self.warnings: list[str] = []  # one-line notes for the user, each once
         self.workloads: dict[tuple, Workload] = {}
         for key in self.workload_keys():
@@ -556,7 +572,7 @@ class Sweep:
         except (ValueError, TypeError) as e:
             # SchedulerConfig names the CLI flag first: "--max-num-seqs must be ..."
             flag, _, rest = str(e).partition(" ")
-            key = flag.lstrip("-").replace("-", "_")
+            key = FLAG_FIELDS.get(flag, flag.lstrip("-").replace("-", "_"))
             raise SpecError(f"{_where(key, self)}: {rest}") from None
 
     def _workload(self, axis_values: dict[str, Any]) -> Workload:
