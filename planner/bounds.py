@@ -132,6 +132,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "max_concurrency": COUNTS0,
     "think_time_s": THINK,
     "think_time": THINK,
+    "turns": Bound(1, 10_000, integer=True, why="turns per session"),
     # hardware
     "gpu_memory_utilization": EFFICIENCY,
     "tensor_parallel_size": Bound(1, MAX_TP, integer=True, why="GPUs per replica"),

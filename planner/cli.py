@@ -191,6 +191,7 @@ def run(
     ] = Policy.fcfs,
     max_concurrency: opt.MaxConcurrency = 0,
     think_time: opt.ThinkTime = 0.0,
+    turns: opt.Turns = 1,
     horizon: opt.Horizon = math.inf,
     max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
     victim: opt.VictimOpt = None,
@@ -331,7 +332,7 @@ def run(
         (num_requests, rate, arrival, length_dist,
          (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
          (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
-        (prefix_groups, prefix_len, prefix_share), seed,
+        (prefix_groups, prefix_len, prefix_share), seed, turns,
     )  # fmt: skip
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)

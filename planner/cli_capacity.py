@@ -64,17 +64,18 @@ def command_workload(
     synthetic: tuple,
     prefix: tuple[int, int, float],
     seed: int,
+    turns: int = 1,
 ) -> Workload:
     """The workload a command's options describe: the ``--trace-file``
     (``read_trace_warned`` with ``TraceOptions(**trace_options)``, built only
     then: it checks them) if given, else the synthetic one
-    (``cli_options.synthetic_workload(*synthetic, seed)``), then the
+    (``cli_options.synthetic_workload(*synthetic, seed, turns)``), then the
     ``--prefix-*`` shared prefixes (``workload.with_shared_prefixes``)."""
     if trace_file is not None:
         topts = TraceOptions(**trace_options)
         wl = read_trace_warned(trace_file, trace_format, topts, trace_columns).workload
     else:
-        wl = opt.synthetic_workload(*synthetic, seed)
+        wl = opt.synthetic_workload(*synthetic, seed, turns)
     return with_shared_prefixes(wl, *prefix, seed)
 
 

@@ -138,8 +138,19 @@ RUN_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         ("think_time",),
-        lambda p: not p.get("max_concurrency"),
-        "needs --max-concurrency > 0 (closed-loop clients think between requests)",
+        lambda p: not p.get("max_concurrency") and (p.get("turns") or 1) <= 1,
+        "needs --max-concurrency > 0 or --turns > 1 (clients think between requests)",
+    ),
+    Rule(
+        ("turns",),
+        lambda p: p.get("trace_file") is not None,
+        "makes synthetic sessions; it has no effect with --trace-file",
+    ),
+    Rule(
+        ("turns",),
+        lambda p: bool(p.get("max_concurrency")) or bool(p.get("prefix_groups")),
+        "cannot be combined with --max-concurrency or --prefix-groups (a session paces "
+        "itself and shares its own history)",
     ),
     Rule(
         ("beta_coeffs",),

@@ -27,7 +27,7 @@ from planner.workload import (
     Workload,
     drawn_mean_warning,
     length_from_options,
-    synthetic,
+    sessions,
 )
 
 
@@ -186,9 +186,12 @@ def synthetic_workload(
     prompt: Lengths,
     output: Lengths,
     seed: int,
+    turns: int = 1,
 ) -> Workload:
     """The synthetic workload of the options above (``workload.synthetic``;
-    lengths by ``workload.length_from_options``, S1's shapes by default).
+    lengths by ``workload.length_from_options``, S1's shapes by default); with
+    ``turns`` > 1, ``num_requests`` sessions of that many turns, the prompt
+    lengths being each turn's new message (``workload.sessions``).
     Warns on stderr when clamping moved the drawn mean of lengths the user
     chose (``drawn_mean_warning``; S1's own shape is clamped by design).
 
@@ -203,8 +206,9 @@ def synthetic_workload(
     kind = length_dist.value
     p = length_from_options(kind, *prompt, S1_PROMPT, "--prompt-tokens")
     o = length_from_options(kind, *output, S1_OUTPUT, "--output-tokens")
-    wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
-    for dist, drawn, given in ((p, wl.prompt_tokens, prompt), (o, wl.output_tokens, output)):
+    wl = sessions(num_requests, turns, rate, p, o, arrival=arrival.value, seed=seed)
+    new_messages = wl.prompt_tokens if wl.session is None else wl.prompt_tokens[::turns]
+    for dist, drawn, given in ((p, new_messages, prompt), (o, wl.output_tokens, output)):
         if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):
             print(f"plan: warning: {msg}", file=sys.stderr)
     return wl
@@ -278,7 +282,18 @@ MaxConcurrency = Annotated[
 ]
 ThinkTime = Annotated[
     float,
-    typer.Option(help="Closed loop: seconds a client waits after an answer before sending."),
+    typer.Option(
+        help="Seconds a client waits after an answer before its next request (closed loop, "
+        "or between session turns)."
+    ),
+]
+Turns = Annotated[
+    int,
+    typer.Option(
+        help="Multi-turn sessions: each of --num-requests sessions (arriving at --rate) has this "
+        "many turns; a turn's prompt is the history plus a new --prompt-tokens message, sent "
+        "--think-time after the previous answer. 1 = single requests."
+    ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 

@@ -169,9 +169,6 @@ class SchedulerConfig:
                     f"not {self.preemption_mode!r}"
                 )
 
-        if self.think_time_s > 0 and self.max_concurrency == 0:
-            raise ValueError("--think-time needs --max-concurrency (closed-loop clients)")
-
     @property
     def think_time_ns(self) -> int:
         """``think_time_s`` in integer ns (the kernel's clock)."""

@@ -245,7 +245,7 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     done = (st.req.finish_ns >= 0) & (st.req.finish_ns <= horizon)
     first = (st.req.first_ns >= 0) & (st.req.first_ns <= horizon)
     sched = (st.req.sched_ns >= 0) & (st.req.sched_ns <= horizon)
-    waited = (arr <= end) & (st.req.status != S.REJECTED)
+    waited = (arr <= end) & (st.req.status != S.REJECTED) & sent_mask(res)
     no_first = waited & ~first
     no_sched = waited & ~sched
     unfinished = waited & ~done
@@ -277,6 +277,22 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
         "tpot": np.where(multi_open, since_first + a2_s, tpot),
         "tpot_censored": multi_open,
     }
+
+
+def sent_mask(res: SimResult) -> np.ndarray:
+    """(C, R) bool: requests their client sent during the run. All of an
+    open-loop workload; closed loop, the first N and one per answer; sessions,
+    first turns and the turns after a finished one. Requests never sent have
+    no latency (they count in neither percentiles nor SLO misses)."""
+    st, cfg = res.state, res.cfg
+    r = st.req.entry_ns.shape[1]
+    out = st.req.entry_ns < np.iinfo(np.int64).max
+    for i in np.flatnonzero(cfg[:, K.CONC] > 0):
+        n = min(r, int(cfg[i, K.CONC] + st.out.counters[i, S.O_RELEASED]))
+        row = np.zeros(r, dtype=bool)
+        row[st.req.order[i, :n]] = True
+        out[i] = row
+    return out
 
 
 def span_s(res: SimResult) -> np.ndarray:
@@ -394,7 +410,9 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "livelock_step": oi[:, S.O_LIVELOCK_STEP],
         "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
-        **overload(arrival_s, first_s, end_s, offered, st.req.status == S.REJECTED),
+        **overload(
+            arrival_s, first_s, end_s, offered, (st.req.status == S.REJECTED) | ~sent_mask(res)
+        ),
     }
     # Closed loop: clients send only when a slot frees, so the server's queue
     # cannot grow; overload is an open-loop verdict (the highest-rate search

@@ -70,6 +70,7 @@ class Request:
     num_token_gaps: int = 0  # gaps between consecutive output tokens
     hash_block: int = 0  # tokens per trace hash id (0: no hash ids)
     hash_prefixes: list[tuple[int, ...]] = field(default_factory=list)  # per full trace block
+    session: int | None = None  # multi-turn session id (its turns share one token stream)
 
     @property
     def num_tokens(self) -> int:
@@ -171,6 +172,8 @@ class KVCacheManager:
             if t < len(req.hash_prefixes):
                 return ("hash", req.hash_prefixes[t], j - t * per)
             return ("request", req.rid, j)
+        if req.session is not None:  # every turn holds a prefix of the session's tokens
+            return ("session", req.session, j)
         if (j + 1) * self.block_size <= req.shared_len:
             return ("group", req.prefix_group, j)
         return ("request", req.rid, j)
@@ -582,6 +585,7 @@ class Engine:
         prefix_len: list[int] | None = None,
         hash_ids: list[list[int]] | None = None,
         hash_block_size: int = 0,
+        session: list[int] | None = None,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
@@ -607,6 +611,15 @@ class Engine:
                 req.hash_block = hash_block_size
                 full = req.prompt_len // hash_block_size
                 req.hash_prefixes = [tuple(ids[: t + 1]) for t in range(full)]
+        # Sessions: a turn is sent when the previous turn of its session ends.
+        self.next_turn: dict[int, int] = {}
+        if session is not None:
+            last: dict[int, int] = {}
+            for i, sid in enumerate(session):
+                if sid in last:
+                    self.next_turn[last[sid]] = i
+                last[sid] = i
+                self.requests[i].session = sid
         self.entry = entry
         self.alpha = (a0, a1)
         # Closed loop (vLLM bench's semaphore, kernel/arrivals.py): requests
@@ -615,7 +628,12 @@ class Engine:
         stream = sorted(range(len(entry)), key=lambda i: (arrival_ns[i], i))
         n_conc = cfg.max_concurrency if cfg.max_concurrency > 0 else len(entry)
         self.unsent = stream[n_conc:]
-        self.pending = sorted(stream[:n_conc], key=lambda i: (entry[i], i))
+        later = set(self.next_turn.values())
+        for i in later:  # not sent until the previous turn ends
+            self.requests[i].entry_ns = self.entry[i] = 2**63 - 1
+        self.pending = sorted(
+            (i for i in stream[:n_conc] if i not in later), key=lambda i: (entry[i], i)
+        )
         self.steps: list[StepRecord] = []
         self.clock = 0
         self.preemptions = 0
@@ -671,24 +689,31 @@ class Engine:
             if req.prompt_len >= self.cfg.max_model_len:
                 req.status = "rejected"
                 self.rejected += 1
-                self._client_answered(req.entry_ns)
+                self._client_answered(req.entry_ns, req.rid, rejected=True)
             else:
                 req.status = "waiting"
                 self.sched.add_waiting(req)
         self.sched.no_more_arrivals = not self.pending
         return self.arrived
 
-    def _client_answered(self, t_ns: int) -> None:
-        """Closed loop: a response ended at t_ns; its client sends the next
+    def _client_answered(self, t_ns: int, rid: int, rejected: bool = False) -> None:
+        """A response ended at t_ns. Closed loop: its client sends the next
         request of the stream after the think time (entry: the later of its
-        own and t + think + queueing delay)."""
-        if self.cfg.max_concurrency == 0 or not self.unsent:
-            return
-        i = self.unsent.pop(0)
-        req = self.requests[i]
+        own and t + think + queueing delay). Sessions: a finished turn's next
+        turn is sent after the think time (a rejected turn ends the session)."""
         a0, a1 = self.alpha
         sent = t_ns + self.cfg.think_time_ns
-        self.entry[i] = max(self.entry[i], sent + a0 + a1 * req.prompt_len)
+        if self.cfg.max_concurrency == 0:
+            if rejected or rid not in self.next_turn:
+                return
+            i = self.next_turn[rid]
+            self.entry[i] = sent + a0 + a1 * self.requests[i].prompt_len
+        elif not self.unsent:
+            return
+        else:
+            i = self.unsent.pop(0)
+            self.entry[i] = max(self.entry[i], sent + a0 + a1 * self.requests[i].prompt_len)
+        req = self.requests[i]
         req.entry_ns = self.entry[i]
         req.arrival_ns = self.entry[i] - a0 - a1 * req.prompt_len
         self.pending.append(i)
@@ -798,10 +823,10 @@ class Engine:
                 )
             )
             self.finished += len(finishes) + len(done)
-            for _ in finishes:
-                self._client_answered(self.clock)
-            for _ in done:
-                self._client_answered(start)
+            for rid in finishes:
+                self._client_answered(self.clock, rid)
+            for rid in done:
+                self._client_answered(start, rid)
             self.decode_total += decode
             if (not scheduled and preempted == 0 and in_flight == 0) or sched.cycle_detected:
                 self.livelocked = True

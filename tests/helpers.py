@@ -42,6 +42,7 @@ def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Eng
         plen,
         hashes,
         wl.hash_block_size,
+        None if wl.session is None else wl.session.tolist(),
     ).run()
 
 

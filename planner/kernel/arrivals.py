@@ -39,8 +39,54 @@ def arrival_limit(cfg, k, n_req):
     finish, so once ``k[O_NEXT_ARRIVAL]`` reaches it nothing can arrive
     without progress (the livelock proofs rely on this)."""
     if cfg[K.CONC] == 0:
-        return n_req
+        return k[S.O_ORDER_END]
     return min(n_req, cfg[K.CONC] + k[S.O_RELEASED])
+
+
+@njit(cache=True, _nrt=False)
+def first_sends(rq):
+    """Requests sent without waiting for another: all but sessions' later turns."""
+    n = 0
+    for r in range(rq.next_turn.shape[0]):
+        if rq.next_turn[r] >= 0:
+            n += 1
+    return rq.prompt.shape[0] - n
+
+
+@njit(cache=True, inline="always")
+def _send_time(cfg, rq, r, t):
+    """Entry (ns) of request r sent after an answer at t: t + think time +
+    queueing delay (alpha0 + alpha1 x prompt), saturating at INT64_MAX - 1."""
+    delay = cfg[K.THINK_NS] + cfg[K.A0] + cfg[K.A1] * np.int64(rq.prompt[r])
+    return t + delay if t < INT64_MAX - 1 - delay else INT64_MAX - 1
+
+
+@njit(cache=True, inline="always")
+def _place(r, j, st, k):
+    """Put r at position j of ``order``, then move it back among the requests
+    not yet arrived (from ``O_NEXT_ARRIVAL``) to keep (entry, id) order."""
+    while j > k[NXT] and _later(st.order[j - 1], r, st.entry_ns):
+        st.order[j] = st.order[j - 1]
+        j -= 1
+    st.order[j] = r
+
+
+@njit(cache=True, _nrt=False)
+def answered(cfg, rq, st, k, r, t):
+    """Request r's response ended at t (ns): it finished, or the front end
+    rejected it. Closed loop: its client sends the stream's next request
+    (``release``). Sessions: a finished turn's next turn is sent after the
+    think time (``next_turn``; a rejected turn ends its session: its answer,
+    which the next prompt would hold, never came)."""
+    if cfg[K.CONC] != 0:
+        release(cfg, rq, st, k, 1, t)
+        return
+    nt = rq.next_turn[r]
+    if nt < 0 or st.status[r] == S.REJECTED:
+        return
+    st.entry_ns[nt] = _send_time(cfg, rq, nt, t)
+    _place(nt, k[S.O_ORDER_END], st, k)
+    k[S.O_ORDER_END] += 1
 
 
 @njit(cache=True, inline="always")
@@ -66,10 +112,5 @@ def release(cfg, rq, st, k, n, t):
         if j >= R:
             continue
         r = st.order[j]
-        delay = cfg[K.THINK_NS] + cfg[K.A0] + cfg[K.A1] * np.int64(rq.prompt[r])
-        e = t + delay if t < INT64_MAX - 1 - delay else INT64_MAX - 1
-        st.entry_ns[r] = max(st.entry_ns[r], e)
-        while j > k[NXT] and _later(st.order[j - 1], r, st.entry_ns):
-            st.order[j] = st.order[j - 1]
-            j -= 1
-        st.order[j] = r
+        st.entry_ns[r] = max(st.entry_ns[r], _send_time(cfg, rq, r, t))
+        _place(r, j, st, k)

@@ -68,8 +68,9 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_USABLE,  # usable blocks (num_gpu_blocks less the null block)
     O_STOP_LEN,  # tokens at which check_stop ends a request (capacity.stop_length)
     O_RELEASED,  # closed loop: client slots released (requests finished or rejected)
-) = range(38)
-NOUT_I = 38
+    O_ORDER_END,  # positions of ``order`` holding requests sent so far (sessions add turns)
+) = range(39)
+NOUT_I = 39
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -159,6 +160,10 @@ Requests = namedtuple(
         "hash_off",
         "hash_key",
         "hash_block",
+        # Multi-turn sessions: the request sent when this one finishes (its
+        # session's next turn), int32, -1 for none. A next turn is not in
+        # ``order`` until then (``kernel/arrivals.py``).
+        "next_turn",
     ],
 )
 

@@ -56,7 +56,7 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
-from planner.kernel.arrivals import arrival_limit, release
+from planner.kernel.arrivals import answered, arrival_limit, first_sends
 from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
@@ -124,6 +124,7 @@ def _init(cfg, rq, k):
     k[S.O_LIVELOCK_STEP] = -1
     k[S.O_LONE_R] = -1
     k[S.O_LONE_NTOK] = -1
+    k[S.O_ORDER_END] = first_sends(rq)
     sc = Scratch(
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
@@ -192,15 +193,17 @@ def _drop_finished(run, n_run, status):
 
 
 @njit(cache=True, inline="always")
-def _finish(r, t, caching, st, p):
-    """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``).
-    Returns the blocks back in the free queue."""
+def _finish(r, t, cfg, rq, st, k, p):
+    """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``);
+    its client may send again (``arrivals.answered``). Returns the blocks back
+    in the free queue."""
     freed = st.held[r]
-    if caching and p.slot_of[r] >= 0:
+    if cfg[K.CACHING] != 0 and p.slot_of[r] >= 0:
         freed = PC.release(r, st.held[r], p)
     st.held[r] = 0
     st.status[r] = S.FINISHED
     st.finish_ns[r] = t
+    answered(cfg, rq, st, k, r, t)
     return freed
 
 
@@ -222,7 +225,7 @@ def _arrivals(cfg, rq, st, q, k):
         if rq.prompt[r] >= cfg[K.MML]:
             st.status[r] = S.REJECTED
             k[S.O_REJECTED] += 1
-            release(cfg, rq, st, k, 1, st.entry_ns[r])  # closed loop: the client's answer
+            answered(cfg, rq, st, k, r, st.entry_ns[r])  # closed loop: the client's answer
         elif by_priority:
             st.status[r] = S.WAITING
             k[WL] = _enqueue_sorted(r, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
@@ -477,6 +480,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             st.held[r] = 0
             st.status[r] = S.FINISHED
             st.finish_ns[r] = clock + elapsed
+            answered(cfg, rq, st, k, r, clock + elapsed)
             n_fin += 1
         else:
             used += st.held[r]
@@ -504,7 +508,8 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     next_entry = INT64_MAX
     if nxt < arrival_limit(cfg, k, R):
         arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1 or cfg[K.CONC] != 0
-        next_entry = st.entry_ns[st.order[nxt if arrivals_matter else R - 1]]
+        last = arrival_limit(cfg, k, R) - 1
+        next_entry = st.entry_ns[st.order[nxt if arrivals_matter else last]]
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
     n, elapsed, first_dt, last_dt, gmax, kv_int = _decode_run_length(
@@ -525,7 +530,6 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     if n_fin > 0:
         k[N_RUN] = _drop_finished(q.run, n_run, st.status)
         k[S.O_FINISHED] += n_fin
-        release(cfg, rq, st, k, n_fin, k[CLOCK])
     k[S.O_BUSY_NS] += elapsed
     k[STEPS] += n
     k[S.O_MACRO_STEPS] += n
@@ -922,7 +926,6 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
     its known tokens samples one now; ``check_stop`` finishes it at
     max_tokens or the stop length, freeing its blocks at once."""
     k = o.counters
-    caching = cfg[K.CACHING] != 0
     clock = k[CLOCK]
     memo = (np.int64(-1), np.int64(0))
     for j in range(s[N_SCHED]):
@@ -934,7 +937,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
             st.first_ns[r] = clock
         memo = _token_gap(r, clock, st, o.itl_hist, memo)
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
-            k[FREE] += _finish(r, clock, caching, st, p)
+            k[FREE] += _finish(r, clock, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
 
@@ -979,7 +982,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
             if st.status[r] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
-            k[FREE] += _finish(r, start, caching, st, p)
+            k[FREE] += _finish(r, start, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 2, r, 0, S.EV_FINISH)
     s[N_FLIGHT] = k[S.O_N_PEND]
@@ -1031,7 +1034,7 @@ def _write_trace(o, s):
 
 
 @njit(cache=True, _nrt=False)
-def _end_step(cfg, rq, st, q, o, s, p, check):
+def _end_step(cfg, st, q, o, s, p, check):
     """Drop finished requests from ``running`` (``remove_all``), check the
     invariants, write the trace, and prove a livelock when there is one.
     Frozen: nothing scheduled, nothing preempted, no output in flight,
@@ -1042,8 +1045,6 @@ def _end_step(cfg, rq, st, q, o, s, p, check):
     if s[N_FIN] > 0:
         k[N_RUN] = _drop_finished(q.run, k[N_RUN], st.status)
         k[S.O_FINISHED] += s[N_FIN]
-        # Closed loop: each finish frees its client (async: output landed at the step's start).
-        release(cfg, rq, st, k, s[N_FIN], s[START] if cfg[K.ASYNC] != 0 else k[CLOCK])
     if check:
         _check_invariants(cfg, st, q, k, p)
     _write_trace(o, s)
@@ -1113,7 +1114,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             _update_from_output_async(cfg, rq, st, q, o, sc.step, p)
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
-        if _end_step(cfg, rq, st, q, o, sc.step, p, check):
+        if _end_step(cfg, st, q, o, sc.step, p, check):
             break
         if livelock_proven(cfg, st, q, k, sc.cycle):  # a state repeated (cycle.py)
             k[S.O_LIVELOCKED] = 1

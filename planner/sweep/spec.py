@@ -46,10 +46,11 @@ from planner.maxrate_range import (
 from planner.slo import SLO, from_options
 from planner.traces import TraceOptions, check_columns, load_trace
 from planner.workload import (
+    MAX_TURNS,
     LengthDist,
     Workload,
     WorkloadError,
-    synthetic,
+    sessions,
     unused_field_warnings,
     with_shared_prefixes,
 )
@@ -221,6 +222,9 @@ class WorkloadSpec(_Strict):
     prefix_groups: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
     prefix_len: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
     prefix_share: Annotated[float, Field(ge=0, le=1, strict=True)] = 0.0
+    # multi-turn sessions (planner.workload.sessions): num_requests sessions of
+    # this many turns; prompt is each turn's new message
+    turns: Annotated[int, Field(ge=1, le=MAX_TURNS, strict=True)] = 1
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
@@ -238,10 +242,14 @@ class WorkloadSpec(_Strict):
             raise ValueError("a synthetic workload needs [workload.prompt] and [workload.output]")
         if self.kind == "trace" and not self.path:
             raise ValueError("a trace workload needs path")
+        if self.turns > 1 and self.prefix_groups:
+            raise ValueError("turns: sessions share their own history; give no prefix_groups")
         return self
 
 
-_SYNTHETIC_FIELDS = frozenset({"num_requests", "arrival", "rate", "gamma_cv", "prompt", "output"})
+_SYNTHETIC_FIELDS = frozenset(
+    {"num_requests", "arrival", "rate", "gamma_cv", "prompt", "output", "turns"}
+)
 _TRACE_FIELDS = frozenset(
     {
         "path",
@@ -471,6 +479,18 @@ class Sweep:
         # Build every config and workload now, so that bad values fail before any run.
         self.configs = [self._config(row) for row in self._axis_rows()]
         self._reject_inert_settings()
+        if self.spec.workload.turns > 1 and any(c.max_concurrency > 0 for c in self.configs):
+            raise SpecError(
+                "max_concurrency: sessions (workload.turns > 1) pace themselves; "
+                "closed-loop clients cannot be combined with them"
+            )
+        think = [c.think_time_s > 0 for c in self.configs]
+        paced = [c.max_concurrency > 0 or self.spec.workload.turns > 1 for c in self.configs]
+        if any(think) and not any(p for t, p in zip(think, paced, strict=True) if t):
+            raise SpecError(
+                f"{_where('think_time_s', self)}: no effect without max_concurrency > 0 "
+                "or workload.turns > 1"
+            )
         if self.search is not None and any(c.max_concurrency > 0 for c in self.configs):
             raise SpecError(
                 "search: the highest-rate search is for open-loop load; "
@@ -604,8 +624,9 @@ class Sweep:
             p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
             o = LengthDist(**w.output.model_dump(), label="workload.output")
             seed = int(axis_values.get("seed", w.seed))
-            wl = synthetic(
+            wl = sessions(
                 w.num_requests,
+                w.turns,
                 float(axis_values.get("rate", w.rate)),
                 p,
                 o,
