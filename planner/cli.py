@@ -467,8 +467,9 @@ def _print_run(
         console.print(
             "≥ : a lower bound: requests that arrived and had no first token (TTFT), "
             "were never scheduled (queue delay) or had not finished (TPOT, E2E) by the end "
-            "of the run count at the time they had waited; ITL: more than 1% (p99) of the "
-            "token gaps were never produced (they count as +inf)",
+            "of the run count at the time they had waited; ITL: so many token gaps were "
+            "never produced by the end (they count as +inf) that the percentile is +inf, "
+            "shown with those gaps at their lower bounds",
             soft_wrap=True,
         )
     if slo.given():

@@ -143,6 +143,27 @@ def test_run_prints_the_itl_verdict(capsys):
     assert "itl_s_p99 ≥ " in flat and "with token gaps never produced by the end" in flat
 
 
+def test_plan_run_at_max_rates_answer_under_an_itl_slo(capsys):
+    """plan max-rate --itl-slo, then plan run --rate-scale at 0.9x and 1.1x of
+    its answer (no horizon: to completion), as a user types them."""
+    slo = ["--itl-slo", "0.015"]
+    pool = ["--trace-file", S1_CSV, "--num-gpu-blocks", "60000", "--max-num-seqs", "256"]
+    code, out, err = run_cli(capsys, "max-rate", *pool, *slo, "--json")
+    assert code == 0, err
+    o = json.loads(out)
+    s = o["configs"][0]["max_rate_scale"]
+    assert o["itl_slo_s"] == 0.015 and o["configs"][0]["max_rate_limit"] == FOUND
+    verdicts = []
+    for f in (0.9, 1.1):
+        code, out, err = run_cli(capsys, "run", *pool, *slo, "--rate-scale", f"{s * f!r}", "--json")
+        assert code == 0, err
+        row = json.loads(out)
+        verdicts.append(row["meets_slo"] and not row["overloaded"])
+    assert verdicts == [True, False]
+    code, out, err = run_cli(capsys, "max-rate", *pool, *slo)
+    assert code == 0 and "ITL p99 <= 15 ms (unserved requests miss them)" in " ".join(out.split())
+
+
 def test_check_and_safe_limit_honour_the_itl_slo(capsys):
     """plan check is SAFE at a loose ITL SLO and UNSAFE at a tight one on the
     same traffic; safe-limit then recommends nothing and prints ITL p99."""
@@ -182,6 +203,15 @@ def test_sweep_slo_section_takes_itl_slo():
     assert df.itl_slo_s.tolist() == [0.015] * 4
     assert df.meets_slo.tolist() == direct.meets_slo.tolist()
     assert df.goodput_rps.tolist() == pytest.approx(direct.goodput_rps.tolist())
+    # [search] at that [slo]: the ITL SLO bounds max_rate_scale as in plan max-rate
+    found = run_sweep(spec.with_slo(itl_slo=0.015).with_search())
+    cfgs = [
+        SchedulerConfig(num_gpu_blocks=n, max_num_seqs=s) for s in (32, 256) for n in (7463, 60000)
+    ]
+    direct = search_max_rate(cfgs, s1_exact(), S1_LAT, SLO(itl_s=0.015)).table
+    none = search_max_rate(cfgs, s1_exact(), S1_LAT, SLO()).table
+    assert found.max_rate_scale.tolist() == pytest.approx(direct.max_rate_scale.tolist())
+    assert (direct.max_rate_scale < none.max_rate_scale).any()  # the ITL SLO binds somewhere
     with pytest.raises(ValueError, match="slo.itl_slo must be > 0"):
         spec.with_slo(itl_slo=0.0)
     with pytest.raises(ValueError, match="slo.itl_slo and slo.goodput both set itl"):
