@@ -216,3 +216,15 @@ def test_sweep_slo_section_takes_itl_slo():
         spec.with_slo(itl_slo=0.0)
     with pytest.raises(ValueError, match="slo.itl_slo and slo.goodput both set itl"):
         spec.with_slo(itl_slo=0.02, goodput="itl:20")
+
+
+def test_heatmap_contour_label_names_the_itl_slo():
+    """plan heatmap --slo-contour outlines ``meets_slo`` (the ITL SLO included,
+    test above) and names the sweep's SLOs from its columns."""
+    import pandas as pd
+
+    from planner.plots import _slo
+
+    nan = float("nan")
+    df = pd.DataFrame({"ttft_slo_s": [2.0], "tpot_slo_s": [nan], "itl_slo_s": [0.015]})
+    assert _slo(df) == "TTFT p99 <= 2 s, ITL p99 <= 0.015 s and keeps up (not overloaded)"
