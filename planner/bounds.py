@@ -167,6 +167,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "preemption_threshold": Bound(0.0, float(INT32_MAX), why="preemptions per request"),
     "ttft_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "tpot_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
+    "itl_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "e2e_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "rate_scale_min": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),
     "rate_scale_max": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),

@@ -254,6 +254,7 @@ def run(
     step_overhead_us: opt.StepOverheadUs = 0.0,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
+    itl_slo: opt.ItlSlo = None,
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
     as_json: opt.AsJson = False,
@@ -283,7 +284,7 @@ def run(
 
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
-    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
+    slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
 
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
@@ -480,7 +481,9 @@ def _print_run(
         console.print(
             "≥ : a lower bound: requests that arrived and had no first token (TTFT), "
             "were never scheduled (queue delay) or had not finished (TPOT, E2E) by the end "
-            "of the run count at the time they had waited",
+            "of the run count at the time they had waited; ITL: so many token gaps were "
+            "never produced by the end (they count as +inf) that the percentile is +inf, "
+            "shown with those gaps at their lower bounds",
             soft_wrap=True,
         )
     if slo.given():
@@ -517,13 +520,9 @@ def _cache_rows(row: object) -> list[tuple[str, str]]:
     return out
 
 
-# Statistics that carry an ``_is_lower_bound`` flag (ITL percentiles do not: they
-# are over the gaps that closed, ``metrics.token_columns``).
-LATENCY_STATS = tuple(
-    k
-    for k, _ in SUMMARY_ROWS
-    if k.endswith(("_mean", "_p50", "_p90", "_p99")) and not k.startswith("itl_")
-)
+# Statistics that carry an ``_is_lower_bound`` flag (``metrics._stats``,
+# ``metrics.itl_columns``).
+LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50", "_p90", "_p99")))
 
 
 def slo_verdict(row: object, slo: SLO) -> str:
@@ -536,8 +535,9 @@ def slo_verdict(row: object, slo: SLO) -> str:
         p = row[key]  # type: ignore[index]
         bound = bool(row[f"{key}_is_lower_bound"])  # type: ignore[index]
         if bound:
+            what = "token gaps never produced" if field == "itl_s" else "requests unserved"
             misses.append(
-                f"{key} ≥ {seconds_text(float(p))}, with requests unserved by the end of the "
+                f"{key} ≥ {seconds_text(float(p))}, with {what} by the end of the "
                 "run (they count as misses)"
             )
         elif p > limit:

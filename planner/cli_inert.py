@@ -164,7 +164,7 @@ RUN_RULES: tuple[Rule, ...] = (
     ),
 )
 
-SLO_OPTIONS = ("ttft_slo", "tpot_slo", "e2e_slo", "goodput")
+SLO_OPTIONS = ("ttft_slo", "tpot_slo", "itl_slo", "e2e_slo", "goodput")
 
 
 def _has_slo(p: dict) -> bool:
@@ -187,7 +187,7 @@ CHECK_RULES: tuple[Rule, ...] = (
         ("max_num_batched_tokens",),
         lambda p: p.get("model") is None and not _has_slo(p),
         "needs --model (it sizes that model's KV cache) or an SLO (--ttft-slo, --tpot-slo, "
-        "--e2e-slo or --goodput: plan check then simulates the traffic)",
+        "--itl-slo, --e2e-slo or --goodput: plan check then simulates the traffic)",
     ),
     Rule(
         SLO_OPTIONS,
@@ -197,7 +197,7 @@ CHECK_RULES: tuple[Rule, ...] = (
     Rule(
         ("max_num_seqs", "horizon", "rate_scale", "latency", "alpha_coeffs", "beta_coeffs"),
         lambda p: not _has_slo(p),
-        "needs an SLO (--ttft-slo, --tpot-slo, --e2e-slo or --goodput): plan check "
+        "needs an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput): plan check "
         "simulates the traffic only to judge SLOs",
     ),
 )

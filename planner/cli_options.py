@@ -305,6 +305,12 @@ TtftSlo = Annotated[
 TpotSlo = Annotated[
     float | None, typer.Option(help="SLO on TPOT p99, seconds (unserved requests miss it).")
 ]
+ItlSlo = Annotated[
+    float | None,
+    typer.Option(
+        help="SLO on ITL p99 over every token gap, seconds (tokens never produced miss it)."
+    ),
+]
 E2eSlo = Annotated[
     float | None,
     typer.Option(help="SLO on E2E latency p99, seconds (unserved requests miss it)."),
@@ -314,17 +320,21 @@ Goodput = Annotated[
     typer.Option(
         metavar='"ttft:MS tpot:MS e2el:MS"',
         help="SLOs in vLLM bench's --goodput form, milliseconds (instead of --ttft-slo, "
-        "--tpot-slo, --e2e-slo).",
+        "--tpot-slo, --e2e-slo; itl:MS for --itl-slo is this planner's extension).",
     ),
 ]
 
 
 def slo_from(
-    ttft_slo: float | None, tpot_slo: float | None, e2e_slo: float | None, goodput: list[str] | None
+    ttft_slo: float | None,
+    tpot_slo: float | None,
+    itl_slo: float | None,
+    e2e_slo: float | None,
+    goodput: list[str] | None,
 ) -> SLO:
     """The SLO of the options above (``planner.slo.from_options``); raises
     ``slo.SLOError`` (a ValueError, one line) on a value <= 0 or a metric given twice."""
-    return from_options(ttft_slo, tpot_slo, e2e_slo, goodput)
+    return from_options(ttft_slo, tpot_slo, e2e_slo, goodput, itl_slo=itl_slo)
 
 
 class TraceFormat(StrEnum):

@@ -50,7 +50,7 @@ SPEC_TO_RUN = {
     "hardware": None,
     "scheduler": None,
     "axes": None,
-    "slo": None,  # a table: ttft_slo, tpot_slo, e2e_slo, goodput = plan run's options
+    "slo": None,  # a table: ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput = plan run's options
     "search": None,  # a table: rate_scale_min, rate_scale_max, rate_tolerance = plan max-rate's
 }
 

@@ -298,12 +298,14 @@ class RangeSpec(_Strict):
 class SloSpec(_Strict):
     """``[slo]``: the SLOs of ``planner.slo`` (fields named as the options of
     ``plan run``): seconds, or ``goodput = "ttft:MS tpot:MS e2el:MS"`` (vLLM
-    bench's form, milliseconds). Each row then has ``goodput_rps``,
-    ``meets_slo`` and ``slo_margin`` (``metrics.summarize``)."""
+    bench's form, milliseconds; ``itl:MS`` is this planner's extension). Each
+    row then has ``goodput_rps``, ``meets_slo`` and ``slo_margin``
+    (``metrics.summarize``); a ``[search]`` section searches at these SLOs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     ttft_slo: float | None = None
     tpot_slo: float | None = None
+    itl_slo: float | None = None
     e2e_slo: float | None = None
     goodput: str | None = None
 
@@ -315,12 +317,13 @@ class SloSpec(_Strict):
                 self.tpot_slo,
                 self.e2e_slo,
                 self.goodput,
-                ("slo.ttft_slo", "slo.tpot_slo", "slo.e2e_slo", "slo.goodput"),
+                {k: f"slo.{k}" for k in ("ttft_slo", "tpot_slo", "itl_slo", "e2e_slo", "goodput")},
+                self.itl_slo,
             )
         except ValueError as e:
             raise SpecError(str(e)) from None
         if not out.given():
-            raise SpecError("slo: give ttft_slo, tpot_slo, e2e_slo or goodput")
+            raise SpecError("slo: give ttft_slo, tpot_slo, itl_slo, e2e_slo or goodput")
         return out
 
 
