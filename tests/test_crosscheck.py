@@ -247,6 +247,7 @@ def test_seeded_random_cases_cover_every_path():
         closed_loop_waited=0,
         session_turns_sent=0,
         session_hits=0,
+        cache_fast_path=0,
     )
     for _ in range(320):
         cfgs, wl, lat = _random_case(rng)
@@ -260,6 +261,7 @@ def test_seeded_random_cases_cover_every_path():
             oi = fast.state.out.counters[c]
             seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
             seen["async_fast_path"] += cfgs[c].async_scheduling and oi[S.O_MACRO_STEPS] > 0
+            seen["cache_fast_path"] += cfgs[c].enable_prefix_caching and oi[S.O_MACRO_STEPS] > 0
             seen["cache_hits"] += cfgs[c].enable_prefix_caching and any(
                 a > 0 for s in eng.steps for _, a in s.admissions
             )

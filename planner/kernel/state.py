@@ -297,10 +297,10 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); simulate_one allocates 21 arrays per config (3 in step._init, 2 in
+# struct); simulate_one allocates 22 arrays per config (4 in step._init, 2 in
 # cycle.new_cycle, 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
-_SCRATCH_ARRAYS = 21
+_SCRATCH_ARRAYS = 22
 
 
 def pool_table_capacity(n_blocks: int) -> int:
@@ -332,7 +332,8 @@ def kernel_scratch_bytes(
     (R int32), ``hits`` (maxb int32) and the pool of ``prefix_cache.new_cache``
     for num_gpu_blocks blocks N: ``ref``/``hnext``/``hprev`` (N int32), ``hkey``
     (N int64), ``fq_next``/``fq_prev`` (N + 2 int32), ``pc`` (4 int64), ``tkey`` (cap int64),
-    ``thead``/``ttail`` (cap int32). Without caching those are 1-element arrays.
+    ``thead``/``ttail`` (cap int32), and the decode fast path's block events
+    (2 S int32). Without caching those are 1-element arrays.
     ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
     workload's requests."""
     r = num_requests
@@ -343,6 +344,7 @@ def kernel_scratch_bytes(
     cap = pool_table_capacity(n)
     total = 8 * NSTEP + 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
     total += 4 * slots * maxb + 12 * slots + 8 * per_req + 4 * maxb
+    total += 8 * slots if caching else 4  # the fast path's block events, 2 x S int32
     total += 12 * n + 8 * n + 8 * (n + 2) + 32 + 16 * cap
     total += _cycle_bytes(r, caching)
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS

@@ -99,9 +99,11 @@ STEPS = S.O_STEPS
 
 
 # Per-config scratch the kernel allocates: the step's accumulators, the fast
-# path's first-need histogram (block_size + 1,) int64 and async's skipped
-# waiting requests (R,) int32, and the livelock detector (``cycle.Cycle``).
-Scratch = namedtuple("Scratch", "step hist skipbuf cycle")
+# path's first-need histogram (block_size + 1,) int64, async's skipped
+# waiting requests (R,) int32, the livelock detector (``cycle.Cycle``), and
+# with prefix caching the fast path's block events (2 x min(max_num_seqs, R),)
+# int32 (``_replay_cache_run``).
+Scratch = namedtuple("Scratch", "step hist skipbuf cycle cache_ev")
 
 
 @njit(cache=True)
@@ -130,6 +132,7 @@ def _init(cfg, rq, k):
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
         new_cycle(R, cfg[K.CACHING] == 0),
+        np.empty(2 * min(cfg[K.SEQS], R) if cfg[K.CACHING] != 0 else 1, dtype=np.int32),
     )
     if cfg[K.CACHING] == 0:
         return sc, PC.new_cache(1, null_block, 1, 1, 1)
@@ -372,9 +375,18 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
     kmax = min(kf, min(cfg[K.MAX_STEPS], k[S.O_WINDOW_END]) - k[STEPS])
     if kmax < 2:
         return 0, 0, 0, 0, 0, 0
+    # With caching the head may hit up to h cached blocks in use (only those
+    # lower its need: hits still in the free queue cost a free block each), so
+    # it stays refused if it is refused with h such hits (``_admission_test``).
+    h = 0
+    if head >= 0 and cfg[K.CACHING] != 0 and st.ncomp[head] == 0:
+        h = min(
+            PC.shareable_blocks(head, bs, rq),
+            PC.max_hit_blocks(st.nout[head] + rq.prompt[head], bs),
+        )
     if head >= 0 and not _head_blocked(
-        head, rq.prompt[head] + st.nout[head], st.ncomp[head], n_run, free - need1, k[S.O_SEQS],
-        cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
+        head, rq.prompt[head] + st.nout[head], st.ncomp[head] + h * bs, n_run, free - need1 + h,
+        k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
     ):  # fmt: skip
         # Projected admission can still refuse it; the projection is fixed
         # while nothing is admitted or finishes.
@@ -439,7 +451,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
 
 
 @njit(cache=True, inline="always")
-def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih):
+def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih, p):
     """Advance every running request by n decode steps; finish those that stop
     at the end of step n. Async: the token in flight before the run lands at
     its start (a first token then counts at the clock), and one token is still
@@ -476,7 +488,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             alloc += nb - st.held[r]
             st.held[r] = nb
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= stop_len:
-            freed += st.held[r]
+            freed += PC.release(r, st.held[r], p) if cfg[K.CACHING] != 0 else st.held[r]
             st.held[r] = 0
             st.status[r] = S.FINISHED
             st.finish_ns[r] = clock + elapsed
@@ -488,10 +500,95 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
 
 
 @njit(cache=True, _nrt=False)
-def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
+def _replay_cache_run(n, cfg, rq, st, q, k, p, offs, ev):
+    """Prefix caching over an n-step decode run, in the order the one-by-one
+    engine takes it (``_schedule_running``: per step, per running request in
+    order, ``allocate_slots`` first takes a new block from the free queue's
+    front when the next token needs one, then hashes the blocks its tokens
+    have filled, ``cache_blocks``). For a request with c0 computed tokens,
+    ``held`` blocks and ``ncached`` hashed ones, step j (from 0) computes token
+    c0 + j + 1: a block is taken at j = held x bs - c0 and every bs steps
+    after, and blocks are hashed from j = max(0, (ncached + 1) x bs - c0 - 1),
+    every bs steps after. Both first steps fall below bs (a request decoding
+    holds its blocks tight and has hashed every full one), so each request's
+    events sit in two phases j mod bs; a counting sort by phase (``offs``,
+    (bs + 1,) int64; ``ev``, (2 x n_run,) int32 holding 2r + kind, kind 0 a
+    new block, 1 a hash, in running order) lets each step touch only its own
+    events. Updates the prefix cache only: ``_apply_decode_run`` then moves
+    the requests' counters. Returns False, touching nothing, when a request's
+    first events do not fall in the first bs steps (then no run is taken)."""
+    bs, n_run = cfg[K.BS], k[N_RUN]
+    for j in range(bs + 1):
+        offs[j] = 0
+    for i in range(n_run):
+        r = q.run[i]
+        a = st.held[r] * bs - st.ncomp[r]
+        c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
+        if not (0 <= a < bs and 0 <= c < bs):
+            return False
+        offs[a + 1] += 1
+        offs[c + 1] += 1
+    for j in range(bs):
+        offs[j + 1] += offs[j]
+    for i in range(n_run):  # a stable placement: running order within a phase
+        r = q.run[i]
+        a = st.held[r] * bs - st.ncomp[r]
+        ev[offs[a]] = 2 * r
+        offs[a] += 1
+        c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
+        ev[offs[c]] = 2 * r + 1
+        offs[c] += 1
+    for j in range(bs, 0, -1):  # offs[j] was the end of phase j: shift back to starts
+        offs[j] = offs[j - 1]
+    offs[0] = 0
+    _run_cache_events(n, bs, rq, st, p, offs, ev)
+    return True
+
+
+@njit(cache=True, _nrt=False)
+def _run_cache_events(n, bs, rq, st, p, offs, ev):
+    """The events ``_replay_cache_run`` sorted, step by step: a new block is
+    ``get_new_blocks(1)`` (the free queue's front, its old hash evicted) and a
+    hash is ``cache_blocks`` of the one block just filled; written out on the
+    prefix cache's arrays (calls with the whole record cost more than the
+    work), then the cache's counters once for the run."""
+    n_req = p.slot_of.shape[0]
+    maxb = p.table.shape[1]
+    head = p.fq_next.shape[0] - 2
+    hkey, hnext, hprev = p.hkey, p.hnext, p.hprev
+    tkey, thead, ttail = p.tkey, p.thead, p.ttail
+    taken = 0
+    for j in range(n):
+        ph = j % bs
+        for e in range(offs[ph], offs[ph + 1]):
+            r = ev[e] >> 1
+            s = p.slot_of[r]
+            if ev[e] & 1 == 0:
+                b = p.fq_next[head]
+                PC._fq_unlink(b, p.fq_next, p.fq_prev)
+                if hkey[b] >= 0:
+                    PC._map_remove(b, hkey, hnext, hprev, tkey, thead, ttail)
+                p.ref[b] = 1
+                p.table[s, st.held[r] + (j - ph) // bs] = b
+                taken += 1
+            else:
+                jb = (st.ncomp[r] + j + 1) // bs - 1  # the block just filled
+                key = PC.block_key(r, jb, bs, rq, n_req, maxb)
+                PC._map_insert(p.table[s, jb], key, hkey, hnext, hprev, tkey, thead, ttail)
+                p.ncached[r] = jb + 1
+    p.pc[PC.FREE_LEN] -= taken
+    p.pc[PC.IN_USE] += taken
+    p.pc[PC.REFS] += taken
+
+
+@njit(cache=True, _nrt=False)
+def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     """Jump over a run of identical decode-only steps when one is provable
     (``_decode_run_length``). Returns whether it did; the result is the same
-    as taking the steps one by one (tests compare both)."""
+    as taking the steps one by one (tests compare both). With prefix caching
+    the run's block allocations and hashes are replayed in step order
+    (``_replay_cache_run``)."""
+    hist = sc.hist
     k = o.counters
     n_run = k[N_RUN]
     if not 0 < n_run <= cfg[K.MNBT]:
@@ -517,8 +614,10 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     )
     if n < 2:
         return False
+    if cfg[K.CACHING] != 0 and not _replay_cache_run(n, cfg, rq, st, q, k, p, hist, sc.cache_ev):
+        return False
     alloc, freed, n_fin, used, w = _apply_decode_run(
-        n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
+        n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih, p
     )
     o.floats[S.F_WASTE_NS] += w
     o.floats[S.F_KV_BLOCK_NS] += kv_int
@@ -533,7 +632,9 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     k[S.O_BUSY_NS] += elapsed
     k[STEPS] += n
     k[S.O_MACRO_STEPS] += n
-    if check and used + k[FREE] != k[S.O_USABLE]:
+    if check and cfg[K.CACHING] != 0:
+        _check_invariants(cfg, st, q, k, p)
+    elif check and used + k[FREE] != k[S.O_USABLE]:
         k[S.O_INVARIANT_ERRORS] += 1
     return True
 
@@ -1077,10 +1178,11 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
     sc, p = _init(cfg, rq, k)
     R = rq.prompt.shape[0]
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    # No fast path with caching (block identities are assigned step by step)
-    # or restart preemption (its livelock detector must see every step:
-    # decodes are not progress there, cycle.py).
-    macro = macro and cfg[K.CACHING] == 0 and cfg[K.PREEMPT] != 1
+    # No fast path with restart preemption (its livelock detector must see
+    # every step: decodes are not progress there, cycle.py), nor with caching
+    # under async scheduling (blocks are hashed as outputs land, step by step).
+    macro = macro and cfg[K.PREEMPT] != 1
+    macro = macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
     async_ = cfg[K.ASYNC] != 0
     while True:
         _arrivals(cfg, rq, st, q, k)
@@ -1099,7 +1201,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             k[S.O_INTERRUPTED] = 1
             break
         _adapt_cap(cfg, k)
-        if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc.hist, check):
+        if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
             after_fast_path(cfg, k, sc.cycle)
             continue
         # Scheduler.schedule: the running phase, then (if nothing was
