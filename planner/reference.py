@@ -35,6 +35,7 @@ import numpy as np
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
 from planner.kernel.cycle import QUIET_STEPS
+from planner.kernel.state import cycle_cache_entries
 from planner.latency import LINEAR, Latency, LinearLatency, step_time_ns
 from planner.token_gaps import NBINS, SUB, SUB_BITS
 
@@ -533,8 +534,10 @@ class CycleDetector:
     when a step's state equals the latest snapshot. States are compared as
     tuples (``Engine.cycle_state``), so no hash is involved."""
 
-    def __init__(self, cfg: SchedulerConfig) -> None:
-        self.enabled = not cfg.enable_prefix_caching
+    def __init__(self, cfg: SchedulerConfig, pool_fits: bool = True) -> None:
+        # With caching the pool is state too; too large a pool runs without
+        # detection (``state.cycle_cache_entries``), as in the kernel.
+        self.enabled = not cfg.enable_prefix_caching or pool_fits
         self.decodes_count = cfg.preemption_mode != "restart"
         self.marks: tuple[int, int, int] | None = None
         self.quiet = 0
@@ -650,7 +653,12 @@ class Engine:
         self.decode_total = 0  # decode tokens scheduled (kept in the batch)
         self.window_end = cfg.adaptive_window
         self.window_start_preemptions = 0
-        self.cycles = CycleDetector(cfg)
+        longest = max(
+            min(p + m, cfg.max_model_len) for p, m in zip(prompt, max_tokens, strict=True)
+        )
+        slots, maxb = min(cfg.max_num_seqs, len(prompt)), -(-longest // cfg.block_size) + 1
+        entries = cycle_cache_entries(len(prompt), cfg.num_gpu_blocks, slots, maxb)
+        self.cycles = CycleDetector(cfg, pool_fits=entries > 0)
 
     def cycle_state(self) -> tuple:
         """Everything the next step depends on once every request has arrived
@@ -672,7 +680,7 @@ class Engine:
             if adapt
             else (0, 0)
         )
-        return (
+        state = (
             sched.kv.pool.num_free(),
             sched.cpu_free,
             sched.cap,
@@ -680,6 +688,21 @@ class Engine:
             tuple(fields(r) for r in sched.running),
             tuple(fields(r) for r in sched.waiting),
             tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.in_flight),
+        )
+        if not self.cfg.enable_prefix_caching:
+            return state
+        # The pool: running requests' blocks, the free queue's order, and each
+        # block's content with its predecessor among the blocks of that content.
+        pool = sched.kv.pool
+        prev = [-1] * len(pool.block_hash)
+        for blocks in pool.cached.values():
+            order = list(blocks)
+            for a, b in zip(order[:-1], order[1:], strict=True):
+                prev[b] = a
+        return state + (
+            tuple((r.num_cached_blocks, tuple(r.blocks)) for r in sched.running),
+            tuple(pool.free_queue),
+            tuple(zip(pool.block_hash, prev, strict=True)),
         )
 
     def _admit_arrivals(self) -> int:

@@ -3,7 +3,8 @@
 A generator builds known livelocks: 2-6 requests on a pool that one of them
 can never finish on (it needs more blocks than the pool has, the one-block-short
 case among them), with recompute, restart and swap preemption, the
-whole-sequence gate on and off, FCFS and priority. Each must end
+whole-sequence gate on and off, FCFS and priority, prefix caching on and off
+(with shared prefixes). Each must end
 ``livelocked`` well before the step limit, in the kernel and the reference
 engine alike. Known finishing runs (every request fits the pool alone) must
 finish, never be called livelocked (with distinct priorities: see ``cases``).
@@ -54,6 +55,7 @@ def cases(draw, doomed: bool):
         cpu_swap_blocks=draw(st.sampled_from([0, 8, 1000])) if mode == "swap" else 0,
         policy=draw(st.sampled_from(["fcfs", "priority"])),
         async_scheduling=mode == "recompute" and draw(st.booleans()),
+        enable_prefix_caching=mode == "recompute" and draw(st.booleans()),
         max_steps=MAX_STEPS,
     )
     k = draw(st.integers(2, 6))
@@ -87,6 +89,9 @@ def cases(draw, doomed: bool):
             if doomed
             else np.array(draw(st.permutations(range(k))))
         ),
+        # Shared prefixes (with caching: hits on blocks in use and in the free queue).
+        prefix_group=np.array([draw(st.integers(-1, 1)) for _ in range(k)], dtype=np.int32),
+        prefix_len=np.full(k, draw(st.sampled_from([bs, 4 * bs, mml])), dtype=np.int32),
     )
     return cfg, wl
 
@@ -94,7 +99,8 @@ def cases(draw, doomed: bool):
 def _reference(cfg: SchedulerConfig, wl: Workload) -> Engine:
     arr = np.round(wl.arrival_s * 1e9).astype(np.int64).tolist()
     prompt, out = wl.prompt_tokens.tolist(), wl.output_tokens.tolist()
-    return Engine(cfg, LAT, arr, prompt, out, wl.priority.tolist()).run()
+    group, plen = wl.prefix_group.tolist(), wl.prefix_len.tolist()
+    return Engine(cfg, LAT, arr, prompt, out, wl.priority.tolist(), group, plen).run()
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,7 +141,11 @@ def test_the_two_request_case_is_proven_in_under_1000_steps():
         name="two",
     )
     base = {"num_gpu_blocks": 64, "max_model_len": 1024, "max_num_batched_tokens": 512}
-    for kw in ({"scheduler_reserve_full_isl": False}, {"preemption_mode": "restart"}):
+    for kw in (
+        {"scheduler_reserve_full_isl": False},
+        {"preemption_mode": "restart"},
+        {"scheduler_reserve_full_isl": False, "enable_prefix_caching": True},
+    ):
         res = simulate([SchedulerConfig(**base, **kw)], wl)
         k = res.state.out.counters[0]
         assert k[S.O_LIVELOCKED] == 1 and k[S.O_STEP_LIMIT] == 0, kw

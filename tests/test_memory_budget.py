@@ -70,11 +70,13 @@ def test_state_bytes_match_the_allocation():
 
 
 def test_histogram_grows_with_block_size():
-    """The fast path's hist is (block_size + 1) int64, with or without caching."""
+    """The fast path's hist is (block_size + 1) int64, with or without caching
+    (with caching the block tables and the livelock snapshot's copy of them,
+    2 x 64 rows of int32, shrink as blocks grow)."""
     for caching in (False, True):
         small = scratch(block_size=16, caching=caching)
         big = scratch(block_size=2**20, caching=caching)
-        assert big - small >= 8 * (2**20 - 16) - 4 * 64 * (-(-2000 // 16) + 2)
+        assert big - small >= 8 * (2**20 - 16) - 2 * 4 * 64 * (-(-2000 // 16) + 2)
     assert scratch(block_size=2**27) >= 8 * 2**27
 
 
@@ -103,15 +105,19 @@ def test_async_skip_buffer_grows_with_requests():
         )
 
 
-def test_livelock_snapshot_grows_with_requests_only_without_caching():
-    """cycle.new_cycle: (9 + 5) int32 per request and 9 scalars; off with caching."""
+def test_livelock_snapshot_grows_with_requests_and_the_pool():
+    """cycle.new_cycle: (9 + 5) int32 per request and 9 scalars; with caching
+    also 1 per request, the block tables (S x maxb) and 4 per block, unless
+    that passes CYCLE_CACHE_MAX_ENTRIES: then detection is off (no snapshot)."""
     assert scratch(num_requests=10_000) - scratch() == 4 * 14 * (10_000 - 100)
     on = {"caching": True}
     grow = scratch(num_requests=10_000, **on) - scratch(**on)
-    assert grow == scratch(num_requests=10_000, caching=True, block_size=16) - scratch(
-        caching=True, block_size=16
-    )
-    assert grow < 4 * 14 * (10_000 - 100)
+    assert grow > 4 * 15 * (10_000 - 100)
+    per_block = scratch(num_gpu_blocks=20_000, **on) - scratch(num_gpu_blocks=10_000, **on)
+    assert per_block >= 4 * 4 * 10_000
+    n_big = S.CYCLE_CACHE_MAX_ENTRIES  # 4 entries per block: far past the limit
+    assert S.cycle_cache_entries(100, n_big, 64, 126) == 0
+    assert S.cycle_cache_entries(100, 1000, 64, 126) == 100 + 64 * 126 + 4000
 
 
 def test_budget_terms_and_threads():

@@ -28,9 +28,12 @@ loop: every arrival a release has allowed; more need a finish), and
 preemption, no decode token scheduled (a decode samples a token, and a
 request's output count never falls then, so no cycle contains one; restart
 preemption discards outputs, so there only finishes count). With prefix
-caching the pool's block identities are state too; they are not tracked, so
-detection is off there (the frozen-pool and lone-request proofs in
-``step._end_step`` still apply).
+caching the pool is state too (``_walk_pool``): each running request's block
+ids and hashed-block count, the free queue's order, and every block's hash
+key and place among the blocks of its key. Pools whose snapshot would pass
+``state.CYCLE_CACHE_MAX_ENTRIES`` run without detection (the frozen-pool and
+lone-request proofs in ``step._end_step`` still apply; otherwise such a run
+ends ``step_limit``).
 """
 
 from __future__ import annotations
@@ -58,11 +61,12 @@ Cycle = namedtuple("Cycle", "snap det")
 
 
 @njit(cache=True)
-def new_cycle(n_req, enabled):
+def new_cycle(n_req, enabled, cache_entries):
     """Detector state for ``n_req`` requests (1-element buffers when off); the
-    snapshot has ``state.cycle_snapshot_len(n_req)`` entries."""
-    size = (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS if enabled else 1
-    return Cycle(np.empty(size, dtype=np.int32), np.zeros(NDET, dtype=np.int64))
+    snapshot has ``state.cycle_snapshot_len(n_req)`` entries plus
+    ``cache_entries`` for the prefix cache (``state.cycle_cache_entries``)."""
+    size = (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS + cache_entries
+    return Cycle(np.empty(size if enabled else 1, dtype=np.int32), np.zeros(NDET, dtype=np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -110,7 +114,7 @@ def _same_scalars(cfg, k, snap):
 
 
 @njit(cache=True, _nrt=False)
-def _walk(cfg, st, q, k, snap, mode):
+def _walk(cfg, st, q, k, p, snap, mode):
     """Store the state (the module docstring lists it) in ``snap`` in canonical
     order, or compare it with ``snap`` (stopping at the first difference).
     Returns whether it is equal (always True when storing)."""
@@ -133,6 +137,40 @@ def _walk(cfg, st, q, k, snap, mode):
         r = q.plist[j]
         for x in (i64(r), i64(q.ptok[j]), i64(st.status[r]), i64(st.infl[r]), i64(st.stale[r])):
             pos, same = _emit(x, mode, snap, pos, same)
+    if cfg[K.CACHING] != 0 and same:
+        return _walk_pool(st, q, k, p, mode, snap, pos)
+    return same
+
+
+@njit(cache=True, _nrt=False)
+def _walk_pool(st, q, k, p, mode, snap, pos):
+    """The prefix cache's part of the state (``state.cycle_cache_entries``):
+    each running request's hashed-block count and block ids, the free queue in
+    order, and per block its hash key and its predecessor among the blocks of
+    that key (the lists a lookup reads first to last). Returns whether equal."""
+    same = True
+    for i in range(k[S.O_RUNNING_END]):
+        r = q.run[i]
+        s = p.slot_of[r]
+        pos, same = _emit(p.ncached[r], mode, snap, pos, same)
+        for j in range(st.held[r]):
+            pos, same = _emit(p.table[s, j], mode, snap, pos, same)
+        if not same:
+            return False
+    head = p.fq_next.shape[0] - 2
+    b = p.fq_next[head]
+    while b != head + 1:
+        pos, same = _emit(b, mode, snap, pos, same)
+        b = p.fq_next[b]
+    if not same:
+        return False
+    for b in range(p.hkey.shape[0]):
+        key = p.hkey[b]
+        pos, same = _emit(key & 0xFFFFFFFF, mode, snap, pos, same)
+        pos, same = _emit(key >> 32, mode, snap, pos, same)
+        pos, same = _emit(p.hprev[b], mode, snap, pos, same)
+        if not same:
+            return False
     return same
 
 
@@ -160,13 +198,13 @@ def after_fast_path(cfg, k, cyc):
 
 
 @njit(cache=True, _nrt=False)
-def livelock_proven(cfg, st, q, k, cyc):
+def livelock_proven(cfg, st, q, k, p, cyc):
     """One step of Brent's detection, after a normal step (module docstring).
     Returns True when this step's state equals the latest snapshot exactly
     (the scalars first, in O(1); then every live request)."""
     det = cyc.det
     can_arrive = k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0])
-    if cfg[K.CACHING] != 0 or can_arrive or _progressed(cfg, k, det):
+    if cyc.snap.shape[0] == 1 or can_arrive or _progressed(cfg, k, det):
         det[QUIET] = 0
         det[ACTIVE] = 0
         return False
@@ -175,13 +213,13 @@ def livelock_proven(cfg, st, q, k, cyc):
         return False
     if det[ACTIVE] == 0:
         det[ACTIVE], det[POWER], det[LAM] = 1, 1, 0
-        _walk(cfg, st, q, k, cyc.snap, WRITE)
+        _walk(cfg, st, q, k, p, cyc.snap, WRITE)
         return False
     det[LAM] += 1
-    if _same_scalars(cfg, k, cyc.snap) and _walk(cfg, st, q, k, cyc.snap, COMPARE):
+    if _same_scalars(cfg, k, cyc.snap) and _walk(cfg, st, q, k, p, cyc.snap, COMPARE):
         return True
     if det[LAM] == det[POWER]:
         det[POWER] *= 2
         det[LAM] = 0
-        _walk(cfg, st, q, k, cyc.snap, WRITE)
+        _walk(cfg, st, q, k, p, cyc.snap, WRITE)
     return False

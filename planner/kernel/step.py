@@ -127,19 +127,26 @@ def _init(cfg, rq, k):
     k[S.O_LONE_R] = -1
     k[S.O_LONE_NTOK] = -1
     k[S.O_ORDER_END] = first_sends(rq)
+    caching = cfg[K.CACHING] != 0
+    slots, maxb, cache_entries = 1, 1, 0
+    if caching:
+        longest = 0  # tokens a request can reach: bounds its block table
+        for r in range(R):
+            longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r], mml))
+        slots, maxb = min(cfg[K.SEQS], R), cdiv(longest, bs) + 1
+        cache_entries = R + slots * maxb + 4 * n  # state.cycle_cache_entries
+        if cache_entries > S.CYCLE_CACHE_MAX_ENTRIES:
+            cache_entries = 0
     sc = Scratch(
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
-        new_cycle(R, cfg[K.CACHING] == 0),
-        np.empty(2 * min(cfg[K.SEQS], R) if cfg[K.CACHING] != 0 else 1, dtype=np.int32),
+        new_cycle(R, not caching or cache_entries > 0, cache_entries),
+        np.empty(2 * slots if caching else 1, dtype=np.int32),
     )
-    if cfg[K.CACHING] == 0:
+    if not caching:
         return sc, PC.new_cache(1, null_block, 1, 1, 1)
-    longest = 0  # tokens a request can reach: bounds its block table
-    for r in range(R):
-        longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r], mml))
-    return sc, PC.new_cache(n, null_block, min(cfg[K.SEQS], R), cdiv(longest, bs) + 1, R)
+    return sc, PC.new_cache(n, null_block, slots, maxb, R)
 
 
 @njit(cache=True, inline="always")
@@ -1218,7 +1225,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
         if _end_step(cfg, st, q, o, sc.step, p, check):
             break
-        if livelock_proven(cfg, st, q, k, sc.cycle):  # a state repeated (cycle.py)
+        if livelock_proven(cfg, st, q, k, p, sc.cycle):  # a state repeated (cycle.py)
             k[S.O_LIVELOCKED] = 1
             k[S.O_LIVELOCK_STEP] = k[STEPS] - 1
             break
