@@ -12,7 +12,7 @@ import pandas as pd
 
 from planner import config as K
 from planner.block_hashes import chain_ids, check_block_sizes
-from planner.config import SchedulerConfig, pack_configs
+from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch, simulate_one
 from planner.latency import Latency, LinearLatency
@@ -193,7 +193,13 @@ def simulate(
         entry[i] = entry_times_ns(arr, prompt, *key)
         order[i] = np.argsort(entry[i], kind="stable")
     requests = S.Requests(
-        prompt, max_tokens, priority, group, shared_len, *hash_arrays(workload, configs)
+        prompt,
+        max_tokens,
+        priority,
+        group,
+        shared_len,
+        *hash_arrays(workload, configs),
+        pack_tables(lats),
     )
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
         _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)

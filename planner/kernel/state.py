@@ -158,6 +158,10 @@ Requests = namedtuple(
         "hash_off",
         "hash_key",
         "hash_block",
+        # (T, L) float64 measured step-time tables (``latency.measured_table_ns``),
+        # one row per table, padded; config c reads row cfg[c, LAT_TABLE].
+        # ``latency.NO_TABLE`` when no config uses one.
+        "lat_tables",
     ],
 )
 
