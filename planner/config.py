@@ -196,9 +196,10 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
     Roofline: overhead + max(FLOPs/(peak x MFU), bytes/(HBM x MBU)) with every
     token attending max_model_len keys and the whole pool read (see
     ``latency.step_time_ns``). Measured: overhead + twice the largest table
-    value at the corners of the box the step can reach (T prefill tokens or
-    T decodes, contexts up to the pool's tokens): the table is multilinear, so
-    this bounds it unless its slopes change sign. Swap preemption adds at
+    value at the corners of the box the step can reach (up to T prefill
+    tokens and T decodes, the prefill context and the decodes' summed KV each
+    up to the pool's tokens): the table is multilinear, so this bounds it
+    unless its slopes change sign. Swap preemption adds at
     most a pool's worth of block transfers.
     """
     tokens = float(min(cfg.max_num_batched_tokens, cfg.num_gpu_blocks * cfg.block_size))
@@ -212,7 +213,7 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
             for p in (0, n)
             for d in (0, n)
             for c in (0, pool)
-            for x in (1, pool)
+            for x in (1, max(pool // max(d, 1), 1))
             if 0 < p + d
         ]
         worst = max(measured_table_ns(lat.table, *c) for c in corners)

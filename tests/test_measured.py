@@ -146,3 +146,23 @@ def test_measured_run_names_its_data_version(capsys):
     )  # fmt: skip
     assert code == 0, err
     assert "h100_sxm vLLM 0.24.0 data" in err and "older than the vLLM 0.33" in err
+
+
+def test_longest_step_bounds_every_reachable_step():
+    """config.max_step_ns (the int64 clock guard) is at least any step's time
+    for steps within the token budget and the pool."""
+    from planner.config import SchedulerConfig, max_step_ns
+
+    cfg = SchedulerConfig(num_gpu_blocks=500, max_num_batched_tokens=2048)
+    lat = synthetic_latency(scale=1.2, overhead_us=3.0)
+    bound = max_step_ns(cfg, lat)
+    ip = np.array(lat.ns()[:3], dtype=np.int64)
+    fp = np.array(lat.floats())
+    pool = cfg.num_gpu_blocks * cfg.block_size
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        p = int(rng.integers(0, 2049))
+        d = int(rng.integers(0 if p else 1, 2049 - p))
+        cp = int(rng.integers(0, pool - p + 1)) if p > 1 else 0
+        ctx = [pool // (d or 1)] * d
+        assert step_time_ns(MEASURED, ip, fp, *step_inputs(p, cp, ctx), lat.table) <= bound
