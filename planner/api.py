@@ -12,6 +12,7 @@ import pandas as pd
 
 from planner import config as K
 from planner.block_hashes import chain_ids, check_block_sizes
+from planner.bounds import INT64_MAX
 from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch, simulate_one
@@ -171,7 +172,16 @@ def simulate(
         if workload.priority is None
         else np.ascontiguousarray(workload.priority, dtype=np.int64)
     )
-    if workload.prefix_group is None:
+    next_turn = workload.next_turn()
+    if workload.session is not None:
+        if np.any(cfg[:, K.CONC] > 0):
+            raise ValueError("max_concurrency: closed-loop clients and sessions cannot be combined")
+        # A session's turns are prefixes of one token stream: block j of any
+        # turn holds the same tokens, so the session is its prefix group over
+        # the whole sequence (prompt and output).
+        group = np.ascontiguousarray(workload.session, dtype=np.int32)
+        shared_len = (prompt.astype(np.int64) + max_tokens).clip(max=2**31 - 1).astype(np.int32)
+    elif workload.prefix_group is None:
         group = np.full(r, -1, dtype=np.int32)
         shared_len = np.zeros(r, dtype=np.int32)
     else:
@@ -180,18 +190,7 @@ def simulate(
             np.int32
         )
     st = S.allocate(c, r, trace_steps, log_entries)
-    entry, order = st.req.entry_ns, st.req.order
-    cache: dict[tuple[int, int], int] = {}
-    for i in range(c):
-        key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]))
-        if key in cache and arrival_ns.ndim == 1:
-            j = cache[key]
-            entry[i], order[i] = entry[j], order[j]
-            continue
-        cache[key] = i
-        arr = arrival_ns if arrival_ns.ndim == 1 else arrival_ns[i]
-        entry[i] = entry_times_ns(arr, prompt, *key)
-        order[i] = np.argsort(entry[i], kind="stable")
+    _fill_entries(cfg, arrival_ns, prompt, next_turn, st.req)
     requests = S.Requests(
         prompt,
         max_tokens,
@@ -199,11 +198,72 @@ def simulate(
         group,
         shared_len,
         *hash_arrays(workload, configs),
+        next_turn,
         pack_tables(lats),
     )
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
         _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
+    arrival_ns = _sent_ns(cfg, arrival_ns, prompt, next_turn, st.req)
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+
+
+def _fill_entries(
+    cfg: np.ndarray,
+    arrival_ns: np.ndarray,
+    prompt: np.ndarray,
+    next_turn: np.ndarray,
+    req: S.ReqState,
+) -> None:
+    """Fill ``req.entry_ns``/``req.order`` (C, R): entry = arrival + queueing
+    delay (``entry_times_ns``); open loop: ``order`` by (entry, id), sessions'
+    later turns left out (entry INT64_MAX: sent when the previous turn ends);
+    closed loop (``max_concurrency`` N > 0): the stream's send order, arrival
+    then id, its first N (sent at once) by (entry, id). ``kernel/arrivals.py``
+    reads them so."""
+    entry, order = req.entry_ns, req.order
+    later = np.zeros(len(prompt), dtype=bool)
+    later[next_turn[next_turn >= 0]] = True
+    cache: dict[tuple[int, int, int], int] = {}
+    for i in range(cfg.shape[0]):
+        conc = int(cfg[i, K.CONC])
+        key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]), conc)
+        if key in cache and arrival_ns.ndim == 1:
+            j = cache[key]
+            entry[i], order[i] = entry[j], order[j]
+            continue
+        cache[key] = i
+        arr = arrival_ns if arrival_ns.ndim == 1 else arrival_ns[i]
+        entry[i] = np.where(later, INT64_MAX, entry_times_ns(arr, prompt, *key[:2]))
+        if conc == 0:
+            order[i] = np.argsort(entry[i], kind="stable")
+            continue
+        stream = np.argsort(arr, kind="stable")
+        head = stream[:conc]
+        stream[: len(head)] = head[np.lexsort((head, entry[i][head]))]
+        order[i] = stream
+
+
+def _sent_ns(
+    cfg: np.ndarray,
+    arrival_ns: np.ndarray,
+    prompt: np.ndarray,
+    next_turn: np.ndarray,
+    req: S.ReqState,
+) -> np.ndarray:
+    """Arrival times as the run saw them, (R,) or (C, R) int64: open loop, the
+    given ones; closed loop and sessions' later turns, when the client sent
+    the request (entry - queueing delay). A request never sent (its client
+    still waiting at the end) keeps its given time, a lower bound; ``sent``
+    tells them apart."""
+    closed = cfg[:, K.CONC] > 0
+    if not closed.any() and not np.any(next_turn >= 0):
+        return arrival_ns
+    out = np.array(np.broadcast_to(arrival_ns, req.entry_ns.shape), dtype=np.int64)
+    for i in range(cfg.shape[0]):
+        delay = entry_times_ns(np.zeros_like(out[i]), prompt, int(cfg[i, K.A0]), int(cfg[i, K.A1]))
+        sent = req.entry_ns[i] < INT64_MAX
+        out[i] = np.where(sent, req.entry_ns[i] - delay, out[i])
+    return out
 
 
 def hash_arrays(

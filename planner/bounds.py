@@ -38,6 +38,7 @@ MAX_RATE_RPS = 1e9  # one request per ns: arrivals are integer ns
 MIN_RATE_RPS = 1e-6  # with MAX_REQUESTS requests, arrivals stay under MAX_ARRIVAL_S
 MAX_RATE_SCALE = 1e9  # replay speed: beyond this every arrival rounds to the same ns
 MIN_RATE_SCALE = 1e-6  # slower replays stretch a day-long trace past MAX_ARRIVAL_S
+MAX_THINK_S = 86_400.0  # a client's think time: a day (the kernel saturates the clock)
 MAX_TP = 1024  # GPUs per replica: beyond any NVLink domain
 MAX_SEED = 2**63 - 1  # numpy's default_rng takes any int >= 0; int64 in Parquet
 MAX_PIXELS = 2**15  # heatmap side: matplotlib's Agg backend refuses 2**16 and more
@@ -106,6 +107,7 @@ EFFICIENCY = Bound(0.0, 1.0, lo_open=True)
 
 # Bounds by parameter name: CLI options (Python names; the flag is the same with
 # dashes), SchedulerConfig fields and sweep axes share names and so share bounds.
+THINK = Bound(0.0, MAX_THINK_S, why="seconds between an answer and the next request")
 OPTION_BOUNDS: dict[str, Bound] = {
     # pool and scheduler (SchedulerConfig)
     "num_gpu_blocks": COUNTS,
@@ -126,6 +128,11 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "cpu_swap_blocks": COUNTS0,
     "swap_bandwidth_gbps": Bound(MIN_SWAP_GBPS, MAX_SWAP_GBPS, why="GB/s"),
     "kv_block_bytes": Bound(1, MAX_KV_BLOCK_BYTES, integer=True, why="bytes, up to 1 TiB"),
+    # closed-loop load (SchedulerConfig: a per-configuration kernel input)
+    "max_concurrency": COUNTS0,
+    "think_time_s": THINK,
+    "think_time": THINK,
+    "turns": Bound(1, 10_000, integer=True, why="turns per session"),
     # hardware
     "gpu_memory_utilization": EFFICIENCY,
     "tensor_parallel_size": Bound(1, MAX_TP, integer=True, why="GPUs per replica"),
@@ -161,6 +168,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "preemption_threshold": Bound(0.0, float(INT32_MAX), why="preemptions per request"),
     "ttft_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "tpot_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
+    "itl_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "e2e_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
     "rate_scale_min": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),
     "rate_scale_max": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),

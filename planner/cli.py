@@ -190,6 +190,9 @@ def run(
         Policy,
         typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
     ] = Policy.fcfs,
+    max_concurrency: opt.MaxConcurrency = 0,
+    think_time: opt.ThinkTime = 0.0,
+    turns: opt.Turns = 1,
     horizon: opt.Horizon = math.inf,
     max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
     victim: opt.VictimOpt = None,
@@ -253,6 +256,7 @@ def run(
     measured_scale: opt.MeasuredScale = None,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
+    itl_slo: opt.ItlSlo = None,
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
     as_json: opt.AsJson = False,
@@ -282,7 +286,7 @@ def run(
 
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
-    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
+    slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
 
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
@@ -317,6 +321,8 @@ def run(
         cpu_swap_blocks=cpu_swap_blocks,
         swap_bandwidth_gbps=swap_bandwidth_gbps,
         kv_block_bytes=_block_bytes(kv_block_bytes, model, block_size, tensor_parallel_size),
+        max_concurrency=max_concurrency,
+        think_time_s=think_time,
         horizon_s=horizon,
         max_steps=max_steps,
     )
@@ -329,7 +335,7 @@ def run(
         (num_requests, rate, arrival, length_dist,
          (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
          (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
-        (prefix_groups, prefix_len, prefix_share), seed,
+        (prefix_groups, prefix_len, prefix_share), seed, turns,
     )  # fmt: skip
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
@@ -339,7 +345,7 @@ def run(
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "
         f"this workload (mean request {mean_len:,.0f} tokens on {blocks:,} blocks): "
         "requests admitted together cannot all grow to full length without preemption"
-        if max_num_seqs > safe
+        if max_num_seqs > safe and not 0 < max_concurrency <= safe  # clients cap the batch
         else ""
     )
     if note := compile_note(1):
@@ -454,6 +460,15 @@ def _print_run(
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
+    conc = int(row["max_concurrency"])  # type: ignore[index]
+    if conc > 0:
+        think = float(row["think_time_s"])  # type: ignore[index]
+        console.print(
+            f"closed loop: at most {conc:,} requests in the system, each sent when one ends"
+            + (f" plus {think:g} s think time" if think > 0 else "")
+            + "; overload and offered load do not apply (the clients set the rate)",
+            soft_wrap=True,
+        )
     table = Table(show_header=False)
     for key, fmt in SUMMARY_ROWS:
         table.add_row(key, value_text(row, key, fmt))
@@ -468,7 +483,9 @@ def _print_run(
         console.print(
             "≥ : a lower bound: requests that arrived and had no first token (TTFT), "
             "were never scheduled (queue delay) or had not finished (TPOT, E2E) by the end "
-            "of the run count at the time they had waited",
+            "of the run count at the time they had waited; ITL: so many token gaps were "
+            "never produced by the end (they count as +inf) that the percentile is +inf, "
+            "shown with those gaps at their lower bounds",
             soft_wrap=True,
         )
     if slo.given():
@@ -505,13 +522,9 @@ def _cache_rows(row: object) -> list[tuple[str, str]]:
     return out
 
 
-# Statistics that carry an ``_is_lower_bound`` flag (ITL percentiles do not: they
-# are over the gaps that closed, ``metrics.token_columns``).
-LATENCY_STATS = tuple(
-    k
-    for k, _ in SUMMARY_ROWS
-    if k.endswith(("_mean", "_p50", "_p90", "_p99")) and not k.startswith("itl_")
-)
+# Statistics that carry an ``_is_lower_bound`` flag (``metrics._stats``,
+# ``metrics.itl_columns``).
+LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50", "_p90", "_p99")))
 
 
 def slo_verdict(row: object, slo: SLO) -> str:
@@ -524,8 +537,9 @@ def slo_verdict(row: object, slo: SLO) -> str:
         p = row[key]  # type: ignore[index]
         bound = bool(row[f"{key}_is_lower_bound"])  # type: ignore[index]
         if bound:
+            what = "token gaps never produced" if field == "itl_s" else "requests unserved"
             misses.append(
-                f"{key} ≥ {seconds_text(float(p))}, with requests unserved by the end of the "
+                f"{key} ≥ {seconds_text(float(p))}, with {what} by the end of the "
                 "run (they count as misses)"
             )
         elif p > limit:

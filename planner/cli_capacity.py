@@ -20,6 +20,7 @@ from planner import capacity, hardware, kv_cache, resolve
 from planner import cli_options as opt
 from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert
 from planner.config import SchedulerConfig, clock_bound
+from planner.slo import FIELDS
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import Workload, unused_field_warnings, with_shared_prefixes
 
@@ -64,17 +65,18 @@ def command_workload(
     synthetic: tuple,
     prefix: tuple[int, int, float],
     seed: int,
+    turns: int = 1,
 ) -> Workload:
     """The workload a command's options describe: the ``--trace-file``
     (``read_trace_warned`` with ``TraceOptions(**trace_options)``, built only
     then: it checks them) if given, else the synthetic one
-    (``cli_options.synthetic_workload(*synthetic, seed)``), then the
+    (``cli_options.synthetic_workload(*synthetic, seed, turns)``), then the
     ``--prefix-*`` shared prefixes (``workload.with_shared_prefixes``)."""
     if trace_file is not None:
         topts = TraceOptions(**trace_options)
         wl = read_trace_warned(trace_file, trace_format, topts, trace_columns).workload
     else:
-        wl = opt.synthetic_workload(*synthetic, seed)
+        wl = opt.synthetic_workload(*synthetic, seed, turns)
     return with_shared_prefixes(wl, *prefix, seed)
 
 
@@ -122,6 +124,7 @@ def check(
     rate_scale: opt.RateScale = 1.0,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
+    itl_slo: opt.ItlSlo = None,
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
     max_num_seqs: opt.MaxNumSeqs = 256,
@@ -142,7 +145,7 @@ def check(
     --gpu-memory-utilization. vLLM >= 0.29.0 (0.33 included) counts the null
     block at start-up; 0.28.0 and earlier start one block short.
 
-    With an SLO (--ttft-slo, --tpot-slo, --e2e-slo or --goodput) and a
+    With an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput) and a
     --trace-file, also simulates that traffic at --max-num-seqs: SAFE then
     also needs the SLOs met (unserved requests count as misses) and no overload.
 
@@ -150,7 +153,7 @@ def check(
     pool, or (with an SLO) the traffic is overloaded or misses it; 2: bad input.
     """
     reject_inert(ctx, CHECK_RULES)
-    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
+    slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     tp = tensor_parallel_size
@@ -285,7 +288,7 @@ def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) ->
     from planner.api import simulate
 
     row = simulate([cfg], wl, lat).metrics(slo).iloc[0]
-    keys = [f"{m}_p99{b}" for m in ("ttft_s", "tpot_s", "e2e_s") for b in ("", "_is_lower_bound")]
+    keys = [f"{m}_p99{b}" for m in FIELDS for b in ("", "_is_lower_bound")]
     keys += ["offered_rps", "served_rps", "goodput_rps", "completed", "unserved", "outcome"]
     out = {k: _plain(row[k]) for k in keys}
     out["max_num_seqs"] = cfg.max_num_seqs
@@ -552,6 +555,7 @@ def safe_limit(
     ] = 0.0,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
+    itl_slo: opt.ItlSlo = None,
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
     latency: opt.LatencyOpt = opt.LatencyKind.linear,
@@ -573,7 +577,7 @@ def safe_limit(
     from planner.safelimit import find_safe_limits, recommend
 
     reject_inert(ctx, RUN_RULES)
-    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
+    slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     sizing = {"max_num_batched_tokens": max_num_batched_tokens, "quantization": quantization,
               "kv_cache_dtype": kv_cache_dtype}  # fmt: skip
     n = _pool(
@@ -636,6 +640,8 @@ EVALUATED_COLUMNS = (
     "ttft_s_p99_is_lower_bound",
     "tpot_s_p99",
     "tpot_s_p99_is_lower_bound",
+    "itl_s_p99",
+    "itl_s_p99_is_lower_bound",
     "e2e_s_p99",
     "e2e_s_p99_is_lower_bound",
     "overloaded",

@@ -137,6 +137,22 @@ RUN_RULES: tuple[Rule, ...] = (
         "needs --adaptive-window > 0",
     ),
     Rule(
+        ("think_time",),
+        lambda p: not p.get("max_concurrency") and (p.get("turns") or 1) <= 1,
+        "needs --max-concurrency > 0 or --turns > 1 (clients think between requests)",
+    ),
+    Rule(
+        ("turns",),
+        lambda p: p.get("trace_file") is not None,
+        "makes synthetic sessions; it has no effect with --trace-file",
+    ),
+    Rule(
+        ("turns",),
+        lambda p: bool(p.get("max_concurrency")) or bool(p.get("prefix_groups")),
+        "cannot be combined with --max-concurrency or --prefix-groups (a session paces "
+        "itself and shares its own history)",
+    ),
+    Rule(
         ("beta_coeffs",),
         lambda p: _value(p.get("latency")) == "roofline",
         "has no effect with --latency roofline (use --mfu/--mbu/--step-overhead-us)",
@@ -163,7 +179,7 @@ RUN_RULES: tuple[Rule, ...] = (
     ),
 )
 
-SLO_OPTIONS = ("ttft_slo", "tpot_slo", "e2e_slo", "goodput")
+SLO_OPTIONS = ("ttft_slo", "tpot_slo", "itl_slo", "e2e_slo", "goodput")
 
 
 def _has_slo(p: dict) -> bool:
@@ -186,7 +202,7 @@ CHECK_RULES: tuple[Rule, ...] = (
         ("max_num_batched_tokens",),
         lambda p: p.get("model") is None and not _has_slo(p),
         "needs --model (it sizes that model's KV cache) or an SLO (--ttft-slo, --tpot-slo, "
-        "--e2e-slo or --goodput: plan check then simulates the traffic)",
+        "--itl-slo, --e2e-slo or --goodput: plan check then simulates the traffic)",
     ),
     Rule(
         SLO_OPTIONS,
@@ -204,7 +220,7 @@ CHECK_RULES: tuple[Rule, ...] = (
             "measured_scale",
         ),
         lambda p: not _has_slo(p),
-        "needs an SLO (--ttft-slo, --tpot-slo, --e2e-slo or --goodput): plan check "
+        "needs an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput): plan check "
         "simulates the traffic only to judge SLOs",
     ),
 )

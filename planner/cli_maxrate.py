@@ -24,7 +24,7 @@ from planner.cli_capacity import command_workload, finite, warn
 from planner.cli_inert import RUN_RULES, given, reject_inert
 from planner.config import SchedulerConfig, clock_bound
 from planner.maxrate_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
-from planner.slo import seconds_text
+from planner.slo import FIELDS, NAMES, seconds_text
 from planner.workload import unused_field_warnings
 
 # Scheduler settings ``--vary`` may list (integers, SchedulerConfig fields).
@@ -136,6 +136,7 @@ def max_rate(
     measured_scale: opt.MeasuredScale = None,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
+    itl_slo: opt.ItlSlo = None,
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
     rate_scale_min: RateScaleMin = DEFAULT_MIN_SCALE,
@@ -155,7 +156,7 @@ def max_rate(
     from planner.maxrate import AT_MAX, BELOW_MIN, SearchRange, offered_rates, search_max_rate
 
     reject_inert(ctx, RUN_RULES)
-    slo = opt.slo_from(ttft_slo, tpot_slo, e2e_slo, goodput)
+    slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     rng = SearchRange(rate_scale_min, rate_scale_max, rate_tolerance)
     varied = parse_vary(ctx, vary)
     lat = opt.step_time(
@@ -264,11 +265,10 @@ def _answer(row: pd.Series, lo: float, at_max: str, below_min: str) -> tuple[str
 
 
 def _at_rate(row: pd.Series) -> str:
-    """TTFT/TPOT/E2E p99 of the run at the answer, '-' when nothing passed."""
-    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+    """TTFT/TPOT/ITL/E2E p99 of the run at the answer, '-' when nothing passed."""
     parts = [
-        f"{n} p99 {seconds_text(float(row[f'{k}_p99_at_max_rate']))}"
-        for k, n in names.items()
+        f"{NAMES[k]} p99 {seconds_text(float(row[f'{k}_p99_at_max_rate']))}"
+        for k in FIELDS
         if not np.isnan(row[f"{k}_p99_at_max_rate"])
     ]
     return ", ".join(parts) if parts else "-"

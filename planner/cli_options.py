@@ -28,7 +28,7 @@ from planner.workload import (
     Workload,
     drawn_mean_warning,
     length_from_options,
-    synthetic,
+    sessions,
 )
 
 
@@ -200,9 +200,12 @@ def synthetic_workload(
     prompt: Lengths,
     output: Lengths,
     seed: int,
+    turns: int = 1,
 ) -> Workload:
     """The synthetic workload of the options above (``workload.synthetic``;
-    lengths by ``workload.length_from_options``, S1's shapes by default).
+    lengths by ``workload.length_from_options``, S1's shapes by default); with
+    ``turns`` > 1, ``num_requests`` sessions of that many turns, the prompt
+    lengths being each turn's new message (``workload.sessions``).
     Warns on stderr when clamping moved the drawn mean of lengths the user
     chose (``drawn_mean_warning``; S1's own shape is clamped by design).
 
@@ -217,8 +220,9 @@ def synthetic_workload(
     kind = length_dist.value
     p = length_from_options(kind, *prompt, S1_PROMPT, "--prompt-tokens")
     o = length_from_options(kind, *output, S1_OUTPUT, "--output-tokens")
-    wl = synthetic(num_requests, rate, p, o, arrival=arrival.value, seed=seed)
-    for dist, drawn, given in ((p, wl.prompt_tokens, prompt), (o, wl.output_tokens, output)):
+    wl = sessions(num_requests, turns, rate, p, o, arrival=arrival.value, seed=seed)
+    new_messages = wl.prompt_tokens if wl.session is None else wl.prompt_tokens[::turns]
+    for dist, drawn, given in ((p, new_messages, prompt), (o, wl.output_tokens, output)):
         if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):
             print(f"plan: warning: {msg}", file=sys.stderr)
     return wl
@@ -283,6 +287,28 @@ AsyncScheduling = Annotated[
 EnablePrefixCaching = Annotated[
     bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
 ]
+MaxConcurrency = Annotated[
+    int,
+    typer.Option(
+        help="Closed loop: at most N requests in the system, each sent when one ends (vLLM "
+        "bench's --max-concurrency; with --arrival offline, N clients). 0 = open loop."
+    ),
+]
+ThinkTime = Annotated[
+    float,
+    typer.Option(
+        help="Seconds a client waits after an answer before its next request (closed loop, "
+        "or between session turns)."
+    ),
+]
+Turns = Annotated[
+    int,
+    typer.Option(
+        help="Multi-turn sessions: each of --num-requests sessions (arriving at --rate) has this "
+        "many turns; a turn's prompt is the history plus a new --prompt-tokens message, sent "
+        "--think-time after the previous answer. 1 = single requests."
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 # Service-level objectives (planner.slo): on the p99 of each metric, unserved
@@ -293,6 +319,12 @@ TtftSlo = Annotated[
 TpotSlo = Annotated[
     float | None, typer.Option(help="SLO on TPOT p99, seconds (unserved requests miss it).")
 ]
+ItlSlo = Annotated[
+    float | None,
+    typer.Option(
+        help="SLO on ITL p99 over every token gap, seconds (tokens never produced miss it)."
+    ),
+]
 E2eSlo = Annotated[
     float | None,
     typer.Option(help="SLO on E2E latency p99, seconds (unserved requests miss it)."),
@@ -302,17 +334,21 @@ Goodput = Annotated[
     typer.Option(
         metavar='"ttft:MS tpot:MS e2el:MS"',
         help="SLOs in vLLM bench's --goodput form, milliseconds (instead of --ttft-slo, "
-        "--tpot-slo, --e2e-slo).",
+        "--tpot-slo, --e2e-slo; itl:MS for --itl-slo is this planner's extension).",
     ),
 ]
 
 
 def slo_from(
-    ttft_slo: float | None, tpot_slo: float | None, e2e_slo: float | None, goodput: list[str] | None
+    ttft_slo: float | None,
+    tpot_slo: float | None,
+    itl_slo: float | None,
+    e2e_slo: float | None,
+    goodput: list[str] | None,
 ) -> SLO:
     """The SLO of the options above (``planner.slo.from_options``); raises
     ``slo.SLOError`` (a ValueError, one line) on a value <= 0 or a metric given twice."""
-    return from_options(ttft_slo, tpot_slo, e2e_slo, goodput)
+    return from_options(ttft_slo, tpot_slo, e2e_slo, goodput, itl_slo=itl_slo)
 
 
 class TraceFormat(StrEnum):

@@ -64,9 +64,11 @@ POLICIES = {"fcfs": 0, "priority": 1}
     SWAP_NS_PER_BLOCK,
     ASYNC,
     CACHING,
+    CONC,
+    THINK_NS,
     LAT_TABLE,
-) = range(32)
-NCOLS = 32
+) = range(34)
+NCOLS = 34
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -90,10 +92,15 @@ NUMERIC_FIELDS = (
     "cpu_swap_blocks",
     "swap_bandwidth_gbps",
     "kv_block_bytes",
+    "max_concurrency",
+    "think_time_s",
     "horizon_s",
     "max_steps",
 )
-FIELD_FLAGS = {"horizon_s": "--horizon"}  # fields whose flag is not --FIELD-NAME
+FIELD_FLAGS = {
+    "horizon_s": "--horizon",
+    "think_time_s": "--think-time",
+}  # fields whose flag is not --FIELD-NAME
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,12 @@ class SchedulerConfig:
     kv_block_bytes: int = 2 * 2**20  # swap mode: bytes of one block (Llama-3.1-8B, bs 16)
     async_scheduling: bool = False  # vLLM's engine default is on; see README
     enable_prefix_caching: bool = False  # vLLM's default is on; see README
+    # Closed-loop load (vLLM bench's --max-concurrency): at most this many
+    # requests in the system; 0 = open loop (arrivals at their times).
+    max_concurrency: int = 0
+    think_time_s: float = (
+        0.0  # closed loop: a client's pause between an answer and its next request
+    )
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -165,6 +178,11 @@ class SchedulerConfig:
                     f"--{_flag(name)} is modelled with recompute preemption only, "
                     f"not {self.preemption_mode!r}"
                 )
+
+    @property
+    def think_time_ns(self) -> int:
+        """``think_time_s`` in integer ns (the kernel's clock)."""
+        return int(round(self.think_time_s * 1e9))
 
     @property
     def victim_rule(self) -> str:
@@ -297,6 +315,8 @@ def pack_configs(
             c.swap_ns_per_block,
             int(c.async_scheduling),
             int(c.enable_prefix_caching),
+            c.max_concurrency,
+            c.think_time_ns,
             rows[i],
         )
     return out, outf

@@ -46,7 +46,14 @@ EXPAND = 4.0  # bracketing step: from 1, x4 or /4 per round until pass and fail 
 FOUND, AT_MAX, BELOW_MIN = "found", "at_search_max", "below_search_min"
 # Figures of the run at the answer (the largest passing scale), as columns
 # ``{name}_at_max_rate``: exact (runs go to completion).
-AT_MAX_COLUMNS = ("ttft_s_p99", "tpot_s_p99", "e2e_s_p99", "goodput_rps", "throughput_rps")
+AT_MAX_COLUMNS = (
+    "ttft_s_p99",
+    "tpot_s_p99",
+    "itl_s_p99",
+    "e2e_s_p99",
+    "goodput_rps",
+    "throughput_rps",
+)
 
 
 def passes(df: pd.DataFrame, slo: SLO) -> np.ndarray:

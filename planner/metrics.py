@@ -11,7 +11,9 @@ Latency definitions (BLIS conventions, ``shared/docs/semantics.md``), seconds:
   (``vllm/benchmarks/serve.py``: one sample per gap, percentiles over every
   gap of every request). Percentiles come from the kernel's per-config
   histogram (``planner.token_gaps``: exact integer bins, 16 per octave; a
-  percentile is its bin's midpoint, within 3.1 % of the exact gap).
+  percentile is its bin's midpoint, within 3.1 % of the exact gap). Gaps a
+  request that arrived still owed at the end of the run count as +inf
+  (``itl_columns``; the ITL SLO, ``planner.slo``).
 - Max token stall = the largest such gap of a request + alpha2.
 - Queueing delay = first scheduled (the start of the first step that
   scheduled it) - arrival (vLLM's ``queued_ts`` -> ``scheduled_ts``,
@@ -33,7 +35,7 @@ from planner import config as K
 from planner.capacity import usable_blocks
 from planner.kernel import state as S
 from planner.slo import SLO, SLO_PERCENTILE
-from planner.token_gaps import percentiles_s
+from planner.token_gaps import gap_bins, percentiles_s
 from planner.workload import Workload
 
 
@@ -235,7 +237,9 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     last step of a run stopped early): end - arrival (+ alpha2), and for TPOT
     (end - first token) / (most outputs - 1) + alpha2, or alpha2 with no first
     token. ``{name}_censored`` (bool) marks those. Requests arriving after the
-    end are not counted; single-output requests have no TPOT.
+    end are not counted; single-output requests have no TPOT. ``max_itl``: the
+    largest gap between two consecutive output tokens so far + alpha2 (NaN
+    with no gap).
     """
     st, cfg = res.state, res.cfg
     horizon = cfg[:, K.HORIZON_NS][:, None]
@@ -245,15 +249,11 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     done = (st.req.finish_ns >= 0) & (st.req.finish_ns <= horizon)
     first = (st.req.first_ns >= 0) & (st.req.first_ns <= horizon)
     sched = (st.req.sched_ns >= 0) & (st.req.sched_ns <= horizon)
-    waited = (arr <= end) & (st.req.status != S.REJECTED)
+    waited = (arr <= end) & (st.req.status != S.REJECTED) & sent_mask(res)
     no_first = waited & ~first
     no_sched = waited & ~sched
     unfinished = waited & ~done
-    wl = res.workload
-    most = np.minimum(
-        wl.output_tokens[None, :].astype(np.int64),
-        cfg[:, K.MML][:, None] - wl.prompt_tokens[None, :].astype(np.int64),
-    )  # the most outputs a request can still produce (max_tokens, max_model_len)
+    most = most_outputs(res)
     multi = done & (st.req.nout >= 2)
     multi_open = unfinished & (most >= 2)
     since_first = np.where(first, (end - st.req.first_ns) / 1e9, 0.0) / np.maximum(most - 1, 1)
@@ -276,7 +276,34 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
         "e2e_censored": unfinished,
         "tpot": np.where(multi_open, since_first + a2_s, tpot),
         "tpot_censored": multi_open,
+        "max_itl": np.where(st.req.ngap > 0, st.req.max_gap_ns / 1e9 + a2_s, np.nan),
     }
+
+
+def sent_mask(res: SimResult) -> np.ndarray:
+    """(C, R) bool: requests their client sent during the run. All of an
+    open-loop workload; closed loop, the first N and one per answer; sessions,
+    first turns and the turns after a finished one. Requests never sent have
+    no latency (they count in neither percentiles nor SLO misses)."""
+    st, cfg = res.state, res.cfg
+    r = st.req.entry_ns.shape[1]
+    out = st.req.entry_ns < np.iinfo(np.int64).max
+    for i in np.flatnonzero(cfg[:, K.CONC] > 0):
+        n = min(r, int(cfg[i, K.CONC] + st.out.counters[i, S.O_RELEASED]))
+        row = np.zeros(r, dtype=bool)
+        row[st.req.order[i, :n]] = True
+        out[i] = row
+    return out
+
+
+def most_outputs(res: SimResult) -> np.ndarray:
+    """(1 or C, R) int64: the most outputs each request can produce,
+    min(max_tokens, max_model_len - prompt) (vLLM stops a request at either)."""
+    wl = res.workload
+    return np.minimum(
+        wl.output_tokens[None, :].astype(np.int64),
+        res.cfg[:, K.MML][:, None] - wl.prompt_tokens[None, :].astype(np.int64),
+    )
 
 
 def span_s(res: SimResult) -> np.ndarray:
@@ -290,12 +317,17 @@ def request_meets_slo(q: dict[str, np.ndarray], slo: SLO) -> np.ndarray:
     """(C, R) bool: vLLM's goodput rule (``vllm/benchmarks/serve.py``,
     ``calculate_metrics``): a request finished by the horizon whose every given
     metric is at or below its SLO (a single-output request has no TPOT and
-    meets a TPOT SLO, as vLLM's TPOT of 0). ``q``: ``_per_request``'s output."""
+    meets a TPOT SLO, as vLLM's TPOT of 0). ITL (this planner's extension,
+    ``planner.slo``): the request's largest gap between two consecutive output
+    tokens + alpha2 (``max_itl``) at or below the SLO; a request with no gap
+    meets it. ``q``: ``_per_request``'s output."""
     ok = q["done"].copy()
     if slo.ttft_s is not None:
         ok &= q["ttft"] <= slo.ttft_s
     if slo.tpot_s is not None:
         ok &= np.isnan(q["tpot"]) | (q["tpot"] <= slo.tpot_s)
+    if slo.itl_s is not None:
+        ok &= np.isnan(q["max_itl"]) | (q["max_itl"] <= slo.itl_s)
     if slo.e2e_s is not None:
         ok &= q["e2e"] <= slo.e2e_s
     return ok
@@ -327,9 +359,10 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     With an ``slo`` that sets any objective, also ``goodput_rps``
     (``request_meets_slo`` per second of ``span_s``), ``meets_slo`` and
     ``slo_margin`` (``slo_columns``) and the SLOs themselves (``ttft_slo_s``,
-    ``tpot_slo_s``, ``e2e_slo_s``, NaN = not given).
+    ``tpot_slo_s``, ``itl_slo_s``, ``e2e_slo_s``, NaN = not given).
 
-    Token-level columns (``token_columns``): ITL p50/p90/p99 (``itl_s_*``),
+    Token-level columns (``token_columns``): ITL p50/p90/p99 (``itl_s_*``,
+    gaps owed at the end as +inf, with ``_is_lower_bound`` flags),
     the largest gap between two output tokens of any request
     (``max_token_stall_s``) and the time-averaged KV usage
     (``mean_kv_usage``). ``queue_delay_s_*`` is arrival to first scheduled.
@@ -394,8 +427,14 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "livelock_step": oi[:, S.O_LIVELOCK_STEP],
         "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
-        **overload(arrival_s, first_s, end_s, offered, st.req.status == S.REJECTED),
+        **overload(
+            arrival_s, first_s, end_s, offered, (st.req.status == S.REJECTED) | ~sent_mask(res)
+        ),
     }
+    # Closed loop: clients send only when a slot frees, so the server's queue
+    # cannot grow; overload is an open-loop verdict (the highest-rate search
+    # likewise). offered_rps is then the rate the clients reached.
+    cols["overloaded"] = cols["overloaded"] & (cfg[:, K.CONC] == 0)
     for k, v in cols.items():
         df[k] = v
     df["outcome"] = outcome(
@@ -454,27 +493,78 @@ def _queue_stats(q: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def token_columns(res: SimResult, usable: np.ndarray) -> dict[str, np.ndarray]:
-    """Per config, (C,) float64: ``itl_s_p50``/``_p90``/``_p99`` (seconds, every
-    gap between consecutive output tokens of every request, + alpha2; from the
-    kernel's histogram, ``planner.token_gaps``: a bin midpoint within 3.1 % of
-    the exact gap; NaN when no request produced two tokens),
-    ``max_token_stall_s`` (the largest such gap of any request + alpha2; NaN
-    likewise) and ``mean_kv_usage`` (blocks in use after each step's
-    allocations, weighted by step time, / busy time / ``usable`` blocks; NaN
-    with no busy time). Gaps count every token the run simulated, including
-    those of the step that crossed the horizon; a gap still open at the end
-    (a request waiting for its next token) is not counted."""
+    """Per config, (C,): the ITL columns (``itl_columns``),
+    ``max_token_stall_s`` (float64: the largest gap between two consecutive
+    output tokens of any request + alpha2; NaN with no gap) and
+    ``mean_kv_usage`` (float64: blocks in use after each step's allocations,
+    weighted by step time, / busy time / ``usable`` blocks; NaN with no busy
+    time). Gaps count every token the run simulated, including those of the
+    step that crossed the horizon."""
     st = res.state
     a2_s = res.cfg[:, K.A2] / 1e9
-    itl = percentiles_s(st.out.itl_hist, PERCENTILES) + a2_s[None, :]
     gaps = st.req.ngap > 0
     stall = np.where(gaps, st.req.max_gap_ns, -1).max(axis=1)
     busy = st.out.counters[:, S.O_BUSY_NS].astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         kv = np.where(busy > 0, st.out.floats[:, S.F_KV_BLOCK_NS] / busy / usable, np.nan)
-    out = {f"itl_s_p{p}": row for p, row in zip(PERCENTILES, itl, strict=True)}
+    out = itl_columns(res)
     out["max_token_stall_s"] = np.where(stall >= 0, stall / 1e9 + a2_s, np.nan)
     out["mean_kv_usage"] = kv
+    return out
+
+
+def missing_gaps(res: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    """Token gaps owed at the end of the run, per request, (C, R) each:
+
+    ``missing`` (int64): for a request that arrived by the end (the horizon, or
+    the last step), was sent (``sent_mask``), was not rejected and had not
+    finished, m - max(n, 1) with
+    m its most outputs (``most_outputs``) and n its outputs so far: m outputs
+    have m - 1 gaps, of which n - 1 closed (none before the first token); 0
+    for every other request. ``open_ns`` (int64): a lower bound on the first
+    missing gap of a request with a token, end - its last token (clipped at
+    0); 0 elsewhere (a gap is >= 0)."""
+    st, cfg = res.state, res.cfg
+    horizon = cfg[:, K.HORIZON_NS][:, None]
+    end = np.minimum(st.out.counters[:, S.O_END_NS][:, None], horizon)
+    arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
+    owing = (arr <= end) & (st.req.status != S.REJECTED) & (st.req.finish_ns < 0) & sent_mask(res)
+    missing = np.where(owing, np.maximum(most_outputs(res) - np.maximum(st.req.nout, 1), 0), 0)
+    has_token = owing & (missing > 0) & (st.req.last_ns >= 0)
+    open_ns = np.where(has_token, np.maximum(end - st.req.last_ns, 0), 0)
+    return missing.astype(np.int64), open_ns.astype(np.int64)
+
+
+def itl_columns(res: SimResult) -> dict[str, np.ndarray]:
+    """ITL percentiles per config, (C,) each: ``itl_s_p50``/``_p90``/``_p99``
+    (float64 seconds) over every gap between two consecutive output tokens of
+    every request + alpha2, from the kernel's histogram (``planner.token_gaps``:
+    bin midpoints, within 3.1 % of the exact gap), with every gap owed at the
+    end of the run (``missing_gaps``) counted as +inf (a miss: ``planner.slo``).
+    When that puts the percentile at +inf (more than 100 - p % of the gaps are
+    owed), the column holds a lower bound instead, the percentile with the
+    owed gaps at their lower bounds (``open_ns`` for a request's next token, 0
+    for the rest), and ``{column}_is_lower_bound`` (bool) is True. NaN when the
+    run has no gap at all (no request with two outputs, none owed)."""
+    hist = res.state.out.itl_hist
+    a2_s = res.cfg[:, K.A2] / 1e9
+    missing, open_ns = missing_gaps(res)
+    owed = missing.sum(axis=1)
+    upper = percentiles_s(hist, PERCENTILES, owed)
+    lower = upper
+    if owed.any():
+        low = hist.copy()
+        opened = np.broadcast_to(open_ns > 0, missing.shape)
+        bins = gap_bins(open_ns)
+        for c in np.flatnonzero(owed):
+            np.add.at(low[c], bins[c][opened[c]], 1)
+            low[c, 0] += owed[c] - opened[c].sum()
+        lower = percentiles_s(low, PERCENTILES)
+    out: dict[str, np.ndarray] = {}
+    for p, hi, lo in zip(PERCENTILES, upper, lower, strict=True):
+        bound = np.isinf(hi)
+        out[f"itl_s_p{p}"] = np.where(bound, lo, hi) + a2_s
+        out[f"itl_s_p{p}_is_lower_bound"] = bound
     return out
 
 

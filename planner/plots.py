@@ -23,6 +23,7 @@ from matplotlib.colors import Colormap, LogNorm, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING  # noqa: E402
+from planner.slo import NAMES  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
 from planner.sweep.store import DATA  # noqa: E402
 
@@ -416,8 +417,9 @@ def _grid(part: pd.DataFrame, x: str, y: str, z: str, xs: np.ndarray, ys: np.nda
 
 
 def _slo(df: pd.DataFrame) -> str:
-    """The sweep's SLOs as text, from the columns ttft_slo_s, tpot_slo_s, e2e_slo_s."""
-    names = {"ttft_slo_s": "TTFT", "tpot_slo_s": "TPOT", "e2e_slo_s": "E2E"}
+    """The sweep's SLOs as text, from the columns ttft_slo_s, tpot_slo_s,
+    itl_slo_s, e2e_slo_s."""
+    names = {f"{k[:-2]}_slo_s": n for k, n in NAMES.items()}
     parts = [
         f"{n} p99 <= {df[c].iloc[0]:g} s"
         for c, n in names.items()

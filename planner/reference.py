@@ -70,6 +70,7 @@ class Request:
     num_token_gaps: int = 0  # gaps between consecutive output tokens
     hash_block: int = 0  # tokens per trace hash id (0: no hash ids)
     hash_prefixes: list[tuple[int, ...]] = field(default_factory=list)  # per full trace block
+    session: int | None = None  # multi-turn session id (its turns share one token stream)
 
     @property
     def num_tokens(self) -> int:
@@ -171,6 +172,8 @@ class KVCacheManager:
             if t < len(req.hash_prefixes):
                 return ("hash", req.hash_prefixes[t], j - t * per)
             return ("request", req.rid, j)
+        if req.session is not None:  # every turn holds a prefix of the session's tokens
+            return ("session", req.session, j)
         if (j + 1) * self.block_size <= req.shared_len:
             return ("group", req.prefix_group, j)
         return ("request", req.rid, j)
@@ -541,7 +544,7 @@ class CycleDetector:
 
     def proven(self, engine: Engine, nxt: int) -> bool:
         """Call after each step; True when the state repeated."""
-        if not self.enabled or nxt < len(engine.arrivals) or self._progressed(engine, nxt):
+        if not self.enabled or engine.pending or self._progressed(engine, nxt):
             self.quiet = 0
             self.snapshot = None
             return False
@@ -582,6 +585,7 @@ class Engine:
         prefix_len: list[int] | None = None,
         hash_ids: list[list[int]] | None = None,
         hash_block_size: int = 0,
+        session: list[int] | None = None,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
@@ -608,8 +612,29 @@ class Engine:
                 req.hash_block = hash_block_size
                 full = req.prompt_len // hash_block_size
                 req.hash_prefixes = [tuple(ids[: t + 1]) for t in range(full)]
-        self.arrivals = sorted(range(len(entry)), key=lambda i: (entry[i], i))
+        # Sessions: a turn is sent when the previous turn of its session ends.
+        self.next_turn: dict[int, int] = {}
+        if session is not None:
+            last: dict[int, int] = {}
+            for i, sid in enumerate(session):
+                if sid in last:
+                    self.next_turn[last[sid]] = i
+                last[sid] = i
+                self.requests[i].session = sid
         self.entry = entry
+        self.alpha = (a0, a1)
+        # Closed loop (vLLM bench's semaphore, kernel/arrivals.py): requests
+        # wait in send order for a free client; ``pending`` holds the sent
+        # ones not yet arrived, sorted by (entry, id).
+        stream = sorted(range(len(entry)), key=lambda i: (arrival_ns[i], i))
+        n_conc = cfg.max_concurrency if cfg.max_concurrency > 0 else len(entry)
+        self.unsent = stream[n_conc:]
+        later = set(self.next_turn.values())
+        for i in later:  # not sent until the previous turn ends
+            self.requests[i].entry_ns = self.entry[i] = 2**63 - 1
+        self.pending = sorted(
+            (i for i in stream[:n_conc] if i not in later), key=lambda i: (entry[i], i)
+        )
         self.steps: list[StepRecord] = []
         self.clock = 0
         self.preemptions = 0
@@ -621,7 +646,7 @@ class Engine:
         self.waste_ns = 0.0
         self.invariant_errors = 0
         self.kv_block_ns = 0.0  # blocks in use (after allocation) x step time, summed
-        self.pending: list[tuple[Request, int, bool]] = []  # async: batch in flight
+        self.in_flight: list[tuple[Request, int, bool]] = []  # async: batch in flight
         self.finished = 0
         self.decode_total = 0  # decode tokens scheduled (kept in the batch)
         self.window_end = cfg.adaptive_window
@@ -655,36 +680,58 @@ class Engine:
             window,
             tuple(fields(r) for r in sched.running),
             tuple(fields(r) for r in sched.waiting),
-            tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.pending),
+            tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.in_flight),
         )
 
-    def _admit_arrivals(self, nxt: int) -> int:
-        while nxt < len(self.arrivals) and self.entry[self.arrivals[nxt]] <= self.clock:
-            req = self.requests[self.arrivals[nxt]]
-            nxt += 1
+    def _admit_arrivals(self) -> int:
+        while self.pending and self.entry[self.pending[0]] <= self.clock:
+            req = self.requests[self.pending.pop(0)]
             self.arrived += 1
             if req.prompt_len >= self.cfg.max_model_len:
                 req.status = "rejected"
                 self.rejected += 1
+                self._client_answered(req.entry_ns, req.rid, rejected=True)
             else:
                 req.status = "waiting"
                 self.sched.add_waiting(req)
-        self.sched.no_more_arrivals = nxt >= len(self.arrivals)
-        return nxt
+        self.sched.no_more_arrivals = not self.pending
+        return self.arrived
+
+    def _client_answered(self, t_ns: int, rid: int, rejected: bool = False) -> None:
+        """A response ended at t_ns. Closed loop: its client sends the next
+        request of the stream after the think time (entry: the later of its
+        own and t + think + queueing delay). Sessions: a finished turn's next
+        turn is sent after the think time (a rejected turn ends the session)."""
+        a0, a1 = self.alpha
+        sent = t_ns + self.cfg.think_time_ns
+        if self.cfg.max_concurrency == 0:
+            if rejected or rid not in self.next_turn:
+                return
+            i = self.next_turn[rid]
+            self.entry[i] = sent + a0 + a1 * self.requests[i].prompt_len
+        elif not self.unsent:
+            return
+        else:
+            i = self.unsent.pop(0)
+            self.entry[i] = max(self.entry[i], sent + a0 + a1 * self.requests[i].prompt_len)
+        req = self.requests[i]
+        req.entry_ns = self.entry[i]
+        req.arrival_ns = self.entry[i] - a0 - a1 * req.prompt_len
+        self.pending.append(i)
+        self.pending.sort(key=lambda j: (self.entry[j], j))
 
     def run(self) -> Engine:
         horizon = self.cfg.horizon_s
         horizon_ns = None if horizon == float("inf") else int(round(horizon * 1e9))
         b0, b1, b2 = self.beta
-        nxt = 0
         sched = self.sched
         while True:
-            nxt = self._admit_arrivals(nxt)
+            nxt = self._admit_arrivals()
             if not sched.running and not sched.waiting:
-                self.pending = []  # only finished requests can have output in flight
-                if nxt >= len(self.arrivals):
+                self.in_flight = []  # only finished requests can have output in flight
+                if not self.pending:
                     break
-                self.clock = self.entry[self.arrivals[nxt]]
+                self.clock = self.entry[self.pending[0]]
                 continue
             if horizon_ns is not None and self.clock >= horizon_ns:
                 break
@@ -749,11 +796,11 @@ class Engine:
             in_flight = 0
             if self.cfg.async_scheduling:
                 # step_with_batch_queue: the previous step's output lands now.
-                done = sched.update_from_output(self.pending, start)
-                in_flight = len(self.pending)
+                done = sched.update_from_output(self.in_flight, start)
+                in_flight = len(self.in_flight)
                 if done:
                     self.steps[-1].finishes = done
-                self.pending = batch
+                self.in_flight = batch
                 finishes: list[int] = []
             else:
                 done = []
@@ -784,6 +831,10 @@ class Engine:
                 )
             )
             self.finished += len(finishes) + len(done)
+            for rid in finishes:
+                self._client_answered(self.clock, rid)
+            for rid in done:
+                self._client_answered(start, rid)
             self.decode_total += decode
             if (not scheduled and preempted == 0 and in_flight == 0) or sched.cycle_detected:
                 self.livelocked = True

@@ -26,7 +26,7 @@ from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.config import SchedulerConfig
 from planner.latency import Latency
-from planner.slo import SLO, seconds_text
+from planner.slo import FIELDS, NAMES, SLO, seconds_text
 from planner.workload import Workload
 
 COARSE_POINTS = 40
@@ -254,9 +254,13 @@ class Recommendation:
 
 
 def latency_text(row: pd.Series, slo: SLO) -> str:
-    """TTFT, TPOT and E2E p99 of ``row``, a lower bound printed as '≥ X'."""
+    """TTFT, TPOT, ITL and E2E p99 of ``row`` (ITL only when ``slo`` sets an
+    ITL SLO), a lower bound printed as '≥ X'."""
     parts = []
-    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+    for key in FIELDS:
+        if key == "itl_s" and slo.itl_s is None:
+            continue
+        name = NAMES[key]
         v = row[f"{key}_p99"]
         if isinstance(v, float) and np.isnan(v):
             continue
@@ -367,9 +371,7 @@ def _rate_text(s: SafeLimits) -> str:
 
 
 def _any_bound(row: pd.Series) -> bool:
-    return any(
-        bool(row.get(f"{k}_p99_is_lower_bound", False)) for k in ("ttft_s", "tpot_s", "e2e_s")
-    )
+    return any(bool(row.get(f"{k}_p99_is_lower_bound", False)) for k in FIELDS)
 
 
 def recommendation(s: SafeLimits) -> str:

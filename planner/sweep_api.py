@@ -103,7 +103,8 @@ class Spec:
 
     def with_slo(self, **fields: Any) -> Spec:
         """Set or (with ``None``) reset ``[slo]`` fields (``ttft_slo``, ``tpot_slo``,
-        ``e2e_slo`` in seconds, ``goodput`` in vLLM's "ttft:MS ..." form).
+        ``itl_slo``, ``e2e_slo`` in seconds, ``goodput`` in vLLM's "ttft:MS ..."
+        form).
         Raises SpecError."""
         return self._edit("slo", fields)
 

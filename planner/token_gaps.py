@@ -58,20 +58,38 @@ def bin_edges_ns(i: int) -> tuple[int, int]:
     return (SUB + sub) << shift, (SUB + sub + 1) << shift
 
 
-def percentiles_s(hist: np.ndarray, percentiles: tuple[int, ...]) -> np.ndarray:
+def gap_bins(gaps_ns: np.ndarray) -> np.ndarray:
+    """``gap_bin`` of every element of an int64 array of gaps in ns (negative
+    gaps count as 0), vectorized: the same integer arithmetic, the octave from
+    ``np.frexp`` (exact: every gap below 2^53 ns is a float64 integer).
+    Returns an int64 array of the same shape."""
+    g = np.maximum(np.asarray(gaps_ns, dtype=np.int64), 0)
+    e = np.frexp(g.astype(np.float64))[1].astype(np.int64) - 1  # floor(log2 g) for g >= 1
+    shift = np.maximum(e - SUB_BITS, 0)
+    log = SUB * (e - SUB_BITS + 1) + (g >> shift) - SUB
+    return np.where(g < SUB, g, np.where(e >= MAX_OCTAVE, NBINS - 1, log)).astype(np.int64)
+
+
+def percentiles_s(
+    hist: np.ndarray, percentiles: tuple[int, ...], inf_count: np.ndarray | None = None
+) -> np.ndarray:
     """Gap percentiles from histograms, seconds, at bin midpoints.
 
-    ``hist``: (C, NBINS) int64 counts. Nearest-rank: percentile p is the bin
-    holding the ceil(p/100 x N)-th smallest gap. Returns (len(percentiles), C)
-    float64; NaN for a config with no gap."""
+    ``hist``: (C, NBINS) int64 counts; ``inf_count``: (C,) int64 gaps above
+    every bin (+inf: gaps never produced, ``planner.metrics``), None = none.
+    Nearest-rank: percentile p is the bin holding the ceil(p/100 x N)-th
+    smallest of the N gaps (+inf when that rank falls among the +inf ones).
+    Returns (len(percentiles), C) float64; NaN for a config with no gap."""
     c = hist.shape[0]
     out = np.full((len(percentiles), c), np.nan)
     mids = np.array([sum(bin_edges_ns(i)) / 2 for i in range(NBINS)]) / 1e9
     mids[0] = 0.0
     cum = np.cumsum(hist, axis=1)
-    total = cum[:, -1]
+    finite = cum[:, -1]
+    total = finite + (0 if inf_count is None else np.asarray(inf_count, dtype=np.int64))
     for j, p in enumerate(percentiles):
         rank = np.ceil(p / 100 * total)
         for ci in np.flatnonzero(total > 0):
-            out[j, ci] = mids[int(np.searchsorted(cum[ci], max(rank[ci], 1)))]
+            r = max(rank[ci], 1)
+            out[j, ci] = np.inf if r > finite[ci] else mids[int(np.searchsorted(cum[ci], r))]
     return out

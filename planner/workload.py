@@ -31,6 +31,9 @@ MAX_ARRIVAL_S = bounds.MAX_ARRIVAL_S  # ~31 years: keeps times in int64 nanoseco
 LENGTH_KINDS = ("gaussian", "lognormal", "constant", "empirical")
 
 
+MAX_TURNS = 10_000  # turns per session: each turn's prompt holds the whole history
+
+
 def field_name(label: str, part: str) -> str:
     """The name of a length setting's ``part`` (stdev, min, max) as the user wrote
     it: ``--prompt-tokens-min`` for a CLI label, ``workload.prompt.min`` for a
@@ -72,11 +75,21 @@ class Workload:
     hash_ids: np.ndarray | None = None
     hash_offsets: np.ndarray | None = None
     hash_block_size: int = 0
+    # Multi-turn sessions (``sessions``): session[i] (R,) int32 >= 0 is request
+    # i's session; a session's requests are its turns in index order, and each
+    # turn is sent when the previous one has finished, plus the think time
+    # (``SchedulerConfig.think_time_s``; ``planner/kernel/arrivals.py``). A
+    # later turn's arrival_s is its session's start (a lower bound: its real
+    # send time is found by the simulation). Turn k's tokens begin with turn
+    # k - 1's prompt and output, so their blocks are shared (prefix caching).
+    session: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if n == 0:
             raise WorkloadError(f"{self.name}: the workload has no requests")
+        if self.session is not None:
+            self._check_sessions(n)
         if self.hash_ids is not None or self.hash_offsets is not None:
             self._check_hashes(n)
         if self.priority is not None and len(self.priority) != n:
@@ -97,6 +110,27 @@ class Workload:
             raise WorkloadError(f"{self.name}: arrival times must be sorted")
         if np.any(self.prompt_tokens < 1) or np.any(self.output_tokens < 1):
             raise WorkloadError(f"{self.name}: prompt and output tokens must be >= 1")
+
+    def _check_sessions(self, n: int) -> None:
+        """Validate ``session`` (see its field comment)."""
+        if len(self.session) != n or np.any(self.session < 0):
+            raise WorkloadError(f"{self.name}: session ids must be R integers >= 0")
+        if self.prefix_group is not None or self.hash_ids is not None:
+            raise WorkloadError(
+                f"{self.name}: sessions share their history by themselves: give no prefix "
+                "groups or hash ids with them"
+            )
+
+    def next_turn(self) -> np.ndarray:
+        """(R,) int32: the index of each request's next turn in its session, -1
+        for none (and for every request without sessions)."""
+        out = np.full(self.num_requests, -1, dtype=np.int32)
+        if self.session is None:
+            return out
+        order = np.lexsort((np.arange(self.num_requests), self.session))
+        same = self.session[order[1:]] == self.session[order[:-1]]
+        out[order[:-1][same]] = order[1:][same]
+        return out
 
     def _check_hashes(self, n: int) -> None:
         """Validate the block-hash arrays (see the field comments)."""
@@ -147,7 +181,8 @@ class Workload:
         h = hashlib.sha256()
         for a in (self.arrival_s, self.prompt_tokens, self.output_tokens):
             h.update(np.ascontiguousarray(a).tobytes())
-        for name in ("priority", "prefix_group", "prefix_len", "hash_ids", "hash_offsets"):
+        for name in ("priority", "prefix_group", "prefix_len", "hash_ids", "hash_offsets",
+                     "session"):  # fmt: skip
             a = getattr(self, name)
             if a is not None:
                 h.update(name.encode())
@@ -323,6 +358,61 @@ def synthetic(
         t = np.zeros(n)
     name = f"synthetic {arrival} arrivals, {prompt.kind}/{output.kind} lengths"
     return Workload(t, prompt.sample(rng, n), output.sample(rng, n), name=name)
+
+
+def sessions(
+    num_sessions: int,
+    turns: int,
+    rate: float,
+    message: LengthDist,
+    output: LengthDist,
+    arrival: str = "constant",
+    seed: int = 0,
+    gamma_cv: float = 1.0,
+) -> Workload:
+    """Multi-turn sessions: ``num_sessions`` sessions of ``turns`` turns each.
+
+    Sessions start as ``synthetic``'s requests do (``arrival`` at ``rate``
+    sessions per second; its first turn's message and output lengths are that
+    request's). Turn k's prompt is the whole history plus a new message:
+    prompt_k = prompt_(k-1) + output_(k-1) + message_k, with the messages and
+    outputs of turns 2.. drawn from ``message`` and ``output`` (numpy PCG64
+    seeded with ``seed`` + 2, so the first turns equal ``synthetic``'s).
+    Requests are session-major (session s's turn k is request s x turns + k)
+    and carry ``Workload.session``; each later turn is sent when the previous
+    one ends, plus the think time (a per-configuration setting).
+
+    Raises:
+        WorkloadError: on a bad parameter, or a prompt that grows past
+            ``MAX_TOKENS``.
+    """
+    if not 1 <= turns <= MAX_TURNS:
+        raise WorkloadError(f"--turns must be in 1..{MAX_TURNS}, got {turns}")
+    first = synthetic(num_sessions, rate, message, output, arrival, seed, gamma_cv)
+    if turns == 1:
+        return first
+    rng = np.random.default_rng(seed + 2)
+    n_more = num_sessions * (turns - 1)
+    msg = np.empty((num_sessions, turns), dtype=np.int64)
+    out = np.empty((num_sessions, turns), dtype=np.int64)
+    msg[:, 0], out[:, 0] = first.prompt_tokens, first.output_tokens
+    msg[:, 1:] = message.sample(rng, n_more).reshape(num_sessions, turns - 1)
+    out[:, 1:] = output.sample(rng, n_more).reshape(num_sessions, turns - 1)
+    history = np.concatenate([np.zeros((num_sessions, 1), np.int64), np.cumsum(msg + out, 1)], 1)
+    prompt = history[:, :-1] + msg  # everything before this turn, plus its message
+    if prompt.max() > MAX_TOKENS:
+        raise WorkloadError(
+            f"--turns {turns}: prompts grow to {int(prompt.max()):,} tokens, beyond "
+            f"{MAX_TOKENS:,}; use fewer turns or shorter messages"
+        )
+    name = f"synthetic sessions ({turns} turns), {arrival} arrivals, {message.kind}/{output.kind}"
+    return Workload(
+        np.repeat(first.arrival_s, turns),
+        prompt.reshape(-1).astype(np.int32),
+        out.reshape(-1).astype(np.int32),
+        name=name,
+        session=np.repeat(np.arange(num_sessions, dtype=np.int32), turns),
+    )
 
 
 def with_shared_prefixes(

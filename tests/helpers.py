@@ -42,6 +42,7 @@ def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Eng
         plen,
         hashes,
         wl.hash_block_size,
+        None if wl.session is None else wl.session.tolist(),
     ).run()
 
 
@@ -105,6 +106,9 @@ def compare_final(res, c: int, eng: Engine) -> None:
     st, oi = res.state, res.state.out.counters[c]
     reqs = eng.requests
     assert st.req.nout[c].tolist() == [r.num_output_tokens for r in reqs]
+    assert st.req.entry_ns[c].tolist() == [r.entry_ns for r in reqs]
+    sent = res.arrival_ns if res.arrival_ns.ndim == 1 else res.arrival_ns[c]
+    assert sent.tolist() == [r.arrival_ns for r in reqs]
     assert st.req.npre[c].tolist() == [r.num_preemptions for r in reqs]
     assert st.req.first_ns[c].tolist() == [r.first_token_ns for r in reqs]
     assert st.req.finish_ns[c].tolist() == [r.finish_ns for r in reqs]

@@ -7,6 +7,8 @@ output (fast-path mode), and satisfy the conservation invariants.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -61,6 +63,8 @@ def configs(draw):
         adaptive_window=draw(st.sampled_from([0, 0, 1, 5, 40])),
         adaptive_threshold=draw(st.sampled_from([0, 2])),
         adaptive_step=draw(st.sampled_from([1, 3])),
+        max_concurrency=(conc := draw(st.sampled_from([0, 0, 0, 1, 2, 3]))),
+        think_time_s=draw(st.sampled_from([0.0, 0.0005, 0.02])) if conc else 0.0,
         horizon_s=horizon,
         max_steps=MAX_STEPS,
     )
@@ -75,6 +79,9 @@ def workloads(draw):
     prio = draw(st.one_of(st.none(), st.lists(st.integers(0, 2), min_size=r, max_size=r)))
     groups = draw(st.one_of(st.none(), st.lists(st.integers(-1, 2), min_size=r, max_size=r)))
     plen = [draw(st.sampled_from([4, 16, 40, 100, 300])) for _ in range(r)]
+    sess = draw(st.one_of(st.none(), st.lists(st.integers(0, 2), min_size=r, max_size=r)))
+    if sess is not None:
+        groups = None  # sessions share their own history
     return Workload(
         np.cumsum(gaps),
         np.array(prompt, np.int32),
@@ -83,7 +90,15 @@ def workloads(draw):
         priority=None if prio is None else np.array(prio),
         prefix_group=None if groups is None else np.array(groups, np.int32),
         prefix_len=None if groups is None else np.array(plen, np.int32),
+        session=None if sess is None else np.array(sess, np.int32),
     )
+
+
+def _open_loop_for_sessions(cfgs: list[SchedulerConfig], wl: Workload) -> list[SchedulerConfig]:
+    """Sessions pace themselves: no closed-loop cap with them (api refuses it)."""
+    if wl.session is None:
+        return cfgs
+    return [replace(c, max_concurrency=0) for c in cfgs]
 
 
 latencies = st.one_of(
@@ -108,6 +123,7 @@ latencies = st.one_of(
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cfgs=st.lists(configs(), min_size=2, max_size=2), wl=workloads(), lat=latencies)
 def test_kernel_matches_reference(cfgs, wl, lat):
+    cfgs = _open_loop_for_sessions(cfgs, wl)
     traced, fast, engines = run_both(cfgs, wl, lat)
     for c, eng in enumerate(engines):
         assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
@@ -132,14 +148,25 @@ def test_kernel_matches_reference(cfgs, wl, lat):
 
 def _random_case(rng: np.random.Generator):
     r = int(rng.integers(1, 10))
+    sessions = rng.random() < 0.3
+    prompt = rng.integers(1, 300, r)
+    output = rng.integers(1, 200, r)
+    sid = np.sort(rng.integers(0, 3, r))
+    if sessions:  # a turn's prompt holds its session's history, as workload.sessions builds
+        prompt = rng.integers(1, 60, r)
+        output = rng.integers(1, 60, r)
+        for i in range(1, r):
+            if sid[i] == sid[i - 1]:
+                prompt[i] += prompt[i - 1] + output[i - 1]
     wl = Workload(
         np.cumsum(rng.uniform(0, 0.02, r)),
-        rng.integers(1, 300, r).astype(np.int32),
-        rng.integers(1, 200, r).astype(np.int32),
+        prompt.astype(np.int32),
+        output.astype(np.int32),
         name="seeded",
         priority=rng.integers(0, 3, r) if rng.random() < 0.5 else None,
-        prefix_group=rng.integers(-1, 3, r).astype(np.int32),
-        prefix_len=rng.choice([16, 64, 200], r).astype(np.int32),
+        prefix_group=None if sessions else rng.integers(-1, 3, r).astype(np.int32),
+        prefix_len=None if sessions else rng.choice([16, 64, 200], r).astype(np.int32),
+        session=sid.astype(np.int32) if sessions else None,
     )
     modes = [str(rng.choice(["recompute", "recompute", "restart", "swap"])) for _ in range(4)]
     cfgs = [
@@ -168,9 +195,12 @@ def _random_case(rng: np.random.Generator):
             adaptive_threshold=int(rng.choice([0, 1])),
             horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
             max_steps=MAX_STEPS,
+            max_concurrency=(conc := int(rng.choice([0, 0, 0, 1, 2, 4]))),
+            think_time_s=float(rng.choice([0.0, 0.001])) if conc else 0.0,
         )
         for mode in modes
     ]
+    cfgs = _open_loop_for_sessions(cfgs, wl)
     if rng.random() < 0.3:
         return (
             cfgs,
@@ -199,7 +229,7 @@ def _random_case(rng: np.random.Generator):
 
 
 def test_seeded_random_cases_cover_every_path():
-    """250 seeded cases x 4 configs: kernel == reference, and the cases really
+    """320 seeded cases x 4 configs: kernel == reference, and the cases really
     exercise preemption, livelock, the horizon, rejection and the fast path."""
     rng = np.random.default_rng(20261130)
     seen = dict(
@@ -214,8 +244,12 @@ def test_seeded_random_cases_cover_every_path():
         async_preempted=0,
         async_fast_path=0,
         cache_hits=0,
+        closed_loop_waited=0,
+        session_turns_sent=0,
+        session_hits=0,
+        cache_fast_path=0,
     )
-    for _ in range(250):
+    for _ in range(320):
         cfgs, wl, lat = _random_case(rng)
         traced, fast, engines = run_both(cfgs, wl, lat)
         for c, eng in enumerate(engines):
@@ -227,6 +261,7 @@ def test_seeded_random_cases_cover_every_path():
             oi = fast.state.out.counters[c]
             seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
             seen["async_fast_path"] += cfgs[c].async_scheduling and oi[S.O_MACRO_STEPS] > 0
+            seen["cache_fast_path"] += cfgs[c].enable_prefix_caching and oi[S.O_MACRO_STEPS] > 0
             seen["cache_hits"] += cfgs[c].enable_prefix_caching and any(
                 a > 0 for s in eng.steps for _, a in s.admissions
             )
@@ -239,6 +274,14 @@ def test_seeded_random_cases_cover_every_path():
             seen["rejected"] += oi[S.O_REJECTED] > 0
             seen["fast_path"] += oi[S.O_MACRO_STEPS] > 0
             seen["finished"] += oi[S.O_FINISHED] > 0
+            later = wl.next_turn()[wl.next_turn() >= 0]
+            seen["session_turns_sent"] += bool(np.any(fast.state.req.first_ns[c, later] >= 0))
+            seen["session_hits"] += wl.session is not None and any(
+                a > 0 for s in eng.steps for _, a in s.admissions
+            )
+            seen["closed_loop_waited"] += cfgs[c].max_concurrency > 0 and bool(
+                np.any(fast.arrival_ns[c] > np.round(wl.arrival_s * 1e9))
+            )
             seen["priority"] += cfgs[c].policy == "priority" and oi[S.O_PREEMPTIONS] > 0
             seen["roofline_fast_path"] += (
                 isinstance(lat, RooflineLatency) and oi[S.O_MACRO_STEPS] > 0

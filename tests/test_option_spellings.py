@@ -36,6 +36,7 @@ SPEC_TO_RUN = {
     "start_s": "trace_start",
     "duration_s": "trace_duration",
     "horizon_s": "horizon",
+    "think_time_s": "think_time",
     "alpha": "alpha_coeffs",
     "beta": "beta_coeffs",
     "overhead_us": "step_overhead_us",
@@ -49,7 +50,7 @@ SPEC_TO_RUN = {
     "hardware": None,
     "scheduler": None,
     "axes": None,
-    "slo": None,  # a table: ttft_slo, tpot_slo, e2e_slo, goodput = plan run's options
+    "slo": None,  # a table: ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput = plan run's options
     "search": None,  # a table: rate_scale_min, rate_scale_max, rate_tolerance = plan max-rate's
 }
 
@@ -119,7 +120,7 @@ def test_vllm_spelling_of_the_pool_override_is_accepted(capsys):
 
 def test_spec_fields_use_the_command_line_names():
     run = {p.name for p in GROUP.commands["run"].params}
-    assert set(SCHEDULER_AXES) <= run
+    assert {SPEC_TO_RUN.get(a, a) for a in SCHEDULER_AXES} <= run
     assert set(WORKLOAD_AXES) <= run
     for model in (WorkloadSpec, LatencySpec, HardwareSpec, SweepSpec, SloSpec):
         for field in model.model_fields:

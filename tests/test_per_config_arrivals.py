@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_crosscheck import configs, latencies, workloads
+from test_crosscheck import _open_loop_for_sessions, configs, latencies, workloads
 
 from helpers import compare_final
 from planner.api import simulate
@@ -30,6 +30,9 @@ def _reference(cfg, wl: Workload, lat, arrival_s: np.ndarray) -> Engine:
         None if wl.priority is None else [int(x) for x in wl.priority],
         None if wl.prefix_group is None else wl.prefix_group.tolist(),
         None if wl.prefix_len is None else wl.prefix_len.tolist(),
+        None,
+        0,
+        None if wl.session is None else wl.session.tolist(),
     ).run()
 
 
@@ -41,6 +44,7 @@ def _reference(cfg, wl: Workload, lat, arrival_s: np.ndarray) -> Engine:
     data=st.data(),
 )
 def test_each_config_sees_its_own_arrivals(cfgs, wl, lat, data):
+    cfgs = _open_loop_for_sessions(cfgs, wl)
     r = wl.num_requests
     rows = [
         data.draw(st.lists(st.floats(0, 0.2), min_size=r, max_size=r), label=f"arrivals {c}")

@@ -35,8 +35,12 @@ def test_goodput_form_is_milliseconds_and_matches_the_options():
         ({"goodput": "ttft:0"}, "ttft must be > 0 ms"),
         ({"goodput": "ttft=5"}, "expected KEY:MS"),
         ({"goodput": "ttft:5 ttft:6"}, "ttft given twice"),
-        ({"goodput": "latency:5"}, "unknown metric 'latency'"),
-        ({"goodput": "itl:5"}, "itl SLO needs per-token times"),
+        ({"goodput": "latency:5"}, r"unknown metric 'latency' \(known: ttft, tpot, itl, e2el\)"),
+        ({"itl_slo": 0.0}, "--itl-slo must be > 0"),
+        ({"itl_slo": -0.01}, "--itl-slo must be > 0"),
+        ({"goodput": "itl:0"}, "itl must be > 0 ms"),
+        ({"goodput": "itl:5 itl:6"}, "itl given twice"),
+        ({"itl_slo": 0.02, "goodput": "itl:20"}, "--itl-slo and --goodput both set itl"),
         ({"goodput": ""}, "expected KEY:MS pairs"),
         ({"ttft_slo": 2.0, "goodput": "ttft:2000"}, "--ttft-slo and --goodput both set ttft"),
     ],
@@ -55,6 +59,8 @@ def test_bad_slos_are_one_line_errors(kwargs, needle):
         ("--e2e-slo", "0"),
         ("--goodput", "ttft:0"),
         ("--goodput", "e2el:-3"),
+        ("--itl-slo", "0"),
+        ("--goodput", "itl:0"),
     ],
 )
 @pytest.mark.parametrize("command", ["run", "safe-limit", "max-rate"])
@@ -62,6 +68,25 @@ def test_slo_at_or_below_zero_exits_2_with_one_line(capsys, command, args):
     code, out, err = run_cli(capsys, command, "--num-gpu-blocks", "7463", *args)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("plan: error: ")
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--itl-slo", "0"), "--itl-slo"),
+        (("--itl-slo", "-0.02"), "--itl-slo"),
+        (("--goodput", "itl:0"), "itl must be > 0 ms"),
+        (("--itl-slo", "0.02", "--goodput", "itl:20"), "--itl-slo and --goodput both set itl"),
+        (("--goodput", "itl:20 itl:30"), "itl given twice"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "check", "safe-limit", "max-rate"])
+def test_bad_itl_slo_exits_2_with_one_line(capsys, command, args, needle):
+    """Every command that takes SLOs refuses a bad ITL SLO before any run."""
+    base = (command, "--num-gpu-blocks", "7463", "--trace-file", "planner/data/s1_seed7.csv")
+    code, out, err = run_cli(capsys, *base, *args)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("plan: error: ") and needle in err
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +210,8 @@ def test_sweep_spec_slo_section_adds_goodput_and_the_verdict():
     with pytest.raises(ValueError, match="slo.ttft_slo must be > 0"):
         spec.with_slo(ttft_slo=0.0)
     text = spec.to_toml() + "\n[slo]\n"
-    with pytest.raises(ValueError, match="slo: give ttft_slo, tpot_slo, e2e_slo or goodput"):
+    needle = "slo: give ttft_slo, tpot_slo, itl_slo, e2e_slo or goodput"
+    with pytest.raises(ValueError, match=needle):
         load_spec_text(text, spec.base_dir)
 
 

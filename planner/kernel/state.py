@@ -67,8 +67,10 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_LONE_NTOK,  # its known tokens then
     O_USABLE,  # usable blocks (num_gpu_blocks less the null block)
     O_STOP_LEN,  # tokens at which check_stop ends a request (capacity.stop_length)
-) = range(37)
-NOUT_I = 37
+    O_RELEASED,  # closed loop: client slots released (requests finished or rejected)
+    O_ORDER_END,  # positions of ``order`` holding requests sent so far (sessions add turns)
+) = range(39)
+NOUT_I = 39
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -158,6 +160,10 @@ Requests = namedtuple(
         "hash_off",
         "hash_key",
         "hash_block",
+        # Multi-turn sessions: the request sent when this one finishes (its
+        # session's next turn), int32, -1 for none. A next turn is not in
+        # ``order`` until then (``kernel/arrivals.py``).
+        "next_turn",
         # (T, L) float64 measured step-time tables (``latency.measured_table_ns``),
         # one row per table, padded; config c reads row cfg[c, LAT_TABLE].
         # ``latency.NO_TABLE`` when no config uses one.
@@ -295,10 +301,10 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); simulate_one allocates 21 arrays per config (3 in step._init, 2 in
+# struct); simulate_one allocates 22 arrays per config (4 in step._init, 2 in
 # cycle.new_cycle, 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
-_SCRATCH_ARRAYS = 21
+_SCRATCH_ARRAYS = 22
 
 
 def pool_table_capacity(n_blocks: int) -> int:
@@ -330,7 +336,8 @@ def kernel_scratch_bytes(
     (R int32), ``hits`` (maxb int32) and the pool of ``prefix_cache.new_cache``
     for num_gpu_blocks blocks N: ``ref``/``hnext``/``hprev`` (N int32), ``hkey``
     (N int64), ``fq_next``/``fq_prev`` (N + 2 int32), ``pc`` (4 int64), ``tkey`` (cap int64),
-    ``thead``/``ttail`` (cap int32). Without caching those are 1-element arrays.
+    ``thead``/``ttail`` (cap int32), and the decode fast path's block events
+    (2 S int32). Without caching those are 1-element arrays.
     ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
     workload's requests."""
     r = num_requests
@@ -341,6 +348,7 @@ def kernel_scratch_bytes(
     cap = pool_table_capacity(n)
     total = 8 * NSTEP + 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
     total += 4 * slots * maxb + 12 * slots + 8 * per_req + 4 * maxb
+    total += 8 * slots if caching else 4  # the fast path's block events, 2 x S int32
     total += 12 * n + 8 * n + 8 * (n + 2) + 32 + 16 * cap
     total += _cycle_bytes(r, caching)
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS

@@ -56,6 +56,7 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
+from planner.kernel.arrivals import answered, arrival_limit, first_sends
 from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
@@ -98,9 +99,11 @@ STEPS = S.O_STEPS
 
 
 # Per-config scratch the kernel allocates: the step's accumulators, the fast
-# path's first-need histogram (block_size + 1,) int64 and async's skipped
-# waiting requests (R,) int32, and the livelock detector (``cycle.Cycle``).
-Scratch = namedtuple("Scratch", "step hist skipbuf cycle")
+# path's first-need histogram (block_size + 1,) int64, async's skipped
+# waiting requests (R,) int32, the livelock detector (``cycle.Cycle``), and
+# with prefix caching the fast path's block events (2 x min(max_num_seqs, R),)
+# int32 (``_replay_cache_run``).
+Scratch = namedtuple("Scratch", "step hist skipbuf cycle cache_ev")
 
 
 @njit(cache=True)
@@ -123,11 +126,13 @@ def _init(cfg, rq, k):
     k[S.O_LIVELOCK_STEP] = -1
     k[S.O_LONE_R] = -1
     k[S.O_LONE_NTOK] = -1
+    k[S.O_ORDER_END] = first_sends(rq)
     sc = Scratch(
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
         new_cycle(R, cfg[K.CACHING] == 0),
+        np.empty(2 * min(cfg[K.SEQS], R) if cfg[K.CACHING] != 0 else 1, dtype=np.int32),
     )
     if cfg[K.CACHING] == 0:
         return sc, PC.new_cache(1, null_block, 1, 1, 1)
@@ -191,15 +196,17 @@ def _drop_finished(run, n_run, status):
 
 
 @njit(cache=True, inline="always")
-def _finish(r, t, caching, st, p):
-    """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``).
-    Returns the blocks back in the free queue."""
+def _finish(r, t, cfg, rq, st, k, p):
+    """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``);
+    its client may send again (``arrivals.answered``). Returns the blocks back
+    in the free queue."""
     freed = st.held[r]
-    if caching and p.slot_of[r] >= 0:
+    if cfg[K.CACHING] != 0 and p.slot_of[r] >= 0:
         freed = PC.release(r, st.held[r], p)
     st.held[r] = 0
     st.status[r] = S.FINISHED
     st.finish_ns[r] = t
+    answered(cfg, rq, st, k, r, t)
     return freed
 
 
@@ -210,16 +217,18 @@ def _finish(r, t, caching, st, p):
 def _arrivals(cfg, rq, st, q, k):
     """Requests whose entry time has come join the tail of ``waiting``
     (``Scheduler.add_request``; priority: ``PriorityRequestQueue``). The front
-    end rejects prompts >= max_model_len (``InputProcessor``)."""
+    end rejects prompts >= max_model_len (``InputProcessor``). Closed loop:
+    only released requests arrive (``arrivals.py``)."""
     R = rq.prompt.shape[0]
     by_priority = cfg[K.POLICY] == 1
-    while k[NXT] < R and st.entry_ns[st.order[k[NXT]]] <= k[CLOCK]:
+    while k[NXT] < arrival_limit(cfg, k, R) and st.entry_ns[st.order[k[NXT]]] <= k[CLOCK]:
         r = st.order[k[NXT]]
         k[NXT] += 1
         k[S.O_ARRIVED] += 1
         if rq.prompt[r] >= cfg[K.MML]:
             st.status[r] = S.REJECTED
             k[S.O_REJECTED] += 1
+            answered(cfg, rq, st, k, r, st.entry_ns[r])  # closed loop: the client's answer
         elif by_priority:
             st.status[r] = S.WAITING
             k[WL] = _enqueue_sorted(r, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
@@ -366,9 +375,18 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
     kmax = min(kf, min(cfg[K.MAX_STEPS], k[S.O_WINDOW_END]) - k[STEPS])
     if kmax < 2:
         return 0, 0, 0, 0, 0, 0
+    # With caching the head may hit up to h cached blocks in use (only those
+    # lower its need: hits still in the free queue cost a free block each), so
+    # it stays refused if it is refused with h such hits (``_admission_test``).
+    h = 0
+    if head >= 0 and cfg[K.CACHING] != 0 and st.ncomp[head] == 0:
+        h = min(
+            PC.shareable_blocks(head, bs, rq),
+            PC.max_hit_blocks(st.nout[head] + rq.prompt[head], bs),
+        )
     if head >= 0 and not _head_blocked(
-        head, rq.prompt[head] + st.nout[head], st.ncomp[head], n_run, free - need1, k[S.O_SEQS],
-        cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
+        head, rq.prompt[head] + st.nout[head], st.ncomp[head] + h * bs, n_run, free - need1 + h,
+        k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
     ):  # fmt: skip
         # Projected admission can still refuse it; the projection is fixed
         # while nothing is admitted or finishes.
@@ -434,7 +452,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
 
 
 @njit(cache=True, inline="always")
-def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih):
+def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih, p):
     """Advance every running request by n decode steps; finish those that stop
     at the end of step n. Async: the token in flight before the run lands at
     its start (a first token then counts at the clock), and one token is still
@@ -471,10 +489,11 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             alloc += nb - st.held[r]
             st.held[r] = nb
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= stop_len:
-            freed += st.held[r]
+            freed += PC.release(r, st.held[r], p) if cfg[K.CACHING] != 0 else st.held[r]
             st.held[r] = 0
             st.status[r] = S.FINISHED
             st.finish_ns[r] = clock + elapsed
+            answered(cfg, rq, st, k, r, clock + elapsed)
             n_fin += 1
         else:
             used += st.held[r]
@@ -482,10 +501,95 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
 
 
 @njit(cache=True, _nrt=False)
-def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
+def _replay_cache_run(n, cfg, rq, st, q, k, p, offs, ev):
+    """Prefix caching over an n-step decode run, in the order the one-by-one
+    engine takes it (``_schedule_running``: per step, per running request in
+    order, ``allocate_slots`` first takes a new block from the free queue's
+    front when the next token needs one, then hashes the blocks its tokens
+    have filled, ``cache_blocks``). For a request with c0 computed tokens,
+    ``held`` blocks and ``ncached`` hashed ones, step j (from 0) computes token
+    c0 + j + 1: a block is taken at j = held x bs - c0 and every bs steps
+    after, and blocks are hashed from j = max(0, (ncached + 1) x bs - c0 - 1),
+    every bs steps after. Both first steps fall below bs (a request decoding
+    holds its blocks tight and has hashed every full one), so each request's
+    events sit in two phases j mod bs; a counting sort by phase (``offs``,
+    (bs + 1,) int64; ``ev``, (2 x n_run,) int32 holding 2r + kind, kind 0 a
+    new block, 1 a hash, in running order) lets each step touch only its own
+    events. Updates the prefix cache only: ``_apply_decode_run`` then moves
+    the requests' counters. Returns False, touching nothing, when a request's
+    first events do not fall in the first bs steps (then no run is taken)."""
+    bs, n_run = cfg[K.BS], k[N_RUN]
+    for j in range(bs + 1):
+        offs[j] = 0
+    for i in range(n_run):
+        r = q.run[i]
+        a = st.held[r] * bs - st.ncomp[r]
+        c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
+        if not (0 <= a < bs and 0 <= c < bs):
+            return False
+        offs[a + 1] += 1
+        offs[c + 1] += 1
+    for j in range(bs):
+        offs[j + 1] += offs[j]
+    for i in range(n_run):  # a stable placement: running order within a phase
+        r = q.run[i]
+        a = st.held[r] * bs - st.ncomp[r]
+        ev[offs[a]] = 2 * r
+        offs[a] += 1
+        c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
+        ev[offs[c]] = 2 * r + 1
+        offs[c] += 1
+    for j in range(bs, 0, -1):  # offs[j] was the end of phase j: shift back to starts
+        offs[j] = offs[j - 1]
+    offs[0] = 0
+    _run_cache_events(n, bs, rq, st, p, offs, ev)
+    return True
+
+
+@njit(cache=True, _nrt=False)
+def _run_cache_events(n, bs, rq, st, p, offs, ev):
+    """The events ``_replay_cache_run`` sorted, step by step: a new block is
+    ``get_new_blocks(1)`` (the free queue's front, its old hash evicted) and a
+    hash is ``cache_blocks`` of the one block just filled; written out on the
+    prefix cache's arrays (calls with the whole record cost more than the
+    work), then the cache's counters once for the run."""
+    n_req = p.slot_of.shape[0]
+    maxb = p.table.shape[1]
+    head = p.fq_next.shape[0] - 2
+    hkey, hnext, hprev = p.hkey, p.hnext, p.hprev
+    tkey, thead, ttail = p.tkey, p.thead, p.ttail
+    taken = 0
+    for j in range(n):
+        ph = j % bs
+        for e in range(offs[ph], offs[ph + 1]):
+            r = ev[e] >> 1
+            s = p.slot_of[r]
+            if ev[e] & 1 == 0:
+                b = p.fq_next[head]
+                PC._fq_unlink(b, p.fq_next, p.fq_prev)
+                if hkey[b] >= 0:
+                    PC._map_remove(b, hkey, hnext, hprev, tkey, thead, ttail)
+                p.ref[b] = 1
+                p.table[s, st.held[r] + (j - ph) // bs] = b
+                taken += 1
+            else:
+                jb = (st.ncomp[r] + j + 1) // bs - 1  # the block just filled
+                key = PC.block_key(r, jb, bs, rq, n_req, maxb)
+                PC._map_insert(p.table[s, jb], key, hkey, hnext, hprev, tkey, thead, ttail)
+                p.ncached[r] = jb + 1
+    p.pc[PC.FREE_LEN] -= taken
+    p.pc[PC.IN_USE] += taken
+    p.pc[PC.REFS] += taken
+
+
+@njit(cache=True, _nrt=False)
+def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     """Jump over a run of identical decode-only steps when one is provable
     (``_decode_run_length``). Returns whether it did; the result is the same
-    as taking the steps one by one (tests compare both)."""
+    as taking the steps one by one (tests compare both). With prefix caching
+    the run's block allocations and hashes are replayed in step order
+    (``_replay_cache_run``)."""
+    hist = sc.hist
     k = o.counters
     n_run = k[N_RUN]
     if not 0 < n_run <= cfg[K.MNBT]:
@@ -497,11 +601,13 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     # The run stops before an arrival that can become the head (nothing waits,
     # or priority order), and in any case before the last arrival: that one
     # starts the livelock detector (cycle.py), which must see it at the step
-    # the one-by-one engine does.
+    # the one-by-one engine does. Closed loop: before any arrival (each can be
+    # the last before the gate closes).
     next_entry = INT64_MAX
-    if nxt < R:
-        arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1
-        next_entry = st.entry_ns[st.order[nxt if arrivals_matter else R - 1]]
+    if nxt < arrival_limit(cfg, k, R):
+        arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1 or cfg[K.CONC] != 0
+        last = arrival_limit(cfg, k, R) - 1
+        next_entry = st.entry_ns[st.order[nxt if arrivals_matter else last]]
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
     n, elapsed, first_dt, last_dt, gmax, kv_int = _decode_run_length(
@@ -509,8 +615,10 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     )
     if n < 2:
         return False
+    if cfg[K.CACHING] != 0 and not _replay_cache_run(n, cfg, rq, st, q, k, p, hist, sc.cache_ev):
+        return False
     alloc, freed, n_fin, used, w = _apply_decode_run(
-        n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
+        n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih, p
     )
     o.floats[S.F_WASTE_NS] += w
     o.floats[S.F_KV_BLOCK_NS] += kv_int
@@ -518,14 +626,16 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, hist, check):
     k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
     k[FREE] += freed
     k[S.O_DECODE_TOKENS] += n * n_run
+    k[CLOCK] += elapsed
     if n_fin > 0:
         k[N_RUN] = _drop_finished(q.run, n_run, st.status)
         k[S.O_FINISHED] += n_fin
-    k[CLOCK] += elapsed
     k[S.O_BUSY_NS] += elapsed
     k[STEPS] += n
     k[S.O_MACRO_STEPS] += n
-    if check and used + k[FREE] != k[S.O_USABLE]:
+    if check and cfg[K.CACHING] != 0:
+        _check_invariants(cfg, st, q, k, p)
+    elif check and used + k[FREE] != k[S.O_USABLE]:
         k[S.O_INVARIANT_ERRORS] += 1
     return True
 
@@ -630,7 +740,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
         k[WL] += 1
     s[N_PRE] += 1
     _log(o.events, k, k[STEPS], v, 0, S.EV_PREEMPT)
-    if v == r and k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= R:
+    if v == r and k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= arrival_limit(cfg, k, R):
         # Alone in the system with nothing left to arrive: the state after this
         # preemption repeats the last one => a cycle.
         vt = rq.prompt[v] + st.nout[v]
@@ -919,7 +1029,6 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
     its known tokens samples one now; ``check_stop`` finishes it at
     max_tokens or the stop length, freeing its blocks at once."""
     k = o.counters
-    caching = cfg[K.CACHING] != 0
     clock = k[CLOCK]
     memo = (np.int64(-1), np.int64(0))
     for j in range(s[N_SCHED]):
@@ -931,7 +1040,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
             st.first_ns[r] = clock
         memo = _token_gap(r, clock, st, o.itl_hist, memo)
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
-            k[FREE] += _finish(r, clock, caching, st, p)
+            k[FREE] += _finish(r, clock, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
 
@@ -976,7 +1085,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
             if st.status[r] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
-            k[FREE] += _finish(r, start, caching, st, p)
+            k[FREE] += _finish(r, start, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 2, r, 0, S.EV_FINISH)
     s[N_FLIGHT] = k[S.O_N_PEND]
@@ -1071,17 +1180,18 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
     sc, p = _init(cfg, rq, k)
     R = rq.prompt.shape[0]
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    # No fast path with caching (block identities are assigned step by step)
-    # or restart preemption (its livelock detector must see every step:
-    # decodes are not progress there, cycle.py).
-    macro = macro and cfg[K.CACHING] == 0 and cfg[K.PREEMPT] != 1
+    # No fast path with restart preemption (its livelock detector must see
+    # every step: decodes are not progress there, cycle.py), nor with caching
+    # under async scheduling (blocks are hashed as outputs land, step by step).
+    macro = macro and cfg[K.PREEMPT] != 1
+    macro = macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
     async_ = cfg[K.ASYNC] != 0
     while True:
         _arrivals(cfg, rq, st, q, k)
         if k[N_RUN] == 0 and k[WL] == 0:
             k[S.O_N_PEND] = 0  # only finished requests can still have output in flight
-            if k[NXT] >= R:
-                break
+            if k[NXT] >= arrival_limit(cfg, k, R):
+                break  # all arrived (closed loop: a request waits for a release; none can come)
             k[CLOCK] = st.entry_ns[st.order[k[NXT]]]
             continue
         if k[CLOCK] >= cfg[K.HORIZON_NS]:
@@ -1093,7 +1203,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             k[S.O_INTERRUPTED] = 1
             break
         _adapt_cap(cfg, k)
-        if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc.hist, check):
+        if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
             after_fast_path(cfg, k, sc.cycle)
             continue
         # Scheduler.schedule: the running phase, then (if nothing was

@@ -28,7 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from planner import bounds, resolve
 from planner.block_hashes import check_block_sizes
 from planner.cli_inert import SCHEDULER_RULES
-from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, clock_bound
+from planner.config import (
+    FIELD_FLAGS,
+    PREEMPTION_MODES,
+    STOP_BOUNDS,
+    SchedulerConfig,
+    clock_bound,
+)
 from planner.hardware import HardwareError
 from planner.latency import Latency
 from planner.maxrate_range import (
@@ -40,10 +46,11 @@ from planner.maxrate_range import (
 from planner.slo import SLO, from_options
 from planner.traces import TraceOptions, check_columns, load_trace
 from planner.workload import (
+    MAX_TURNS,
     LengthDist,
     Workload,
     WorkloadError,
-    synthetic,
+    sessions,
     unused_field_warnings,
     with_shared_prefixes,
 )
@@ -76,6 +83,8 @@ SCHEDULER_AXES = (
     "cpu_swap_blocks",
     "swap_bandwidth_gbps",
     "kv_block_bytes",
+    "max_concurrency",
+    "think_time_s",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -100,8 +109,11 @@ INT_AXES = {
     "adaptive_step",
     "cpu_swap_blocks",
     "kv_block_bytes",
+    "max_concurrency",
 }
 
+
+FLAG_FIELDS = {flag: field for field, flag in FIELD_FLAGS.items()}  # --think-time -> think_time_s
 
 # Spec fields checked against planner.bounds.OPTION_BOUNDS (field -> bound name);
 # axes and [scheduler] keys use their own names.
@@ -210,6 +222,9 @@ class WorkloadSpec(_Strict):
     prefix_groups: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
     prefix_len: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
     prefix_share: Annotated[float, Field(ge=0, le=1, strict=True)] = 0.0
+    # multi-turn sessions (planner.workload.sessions): num_requests sessions of
+    # this many turns; prompt is each turn's new message
+    turns: Annotated[int, Field(ge=1, le=MAX_TURNS, strict=True)] = 1
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
@@ -227,10 +242,14 @@ class WorkloadSpec(_Strict):
             raise ValueError("a synthetic workload needs [workload.prompt] and [workload.output]")
         if self.kind == "trace" and not self.path:
             raise ValueError("a trace workload needs path")
+        if self.turns > 1 and self.prefix_groups:
+            raise ValueError("turns: sessions share their own history; give no prefix_groups")
         return self
 
 
-_SYNTHETIC_FIELDS = frozenset({"num_requests", "arrival", "rate", "gamma_cv", "prompt", "output"})
+_SYNTHETIC_FIELDS = frozenset(
+    {"num_requests", "arrival", "rate", "gamma_cv", "prompt", "output", "turns"}
+)
 _TRACE_FIELDS = frozenset(
     {
         "path",
@@ -279,12 +298,14 @@ class RangeSpec(_Strict):
 class SloSpec(_Strict):
     """``[slo]``: the SLOs of ``planner.slo`` (fields named as the options of
     ``plan run``): seconds, or ``goodput = "ttft:MS tpot:MS e2el:MS"`` (vLLM
-    bench's form, milliseconds). Each row then has ``goodput_rps``,
-    ``meets_slo`` and ``slo_margin`` (``metrics.summarize``)."""
+    bench's form, milliseconds; ``itl:MS`` is this planner's extension). Each
+    row then has ``goodput_rps``, ``meets_slo`` and ``slo_margin``
+    (``metrics.summarize``); a ``[search]`` section searches at these SLOs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     ttft_slo: float | None = None
     tpot_slo: float | None = None
+    itl_slo: float | None = None
     e2e_slo: float | None = None
     goodput: str | None = None
 
@@ -296,12 +317,13 @@ class SloSpec(_Strict):
                 self.tpot_slo,
                 self.e2e_slo,
                 self.goodput,
-                ("slo.ttft_slo", "slo.tpot_slo", "slo.e2e_slo", "slo.goodput"),
+                {k: f"slo.{k}" for k in ("ttft_slo", "tpot_slo", "itl_slo", "e2e_slo", "goodput")},
+                self.itl_slo,
             )
         except ValueError as e:
             raise SpecError(str(e)) from None
         if not out.given():
-            raise SpecError("slo: give ttft_slo, tpot_slo, e2e_slo or goodput")
+            raise SpecError("slo: give ttft_slo, tpot_slo, itl_slo, e2e_slo or goodput")
         return out
 
 
@@ -460,6 +482,23 @@ class Sweep:
         # Build every config and workload now, so that bad values fail before any run.
         self.configs = [self._config(row) for row in self._axis_rows()]
         self._reject_inert_settings()
+        if self.spec.workload.turns > 1 and any(c.max_concurrency > 0 for c in self.configs):
+            raise SpecError(
+                "max_concurrency: sessions (workload.turns > 1) pace themselves; "
+                "closed-loop clients cannot be combined with them"
+            )
+        think = [c.think_time_s > 0 for c in self.configs]
+        paced = [c.max_concurrency > 0 or self.spec.workload.turns > 1 for c in self.configs]
+        if any(think) and not any(p for t, p in zip(think, paced, strict=True) if t):
+            raise SpecError(
+                f"{_where('think_time_s', self)}: no effect without max_concurrency > 0 "
+                "or workload.turns > 1"
+            )
+        if self.search is not None and any(c.max_concurrency > 0 for c in self.configs):
+            raise SpecError(
+                "search: the highest-rate search is for open-loop load; "
+                "max_concurrency must be 0 (closed loop sets its own rate)"
+            )
         self.warnings: list[str] = []  # one-line notes for the user, each once
         self.workloads: dict[tuple, Workload] = {}
         for key in self.workload_keys():
@@ -556,7 +595,7 @@ class Sweep:
         except (ValueError, TypeError) as e:
             # SchedulerConfig names the CLI flag first: "--max-num-seqs must be ..."
             flag, _, rest = str(e).partition(" ")
-            key = flag.lstrip("-").replace("-", "_")
+            key = FLAG_FIELDS.get(flag, flag.lstrip("-").replace("-", "_"))
             raise SpecError(f"{_where(key, self)}: {rest}") from None
 
     def _workload(self, axis_values: dict[str, Any]) -> Workload:
@@ -588,8 +627,9 @@ class Sweep:
             p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
             o = LengthDist(**w.output.model_dump(), label="workload.output")
             seed = int(axis_values.get("seed", w.seed))
-            wl = synthetic(
+            wl = sessions(
                 w.num_requests,
+                w.turns,
                 float(axis_values.get("rate", w.rate)),
                 p,
                 o,
