@@ -44,8 +44,17 @@ def calibrate(
 
     if step_overhead_us and latency != opt.LatencyKind.measured:
         raise ValueError("--step-overhead-us is fitted here; give it only with --latency measured")
-    if latency == opt.LatencyKind.linear and (model, gpu) != (None, None):
-        raise ValueError("--latency linear fits no model or GPU; drop --model and --gpu")
+    if latency == opt.LatencyKind.linear:
+        hw = {
+            "--model": model is not None,
+            "--gpu": gpu is not None,
+            "--tensor-parallel-size": tensor_parallel_size != 1,
+            "--quantization": quantization is not None,
+            "--kv-cache-dtype": kv_cache_dtype != "auto",
+        }
+        if any(hw.values()):
+            named = ", ".join(k for k, v in hw.items() if v)
+            raise ValueError(f"--latency linear fits no hardware; drop {named}")
     steps = cal.read_steps(steps_csv)
     if latency == opt.LatencyKind.linear:
         fit, _ = cal.fit_linear(steps)

@@ -3,6 +3,8 @@ generated (plus noise), and a bad CSV exits 2 with one line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -102,3 +104,9 @@ def test_bad_csv_exits_2_with_one_line(capsys, tmp_path, text, needle):
     code, out, err = run_cli(capsys, "calibrate", str(path))
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_linear_takes_no_hardware_options(capsys):
+    path = str(Path(__file__).parents[1] / "docs" / "calibrate_example.csv")
+    code, out, err = run_cli(capsys, "calibrate", path, "--tensor-parallel-size", "2")
+    assert code == 2 and "--tensor-parallel-size" in err and len(err.strip().splitlines()) == 1
