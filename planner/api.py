@@ -13,7 +13,7 @@ import pandas as pd
 from planner import config as K
 from planner.block_hashes import chain_ids, check_block_sizes
 from planner.bounds import INT64_MAX
-from planner.config import SchedulerConfig, pack_configs
+from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.step import simulate_batch, simulate_one
 from planner.latency import Latency, LinearLatency
@@ -192,7 +192,14 @@ def simulate(
     st = S.allocate(c, r, trace_steps, log_entries)
     _fill_entries(cfg, arrival_ns, prompt, next_turn, st.req)
     requests = S.Requests(
-        prompt, max_tokens, priority, group, shared_len, *hash_arrays(workload, configs), next_turn
+        prompt,
+        max_tokens,
+        priority,
+        group,
+        shared_len,
+        *hash_arrays(workload, configs),
+        next_turn,
+        pack_tables(lats),
     )
     with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
         _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)

@@ -161,6 +161,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "mfu": EFFICIENCY,
     "mbu": EFFICIENCY,
     "step_overhead_us": Bound(0.0, MAX_COEFF_US, why="microseconds"),
+    "measured_scale": Bound(0.0, 1000.0, lo_open=True, why="a factor on the measured table"),
     # plan check / safe-limit
     "tokens_per_request": COUNTS,
     "percentile": Bound(0.0, 100.0),

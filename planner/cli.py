@@ -21,6 +21,7 @@ from rich.table import Table
 from planner import capacity, distribution
 from planner import cli_options as opt
 from planner.capacity import analytic_safe_max_num_seqs
+from planner.cli_calibrate import register as register_calibrate
 from planner.cli_capacity import command_workload, finite, warn
 from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
@@ -252,6 +253,7 @@ def run(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
+    measured_scale: opt.MeasuredScale = None,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
     itl_slo: opt.ItlSlo = None,
@@ -288,7 +290,7 @@ def run(
 
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us, quantization, kv_cache_dtype,
+        step_overhead_us, quantization, kv_cache_dtype, measured_scale,
     )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463,
@@ -797,6 +799,7 @@ def bench(
 register_capacity_commands(app)
 register_max_rate(app)
 register_model_commands(app)
+register_calibrate(app)
 
 
 def main(argv: list[str] | None = None) -> None:

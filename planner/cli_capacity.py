@@ -135,6 +135,7 @@ def check(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
+    measured_scale: opt.MeasuredScale = None,
     as_json: opt.AsJson = False,
 ) -> None:
     """Would vLLM start on this pool, and can requests livelock in it?
@@ -258,7 +259,7 @@ def check(
         assert trace_file is not None  # CHECK_RULES
         lat = opt.step_time(
             latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-            step_overhead_us,
+            step_overhead_us, measured_scale=measured_scale,
         )  # fmt: skip
         cfg = SchedulerConfig(
             num_gpu_blocks=n,
@@ -563,6 +564,7 @@ def safe_limit(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
+    measured_scale: opt.MeasuredScale = None,
     enable_prefix_caching: opt.EnablePrefixCaching = False,
     async_scheduling: opt.AsyncScheduling = False,
     prefix_groups: opt.PrefixGroups = 0,
@@ -585,7 +587,7 @@ def safe_limit(
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us, quantization, kv_cache_dtype,
+        step_overhead_us, quantization, kv_cache_dtype, measured_scale,
     )  # fmt: skip
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
              "max_requests": max_requests, "hash_block_size": trace_hash_block_size}  # fmt: skip

@@ -158,9 +158,24 @@ RUN_RULES: tuple[Rule, ...] = (
         "has no effect with --latency roofline (use --mfu/--mbu/--step-overhead-us)",
     ),
     Rule(
-        ("mfu", "mbu", "step_overhead_us"),
+        ("beta_coeffs",),
+        lambda p: _value(p.get("latency")) == "measured",
+        "has no effect with --latency measured (use --step-overhead-us)",
+    ),
+    Rule(
+        ("mfu", "mbu"),
         lambda p: _value(p.get("latency", "linear")) != "roofline",
         "needs --latency roofline",
+    ),
+    Rule(
+        ("measured_scale",),
+        lambda p: _value(p.get("latency", "linear")) != "measured",
+        "needs --latency measured",
+    ),
+    Rule(
+        ("step_overhead_us",),
+        lambda p: _value(p.get("latency", "linear")) not in ("roofline", "measured"),
+        "needs --latency roofline or measured",
     ),
 )
 
@@ -195,7 +210,15 @@ CHECK_RULES: tuple[Rule, ...] = (
         "needs --trace-file (plan check judges SLOs on that trace's traffic)",
     ),
     Rule(
-        ("max_num_seqs", "horizon", "rate_scale", "latency", "alpha_coeffs", "beta_coeffs"),
+        (
+            "max_num_seqs",
+            "horizon",
+            "rate_scale",
+            "latency",
+            "alpha_coeffs",
+            "beta_coeffs",
+            "measured_scale",
+        ),
         lambda p: not _has_slo(p),
         "needs an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput): plan check "
         "simulates the traffic only to judge SLOs",
@@ -209,11 +232,12 @@ DTYPE_RULE = Rule(
     lambda p: (
         p.get("model") is None
         or (
-            p.get("num_gpu_blocks") is not None and _value(p.get("latency", "linear")) != "roofline"
+            p.get("num_gpu_blocks") is not None
+            and _value(p.get("latency", "linear")) not in ("roofline", "measured")
         )
     ),
     "only sizes the pool from --model and --gpu (without --num-gpu-blocks) or the roofline's "
-    "weight and KV bytes",
+    "and measured step times' weight and KV dtypes",
 )
 RUN_RULES = (*RUN_RULES, DTYPE_RULE)
 

@@ -133,6 +133,7 @@ def max_rate(
     mfu: opt.Mfu = None,
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
+    measured_scale: opt.MeasuredScale = None,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
     itl_slo: opt.ItlSlo = None,
@@ -160,7 +161,7 @@ def max_rate(
     varied = parse_vary(ctx, vary)
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us,
+        step_overhead_us, measured_scale=measured_scale,
     )  # fmt: skip
     if "num_gpu_blocks" in varied:
         blocks = varied["num_gpu_blocks"][0]

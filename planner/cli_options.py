@@ -8,6 +8,7 @@ can print it. ``tests/test_error_flags.py`` checks that for all commands.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -72,6 +73,7 @@ class LatencyKind(StrEnum):
 
     linear = "linear"
     roofline = "roofline"
+    measured = "measured"
 
 
 LatencyOpt = Annotated[LatencyKind, typer.Option(help="Step-time model.")]
@@ -85,7 +87,13 @@ BetaCoeffs = Annotated[
 ]
 Mfu = Annotated[float | None, typer.Option(help="Roofline: model FLOP utilisation.")]
 Mbu = Annotated[float | None, typer.Option(help="Roofline: memory bandwidth use.")]
-StepOverheadUs = Annotated[float, typer.Option(help="Roofline: fixed per step.")]
+StepOverheadUs = Annotated[
+    float, typer.Option(help="Roofline or measured: fixed per step, microseconds.")
+]
+MeasuredScale = Annotated[
+    float | None,
+    typer.Option(help="Measured: factor on the table's step times (plan calibrate fits it)."),
+]
 
 
 def coeffs(text: str, flag: str) -> tuple[float, float, float]:
@@ -114,11 +122,14 @@ def step_time(
     step_overhead_us: float,
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
+    measured_scale: float | None = None,
 ) -> Latency:
     """The step-time model from the latency options above (``resolve.latency``
     picks it and states the defaults); the roofline reads the model's weight
     and KV bytes under ``--quantization`` and ``--kv-cache-dtype``."""
-    return resolve.latency(
+    if measured_scale is not None and latency != LatencyKind.measured:
+        raise ValueError("--measured-scale needs --latency measured")
+    lat = resolve.latency(
         latency.value,
         model,
         gpu,
@@ -131,6 +142,9 @@ def step_time(
         quantization,
         kv_cache_dtype,
     )
+    if measured_scale is not None:
+        lat = dataclasses.replace(lat, scale=measured_scale)  # type: ignore[type-var]
+    return lat
 
 
 # Synthetic workloads (``planner.workload.synthetic``); S1's shapes are the defaults.

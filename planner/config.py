@@ -15,7 +15,16 @@ import numpy as np
 
 from planner import bounds
 from planner.kernel.policies import ADMISSIONS, VICTIMS
-from planner.latency import LINEAR, ROOFLINE, Latency, LinearLatency
+from planner.latency import (
+    LINEAR,
+    MEASURED,
+    NO_TABLE,
+    ROOFLINE,
+    Latency,
+    LinearLatency,
+    MeasuredLatency,
+    measured_table_ns,
+)
 
 # Named option values (the kernel sees the integers).
 PREEMPTION_MODES = {"recompute": 0, "restart": 1, "swap": 2}
@@ -57,8 +66,9 @@ POLICIES = {"fcfs": 0, "priority": 1}
     CACHING,
     CONC,
     THINK_NS,
-) = range(33)
-NCOLS = 33
+    LAT_TABLE,
+) = range(34)
+NCOLS = 34
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -203,13 +213,29 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
     tokens; every scheduled token needs a KV slot). Linear: b0 + max(b1, b2) x T.
     Roofline: overhead + max(FLOPs/(peak x MFU), bytes/(HBM x MBU)) with every
     token attending max_model_len keys and the whole pool read (see
-    ``latency.step_time_ns``). Swap preemption adds at most a pool's worth of
-    block transfers.
+    ``latency.step_time_ns``). Measured: overhead + twice the largest table
+    value at the corners of the box the step can reach (up to T prefill
+    tokens and T decodes, the prefill context and the decodes' summed KV each
+    up to the pool's tokens): the table is multilinear, so this bounds it
+    unless its slopes change sign. Swap preemption adds at
+    most a pool's worth of block transfers.
     """
     tokens = float(min(cfg.max_num_batched_tokens, cfg.num_gpu_blocks * cfg.block_size))
     b0, b1, b2, *_ = lat.ns()
     if isinstance(lat, LinearLatency):
         t = b0 + max(b1, b2) * tokens
+    elif isinstance(lat, MeasuredLatency):
+        n, pool = int(tokens), cfg.num_gpu_blocks * cfg.block_size
+        corners = [
+            (p, d, p * c + p * (p + 1) // 2 + d * x, p + c + d * x)
+            for p in (0, n)
+            for d in (0, n)
+            for c in (0, pool)
+            for x in (1, max(pool // max(d, 1), 1))
+            if 0 < p + d
+        ]
+        worst = max(measured_table_ns(lat.table, *c) for c in corners)
+        t = b0 + 2.0 * lat.scale * worst
     else:
         fp = lat.floats()
         flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
@@ -257,6 +283,7 @@ def pack_configs(
         raise ValueError("need one latency model per config, or one for all")
     out = np.zeros((len(configs), NCOLS), dtype=np.int64)
     outf = np.zeros((len(configs), NFLOAT), dtype=np.float64)
+    rows, _ = _table_rows(latencies)
     for i, (c, lat) in enumerate(zip(configs, latencies, strict=True)):
         clock_bound(c, lat)  # the int64 ns clock cannot wrap
         outf[i] = lat.floats()
@@ -277,7 +304,7 @@ def pack_configs(
             horizon,
             c.max_steps,
             *lat.ns(),
-            LINEAR if isinstance(lat, LinearLatency) else ROOFLINE,
+            lat_kind(lat),
             VICTIMS[c.victim_rule],
             c.anti_starvation,
             ADMISSIONS[c.admission],
@@ -290,5 +317,43 @@ def pack_configs(
             int(c.enable_prefix_caching),
             c.max_concurrency,
             c.think_time_ns,
+            rows[i],
         )
     return out, outf
+
+
+def lat_kind(lat: Latency) -> int:
+    """The kernel's step-time kind of ``lat`` (``latency.LINEAR``, ``ROOFLINE``, ``MEASURED``)."""
+    if isinstance(lat, LinearLatency):
+        return LINEAR
+    return MEASURED if isinstance(lat, MeasuredLatency) else ROOFLINE
+
+
+def _table_rows(latencies: Sequence[Latency]) -> tuple[list[int], list[np.ndarray]]:
+    """Each latency's row in the stacked measured tables (0 for a model
+    without a table) and the distinct tables in order of first use."""
+    rows, tables, seen = [], [], {}
+    for lat in latencies:
+        if not isinstance(lat, MeasuredLatency):
+            rows.append(0)
+            continue
+        key = id(lat.table)
+        if key not in seen:
+            seen[key] = len(tables)
+            tables.append(lat.table)
+        rows.append(seen[key])
+    return rows, tables
+
+
+def pack_tables(latencies: Sequence[Latency]) -> np.ndarray:
+    """The ``state.Requests.lat_tables`` of ``latencies`` (one per config, or
+    one for all): the distinct measured tables stacked, shape (T, L) float64
+    (rows padded with zeros to the longest), ``latency.NO_TABLE`` when none;
+    the rows ``pack_configs`` writes in the ``LAT_TABLE`` column."""
+    _, tables = _table_rows(latencies)
+    if not tables:
+        return NO_TABLE
+    out = np.zeros((len(tables), max(t.shape[0] for t in tables)), dtype=np.float64)
+    for i, t in enumerate(tables):
+        out[i, : t.shape[0]] = t
+    return out

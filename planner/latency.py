@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from numba import njit
 
 from planner import bounds
@@ -149,25 +150,143 @@ class RooflineLatency:
         )
 
 
-Latency = LinearLatency | RooflineLatency
+@dataclass(frozen=True, eq=False)
+class MeasuredLatency:
+    """Step times interpolated in a table of aiconfigurator-core estimates
+    (built by ``planner.measured.build``; the table layout is
+    ``measured_table_ns``'s). ``scale`` multiplies every table value (the
+    correction factor ``plan calibrate`` fits); ``overhead_us`` is added per
+    step; alpha as in ``LinearLatency``.
+
+    Raises:
+        ValueError: for a scale outside (0, 1000] or an overhead or alpha
+            outside ``planner.bounds``.
+    """
+
+    model: str
+    gpu: str
+    tp: int
+    table: np.ndarray  # (L,) float64, see measured_table_ns
+    source: str  # e.g. "aiconfigurator-core 0.12.0, h100_sxm vLLM 0.24.0 data"
+    scale: float = 1.0
+    overhead_us: float = 0.0
+    alpha: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        bounds.check_option("measured_scale", self.scale)
+        bounds.check_option("step_overhead_us", self.overhead_us)
+        LinearLatency(self.alpha, (1.0, 0.0, 0.0))  # validates alpha
+
+    def ns(self) -> tuple[int, int, int, int, int, int]:
+        """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
+        return tuple(  # type: ignore[return-value]
+            int(round(x * 1000.0)) for x in (self.overhead_us, 0.0, 0.0, *self.alpha)
+        )
+
+    def floats(self) -> tuple[float, float, float, float, float, float]:
+        """(scale, 0, 0, 0, 1, 1): the kernel's float params of the measured kind."""
+        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0)
+
+    def describe(self) -> str:
+        dtypes = f", quantization {self.quantization}" if self.quantization else ""
+        if self.kv_cache_dtype != "auto":
+            dtypes += f", KV {self.kv_cache_dtype}"
+        scale = f", x{self.scale:g}" if self.scale != 1.0 else ""
+        return (
+            f"measured {self.model} on {self.tp} x {self.gpu} ({self.source}{scale}, "
+            f"overhead {self.overhead_us:g} us{dtypes})"
+        )
+
+
+Latency = LinearLatency | RooflineLatency | MeasuredLatency
 
 # Step-time model kinds, as the kernel sees them.
-LINEAR, ROOFLINE = 0, 1
+LINEAR, ROOFLINE, MEASURED = 0, 1, 2
+NO_TABLE = np.zeros((1, 4), dtype=np.float64)  # the stacked tables when no config has one
 
 
 @njit(cache=True)
-def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens):  # noqa: ANN001, ANN201
+def _segment(g, x):  # noqa: ANN001, ANN202
+    """(j, t): x lies at g[j] + t (g[j+1] - g[j]) on the ascending grid g, the
+    first or last segment extended beyond the grid's ends (t < 0 or t > 1)."""
+    n = g.shape[0]
+    j = 0
+    while j < n - 2 and x >= g[j + 1]:
+        j += 1
+    return j, (x - g[j]) / (g[j + 1] - g[j])
+
+
+@njit(cache=True)
+def measured_table_ns(tab, prefill, decode, attended, kv_tokens):  # noqa: ANN001, ANN201
+    """Multilinear interpolation of a measured step-time table, in float ns.
+
+    ``tab`` (float64, 1-D): sizes (n0, n1, n2, n3), then the ascending grids
+    of prefill tokens P, decode requests D, mean decode context a (KV tokens
+    per decode request, its new token included) and prefill context Cp (the
+    prefill's computed tokens before the chunk: cached prefix or earlier
+    chunks), then the n0*n1*n2*n3 step times in ns, C order. Every grid has at
+    least 2 points; beyond a grid's ends the nearest segment is extended.
+
+    The step's KV inputs are split as if its prefill tokens were one request's
+    chunk of P tokens after Cp computed ones: the step's (query, key) pairs
+    less its KV tokens are (P - 1) Cp + P (P - 1) / 2 for that chunk (decodes
+    add as many pairs as KV tokens), so Cp = (attended - kv_tokens - P (P - 1)
+    / 2) / (P - 1), clipped to [0, kv_tokens - P]; the decodes' KV is the
+    rest. Exact when a step holds at most one prefill with computed tokens
+    (several fresh prefills give Cp = 0, also exact); otherwise the context
+    is shared between Cp and the decodes.
+    """
+    p = float(prefill)
+    d = float(decode)
+    rest = float(kv_tokens) - p
+    cp = 0.0
+    if prefill > 1:
+        cp = (float(attended) - float(kv_tokens) - p * (p - 1.0) / 2.0) / (p - 1.0)
+        cp = min(max(cp, 0.0), rest)
+    a = max((rest - cp) / d, 1.0) if decode > 0 else 1.0
+    n0, n1, n2, n3 = int(tab[0]), int(tab[1]), int(tab[2]), int(tab[3])
+    o1 = 4 + n0
+    o2 = o1 + n1
+    o3 = o2 + n2
+    ov = o3 + n3
+    j0, t0 = _segment(tab[4:o1], p)
+    j1, t1 = _segment(tab[o1:o2], d)
+    j2, t2 = _segment(tab[o2:o3], a)
+    j3, t3 = _segment(tab[o3:ov], cp)
+    out = 0.0
+    for b0 in range(2):
+        w0 = t0 if b0 else 1.0 - t0
+        for b1 in range(2):
+            w1 = t1 if b1 else 1.0 - t1
+            for b2 in range(2):
+                w2 = t2 if b2 else 1.0 - t2
+                for b3 in range(2):
+                    w3 = t3 if b3 else 1.0 - t3
+                    i = (((j0 + b0) * n1 + j1 + b1) * n2 + j2 + b2) * n3 + j3 + b3
+                    out += w0 * w1 * w2 * w3 * tab[ov + i]
+    return out
+
+
+@njit(cache=True)
+def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # noqa: ANN001, ANN201
     """Duration of one step in integer ns; 0 for a step that scheduled nothing.
 
     ``ip``: int params (b0, b1, b2) in ns; ``fp``: the roofline floats of
-    ``RooflineLatency.floats``. ``attended``: (query, key) pairs of the step;
-    ``kv_tokens``: KV tokens read or written. Shared by the kernel and the
-    reference engine.
+    ``RooflineLatency.floats`` (measured: ``fp[0]`` scales the table).
+    ``attended``: (query, key) pairs of the step; ``kv_tokens``: KV tokens
+    read or written; ``tab``: the config's measured table (``MEASURED`` only,
+    ``measured_table_ns``), a step taking at least 1 ns. Shared by the kernel
+    and the reference engine.
     """
     if prefill + decode == 0:
         return 0
     if kind == LINEAR:
         return ip[0] + ip[1] * prefill + ip[2] * decode
+    if kind == MEASURED:
+        t_ns = fp[0] * measured_table_ns(tab, prefill, decode, attended, kv_tokens)
+        return ip[0] + max(int(math.ceil(t_ns)), 1)
     flops = fp[0] * (prefill + decode) + fp[1] * attended
     nbytes = fp[2] + fp[3] * kv_tokens
     t = max(flops / fp[4], nbytes / fp[5])

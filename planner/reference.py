@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
-from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig
+from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, lat_kind, pack_tables
 from planner.kernel.cycle import QUIET_STEPS
 from planner.kernel.state import cycle_cache_entries
-from planner.latency import LINEAR, Latency, LinearLatency, step_time_ns
+from planner.latency import LINEAR, Latency, step_time_ns
 from planner.token_gaps import NBINS, SUB, SUB_BITS
 
 
@@ -593,9 +593,10 @@ class Engine:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
         self.beta = (b0, b1, b2)
-        self.lat_kind = LINEAR if isinstance(latency, LinearLatency) else 1
+        self.lat_kind = lat_kind(latency)
         self.lat_ints = np.array([b0, b1, b2], dtype=np.int64)
         self.lat_floats = np.array(latency.floats(), dtype=np.float64)
+        self.lat_table = pack_tables([latency])[0]
         self.sched = Scheduler(cfg)
         entry = [a + a0 + a1 * p for a, p in zip(arrival_ns, prompt, strict=True)]
         prio = priority if priority is not None else [0] * len(prompt)
@@ -786,7 +787,14 @@ class Engine:
             kv_touched = sum(r.num_computed_tokens + n for r, n in scheduled)
             start = self.clock
             dt = step_time_ns(
-                self.lat_kind, self.lat_ints, self.lat_floats, prefill, decode, attended, kv_touched
+                self.lat_kind,
+                self.lat_ints,
+                self.lat_floats,
+                prefill,
+                decode,
+                attended,
+                kv_touched,
+                self.lat_table,
             )
             dt += sched.swap_ns
             for req, _ in scheduled:

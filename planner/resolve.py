@@ -8,7 +8,7 @@ from __future__ import annotations
 from planner import hardware
 from planner.latency import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
 
-LATENCY_KINDS = ("linear", "roofline")
+LATENCY_KINDS = ("linear", "roofline", "measured")
 
 
 def latency(
@@ -28,12 +28,30 @@ def latency(
 
     ``linear``: explicit alpha/beta if given, else the preset for (model, GPU),
     else (no model or GPU named) the S1 seed coefficients. ``roofline``: needs
-    a model and a GPU. Raises ValueError (one line) otherwise.
+    a model and a GPU. ``measured``: aiconfigurator-core tables
+    (``planner.measured``; the optional extra ``aic``), a model and a GPU it
+    has data for. Raises ValueError (one line) otherwise.
     """
     if kind not in LATENCY_KINDS:
         raise ValueError(f"--latency must be one of {LATENCY_KINDS}, got {kind!r}")
     if tp < 1:
         raise ValueError(f"--tensor-parallel-size must be >= 1, got {tp}")
+    if kind == "measured":
+        if model is None or gpu is None:
+            raise ValueError("--latency measured needs --model and --gpu")
+        if beta is not None or mfu is not None or mbu is not None:
+            raise ValueError("--latency measured takes no --beta-coeffs, --mfu or --mbu")
+        from planner import measured
+
+        return measured.build(
+            model,
+            gpu,
+            tp,
+            quantization,
+            kv_cache_dtype,
+            overhead_us=overhead_us,
+            alpha=alpha or (0.0, 0.0, 0.0),
+        )
     if kind == "roofline":
         if model is None or gpu is None:
             raise ValueError("--latency roofline needs --model and --gpu")

@@ -22,7 +22,11 @@ from planner.workload import WorkloadError
 
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 # Positional arguments each command needs to parse (the bound check comes first).
-ARGS = {"sweep": ["no-such-spec.toml"], "heatmap": ["no-such-results"]}
+ARGS = {
+    "sweep": ["no-such-spec.toml"],
+    "heatmap": ["no-such-results"],
+    "calibrate": ["no-such-steps.csv"],
+}
 HOSTILE = ("0", "-1", "1e308", "nan", "inf", str(2**63), str(2**64))
 
 

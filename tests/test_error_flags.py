@@ -60,6 +60,7 @@ BASE = {
         "--output-tokens", "4", "--rate-scale-max", "2",
     ],
     "models": [],
+    "calibrate": [str(ROOT / "docs" / "calibrate_example.csv")],
 }  # fmt: skip
 
 # Cross-option mistakes a new user makes, per command.

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from planner.hardware import GIB, GPUS, MODELS, HardwareError, gpu, model, num_gpu_blocks
-from planner.latency import LINEAR, ROOFLINE, LinearLatency, RooflineLatency, step_time_ns
+from planner.latency import (
+    LINEAR,
+    NO_TABLE,
+    ROOFLINE,
+    LinearLatency,
+    RooflineLatency,
+    step_time_ns,
+)
 from planner.resolve import latency
 
 
@@ -54,17 +61,20 @@ def test_roofline_decode_is_memory_bound_and_prefill_compute_bound():
     m, g = model("llama-3.1-8b"), gpu("H100")
     # 32 decodes after 1,000 tokens each: weights + KV of 32,032 tokens, read once.
     kv = 32 * 1001
-    t = step_time_ns(ROOFLINE, ip, fp, 0, 32, kv, kv)
+    t = step_time_ns(ROOFLINE, ip, fp, 0, 32, kv, kv, NO_TABLE[0])
     mem = (m.params * 2 + m.kv_bytes_per_token() * kv) / (g.hbm_bytes_per_s * lat.mbu)
     assert t == pytest.approx(mem * 1e9, abs=1)
     # One 2,048-token prefill chunk: compute dominates.
     att = 2048 * 2049 // 2
-    tp = step_time_ns(ROOFLINE, ip, fp, 2048, 0, att, 2048)
+    tp = step_time_ns(ROOFLINE, ip, fp, 2048, 0, att, 2048, NO_TABLE[0])
     flops = 2 * m.params * 2048 + 4 * m.num_layers * m.num_heads * m.head_dim * att
     assert tp == pytest.approx(flops / (g.bf16_flops * lat.mfu) * 1e9, abs=1)
     assert tp > t
     # More decodes never take less time.
-    times = [step_time_ns(ROOFLINE, ip, fp, 0, b, b * 1001, b * 1001) for b in (1, 8, 64, 512)]
+    times = [
+        step_time_ns(ROOFLINE, ip, fp, 0, b, b * 1001, b * 1001, NO_TABLE[0])
+        for b in (1, 8, 64, 512)
+    ]
     assert times == sorted(times)
 
 
@@ -72,8 +82,8 @@ def test_linear_step_time_and_presets():
     lat = LinearLatency()
     ip = np.array(lat.ns()[:3], dtype=np.int64)
     fp = np.array(lat.floats())
-    assert step_time_ns(LINEAR, ip, fp, 0, 32, 0, 0) == 5752710 + 32 * 6000
-    assert step_time_ns(LINEAR, ip, fp, 0, 0, 0, 0) == 0
+    assert step_time_ns(LINEAR, ip, fp, 0, 32, 0, 0, NO_TABLE[0]) == 5752710 + 32 * 6000
+    assert step_time_ns(LINEAR, ip, fp, 0, 0, 0, 0, NO_TABLE[0]) == 0
     assert latency("linear", "llama-3.1-8b", "H100") == LinearLatency()
     with pytest.raises(ValueError, match="no linear coefficients"):
         latency("linear", "qwen2.5-7b", "L40S")

@@ -28,6 +28,7 @@ SLOW = (
     "--address",
     "results/seed-",
     "log.csv",
+    "--latency measured",  # needs the optional extra aic (tests/test_measured.py runs it)
 )
 
 

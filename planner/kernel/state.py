@@ -164,6 +164,10 @@ Requests = namedtuple(
         # session's next turn), int32, -1 for none. A next turn is not in
         # ``order`` until then (``kernel/arrivals.py``).
         "next_turn",
+        # (T, L) float64 measured step-time tables (``latency.measured_table_ns``),
+        # one row per table, padded; config c reads row cfg[c, LAT_TABLE].
+        # ``latency.NO_TABLE`` when no config uses one.
+        "lat_tables",
     ],
 )
 

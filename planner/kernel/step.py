@@ -83,7 +83,7 @@ from planner.kernel.state import (
     SWAP_NS,
     THR_NOW,
 )
-from planner.latency import LINEAR, ROOFLINE, step_time_ns
+from planner.latency import LINEAR, step_time_ns
 from planner.token_gaps import gap_bin
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -322,7 +322,7 @@ def _decode_scan(cfg, rq, st, q, k, hist):
     ``hist[j]``: requests whose first new block is needed j steps ahead."""
     bs, mml, admission = cfg[K.BS], cfg[K.MML], cfg[K.ADMISSION]
     async_ = cfg[K.ASYNC] != 0
-    roofline = cfg[K.LAT_KIND] == ROOFLINE
+    pro_rata = cfg[K.LAT_KIND] != LINEAR  # roofline, measured: waste is the step time pro rata
     stop_len = k[S.O_STOP_LEN]
     kf, need1, ctx0, proj, periodic = INT64_MAX, 0, 0, 0, True
     for j in range(bs + 1):
@@ -338,7 +338,7 @@ def _decode_scan(cfg, rq, st, q, k, hist):
             if ntok - st.ncomp[r] != 1:
                 return 0, 0, 0, 0, False
             f = min(rq.max_tokens[r] - st.nout[r], stop_len - ntok)
-        if roofline and st.hw[r] > st.ncomp[r]:
+        if pro_rata and st.hw[r] > st.ncomp[r]:
             return 0, 0, 0, 0, False  # re-decode waste is only attributed step by step
         ctx0 += st.ncomp[r]
         if admission != VANILLA:
@@ -426,6 +426,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
     # first must start before the next relevant arrival and the horizon.
     limit = min(next_entry, cfg[K.HORIZON_NS])
     ip = cfg[K.B0 : K.B2 + 1]
+    tab = rq.lat_tables[cfg[K.LAT_TABLE]]
     elapsed, first, n = 0, 0, 0
     prev, gmax, gbin, glast, used, kv_int = 0, 0, 0, -1, k[S.O_USABLE] - free, 0
     jb = 0  # (n mod bs) + 1: hist's slot of the requests needing a block in step n
@@ -433,7 +434,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
         if n > 0 and k[CLOCK] + elapsed >= limit:
             break
         kv = ctx0 + n_run * (n + 1)
-        dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, np.int64(0), n_run, kv, kv)
+        dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, np.int64(0), n_run, kv, kv, tab)
         if n == 0:
             first = dt
         else:
@@ -966,13 +967,14 @@ def _begin_step(cfg, k, s):
 
 
 @njit(cache=True, _nrt=False)
-def _step_time(cfg, cfgf, k, s):
+def _step_time(cfg, cfgf, rq, k, s):
     """Advance the clock by the step's duration (``planner.latency``; an empty
-    step runs no model) plus its KV swap time, and count the step. Returns
-    the duration (ns)."""
+    step runs no model; ``rq.lat_tables`` holds the measured tables) plus its
+    KV swap time, and count the step. Returns the duration (ns)."""
     p_tok, d_tok = s[PREFILL], s[DECODE]
     ip = cfg[K.B0 : K.B2 + 1]
-    dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED])
+    tab = rq.lat_tables[cfg[K.LAT_TABLE]]
+    dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab)
     dt += s[SWAP_NS]
     k[CLOCK] += dt
     k[S.O_BUSY_NS] += dt
@@ -1217,7 +1219,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
         _schedule_running(cfg, rq, st, q, o, sc.step, p)
         if sc.step[N_PRE] == 0:
             _schedule_waiting(cfg, rq, st, q, o, sc, p)
-        dt = _step_time(cfg, cfgf, k, sc.step)
+        dt = _step_time(cfg, cfgf, rq, k, sc.step)
         _update_after_schedule(cfg, dt, rq, st, q, o, sc.step)
         if async_:
             _update_from_output_async(cfg, rq, st, q, o, sc.step, p)

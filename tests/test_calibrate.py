@@ -1,0 +1,112 @@
+"""plan calibrate: each fit recovers the coefficients of data the model itself
+generated (plus noise), and a bad CSV exits 2 with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_measured import synthetic_latency
+
+from helpers import run_cli
+from planner import calibrate as cal
+from planner.latency import ROOFLINE, RooflineLatency, step_time_ns
+
+COLS = list(cal.COLUMNS)
+
+
+def random_steps(rng: np.random.Generator, n: int = 300) -> pd.DataFrame:
+    p = rng.choice([0, 0, 0, 1, 64, 512, 2048, 8192], n)
+    d = rng.integers(0, 300, n)
+    d[(p == 0) & (d == 0)] = 1
+    kv = d * rng.integers(1, 8000, n)
+    return pd.DataFrame({"prefill_tokens": p, "decode_requests": d, "kv_tokens": kv})
+
+
+def with_times(df: pd.DataFrame, ms: np.ndarray, rng: np.random.Generator) -> dict:
+    df = df.assign(step_ms=ms * (1.0 + rng.normal(0.0, 0.005, len(df))))
+    return {c: df[c].to_numpy(dtype=np.float64) for c in COLS}
+
+
+def test_linear_fit_recovers_its_coefficients():
+    rng = np.random.default_rng(1)
+    df = random_steps(rng)
+    beta = (4000.0, 21.5, 9.0)
+    ms = (beta[0] + beta[1] * df.prefill_tokens + beta[2] * df.decode_requests) / 1000.0
+    fit, lat = cal.fit_linear(with_times(df, ms.to_numpy(), rng))
+    assert lat.beta == pytest.approx(beta, rel=0.03)
+    assert fit.options.startswith("--latency linear --beta-coeffs ")
+    assert fit.mean_rel < 0.01
+
+
+def _times(lat, df) -> np.ndarray:
+    ip = np.array(lat.ns()[:3], dtype=np.int64)
+    fp = np.array(lat.floats())
+    tab = getattr(lat, "table", np.zeros(4))
+    kind = 2 if hasattr(lat, "table") else ROOFLINE
+    out = []
+    for p, d, kv in zip(df.prefill_tokens, df.decode_requests, df.kv_tokens, strict=True):
+        args = (int(p), int(d), int(p) * (int(p) + 1) // 2 + int(kv), int(p) + int(kv))
+        out.append(step_time_ns(kind, ip, fp, *args, tab) / 1e6)
+    return np.array(out)
+
+
+def test_roofline_fit_recovers_mfu_mbu_and_overhead():
+    rng = np.random.default_rng(2)
+    df = random_steps(rng)
+    truth = RooflineLatency("llama-3.1-8b", "H100", 1, mfu=0.42, mbu=0.73, overhead_us=900.0)
+    base = RooflineLatency("llama-3.1-8b", "H100")
+    fit, lat = cal.fit_roofline(with_times(df, _times(truth, df), rng), base)
+    assert lat.mfu == pytest.approx(0.42, abs=0.011)
+    assert lat.mbu == pytest.approx(0.73, abs=0.011)
+    assert lat.overhead_us == pytest.approx(900.0, abs=150.0)
+    assert "--mfu 0.42" in fit.options or "--mfu 0.41" in fit.options or "--mfu 0.43" in fit.options
+
+
+def test_measured_fit_recovers_the_scale():
+    rng = np.random.default_rng(3)
+    df = random_steps(rng)
+    fit, lat = cal.fit_measured(
+        with_times(df, _times(synthetic_latency(1.37), df), rng), synthetic_latency()
+    )
+    assert lat.scale == pytest.approx(1.37, rel=0.005)
+    assert fit.options.startswith("--latency measured --measured-scale 1.3")
+
+
+def test_cli_prints_the_options_and_the_error(capsys, tmp_path):
+    rng = np.random.default_rng(4)
+    df = random_steps(rng, 50)
+    ms = (5000 + 20 * df.prefill_tokens + 7 * df.decode_requests) / 1000.0
+    path = tmp_path / "steps.csv"
+    df.assign(step_ms=ms).to_csv(path, index=False)
+    code, out, err = run_cli(capsys, "calibrate", str(path))
+    assert code == 0, err
+    first, second = out.strip().splitlines()
+    assert first == "--latency linear --beta-coeffs 5000,20,7"
+    assert second.startswith("fit error over 50 steps: RMS ")
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("prefill_tokens,decode_requests,step_ms\n1,2,3\n", "missing column kv_tokens"),
+        ("prefill_tokens,decode_requests,kv_tokens,step_ms\n1,2,x,3\n", "column kv_tokens, row 1"),
+        ("prefill_tokens,decode_requests,kv_tokens,step_ms\n", "no rows"),
+        ("", "not a CSV"),
+        ("prefill_tokens,decode_requests,kv_tokens,step_ms\n0,0,0,3\n", "no prefill tokens"),
+    ],
+)
+def test_bad_csv_exits_2_with_one_line(capsys, tmp_path, text, needle):
+    path = tmp_path / "steps.csv"
+    path.write_text(text)
+    code, out, err = run_cli(capsys, "calibrate", str(path))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_linear_takes_no_hardware_options(capsys):
+    path = str(Path(__file__).parents[1] / "docs" / "calibrate_example.csv")
+    code, out, err = run_cli(capsys, "calibrate", path, "--tensor-parallel-size", "2")
+    assert code == 2 and "--tensor-parallel-size" in err and len(err.strip().splitlines()) == 1
