@@ -79,7 +79,7 @@ def answered(cfg, rq, st, k, r, t):
     think time (``next_turn``; a rejected turn ends its session: its answer,
     which the next prompt would hold, never came)."""
     if cfg[K.CONC] != 0:
-        release(cfg, rq, st, k, 1, t)
+        release(cfg, rq, st, k, np.int64(1), t)
         return
     nt = rq.next_turn[r]
     if nt < 0 or st.status[r] == S.REJECTED:

@@ -54,7 +54,9 @@ from planner.kernel.state import CYCLE_SCALARS as SCALARS
 QUIET_STEPS = 32
 # det fields (int64)
 ACTIVE, QUIET, POWER, LAM, MARK_FIN, MARK_NXT, MARK_DEC, _UNUSED = range(NDET)
-WRITE, COMPARE = 1, 2
+# Modes of ``_walk``, passed as int64 values (a bare constant would be a
+# literal type, and Numba would compile the walk once per mode).
+WRITE, COMPARE = np.int64(1), np.int64(2)
 
 # ``snap`` (int32) holds a snapshot of the state, ``det`` the detector's counters.
 Cycle = namedtuple("Cycle", "snap det")

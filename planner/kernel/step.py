@@ -145,7 +145,8 @@ def _init(cfg, rq, k):
         np.empty(2 * slots if caching else 1, dtype=np.int32),
     )
     if not caching:
-        return sc, PC.new_cache(1, null_block, 1, 1, 1)
+        one = np.int64(1)  # int64 like the caching call's sizes: one compiled new_cache
+        return sc, PC.new_cache(one, null_block, one, one, one)
     return sc, PC.new_cache(n, null_block, slots, maxb, R)
 
 
