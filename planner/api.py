@@ -114,7 +114,7 @@ def compile_note(num_configs: int) -> str:
         return ""
     which = "" if num_configs == 1 else "parallel "
     return (
-        f"compiling the {which}simulation kernel for this machine: once, about 15 s on "
+        f"compiling the {which}simulation kernel for this machine: once, about 30 s on "
         "2 cores; later runs load it from Numba's cache"
     )
 
@@ -173,6 +173,7 @@ def simulate(
         else np.ascontiguousarray(workload.priority, dtype=np.int64)
     )
     next_turn = workload.next_turn()
+    _paced_clock_bound(cfg, workload, next_turn)
     if workload.session is not None:
         if np.any(cfg[:, K.CONC] > 0):
             raise ValueError("max_concurrency: closed-loop clients and sessions cannot be combined")
@@ -205,6 +206,36 @@ def simulate(
         _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
     arrival_ns = _sent_ns(cfg, arrival_ns, prompt, next_turn, st.req)
     return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+
+
+def paced_clock_bound(
+    configs: Sequence[SchedulerConfig], workload: Workload, latency: Latency
+) -> None:
+    """``_paced_clock_bound`` for configs before any work (commands call it
+    before the compile note). Raises ValueError (one line)."""
+    cfg, _ = pack_configs(list(configs), [latency])
+    _paced_clock_bound(cfg, workload, workload.next_turn())
+
+
+def _paced_clock_bound(cfg: np.ndarray, workload: Workload, next_turn: np.ndarray) -> None:
+    """Closed-loop clients and session turns are sent after answers, so their
+    send times add up: at most R x (think time + alpha2 x the longest output)
+    after the last arrival. Like arrivals (``bounds.clock_bound``), that must
+    stay within ``MAX_ARRIVAL_S`` so that the int64 ns clock cannot wrap.
+    Raises ValueError (one line) otherwise."""
+    paced = (cfg[:, K.CONC] > 0) | bool(np.any(next_turn >= 0))
+    if not paced.any():
+        return
+    r = workload.num_requests
+    longest = int(np.max(workload.output_tokens))
+    chain = float(workload.arrival_s.max())
+    chain += r * float((cfg[paced, K.THINK_NS] + cfg[paced, K.A2] * longest).max()) / 1e9
+    if chain > MAX_ARRIVAL_S:
+        raise ValueError(
+            f"--think-time: {r:,} requests each sent after the previous answer "
+            f"(think time + alpha2 x {longest:,} output tokens) could reach {chain:.3g} s, "
+            f"beyond {MAX_ARRIVAL_S:g} s of simulated time (int64 ns clock)"
+        )
 
 
 def _fill_entries(

@@ -25,6 +25,7 @@ implemented.
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,14 @@ class Fit:
         )
 
 
+# Bounds on a step row: token counts are int32 in the kernel; a step is at
+# least 1 ns (the clock's unit) and at most an hour.
+MAX_TOKENS = 2**31 - 1
+MAX_STEP_MS = 3.6e6
+MIN_STEP_MS = 1e-6
+MIN_ROWS = 4  # more rows than coefficients, so the fit error means something
+
+
 def read_steps(path: Path) -> dict[str, np.ndarray]:
     """The CSV's ``COLUMNS`` as float64 arrays of shape (N,). Raises
     CalibrationError (one line) for a missing file or column, a non-numeric,
@@ -72,10 +81,21 @@ def read_steps(path: Path) -> dict[str, np.ndarray]:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path)
+        # index_col=False: a row with more fields than the header is an error,
+        # not a silent shift of every column (pandas' default index guess).
+        with warnings.catch_warnings():  # a row longer than the header: an error
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(path, index_col=False)
     except FileNotFoundError:
         raise CalibrationError(f"{path}: no such file") from None
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+    except (
+        pd.errors.EmptyDataError,
+        pd.errors.ParserError,
+        UnicodeDecodeError,
+        IsADirectoryError,
+        ValueError,
+        pd.errors.ParserWarning,
+    ) as e:
         raise CalibrationError(
             f"{path}: not a CSV with columns {', '.join(COLUMNS)} ({e})"
         ) from None
@@ -89,17 +109,30 @@ def read_steps(path: Path) -> dict[str, np.ndarray]:
     out = {}
     for c in COLUMNS:
         v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
+        top = MAX_STEP_MS if c == "step_ms" else MAX_TOKENS
+        integral = c != "step_ms"
+        bad = np.flatnonzero(
+            ~np.isfinite(v) | (v < 0) | (v > top) | (integral & (v != np.round(v)))
+        )
         if bad.size:
+            what = "an integer" if integral else "a number of ms"
             raise CalibrationError(
-                f"{path}: column {c}, row {int(bad[0]) + 1}: {df[c].iloc[bad[0]]!r} "
-                "is not a finite number >= 0"
+                f"{path}: column {c}, row {int(bad[0]) + 1}: {str(df[c].iloc[bad[0]])!r} is not "
+                f"{what} in 0..{top:,.0f}"
             )
         out[c] = v
+    if np.any(out["step_ms"] < MIN_STEP_MS):
+        raise CalibrationError(
+            f"{path}: column step_ms: every step takes at least {MIN_STEP_MS:g} ms (1 ns)"
+        )
     if np.any(out["step_ms"] <= 0):
         raise CalibrationError(f"{path}: column step_ms: every step takes time (> 0 ms)")
     if np.any(out["prefill_tokens"] + out["decode_requests"] <= 0):
         raise CalibrationError(f"{path}: a row with no prefill tokens and no decode requests")
+    if len(df) < MIN_ROWS:
+        raise CalibrationError(
+            f"{path}: {len(df)} rows; a fit of up to 3 coefficients needs at least {MIN_ROWS}"
+        )
     return out
 
 

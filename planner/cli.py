@@ -282,7 +282,7 @@ def run(
     when the outcome is one of the given classes; 2 bad input.
     """
     from planner import resolve
-    from planner.api import compile_note, simulate
+    from planner.api import compile_note, paced_clock_bound, simulate
 
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
@@ -348,6 +348,7 @@ def run(
         if max_num_seqs > safe and not 0 < max_concurrency <= safe  # clients cap the batch
         else ""
     )
+    paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     if note := compile_note(1):
         print(f"plan: {note}", file=sys.stderr)
     t0 = time.perf_counter()
@@ -461,13 +462,23 @@ def _print_run(
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
     conc = int(row["max_concurrency"])  # type: ignore[index]
+    think = float(row["think_time_s"])  # type: ignore[index]
     if conc > 0:
-        think = float(row["think_time_s"])  # type: ignore[index]
+        held = bool(row["concurrency_bound"])  # type: ignore[index]
         console.print(
-            f"closed loop: at most {conc:,} requests in the system, each sent when one ends"
+            f"closed loop: at most {conc:,} in the system, each request sent when one ends"
             + (f" plus {think:g} s think time" if think > 0 else "")
-            + "; overload and offered load do not apply (the clients set the rate)",
+            + (
+                "; the cap held requests back, so the clients set the rate (overload does "
+                "not apply)"
+                if held
+                else "; the cap never held a request back (overload is judged as open loop)"
+            ),
             soft_wrap=True,
+        )
+    elif wl.session is not None:
+        console.print(
+            f"sessions: each later turn sent {think:g} s after the previous answer", soft_wrap=True
         )
     table = Table(show_header=False)
     for key, fmt in SUMMARY_ROWS:
@@ -488,13 +499,30 @@ def _print_run(
             "shown with those gaps at their lower bounds",
             soft_wrap=True,
         )
+    if int(row["never_sent"]) > 0:  # type: ignore[index]
+        why = (
+            "an earlier turn of its session was rejected (prompt >= max_model_len), or the run "
+            "ended first"
+            if wl.session is not None
+            else "the run ended while its client waited for a free slot"
+        )
+        console.print(
+            f"note: {int(row['never_sent']):,} requests were never sent: {why}; they count in "  # type: ignore[index]
+            "no latency",
+            soft_wrap=True,
+        )
     if slo.given():
         console.print(slo_verdict(row, slo), soft_wrap=True)
     if row["overloaded"]:  # the outcome class speaks of preemption only
+        what = (
+            "describes preemption only"
+            if row["outcome"] != "step_limit"
+            else "says the run was cut by --max-steps"
+        )
         console.print(
             f"verdict: OVERLOADED - {row['offered_rps']:.3f} req/s offered, "
-            f"{row['served_rps']:.3f} started per second over the arrival window; the "
-            f"outcome '{row['outcome']}' describes preemption only, and no scheduler "
+            f"{row['served_rps']:.3f} started per second over the arrival window (the queue "
+            f"grew through it); the outcome '{row['outcome']}' {what}, and no scheduler "
             "setting fixes overload: more capacity or less traffic does",
             soft_wrap=True,
         )
@@ -545,6 +573,14 @@ def slo_verdict(row: object, slo: SLO) -> str:
         elif p > limit:
             misses.append(f"{key} {seconds_text(float(p))} > {seconds_text(limit)}")
     over = bool(row["overloaded"])  # type: ignore[index]
+    if row["outcome"] == "step_limit":  # type: ignore[index]
+        return (
+            f"verdict: NONE for SLO ({slo.describe()}): the run stopped at --max-steps before "
+            "its work ended (outcome step_limit)"
+        )
+    if not misses and not over and bool(row["concurrency_bound"]):  # type: ignore[index]
+        n = int(row["max_concurrency"])  # type: ignore[index]
+        return f"verdict: MEETS SLO ({slo.describe()}) with at most {n:,} requests in the system"
     if not misses and not over:
         return f"verdict: MEETS SLO ({slo.describe()}) and keeps up with the offered load"
     parts = misses + (["overloaded"] if over else [])

@@ -79,7 +79,10 @@ class LatencyKind(StrEnum):
 LatencyOpt = Annotated[LatencyKind, typer.Option(help="Step-time model.")]
 AlphaCoeffs = Annotated[
     str | None,
-    typer.Option(help="alpha0,alpha1,alpha2 in microseconds [default: preset or S1 seed]."),
+    typer.Option(
+        help="alpha0,alpha1,alpha2 in microseconds [default: preset or S1 seed; 0,0,0 when "
+        "--beta-coeffs is given, which then describes another fit]."
+    ),
 ]
 BetaCoeffs = Annotated[
     str | None,

@@ -409,6 +409,8 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "first_completion_s": np.where(completed > 0, fin / 1e9, np.nan),
         "unserved": q["ttft_censored"].sum(axis=1),
         "unfinished": q["e2e_censored"].sum(axis=1),
+        # closed loop / sessions: requests whose client never sent them (no latency)
+        "never_sent": (~sent_mask(res)).sum(axis=1),
         **_stats("ttft_s", q["ttft"], q["ttft_censored"]),
         **_stats("tpot_s", q["tpot"], q["tpot_censored"]),
         **_stats("e2e_s", q["e2e"], q["e2e_censored"]),
@@ -431,10 +433,13 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             arrival_s, first_s, end_s, offered, (st.req.status == S.REJECTED) | ~sent_mask(res)
         ),
     }
-    # Closed loop: clients send only when a slot frees, so the server's queue
-    # cannot grow; overload is an open-loop verdict (the highest-rate search
-    # likewise). offered_rps is then the rate the clients reached.
-    cols["overloaded"] = cols["overloaded"] & (cfg[:, K.CONC] == 0)
+    # Closed loop: when the cap held a request back, clients send only as
+    # slots free, so the server's queue cannot grow: overload is an open-loop
+    # verdict (the highest-rate search likewise), and offered_rps is the rate
+    # the clients reached. A cap that never held one back changed nothing.
+    scheduled = np.round(res.workload.arrival_s * 1e9).astype(np.int64)[None, :]
+    cols["concurrency_bound"] = (cfg[:, K.CONC] > 0) & np.any(arr > scheduled, axis=1)
+    cols["overloaded"] = cols["overloaded"] & ~cols["concurrency_bound"]
     for k, v in cols.items():
         df[k] = v
     df["outcome"] = outcome(

@@ -626,6 +626,7 @@ class Engine:
                 self.requests[i].session = sid
         self.entry = entry
         self.alpha = (a0, a1)
+        self.alpha2 = latency.ns()[5]  # the client has an answer alpha2 x outputs after its finish
         # Closed loop (vLLM bench's semaphore, kernel/arrivals.py): requests
         # wait in send order for a free client; ``pending`` holds the sent
         # ones not yet arrived, sorted by (entry, id).
@@ -726,7 +727,7 @@ class Engine:
         own and t + think + queueing delay). Sessions: a finished turn's next
         turn is sent after the think time (a rejected turn ends the session)."""
         a0, a1 = self.alpha
-        sent = t_ns + self.cfg.think_time_ns
+        sent = t_ns + self.alpha2 * self.requests[rid].num_output_tokens + self.cfg.think_time_ns
         if self.cfg.max_concurrency == 0:
             if rejected or rid not in self.next_turn:
                 return

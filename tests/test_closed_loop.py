@@ -191,3 +191,21 @@ def test_livelock_is_still_proven_under_a_closed_loop(conc):
     oi = simulate([cfg], wl, LAT).state.out.counters[0]
     assert oi[S.O_LIVELOCKED] == 1 and oi[S.O_STEP_LIMIT] == 0
     assert oi[S.O_ARRIVED] == min(conc, 4)  # the clients behind them never sent
+
+
+def test_a_client_sends_after_it_has_the_whole_answer():
+    """E2E counts alpha2 per output token after the last token's step (BLIS's
+    post-processing); the client has its answer only then, so one client's
+    next request is sent exactly E2E after the previous one, plus think time."""
+    rng = np.random.default_rng(2)
+    wl = _workload(rng, 30, offline=True)
+    lat = LinearLatency(alpha=(300.0, 2.0, 3000.0), beta=(5000.0, 20.0, 8.0))
+    cfg = SchedulerConfig(num_gpu_blocks=500, max_model_len=640, max_concurrency=1,
+                          think_time_s=0.1)  # fmt: skip
+    res = simulate([cfg], wl, lat)
+    df = res.request_tokens(0)
+    sent = res.arrival_ns[0] / 1e9
+    e2e = (res.state.req.finish_ns[0] - res.arrival_ns[0]) / 1e9 + 3e-3 * res.state.req.nout[0]
+    gaps = sent[1:] - sent[:-1]
+    np.testing.assert_allclose(gaps, e2e[:-1] + 0.1, rtol=0, atol=1e-9)
+    assert len(df) == wl.num_requests

@@ -77,12 +77,17 @@ def answered(cfg, rq, st, k, r, t):
     rejected it. Closed loop: its client sends the stream's next request
     (``release``). Sessions: a finished turn's next turn is sent after the
     think time (``next_turn``; a rejected turn ends its session: its answer,
-    which the next prompt would hold, never came)."""
+    which the next prompt would hold, never came). The client has the answer
+    alpha2 x outputs later (BLIS's per-token post-processing, which E2E counts
+    and the scheduler's clock does not), so it sends from then."""
+    if cfg[K.CONC] == 0 and rq.next_turn[r] < 0:
+        return
+    t += cfg[K.A2] * np.int64(st.nout[r])  # api.simulate bounds it (clock_bound_closed_loop)
     if cfg[K.CONC] != 0:
         release(cfg, rq, st, k, np.int64(1), t)
         return
     nt = rq.next_turn[r]
-    if nt < 0 or st.status[r] == S.REJECTED:
+    if st.status[r] == S.REJECTED:
         return
     st.entry_ns[nt] = _send_time(cfg, rq, nt, t)
     _place(nt, k[S.O_ORDER_END], st, k)
