@@ -390,7 +390,10 @@ def heatmap(
         handles.append(Patch(facecolor=NO_DATA, edgecolor="0.5", label="no data"))
     if color_scale == "log" and bool((every <= 0).any()):
         handles.append(Patch(facecolor=LOG_UNDER, edgecolor="0.5", label="<= 0 (log scale)"))
-    handles.append(plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs"))
+    if "kv_safe_max_num_seqs" in df.columns and "max_num_seqs" in (x, y):  # as _safe_curve
+        handles.append(
+            plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs")
+        )
     if slo_contour:
         handles.append(
             plt.Line2D([], [], color=CONTOUR_COLOUR, lw=2, ls="--", label=f"inside: {_slo(df)}")

@@ -736,7 +736,8 @@ def load_spec_text(text: str, base_dir: Path, label: str = "spec") -> Sweep:
         )
         bad = err.get("input")
         shown = "" if isinstance(bad, dict) else f" (got {bad!r})"
-        raise SpecError(f"{label}: {loc}: {err['msg']}{shown}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")  # our validators' own words
+        raise SpecError(f"{label}: {loc}: {msg}{shown}") from None
     try:
         return Sweep(spec, text, base_dir)
     except SpecError as e:
