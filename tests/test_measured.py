@@ -166,3 +166,49 @@ def test_longest_step_bounds_every_reachable_step():
         cp = int(rng.integers(0, pool - p + 1)) if p > 1 else 0
         ctx = [pool // (d or 1)] * d
         assert step_time_ns(MEASURED, ip, fp, *step_inputs(p, cp, ctx), lat.table) <= bound
+
+
+MEASURED_SPEC = """
+name = "measured"
+horizon_s = 30
+[workload]
+kind = "synthetic"
+num_requests = 20
+rate = 2
+[workload.prompt]
+mean = 300
+[workload.output]
+mean = 50
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "measured"
+[axes]
+max_num_seqs = [8, 64]
+"""
+
+
+def test_a_spec_takes_the_measured_kind(tmp_path):
+    """Without the extra a spec with it is refused in one line naming it; with
+    the extra its configs run on the measured tables."""
+    from planner.sweep.spec import SpecError, load_spec_text
+
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        with pytest.raises(SpecError, match="aic"):
+            load_spec_text(MEASURED_SPEC, tmp_path)
+        return
+    sweep = load_spec_text(MEASURED_SPEC, tmp_path)
+    assert type(sweep.latency).__name__ == "MeasuredLatency"
+    from planner.api import simulate
+
+    (wl,) = sweep.workloads.values()
+    df = simulate(sweep.configs, wl, sweep.latency).metrics()
+    assert (df.completed > 0).all()
+    with pytest.raises(SpecError, match="beta"):
+        load_spec_text(
+            MEASURED_SPEC.replace('kind = "measured"', 'kind = "measured"\nbeta = [1, 1, 1]'),
+            tmp_path,
+        )

@@ -272,7 +272,10 @@ class HardwareSpec(_Strict):
 
 
 class LatencySpec(_Strict):
-    kind: Literal["linear", "roofline"] = "linear"
+    """``[latency]``: the step-time model, as ``plan run``'s ``--latency``
+    (``measured`` needs ``[hardware]`` and the optional extra ``aic``)."""
+
+    kind: Literal["linear", "roofline", "measured"] = "linear"
     alpha: tuple[float, float, float] | None = None
     beta: tuple[float, float, float] | None = None
     mfu: Annotated[float, Field(gt=0, le=1)] | None = None
@@ -281,7 +284,11 @@ class LatencySpec(_Strict):
 
     @model_validator(mode="after")
     def _no_inert(self) -> LatencySpec:
-        other = {"beta"} if self.kind == "roofline" else {"mfu", "mbu", "overhead_us"}
+        other = {
+            "linear": {"mfu", "mbu", "overhead_us"},
+            "roofline": {"beta"},
+            "measured": {"beta", "mfu", "mbu"},
+        }[self.kind]
         if inert := sorted(other & self.model_fields_set):
             raise ValueError(f"{', '.join(inert)}: no effect with latency kind {self.kind!r}")
         return self
