@@ -78,6 +78,17 @@ DEFAULT_MFU = 0.5
 DEFAULT_MBU = 0.8
 
 
+def overhead_ns(
+    overhead_us: float, alpha: tuple[float, float, float]
+) -> tuple[int, int, int, int, int, int]:
+    """The kernel's integer coefficients (b0, b1, b2, a0, a1, a2), ns, of a
+    model whose only beta is a fixed per-step overhead (roofline, measured):
+    each microsecond figure rounded to the nearest nanosecond."""
+    return tuple(  # type: ignore[return-value]
+        int(round(x * 1000.0)) for x in (overhead_us, 0.0, 0.0, *alpha)
+    )
+
+
 @dataclass(frozen=True)
 class RooflineLatency:
     """Per-step roofline: max(compute time, memory time) + a fixed overhead.
@@ -120,9 +131,7 @@ class RooflineLatency:
 
     def ns(self) -> tuple[int, int, int, int, int, int]:
         """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
-        return tuple(  # type: ignore[return-value]
-            int(round(x * 1000.0)) for x in (self.overhead_us, 0.0, 0.0, *self.alpha)
-        )
+        return overhead_ns(self.overhead_us, self.alpha)
 
     def floats(self) -> tuple[float, float, float, float, float, float]:
         """(FLOPs/token, FLOPs/attended pair, weight bytes, KV bytes/token,
@@ -181,9 +190,7 @@ class MeasuredLatency:
 
     def ns(self) -> tuple[int, int, int, int, int, int]:
         """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
-        return tuple(  # type: ignore[return-value]
-            int(round(x * 1000.0)) for x in (self.overhead_us, 0.0, 0.0, *self.alpha)
-        )
+        return overhead_ns(self.overhead_us, self.alpha)
 
     def floats(self) -> tuple[float, float, float, float, float, float]:
         """(scale, 0, 0, 0, 1, 1): the kernel's float params of the measured kind."""

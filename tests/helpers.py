@@ -152,3 +152,17 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         code = e.code if isinstance(e.code, int) else 0
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def verdicts_around(capsys, args: list[str], scale: float) -> list[bool]:
+    """``plan run ARGS --rate-scale`` at 0.9x and 1.1x of ``scale`` (a
+    max-rate answer): for each, whether it meets its SLOs and is not overloaded."""
+    import json
+
+    out_verdicts = []
+    for f in (0.9, 1.1):
+        code, out, err = run_cli(capsys, "run", *args, "--rate-scale", f"{scale * f!r}", "--json")
+        assert code == 0, err
+        row = json.loads(out)
+        out_verdicts.append(row["meets_slo"] and not row["overloaded"])
+    return out_verdicts

@@ -15,6 +15,7 @@ from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from planner.token_gaps import NBINS
 
@@ -378,9 +379,12 @@ def cycle_snapshot_len(n_req: int) -> int:
 CYCLE_CACHE_MAX_ENTRIES = 16 * 2**20
 
 
+@njit(cache=True)
 def cycle_cache_entries(num_requests: int, num_gpu_blocks: int, slots: int, maxb: int) -> int:
     """Extra int32 snapshot entries for the prefix cache's state (see above),
-    or 0 when they exceed CYCLE_CACHE_MAX_ENTRIES (detection off)."""
+    or 0 when they exceed CYCLE_CACHE_MAX_ENTRIES (detection off). Jitted: the
+    kernel's ``step._init``, ``kernel_scratch_bytes`` and the reference engine
+    all call this one definition."""
     n = num_requests + slots * maxb + 4 * num_gpu_blocks
     return n if n <= CYCLE_CACHE_MAX_ENTRIES else 0
 
