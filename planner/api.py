@@ -11,14 +11,26 @@ import numpy as np
 import pandas as pd
 
 from planner import config as K
+from planner import replicas as RP
 from planner.block_hashes import chain_ids, check_block_sizes
 from planner.bounds import INT64_MAX
 from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
+from planner.kernel.fleet import simulate_fleets
+from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import simulate_batch, simulate_one
 from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
 from planner.workload import MAX_ARRIVAL_S, Workload
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """The kernel's rows of a run through the replica path: ``layout`` says
+    which rows are whose replicas (``replicas.Layout``), ``state`` holds them."""
+
+    layout: RP.Layout
+    state: S.State
 
 
 @dataclass
@@ -27,7 +39,9 @@ class SimResult:
 
     ``cfg``: (C, NCOLS) int64 packed configs; ``arrival_ns``: (R,) int64, or
     (C, R) when configs were given their own arrivals;
-    ``state``: the ``kernel.state.State`` after the run.
+    ``state``: the ``kernel.state.State`` after the run, one row per config
+    (a fleet's replicas merged: ``replicas.merge``); ``fleet``: the replicas'
+    own rows when any config ran behind a router, else None.
     """
 
     configs: list[SchedulerConfig]
@@ -36,6 +50,7 @@ class SimResult:
     cfg: np.ndarray
     arrival_ns: np.ndarray
     state: S.State
+    fleet: FleetRun | None = None
 
     def metrics(self, slo: SLO | None = None) -> pd.DataFrame:
         """One row per config: see ``planner.metrics.summarize`` (``slo`` adds
@@ -43,6 +58,35 @@ class SimResult:
         from planner.metrics import summarize
 
         return summarize(self, slo)
+
+    def replica_metrics(self, slo: SLO | None = None) -> pd.DataFrame:
+        """One row per replica of every config (``summarize`` on each replica's
+        own row, its requests only), with ``config`` (the config's index) and
+        ``replica`` columns and ``requests_sent``. A run without the replica
+        path has one replica per config: its rows equal ``metrics``."""
+        from planner.metrics import summarize
+
+        if self.fleet is None:
+            df = summarize(self, slo).copy()
+            df.insert(0, "replica", 0)
+            df.insert(0, "config", np.arange(len(df)))
+            df["requests_sent"] = df["arrived"]
+            return df
+        lay = self.fleet.layout
+        arr = self.arrival_ns if self.arrival_ns.ndim == 1 else self.arrival_ns[lay.rows]
+        sub = SimResult(
+            [self.configs[i] for i in lay.rows],
+            [self.latencies[i] for i in lay.rows],
+            self.workload,
+            self.cfg[lay.rows],
+            arr,
+            RP.replica_rows(self.fleet.state, lay),
+        )
+        df = summarize(sub, slo).drop(columns=["never_sent"]).copy()  # defragmented
+        df.insert(0, "replica", np.arange(lay.num_rows) - lay.starts[lay.rows])
+        df.insert(0, "config", lay.rows)
+        df["requests_sent"] = self.fleet.state.out.counters[:, S.O_ORDER_END]
+        return df
 
     def request_tokens(self, c: int = 0) -> pd.DataFrame:
         """Config c's per-request token timing: first-scheduled time, queueing
@@ -85,17 +129,18 @@ class SimResult:
         return ev.reset_index(drop=True)
 
 
-def kernel_status(num_configs: int) -> str:
+def kernel_status(num_configs: int, fleet: bool = False) -> str:
     """Whether the kernel variant ``simulate`` uses for ``num_configs`` configs is
     ``'loaded'`` (compiled in this process), ``'cached'`` (in Numba's on-disk
     cache: the next call loads it), ``'cold'`` (the next call compiles it) or
     ``'unknown'``.
 
     One config runs ``simulate_one`` directly; more run the parallel
-    ``simulate_batch``. Reads Numba's cache index (``numba/core/caching.py``,
+    ``simulate_batch``; configs with replicas (``fleet``) run the parallel
+    ``kernel.fleet.simulate_fleets``. Reads Numba's cache index (``numba/core/caching.py``,
     ``FunctionCache``); if that internal API changes, says ``'unknown'``.
     """
-    fn = simulate_one if num_configs == 1 else simulate_batch
+    fn = simulate_fleets if fleet else simulate_one if num_configs == 1 else simulate_batch
     if fn.signatures:
         return "loaded"
     try:
@@ -105,14 +150,14 @@ def kernel_status(num_configs: int) -> str:
     return "cached" if cached else "cold"
 
 
-def compile_note(num_configs: int) -> str:
+def compile_note(num_configs: int, fleet: bool = False) -> str:
     """A one-line note when the kernel variant that ``simulate`` will use for
     ``num_configs`` configs is neither compiled in this process nor in Numba's
     on-disk cache (``kernel_status`` is ``'cold'``; the next call then compiles
     it first), else ''."""
-    if kernel_status(num_configs) != "cold":
+    if kernel_status(num_configs, fleet) != "cold":
         return ""
-    which = "" if num_configs == 1 else "parallel "
+    which = "replicas' " if fleet else "" if num_configs == 1 else "parallel "
     return (
         f"compiling the {which}simulation kernel for this machine: once, about 30 s on "
         "2 cores; later runs load it from Numba's cache"
@@ -138,6 +183,7 @@ def simulate(
     fast_path: bool = True,
     check_invariants: bool = True,
     arrival_s: np.ndarray | None = None,
+    replica_path: bool = False,
 ) -> SimResult:
     """Simulate every config against ``workload`` in one jitted, parallel call.
 
@@ -155,6 +201,9 @@ def simulate(
             (disabled automatically while tracing; results are identical).
         check_invariants: count steps where held + free blocks != usable blocks
             (``invariant_errors``; one extra pass over ``running`` per step).
+        replica_path: run every config through the router's kernel
+            (``kernel/fleet.py``) even when none has replicas > 1 (tests
+            compare it with the lone-server kernel); it runs whenever one has.
     Returns:
         SimResult. Raises ValueError on inconsistent inputs (including an
         ``arrival_s`` that is not (C, R) or holds times outside
@@ -174,38 +223,78 @@ def simulate(
     )
     next_turn = workload.next_turn()
     _paced_clock_bound(cfg, workload, next_turn)
+    lay = RP.layout(cfg)
+    fleet = replica_path or lay.num_rows > c
+    if fleet:
+        _check_replica_path(cfg, workload, trace_steps, log_entries)
+    group, shared_len = _prefix_groups(workload, cfg, prompt, max_tokens)
+    rcfg, rcfgf = (cfg[lay.rows], cfgf[lay.rows]) if fleet else (cfg, cfgf)
+    rarr = arrival_ns[lay.rows] if fleet and arrival_ns.ndim == 2 else arrival_ns
+    st = S.allocate(rcfg.shape[0], r, trace_steps, log_entries)
+    _fill_entries(rcfg, rarr, prompt, next_turn, st.req)
+    if fleet:  # the router sends by arrival (kernel/fleet.py)
+        for lo in lay.starts:
+            st.req.order[lo] = np.argsort(rarr if rarr.ndim == 1 else rarr[lo], kind="stable")
+    hashes = hash_arrays(workload, configs)
+    requests = S.Requests(
+        prompt, max_tokens, priority, group, shared_len, *hashes, next_turn, pack_tables(lats)
+    )
+    with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
+        if fleet:
+            keys = RP.no_keys(r)
+            if np.any(cfg[:, K.ROUTER] == PREFIX_AFFINITY):
+                keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
+            _run_fleets(rcfg, rcfgf, requests, st, lay, keys, fast_path, check_invariants)
+        else:
+            _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
+    per = _per_config(lats, c)
+    if fleet:
+        merged = RP.merge(st, lay)
+        return SimResult(configs, per, workload, cfg, arrival_ns, merged, FleetRun(lay, st))
+    arrival_ns = _sent_ns(cfg, arrival_ns, prompt, next_turn, st.req)
+    return SimResult(configs, per, workload, cfg, arrival_ns, st)
+
+
+def _per_config(lats: list[Latency], c: int) -> list[Latency]:
+    """One latency model per config (a single model repeated)."""
+    return lats if len(lats) == c else lats * c
+
+
+def _prefix_groups(
+    workload: Workload, cfg: np.ndarray, prompt: np.ndarray, max_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``state.Requests`` prefix fields (group (R,) int32, shared_len (R,)
+    int32). A session's turns are prefixes of one token stream: block j of any
+    turn holds the same tokens, so the session is its prefix group over the
+    whole sequence (prompt and output). Raises ValueError for sessions with
+    closed-loop clients."""
+    r = workload.num_requests
     if workload.session is not None:
         if np.any(cfg[:, K.CONC] > 0):
             raise ValueError("max_concurrency: closed-loop clients and sessions cannot be combined")
-        # A session's turns are prefixes of one token stream: block j of any
-        # turn holds the same tokens, so the session is its prefix group over
-        # the whole sequence (prompt and output).
         group = np.ascontiguousarray(workload.session, dtype=np.int32)
         shared_len = (prompt.astype(np.int64) + max_tokens).clip(max=2**31 - 1).astype(np.int32)
-    elif workload.prefix_group is None:
-        group = np.full(r, -1, dtype=np.int32)
-        shared_len = np.zeros(r, dtype=np.int32)
-    else:
-        group = np.ascontiguousarray(workload.prefix_group, dtype=np.int32)
-        shared_len = np.where(group >= 0, np.minimum(workload.prefix_len, prompt), 0).astype(
-            np.int32
+        return group, shared_len
+    if workload.prefix_group is None:
+        return np.full(r, -1, dtype=np.int32), np.zeros(r, dtype=np.int32)
+    group = np.ascontiguousarray(workload.prefix_group, dtype=np.int32)
+    shared_len = np.where(group >= 0, np.minimum(workload.prefix_len, prompt), 0)
+    return group, shared_len.astype(np.int32)
+
+
+def _check_replica_path(
+    cfg: np.ndarray, workload: Workload, trace_steps: int, log_entries: int
+) -> None:
+    """What the replica path does not model yet. Raises ValueError (one line)."""
+    if np.any(cfg[:, K.CONC] > 0) or workload.session is not None:
+        raise ValueError(
+            "--replicas: closed-loop clients and sessions are not routed yet; "
+            "use open-loop arrivals, or --replicas 1"
         )
-    st = S.allocate(c, r, trace_steps, log_entries)
-    _fill_entries(cfg, arrival_ns, prompt, next_turn, st.req)
-    requests = S.Requests(
-        prompt,
-        max_tokens,
-        priority,
-        group,
-        shared_len,
-        *hash_arrays(workload, configs),
-        next_turn,
-        pack_tables(lats),
-    )
-    with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
-        _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
-    arrival_ns = _sent_ns(cfg, arrival_ns, prompt, next_turn, st.req)
-    return SimResult(configs, lats if len(lats) == c else lats * c, workload, cfg, arrival_ns, st)
+    if trace_steps or log_entries:
+        raise ValueError(
+            "--replicas: per-step traces and event logs are kept per server; use --replicas 1"
+        )
 
 
 def paced_clock_bound(
@@ -346,6 +435,22 @@ def _run_kernel(
         return
     args = (cfg, cfgf, requests, st.req, st.queues, st.out, ctl, fast_path, check_invariants)
     _interruptible(simulate_batch, args, ctl)
+
+
+def _run_fleets(
+    cfg: np.ndarray,
+    cfgf: np.ndarray,
+    requests: S.Requests,
+    st: S.State,
+    lay: RP.Layout,
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    fast_path: bool,
+    check_invariants: bool,
+) -> None:
+    """Call the fleet kernel (``kernel/fleet.py``) on every config's replica rows."""
+    ctl = np.zeros(1, dtype=np.int64)
+    args = (cfg, cfgf, requests, st.req, st.queues, st.out, lay.starts, lay.sizes, keys)
+    _interruptible(simulate_fleets, (*args, ctl, fast_path, check_invariants), ctl)
 
 
 def _interruptible(kernel: Callable[..., None], args: tuple, ctl: np.ndarray) -> None:

@@ -100,6 +100,7 @@ def check(name: str, v: object, bound: Bound) -> None:
 
 
 COUNT = "int32 counts in the kernel"
+MAX_REPLICAS = 1024  # replicas of one fleet: each is a full state row of the kernel
 COUNTS = Bound(1, INT32_MAX, integer=True, why=COUNT)
 COUNTS0 = Bound(0, INT32_MAX, integer=True, why=COUNT)
 SHARE = Bound(0.0, 1.0)
@@ -133,6 +134,10 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "think_time_s": THINK,
     "think_time": THINK,
     "turns": Bound(1, 10_000, integer=True, why="turns per session"),
+    # replicas behind a router (SchedulerConfig; kernel/fleet.py)
+    "replicas": Bound(1, MAX_REPLICAS, integer=True, why="vLLM servers behind the router"),
+    "max_replicas": Bound(1, MAX_REPLICAS, integer=True, why="vLLM servers behind the router"),
+    "router_seed": Bound(0, MAX_SEED, integer=True, why="int64"),
     # hardware
     "gpu_memory_utilization": EFFICIENCY,
     "tensor_parallel_size": Bound(1, MAX_TP, integer=True, why="GPUs per replica"),

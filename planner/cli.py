@@ -11,12 +11,15 @@ import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from planner import capacity, distribution
 from planner import cli_options as opt
@@ -27,6 +30,7 @@ from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
 from planner.cli_maxrate import register as register_max_rate
 from planner.cli_models import register as register_model_commands
+from planner.cli_size import register as register_size
 from planner.config import SchedulerConfig, clock_bound
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
@@ -159,11 +163,6 @@ SUMMARY_ROWS = (
 )
 
 
-class Executor(StrEnum):
-    local = "local"
-    dask = "dask"
-
-
 @app.command(cls=opt.BoundedCommand)
 def run(
     ctx: typer.Context,
@@ -193,6 +192,9 @@ def run(
     max_concurrency: opt.MaxConcurrency = 0,
     think_time: opt.ThinkTime = 0.0,
     turns: opt.Turns = 1,
+    replicas: opt.Replicas = 1,
+    router: opt.RouterOpt = opt.Router.round_robin,
+    router_seed: opt.RouterSeed = 0,
     horizon: opt.Horizon = math.inf,
     max_steps: Annotated[int, typer.Option(help="Safety cap on scheduler steps.")] = 10_000_000,
     victim: opt.VictimOpt = None,
@@ -323,6 +325,9 @@ def run(
         kv_block_bytes=_block_bytes(kv_block_bytes, model, block_size, tensor_parallel_size),
         max_concurrency=max_concurrency,
         think_time_s=think_time,
+        replicas=replicas,
+        router=router.value,
+        router_seed=router_seed,
         horizon_s=horizon,
         max_steps=max_steps,
     )
@@ -349,7 +354,7 @@ def run(
         else ""
     )
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
-    if note := compile_note(1):
+    if note := compile_note(1, replicas > 1):
         print(f"plan: {note}", file=sys.stderr)
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
@@ -370,16 +375,46 @@ def run(
         out = {k: _json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
         out["stuck_request_ids"] = stuck.tolist()
         out["stuck_preempted_request_ids"] = stuck_preempted.tolist()
+        if replicas > 1:
+            out["per_replica"] = _per_replica(res, slo).to_dict(orient="records")
         print(json.dumps(finite(out), default=_json_default))
     else:
         source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
         _print_run(wl, blocks, source, lat, row, wall, slo)
+        if replicas > 1:
+            _print_replicas(_per_replica(res, slo))
         if row["outcome"] != OK and len(stuck):
             _print_stuck(str(row["outcome"]), stuck.tolist(), stuck_preempted.tolist())
         if row["outcome"] == LIVELOCKED:
             _print_gap_fix(cfg)
     if row["outcome"] in fail_classes or (OVERLOADED in fail_classes and row["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
+
+
+# Per-replica columns ``plan run`` shows for a fleet (``SimResult.replica_metrics``).
+REPLICA_COLUMNS = (
+    "replica", "requests_sent", "completed", "preemptions", "ttft_s_p99", "tpot_s_p99",
+    "peak_kv_usage", "mean_kv_usage", "outcome",
+)  # fmt: skip
+
+
+def _per_replica(res: object, slo: SLO) -> pd.DataFrame:
+    """``REPLICA_COLUMNS`` of each replica of the run's one config."""
+    return res.replica_metrics(slo)[list(REPLICA_COLUMNS)]  # type: ignore[attr-defined]
+
+
+REPLICA_HEADERS = (
+    "replica", "sent", "completed", "preemptions", "TTFT p99 s", "TPOT p99 s", "peak KV",
+    "mean KV", "outcome",
+)  # fmt: skip
+
+
+def _print_replicas(df: pd.DataFrame) -> None:
+    """The per-replica table under ``plan run``'s fleet summary."""
+    table = Table(*REPLICA_HEADERS, box=None)
+    for rec in df.itertuples(index=False):
+        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in rec))
+    Console(markup=False, width=120).print(table)
 
 
 def _fail_on(values: list[str] | None) -> frozenset[str]:
@@ -463,6 +498,15 @@ def _print_run(
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
     conc = int(row["max_concurrency"])  # type: ignore[index]
     think = float(row["think_time_s"])  # type: ignore[index]
+    reps = int(row["replicas"])  # type: ignore[index]
+    if reps > 1:
+        console.print(
+            f"fleet: {reps} replicas behind a {row['router']} router, each with this pool and "  # type: ignore[index]
+            f"these flags; busiest replica / mean: requests "
+            f"{row['replica_request_imbalance']:.2f}, busy time "  # type: ignore[index]
+            f"{row['replica_busy_imbalance']:.2f}",  # type: ignore[index]
+            soft_wrap=True,
+        )
     if conc > 0:
         held = bool(row["concurrency_bound"])  # type: ignore[index]
         console.print(
@@ -636,50 +680,30 @@ def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, s
 
 @app.command(cls=opt.BoundedCommand)
 def sweep(
-    spec: Annotated[Path, typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick.toml.")],
+    spec: opt.SweepSpecArg,
     out: Annotated[
         Path | None, typer.Option(help="Output directory (default results/NAME).")
     ] = None,
-    workers: Annotated[
-        int | None, typer.Option(help="Kernel threads (default: all cores).")
-    ] = None,
+    workers: opt.Workers = None,
     chunk_size: Annotated[
         int | None, typer.Option(help="Configs per kernel call (default 1024, memory-capped).")
     ] = None,
-    memory_limit: Annotated[
-        str, typer.Option(help="Cap on the whole process's peak memory, e.g. 4GiB.")
-    ] = "4GiB",
-    dry_run: Annotated[
-        bool, typer.Option(help="Print the grid, chunk plan and time estimate; run nothing.")
-    ] = False,
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted sweep.")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing sweep's output.")] = False,
-    executor: Annotated[
-        Executor, typer.Option(help="local (this process) or dask (one task per chunk).")
-    ] = Executor.local,
-    address: Annotated[
-        str | None,
-        typer.Option(help="Dask scheduler, e.g. tcp://host:8786 [default: LocalCluster]."),
-    ] = None,
-    dask_workers: Annotated[
-        int | None, typer.Option(help="LocalCluster worker processes [default: cores].")
-    ] = None,
+    memory_limit: opt.MemoryLimit = "4GiB",
+    dry_run: opt.DryRun = False,
+    resume: opt.Resume = False,
+    overwrite: opt.Overwrite = False,
+    executor: opt.ExecutorOpt = opt.Executor.local,
+    address: opt.DaskAddress = None,
+    dask_workers: opt.DaskWorkers = None,
 ) -> None:
     """Simulate every configuration of a spec's grid and write one Parquet dataset."""
     from planner.sweep import driver
     from planner.sweep.spec import load_spec
 
     limit = driver.parse_memory(memory_limit)
-    if workers is not None and not (1 <= workers <= numba_threads()):
-        raise InputError(f"--workers must be in 1..{numba_threads()}, got {workers}")
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"--chunk-size must be >= 1, got {chunk_size}")
-    if resume and overwrite:
-        raise InputError("--resume and --overwrite exclude each other")
-    if dask_workers is not None and not 1 <= dask_workers <= 256:
-        raise InputError(f"--dask-workers must be in 1..256, got {dask_workers}")
-    if executor != Executor.dask and (address is not None or dask_workers is not None):
-        raise InputError("--address and --dask-workers need --executor dask")
+    opt.check_run_options(workers, resume, overwrite, executor, address, dask_workers)
     sw = load_spec(spec)
     for message in sw.warnings:
         warn(message)
@@ -780,12 +804,6 @@ def heatmap(
     print(f"plan: wrote {path}", file=sys.stderr)
 
 
-def numba_threads() -> int:
-    import numba
-
-    return int(numba.config.NUMBA_NUM_THREADS)
-
-
 @app.command(cls=opt.BoundedCommand)
 def bench(
     ctx: typer.Context,
@@ -836,6 +854,7 @@ register_capacity_commands(app)
 register_max_rate(app)
 register_model_commands(app)
 register_calibrate(app)
+register_size(app)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -871,7 +890,8 @@ def main(argv: list[str] | None = None) -> None:
         if type(e).__name__ == "NoArgsIsHelpError":
             print(e.format_message(), file=sys.stderr)
             sys.exit(0)
-        print(f"plan: error: {e.format_message()}", file=sys.stderr)
+        message = e.format_message().replace("Value error, ", "")  # pydantic's prefix
+        print(f"plan: error: {message}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except (InputError, WorkloadError, ValueError) as e:
         print(f"plan: error: {e}", file=sys.stderr)

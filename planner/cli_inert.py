@@ -117,6 +117,16 @@ RUN_RULES: tuple[Rule, ...] = (
         "only sizes the pool from --model and --gpu, without --num-gpu-blocks",
     ),
     Rule(
+        ("router",),
+        lambda p: (p.get("replicas") or 1) == 1,
+        "needs --replicas > 1 (one server has nothing to route between)",
+    ),
+    Rule(
+        ("router_seed",),
+        lambda p: _value(p.get("router")) != "random" or (p.get("replicas") or 1) == 1,
+        "needs --router random and --replicas > 1",
+    ),
+    Rule(
         ("tensor_parallel_size",),
         lambda p: p.get("model") is None,
         "needs --model (it splits the model's weights and KV heads)",

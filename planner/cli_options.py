@@ -19,6 +19,7 @@ import typer
 
 from planner import bounds, resolve
 from planner.kernel.policies import ADMISSIONS, VICTIMS
+from planner.kernel.routers import ROUTERS
 from planner.latency import Latency
 from planner.slo import SLO, from_options
 from planner.traces import DEFAULT_COLUMNS
@@ -406,3 +407,79 @@ VictimOpt = Annotated[
     typer.Option(help="Mitigation: preemption victim [default: vLLM's rule for the policy]."),
 ]
 AdmissionOpt = Annotated[Admission, typer.Option(help="Mitigation: admission rule.")]
+Router = StrEnum("Router", {k: k for k in ROUTERS})  # kernel/routers.ROUTERS
+Replicas = Annotated[
+    int,
+    typer.Option(
+        help="Identical vLLM servers behind a router, each with this pool and these flags, fed "
+        "from one stream; metrics are the fleet's."
+    ),
+]
+RouterOpt = Annotated[
+    Router,
+    typer.Option(
+        help="How the router picks a replica (with --replicas > 1): round_robin, random, "
+        "least_outstanding (fewest requests in flight), least_kv (fewest KV blocks in use), "
+        "prefix_affinity (SGLang's cache-aware policy)."
+    ),
+]
+RouterSeed = Annotated[int, typer.Option(help="Seed of --router random.")]
+
+
+# How a sweep runs (``plan sweep`` and ``plan size``, which runs one sweep per
+# candidate): ``sweep.driver.run_sweep``'s arguments.
+class Executor(StrEnum):
+    """Where chunks run: this process, or Dask tasks."""
+
+    local = "local"
+    dask = "dask"
+
+
+SweepSpecArg = Annotated[
+    Path, typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick.toml.", show_default=False)
+]
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        help="Print what would run (plan sweep: the grid, chunk plan and time estimate; plan "
+        "size: the candidates and their fleets); run nothing."
+    ),
+]
+Workers = Annotated[int | None, typer.Option(help="Kernel threads (default: all cores).")]
+MemoryLimit = Annotated[
+    str, typer.Option(help="Cap on the whole process's peak memory, e.g. 4GiB.")
+]
+Resume = Annotated[bool, typer.Option(help="Continue an interrupted sweep.")]
+Overwrite = Annotated[bool, typer.Option(help="Replace an existing sweep's output.")]
+ExecutorOpt = Annotated[
+    Executor, typer.Option(help="local (this process) or dask (one task per chunk).")
+]
+DaskAddress = Annotated[
+    str | None,
+    typer.Option(help="Dask scheduler, e.g. tcp://host:8786 [default: LocalCluster]."),
+]
+DaskWorkers = Annotated[
+    int | None, typer.Option(help="LocalCluster worker processes [default: cores].")
+]
+
+
+def check_run_options(
+    workers: int | None,
+    resume: bool,
+    overwrite: bool,
+    executor: Executor,
+    address: str | None,
+    dask_workers: int | None,
+) -> None:
+    """The sweep-running options together. Raises ValueError (one line)."""
+    from numba import config
+
+    threads = config.NUMBA_NUM_THREADS
+    if workers is not None and not (1 <= workers <= threads):
+        raise ValueError(f"--workers must be in 1..{threads}, got {workers}")
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    if dask_workers is not None and not 1 <= dask_workers <= 256:
+        raise ValueError(f"--dask-workers must be in 1..256, got {dask_workers}")
+    if executor != Executor.dask and (address is not None or dask_workers is not None):
+        raise ValueError("--address and --dask-workers need --executor dask")

@@ -15,6 +15,7 @@ import numpy as np
 
 from planner import bounds
 from planner.kernel.policies import ADMISSIONS, VICTIMS
+from planner.kernel.routers import ROUTERS
 from planner.latency import (
     LINEAR,
     MEASURED,
@@ -67,8 +68,11 @@ POLICIES = {"fcfs": 0, "priority": 1}
     CONC,
     THINK_NS,
     LAT_TABLE,
-) = range(34)
-NCOLS = 34
+    REPLICAS,
+    ROUTER,
+    ROUTER_SEED,
+) = range(37)
+NCOLS = 37
 NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -94,6 +98,8 @@ NUMERIC_FIELDS = (
     "kv_block_bytes",
     "max_concurrency",
     "think_time_s",
+    "replicas",
+    "router_seed",
     "horizon_s",
     "max_steps",
 )
@@ -143,6 +149,11 @@ class SchedulerConfig:
     think_time_s: float = (
         0.0  # closed loop: a client's pause between an answer and its next request
     )
+    # Replicas behind a router (``kernel/fleet.py``): this many identical
+    # servers, each with this config's pool and scheduler, fed from one stream.
+    replicas: int = 1
+    router: str = "round_robin"
+    router_seed: int = 0  # the random router's stream
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
 
@@ -168,6 +179,7 @@ class SchedulerConfig:
             ("stop_bound", STOP_BOUNDS),
             ("policy", POLICIES),
             ("admission", ADMISSIONS),
+            ("router", ROUTERS),
         ):
             v = getattr(self, name)
             if v not in allowed:
@@ -318,6 +330,9 @@ def pack_configs(
             c.max_concurrency,
             c.think_time_ns,
             rows[i],
+            c.replicas,
+            ROUTERS[c.router],
+            c.router_seed,
         )
     return out, outf
 

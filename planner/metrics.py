@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from planner import config as K
+from planner import replicas as RP
 from planner.capacity import usable_blocks
 from planner.kernel import state as S
 from planner.slo import SLO, SLO_PERCENTILE
@@ -429,6 +430,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "livelock_step": oi[:, S.O_LIVELOCK_STEP],
         "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
+        **replica_columns(res),
         **overload(
             arrival_s, first_s, end_s, offered, (st.req.status == S.REJECTED) | ~sent_mask(res)
         ),
@@ -457,6 +459,15 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         for k, v in slo.as_dict().items():
             df[k] = np.nan if v is None else v
     return df
+
+
+def replica_columns(res: SimResult) -> dict[str, np.ndarray]:
+    """Per config, (C,) float64: ``replicas.imbalance`` of its replicas (1.0
+    for a lone server that was sent any request)."""
+    fleet = getattr(res, "fleet", None)
+    if fleet is None:
+        return RP.imbalance(res.state, RP.lone(len(res.cfg)))
+    return RP.imbalance(fleet.state, fleet.layout)
 
 
 def _prefix_cache_stats(res: SimResult) -> dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ ARGS = {
     "sweep": ["no-such-spec.toml"],
     "heatmap": ["no-such-results"],
     "calibrate": ["no-such-steps.csv"],
+    "size": ["no-such-spec.toml"],
 }
 HOSTILE = ("0", "-1", "1e308", "nan", "inf", str(2**63), str(2**64))
 

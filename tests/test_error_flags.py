@@ -61,6 +61,10 @@ BASE = {
     ],
     "models": [],
     "calibrate": [str(ROOT / "docs" / "calibrate_example.csv")],
+    "size": [
+        str(ROOT / "tests" / "data" / "size_small.toml"), "--gpus", "H100", "--max-replicas", "2",
+        "--dry-run",
+    ],
 }  # fmt: skip
 
 # Cross-option mistakes a new user makes, per command.
@@ -111,6 +115,14 @@ MISTAKES = {
         ["--model", "llama-3.1-70b", "--gpu", "H100", "--tensor-parallel-size", "3"],
     ],
     "models": [["--gpu", "H100"]],
+    "size": [
+        ["--gpus", "MI300X"],
+        ["--gpus", "RTX-4090", "--tensor-parallel-sizes", "3"],
+        ["--gpus", "Z80"],
+        ["--max-replicas", "1", "--routers", "least_kv"],
+        ["--prices", "/no/such.csv"],
+        ["--ttft-slo", "-1"],
+    ],
 }
 
 

@@ -36,7 +36,7 @@ def test_every_kernel_function_is_short_with_few_parameters() -> None:
 
 
 def test_the_step_loop_calls_the_phases_in_order() -> None:
-    loop = dict(_jitted_functions())["step.py::simulate_one"]
+    loop = dict(_jitted_functions())["step.py::run_steps"]
     calls = [
         n
         for n in ast.walk(loop)

@@ -43,6 +43,14 @@ def arrival_limit(cfg, k, n_req):
     return min(n_req, cfg[K.CONC] + k[S.O_RELEASED])
 
 
+@njit(cache=True, inline="always")
+def routing_open(k):
+    """Whether a router may still send this replica requests (``kernel/fleet.py``):
+    then more can arrive even when ``order`` is used up, so no livelock proof
+    and no decode run may pass ``k[O_ROUTE_UNTIL]``, the router's next send."""
+    return k[S.O_ROUTE_UNTIL] >= 0
+
+
 @njit(cache=True, _nrt=False)
 def first_sends(rq):
     """Requests sent without waiting for another: all but sessions' later turns."""
@@ -62,7 +70,7 @@ def _send_time(cfg, rq, r, t):
 
 
 @njit(cache=True, inline="always")
-def _place(r, j, st, k):
+def place(r, j, st, k):
     """Put r at position j of ``order``, then move it back among the requests
     not yet arrived (from ``O_NEXT_ARRIVAL``) to keep (entry, id) order."""
     while j > k[NXT] and _later(st.order[j - 1], r, st.entry_ns):
@@ -90,7 +98,7 @@ def answered(cfg, rq, st, k, r, t):
     if st.status[r] == S.REJECTED:
         return
     st.entry_ns[nt] = _send_time(cfg, rq, nt, t)
-    _place(nt, k[S.O_ORDER_END], st, k)
+    place(nt, k[S.O_ORDER_END], st, k)
     k[S.O_ORDER_END] += 1
 
 
@@ -118,4 +126,4 @@ def release(cfg, rq, st, k, n, t):
             continue
         r = st.order[j]
         st.entry_ns[r] = max(st.entry_ns[r], _send_time(cfg, rq, r, t))
-        _place(r, j, st, k)
+        place(r, j, st, k)

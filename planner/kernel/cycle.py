@@ -23,7 +23,8 @@ arrival left it matters only to the horizon) and the recompute high-water mark
 (it only attributes waste).
 
 Detection runs only while nothing can be progress: after every arrival (closed
-loop: every arrival a release has allowed; more need a finish), and
+loop: every arrival a release has allowed; more need a finish; replicas behind
+a router: once the router has sent its last request), and
 ``QUIET_STEPS`` steps with no request finished and, under recompute or swap
 preemption, no decode token scheduled (a decode samples a token, and a
 request's output count never falls then, so no cycle contains one; restart
@@ -45,7 +46,7 @@ from numba import njit
 
 from planner import config as K
 from planner.kernel import state as S
-from planner.kernel.arrivals import arrival_limit
+from planner.kernel.arrivals import arrival_limit, routing_open
 from planner.kernel.state import CYCLE_DET as NDET
 from planner.kernel.state import CYCLE_FIELDS_IN_FLIGHT as FIELDS_IN_FLIGHT
 from planner.kernel.state import CYCLE_FIELDS_PER_REQUEST as FIELDS_PER_REQUEST
@@ -205,7 +206,7 @@ def livelock_proven(cfg, st, q, k, p, cyc):
     Returns True when this step's state equals the latest snapshot exactly
     (the scalars first, in O(1); then every live request)."""
     det = cyc.det
-    can_arrive = k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0])
+    can_arrive = k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]) or routing_open(k)
     if cyc.snap.shape[0] == 1 or can_arrive or _progressed(cfg, k, det):
         det[QUIET] = 0
         det[ACTIVE] = 0

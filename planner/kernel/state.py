@@ -70,8 +70,13 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_STOP_LEN,  # tokens at which check_stop ends a request (capacity.stop_length)
     O_RELEASED,  # closed loop: client slots released (requests finished or rejected)
     O_ORDER_END,  # positions of ``order`` holding requests sent so far (sessions add turns)
-) = range(39)
-NOUT_I = 39
+    # Replicas behind a router (``kernel/fleet.py``): the time (ns) of the
+    # router's next request, before which this replica may run; -1 once the
+    # router sends nothing more (always -1 for a lone server).
+    O_ROUTE_UNTIL,
+    O_FIN_BEFORE_STEP,  # O_FINISHED before the latest step (the router's view of late finishes)
+) = range(41)
+NOUT_I = 41
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (

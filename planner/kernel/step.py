@@ -56,7 +56,7 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
-from planner.kernel.arrivals import answered, arrival_limit, first_sends
+from planner.kernel.arrivals import answered, arrival_limit, first_sends, routing_open
 from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
@@ -127,6 +127,7 @@ def _init(cfg, rq, k):
     k[S.O_LONE_R] = -1
     k[S.O_LONE_NTOK] = -1
     k[S.O_ORDER_END] = first_sends(rq)
+    k[S.O_ROUTE_UNTIL] = -1  # a lone server; kernel/fleet.py opens routing for replicas
     caching = cfg[K.CACHING] != 0
     slots, maxb, cache_entries = 1, 1, 0
     if caching:
@@ -615,6 +616,8 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
         arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1 or cfg[K.CONC] != 0
         last = arrival_limit(cfg, k, R) - 1
         next_entry = st.entry_ns[st.order[nxt if arrivals_matter else last]]
+    if routing_open(k):  # the router reads this replica's state at its next send
+        next_entry = min(next_entry, k[S.O_ROUTE_UNTIL])
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
     n, elapsed, first_dt, last_dt, gmax, kv_int = _decode_run_length(
@@ -747,7 +750,8 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
         k[WL] += 1
     s[N_PRE] += 1
     _log(o.events, k, k[STEPS], v, 0, S.EV_PREEMPT)
-    if v == r and k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= arrival_limit(cfg, k, R):
+    alone = k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= arrival_limit(cfg, k, R)
+    if v == r and alone and not routing_open(k):
         # Alone in the system with nothing left to arrive: the state after this
         # preemption repeats the last one => a cycle.
         vt = rq.prompt[v] + st.nout[v]
@@ -1169,37 +1173,49 @@ def _end_step(cfg, st, q, o, s, p, check):
 # ---- The step loop ---------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
-def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
-    """Simulate one configuration to the horizon, the end of its work, a proven
-    livelock, ``max_steps`` or the caller's stop flag.
+# What ``run_steps`` returns.
+ENDED, PAUSED = 0, 1
 
-    Args: ``cfg`` (NCOLS,) int64 and ``cfgf`` (NFLOAT,) float64, this config's
-    row of ``config.pack_configs``; ``rq`` the shared ``state.Requests``;
-    ``st``/``q``/``o`` this config's rows of ``state.ReqState``, ``Queues`` and
-    ``Out`` (results are written there: ``o.counters`` holds ``state.O_*``);
-    ``ctl`` (1,) int64, a stop flag the caller may set from another thread
-    (the run then ends with ``O_INTERRUPTED`` = 1); ``use_macro`` allows the
-    decode fast path (off while tracing or logging events); ``check`` counts
-    steps that break block conservation (one pass over ``running`` per step).
-    """
-    k = o.counters
-    sc, p = _init(cfg, rq, k)
-    R = rq.prompt.shape[0]
+
+@njit(cache=True, inline="always")
+def fast_path_allowed(cfg, o, use_macro):
+    """Whether the decode fast path may run for this config: asked for, no
+    per-step trace or event log, not restart preemption (its livelock detector
+    must see every step: decodes are not progress there, cycle.py), and not
+    caching under async scheduling (blocks are hashed as outputs land, step by
+    step)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    # No fast path with restart preemption (its livelock detector must see
-    # every step: decodes are not progress there, cycle.py), nor with caching
-    # under async scheduling (blocks are hashed as outputs land, step by step).
     macro = macro and cfg[K.PREEMPT] != 1
-    macro = macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
+    return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
+
+
+@njit(cache=True, nogil=True)
+def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
+    """The step loop of one configuration, from its current state: to the
+    horizon, the end of its work, a proven livelock, ``max_steps`` or the
+    caller's stop flag (returns ``ENDED``), or, for a replica behind a router
+    (``arrivals.routing_open``), until its clock reaches the router's next
+    send ``O_ROUTE_UNTIL``, before it takes in what has arrived by then (an
+    idle replica waits there; returns ``PAUSED``: the router reads its state,
+    sends, and calls again). ``sc``/``p`` are ``_init``'s scratch and prefix cache; ``macro``
+    is ``fast_path_allowed``. ``O_FIN_BEFORE_STEP`` keeps O_FINISHED as it was
+    before the latest step (or decode run), whose finishes happen at its end
+    (sync) or start (async)."""
+    k = o.counters
+    R = rq.prompt.shape[0]
     async_ = cfg[K.ASYNC] != 0
+    routed = routing_open(k)
     while True:
+        if routed and k[CLOCK] >= k[S.O_ROUTE_UNTIL]:
+            return PAUSED  # the router first sends what arrived by now
         _arrivals(cfg, rq, st, q, k)
         if k[N_RUN] == 0 and k[WL] == 0:
             k[S.O_N_PEND] = 0  # only finished requests can still have output in flight
-            if k[NXT] >= arrival_limit(cfg, k, R):
+            more = k[NXT] < arrival_limit(cfg, k, R)
+            if not more and not routed:
                 break  # all arrived (closed loop: a request waits for a release; none can come)
-            k[CLOCK] = st.entry_ns[st.order[k[NXT]]]
+            nxt = st.entry_ns[st.order[k[NXT]]] if more else INT64_MAX
+            k[CLOCK] = min(nxt, k[S.O_ROUTE_UNTIL]) if routed else nxt  # idle until then
             continue
         if k[CLOCK] >= cfg[K.HORIZON_NS]:
             break
@@ -1209,6 +1225,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
         if ctl[0] != 0:
             k[S.O_INTERRUPTED] = 1
             break
+        k[S.O_FIN_BEFORE_STEP] = k[S.O_FINISHED]
         _adapt_cap(cfg, k)
         if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
             after_fast_path(cfg, k, sc.cycle)
@@ -1231,6 +1248,26 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
             k[S.O_LIVELOCKED] = 1
             k[S.O_LIVELOCK_STEP] = k[STEPS] - 1
             break
+    return ENDED
+
+
+@njit(cache=True, nogil=True)
+def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
+    """Simulate one configuration to the horizon, the end of its work, a proven
+    livelock, ``max_steps`` or the caller's stop flag (``run_steps``).
+
+    Args: ``cfg`` (NCOLS,) int64 and ``cfgf`` (NFLOAT,) float64, this config's
+    row of ``config.pack_configs``; ``rq`` the shared ``state.Requests``;
+    ``st``/``q``/``o`` this config's rows of ``state.ReqState``, ``Queues`` and
+    ``Out`` (results are written there: ``o.counters`` holds ``state.O_*``);
+    ``ctl`` (1,) int64, a stop flag the caller may set from another thread
+    (the run then ends with ``O_INTERRUPTED`` = 1); ``use_macro`` allows the
+    decode fast path (off while tracing or logging events); ``check`` counts
+    steps that break block conservation (one pass over ``running`` per step).
+    """
+    sc, p = _init(cfg, rq, o.counters)
+    macro = fast_path_allowed(cfg, o, use_macro)
+    run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check)
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -266,8 +266,14 @@ def plan_chunks(
         )
     else:
         budget = MemoryBudget(int(memory_limit), 0, 0, "not counted", 1)
-    per_cfg = {key: config_bytes(sweep.workloads[key].num_requests) for key in by_key}
-    scratch = {key: scratch_bytes(sweep, ids, key) for key, ids in by_key.items()}
+    # A config with R replicas holds R rows of state and scratch at once, and
+    # its fleet's merged row (``replicas.merge``) beside them.
+    reps = {key: max(sweep.configs[int(i)].replicas for i in ids) for key, ids in by_key.items()}
+    per_cfg = {
+        key: config_bytes(sweep.workloads[key].num_requests) * (r + (r > 1))
+        for key, r in reps.items()
+    }
+    scratch = {key: scratch_bytes(sweep, ids, key) * reps[key] for key, ids in by_key.items()}
     one = max(per_cfg[key] + scratch[key] for key in by_key)
     if budget.available < max(one, budget.dataset):
         raise SweepError(

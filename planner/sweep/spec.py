@@ -85,6 +85,9 @@ SCHEDULER_AXES = (
     "kv_block_bytes",
     "max_concurrency",
     "think_time_s",
+    "replicas",
+    "router",
+    "router_seed",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -94,7 +97,7 @@ BOOL_AXES = {
     "async_scheduling",
     "enable_prefix_caching",
 }
-STR_AXES = {"preemption_mode", "stop_bound", "policy", "victim", "admission"}
+STR_AXES = {"preemption_mode", "stop_bound", "policy", "victim", "admission", "router"}
 INT_AXES = {
     "max_num_seqs",
     "num_gpu_blocks",
@@ -110,6 +113,8 @@ INT_AXES = {
     "cpu_swap_blocks",
     "kv_block_bytes",
     "max_concurrency",
+    "replicas",
+    "router_seed",
 }
 
 
@@ -501,6 +506,7 @@ class Sweep:
                 f"{_where('think_time_s', self)}: no effect without max_concurrency > 0 "
                 "or workload.turns > 1"
             )
+        self._check_fleets()
         if self.search is not None and any(c.max_concurrency > 0 for c in self.configs):
             raise SpecError(
                 "search: the highest-rate search is for open-loop load; "
@@ -553,6 +559,22 @@ class Sweep:
 
     def workload_axes(self) -> list[str]:
         return [k for k in self.axes if k in WORKLOAD_AXES]
+
+    def _check_fleets(self) -> None:
+        """Replicas behind a router: what the fleet kernel does not route yet,
+        and router settings that nothing would read. Raises SpecError."""
+        fleets = [c for c in self.configs if c.replicas > 1]
+        paced = any(c.max_concurrency > 0 for c in fleets) or self.spec.workload.turns > 1
+        if fleets and paced:
+            raise SpecError(
+                f"{_where('replicas', self)}: closed-loop clients and sessions are not "
+                "routed yet; use open-loop arrivals, or replicas = 1"
+            )
+        for key in ("router", "router_seed"):
+            if _given(key, self) and not fleets:
+                raise SpecError(f"{_where(key, self)}: no effect without replicas > 1")
+        if _given("router_seed", self) and not any(c.router == "random" for c in fleets):
+            raise SpecError(f"{_where('router_seed', self)}: no effect without router random")
 
     def workload_keys(self) -> list[tuple]:
         cols = self.workload_axes()
@@ -716,6 +738,11 @@ def spec_names(message: str) -> str:
     """``message`` with the CLI flags of ``SPEC_FIELD_NAMES`` spelled as spec fields."""
     pattern = "|".join(re.escape(f) for f in sorted(SPEC_FIELD_NAMES, key=len, reverse=True))
     return re.sub(rf"({pattern})(?![\w-])", lambda m: SPEC_FIELD_NAMES[m.group(1)], message)
+
+
+def _given(key: str, sweep: Sweep) -> bool:
+    """Whether the spec sets ``key`` as an axis or a [scheduler] value."""
+    return key in sweep.axes or key in sweep.spec.scheduler
 
 
 def _where(key: str, sweep: Sweep) -> str:

@@ -1,0 +1,84 @@
+"""Routing policies of a fleet of replicas (``kernel/fleet.py``).
+
+Policies (``ROUTERS``; each reads the loads ``fleet.replica_loads`` fills):
+- ``round_robin``: replicas in turn.
+- ``random``: uniform, from a SplitMix64 stream seeded by ``router_seed``
+  (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
+  OOPSLA 2014).
+- ``least_outstanding``: fewest outstanding requests (the load SGLang's
+  router falls back to when its cache-aware choice would unbalance), ties by
+  KV blocks in use, then the lowest index.
+- ``least_kv``: fewest KV blocks in use, ties by outstanding requests.
+- ``prefix_affinity``: the replica that was last sent the longest prefix of
+  this request (the router remembers, per prefix key, the replica it sent
+  it to), when that prefix covers at least ``AFFINITY_MIN_MATCH`` of the
+  prompt and the loads are balanced; otherwise ``least_outstanding``. Loads
+  are imbalanced when max - min outstanding > ``BALANCE_ABS`` and max >
+  ``BALANCE_REL`` x min. This is SGLang's cache-aware router (sgl-router,
+  now the SGLang Model Gateway, ``--policy cache_aware`` with its documented
+  defaults ``--cache-threshold 0.3``, ``--balance-abs-threshold 64``,
+  ``--balance-rel-threshold 1.5``) with two simplifications: the router's
+  memory of prefixes is never evicted, and a prefix sent to two replicas is
+  remembered for the latest one only. Prefix keys: a block-hash trace's
+  chained ids of full trace blocks (each stands for the whole prefix up to
+  its block), else a request's prefix group (its shared tokens).
+
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+ROUTERS = {
+    "round_robin": 0,
+    "random": 1,
+    "least_outstanding": 2,
+    "least_kv": 3,
+    "prefix_affinity": 4,
+}
+ROUND_ROBIN, RANDOM, LEAST_OUTSTANDING, LEAST_KV, PREFIX_AFFINITY = range(5)
+
+# SGLang Model Gateway's cache-aware defaults (docs/getting-started/load-balancing.md).
+AFFINITY_MIN_MATCH = 0.3
+BALANCE_ABS = 64
+BALANCE_REL = 1.5
+
+
+@njit(cache=True, inline="always")
+def splitmix64(state):
+    """SplitMix64: (next state, a 64-bit output), as uint64."""
+    z = state + np.uint64(0x9E3779B97F4A7C15)
+    nxt = z
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return nxt, z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def argmin2(a, b):
+    """Index of the smallest a, ties by the smallest b, then the lowest index."""
+    best = 0
+    for i in range(1, a.shape[0]):
+        if a[i] < a[best] or (a[i] == a[best] and b[i] < b[best]):
+            best = i
+    return best
+
+
+@njit(cache=True, _nrt=False)
+def affinity(r, prompt, key_off, keys, key_tokens, owner, load):
+    """``prefix_affinity``'s choice for request r, or -1 for least_outstanding:
+    the replica last sent r's longest remembered prefix, if that prefix covers
+    AFFINITY_MIN_MATCH of the prompt and the loads are balanced."""
+    lo_load, hi_load = load[0], load[0]
+    for i in range(1, load.shape[0]):
+        lo_load, hi_load = min(lo_load, load[i]), max(hi_load, load[i])
+    if hi_load - lo_load > BALANCE_ABS and hi_load > BALANCE_REL * lo_load:
+        return -1
+    for j in range(key_off[r + 1] - 1, key_off[r] - 1, -1):
+        rep = owner[keys[j]]
+        if rep >= 0:
+            if key_tokens[j] >= AFFINITY_MIN_MATCH * prompt:
+                return rep
+            return -1
+    return -1

@@ -1,0 +1,223 @@
+"""``plan size`` (issue 15, items 2 and 3): the cheapest deployment that
+meets the SLOs without overload, its cost, headroom and vllm serve flags;
+monotone in the rate and the SLO; bad input exits 2 in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from helpers import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+AZURE_CONV = ROOT / "planner" / "data" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+
+SYNTHETIC = """
+name = "size-synthetic"
+[workload]
+kind = "synthetic"
+num_requests = 400
+rate = {rate}
+arrival = "poisson"
+[workload.prompt]
+kind = "lognormal"
+mean = 600
+stdev = 400
+max = 6000
+[workload.output]
+kind = "lognormal"
+mean = 250
+stdev = 200
+max = 2000
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "roofline"
+[scheduler]
+max_model_len = 8192
+[axes]
+max_num_seqs = [64, 256]
+"""
+
+
+def _spec(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _size(capsys, tmp_path: Path, spec: Path, *args: str) -> tuple[int, dict, str]:
+    out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+    code, stdout, err = run_cli(capsys, "size", str(spec), "--out", str(out), "--json", *args)
+    rep = json.loads(stdout) if stdout.strip().startswith("{") else {}
+    return code, rep, err
+
+
+CANDIDATES = ("--gpus", "H100,A100-80GB,L40S", "--max-replicas", "6")
+
+
+def test_sizing_is_monotone_in_rate_and_slo(capsys, tmp_path):
+    """Doubling the rate never lowers the cost; a tighter SLO never lowers it;
+    for one GPU type neither lowers the GPU count."""
+    base = _spec(tmp_path, SYNTHETIC.format(rate=10), "r10.toml")
+    double = _spec(tmp_path, SYNTHETIC.format(rate=20), "r20.toml")
+    loose = ("--ttft-slo", "2", "--tpot-slo", "0.05")
+    tight = ("--ttft-slo", "0.5", "--tpot-slo", "0.03")
+    cases = {"base": (base, loose), "double": (double, loose), "tight": (base, tight)}
+    one_gpu = ("--gpus", "H100", "--max-replicas", "6")
+    costs, gpus = {}, {}
+    for label, (spec, slo) in cases.items():
+        code, rep, err = _size(capsys, tmp_path, spec, *CANDIDATES, *slo)
+        assert code == 0, err
+        costs[label] = rep["answer"]["usd_per_hour"]
+        code, rep, err = _size(capsys, tmp_path, spec, *one_gpu, *slo)
+        assert code == 0, err
+        gpus[label] = rep["answer"]["gpus"]
+    assert costs["double"] >= costs["base"]
+    assert costs["tight"] >= costs["base"]
+    assert gpus["double"] >= gpus["base"]
+    assert gpus["tight"] >= gpus["base"]
+
+
+def test_the_answer_is_the_cheapest_row_that_meets_the_target(capsys, tmp_path):
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=15))
+    out = tmp_path / "o"
+    code, stdout, err = run_cli(
+        capsys, "size", str(spec), "--out", str(out), "--json", *CANDIDATES,
+        "--ttft-slo", "1", "--tpot-slo", "0.05",
+    )  # fmt: skip
+    assert code == 0, err
+    rep = json.loads(stdout)
+    table = pd.read_parquet(out / "size.parquet")
+    ok = table[table["meets_target"]]
+    assert rep["answer"]["usd_per_hour"] == pytest.approx(ok["usd_per_hour"].min())
+    # Every row that meets the target is served and within both SLOs.
+    assert (~ok["overloaded"]).all()
+    assert (ok["ttft_s_p99"] <= 1).all() and (ok["tpot_s_p99"] <= 0.05).all()
+    # Cost = price x GPUs; the price table is the shipped one.
+    assert (table["usd_per_hour"] == table["usd_per_gpu_hour"] * table["gpus"]).all()
+    assert (table["gpus"] == table["tensor_parallel_size"] * table["replicas"]).all()
+    a = rep["answer"]
+    assert rep["price_table"] == "planner/data/gpu_prices.csv"
+    for flag in (
+        f"--max-num-seqs {a['max_num_seqs']}",
+        "--no-enable-prefix-caching",
+        "--no-async-scheduling",
+        f"--tensor-parallel-size {a['tensor_parallel_size']}",
+    ):
+        assert flag in a["vllm_serve"]
+    assert a["vllm_serve"].startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct ")
+    assert (out / "size.csv").exists() and (out / "pareto.png").stat().st_size > 10_000
+    assert table["pareto_ttft"].any() and table["pareto_tpot"].any()
+
+
+def test_azure_conversation_at_8x_names_the_replicas_plan_run_confirms(capsys, tmp_path):
+    """The issue's case: Llama-3.1-8B on H100, the Azure conversation trace at
+    8x, TTFT p99 <= 2 s and TPOT p99 <= 50 ms. plan size names R; plan run
+    with R replicas meets both SLOs without overload, with R - 1 it does not."""
+    spec = _spec(
+        tmp_path,
+        f"""
+name = "azure-8x"
+[workload]
+kind = "trace"
+path = "{AZURE_CONV}"
+rate_scale = 8
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "roofline"
+[scheduler]
+max_model_len = 8192
+[axes]
+max_num_seqs = [256]
+""",
+    )
+    code, rep, err = _size(
+        capsys, tmp_path, spec, "--gpus", "H100", "--max-replicas", "6",
+        "--ttft-slo", "2", "--tpot-slo", "0.05",
+    )  # fmt: skip
+    assert code == 0, err
+    r = rep["answer"]["replicas"]
+    assert r > 1 and rep["answer"]["one_fewer_replica_meets_target"] is False
+    run = [
+        "run", "--trace-file", str(AZURE_CONV), "--rate-scale", "8", "--model", "llama-3.1-8b",
+        "--gpu", "h100", "--latency", "roofline", "--max-model-len", "8192",
+        "--ttft-slo", "2", "--tpot-slo", "0.05", "--json",
+    ]  # fmt: skip
+    verdicts = []
+    for n in (r, r - 1):
+        extra = ["--replicas", str(n)] if n > 1 else []
+        code, stdout, err = run_cli(capsys, *run, *extra)
+        assert code == 0, err
+        row = json.loads(stdout)
+        verdicts.append(bool(row["meets_slo"]) and not row["overloaded"])
+    assert verdicts == [True, False]
+
+
+def test_nothing_within_the_search_is_a_bound_and_exit_1(capsys, tmp_path):
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=40))
+    code, rep, err = _size(
+        capsys, tmp_path, spec, "--gpus", "L40S", "--max-replicas", "1", "--ttft-slo", "0.01"
+    )
+    assert code == 1, err
+    assert rep["answer"] is None
+    assert "bound, not an answer" in rep["bound"]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--gpus", "H100", "--ttft-slo", "0"), "--ttft-slo"),
+        (("--gpus", "Z80"), "unknown GPU"),
+        (("--gpus", "MI300X"), "no price for MI300X"),
+        (("--tensor-parallel-sizes", "1,x"), "--tensor-parallel-sizes"),
+        (("--routers", "fastest"), "--routers"),
+        (("--max-replicas", "0"), "--max-replicas"),
+    ],
+)
+def test_bad_options_exit_2_in_one_line(capsys, tmp_path, args, needle):
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=10))
+    code, stdout, err = run_cli(capsys, "size", str(spec), "--out", str(tmp_path / "o"), *args)
+    assert code == 2
+    assert needle in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (('[hardware]\nmodel = "llama-3.1-8b"\ngpu = "H100"\n', ""), "hardware"),
+        (('model = "llama-3.1-8b"', 'model = "llama-3.1-70b"'), "no candidate"),
+        (('kind = "roofline"', 'kind = "linear"'), "linear"),
+        (("[axes]", "[axes]\nnum_gpu_blocks = [4000]"), "num_gpu_blocks"),
+        (("[axes]", '[axes]\nadmission = ["projected"]'), "admission"),
+    ],
+)
+def test_bad_specs_exit_2_in_one_line(capsys, tmp_path, edit, needle):
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=10).replace(*edit))
+    code, stdout, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "RTX-4090", "--out", str(tmp_path / "o")
+    )
+    assert code == 2, err
+    assert needle in err and err.count("\n") == 1, err
+
+
+def test_a_price_table_of_your_own(capsys, tmp_path):
+    prices = tmp_path / "p.csv"
+    prices.write_text("gpu,usd_per_gpu_hour,source\nh100,1.5,my contract 2026-12-01\n")
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=10))
+    code, rep, err = _size(
+        capsys, tmp_path, spec, "--gpus", "H100", "--prices", str(prices), "--ttft-slo", "2"
+    )
+    assert code == 0, err
+    assert rep["price_table"] == str(prices)
+    assert rep["answer"]["usd_per_gpu_hour"] == 1.5
+    bad = tmp_path / "bad.csv"
+    bad.write_text("gpu,usd_per_gpu_hour\nH100,-1\n")
+    code, _, err = run_cli(capsys, "size", str(spec), "--prices", str(bad), "--gpus", "H100")
+    assert code == 2 and "usd_per_gpu_hour must be a number > 0" in err
