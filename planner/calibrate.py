@@ -178,17 +178,19 @@ def fit_roofline(
     steps: dict[str, np.ndarray], base: RooflineLatency
 ) -> tuple[Fit, RooflineLatency]:
     """MFU, MBU (grid) and overhead (closed form) of ``base``'s model and GPU."""
-    f0, f1, w, kvb, peak, bw = RooflineLatency(base.model, base.gpu, base.tp, 1.0, 1.0).floats()
+    unit = RooflineLatency(base.model, base.gpu, base.tp, 1.0, 1.0)
+    f0, f1, w, kvb, peak, bw, comm = unit.floats()
     p, d, att, kv = (a.astype(np.float64) for a in _inputs(steps))
     t_c = (f0 * (p + d) + f1 * att) / peak * 1e6  # us at MFU 1
     t_m = (w + kvb * kv) / bw * 1e6  # us at MBU 1
+    t_ar = comm * (p + d) * 1e6  # all-reduce us, outside the max
     y = steps["step_ms"] * 1000.0
     grid = np.arange(1, int(round(1 / GRID_STEP)) + 1) * GRID_STEP
     best = (np.inf, 1.0, 1.0, 0.0)
     for mfu in grid:
         c = t_c / mfu
         for mbu in grid:
-            t = np.maximum(c, t_m / mbu)
+            t = np.maximum(c, t_m / mbu) + t_ar
             oh = max(float(np.mean(y - t)), 0.0)
             res = float(np.sum((t + oh - y) ** 2))
             if res < best[0]:

@@ -73,7 +73,7 @@ POLICIES = {"fcfs": 0, "priority": 1}
     ROUTER_SEED,
 ) = range(37)
 NCOLS = 37
-NFLOAT = 6  # roofline floats per config (latency.RooflineLatency.floats)
+NFLOAT = 7  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
 MAX_INT = bounds.INT32_MAX  # sizes and counts fit int32 arrays in the kernel
@@ -224,8 +224,8 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
     block_size) tokens (vLLM v1's token budget counts prefill and decode
     tokens; every scheduled token needs a KV slot). Linear: b0 + max(b1, b2) x T.
     Roofline: overhead + max(FLOPs/(peak x MFU), bytes/(HBM x MBU)) with every
-    token attending max_model_len keys and the whole pool read (see
-    ``latency.step_time_ns``). Measured: overhead + twice the largest table
+    token attending max_model_len keys and the whole pool read, plus T tokens'
+    all-reduce time (see ``latency.step_time_ns``). Measured: overhead + twice the largest table
     value at the corners of the box the step can reach (up to T prefill
     tokens and T decodes, the prefill context and the decodes' summed KV each
     up to the pool's tokens): the table is multilinear, so this bounds it
@@ -252,7 +252,7 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
         fp = lat.floats()
         flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
         nbytes = fp[2] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
-        t = b0 + math.ceil(max(flops / fp[4], nbytes / fp[5]) * 1e9)
+        t = b0 + math.ceil((max(flops / fp[4], nbytes / fp[5]) + fp[6] * tokens) * 1e9)
     if cfg.preemption_mode == "swap":
         t += float(cfg.swap_ns_per_block) * 2 * cfg.num_gpu_blocks
     return float(t)

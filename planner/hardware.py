@@ -30,12 +30,16 @@ MODELS: dict[str, ModelSpec] = {name: catalog.lookup(name) for name in PRESETS} 
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One accelerator: memory visible to torch, dense bf16 peak, HBM bandwidth."""
+    """One accelerator: memory visible to torch, dense bf16 peak, HBM bandwidth,
+    and the GPU-to-GPU bandwidth tensor parallelism's all-reduces use (each
+    direction: NVLink's or Infinity Fabric's total over two; PCIe Gen4 x16's
+    32 GB/s for cards without such links)."""
 
     name: str
     memory_gib: float  # torch.cuda total memory, GiB
     bf16_flops: float  # dense bf16 tensor-core peak, FLOP/s
     hbm_bytes_per_s: float  # memory bandwidth, bytes/s
+    link_bytes_per_s: float  # GPU-to-GPU bandwidth, each direction, bytes/s
 
 
 # Sources (dense, i.e. without sparsity, FLOP/s and bandwidth), recorded
@@ -53,27 +57,31 @@ GPU_SOURCES: dict[str, str] = {
     "MI300X": "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
 }
 GPU_SOURCES_RECORDED = "2026-11-30"
+# GPU-to-GPU links (``link_bytes_per_s``) from the same pages, recorded
+# 2026-12-01: NVLink 900 GB/s (H100, H200 SXM), 600 GB/s (A100 SXM4), 1.8 TB/s
+# (B200), AMD Infinity Fabric 896 GB/s aggregate (MI300X); L40S and RTX 4090
+# have no NVLink and talk over PCIe Gen4 x16 (64 GB/s both ways).
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
         # H100 SXM5 80GB: 989.4 TFLOP/s bf16 dense, 3.35 TB/s HBM3; vLLM logs 79.19 GiB total
-        GpuSpec("H100", 79.19, 989.4e12, 3.35e12),
+        GpuSpec("H100", 79.19, 989.4e12, 3.35e12, 450e9),  # NVLink 900 GB/s both ways
         # H200 SXM 141GB: 989.4 TFLOP/s bf16 dense, 4.8 TB/s HBM3e; ~139.8 GiB visible
-        GpuSpec("H200", 139.8, 989.4e12, 4.8e12),
+        GpuSpec("H200", 139.8, 989.4e12, 4.8e12, 450e9),  # NVLink 900 GB/s both ways
         # A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 2.039 TB/s HBM2e; ~79.15 GiB visible
-        GpuSpec("A100-80GB", 79.15, 312e12, 2.039e12),
+        GpuSpec("A100-80GB", 79.15, 312e12, 2.039e12, 300e9),  # NVLink 600 GB/s both ways
         # A100 SXM4 40GB: 312 TFLOP/s bf16 dense, 1.555 TB/s HBM2; ~39.39 GiB visible
-        GpuSpec("A100-40GB", 39.39, 312e12, 1.555e12),
+        GpuSpec("A100-40GB", 39.39, 312e12, 1.555e12, 300e9),  # NVLink 600 GB/s both ways
         # L40S 48GB: 362.05 TFLOP/s bf16 dense, 864 GB/s GDDR6; ~44.4 GiB visible
-        GpuSpec("L40S", 44.4, 362.05e12, 0.864e12),
+        GpuSpec("L40S", 44.4, 362.05e12, 0.864e12, 32e9),  # PCIe Gen4 x16
         # B200 180GB: 2.25 PFLOP/s bf16 dense, 8 TB/s HBM3e; 180e9 B = 167.6 GiB
-        GpuSpec("B200", 167.6, 2250e12, 8.0e12),
+        GpuSpec("B200", 167.6, 2250e12, 8.0e12, 900e9),  # NVLink 1.8 TB/s both ways
         # GeForce RTX 4090 24GB (consumer): 165.2 TFLOP/s bf16 dense with fp32
         # accumulate, 1.008 TB/s GDDR6X; ~23.65 GiB visible
-        GpuSpec("RTX-4090", 23.65, 165.2e12, 1.008e12),
+        GpuSpec("RTX-4090", 23.65, 165.2e12, 1.008e12, 32e9),  # PCIe Gen4 x16
         # AMD Instinct MI300X 192GB: 1,307.4 TFLOP/s bf16 dense, 5.3 TB/s HBM3;
         # 192 GiB of HBM, ~191.98 GiB visible to ROCm torch
-        GpuSpec("MI300X", 191.98, 1307.4e12, 5.3e12),
+        GpuSpec("MI300X", 191.98, 1307.4e12, 5.3e12, 448e9),  # Infinity Fabric 896 GB/s both ways
     )
 }
 GPU_ALIASES = {"h100": "H100", "h100-80gb": "H100", "h200": "H200", "a100": "A100-80GB",

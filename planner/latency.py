@@ -62,9 +62,9 @@ class LinearLatency:
         """(b0, b1, b2, a0, a1, a2) in integer nanoseconds."""
         return tuple(int(round(x * 1000.0)) for x in (*self.beta, *self.alpha))  # type: ignore[return-value]
 
-    def floats(self) -> tuple[float, float, float, float, float, float]:
+    def floats(self) -> tuple[float, ...]:
         """Roofline floats: unused by the linear model (ones, to avoid 0/0)."""
-        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0)
+        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0)
 
     def describe(self) -> str:
         a, b = self.alpha, self.beta
@@ -98,11 +98,19 @@ class RooflineLatency:
       cached ones attends n*c + n(n+1)/2 (query, key) pairs.
     - memory = (weights/tp + KV bytes/token/tp x tokens of KV touched) /
       (HBM bandwidth x MBU); a request's step touches c + n tokens of KV.
+    - tensor-parallel communication, added (vLLM runs the all-reduces on the
+      critical path): per token, 2 all-reduces per layer of hidden_size
+      activations in the model dtype (Megatron-LM's split: one after
+      attention, one after the MLP; Shoeybi et al., 2019), each moving
+      2 (tp - 1) / tp of its bytes over every GPU's link (ring all-reduce;
+      Patarasuk and Yuan, JPDC 2009), at the GPU's link bandwidth
+      (``hardware.GpuSpec.link_bytes_per_s``). Zero at tp = 1. A bound: it
+      leaves out each all-reduce's latency (a few microseconds) and any
+      overlap; ``--step-overhead-us`` can carry the former.
 
     The roofline idea: Williams et al., CACM 2009; its use for LLM inference:
-    Yuan et al., "LLM Inference Unveiled" (2024). Tensor-parallel communication
-    is not modelled. alpha (queueing delay, per-token overhead) as in
-    ``LinearLatency``, default zero.
+    Yuan et al., "LLM Inference Unveiled" (2024). alpha (queueing delay,
+    per-token overhead) as in ``LinearLatency``, default zero.
 
     Raises:
         ValueError: for efficiencies outside (0, 1], tp outside 1..MAX_TP or an
@@ -133,9 +141,10 @@ class RooflineLatency:
         """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
         return overhead_ns(self.overhead_us, self.alpha)
 
-    def floats(self) -> tuple[float, float, float, float, float, float]:
+    def floats(self) -> tuple[float, ...]:
         """(FLOPs/token, FLOPs/attended pair, weight bytes, KV bytes/token,
-        effective FLOP/s, effective bytes/s) on one GPU."""
+        effective FLOP/s, effective bytes/s, all-reduce seconds/token) on one
+        GPU (``config.NFLOAT`` floats)."""
         from planner.hardware import gpu, model
 
         m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
@@ -147,7 +156,18 @@ class RooflineLatency:
             float(m.kv_bytes_per_token(self.tp)),
             g.bf16_flops * self.mfu,
             g.hbm_bytes_per_s * self.mbu,
+            self.comm_s_per_token(),
         )
+
+    def comm_s_per_token(self) -> float:
+        """Seconds of tensor-parallel all-reduce per token (class docstring)."""
+        from planner.hardware import gpu, model
+
+        if self.tp == 1:
+            return 0.0
+        m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
+        ring = 2.0 * (self.tp - 1) / self.tp
+        return 2.0 * m.num_layers * ring * m.hidden_size * m.dtype_bytes / g.link_bytes_per_s
 
     def describe(self) -> str:
         dtypes = f", quantization {self.quantization}" if self.quantization else ""
@@ -155,7 +175,9 @@ class RooflineLatency:
             dtypes += f", KV {self.kv_cache_dtype}"
         return (
             f"roofline {self.model} on {self.tp} x {self.gpu} "
-            f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us{dtypes})"
+            f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us{dtypes}"
+            + (f", all-reduce {self.comm_s_per_token() * 1e6:.3g} us/token" if self.tp > 1 else "")
+            + ")"
         )
 
 
@@ -192,9 +214,9 @@ class MeasuredLatency:
         """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
         return overhead_ns(self.overhead_us, self.alpha)
 
-    def floats(self) -> tuple[float, float, float, float, float, float]:
-        """(scale, 0, 0, 0, 1, 1): the kernel's float params of the measured kind."""
-        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0)
+    def floats(self) -> tuple[float, ...]:
+        """(scale, 0, 0, 0, 1, 1, 0): the kernel's float params of the measured kind."""
+        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0)
 
     def describe(self) -> str:
         dtypes = f", quantization {self.quantization}" if self.quantization else ""
@@ -296,5 +318,5 @@ def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # no
         return ip[0] + max(int(math.ceil(t_ns)), 1)
     flops = fp[0] * (prefill + decode) + fp[1] * attended
     nbytes = fp[2] + fp[3] * kv_tokens
-    t = max(flops / fp[4], nbytes / fp[5])
+    t = max(flops / fp[4], nbytes / fp[5]) + fp[6] * (prefill + decode)
     return ip[0] + int(math.ceil(t * 1e9))

@@ -213,12 +213,15 @@ def process_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def jit_bytes() -> tuple[int, str]:
+def jit_bytes(fleet: bool = False) -> tuple[int, str]:
     """The JIT allowance still to come and why: 0 if both kernel variants are
     compiled in this process, ``JIT_LOAD_BYTES`` if the rest are in Numba's
     cache, else ``JIT_COMPILE_BYTES`` (also when the cache cannot be read).
-    Both variants count: a sweep's last chunk may hold one config."""
+    Both variants count: a sweep's last chunk may hold one config; a sweep
+    with replicas (``fleet``) also runs the router's kernel."""
     states = {kernel_status(1), kernel_status(2)}
+    if fleet:
+        states.add(kernel_status(2, fleet=True))
     if states == {"loaded"}:
         return 0, "loaded"
     if states <= {"loaded", "cached"}:
@@ -226,13 +229,20 @@ def jit_bytes() -> tuple[int, str]:
     return JIT_COMPILE_BYTES, "cold"
 
 
-def chunk_budget(memory_limit: int, threads: int | None = None) -> MemoryBudget:
+def has_fleets(sweep: Sweep) -> bool:
+    """Whether any config runs replicas behind a router (``kernel/fleet.py``)."""
+    return any(c.replicas > 1 for c in sweep.configs)
+
+
+def chunk_budget(
+    memory_limit: int, threads: int | None = None, fleet: bool = False
+) -> MemoryBudget:
     """The fixed part of a sweep's memory for a process limit ``memory_limit``
     (bytes): what the process already holds (``process_bytes``, so call it once
     the spec and its workloads are loaded) and the JIT allowance (``jit_bytes``).
     ``threads`` defaults to Numba's. ``plan_chunks`` adds the kernel inputs and
     refuses when nothing fits."""
-    jit, kind = jit_bytes()
+    jit, kind = jit_bytes(fleet)
     return MemoryBudget(
         memory_limit,
         process_bytes(),
@@ -435,7 +445,8 @@ def _run(
     client: object | None,
 ) -> tuple[pd.DataFrame, bool]:
     fixed = manifest.fixed_sizes() if manifest is not None else None
-    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, workers), fixed)
+    budget = chunk_budget(memory_limit, workers, has_fleets(sweep))
+    plan = plan_chunks(sweep, chunk_size, budget, fixed)
     if manifest is not None:
         todo = _verify_chunks(out, plan, manifest, console)
     else:
@@ -477,7 +488,8 @@ def _run_chunks(
         TimeRemainingColumn(),
         console=console,
     )
-    if client is None and todo and (note := compile_note(max(len(c.config_ids) for c in todo))):
+    largest = max((len(c.config_ids) for c in todo), default=0)
+    if client is None and todo and (note := compile_note(largest, has_fleets(sweep))):
         console.print(f"plan: {note}")
     t0 = time.perf_counter()
     ran = 0
@@ -702,7 +714,7 @@ def dry_run(
     """Print the grid, the chunk plan and an estimated wall time (``estimate``;
     compile time reported separately). Returns the figures."""
     threads = workers if workers is not None else numba.get_num_threads()
-    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, threads))
+    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, threads, has_fleets(sweep)))
     budget = plan.budget
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
