@@ -25,6 +25,7 @@ README = ROOT / "README.md"
 SLOW = (
     "sweeps/seed-starvation.toml",
     "sweeps/azure-conv.toml",
+    "sweeps/azure-conv-size.toml",
     "--address",
     "results/seed-",
     "log.csv",
@@ -63,9 +64,9 @@ def test_readme_command_parses(argv, _code):
 
 
 def _redirect(argv: list[str], tmp: Path) -> list[str]:
-    """Send outputs to ``tmp``: sweep --out, heatmap's dataset and --out."""
+    """Send outputs to ``tmp``: sweep and size --out, heatmap's dataset and --out."""
     argv = list(argv)
-    if argv[0] == "sweep" and "--dry-run" not in argv and "--out" not in argv:
+    if argv[0] in ("sweep", "size") and "--dry-run" not in argv and "--out" not in argv:
         argv += ["--out", str(tmp / Path(argv[1]).stem)]
     if argv[0] == "heatmap":
         argv[1] = str(tmp / Path(argv[1]).name)
