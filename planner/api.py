@@ -232,9 +232,12 @@ def simulate(
     rarr = arrival_ns[lay.rows] if fleet and arrival_ns.ndim == 2 else arrival_ns
     st = S.allocate(rcfg.shape[0], r, trace_steps, log_entries)
     _fill_entries(rcfg, rarr, prompt, next_turn, st.req)
-    if fleet:  # the router sends by arrival (kernel/fleet.py)
-        for lo in lay.starts:
-            st.req.order[lo] = np.argsort(rarr if rarr.ndim == 1 else rarr[lo], kind="stable")
+    if fleet:  # the router sends by arrival; clients are the fleet's (kernel/fleet.py)
+        streams = np.argsort(arrival_ns, axis=-1, kind="stable").astype(np.int32)
+        streams = np.broadcast_to(streams, (c, r))
+        st.req.order[lay.starts] = streams
+        rcfg = rcfg.copy()
+        rcfg[:, K.CONC] = 0
     hashes = hash_arrays(workload, configs)
     requests = S.Requests(
         prompt, max_tokens, priority, group, shared_len, *hashes, next_turn, pack_tables(lats)
@@ -244,13 +247,18 @@ def simulate(
             keys = RP.no_keys(r)
             if np.any(cfg[:, K.ROUTER] == PREFIX_AFFINITY):
                 keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
-            _run_fleets(rcfg, rcfgf, requests, st, lay, keys, fast_path, check_invariants)
+            fleets = (lay.starts, lay.sizes, cfg[:, K.CONC].copy(), cfg[:, K.THINK_NS].copy())
+            kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out)
+            _run_fleets(kx, fleets, keys, fast_path, check_invariants)
         else:
             _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
     per = _per_config(lats, c)
     if fleet:
         merged = RP.merge(st, lay)
-        return SimResult(configs, per, workload, cfg, arrival_ns, merged, FleetRun(lay, st))
+        closed = cfg[:, K.CONC] > 0  # the clients' send order (metrics.sent_mask)
+        merged.req.order[closed] = streams[closed]
+        sent = _sent_ns(cfg, arrival_ns, prompt, next_turn, merged.req)
+        return SimResult(configs, per, workload, cfg, sent, merged, FleetRun(lay, st))
     arrival_ns = _sent_ns(cfg, arrival_ns, prompt, next_turn, st.req)
     return SimResult(configs, per, workload, cfg, arrival_ns, st)
 
@@ -286,10 +294,10 @@ def _check_replica_path(
     cfg: np.ndarray, workload: Workload, trace_steps: int, log_entries: int
 ) -> None:
     """What the replica path does not model yet. Raises ValueError (one line)."""
-    if np.any(cfg[:, K.CONC] > 0) or workload.session is not None:
+    if workload.session is not None:
         raise ValueError(
-            "--replicas: closed-loop clients and sessions are not routed yet; "
-            "use open-loop arrivals, or --replicas 1"
+            "--replicas: sessions are not routed yet; use single requests (--turns 1), "
+            "or --replicas 1"
         )
     if trace_steps or log_entries:
         raise ValueError(
@@ -438,19 +446,18 @@ def _run_kernel(
 
 
 def _run_fleets(
-    cfg: np.ndarray,
-    cfgf: np.ndarray,
-    requests: S.Requests,
-    st: S.State,
-    lay: RP.Layout,
+    kx: tuple,
+    fleets: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     fast_path: bool,
     check_invariants: bool,
 ) -> None:
-    """Call the fleet kernel (``kernel/fleet.py``) on every config's replica rows."""
+    """Call the fleet kernel (``kernel/fleet.py``) on every config's replica
+    rows: ``kx`` = (cfg, cfgf, requests, req, queues, out) of the rows,
+    ``fleets`` = (starts, sizes, max_concurrency, think ns) per config."""
     ctl = np.zeros(1, dtype=np.int64)
-    args = (cfg, cfgf, requests, st.req, st.queues, st.out, lay.starts, lay.sizes, keys)
-    _interruptible(simulate_fleets, (*args, ctl, fast_path, check_invariants), ctl)
+    args = (*kx, fleets, keys, ctl, fast_path, check_invariants)
+    _interruptible(simulate_fleets, args, ctl)
 
 
 def _interruptible(kernel: Callable[..., None], args: tuple, ctl: np.ndarray) -> None:

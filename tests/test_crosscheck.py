@@ -120,7 +120,7 @@ latencies = st.one_of(
 )
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cfgs=st.lists(configs(), min_size=2, max_size=2), wl=workloads(), lat=latencies)
 def test_kernel_matches_reference(cfgs, wl, lat):
     cfgs = _open_loop_for_sessions(cfgs, wl)

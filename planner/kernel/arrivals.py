@@ -45,10 +45,18 @@ def arrival_limit(cfg, k, n_req):
 
 @njit(cache=True, inline="always")
 def routing_open(k):
-    """Whether a router may still send this replica requests (``kernel/fleet.py``):
-    then more can arrive even when ``order`` is used up, so no livelock proof
-    and no decode run may pass ``k[O_ROUTE_UNTIL]``, the router's next send."""
+    """Whether this replica runs behind a router that is still sending
+    (``kernel/fleet.py``): it pauses at ``k[O_ROUTE_UNTIL]``, the router's next
+    decision, and no decode run passes it."""
     return k[S.O_ROUTE_UNTIL] >= 0
+
+
+@njit(cache=True, inline="always")
+def may_receive(k):
+    """Whether the router may still send this replica a request that no
+    finish of its own precedes: then more can arrive even when ``order`` is
+    used up, so no livelock proof holds (``k[O_ROUTE_MORE]``)."""
+    return k[S.O_ROUTE_MORE] != 0
 
 
 @njit(cache=True, _nrt=False)

@@ -46,7 +46,7 @@ from numba import njit
 
 from planner import config as K
 from planner.kernel import state as S
-from planner.kernel.arrivals import arrival_limit, routing_open
+from planner.kernel.arrivals import arrival_limit, may_receive
 from planner.kernel.state import CYCLE_DET as NDET
 from planner.kernel.state import CYCLE_FIELDS_IN_FLIGHT as FIELDS_IN_FLIGHT
 from planner.kernel.state import CYCLE_FIELDS_PER_REQUEST as FIELDS_PER_REQUEST
@@ -206,7 +206,7 @@ def livelock_proven(cfg, st, q, k, p, cyc):
     Returns True when this step's state equals the latest snapshot exactly
     (the scalars first, in O(1); then every live request)."""
     det = cyc.det
-    can_arrive = k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]) or routing_open(k)
+    can_arrive = k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]) or may_receive(k)
     if cyc.snap.shape[0] == 1 or can_arrive or _progressed(cfg, k, det):
         det[QUIET] = 0
         det[ACTIVE] = 0

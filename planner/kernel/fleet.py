@@ -31,11 +31,14 @@ because decode runs stop at every send.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, prange
 from numba.typed import List
 
 from planner import config as K
+from planner.bounds import INT64_MAX
 from planner.kernel import state as S
 from planner.kernel.arrivals import place
 from planner.kernel.routers import (
@@ -65,80 +68,278 @@ def replica_loads(cfg, o, lo, n_rep, t, load, used):
         used[i] = k[S.O_USABLE] - k[S.O_FREE]
 
 
-@njit(cache=True, nogil=True)
-def simulate_fleet(cfg, cfgf, rq, st, q, o, lo, n_rep, keys, ctl, use_macro, check):
-    """Simulate one fleet: replicas on rows lo..lo+n_rep-1 of every array
-    (``cfg`` (C, NCOLS) and ``cfgf`` rows identical; ``st``/``q``/``o``
-    the (C, ...) records of ``state.allocate``). Row lo's ``order`` and
-    ``entry_ns`` hold the stream (open loop, by (entry, id)); every replica
-    row's ``entry_ns`` must hold the same times. ``keys`` = (key_off (R + 1,)
-    int64, keys (H,) int64 dense prefix keys, key_tokens (H,) int64 tokens
-    each key covers, n_keys (1,) int64), used by ``prefix_affinity`` only."""
-    key_off, key_ids, key_tokens, n_keys = keys
-    R = rq.prompt.shape[0]
-    stream = st.order[lo].copy()
+# A fleet's replicas: their scratch and prefix caches (``step._init``), which
+# have ended, the router's view (``replica_loads``) and prefix_affinity's
+# memory (key -> replica).
+Replicas = namedtuple("Replicas", "scs pcs ended load used owner")
+
+# Closed-loop clients of a fleet (vLLM bench's semaphore of N, as
+# ``arrivals.py`` for one server): requests in flight (request, replica),
+# answers not yet final (sorted) and final answer times in order.
+Clients = namedtuple("Clients", "fl_r fl_rep pend final counts")
+N_FLIGHT, N_PEND, N_FINAL = 0, 1, 2
+
+
+@njit(cache=True)
+def _start(kx, lo, n_rep, n_keys):
+    """``step._init`` every replica with routing open and nothing sent."""
+    cfg, rq, o = kx[0], kx[2], kx[5]
     scs, pcs = List(), List()
     for i in range(n_rep):
         k = o.counters[lo + i]
         sc, p = _init(cfg[lo + i], rq, k)
         k[S.O_ORDER_END] = 0
         k[S.O_ROUTE_UNTIL] = 0
+        k[S.O_ROUTE_MORE] = 1
         scs.append(sc)
         pcs.append(p)
-    macro = fast_path_allowed(cfg[lo], row(o, lo), use_macro)
-    ended = np.zeros(n_rep, dtype=np.bool_)
-    load = np.zeros(n_rep, dtype=np.int64)
-    used = np.zeros(n_rep, dtype=np.int64)
     owner = np.full(n_keys[0] if cfg[lo, K.ROUTER] == PREFIX_AFFINITY else 1, -1, np.int32)
-    policy, rng = cfg[lo, K.ROUTER], np.uint64(cfg[lo, K.ROUTER_SEED])
-    for j in range(R):
+    zeros = np.zeros(n_rep, dtype=np.int64)
+    return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)
+
+
+@njit(cache=True)
+def _advance(kx, lo, i, until, rp, ctl, macro, check):
+    """Run replica i until its clock reaches ``until`` (-1: to its end)."""
+    cfg, cfgf, rq, st, q, o = kx
+    c = lo + i
+    o.counters[c, S.O_ROUTE_UNTIL] = until
+    code = run_steps(
+        cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c),
+        rp.scs[i], rp.pcs[i], ctl, macro, check,
+    )  # fmt: skip
+    rp.ended[i] = code == ENDED
+
+
+@njit(cache=True)
+def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
+    """The router's replica for stream request j (request r) at time t (ns),
+    and the random router's next state (``routers.py``)."""
+    cfg, rq, o = kx[0], kx[2], kx[5]
+    replica_loads(cfg, o, lo, n_rep, t, rp.load, rp.used)
+    policy = cfg[lo, K.ROUTER]
+    if policy == ROUND_ROBIN:
+        return j % n_rep, rng
+    if policy == RANDOM:
+        rng, x = splitmix64(rng)
+        return np.int64(x % np.uint64(n_rep)), rng
+    if policy == LEAST_KV:
+        return argmin2(rp.used, rp.load), rng
+    key_off, key_ids, key_tokens, _ = keys
+    dest = -1
+    if policy == PREFIX_AFFINITY:
+        dest = affinity(r, rq.prompt[r], key_off, key_ids, key_tokens, rp.owner, rp.load)
+    if dest < 0:
+        dest = argmin2(rp.load, rp.used)
+    if policy == PREFIX_AFFINITY:
+        for m in range(key_off[r], key_off[r + 1]):
+            rp.owner[key_ids[m]] = dest
+    return dest, rng
+
+
+@njit(cache=True)
+def _send(kx, lo, dest, r, t, closed):
+    """Request r reaches replica ``dest`` at time t (ns): closed loop, its
+    entry is t + the queueing delay (alpha0 + alpha1 x prompt, saturating);
+    it joins the replica's ``order`` by (entry, id) among those not arrived."""
+    cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
+    c = lo + dest
+    if closed:
+        delay = cfg[c, K.A0] + cfg[c, K.A1] * np.int64(rq.prompt[r])
+        st.entry_ns[c, r] = t + delay if t < INT64_MAX - 1 - delay else INT64_MAX - 1
+    k = o.counters[c]
+    place(r, k[S.O_ORDER_END], row(st, c), k)
+    k[S.O_ORDER_END] += 1
+
+
+@njit(cache=True)
+def _finish(kx, lo, n_rep, rp, ctl, macro, check):
+    """Routing is over: every replica runs to its end."""
+    o = kx[5]
+    for i in range(n_rep):
+        o.counters[lo + i, S.O_ROUTE_UNTIL] = -1
+        o.counters[lo + i, S.O_ROUTE_MORE] = 0
+        if not rp.ended[i]:
+            _advance(kx, lo, i, -1, rp, ctl, macro, check)
+
+
+@njit(cache=True, nogil=True)
+def _open_loop(kx, lo, n_rep, keys, ctl, macro, check):
+    """Open loop: before each send (at its arrival) every replica advances to
+    that time; then the router chooses (module docstring)."""
+    cfg, rq, st = kx[0], kx[2], kx[3]
+    stream = st.order[lo].copy()
+    rp = _start(kx, lo, n_rep, keys[3])
+    rng = np.uint64(cfg[lo, K.ROUTER_SEED])
+    for j in range(rq.prompt.shape[0]):
         r = stream[j]
         t = st.entry_ns[lo, r] - cfg[lo, K.A0] - cfg[lo, K.A1] * np.int64(rq.prompt[r])
         for i in range(n_rep):
-            if not ended[i]:
-                c = lo + i
-                o.counters[c, S.O_ROUTE_UNTIL] = t
-                code = run_steps(
-                    cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c),
-                    scs[i], pcs[i], ctl, macro, check,
-                )  # fmt: skip
-                ended[i] = code == ENDED
+            if not rp.ended[i]:
+                _advance(kx, lo, i, t, rp, ctl, macro, check)
         if ctl[0] != 0:
             break
-        replica_loads(cfg, o, lo, n_rep, t, load, used)
-        if policy == ROUND_ROBIN:
-            dest = j % n_rep
-        elif policy == RANDOM:
-            rng, x = splitmix64(rng)
-            dest = np.int64(x % np.uint64(n_rep))
-        elif policy == LEAST_KV:
-            dest = argmin2(used, load)
-        else:
-            dest = -1
-            if policy == PREFIX_AFFINITY:
-                dest = affinity(r, rq.prompt[r], key_off, key_ids, key_tokens, owner, load)
-            if dest < 0:
-                dest = argmin2(load, used)
-            if policy == PREFIX_AFFINITY:
-                for m in range(key_off[r], key_off[r + 1]):
-                    owner[key_ids[m]] = dest
-        c = lo + dest
-        k = o.counters[c]
-        place(r, k[S.O_ORDER_END], row(st, c), k)
-        k[S.O_ORDER_END] += 1
+        dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
+        _send(kx, lo, dest, r, t, False)
+    _finish(kx, lo, n_rep, rp, ctl, macro, check)
+
+
+@njit(cache=True)
+def _event_time(kx, c):
+    """When replica row c acts next: its clock while it has work, the entry
+    of its next routed request while idle, INT64_MAX with nothing to do."""
+    st, o = kx[3], kx[5]
+    k = o.counters[c]
+    if k[S.O_RUNNING_END] > 0 or k[S.O_WAITING_END] > 0:
+        return k[S.O_END_NS]
+    if k[S.O_NEXT_ARRIVAL] < k[S.O_ORDER_END]:
+        return max(k[S.O_END_NS], st.entry_ns[c, st.order[c, k[S.O_NEXT_ARRIVAL]]])
+    return INT64_MAX
+
+
+@njit(cache=True)
+def _collect_answers(kx, lo, i, cl):
+    """Answers of replica i's requests in flight that finished join the
+    pending answer times: a client has its answer alpha2 x outputs after the
+    last token (``arrivals.answered``). (Requests the front end rejects are
+    answered at their entry, known when they are sent.)"""
+    cfg, st = kx[0], kx[3]
+    c = lo + i
+    n = cl.counts
+    f = 0
+    while f < n[N_FLIGHT]:
+        r = cl.fl_r[f]
+        if cl.fl_rep[f] != i or st.status[c, r] != S.FINISHED:
+            f += 1
+            continue
+        n[N_FLIGHT] -= 1
+        cl.fl_r[f], cl.fl_rep[f] = cl.fl_r[n[N_FLIGHT]], cl.fl_rep[n[N_FLIGHT]]
+        _add_answer(cl, st.finish_ns[c, r] + cfg[c, K.A2] * np.int64(st.nout[c, r]))
+
+
+@njit(cache=True, inline="always")
+def _add_answer(cl, t):
+    """An answer at t (ns) joins the pending ones, kept sorted."""
+    n = cl.counts
+    p = n[N_PEND]
+    while p > 0 and cl.pend[p - 1] > t:
+        cl.pend[p] = cl.pend[p - 1]
+        p -= 1
+    cl.pend[p] = t
+    n[N_PEND] += 1
+
+
+@njit(cache=True)
+def _finalize(cl, m):
+    """Answers at or before m (ns) are final: every later one ends a step
+    that starts at or after m, the replicas' earliest clock."""
+    n = cl.counts
+    moved = 0
+    while moved < n[N_PEND] and cl.pend[moved] <= m:
+        cl.final[n[N_FINAL]] = cl.pend[moved]
+        n[N_FINAL] += 1
+        moved += 1
+    for p in range(moved, n[N_PEND]):
+        cl.pend[p - moved] = cl.pend[p]
+    n[N_PEND] -= moved
+
+
+@njit(cache=True)
+def _send_time(kx, lo, stream, j, conc, think, cl):
+    """When the client sends stream request j: its scheduled arrival, and for
+    j >= N no earlier than think time after the (j - N + 1)-th answer
+    (``arrivals.release``); INT64_MAX while that answer is not final."""
+    cfg, rq, st = kx[0], kx[2], kx[3]
+    if j >= stream.shape[0]:
+        return INT64_MAX
+    r = stream[j]
+    t = st.entry_ns[lo, r] - cfg[lo, K.A0] - cfg[lo, K.A1] * np.int64(rq.prompt[r])
+    if j < conc:
+        return t
+    if cl.counts[N_FINAL] < j - conc + 1:
+        return INT64_MAX
+    a = cl.final[j - conc]
+    return max(t, a + think if a < INT64_MAX - 1 - think else INT64_MAX - 1)
+
+
+@njit(cache=True, nogil=True)
+def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, check):
+    """Closed-loop clients through the router: an answer in any replica
+    frees a client, whose next request goes through the router. Send times
+    depend on answers, so the replicas advance in lockstep: the replica that
+    acts first takes one step; before it, every send due by then is routed,
+    once the answers it waits for are final (``_finalize``). The decode fast
+    path is off (each step is one call). Livelock proofs: with one replica as
+    a lone server's (only its own finish can send more); with several, only
+    after the last send (another replica's finish could send one more), so
+    replicas that all cycle before then end at ``max_steps``."""
+    cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
+    R = rq.prompt.shape[0]
+    stream = st.order[lo].copy()
+    rp = _start(kx, lo, n_rep, keys[3])
+    cl = Clients(
+        np.empty(R, np.int64), np.empty(R, np.int64), np.empty(R, np.int64),
+        np.empty(R, np.int64), np.zeros(3, np.int64),
+    )  # fmt: skip
+    rng = np.uint64(cfg[lo, K.ROUTER_SEED])
+    j = 0
+    while ctl[0] == 0:
+        m, first = INT64_MAX, -1
+        for i in range(n_rep):
+            e = INT64_MAX if rp.ended[i] else _event_time(kx, lo + i)
+            if e < m:
+                m, first = e, i
+        _finalize(cl, m)
+        t = _send_time(kx, lo, stream, j, conc, think, cl)
+        if t < INT64_MAX and t <= m:
+            r = stream[j]
+            dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
+            _send(kx, lo, dest, r, t, True)
+            if rq.prompt[r] >= cfg[lo, K.MML]:  # the front end rejects it on entry: answered then
+                _add_answer(cl, st.entry_ns[lo + dest, r])
+            else:
+                n = cl.counts[N_FLIGHT]
+                cl.fl_r[n], cl.fl_rep[n] = r, dest
+                cl.counts[N_FLIGHT] += 1
+            j += 1
+            continue
+        if first < 0 or j == R:
+            break  # all sent, or nothing runs and nothing can be sent
+        if n_rep == 1:  # only its own finish can send more: its livelock is provable
+            o.counters[lo, S.O_ROUTE_MORE] = t < INT64_MAX or cl.counts[N_PEND] > 0
+        _advance(kx, lo, first, m + 1, rp, ctl, False, check)
+        _collect_answers(kx, lo, first, cl)
+    _finish(kx, lo, n_rep, rp, ctl, False, check)
     for i in range(n_rep):
-        c = lo + i
-        o.counters[c, S.O_ROUTE_UNTIL] = -1
-        if not ended[i]:
-            run_steps(
-                cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c),
-                scs[i], pcs[i], ctl, macro, check,
-            )  # fmt: skip
+        _collect_answers(kx, lo, i, cl)
+    o.counters[lo, S.O_RELEASED] = cl.counts[N_FINAL] + cl.counts[N_PEND]  # every answer
+
+
+@njit(cache=True, nogil=True)
+def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check):
+    """Simulate one fleet: replicas on rows lo..lo+n_rep-1 of every array of
+    ``kx`` = (cfg (C, NCOLS), cfgf, rq, st, q, o), the kernel's inputs and
+    ``state.allocate`` records, rows identical per fleet. Row lo's ``order``
+    holds the stream by arrival, ties by id; every replica row's
+    ``entry_ns`` the same entry times. ``conc`` > 0: closed-loop clients
+    (the replicas' own CONC column is 0: each serves what it is sent) with
+    ``think`` ns between an answer and the next send. ``keys`` = (key_off
+    (R + 1,) int64, keys (H,) int64 dense prefix keys, key_tokens (H,) int64
+    tokens each key covers, n_keys (1,) int64), for ``prefix_affinity``."""
+    if conc > 0:
+        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, check)
+        return
+    macro = fast_path_allowed(kx[0][lo], row(kx[5], lo), use_macro)
+    _open_loop(kx, lo, n_rep, keys, ctl, macro, check)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def simulate_fleets(cfg, cfgf, rq, st, q, o, starts, sizes, keys, ctl, use_macro, check):
-    """Run ``simulate_fleet`` for every fleet f (rows starts[f] ..
-    starts[f] + sizes[f] - 1; (F,) int64 each), in parallel over fleets."""
+def simulate_fleets(cfg, cfgf, rq, st, q, o, fleets, keys, ctl, use_macro, check):
+    """Run ``simulate_fleet`` for every fleet f of ``fleets`` = (starts,
+    sizes, conc, think), each (F,) int64: rows starts[f] .. starts[f] +
+    sizes[f] - 1, in parallel over fleets; the other arguments as
+    ``simulate_fleet``'s ``kx``."""
+    starts, sizes, conc, think = fleets
     for f in prange(starts.shape[0]):
-        simulate_fleet(cfg, cfgf, rq, st, q, o, starts[f], sizes[f], keys, ctl, use_macro, check)
+        kx = (cfg, cfgf, rq, st, q, o)
+        simulate_fleet(kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, use_macro, check)

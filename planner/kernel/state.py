@@ -75,8 +75,9 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     # router sends nothing more (always -1 for a lone server).
     O_ROUTE_UNTIL,
     O_FIN_BEFORE_STEP,  # O_FINISHED before the latest step (the router's view of late finishes)
-) = range(41)
-NOUT_I = 41
+    O_ROUTE_MORE,  # 1 while the router may still send this replica a request without a finish in it
+) = range(42)
+NOUT_I = 42
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (

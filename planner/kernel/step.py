@@ -56,7 +56,13 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
-from planner.kernel.arrivals import answered, arrival_limit, first_sends, routing_open
+from planner.kernel.arrivals import (
+    answered,
+    arrival_limit,
+    first_sends,
+    may_receive,
+    routing_open,
+)
 from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
@@ -751,7 +757,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     s[N_PRE] += 1
     _log(o.events, k, k[STEPS], v, 0, S.EV_PREEMPT)
     alone = k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= arrival_limit(cfg, k, R)
-    if v == r and alone and not routing_open(k):
+    if v == r and alone and not may_receive(k):
         # Alone in the system with nothing left to arrive: the state after this
         # preemption repeats the last one => a cycle.
         vt = rq.prompt[v] + st.nout[v]
@@ -1211,10 +1217,11 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
         _arrivals(cfg, rq, st, q, k)
         if k[N_RUN] == 0 and k[WL] == 0:
             k[S.O_N_PEND] = 0  # only finished requests can still have output in flight
-            more = k[NXT] < arrival_limit(cfg, k, R)
-            if not more and not routed:
+            if k[NXT] >= arrival_limit(cfg, k, R):
+                if routed:
+                    return PAUSED  # idle until the router sends something
                 break  # all arrived (closed loop: a request waits for a release; none can come)
-            nxt = st.entry_ns[st.order[k[NXT]]] if more else INT64_MAX
+            nxt = st.entry_ns[st.order[k[NXT]]]
             k[CLOCK] = min(nxt, k[S.O_ROUTE_UNTIL]) if routed else nxt  # idle until then
             continue
         if k[CLOCK] >= cfg[K.HORIZON_NS]:

@@ -564,11 +564,10 @@ class Sweep:
         """Replicas behind a router: what the fleet kernel does not route yet,
         and router settings that nothing would read. Raises SpecError."""
         fleets = [c for c in self.configs if c.replicas > 1]
-        paced = any(c.max_concurrency > 0 for c in fleets) or self.spec.workload.turns > 1
-        if fleets and paced:
+        if fleets and self.spec.workload.turns > 1:
             raise SpecError(
-                f"{_where('replicas', self)}: closed-loop clients and sessions are not "
-                "routed yet; use open-loop arrivals, or replicas = 1"
+                f"{_where('replicas', self)}: sessions (workload.turns > 1) are not routed "
+                "yet; use single requests, or replicas = 1"
             )
         for key in ("router", "router_seed"):
             if _given(key, self) and not fleets:
