@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
@@ -16,7 +17,7 @@ from planner.block_hashes import chain_ids, check_block_sizes
 from planner.bounds import INT64_MAX
 from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
-from planner.kernel.fleet import simulate_fleets
+from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import simulate_batch, simulate_one
 from planner.latency import Latency, LinearLatency
@@ -137,10 +138,10 @@ def kernel_status(num_configs: int, fleet: bool = False) -> str:
 
     One config runs ``simulate_one`` directly; more run the parallel
     ``simulate_batch``; configs with replicas (``fleet``) run the parallel
-    ``kernel.fleet.simulate_fleets``. Reads Numba's cache index (``numba/core/caching.py``,
+    ``kernel.fleet.simulate_fleet``. Reads Numba's cache index (``numba/core/caching.py``,
     ``FunctionCache``); if that internal API changes, says ``'unknown'``.
     """
-    fn = simulate_fleets if fleet else simulate_one if num_configs == 1 else simulate_batch
+    fn = simulate_fleet if fleet else simulate_one if num_configs == 1 else simulate_batch
     if fn.signatures:
         return "loaded"
     try:
@@ -454,10 +455,29 @@ def _run_fleets(
 ) -> None:
     """Call the fleet kernel (``kernel/fleet.py``) on every config's replica
     rows: ``kx`` = (cfg, cfgf, requests, req, queues, out) of the rows,
-    ``fleets`` = (starts, sizes, max_concurrency, think ns) per config."""
+    ``fleets`` = (starts, sizes, max_concurrency, think ns) per config. The
+    fleets run in a thread pool of Numba's thread count (``simulate_fleet`` is
+    ``nogil``), not in a ``prange`` kernel: a parallel wrapper would be one
+    more module holding the whole step loop for LLVM to optimize again
+    (about half of the fleet kernel's compile time)."""
     ctl = np.zeros(1, dtype=np.int64)
-    args = (*kx, fleets, keys, ctl, fast_path, check_invariants)
-    _interruptible(simulate_fleets, args, ctl)
+    starts, sizes, conc, think = fleets
+
+    def one(f: int) -> None:
+        simulate_fleet(
+            kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants
+        )
+
+    def run_all() -> None:  # simulate_fleet releases the GIL: fleets run in parallel threads
+        with ThreadPoolExecutor(max_workers=max(1, numba.get_num_threads())) as pool:
+            list(pool.map(one, _by_cost(sizes)))
+
+    _interruptible(run_all, (), ctl)
+
+
+def _by_cost(sizes: np.ndarray) -> list[int]:
+    """Fleets in the order to hand out: the most replicas first."""
+    return [int(f) for f in np.argsort(-sizes, kind="stable")]
 
 
 def _interruptible(kernel: Callable[..., None], args: tuple, ctl: np.ndarray) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 from numba.typed import List
 
 from planner import config as K
@@ -78,9 +78,13 @@ Replicas = namedtuple("Replicas", "scs pcs ended load used owner")
 # answers not yet final (sorted) and final answer times in order.
 Clients = namedtuple("Clients", "fl_r fl_rep pend final counts")
 N_FLIGHT, N_PEND, N_FINAL = 0, 1, 2
+# Arguments passed as typed values, not literals: Numba compiles a function
+# once per literal value it is called with.
+NO_UNTIL = np.int64(-1)  # run to the end
+OPEN, CLOSED = np.bool_(False), np.bool_(True)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _start(kx, lo, n_rep, n_keys):
     """``step._init`` every replica with routing open and nothing sent."""
     cfg, rq, o = kx[0], kx[2], kx[5]
@@ -98,7 +102,7 @@ def _start(kx, lo, n_rep, n_keys):
     return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _advance(kx, lo, i, until, rp, ctl, macro, check):
     """Run replica i until its clock reaches ``until`` (-1: to its end)."""
     cfg, cfgf, rq, st, q, o = kx
@@ -111,7 +115,7 @@ def _advance(kx, lo, i, until, rp, ctl, macro, check):
     rp.ended[i] = code == ENDED
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
     """The router's replica for stream request j (request r) at time t (ns),
     and the random router's next state (``routers.py``)."""
@@ -137,7 +141,7 @@ def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
     return dest, rng
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _send(kx, lo, dest, r, t, closed):
     """Request r reaches replica ``dest`` at time t (ns): closed loop, its
     entry is t + the queueing delay (alpha0 + alpha1 x prompt, saturating);
@@ -152,7 +156,7 @@ def _send(kx, lo, dest, r, t, closed):
     k[S.O_ORDER_END] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _finish(kx, lo, n_rep, rp, ctl, macro, check):
     """Routing is over: every replica runs to its end."""
     o = kx[5]
@@ -160,10 +164,10 @@ def _finish(kx, lo, n_rep, rp, ctl, macro, check):
         o.counters[lo + i, S.O_ROUTE_UNTIL] = -1
         o.counters[lo + i, S.O_ROUTE_MORE] = 0
         if not rp.ended[i]:
-            _advance(kx, lo, i, -1, rp, ctl, macro, check)
+            _advance(kx, lo, i, NO_UNTIL, rp, ctl, macro, check)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, inline="always")
 def _open_loop(kx, lo, n_rep, keys, ctl, macro, check):
     """Open loop: before each send (at its arrival) every replica advances to
     that time; then the router chooses (module docstring)."""
@@ -180,11 +184,11 @@ def _open_loop(kx, lo, n_rep, keys, ctl, macro, check):
         if ctl[0] != 0:
             break
         dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
-        _send(kx, lo, dest, r, t, False)
+        _send(kx, lo, dest, r, t, OPEN)
     _finish(kx, lo, n_rep, rp, ctl, macro, check)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _event_time(kx, c):
     """When replica row c acts next: its clock while it has work, the entry
     of its next routed request while idle, INT64_MAX with nothing to do."""
@@ -197,7 +201,7 @@ def _event_time(kx, c):
     return INT64_MAX
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _collect_answers(kx, lo, i, cl):
     """Answers of replica i's requests in flight that finished join the
     pending answer times: a client has its answer alpha2 x outputs after the
@@ -229,7 +233,7 @@ def _add_answer(cl, t):
     n[N_PEND] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _finalize(cl, m):
     """Answers at or before m (ns) are final: every later one ends a step
     that starts at or after m, the replicas' earliest clock."""
@@ -244,7 +248,7 @@ def _finalize(cl, m):
     n[N_PEND] -= moved
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _send_time(kx, lo, stream, j, conc, think, cl):
     """When the client sends stream request j: its scheduled arrival, and for
     j >= N no earlier than think time after the (j - N + 1)-th answer
@@ -262,8 +266,8 @@ def _send_time(kx, lo, stream, j, conc, think, cl):
     return max(t, a + think if a < INT64_MAX - 1 - think else INT64_MAX - 1)
 
 
-@njit(cache=True, nogil=True)
-def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, check):
+@njit(cache=True, inline="always")
+def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check):
     """Closed-loop clients through the router: an answer in any replica
     frees a client, whose next request goes through the router. Send times
     depend on answers, so the replicas advance in lockstep: the replica that
@@ -294,7 +298,7 @@ def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, check):
         if t < INT64_MAX and t <= m:
             r = stream[j]
             dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
-            _send(kx, lo, dest, r, t, True)
+            _send(kx, lo, dest, r, t, CLOSED)
             if rq.prompt[r] >= cfg[lo, K.MML]:  # the front end rejects it on entry: answered then
                 _add_answer(cl, st.entry_ns[lo + dest, r])
             else:
@@ -307,9 +311,9 @@ def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, check):
             break  # all sent, or nothing runs and nothing can be sent
         if n_rep == 1:  # only its own finish can send more: its livelock is provable
             o.counters[lo, S.O_ROUTE_MORE] = t < INT64_MAX or cl.counts[N_PEND] > 0
-        _advance(kx, lo, first, m + 1, rp, ctl, False, check)
+        _advance(kx, lo, first, m + 1, rp, ctl, macro, check)
         _collect_answers(kx, lo, first, cl)
-    _finish(kx, lo, n_rep, rp, ctl, False, check)
+    _finish(kx, lo, n_rep, rp, ctl, macro, check)
     for i in range(n_rep):
         _collect_answers(kx, lo, i, cl)
     o.counters[lo, S.O_RELEASED] = cl.counts[N_FINAL] + cl.counts[N_PEND]  # every answer
@@ -326,20 +330,10 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check):
     ``think`` ns between an answer and the next send. ``keys`` = (key_off
     (R + 1,) int64, keys (H,) int64 dense prefix keys, key_tokens (H,) int64
     tokens each key covers, n_keys (1,) int64), for ``prefix_affinity``."""
+    # ``macro`` stays a runtime bool (a literal False would make Numba compile
+    # the whole step loop a second time for it).
+    macro = fast_path_allowed(kx[0][lo], row(kx[5], lo), use_macro) and conc == 0
     if conc > 0:
-        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, check)
+        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check)
         return
-    macro = fast_path_allowed(kx[0][lo], row(kx[5], lo), use_macro)
     _open_loop(kx, lo, n_rep, keys, ctl, macro, check)
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def simulate_fleets(cfg, cfgf, rq, st, q, o, fleets, keys, ctl, use_macro, check):
-    """Run ``simulate_fleet`` for every fleet f of ``fleets`` = (starts,
-    sizes, conc, think), each (F,) int64: rows starts[f] .. starts[f] +
-    sizes[f] - 1, in parallel over fleets; the other arguments as
-    ``simulate_fleet``'s ``kx``."""
-    starts, sizes, conc, think = fleets
-    for f in prange(starts.shape[0]):
-        kx = (cfg, cfgf, rq, st, q, o)
-        simulate_fleet(kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, use_macro, check)
