@@ -403,6 +403,7 @@ def _per_replica(res: object, slo: SLO) -> pd.DataFrame:
     return res.replica_metrics(slo)[list(REPLICA_COLUMNS)]  # type: ignore[attr-defined]
 
 
+REPLICAS_SHOWN = 32  # rows of plan run's per-replica table; --json has all
 REPLICA_HEADERS = (
     "replica", "sent", "completed", "preemptions", "TTFT p99 s", "TPOT p99 s", "peak KV",
     "mean KV", "outcome",
@@ -412,9 +413,19 @@ REPLICA_HEADERS = (
 def _print_replicas(df: pd.DataFrame) -> None:
     """The per-replica table under ``plan run``'s fleet summary."""
     table = Table(*REPLICA_HEADERS, box=None)
-    for rec in df.itertuples(index=False):
-        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in rec))
-    Console(markup=False, width=120).print(table)
+    for rec in df.head(REPLICAS_SHOWN).itertuples(index=False):
+        table.add_row(*(_cell(v) for v in rec))
+    console = Console(markup=False, width=120)
+    console.print(table)
+    if len(df) > REPLICAS_SHOWN:
+        console.print(f"... {len(df) - REPLICAS_SHOWN:,} more replicas (--json lists all)")
+
+
+def _cell(v: object) -> str:
+    """A per-replica table cell: floats to 3 decimals, '-' for none (NaN)."""
+    if isinstance(v, float):
+        return "-" if math.isnan(v) else f"{v:.3f}"
+    return str(v)
 
 
 def _fail_on(values: list[str] | None) -> frozenset[str]:
@@ -555,6 +566,8 @@ def _print_run(
             "no latency",
             soft_wrap=True,
         )
+    if int(row["rejected"]) > 0:  # type: ignore[index]
+        console.print(f"note: {rejection_text(row)}", soft_wrap=True)
     if slo.given():
         console.print(slo_verdict(row, slo), soft_wrap=True)
     if row["overloaded"]:  # the outcome class speaks of preemption only
@@ -599,6 +612,16 @@ def _cache_rows(row: object) -> list[tuple[str, str]]:
 LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50", "_p90", "_p99")))
 
 
+def rejection_text(row: object) -> str:
+    """What the front end's rejections mean, for a row with ``rejected`` > 0."""
+    n, arrived = int(row["rejected"]), int(row["arrived"])  # type: ignore[index]
+    mml = int(row["max_model_len"])  # type: ignore[index]
+    return (
+        f"{n:,} of {arrived:,} requests rejected by the front end (prompt >= max_model_len "
+        f"{mml:,}: vLLM refuses them; they count in no latency): raise --max-model-len"
+    )
+
+
 def slo_verdict(row: object, slo: SLO) -> str:
     """One line: whether ``row`` (a ``summarize`` row with SLO columns) meets
     ``slo``, naming each metric that misses (a lower bound printed as '>= X')
@@ -621,6 +644,11 @@ def slo_verdict(row: object, slo: SLO) -> str:
         return (
             f"verdict: NONE for SLO ({slo.describe()}): the run stopped at --max-steps before "
             "its work ended (outcome step_limit)"
+        )
+    if not misses and not over and int(row["rejected"]) > 0:  # type: ignore[index]
+        return (
+            f"verdict: MEETS SLO ({slo.describe()}) only for the requests it serves: "
+            + rejection_text(row)
         )
     if not misses and not over and bool(row["concurrency_bound"]):  # type: ignore[index]
         n = int(row["max_concurrency"])  # type: ignore[index]

@@ -122,6 +122,14 @@ RUN_RULES: tuple[Rule, ...] = (
         "needs --replicas > 1 (one server has nothing to route between)",
     ),
     Rule(
+        ("router",),
+        lambda p: (
+            _value(p.get("router")) == "prefix_affinity" and not p.get("enable_prefix_caching")
+        ),
+        "prefix_affinity needs --enable-prefix-caching (without a cache, prefixes are not "
+        "reused and it routes as least_outstanding)",
+    ),
+    Rule(
         ("router_seed",),
         lambda p: _value(p.get("router")) != "random" or (p.get("replicas") or 1) == 1,
         "needs --router random and --replicas > 1",

@@ -21,9 +21,15 @@ DEFAULT_MAX_REPLICAS = 8
 
 
 def _split(text: str, flag: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise ValueError(f"{flag}: expected a comma-separated list, got {text!r}")
+    """A comma-separated list: no empty item, none twice. Raises ValueError."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise ValueError(
+            f"{flag}: expected a comma-separated list with no empty item, got {text!r}"
+        )
+    for t in items:
+        if items.count(t) > 1:
+            raise ValueError(f"{flag}: {t!r} is listed twice")
     return items
 
 
@@ -37,7 +43,9 @@ def _gpus(text: str | None, prices: object) -> list[str]:
         names = [gpu(g).name for g in _split(text, "--gpus")]
     except HardwareError as e:
         raise ValueError(f"--gpus: {str(e).removeprefix('--gpu: ')}") from None
-    return list(dict.fromkeys(names))
+    if len(set(names)) < len(names):
+        raise ValueError(f"--gpus: {text!r} names one GPU twice")
+    return names
 
 
 def _tps(text: str) -> list[int]:
@@ -51,17 +59,18 @@ def _tps(text: str) -> list[int]:
             raise ValueError(f"--tensor-parallel-sizes: {t!r} is not an integer") from None
         check_option("tensor_parallel_size", v, "--tensor-parallel-sizes")
         out.append(v)
-    return list(dict.fromkeys(out))
+    return out
 
 
 def _slo_fields(options: SLO) -> dict | None:
-    """The options' SLO as ``[slo]`` fields (replacing the spec's whole
-    ``[slo]``), or None when no SLO option was given (the spec's holds)."""
+    """The SLO options as ``[slo]`` fields: each one given replaces the
+    spec's value for that metric, the spec's others stay. None when no SLO
+    option was given."""
     from planner.slo import FIELDS
 
-    if not options.given():
-        return None
-    return {f"{k.removesuffix('_s')}_slo": getattr(options, k) for k in FIELDS} | {"goodput": None}
+    given = {f"{k.removesuffix('_s')}_slo": getattr(options, k) for k in FIELDS}
+    given = {k: v for k, v in given.items() if v is not None}
+    return given or None
 
 
 def size(
@@ -127,7 +136,7 @@ def size(
 
     slo_opts = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     opt.check_run_options(workers, resume, overwrite, executor, address, dask_workers)
-    names = list(dict.fromkeys(_split(routers, "--routers")))
+    names = _split(routers, "--routers")
     for r in names:
         if r not in ROUTERS:
             raise ValueError(f"--routers: unknown router {r!r} (known: {', '.join(ROUTERS)})")
@@ -143,7 +152,7 @@ def size(
     target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
     dest = out if out is not None else Path("results") / f"size-{base.name}"
     if dry_run:
-        _print_plan(cands)
+        _print_plan(cands, as_json)
         return
     console = Console(stderr=True, markup=False)
     t0 = time.perf_counter()
@@ -152,7 +161,6 @@ def size(
         if c.spec is None:
             continue
         sweep = c.spec.sweep  # type: ignore[attr-defined]
-        console.print(f"candidate {c.gpu} x{c.tp}: {len(sweep.configs):,} fleets")
         df, _ = driver.run_sweep(
             sweep, dest / "sweeps" / f"{c.gpu}-tp{c.tp}", None, limit, workers, resume,
             overwrite, console, executor.value, address, dask_workers,
@@ -175,18 +183,27 @@ def size(
         raise typer.Exit(1)
 
 
-def _print_plan(cands: list[sizing.Candidate]) -> None:
+def _print_plan(cands: list[sizing.Candidate], as_json: bool) -> None:
     """--dry-run: each candidate's fleets, or why it is skipped."""
-    c = Console(markup=False, soft_wrap=True)
-    total = 0
+    plan = {}
     for cand in cands:
+        name = f"{cand.gpu} x{cand.tp}"
         if cand.spec is None:
-            c.print(f"{cand.gpu} x{cand.tp}: skipped ({cand.skipped})")
+            plan[name] = {"skipped": cand.skipped}
             continue
         sweep = cand.spec.sweep  # type: ignore[attr-defined]
         runs = sum(cfg.replicas for cfg in sweep.configs)
-        total += len(sweep.configs)
-        c.print(f"{cand.gpu} x{cand.tp}: {len(sweep.configs):,} fleets, {runs:,} replica runs")
+        plan[name] = {"fleets": len(sweep.configs), "replica_runs": runs}
+    if as_json:
+        print(json.dumps(plan))
+        return
+    c = Console(markup=False, soft_wrap=True)
+    for name, p in plan.items():
+        if "skipped" in p:
+            c.print(f"{name}: skipped ({p['skipped']})")
+        else:
+            c.print(f"{name}: {p['fleets']:,} fleets, {p['replica_runs']:,} replica runs")
+    total = sum(p.get("fleets", 0) for p in plan.values())
     c.print(f"{total:,} fleets in all; nothing run (--dry-run)")
 
 
@@ -198,6 +215,8 @@ def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) ->
     if result.best is None:
         return None
     row = result.table.loc[result.best]
+    if int(row["max_concurrency"]) > 0:
+        return {"note": "closed-loop clients set their own rate; the search is for open loop"}
     sweep = cands[int(row["candidate"])].spec.sweep  # type: ignore[union-attr]
     cid = int(row["config_id"])
     key = next(k for k, ids in sweep.ids_by_workload().items() if cid in set(ids.tolist()))
@@ -240,6 +259,13 @@ def _report(
         "wall_s": wall,
         "answer": None,
     }
+    if result.best is None and bool((df["rejected"] > 0).all()):
+        rep["bound"] = (
+            f"every fleet rejects {int(df['rejected'].max()):,} requests at the front end "
+            f"(prompt >= max_model_len {int(df['max_model_len'].max()):,}): raise max_model_len "
+            "in the spec"
+        )
+        return rep
     if result.best is None:
         biggest = int(df["replicas"].max())
         rep["bound"] = (
@@ -266,7 +292,7 @@ def _report(
         "ttft_s_p99": float(row["ttft_s_p99"]),
         "tpot_s_p99": float(row["tpot_s_p99"]),
         "itl_s_p99": float(row["itl_s_p99"]),
-        "throughput_rps": float(row["throughput_rps"]),
+        "offered_rps": float(row["offered_rps"]),
         "step_time_model": row["latency_model"],
         "vllm_serve": sizing.serve_command(row, model),
         "headroom": headroom,
@@ -317,7 +343,7 @@ def _print(rep: dict, paths: list[Path]) -> None:
         c.print(
             f"at this traffic: TTFT p99 {a['ttft_s_p99']:.3f} s, TPOT p99 "
             f"{a['tpot_s_p99'] * 1000:.1f} ms, ITL p99 {a['itl_s_p99'] * 1000:.1f} ms, "
-            f"{a['throughput_rps']:.2f} req/s, not overloaded"
+            f"{a['offered_rps']:.2f} req/s offered and kept up with"
         )
         c.print(_headroom_text(a["headroom"]))
         if a["one_fewer_replica_meets_target"] is False:

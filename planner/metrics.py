@@ -340,7 +340,10 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     exact (no unserved request reaches it: they count as +inf) and at or below
     the SLO, or no request has that metric; and ``slo_margin`` (C,) float, the
     largest p99 / SLO ratio (at most 1 when met; a lower bound when a p99 is).
-    Overload is not part of it: callers combine it with ``overloaded``."""
+    Overload is not part of it: callers combine it with ``overloaded``; nor
+    are requests the front end rejected (``rejected``: they have no latency),
+    which callers name beside any verdict (``plan run``) or refuse (``plan
+    size``)."""
     meets = np.ones(len(df), dtype=bool)
     margin = np.zeros(len(df))
     for field, limit in slo.items():

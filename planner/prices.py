@@ -13,6 +13,7 @@ from pathlib import Path
 
 DEFAULT_PRICES = "gpu_prices.csv"
 COLUMNS = ("gpu", "usd_per_gpu_hour", "source")
+MAX_PRICE = 1e6  # US dollars per GPU-hour: far above any list price, keeps costs finite
 
 
 class PriceError(ValueError):
@@ -61,6 +62,12 @@ def load(path: Path | None = None) -> PriceTable:
     missing = [c for c in COLUMNS[:2] if c not in df.columns]
     if missing:
         raise PriceError(f"--prices {label}: missing column(s) {', '.join(missing)}")
+    extra = [c for c in df.columns if c not in COLUMNS]
+    if extra:
+        raise PriceError(
+            f"--prices {label}: unknown column(s) {', '.join(map(str, extra))} "
+            f"(columns: {', '.join(COLUMNS)})"
+        )
     prices: dict[str, float] = {}
     sources: dict[str, str] = {}
     for i, row in enumerate(df.itertuples(index=False), start=1):
@@ -71,10 +78,10 @@ def load(path: Path | None = None) -> PriceTable:
             why = str(e).removeprefix("--gpu: ")
             raise PriceError(f"--prices {label}: row {i}: {why}") from None
         value = _number(row.usd_per_gpu_hour)
-        if not (math.isfinite(value) and value > 0):
+        if not (math.isfinite(value) and 0 < value <= MAX_PRICE):
             raise PriceError(
-                f"--prices {label}: row {i} ({name}): usd_per_gpu_hour must be a number > 0, "
-                f"got {row.usd_per_gpu_hour!r}"
+                f"--prices {label}: row {i} ({name}): usd_per_gpu_hour must be a number > 0 "
+                f"and <= {MAX_PRICE:,.0f}, got {row.usd_per_gpu_hour!r}"
             )
         if canon in prices:
             raise PriceError(f"--prices {label}: {canon} is listed twice")

@@ -88,6 +88,7 @@ def candidates(
     is kept as skipped with the reason; any other spec error is the user's to
     fix. Raises SpecError, or SizingError when no candidate can run."""
     import tomlkit
+    import tomlkit.exceptions
 
     from planner.sweep.spec import SpecError, load_spec_text
     from planner.sweep_api import Spec
@@ -96,6 +97,15 @@ def candidates(
         text = path.read_text()
     except OSError as e:
         raise SizingError(f"{path}: cannot read it ({e.strerror or e})") from None
+    try:
+        user = tomlkit.parse(text.removeprefix("\ufeff"))
+    except tomlkit.exceptions.ParseError as e:
+        raise SizingError(f"{path}: not valid TOML ({e})") from None
+    if "tensor_parallel_size" in user.get("hardware", {}):
+        raise SizingError(
+            "hardware.tensor_parallel_size: plan size sets it from --tensor-parallel-sizes; "
+            "remove it from the spec"
+        )
     out = []
     for g in gpus:
         for tp in tps:
@@ -113,6 +123,7 @@ def candidates(
                 out.append(Candidate(g, tp, None, why.removeprefix("hardware: ")))
                 continue
             check_spec(s)
+            s = s.replace(name=f"{s.name}.{g}-tp{tp}")  # names its progress bar
             s = s.with_axes(replicas=list(range(1, max_replicas + 1)))
             if max_replicas > 1:
                 s = s.with_axes(router=list(routers))
@@ -122,8 +133,7 @@ def candidates(
     if all(c.spec is None for c in out):
         reasons = "; ".join(f"{c.gpu} x{c.tp}: {c.skipped}" for c in out[:3])
         raise SizingError(
-            f"no candidate GPU and tensor-parallel size can hold this model ({reasons}); "
-            "add larger GPUs or tensor-parallel sizes"
+            f"no candidate GPU and tensor-parallel size can serve this model: {reasons}"
         )
     return out
 
@@ -154,19 +164,25 @@ def check_spec(spec: object) -> None:
 
 
 def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame:
-    """Add ``gpus``, ``usd_per_hour``, ``usd_per_million_output_tokens`` and
-    ``meets_target`` (``maxrate.passes``) to sweep rows carrying ``gpu`` and
+    """Add ``gpus``, ``usd_per_hour``, ``usd_per_million_output_tokens`` (at
+    the offered rate) and ``meets_target`` (``maxrate.passes``, and no request
+    rejected by the front end) to sweep rows carrying ``gpu`` and
     ``tensor_parallel_size``."""
     df = df.copy()
     df["gpus"] = df["tensor_parallel_size"] * df["replicas"]
     df["usd_per_gpu_hour"] = [prices.price(g) for g in df["gpu"]]
     df["usd_per_hour"] = df["usd_per_gpu_hour"] * df["gpus"]
-    tokens_per_hour = df["output_tps"] * 3600.0
     with np.errstate(divide="ignore", invalid="ignore"):
+        # The offered traffic's output tokens per hour: offered requests/s x
+        # output tokens per completed request (a fleet that meets the target
+        # keeps up, so it serves that rate; the run's own output_tps would
+        # also divide by the drain after the last arrival).
+        per_request = df["output_tps"] / df["throughput_rps"]
+        tokens_per_hour = df["offered_rps"] * per_request * 3600.0
         df["usd_per_million_output_tokens"] = np.where(
             tokens_per_hour > 0, df["usd_per_hour"] / tokens_per_hour * 1e6, np.nan
         )
-    df["meets_target"] = passes(df, slo)
+    df["meets_target"] = passes(df, slo) & (df["rejected"] == 0)
     return df
 
 
@@ -198,7 +214,11 @@ def finish(
     frames: list[pd.DataFrame], prices: PriceTable, slo: SLO, skipped: list[Candidate]
 ) -> Sizing:
     """Combine the candidates' sweep rows into the sizing table and choose."""
-    df = cost_columns(pd.concat(frames, ignore_index=True), prices, slo)
+    df = pd.concat(frames, ignore_index=True)
+    # One replica has nothing to route: keep its rows under the first router only.
+    first = df["router"].iloc[0]
+    df = df[(df["replicas"] > 1) | (df["router"] == first)].reset_index(drop=True)
+    df = cost_columns(df, prices, slo)
     served = ~df["overloaded"].astype(bool) & ~df["livelocked"] & ~df["step_limit_hit"]
     cost = df["usd_per_hour"].to_numpy(float)
     df["pareto_ttft"] = pareto(cost, df["ttft_s_p99"].to_numpy(float), served.to_numpy())

@@ -279,7 +279,7 @@ def test_session_fleets_are_refused_in_one_line():
 AZURE_CONV = "planner/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 FLEET_RUN = [
     "run", "--trace-file", AZURE_CONV, "--rate-scale", "8", "--model", "llama-3.1-8b",
-    "--gpu", "h100", "--latency", "roofline", "--max-model-len", "8192",
+    "--gpu", "h100", "--latency", "roofline", "--max-model-len", "16384",
     "--ttft-slo", "2", "--tpot-slo", "0.05", "--json",
 ]  # fmt: skip
 
@@ -355,3 +355,25 @@ def test_bad_fleet_specs_name_the_field(axes, needle):
     with pytest.raises(SpecError, match=needle) as e:
         load_spec(QUICK_SPEC).with_axes(preemption_mode=None, **axes)
     assert "\n" not in str(e.value)
+
+
+def test_rejected_requests_qualify_the_slo_verdict(capsys):
+    from helpers import run_cli
+
+    args = [
+        "run", "--num-requests", "40", "--prompt-tokens", "900", "--prompt-tokens-stdev", "400",
+        "--output-tokens", "20", "--max-model-len", "1024", "--ttft-slo", "5",
+    ]  # fmt: skip
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "verdict: MEETS SLO (TTFT p99 <= 5 s) only for the requests it serves" in out
+    assert "keeps up" not in out and "note: " in out and "rejected by the front end" in out
+
+
+def test_prefix_affinity_without_a_cache_is_refused(capsys):
+    from helpers import run_cli
+
+    code, _, err = run_cli(
+        capsys, "run", "--num-requests", "5", "--replicas", "2", "--router", "prefix_affinity"
+    )
+    assert code == 2 and "--enable-prefix-caching" in err and err.count("\n") == 1, err

@@ -133,7 +133,7 @@ gpu = "H100"
 [latency]
 kind = "roofline"
 [scheduler]
-max_model_len = 8192
+max_model_len = 16384
 [axes]
 max_num_seqs = [256]
 """,
@@ -147,7 +147,7 @@ max_num_seqs = [256]
     assert r > 1 and rep["answer"]["one_fewer_replica_meets_target"] is False
     run = [
         "run", "--trace-file", str(AZURE_CONV), "--rate-scale", "8", "--model", "llama-3.1-8b",
-        "--gpu", "h100", "--latency", "roofline", "--max-model-len", "8192",
+        "--gpu", "h100", "--latency", "roofline", "--max-model-len", "16384",
         "--ttft-slo", "2", "--tpot-slo", "0.05", "--json",
     ]  # fmt: skip
     verdicts = []
@@ -221,3 +221,76 @@ def test_a_price_table_of_your_own(capsys, tmp_path):
     bad.write_text("gpu,usd_per_gpu_hour\nH100,-1\n")
     code, _, err = run_cli(capsys, "size", str(spec), "--prices", str(bad), "--gpus", "H100")
     assert code == 2 and "usd_per_gpu_hour must be a number > 0" in err
+
+
+def test_front_end_rejections_deny_the_answer(capsys, tmp_path):
+    """Prompts at or above max_model_len are refused by vLLM: no fleet that
+    rejects requests meets the target, and the answer says why."""
+    text = SYNTHETIC.format(rate=10).replace("max_model_len = 8192", "max_model_len = 1024")
+    spec = _spec(tmp_path, text)
+    code, rep, err = _size(capsys, tmp_path, spec, "--gpus", "H100", "--ttft-slo", "5")
+    assert code == 1, err
+    assert rep["answer"] is None and "rejects" in rep["bound"] and "max_model_len" in rep["bound"]
+
+
+def test_an_slo_option_replaces_only_its_own_metric(capsys, tmp_path):
+    text = SYNTHETIC.format(rate=10) + "[slo]\nttft_slo = 5.0\ntpot_slo = 0.001\n"
+    spec = _spec(tmp_path, text)
+    code, rep, err = _size(capsys, tmp_path, spec, "--gpus", "H100", "--ttft-slo", "2")
+    assert "TTFT p99 <= 2 s" in rep["slo"] and "TPOT p99 <= 1 ms" in rep["slo"], rep["slo"]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--gpus", "H100,H100"), "twice"),
+        (("--gpus", "H100,,L40S"), "no empty item"),
+        (("--tensor-parallel-sizes", "1,1"), "twice"),
+        (("--routers", "random,random"), "twice"),
+    ],
+)
+def test_candidate_lists_refuse_empty_and_repeated_items(capsys, tmp_path, args, needle):
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=10))
+    code, _, err = run_cli(capsys, "size", str(spec), "--dry-run", *args)
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_spec_tensor_parallel_size_is_refused_not_replaced(capsys, tmp_path):
+    text = SYNTHETIC.format(rate=10).replace(
+        'gpu = "H100"', 'gpu = "H100"\ntensor_parallel_size = 2'
+    )
+    code, _, err = run_cli(capsys, "size", str(_spec(tmp_path, text)), "--dry-run")
+    assert code == 2 and "tensor_parallel_size" in err and err.count("\n") == 1, err
+
+
+def test_dry_run_json_lists_the_candidates(capsys, tmp_path):
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=10))
+    code, out, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100,RTX-4090", "--max-replicas", "3",
+        "--dry-run", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["H100 x1"] == {"fleets": 2 * 3, "replica_runs": 2 * (1 + 2 + 3)}
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("gpu,usd_per_gpu_hour,vendor\nH100,2,x\n", "unknown column"),
+        ("gpu,usd_per_gpu_hour\nH100,1e308\n", "<= 1,000,000"),
+        ("gpu,usd_per_gpu_hour\nH100,2\nh100,3\n", "twice"),
+    ],
+)
+def test_bad_price_tables_exit_2(capsys, tmp_path, text, needle):
+    prices = tmp_path / "p.csv"
+    prices.write_text(text)
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=10))
+    code, _, err = run_cli(capsys, "size", str(spec), "--gpus", "H100", "--prices", str(prices))
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_a_spec_that_is_not_toml_names_its_file(capsys, tmp_path):
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=10) + "[scheduler]\nblock_size = 16\n")
+    code, _, err = run_cli(capsys, "size", str(spec), "--dry-run")
+    assert code == 2 and str(spec) in err and "TOML" in err and err.count("\n") == 1, err

@@ -572,6 +572,11 @@ class Sweep:
         for key in ("router", "router_seed"):
             if _given(key, self) and not fleets:
                 raise SpecError(f"{_where(key, self)}: no effect without replicas > 1")
+        if any(c.router == "prefix_affinity" and not c.enable_prefix_caching for c in fleets):
+            raise SpecError(
+                f"{_where('router', self)}: prefix_affinity needs enable_prefix_caching = true "
+                "(without a cache it routes as least_outstanding)"
+            )
         if _given("router_seed", self) and not any(c.router == "random" for c in fleets):
             raise SpecError(f"{_where('router_seed', self)}: no effect without router random")
 
