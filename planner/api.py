@@ -19,7 +19,7 @@ from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
-from planner.kernel.step import simulate_batch, simulate_one
+from planner.kernel.step import simulate_one
 from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
 from planner.workload import MAX_ARRIVAL_S, Workload
@@ -131,17 +131,17 @@ class SimResult:
 
 
 def kernel_status(num_configs: int, fleet: bool = False) -> str:
-    """Whether the kernel variant ``simulate`` uses for ``num_configs`` configs is
-    ``'loaded'`` (compiled in this process), ``'cached'`` (in Numba's on-disk
-    cache: the next call loads it), ``'cold'`` (the next call compiles it) or
-    ``'unknown'``.
+    """Whether the kernel ``simulate`` uses is ``'loaded'`` (compiled in this
+    process), ``'cached'`` (in Numba's on-disk cache: the next call loads it),
+    ``'cold'`` (the next call compiles it) or ``'unknown'``.
 
-    One config runs ``simulate_one`` directly; more run the parallel
-    ``simulate_batch``; configs with replicas (``fleet``) run the parallel
-    ``kernel.fleet.simulate_fleet``. Reads Numba's cache index (``numba/core/caching.py``,
-    ``FunctionCache``); if that internal API changes, says ``'unknown'``.
+    Configs run ``simulate_one`` (several at once in a thread pool:
+    ``num_configs`` does not change the kernel); configs with replicas
+    (``fleet``) run ``kernel.fleet.simulate_fleet``. Reads Numba's cache index
+    (``numba/core/caching.py``, ``FunctionCache``); if that internal API
+    changes, says ``'unknown'``.
     """
-    fn = simulate_fleet if fleet else simulate_one if num_configs == 1 else simulate_batch
+    fn = simulate_fleet if fleet else simulate_one
     if fn.signatures:
         return "loaded"
     try:
@@ -152,13 +152,12 @@ def kernel_status(num_configs: int, fleet: bool = False) -> str:
 
 
 def compile_note(num_configs: int, fleet: bool = False) -> str:
-    """A one-line note when the kernel variant that ``simulate`` will use for
-    ``num_configs`` configs is neither compiled in this process nor in Numba's
-    on-disk cache (``kernel_status`` is ``'cold'``; the next call then compiles
-    it first), else ''."""
+    """A one-line note when the kernel ``simulate`` will use is neither
+    compiled in this process nor in Numba's on-disk cache (``kernel_status`` is
+    ``'cold'``; the next call then compiles it first), else ''."""
     if kernel_status(num_configs, fleet) != "cold":
         return ""
-    which = "replicas' " if fleet else "" if num_configs == 1 else "parallel "
+    which = "replicas' " if fleet else ""
     return (
         f"compiling the {which}simulation kernel for this machine: once, about 30 s on "
         "2 cores; later runs load it from Numba's cache"
@@ -243,16 +242,15 @@ def simulate(
     requests = S.Requests(
         prompt, max_tokens, priority, group, shared_len, *hashes, next_turn, pack_tables(lats)
     )
-    with numba.parallel_chunksize(1):  # configs differ in cost: hand them out one by one
-        if fleet:
-            keys = RP.no_keys(r)
-            if np.any(cfg[:, K.ROUTER] == PREFIX_AFFINITY):
-                keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
-            fleets = (lay.starts, lay.sizes, cfg[:, K.CONC].copy(), cfg[:, K.THINK_NS].copy())
-            kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out)
-            _run_fleets(kx, fleets, keys, fast_path, check_invariants)
-        else:
-            _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
+    if fleet:
+        keys = RP.no_keys(r)
+        if np.any(cfg[:, K.ROUTER] == PREFIX_AFFINITY):
+            keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
+        fleets = (lay.starts, lay.sizes, cfg[:, K.CONC].copy(), cfg[:, K.THINK_NS].copy())
+        kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out)
+        _run_fleets(kx, fleets, keys, fast_path, check_invariants)
+    else:
+        _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
     per = _per_config(lats, c)
     if fleet:
         merged = RP.merge(st, lay)
@@ -433,17 +431,29 @@ def _run_kernel(
     fast_path: bool,
     check_invariants: bool,
 ) -> None:
-    """Call the jitted kernel: ``simulate_one`` directly for one config (no parallel
-    wrapper to compile on a first run), else ``simulate_batch`` over all configs.
-    Raises KeyboardInterrupt within about 0.1 s of Ctrl-C (``_interruptible``)."""
+    """Call the jitted kernel ``simulate_one`` for each config, in a thread
+    pool of Numba's thread count when there are several (``simulate_one`` is
+    ``nogil``). Not a ``prange`` kernel: its parallel wrapper would be one more
+    module holding the whole step loop for LLVM to optimize again, about 13
+    CPU-s of a first run's compile on a 2-core machine. Raises
+    KeyboardInterrupt within about 0.1 s of Ctrl-C (``_interruptible``)."""
     ctl = np.zeros(1, dtype=np.int64)
+
+    def one(c: int) -> None:
+        rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
+        simulate_one(cfg[c], cfgf[c], requests, *rows, ctl, fast_path, check_invariants)
+
     if cfg.shape[0] == 1:
-        rows = (S.rows(st.req, 0), S.rows(st.queues, 0), S.rows(st.out, 0))
-        args = (cfg[0], cfgf[0], requests, *rows, ctl, fast_path, check_invariants)
-        _interruptible(simulate_one, args, ctl)
+        _interruptible(one, (0,), ctl)
         return
-    args = (cfg, cfgf, requests, st.req, st.queues, st.out, ctl, fast_path, check_invariants)
-    _interruptible(simulate_batch, args, ctl)
+    _interruptible(_pool, (one, range(cfg.shape[0])), ctl)
+
+
+def _pool(fn: Callable[[int], None], items: Sequence[int]) -> None:
+    """``fn`` over ``items`` in a pool of Numba's thread count, items handed
+    out one by one in order (configs differ in cost)."""
+    with ThreadPoolExecutor(max_workers=max(1, numba.get_num_threads())) as pool:
+        list(pool.map(fn, items))
 
 
 def _run_fleets(
@@ -468,11 +478,7 @@ def _run_fleets(
             kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants
         )
 
-    def run_all() -> None:  # simulate_fleet releases the GIL: fleets run in parallel threads
-        with ThreadPoolExecutor(max_workers=max(1, numba.get_num_threads())) as pool:
-            list(pool.map(one, _by_cost(sizes)))
-
-    _interruptible(run_all, (), ctl)
+    _interruptible(_pool, (one, _by_cost(sizes)), ctl)
 
 
 def _by_cost(sizes: np.ndarray) -> list[int]:

@@ -1,7 +1,7 @@
 """``row(record, c)``: config c's view of every array in a state record, in jitted code.
 
-``simulate_batch`` hands each configuration the c-th row of every (C, ...) array
-of a ``state`` record. Numba cannot loop over a heterogeneous named tuple, so
+The fleet kernel (``fleet.py``) hands each replica the c-th row of every
+(C, ...) array of a ``state`` record. Numba cannot loop over a heterogeneous named tuple, so
 ``row`` is an ``overload`` that writes the constructor call from the record's
 field names at compile time: a new field in a record needs no change here.
 """

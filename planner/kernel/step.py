@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
@@ -71,7 +71,6 @@ from planner.kernel.policies import (
     precedes,
     projected_blocks,
 )
-from planner.kernel.rowview import row
 from planner.kernel.state import (
     ATTENDED,
     BUDGET,
@@ -1275,16 +1274,3 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
     sc, p = _init(cfg, rq, o.counters)
     macro = fast_path_allowed(cfg, o, use_macro)
     run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check)
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def simulate_batch(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
-    """Run ``simulate_one`` for every row of ``cfg`` (shape (C, NCOLS)), in parallel.
-
-    ``cfgf`` (C, NFLOAT) float64 holds the roofline parameters; ``rq`` is the
-    ``state.Requests`` all configs share ((R,) arrays); ``st``, ``q`` and ``o``
-    are the ``state.ReqState``, ``Queues`` and ``Out`` records of (C, ...)
-    arrays (``state.allocate``), each config running on its row (``row``).
-    """
-    for c in prange(cfg.shape[0]):
-        simulate_one(cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), ctl, use_macro, check)

@@ -32,10 +32,12 @@ class Chunk:
 def thread_order(n: int, threads: int) -> np.ndarray:
     """Positions 0..n-1 of a cost-sorted chunk, reordered for the kernel call.
 
-    Numba's ``prange`` gives each of ``threads`` threads one contiguous block of
-    iterations (``np.array_split`` sizes). Position j goes, in snake order
-    (0, 1, .., T-1, T-1, .., 0, 0, 1, ..), to block ``j mod T`` or its mirror, so
-    every block gets a share of the cheap and of the costly configs. Shape (n,) int64.
+    Position j goes, in snake order (0, 1, .., T-1, T-1, .., 0, 0, 1, ..), to
+    block ``j mod T`` or its mirror of ``threads`` contiguous blocks
+    (``np.array_split`` sizes), so every block gets a share of the cheap and of
+    the costly configs. Written for a static schedule (Numba's ``prange``);
+    ``api.simulate`` now hands configs to a thread pool one by one in this
+    order, where any mixed order balances about as well. Shape (n,) int64.
     """
     j = np.arange(n, dtype=np.int64)
     r, q = np.divmod(j, max(threads, 1))

@@ -3,10 +3,9 @@
 Work is split per workload (one kernel call never mixes workloads) into chunks
 whose kernel state fits ``memory_limit``. Inside a workload, configs are
 ordered by an estimate of their cost, so each chunk holds configs of similar
-cost. Numba splits a ``prange`` loop into one contiguous block of iterations
-per thread (a static schedule), so each kernel call deals the chunk's configs
-to the threads' blocks in a snake order (``thread_order``): on a cost-sorted
-chunk the last thread would otherwise get all the costliest configs. The final
+cost. Each kernel call deals the chunk's configs in a snake order
+(``thread_order``, written for a static schedule; the kernel's thread pool
+hands them out one by one in that order). The final
 dataset is sorted by ``config_id``, so it does not depend on the chunking or on
 the number of threads.
 """
