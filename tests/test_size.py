@@ -294,3 +294,17 @@ def test_a_spec_that_is_not_toml_names_its_file(capsys, tmp_path):
     spec = _spec(tmp_path, SYNTHETIC.format(rate=10) + "[scheduler]\nblock_size = 16\n")
     code, _, err = run_cli(capsys, "size", str(spec), "--dry-run")
     assert code == 2 and str(spec) in err and "TOML" in err and err.count("\n") == 1, err
+
+
+def test_dask_executor_gives_the_local_table(capsys, tmp_path):
+    """plan size hands each candidate's sweep to the sweep engine: with
+    --executor dask (a LocalCluster) the table is the local one."""
+    spec = str(ROOT / "tests" / "data" / "size_small.toml")
+    tables = []
+    for extra in ((), ("--executor", "dask", "--dask-workers", "1")):
+        out = tmp_path / f"o{len(tables)}"
+        args = ("size", spec, "--gpus", "H100", "--max-replicas", "2", "--out", str(out))
+        code, _, err = run_cli(capsys, *args, *extra)
+        assert code == 0, err
+        tables.append(pd.read_parquet(out / "size.parquet"))
+    pd.testing.assert_frame_equal(tables[0], tables[1])
