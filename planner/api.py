@@ -19,7 +19,7 @@ from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
-from planner.kernel.step import simulate_one
+from planner.kernel.step import run_steps, simulate_one
 from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
 from planner.workload import MAX_ARRIVAL_S, Workload
@@ -135,13 +135,13 @@ def kernel_status(num_configs: int, fleet: bool = False) -> str:
     process), ``'cached'`` (in Numba's on-disk cache: the next call loads it),
     ``'cold'`` (the next call compiles it) or ``'unknown'``.
 
-    Configs run ``simulate_one`` (several at once in a thread pool:
-    ``num_configs`` does not change the kernel); configs with replicas
-    (``fleet``) run ``kernel.fleet.simulate_fleet``. Reads Numba's cache index
+    Configs run ``step.run_steps`` (``simulate_one``; several at once in a
+    thread pool: ``num_configs`` does not change the kernel); configs with
+    replicas (``fleet``) run ``kernel.fleet.simulate_fleet``. Reads Numba's cache index
     (``numba/core/caching.py``, ``FunctionCache``); if that internal API
     changes, says ``'unknown'``.
     """
-    fn = simulate_fleet if fleet else simulate_one
+    fn = simulate_fleet if fleet else run_steps
     if fn.signatures:
         return "loaded"
     try:
@@ -431,11 +431,11 @@ def _run_kernel(
     fast_path: bool,
     check_invariants: bool,
 ) -> None:
-    """Call the jitted kernel ``simulate_one`` for each config, in a thread
-    pool of Numba's thread count when there are several (``simulate_one`` is
-    ``nogil``). Not a ``prange`` kernel: its parallel wrapper would be one more
-    module holding the whole step loop for LLVM to optimize again, about 13
-    CPU-s of a first run's compile on a 2-core machine. Raises
+    """Run ``step.simulate_one`` for each config, in a thread pool of Numba's
+    thread count when there are several (its step loop is ``nogil``). Not a
+    ``prange`` kernel: its parallel wrapper would be one more module holding
+    the whole step loop for LLVM to optimize again, about 13 CPU-s of a first
+    run's compile on a 2-core machine. Raises
     KeyboardInterrupt within about 0.1 s of Ctrl-C (``_interruptible``)."""
     ctl = np.zeros(1, dtype=np.int64)
 

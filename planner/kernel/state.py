@@ -308,7 +308,7 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); simulate_one allocates 22 arrays per config (4 in step._init, 2 in
+# struct); step._init allocates 22 arrays per config (4 in step._init itself, 2 in
 # cycle.new_cycle, 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
 _SCRATCH_ARRAYS = 22
@@ -331,7 +331,7 @@ def kernel_scratch_bytes(
     caching: bool,
     async_scheduling: bool,
 ) -> int:
-    """Bytes ``step.simulate_one`` allocates for one config while it runs (freed
+    """Bytes ``step._init`` allocates for one config while it runs (freed
     when it returns), so one per running thread. Counted from its allocations:
     the step's accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the
     decode fast path), ``skipbuf`` (R int32 when async), the livelock

@@ -24,7 +24,8 @@ class at a time; tests require both to agree step for step.
 Both are vLLM defaults and both default off here (see the README). Time is
 integer nanoseconds.
 
-Shape: ``simulate_one`` is the step loop; each phase of a step is one
+Shape: ``run_steps`` is the step loop (``simulate_one`` starts it for one
+configuration); each phase of a step is one
 function below, in the order the loop calls it (arrivals, the adaptive cap, the
 decode fast path, ``schedule()``'s running and waiting phases, step time,
 ``_update_after_schedule``, ``update_from_output``, end of step). State
@@ -1257,10 +1258,14 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
     return ENDED
 
 
-@njit(cache=True, nogil=True)
-def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
+def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check) -> None:
     """Simulate one configuration to the horizon, the end of its work, a proven
     livelock, ``max_steps`` or the caller's stop flag (``run_steps``).
+
+    Plain Python, not jitted: it calls the jitted ``_init`` and ``run_steps``
+    (which releases the GIL). A jitted wrapper would be one more LLVM module
+    holding the whole step loop for Numba to optimize again (about 11 of a
+    first run's 39 CPU-s of compile, measured 2026-12-01).
 
     Args: ``cfg`` (NCOLS,) int64 and ``cfgf`` (NFLOAT,) float64, this config's
     row of ``config.pack_configs``; ``rq`` the shared ``state.Requests``;
@@ -1272,5 +1277,5 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check):
     steps that break block conservation (one pass over ``running`` per step).
     """
     sc, p = _init(cfg, rq, o.counters)
-    macro = fast_path_allowed(cfg, o, use_macro)
-    run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check)
+    macro = bool(fast_path_allowed(cfg, o, use_macro))
+    run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, bool(check))
