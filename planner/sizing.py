@@ -242,6 +242,12 @@ def serve_command(row: pd.Series, model: str) -> str:
     ]  # fmt: skip
     if int(row["long_prefill_token_threshold"]) > 0:
         keys.append("long_prefill_token_threshold")
+    # vLLM SchedulerConfig settings the planner simulates, pinned when the
+    # spec moved them from vLLM's default (watermark 0, full-sequence gate on).
+    if float(row["watermark"]) > 0:
+        keys.append("watermark")
+    if not row["scheduler_reserve_full_isl"]:
+        keys.append("scheduler_reserve_full_isl")
     settings = {k: row[k] for k in keys}
     if row["policy"] != "fcfs":
         settings["scheduling_policy"] = row["policy"]  # vLLM's name for the policy

@@ -308,3 +308,26 @@ def test_dask_executor_gives_the_local_table(capsys, tmp_path):
         assert code == 0, err
         tables.append(pd.read_parquet(out / "size.parquet"))
     pd.testing.assert_frame_equal(tables[0], tables[1])
+
+
+def test_serve_command_pins_the_scheduler_settings_the_spec_moved():
+    from planner import sizing
+
+    row = pd.Series(
+        {
+            "tensor_parallel_size": 2, "gpu_memory_utilization": 0.95, "max_model_len": 8192,
+            "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 4096,
+            "enable_prefix_caching": True, "async_scheduling": False,
+            "long_prefill_token_threshold": 0, "watermark": 0.05,
+            "scheduler_reserve_full_isl": False, "policy": "priority",
+        }
+    )  # fmt: skip
+    cmd = sizing.serve_command(row, "llama-3.1-8b")
+    assert cmd.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct ")
+    for flag in (
+        "--tensor-parallel-size 2", "--gpu-memory-utilization 0.95", "--enable-prefix-caching",
+        "--no-async-scheduling", "--watermark 0.05", "--no-scheduler-reserve-full-isl",
+        "--scheduling-policy priority",
+    ):  # fmt: skip
+        assert flag in cmd, flag
+    assert "--long-prefill-token-threshold" not in cmd

@@ -70,11 +70,23 @@ def first_sends(rq):
 
 
 @njit(cache=True, inline="always")
+def queue_delay(cfg, prompt):
+    """The front end's queueing delay (ns) of a prompt: alpha0 + alpha1 x
+    prompt tokens (``api.entry_times_ns``, BLIS's alpha)."""
+    return cfg[K.A0] + cfg[K.A1] * np.int64(prompt)
+
+
+@njit(cache=True, inline="always")
+def later_by(t, d):
+    """t + d (ns), saturating at INT64_MAX - 1 (never wraps the clock)."""
+    return t + d if t < INT64_MAX - 1 - d else INT64_MAX - 1
+
+
+@njit(cache=True, inline="always")
 def _send_time(cfg, rq, r, t):
     """Entry (ns) of request r sent after an answer at t: t + think time +
-    queueing delay (alpha0 + alpha1 x prompt), saturating at INT64_MAX - 1."""
-    delay = cfg[K.THINK_NS] + cfg[K.A0] + cfg[K.A1] * np.int64(rq.prompt[r])
-    return t + delay if t < INT64_MAX - 1 - delay else INT64_MAX - 1
+    queueing delay, saturating at INT64_MAX - 1."""
+    return later_by(t, cfg[K.THINK_NS] + queue_delay(cfg, rq.prompt[r]))
 
 
 @njit(cache=True, inline="always")

@@ -40,7 +40,7 @@ from numba.typed import List
 from planner import config as K
 from planner.bounds import INT64_MAX
 from planner.kernel import state as S
-from planner.kernel.arrivals import place
+from planner.kernel.arrivals import later_by, place, queue_delay
 from planner.kernel.routers import (
     LEAST_KV,
     PREFIX_AFFINITY,
@@ -149,8 +149,7 @@ def _send(kx, lo, dest, r, t, closed):
     cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
     c = lo + dest
     if closed:
-        delay = cfg[c, K.A0] + cfg[c, K.A1] * np.int64(rq.prompt[r])
-        st.entry_ns[c, r] = t + delay if t < INT64_MAX - 1 - delay else INT64_MAX - 1
+        st.entry_ns[c, r] = later_by(t, queue_delay(cfg[c], rq.prompt[r]))
     k = o.counters[c]
     place(r, k[S.O_ORDER_END], row(st, c), k)
     k[S.O_ORDER_END] += 1
@@ -177,7 +176,7 @@ def _open_loop(kx, lo, n_rep, keys, ctl, macro, check):
     rng = np.uint64(cfg[lo, K.ROUTER_SEED])
     for j in range(rq.prompt.shape[0]):
         r = stream[j]
-        t = st.entry_ns[lo, r] - cfg[lo, K.A0] - cfg[lo, K.A1] * np.int64(rq.prompt[r])
+        t = st.entry_ns[lo, r] - queue_delay(cfg[lo], rq.prompt[r])  # its arrival
         for i in range(n_rep):
             if not rp.ended[i]:
                 _advance(kx, lo, i, t, rp, ctl, macro, check)
@@ -257,13 +256,12 @@ def _send_time(kx, lo, stream, j, conc, think, cl):
     if j >= stream.shape[0]:
         return INT64_MAX
     r = stream[j]
-    t = st.entry_ns[lo, r] - cfg[lo, K.A0] - cfg[lo, K.A1] * np.int64(rq.prompt[r])
+    t = st.entry_ns[lo, r] - queue_delay(cfg[lo], rq.prompt[r])  # its scheduled arrival
     if j < conc:
         return t
     if cl.counts[N_FINAL] < j - conc + 1:
         return INT64_MAX
-    a = cl.final[j - conc]
-    return max(t, a + think if a < INT64_MAX - 1 - think else INT64_MAX - 1)
+    return max(t, later_by(cl.final[j - conc], think))
 
 
 @njit(cache=True, inline="always")
