@@ -35,7 +35,6 @@ import numpy as np
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, lat_kind, pack_tables
 from planner.kernel.cycle import QUIET_STEPS
-from planner.kernel.state import cycle_cache_entries
 from planner.latency import LINEAR, Latency, step_time_ns
 from planner.token_gaps import NBINS, SUB, SUB_BITS
 
@@ -534,10 +533,7 @@ class CycleDetector:
     when a step's state equals the latest snapshot. States are compared as
     tuples (``Engine.cycle_state``), so no hash is involved."""
 
-    def __init__(self, cfg: SchedulerConfig, pool_fits: bool = True) -> None:
-        # With caching the pool is state too; too large a pool runs without
-        # detection (``state.cycle_cache_entries``), as in the kernel.
-        self.enabled = not cfg.enable_prefix_caching or pool_fits
+    def __init__(self, cfg: SchedulerConfig) -> None:
         self.decodes_count = cfg.preemption_mode != "restart"
         self.marks: tuple[int, int, int] | None = None
         self.quiet = 0
@@ -547,7 +543,7 @@ class CycleDetector:
 
     def proven(self, engine: Engine, nxt: int) -> bool:
         """Call after each step; True when the state repeated."""
-        if not self.enabled or engine.pending or self._progressed(engine, nxt):
+        if engine.pending or self._progressed(engine, nxt):
             self.quiet = 0
             self.snapshot = None
             return False
@@ -655,12 +651,7 @@ class Engine:
         self.decode_total = 0  # decode tokens scheduled (kept in the batch)
         self.window_end = cfg.adaptive_window
         self.window_start_preemptions = 0
-        longest = max(
-            min(p + m, cfg.max_model_len) for p, m in zip(prompt, max_tokens, strict=True)
-        )
-        slots, maxb = min(cfg.max_num_seqs, len(prompt)), -(-longest // cfg.block_size) + 1
-        entries = cycle_cache_entries(len(prompt), cfg.num_gpu_blocks, slots, maxb)
-        self.cycles = CycleDetector(cfg, pool_fits=entries > 0)
+        self.cycles = CycleDetector(cfg)
 
     def cycle_state(self) -> tuple:
         """Everything the next step depends on once every request has arrived

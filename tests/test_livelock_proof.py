@@ -20,6 +20,7 @@ from helpers import compare_final
 from planner.api import simulate
 from planner.capacity import cdiv
 from planner.config import SchedulerConfig
+from planner.kernel import cycle
 from planner.kernel import state as S
 from planner.latency import LinearLatency
 from planner.reference import Engine
@@ -150,3 +151,32 @@ def test_the_two_request_case_is_proven_in_under_1000_steps():
         k = res.state.out.counters[0]
         assert k[S.O_LIVELOCKED] == 1 and k[S.O_STEP_LIMIT] == 0, kw
         assert k[S.O_STEPS] < 1000, kw
+
+
+def test_a_livelock_on_a_pool_of_millions_of_blocks_is_proven_with_caching():
+    """With prefix caching the pool is part of the compared state; a pool of
+    2^22 blocks needs a snapshot of 25 M int32 entries (past the 16 Mi cap that
+    used to turn detection off) and is proven at the same step as the same
+    case 2^16 times smaller: two requests that each need every block of a pool
+    that is one block short, preempting each other."""
+    steps = []
+    for f in (1, 2**16):
+        wl = Workload(
+            arrival_s=np.zeros(2),
+            prompt_tokens=np.array([1024 * f - 64] * 2, dtype=np.int32),
+            output_tokens=np.array([64, 64], dtype=np.int32),
+            name="two",
+        )
+        cfg = SchedulerConfig(
+            num_gpu_blocks=64 * f,
+            max_model_len=1024 * f,
+            max_num_batched_tokens=512 * f,
+            enable_prefix_caching=True,
+            max_steps=2000,
+        )
+        k = simulate([cfg], wl).state.out.counters[0]
+        assert k[S.O_LIVELOCKED] == 1 and k[S.O_STEP_LIMIT] == 0, f
+        assert k[S.O_LIVELOCK_STEP] > cycle.QUIET_STEPS  # the detector's proof, not a frozen pool
+        steps.append(int(k[S.O_LIVELOCK_STEP]))
+    assert S.cycle_cache_entries(2, 64 * 2**16, 2, 64 * 2**16 + 1) > 16 * 2**20
+    assert steps[0] == steps[1]

@@ -107,16 +107,16 @@ def test_async_skip_buffer_grows_with_requests():
 
 def test_livelock_snapshot_grows_with_requests_and_the_pool():
     """cycle.new_cycle: (9 + 5) int32 per request and 9 scalars; with caching
-    also 1 per request, the block tables (S x maxb) and 4 per block, unless
-    that passes CYCLE_CACHE_MAX_ENTRIES: then detection is off (no snapshot)."""
+    also 1 per request, the block tables (S x maxb) and 4 per block, however
+    large the pool (no size turns detection off)."""
     assert scratch(num_requests=10_000) - scratch() == 4 * 14 * (10_000 - 100)
     on = {"caching": True}
     grow = scratch(num_requests=10_000, **on) - scratch(**on)
     assert grow > 4 * 15 * (10_000 - 100)
     per_block = scratch(num_gpu_blocks=20_000, **on) - scratch(num_gpu_blocks=10_000, **on)
     assert per_block >= 4 * 4 * 10_000
-    n_big = S.CYCLE_CACHE_MAX_ENTRIES  # 4 entries per block: far past the limit
-    assert S.cycle_cache_entries(100, n_big, 64, 126) == 0
+    big = 2**26  # a snapshot of 4 x 2^26 int32 entries: past the old 16 Mi cap
+    assert S.cycle_cache_entries(100, big, 64, 126) == 100 + 64 * 126 + 4 * big
     assert S.cycle_cache_entries(100, 1000, 64, 126) == 100 + 64 * 126 + 4000
 
 

@@ -31,10 +31,15 @@ request's output count never falls then, so no cycle contains one; restart
 preemption discards outputs, so there only finishes count). With prefix
 caching the pool is state too (``_walk_pool``): each running request's block
 ids and hashed-block count, the free queue's order, and every block's hash
-key and place among the blocks of its key. Pools whose snapshot would pass
-``state.CYCLE_CACHE_MAX_ENTRIES`` run without detection (the frozen-pool and
-lone-request proofs in ``step._end_step`` still apply; otherwise such a run
-ends ``step_limit``).
+key and place among the blocks of its key, whatever the pool's size (the
+snapshot is counted in ``state.kernel_scratch_bytes``).
+
+When the proof comes: if detection starts at step s0 and the states from step
+s0 + m on repeat with period L, the snapshot taken at the first s0 + 2^k - 1
+with 2^k - 1 >= m and 2^k >= L is met again L steps later, so the run ends
+``livelocked`` within 2 * max(m + 1, L) + L steps of s0. The first repeat is
+at s0 + m + L; the proof comes fewer than max(m + 1, 2L) steps after it, not
+at it (the proof's step is ``O_LIVELOCK_STEP``).
 """
 
 from __future__ import annotations
@@ -64,12 +69,12 @@ Cycle = namedtuple("Cycle", "snap det")
 
 
 @njit(cache=True)
-def new_cycle(n_req, enabled, cache_entries):
-    """Detector state for ``n_req`` requests (1-element buffers when off); the
-    snapshot has ``state.cycle_snapshot_len(n_req)`` entries plus
-    ``cache_entries`` for the prefix cache (``state.cycle_cache_entries``)."""
+def new_cycle(n_req, cache_entries):
+    """Detector state for ``n_req`` requests; the snapshot has
+    ``state.cycle_snapshot_len(n_req)`` entries plus ``cache_entries`` for the
+    prefix cache (``state.cycle_cache_entries``)."""
     size = (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS + cache_entries
-    return Cycle(np.empty(size if enabled else 1, dtype=np.int32), np.zeros(NDET, dtype=np.int64))
+    return Cycle(np.empty(size, dtype=np.int32), np.zeros(NDET, dtype=np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -207,7 +212,7 @@ def livelock_proven(cfg, st, q, k, p, cyc):
     (the scalars first, in O(1); then every live request)."""
     det = cyc.det
     can_arrive = k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]) or may_receive(k)
-    if cyc.snap.shape[0] == 1 or can_arrive or _progressed(cfg, k, det):
+    if can_arrive or _progressed(cfg, k, det):
         det[QUIET] = 0
         det[ACTIVE] = 0
         return False

@@ -358,7 +358,7 @@ def kernel_scratch_bytes(
     total += 8 * slots if caching else 4  # the fast path's block events, 2 x S int32
     total += 12 * n + 8 * n + 8 * (n + 2) + 32 + 16 * cap
     cache_entries = cycle_cache_entries(r, n, slots, maxb) if caching else 0
-    total += _cycle_bytes(r, caching, cache_entries)
+    total += _cycle_bytes(r, cache_entries)
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS
 
 
@@ -379,26 +379,22 @@ def cycle_snapshot_len(n_req: int) -> int:
 # With prefix caching the pool is state too (``cycle._walk_pool``): per running
 # request its hashed-block count and block ids (at most the block tables'
 # S x maxb entries), the free queue's order (N) and per block its hash key (2
-# int32) and its predecessor among blocks of that key (N each). Detection is
-# on while that fits CYCLE_CACHE_MAX_ENTRIES (64 MiB of int32); larger pools
-# run without it (such a run ends ``step_limit``, never a verdict).
-CYCLE_CACHE_MAX_ENTRIES = 16 * 2**20
+# int32) and its predecessor among blocks of that key (N each). The snapshot is
+# allocated whatever the pool's size and counted in ``kernel_scratch_bytes``, so
+# the sweep's memory budget sees it and a configuration that cannot fit the
+# limit is refused before any work.
 
 
 @njit(cache=True)
 def cycle_cache_entries(num_requests: int, num_gpu_blocks: int, slots: int, maxb: int) -> int:
-    """Extra int32 snapshot entries for the prefix cache's state (see above),
-    or 0 when they exceed CYCLE_CACHE_MAX_ENTRIES (detection off). Jitted: the
-    kernel's ``step._init``, ``kernel_scratch_bytes`` and the reference engine
-    all call this one definition."""
-    n = num_requests + slots * maxb + 4 * num_gpu_blocks
-    return n if n <= CYCLE_CACHE_MAX_ENTRIES else 0
+    """Extra int32 snapshot entries for the prefix cache's state (see above).
+    Jitted: the kernel's ``step._init``, ``kernel_scratch_bytes`` and the
+    reference engine all call this one definition."""
+    return num_requests + slots * maxb + 4 * num_gpu_blocks
 
 
-def _cycle_bytes(num_requests: int, caching: bool, cache_entries: int = 0) -> int:
+def _cycle_bytes(num_requests: int, cache_entries: int = 0) -> int:
     """The livelock detector's buffers (``cycle.new_cycle``): an int32 snapshot
-    and its counters; with caching the pool's entries (``cycle_cache_entries``;
-    1 entry in all when those are 0, detection off)."""
-    if caching and cache_entries == 0:
-        return 4 + 8 * CYCLE_DET
+    and its counters; with caching also the pool's entries
+    (``cycle_cache_entries``)."""
     return 4 * (cycle_snapshot_len(num_requests) + cache_entries) + 8 * CYCLE_DET

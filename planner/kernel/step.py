@@ -146,7 +146,7 @@ def _init(cfg, rq, k):
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
-        new_cycle(R, not caching or cache_entries > 0, cache_entries),
+        new_cycle(R, cache_entries),
         np.empty(2 * slots if caching else 1, dtype=np.int32),
     )
     if not caching:
