@@ -274,19 +274,12 @@ def compat_settings(compat: str, explicit: dict) -> dict:
         return {}
     for name, want in BLIS_IMPLIED.items():
         if name in explicit and explicit[name] != want:
-            flag = _flag(name)
             given = explicit[name]
-            shown = (
-                f"--{flag} {given}"
-                if isinstance(given, str)
-                else (f"--{flag}" if given else f"--no-{flag}")
+            shown = given if isinstance(given, str) else str(bool(given)).lower()
+            implied = want if isinstance(want, str) else str(want).lower()
+            raise ValueError(
+                f"--{_flag(name)} {shown} contradicts --compat blis (it implies {implied})"
             )
-            implied = (
-                f"--{flag} {want}"
-                if isinstance(want, str)
-                else (f"--{flag}" if want else f"--no-{flag}")
-            )
-            raise ValueError(f"{shown} contradicts --compat blis (it implies {implied})")
     return dict(BLIS_IMPLIED)
 
 
