@@ -419,6 +419,8 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "arrived": oi[:, S.O_ARRIVED],
         "preemptions": oi[:, S.O_PREEMPTIONS],
         "preempted_requests": (st.req.npre > 0).sum(axis=1),
+        # compat blis: last-token slots that found no free block (BLIS's counter)
+        "kv_allocation_failures": oi[:, S.O_KV_ALLOC_FAILURES],
         "throughput_rps": completed / span,
         "output_tps": out_tok / span,
         "first_completion_s": np.where(completed > 0, fin / 1e9, np.nan),
