@@ -20,7 +20,7 @@ from planner.kernel import state as S
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import run_steps, simulate_one
-from planner.latency import Latency, LinearLatency, blis_queue_ns
+from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
 from planner.workload import MAX_ARRIVAL_S, Workload
 
@@ -173,9 +173,9 @@ def entry_times_ns(
     ``blis`` (compat blis): the delay truncated to whole microseconds
     (``latency.blis_queue_ns``, BLIS's ``QueueingTime``).
     """
-    if blis:
-        delay = np.array([blis_queue_ns(a0_ns, a1_ns, int(p)) for p in prompt], dtype=np.int64)
-        return arrival_ns + delay
+    if blis:  # latency.blis_queue_ns, elementwise: the same float64 operations
+        us = a0_ns / 1000.0 + (a1_ns / 1000.0) * prompt.astype(np.float64)
+        return arrival_ns + us.astype(np.int64) * 1000
     return arrival_ns + a0_ns + a1_ns * prompt.astype(np.int64)
 
 

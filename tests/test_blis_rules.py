@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.api import simulate
+from planner.api import entry_times_ns, simulate
 from planner.config import SchedulerConfig, blis_config
 from planner.latency import LinearLatency, blis_queue_ns, blis_step_ns
 from planner.workload import Workload
@@ -22,6 +22,13 @@ def test_step_and_queue_times_are_whole_microseconds():
     assert blis_step_ns(SEED_NS, 300, 0) == 10_927_000
     assert blis_step_ns(SEED_NS, 0, 1) == 5_758_000  # 5,758.71 truncated
     assert blis_step_ns(SEED_NS, 0, 0) == 5_752_000  # a step that priced nothing: beta0
+
+
+def test_entry_times_use_the_kernels_queueing_delay():
+    """``api.entry_times_ns`` (vectorized) equals ``blis_queue_ns`` prompt by prompt."""
+    prompt = np.arange(1, 5000, 7)
+    got = entry_times_ns(np.zeros(len(prompt), np.int64), prompt, 232_460, 1_750, blis=True)
+    assert got.tolist() == [blis_queue_ns(232_460, 1_750, int(p)) for p in prompt]
 
 
 def _one(prompt: int, out: int) -> Workload:
