@@ -165,13 +165,35 @@ def compile_note(num_configs: int, fleet: bool = False) -> str:
 
 
 def entry_times_ns(
-    arrival_ns: np.ndarray, prompt: np.ndarray, a0_ns: int, a1_ns: int
+    arrival_ns: np.ndarray, prompt: np.ndarray, a0_ns: int, a1_ns: int, blis: bool = False
 ) -> np.ndarray:
     """When each request becomes visible to the scheduler: arrival + alpha0 + alpha1*prompt.
 
     Shapes (R,) int64 in, (R,) int64 out; BLIS queueing delay (planner.latency).
+    ``blis`` (compat blis): the delay truncated to whole microseconds
+    (``latency.blis_queue_ns``, BLIS's ``QueueingTime``).
     """
+    if blis:  # latency.blis_queue_ns, elementwise: the same float64 operations
+        us = a0_ns / 1000.0 + (a1_ns / 1000.0) * prompt.astype(np.float64)
+        return arrival_ns + us.astype(np.int64) * 1000
     return arrival_ns + a0_ns + a1_ns * prompt.astype(np.int64)
+
+
+def blis_arrivals(cfg: np.ndarray, arrival_ns: np.ndarray) -> np.ndarray:
+    """Arrivals as compat blis configs see them: rounded to whole microseconds
+    (BLIS's trace stores ``arrival_time_us``; ``tools/record_blis.py`` rounds
+    to the nearest). ``cfg`` (C, NCOLS); ``arrival_ns`` (R,) or (C, R) int64;
+    returns it unchanged without compat blis configs, else (R,) when all are,
+    (C, R) when some are."""
+    blis = cfg[:, K.COMPAT] != 0
+    if not blis.any():
+        return arrival_ns
+    us = np.round(arrival_ns / 1000.0).astype(np.int64) * 1000
+    if blis.all():
+        return us
+    full = np.array(np.broadcast_to(arrival_ns, (cfg.shape[0], arrival_ns.shape[-1])))
+    full[blis] = us[blis] if us.ndim == 2 else us
+    return full
 
 
 def simulate(
@@ -213,7 +235,7 @@ def simulate(
     lats = [latency] if isinstance(latency, Latency) else list(latency)
     cfg, cfgf = pack_configs(configs, lats)
     c, r = len(configs), workload.num_requests
-    arrival_ns = _arrivals_ns(workload, arrival_s, c)
+    arrival_ns = blis_arrivals(cfg, _arrivals_ns(workload, arrival_s, c))
     prompt = np.ascontiguousarray(workload.prompt_tokens, dtype=np.int32)
     max_tokens = np.ascontiguousarray(workload.output_tokens, dtype=np.int32)
     priority = (
@@ -353,14 +375,15 @@ def _fill_entries(
     cache: dict[tuple[int, int, int], int] = {}
     for i in range(cfg.shape[0]):
         conc = int(cfg[i, K.CONC])
-        key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]), conc)
+        key = (int(cfg[i, K.A0]), int(cfg[i, K.A1]), conc, bool(cfg[i, K.COMPAT]))
         if key in cache and arrival_ns.ndim == 1:
             j = cache[key]
             entry[i], order[i] = entry[j], order[j]
             continue
         cache[key] = i
         arr = arrival_ns if arrival_ns.ndim == 1 else arrival_ns[i]
-        entry[i] = np.where(later, INT64_MAX, entry_times_ns(arr, prompt, *key[:2]))
+        a0, a1, _, blis = key
+        entry[i] = np.where(later, INT64_MAX, entry_times_ns(arr, prompt, a0, a1, blis))
         if conc == 0:
             order[i] = np.argsort(entry[i], kind="stable")
             continue
@@ -387,7 +410,10 @@ def _sent_ns(
         return arrival_ns
     out = np.array(np.broadcast_to(arrival_ns, req.entry_ns.shape), dtype=np.int64)
     for i in range(cfg.shape[0]):
-        delay = entry_times_ns(np.zeros_like(out[i]), prompt, int(cfg[i, K.A0]), int(cfg[i, K.A1]))
+        delay = entry_times_ns(
+            np.zeros_like(out[i]), prompt, int(cfg[i, K.A0]), int(cfg[i, K.A1]),
+            bool(cfg[i, K.COMPAT]),
+        )  # fmt: skip
         sent = req.entry_ns[i] < INT64_MAX
         out[i] = np.where(sent, req.entry_ns[i] - delay, out[i])
     return out

@@ -27,11 +27,11 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_calibrate import register as register_calibrate
 from planner.cli_capacity import command_workload, finite, warn
 from planner.cli_capacity import register as register_capacity_commands
-from planner.cli_inert import BENCH_RULES, RUN_RULES, reject_inert
+from planner.cli_inert import BENCH_RULES, RUN_RULES, given, reject_inert
 from planner.cli_maxrate import register as register_max_rate
 from planner.cli_models import register as register_model_commands
 from planner.cli_size import register as register_size
-from planner.config import SchedulerConfig, clock_bound
+from planner.config import SchedulerConfig, clock_bound, compat_settings
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
@@ -185,6 +185,8 @@ def run(
     null_block: Annotated[bool, typer.Option(help="Reserve block 0 (vLLM); off = BLIS.")] = True,
     async_scheduling: opt.AsyncScheduling = False,
     enable_prefix_caching: opt.EnablePrefixCaching = False,
+    compat: opt.CompatOpt = opt.Compat.vllm,
+    blis_full_hit_defect: opt.BlisFullHitDefect = False,
     policy: Annotated[
         Policy,
         typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
@@ -299,6 +301,14 @@ def run(
         quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
     )  # fmt: skip
+    rules = dict(
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        preemption_mode=preemption_mode.value,
+        null_block=null_block,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    # --compat blis implies these; one the user gave against it is refused.
+    rules |= compat_settings(compat.value, {k: v for k, v in rules.items() if given(ctx, k)})
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
         block_size=block_size,
@@ -307,12 +317,11 @@ def run(
         max_model_len=max_model_len,
         long_prefill_token_threshold=long_prefill_token_threshold,
         watermark=watermark,
-        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        preemption_mode=preemption_mode.value,
+        **rules,
         stop_bound=stop_bound.value,
-        null_block=null_block,
         async_scheduling=async_scheduling,
-        enable_prefix_caching=enable_prefix_caching,
+        compat=compat.value,
+        blis_full_hit_defect=blis_full_hit_defect,
         policy=policy.value,
         victim=None if victim is None else victim.value,
         anti_starvation=anti_starvation,

@@ -18,6 +18,7 @@ import click
 import typer
 
 from planner import bounds, resolve
+from planner.config import COMPATS
 from planner.kernel.policies import ADMISSIONS, VICTIMS
 from planner.kernel.routers import ROUTERS
 from planner.latency import Latency
@@ -407,6 +408,22 @@ VictimOpt = Annotated[
     typer.Option(help="Mitigation: preemption victim [default: vLLM's rule for the policy]."),
 ]
 AdmissionOpt = Annotated[Admission, typer.Option(help="Mitigation: admission rule.")]
+Compat = StrEnum("Compat", {k: k for k in COMPATS})  # config.COMPATS
+CompatOpt = Annotated[
+    Compat,
+    typer.Option(
+        help="Scheduler rules: vllm (vLLM 0.33), or blis (BLIS b563c440: implies "
+        "--preemption-mode restart --no-null-block --no-scheduler-reserve-full-isl "
+        "--enable-prefix-caching; docs/blis-compat.md)."
+    ),
+]
+BlisFullHitDefect = Annotated[
+    bool,
+    typer.Option(
+        help="With --compat blis: also BLIS's defect, a fully cached prompt of k x "
+        "block_size tokens holds no prompt blocks."
+    ),
+]
 Router = StrEnum("Router", {k: k for k in ROUTERS})  # kernel/routers.ROUTERS
 Replicas = Annotated[
     int,

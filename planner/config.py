@@ -24,6 +24,7 @@ from planner.latency import (
     Latency,
     LinearLatency,
     MeasuredLatency,
+    blis_alpha2_ns,
     measured_table_ns,
 )
 
@@ -31,6 +32,15 @@ from planner.latency import (
 PREEMPTION_MODES = {"recompute": 0, "restart": 1, "swap": 2}
 STOP_BOUNDS = {"max_model_len": 0, "max_servable": 1}
 POLICIES = {"fcfs": 0, "priority": 1}
+# ``compat``: "vllm" (vLLM 0.33's rules, the default) or "blis", BLIS b563c440's
+# rules (docs/blis-compat.md), a named setting that implies these fields.
+COMPATS = {"vllm": 0, "blis": 1}
+BLIS_IMPLIED = {
+    "preemption_mode": "restart",
+    "null_block": False,
+    "scheduler_reserve_full_isl": False,
+    "enable_prefix_caching": True,
+}
 
 # Column indices of the packed int64 config matrix (shape (C, NCOLS)).
 (
@@ -71,8 +81,10 @@ POLICIES = {"fcfs": 0, "priority": 1}
     REPLICAS,
     ROUTER,
     ROUTER_SEED,
-) = range(37)
-NCOLS = 37
+    COMPAT,
+    DEFECT,
+) = range(39)
+NCOLS = 39
 NFLOAT = 7  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -156,6 +168,10 @@ class SchedulerConfig:
     router_seed: int = 0  # the random router's stream
     horizon_s: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
+    # BLIS compatibility (docs/blis-compat.md): "blis" implies BLIS_IMPLIED;
+    # the defect switch adds BLIS's full-hit defect (rule 5), compat blis only.
+    compat: str = "vllm"
+    blis_full_hit_defect: bool = False
 
     def __post_init__(self) -> None:
         for name in NUMERIC_FIELDS:  # bounds.OPTION_BOUNDS: int32 counts, int64 ns
@@ -184,12 +200,39 @@ class SchedulerConfig:
             v = getattr(self, name)
             if v not in allowed:
                 raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
+        self._check_compat()
         for name in ("async_scheduling", "enable_prefix_caching"):
+            if name == "enable_prefix_caching" and self.compat == "blis":
+                continue  # BLIS caches under restart (docs/blis-compat.md, rule 1)
             if getattr(self, name) and self.preemption_mode != "recompute":
                 raise ValueError(
                     f"--{_flag(name)} is modelled with recompute preemption only, "
                     f"not {self.preemption_mode!r}"
                 )
+
+    def _check_compat(self) -> None:
+        """``compat`` is a known setting; "blis" holds the fields it implies
+        (``BLIS_IMPLIED``), no watermark and no async scheduling (BLIS has
+        neither); the defect switch needs it. Raises ValueError (one line)."""
+        if self.compat not in COMPATS:
+            raise ValueError(f"--compat must be one of {sorted(COMPATS)}, got {self.compat!r}")
+        if not isinstance(self.blis_full_hit_defect, bool | np.bool_):
+            raise ValueError(
+                f"--blis-full-hit-defect must be true or false, got {self.blis_full_hit_defect!r}"
+            )
+        if self.compat != "blis":
+            if self.blis_full_hit_defect:
+                raise ValueError("--blis-full-hit-defect needs --compat blis")
+            return
+        compat_settings("blis", {k: getattr(self, k) for k in BLIS_IMPLIED})
+        if self.watermark != 0.0:
+            raise ValueError(
+                f"--watermark {self.watermark:g} contradicts --compat blis (BLIS has none)"
+            )
+        if self.async_scheduling:
+            raise ValueError(
+                "--async-scheduling contradicts --compat blis (BLIS schedules in sync)"
+            )
 
     @property
     def think_time_ns(self) -> int:
@@ -215,6 +258,37 @@ class SchedulerConfig:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def compat_settings(compat: str, explicit: dict) -> dict:
+    """The fields ``compat`` implies (``BLIS_IMPLIED`` for "blis", none for
+    "vllm"), checked against the values the user gave (``explicit``: field ->
+    value, only fields the user set). Returns the implied fields.
+
+    Raises:
+        ValueError: one line naming the first given field that contradicts it.
+    """
+    if compat not in COMPATS:
+        raise ValueError(f"--compat must be one of {sorted(COMPATS)}, got {compat!r}")
+    if compat != "blis":
+        return {}
+    for name, want in BLIS_IMPLIED.items():
+        if name in explicit and explicit[name] != want:
+            given = explicit[name]
+            shown = given if isinstance(given, str) else str(bool(given)).lower()
+            implied = want if isinstance(want, str) else str(want).lower()
+            raise ValueError(
+                f"--{_flag(name)} {shown} contradicts --compat blis (it implies {implied})"
+            )
+    return dict(BLIS_IMPLIED)
+
+
+def blis_config(**fields: object) -> SchedulerConfig:
+    """A ``SchedulerConfig`` with ``compat="blis"`` and the fields it implies
+    (``compat_settings``); ``fields`` are the others (a contrary value of an
+    implied field raises ValueError, one line)."""
+    implied = compat_settings("blis", fields)
+    return SchedulerConfig(**{**fields, **implied, "compat": "blis"})  # type: ignore[arg-type]
 
 
 def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
@@ -333,7 +407,13 @@ def pack_configs(
             c.replicas,
             ROUTERS[c.router],
             c.router_seed,
+            COMPATS[c.compat],
+            int(c.blis_full_hit_defect),
         )
+        if c.compat == "blis":
+            if not isinstance(lat, LinearLatency):
+                raise ValueError("--compat blis needs the linear step-time model (BLIS blackbox)")
+            out[i, A2] = blis_alpha2_ns(out[i, A2])
     return out, outf
 
 

@@ -298,6 +298,41 @@ def measured_table_ns(tab, prefill, decode, attended, kv_tokens):  # noqa: ANN00
     return out
 
 
+# ---- BLIS compatibility (``compat="blis"``, docs/blis-compat.md, rule 3) ----
+# BLIS b563c440 works in whole microseconds: ``BlackboxLatencyModel``
+# (``sim/latency/latency.go``) sums its float64 coefficients and converts the
+# sum to int64 (``clampToInt64``), which truncates. The kernel's coefficients
+# are integer ns; ns / 1000.0 is the nearest float64 to the microsecond figure
+# whenever that has at most three decimals (IEEE division rounds correctly),
+# so these reproduce BLIS's float64 arithmetic for such coefficients.
+
+
+@njit(cache=True)
+def blis_step_ns(ip, prefill, decode):  # noqa: ANN001, ANN201
+    """``BlackboxLatencyModel.StepTime``: max(1, int64(beta0 + beta1 x prefill +
+    beta2 x decode)) us, added in that order in float64, as ns. ``ip``: (b0,
+    b1, b2) ns. Unlike ``step_time_ns`` a step that scheduled nothing still
+    costs beta0 (BLIS runs the step)."""
+    t = ip[0] / 1000.0
+    t += (ip[1] / 1000.0) * float(prefill)
+    t += (ip[2] / 1000.0) * float(decode)
+    return max(1, int(t)) * 1000
+
+
+@njit(cache=True)
+def blis_queue_ns(a0, a1, prompt):  # noqa: ANN001, ANN201
+    """``BlackboxLatencyModel.QueueingTime``: int64(alpha0 + alpha1 x prompt) us,
+    as ns (``a0``/``a1`` in ns)."""
+    t = a0 / 1000.0
+    t += (a1 / 1000.0) * float(prompt)
+    return int(t) * 1000
+
+
+def blis_alpha2_ns(a2: int) -> int:
+    """``BlackboxLatencyModel.OutputTokenProcessingTime``: int64(alpha2) us, as ns."""
+    return int(a2) // 1000 * 1000
+
+
 @njit(cache=True)
 def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # noqa: ANN001, ANN201
     """Duration of one step in integer ns; 0 for a step that scheduled nothing.

@@ -19,7 +19,8 @@ Latency definitions (BLIS conventions, ``shared/docs/semantics.md``), seconds:
   scheduled it) - arrival (vLLM's ``queued_ts`` -> ``scheduled_ts``,
   ``vllm/v1/metrics/stats.py``, with BLIS's alpha0/alpha1 entry delay inside).
 
-Counts use the horizon: ``completed`` are finishes at or before it, and the
+Counts use the horizon: ``completed`` are finishes at or before it (compat
+blis: finishes in steps that started at or before it, ``counted_by``), and the
 throughputs divide by the horizon (or, with none, by the simulated span).
 """
 
@@ -226,6 +227,15 @@ def outcome(
     return cls
 
 
+def counted_by(cfg: np.ndarray) -> np.ndarray:
+    """(C,) int64 ns: the latest time an event (a first token, a finish) may
+    have to count, the horizon; compat blis: none (INT64_MAX), since its steps
+    start at or before the horizon and every event of such a step counts,
+    even after it (``ClusterSimulator.Run``, ``sim/cluster/cluster.go``;
+    docs/blis-compat.md, rule 4). ``cfg``: (C, NCOLS) packed configs."""
+    return np.where(cfg[:, K.COMPAT] != 0, np.iinfo(np.int64).max, cfg[:, K.HORIZON_NS])
+
+
 def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     """Per-request latencies, each (C, R) float64 seconds, NaN = not counted.
 
@@ -247,9 +257,10 @@ def _per_request(res: SimResult) -> dict[str, np.ndarray]:
     end = np.minimum(st.out.counters[:, S.O_END_NS][:, None], horizon)
     a2_s = cfg[:, K.A2][:, None] / 1e9
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
-    done = (st.req.finish_ns >= 0) & (st.req.finish_ns <= horizon)
-    first = (st.req.first_ns >= 0) & (st.req.first_ns <= horizon)
-    sched = (st.req.sched_ns >= 0) & (st.req.sched_ns <= horizon)
+    by = counted_by(cfg)[:, None]
+    done = (st.req.finish_ns >= 0) & (st.req.finish_ns <= by)
+    first = (st.req.first_ns >= 0) & (st.req.first_ns <= by)
+    sched = (st.req.sched_ns >= 0) & (st.req.sched_ns <= by)
     waited = (arr <= end) & (st.req.status != S.REJECTED) & sent_mask(res)
     no_first = waited & ~first
     no_sched = waited & ~sched
@@ -392,7 +403,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     horizon = cfg[:, K.HORIZON_NS]
     end_s = np.minimum(oi[:, S.O_END_NS], horizon) / 1e9
     first_s = np.where(
-        (st.req.first_ns >= 0) & (st.req.first_ns <= horizon[:, None]),
+        (st.req.first_ns >= 0) & (st.req.first_ns <= counted_by(cfg)[:, None]),
         st.req.first_ns / 1e9,
         np.nan,
     )
@@ -408,6 +419,8 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "arrived": oi[:, S.O_ARRIVED],
         "preemptions": oi[:, S.O_PREEMPTIONS],
         "preempted_requests": (st.req.npre > 0).sum(axis=1),
+        # compat blis: last-token slots that found no free block (BLIS's counter)
+        "kv_allocation_failures": oi[:, S.O_KV_ALLOC_FAILURES],
         "throughput_rps": completed / span,
         "output_tps": out_tok / span,
         "first_completion_s": np.where(completed > 0, fin / 1e9, np.nan),

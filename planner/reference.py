@@ -16,6 +16,10 @@ vLLM concept, one step at a time, no fast path.
 
 Scheduling is synchronous, or asynchronous (``vllm/v1/core/sched/async_scheduler.py``
 with ``EngineCore.step_with_batch_queue``) when ``async_scheduling`` is set.
+BLIS compatibility (``compat="blis"``, docs/blis-compat.md) follows BLIS
+b563c440's rules where they differ, each marked "compat blis" below with the
+BLIS file and function it follows.
+
 Prefix caching (``enable_prefix_caching``) hashes full blocks; a block's content
 is its request's shared-prefix group's tokens while it lies in the shared
 prefix, else tokens unique to the request. With block hash ids (a Mooncake-style
@@ -35,7 +39,14 @@ import numpy as np
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, lat_kind, pack_tables
 from planner.kernel.cycle import QUIET_STEPS
-from planner.latency import LINEAR, Latency, step_time_ns
+from planner.latency import (
+    LINEAR,
+    Latency,
+    blis_alpha2_ns,
+    blis_queue_ns,
+    blis_step_ns,
+    step_time_ns,
+)
 from planner.token_gaps import NBINS, SUB, SUB_BITS
 
 
@@ -71,6 +82,8 @@ class Request:
     hash_block: int = 0  # tokens per trace hash id (0: no hash ids)
     hash_prefixes: list[tuple[int, ...]] = field(default_factory=list)  # per full trace block
     session: int | None = None  # multi-turn session id (its turns share one token stream)
+    # compat blis with the full-hit defect: prompt tokens it holds no blocks for
+    uncounted: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -87,8 +100,11 @@ class BlockPool:
     (``FreeKVCacheBlockQueue``) and, with prefix caching, the hash -> blocks map
     (``BlockHashToBlockMap``: per hash, blocks in insertion order)."""
 
-    def __init__(self, num_gpu_blocks: int, null_block: bool, caching: bool) -> None:
+    def __init__(
+        self, num_gpu_blocks: int, null_block: bool, caching: bool, blis: bool = False
+    ) -> None:
         self.caching = caching
+        self.blis = blis
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_gpu_blocks))
         if null_block:
             self.free_queue.popitem(last=False)
@@ -131,12 +147,15 @@ class BlockPool:
 
     def free_blocks(self, ordered: list[int]) -> None:
         """Drop one reference each; blocks that reach 0 rejoin the free queue:
-        unhashed ones at the front (reused first), hashed ones at the back (LRU)."""
+        unhashed ones at the front (reused first), hashed ones at the back (LRU).
+        compat blis: all at the back, in the given order
+        (``KVCacheState.ReleaseKVBlocks``, ``sim/kv/cache.go``)."""
         first, last = [], []
         for b in ordered:
             self.ref_cnt[b] -= 1
             if self.ref_cnt[b] == 0:
-                (last if self.caching and self.block_hash[b] is not None else first).append(b)
+                to_back = self.blis or (self.caching and self.block_hash[b] is not None)
+                (last if to_back else first).append(b)
         for b in reversed(first):
             self.free_queue[b] = None
             self.free_queue.move_to_end(b, last=False)
@@ -158,7 +177,10 @@ class KVCacheManager:
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.caching = cfg.enable_prefix_caching
-        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.null_block, self.caching)
+        self.blis = cfg.compat == "blis"
+        self.defect = cfg.blis_full_hit_defect
+        self.alloc_failures = 0  # compat blis: ``last_token_slot`` found no free block
+        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.null_block, self.caching, self.blis)
         self.block_size = cfg.block_size
         self.max_model_len = cfg.max_model_len
         self.watermark_blocks = cfg.watermark_blocks
@@ -179,11 +201,13 @@ class KVCacheManager:
         return ("request", req.rid, j)
 
     def get_computed_blocks(self, req: Request) -> list[int]:
-        """The longest chain of cached full blocks, at most num_tokens - 1 tokens."""
+        """The longest chain of cached full blocks, at most num_tokens - 1 tokens
+        (compat blis: every full prompt block, ``KVCacheState.GetCachedBlocks``)."""
         if not self.caching:
             return []
         hits = []
-        for j in range((req.num_tokens - 1) // self.block_size):
+        limit = req.prompt_len if self.blis else req.num_tokens - 1
+        for j in range(limit // self.block_size):
             b = self.pool.get_cached_block(self.block_key(req, j))
             if b is None:
                 break
@@ -202,6 +226,15 @@ class KVCacheManager:
         wm = self.watermark_blocks if watermark else 0
         # Hit blocks sitting in the free queue leave it when touched.
         evictable = sum(self.pool.ref_cnt[b] == 0 for b in hits)
+        if self.defect and hits and len(hits) * self.block_size == req.num_tokens:
+            # compat blis, the full-hit defect (``AllocateKVBlocks`` claims hits
+            # only in its loop over new tokens, which does not run for none):
+            # admitted if its free hits fit, holding no block.
+            if evictable > self.pool.num_free():
+                return False
+            req.uncounted = req.num_tokens
+            req.num_cached_blocks = len(hits)
+            return True
         have = len(req.blocks) + len(hits)
         computed = req.num_computed_tokens + len(hits) * self.block_size
         free = self.pool.num_free()
@@ -209,7 +242,9 @@ class KVCacheManager:
             full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
             if max(full - have, 0) + evictable + wm > free:
                 return False
-        target = blocks_for_tokens(computed + num_new_tokens, self.max_model_len, self.block_size)
+        target = blocks_for_tokens(
+            computed + num_new_tokens - req.uncounted, self.max_model_len, self.block_size
+        )
         if max(0, target - have) + evictable + wm > free:
             return False
         self.pool.touch(hits)
@@ -220,10 +255,12 @@ class KVCacheManager:
         return True
 
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
-        """Hash the request's full blocks up to ``num_tokens`` of known tokens."""
+        """Hash the request's full blocks up to ``num_tokens`` of known tokens
+        (compat blis: prompt blocks only, as ``AllocateKVBlocks`` looks up no other)."""
         if not self.caching:
             return
-        num_full = min(num_tokens, req.num_tokens) // self.block_size
+        known = req.prompt_len if self.blis else req.num_tokens
+        num_full = min(num_tokens, known) // self.block_size
         for j in range(req.num_cached_blocks, num_full):
             self.pool.cache_block(req.blocks[j], self.block_key(req, j))
         req.num_cached_blocks = max(req.num_cached_blocks, num_full)
@@ -233,6 +270,21 @@ class KVCacheManager:
         self.pool.free_blocks(list(reversed(req.blocks)))
         req.blocks = []
         req.num_cached_blocks = 0
+        req.uncounted = 0
+
+    def last_token_slot(self, req: Request) -> None:
+        """compat blis, a request that finished at max_tokens, before it is
+        freed: ``Simulator.processCompletions`` (``sim/simulator.go``) allocates
+        its last token's slot, a new block when its blocks are full (from the
+        free queue's front; with none free it only counts a failure)."""
+        if not self.blis or req.num_output_tokens < req.max_tokens:
+            return
+        if (req.num_computed_tokens - req.uncounted) % self.block_size != 0:
+            return
+        if self.pool.num_free() == 0:
+            self.alloc_failures += 1
+            return
+        req.blocks.extend(self.pool.get_new_blocks(1))
 
 
 def gap_bin(gap_ns: int) -> int:
@@ -346,9 +398,10 @@ class Scheduler:
         self.admissions: list[tuple[int, int]] = []
         self.swap_ns = 0
         budget = self.cfg.max_num_batched_tokens
+        # compat blis applies the threshold always (``VLLMBatchFormation.FormBatch``).
         self.thr_now = (
             self.cfg.long_prefill_token_threshold
-            if len(self.running) + len(self.waiting) > 1
+            if len(self.running) + len(self.waiting) > 1 or self.kv.blis
             else 0
         )
         out: list[tuple[Request, int]] = []
@@ -520,6 +573,7 @@ class Scheduler:
                     self.waiting.remove(req)
                 req.status = "finished"
                 req.finish_ns = now_ns
+                self.kv.last_token_slot(req)
                 self.kv.free(req)
                 finished.append(req.rid)
         self.running = [r for r in self.running if r.status != "finished"]
@@ -594,7 +648,11 @@ class Engine:
         self.lat_floats = np.array(latency.floats(), dtype=np.float64)
         self.lat_table = pack_tables([latency])[0]
         self.sched = Scheduler(cfg)
-        entry = [a + a0 + a1 * p for a, p in zip(arrival_ns, prompt, strict=True)]
+        self.blis = cfg.compat == "blis"
+        if self.blis:  # BLIS's trace holds whole microseconds
+            arrival_ns = [round(a / 1000.0) * 1000 for a in arrival_ns]
+        self.alpha = (a0, a1)
+        entry = [a + self.queue_delay(p) for a, p in zip(arrival_ns, prompt, strict=True)]
         prio = priority if priority is not None else [0] * len(prompt)
         self.requests = [
             Request(i, p, m, a, e, q)
@@ -621,8 +679,9 @@ class Engine:
                 last[sid] = i
                 self.requests[i].session = sid
         self.entry = entry
-        self.alpha = (a0, a1)
-        self.alpha2 = latency.ns()[5]  # the client has an answer alpha2 x outputs after its finish
+        # the client has an answer alpha2 x outputs after its finish (compat
+        # blis: alpha2 in whole microseconds, ``OutputTokenProcessingTime``)
+        self.alpha2 = blis_alpha2_ns(latency.ns()[5]) if self.blis else latency.ns()[5]
         # Closed loop (vLLM bench's semaphore, kernel/arrivals.py): requests
         # wait in send order for a free client; ``pending`` holds the sent
         # ones not yet arrived, sorted by (entry, id).
@@ -693,10 +752,22 @@ class Engine:
             for a, b in zip(order[:-1], order[1:], strict=True):
                 prev[b] = a
         return state + (
-            tuple((r.num_cached_blocks, tuple(r.blocks)) for r in sched.running),
+            tuple(
+                (
+                    r.num_cached_blocks if not r.uncounted else (-1 - r.num_cached_blocks),
+                    tuple(r.blocks),
+                )
+                for r in sched.running
+            ),  # fmt: skip
             tuple(pool.free_queue),
             tuple(zip(pool.block_hash, prev, strict=True)),
         )
+
+    def queue_delay(self, prompt: int) -> int:
+        """The front end's delay (ns): alpha0 + alpha1 x prompt; compat blis:
+        truncated to whole microseconds (``BlackboxLatencyModel.QueueingTime``)."""
+        a0, a1 = self.alpha
+        return blis_queue_ns(a0, a1, prompt) if self.blis else a0 + a1 * prompt
 
     def _admit_arrivals(self) -> int:
         while self.pending and self.entry[self.pending[0]] <= self.clock:
@@ -717,21 +788,20 @@ class Engine:
         request of the stream after the think time (entry: the later of its
         own and t + think + queueing delay). Sessions: a finished turn's next
         turn is sent after the think time (a rejected turn ends the session)."""
-        a0, a1 = self.alpha
         sent = t_ns + self.alpha2 * self.requests[rid].num_output_tokens + self.cfg.think_time_ns
         if self.cfg.max_concurrency == 0:
             if rejected or rid not in self.next_turn:
                 return
             i = self.next_turn[rid]
-            self.entry[i] = sent + a0 + a1 * self.requests[i].prompt_len
+            self.entry[i] = sent + self.queue_delay(self.requests[i].prompt_len)
         elif not self.unsent:
             return
         else:
             i = self.unsent.pop(0)
-            self.entry[i] = max(self.entry[i], sent + a0 + a1 * self.requests[i].prompt_len)
+            self.entry[i] = max(self.entry[i], sent + self.queue_delay(self.requests[i].prompt_len))
         req = self.requests[i]
         req.entry_ns = self.entry[i]
-        req.arrival_ns = self.entry[i] - a0 - a1 * req.prompt_len
+        req.arrival_ns = self.entry[i] - self.queue_delay(req.prompt_len)
         self.pending.append(i)
         self.pending.sort(key=lambda j: (self.entry[j], j))
 
@@ -748,7 +818,8 @@ class Engine:
                     break
                 self.clock = self.entry[self.pending[0]]
                 continue
-            if horizon_ns is not None and self.clock >= horizon_ns:
+            # compat blis: a step may start at the horizon (``ClusterSimulator.Run``)
+            if horizon_ns is not None and self.clock >= horizon_ns + self.blis:
                 break
             if len(self.steps) >= self.cfg.max_steps:
                 self.step_limit = True
@@ -767,8 +838,13 @@ class Engine:
             kinds = []
             for req, n in scheduled:
                 c0 = req.num_computed_tokens
-                is_decode = n == 1 and c0 == req.num_tokens + req.placeholders - 1
+                if self.blis:  # ``BlackboxLatencyModel.StepTime``: by the chunk's start
+                    is_decode = c0 >= req.prompt_len
+                else:
+                    is_decode = n == 1 and c0 == req.num_tokens + req.placeholders - 1
                 kinds.append(is_decode)
+                if n == 0:
+                    continue  # compat blis: a fully cached prompt, not priced
                 if is_decode:
                     decode += 1
                 else:
@@ -778,16 +854,19 @@ class Engine:
             attended = sum(n * r.num_computed_tokens + n * (n + 1) // 2 for r, n in scheduled)
             kv_touched = sum(r.num_computed_tokens + n for r, n in scheduled)
             start = self.clock
-            dt = step_time_ns(
-                self.lat_kind,
-                self.lat_ints,
-                self.lat_floats,
-                prefill,
-                decode,
-                attended,
-                kv_touched,
-                self.lat_table,
-            )
+            if self.blis:  # whole microseconds, even for a step that priced nothing
+                dt = blis_step_ns(self.lat_ints, prefill, decode)
+            else:
+                dt = step_time_ns(
+                    self.lat_kind,
+                    self.lat_ints,
+                    self.lat_floats,
+                    prefill,
+                    decode,
+                    attended,
+                    kv_touched,
+                    self.lat_table,
+                )
             dt += sched.swap_ns
             for req, _ in scheduled:
                 if req.first_scheduled_ns < 0:

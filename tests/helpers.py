@@ -132,6 +132,7 @@ def compare_final(res, c: int, eng: Engine) -> None:
     np.testing.assert_allclose(st.out.floats[c, S.F_KV_BLOCK_NS], eng.kv_block_ns, rtol=1e-12)
     assert [oi[S.O_PC_QUERIES], oi[S.O_PC_HITS]] == eng.sched.cache_stats
     assert [oi[S.O_PC_PRE_QUERIES], oi[S.O_PC_PRE_HITS]] == eng.sched.cache_stats_preempted
+    assert oi[S.O_KV_ALLOC_FAILURES] == eng.sched.kv.alloc_failures
 
 
 def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency):

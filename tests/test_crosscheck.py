@@ -23,7 +23,7 @@ from helpers import (
     reference_trace_rows,
     run_both,
 )
-from planner.config import SchedulerConfig
+from planner.config import BLIS_IMPLIED, SchedulerConfig
 from planner.hardware import GPUS, MODELS
 from planner.kernel import state as S
 from planner.latency import LinearLatency, RooflineLatency
@@ -37,37 +37,75 @@ def configs(draw):
     null_block = draw(st.booleans())
     n = draw(st.integers(2, 60))
     horizon = draw(st.one_of(st.just(float("inf")), st.floats(0.001, 2.0)))
-    mode = draw(st.sampled_from(["recompute", "recompute", "restart", "swap"]))
-    return SchedulerConfig(
-        num_gpu_blocks=n,
-        block_size=draw(st.sampled_from([1, 2, 4, 8, 16])),
-        max_num_seqs=draw(st.integers(1, 6)),
-        max_num_batched_tokens=draw(st.integers(1, 300)),
-        max_model_len=draw(st.integers(8, 400)),
-        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 1, 7, 32, 100])),
-        watermark=draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])),
-        scheduler_reserve_full_isl=draw(st.booleans()),
-        preemption_mode=mode,
-        async_scheduling=mode == "recompute" and draw(st.booleans()),
-        enable_prefix_caching=mode == "recompute" and draw(st.booleans()),
-        cpu_swap_blocks=draw(st.sampled_from([0, 5, 40, 1000])),
-        swap_bandwidth_gbps=draw(st.sampled_from([1.0, 25.0])),
-        stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
-        null_block=null_block,
-        policy=draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
-        victim=draw(
-            st.sampled_from([None, None, "youngest", "priority", "least_progress", "most_blocks"])
-        ),
-        anti_starvation=draw(st.sampled_from([0, 0, 1, 3])),
-        admission=draw(st.sampled_from(["vanilla", "vanilla", "projected", "projected_oracle"])),
-        adaptive_window=draw(st.sampled_from([0, 0, 1, 5, 40])),
-        adaptive_threshold=draw(st.sampled_from([0, 2])),
-        adaptive_step=draw(st.sampled_from([1, 3])),
-        max_concurrency=(conc := draw(st.sampled_from([0, 0, 0, 1, 2, 3]))),
-        think_time_s=draw(st.sampled_from([0.0, 0.0005, 0.02])) if conc else 0.0,
-        horizon_s=horizon,
-        max_steps=MAX_STEPS,
+    mode = draw(st.sampled_from(["recompute", "recompute", "restart", "swap", "blis"]))
+    blis = mode == "blis"
+    cfg = (
+        SchedulerConfig(
+            num_gpu_blocks=n,
+            block_size=draw(st.sampled_from([1, 2, 4, 8, 16])),
+            max_num_seqs=draw(st.integers(1, 6)),
+            max_num_batched_tokens=draw(st.integers(1, 300)),
+            max_model_len=draw(st.integers(8, 400)),
+            long_prefill_token_threshold=draw(st.sampled_from([0, 0, 1, 7, 32, 100])),
+            watermark=draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])),
+            scheduler_reserve_full_isl=draw(st.booleans()),
+            preemption_mode=mode,
+            async_scheduling=mode == "recompute" and draw(st.booleans()),
+            enable_prefix_caching=mode == "recompute" and draw(st.booleans()),
+            cpu_swap_blocks=draw(st.sampled_from([0, 5, 40, 1000])),
+            swap_bandwidth_gbps=draw(st.sampled_from([1.0, 25.0])),
+            stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
+            null_block=null_block,
+            policy=draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
+            victim=draw(
+                st.sampled_from(
+                    [None, None, "youngest", "priority", "least_progress", "most_blocks"]
+                )
+            ),
+            anti_starvation=draw(st.sampled_from([0, 0, 1, 3])),
+            admission=draw(
+                st.sampled_from(["vanilla", "vanilla", "projected", "projected_oracle"])
+            ),
+            adaptive_window=draw(st.sampled_from([0, 0, 1, 5, 40])),
+            adaptive_threshold=draw(st.sampled_from([0, 2])),
+            adaptive_step=draw(st.sampled_from([1, 3])),
+            max_concurrency=(conc := draw(st.sampled_from([0, 0, 0, 1, 2, 3]))),
+            think_time_s=draw(st.sampled_from([0.0, 0.0005, 0.02])) if conc else 0.0,
+            horizon_s=horizon,
+            max_steps=MAX_STEPS,
+        )
+        if not blis
+        else None
     )
+    if blis:
+        cfg = SchedulerConfig(
+            **_blis_fields(draw(st.booleans())),
+            num_gpu_blocks=n,
+            block_size=draw(st.sampled_from([1, 2, 4, 8, 16])),
+            max_num_seqs=draw(st.integers(1, 6)),
+            max_num_batched_tokens=draw(st.integers(1, 300)),
+            max_model_len=draw(st.integers(8, 400)),
+            long_prefill_token_threshold=draw(st.sampled_from([0, 0, 1, 7, 32, 100])),
+            policy=draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
+            max_concurrency=(conc := draw(st.sampled_from([0, 0, 0, 1, 2, 3]))),
+            think_time_s=draw(st.sampled_from([0.0, 0.0005, 0.02])) if conc else 0.0,
+            horizon_s=horizon,
+            max_steps=MAX_STEPS,
+        )
+    return cfg
+
+
+def _blis_fields(defect: bool) -> dict:
+    """compat blis, the fields it implies, and the defect switch."""
+    return {**BLIS_IMPLIED, "compat": "blis", "blis_full_hit_defect": defect}
+
+
+def _linear_for_compat(cfgs: list[SchedulerConfig], lat) -> list[SchedulerConfig]:
+    """compat blis needs the linear model: with another, its draws run vLLM's rules."""
+    if isinstance(lat, LinearLatency):
+        return cfgs
+    vllm = dict(compat="vllm", blis_full_hit_defect=False, enable_prefix_caching=False)
+    return [replace(c, **vllm) if c.compat == "blis" else c for c in cfgs]
 
 
 @st.composite
@@ -123,7 +161,7 @@ latencies = st.one_of(
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cfgs=st.lists(configs(), min_size=2, max_size=2), wl=workloads(), lat=latencies)
 def test_kernel_matches_reference(cfgs, wl, lat):
-    cfgs = _open_loop_for_sessions(cfgs, wl)
+    cfgs = _linear_for_compat(_open_loop_for_sessions(cfgs, wl), lat)
     traced, fast, engines = run_both(cfgs, wl, lat)
     for c, eng in enumerate(engines):
         assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
@@ -168,9 +206,12 @@ def _random_case(rng: np.random.Generator):
         prefix_len=None if sessions else rng.choice([16, 64, 200], r).astype(np.int32),
         session=sid.astype(np.int32) if sessions else None,
     )
-    modes = [str(rng.choice(["recompute", "recompute", "restart", "swap"])) for _ in range(4)]
+    kinds = ["recompute", "recompute", "restart", "swap", "blis"]
+    modes = [str(rng.choice(kinds)) for _ in range(4)]
     cfgs = [
-        SchedulerConfig(
+        _blis_case(rng)
+        if mode == "blis"
+        else SchedulerConfig(
             num_gpu_blocks=int(rng.integers(2, 80)),
             block_size=int(rng.choice([1, 4, 16])),
             max_num_seqs=int(rng.integers(1, 8)),
@@ -202,17 +243,14 @@ def _random_case(rng: np.random.Generator):
     ]
     cfgs = _open_loop_for_sessions(cfgs, wl)
     if rng.random() < 0.3:
-        return (
-            cfgs,
-            wl,
-            RooflineLatency(
-                str(rng.choice(sorted(MODELS))),
-                str(rng.choice(sorted(GPUS))),
-                tp=int(rng.choice([1, 4])),
-                mfu=float(rng.uniform(0.1, 0.9)),
-                overhead_us=float(rng.choice([0.0, 500.0])),
-            ),
+        roof = RooflineLatency(
+            str(rng.choice(sorted(MODELS))),
+            str(rng.choice(sorted(GPUS))),
+            tp=int(rng.choice([1, 4])),
+            mfu=float(rng.uniform(0.1, 0.9)),
+            overhead_us=float(rng.choice([0.0, 500.0])),
         )
+        return _linear_for_compat(cfgs, roof), wl, roof
     lat = LinearLatency(
         alpha=(
             float(rng.integers(0, 500)),
@@ -226,6 +264,24 @@ def _random_case(rng: np.random.Generator):
         ),
     )
     return cfgs, wl, lat
+
+
+def _blis_case(rng: np.random.Generator) -> SchedulerConfig:
+    """A compat blis config (the defect switch half the time) with random other fields."""
+    return SchedulerConfig(
+        **_blis_fields(bool(rng.random() < 0.5)),
+        num_gpu_blocks=int(rng.integers(2, 80)),
+        block_size=int(rng.choice([1, 4, 16])),
+        max_num_seqs=int(rng.integers(1, 8)),
+        max_num_batched_tokens=int(rng.integers(1, 512)),
+        max_model_len=int(rng.integers(8, 600)),
+        long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
+        policy=str(rng.choice(["fcfs", "priority"])),
+        horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
+        max_steps=MAX_STEPS,
+        max_concurrency=(conc := int(rng.choice([0, 0, 0, 1, 2, 4]))),
+        think_time_s=float(rng.choice([0.0, 0.001])) if conc else 0.0,
+    )
 
 
 def test_seeded_random_cases_cover_every_path():
@@ -248,6 +304,9 @@ def test_seeded_random_cases_cover_every_path():
         session_turns_sent=0,
         session_hits=0,
         cache_fast_path=0,
+        compat_preempted=0,
+        compat_rehits=0,
+        compat_zero_token=0,
     )
     for _ in range(320):
         cfgs, wl, lat = _random_case(rng)
@@ -283,6 +342,12 @@ def test_seeded_random_cases_cover_every_path():
                 np.any(fast.arrival_ns[c] > np.round(wl.arrival_s * 1e9))
             )
             seen["priority"] += cfgs[c].policy == "priority" and oi[S.O_PREEMPTIONS] > 0
+            blis = cfgs[c].compat == "blis"
+            seen["compat_preempted"] += blis and oi[S.O_PREEMPTIONS] > 0
+            seen["compat_rehits"] += blis and any(a > 0 for s in eng.steps for _, a in s.admissions)
+            seen["compat_zero_token"] += blis and any(
+                n == 0 for s in eng.steps for _, n in s.per_request
+            )
             seen["roofline_fast_path"] += (
                 isinstance(lat, RooflineLatency) and oi[S.O_MACRO_STEPS] > 0
             )

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from test_crosscheck import _random_case
+from test_crosscheck import _linear_for_compat, _random_case
 
 from helpers import compare_final, kernel_trace_rows, reference_trace_rows, run_both, run_cli
 from planner.kernel import state as S
@@ -87,6 +87,7 @@ def test_kernel_fast_path_and_reference_agree_under_the_measured_kind():
     for _ in range(40):
         cfgs, wl, _ = _random_case(rng)
         lat = synthetic_latency(scale=float(rng.uniform(0.5, 2.0)))
+        cfgs = _linear_for_compat(cfgs, lat)
         traced, fast, engines = run_both(cfgs, wl, lat)
         for c, eng in enumerate(engines):
             assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)

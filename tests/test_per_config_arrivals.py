@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_crosscheck import _open_loop_for_sessions, configs, latencies, workloads
+from test_crosscheck import (
+    _linear_for_compat,
+    _open_loop_for_sessions,
+    configs,
+    latencies,
+    workloads,
+)
 
 from helpers import compare_final
 from planner.api import simulate
@@ -44,7 +50,7 @@ def _reference(cfg, wl: Workload, lat, arrival_s: np.ndarray) -> Engine:
     data=st.data(),
 )
 def test_each_config_sees_its_own_arrivals(cfgs, wl, lat, data):
-    cfgs = _open_loop_for_sessions(cfgs, wl)
+    cfgs = _linear_for_compat(_open_loop_for_sessions(cfgs, wl), lat)
     r = wl.num_requests
     rows = [
         data.draw(st.lists(st.floats(0, 0.2), min_size=r, max_size=r), label=f"arrivals {c}")

@@ -14,7 +14,7 @@ import pytest
 from conformance import config_of, golden_names, load, workload_of
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_crosscheck import configs, latencies, workloads
+from test_crosscheck import _linear_for_compat, configs, latencies, workloads
 
 from planner.api import simulate
 from planner.config import SchedulerConfig
@@ -73,6 +73,7 @@ def test_one_replica_equals_the_lone_server(cfgs, wl, lat, data):
         replace(c, max_concurrency=0, think_time_s=0.0, router=r)
         for c, r in zip(cfgs, routers, strict=True)
     ]
+    cfgs = _linear_for_compat(cfgs, lat)
     if wl.session is not None:
         wl = replace(wl, session=None)
     for fast in (True, False):
@@ -91,6 +92,7 @@ def test_one_replica_serves_closed_loop_clients_as_the_lone_server(cfgs, wl, lat
     router hands them out in answer-time order, as vLLM bench's FIFO
     semaphore does)."""
     cfgs = [replace(c, max_concurrency=max(c.max_concurrency, 1)) for c in cfgs]
+    cfgs = _linear_for_compat(cfgs, lat)
     assume(int(wl.prompt_tokens.max()) < min(c.max_model_len for c in cfgs))
     if wl.session is not None:
         wl = replace(wl, session=None)

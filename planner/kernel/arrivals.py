@@ -28,6 +28,7 @@ from numba import njit
 from planner import config as K
 from planner.bounds import INT64_MAX
 from planner.kernel import state as S
+from planner.latency import blis_queue_ns
 
 NXT = S.O_NEXT_ARRIVAL
 
@@ -72,7 +73,10 @@ def first_sends(rq):
 @njit(cache=True, inline="always")
 def queue_delay(cfg, prompt):
     """The front end's queueing delay (ns) of a prompt: alpha0 + alpha1 x
-    prompt tokens (``api.entry_times_ns``, BLIS's alpha)."""
+    prompt tokens (``api.entry_times_ns``, BLIS's alpha); compat blis:
+    truncated to whole microseconds (``latency.blis_queue_ns``)."""
+    if cfg[K.COMPAT] != 0:
+        return blis_queue_ns(cfg[K.A0], cfg[K.A1], prompt)
     return cfg[K.A0] + cfg[K.A1] * np.int64(prompt)
 
 

@@ -160,7 +160,10 @@ def _walk_pool(st, q, k, p, mode, snap, pos):
     for i in range(k[S.O_RUNNING_END]):
         r = q.run[i]
         s = p.slot_of[r]
-        pos, same = _emit(p.ncached[r], mode, snap, pos, same)
+        # compat blis's full-hit defect: a request holding no prompt blocks
+        # (``st.koff``) is told apart by a negated count.
+        nc = p.ncached[r] if st.koff[r] == 0 else -1 - p.ncached[r]
+        pos, same = _emit(nc, mode, snap, pos, same)
         for j in range(st.held[r]):
             pos, same = _emit(p.table[s, j], mode, snap, pos, same)
         if not same:

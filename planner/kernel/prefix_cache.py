@@ -267,14 +267,17 @@ def get_new_blocks(n, s, start, p):
 
 
 @njit(cache=True, _nrt=False)
-def lookup(r, ntok, bs, rq, p):
+def lookup(r, nmax, bs, rq, p):
     """``get_computed_blocks``: fill p.hits[:k] with the longest cached chain of
-    r's full blocks within ntok - 1 tokens. Returns (k, hits still in the free queue)."""
+    r's first ``nmax`` full blocks (vLLM: ``max_hit_blocks``, within num_tokens
+    - 1 tokens; compat blis: all prompt // block_size prompt blocks, BLIS's
+    ``KVCacheState.GetCachedBlocks``, ``sim/kv/cache.go``). Returns (k, hits
+    still in the free queue)."""
     n_req = p.slot_of.shape[0]
     maxb = p.table.shape[1]
     k = 0
     evictable = 0
-    for j in range(max_hit_blocks(ntok, bs)):
+    for j in range(nmax):
         i = find(block_key(r, j, bs, rq, n_req, maxb), p.tkey)
         if i < 0:
             break
@@ -316,8 +319,11 @@ def cache_blocks(r, upto, bs, rq, p):
 
 
 @njit(cache=True, _nrt=False)
-def free_blocks(s, n, p):
-    """``KVCacheManager.free``: release table[s, :n] tail first. Returns the
+def free_blocks(s, n, p, blis):
+    """``KVCacheManager.free``: release table[s, :n] tail first; unhashed
+    blocks rejoin the free queue at its front, hashed ones at its back.
+    ``blis`` (compat blis): every block goes to the back, tail first
+    (``KVCacheState.ReleaseKVBlocks``, ``sim/kv/cache.go``). Returns the
     blocks that rejoined the free queue."""
     head = p.fq_next.shape[0] - 2
     tail = head + 1
@@ -327,7 +333,7 @@ def free_blocks(s, n, p):
         b = p.table[s, i]
         p.ref[b] -= 1
         if p.ref[b] == 0:
-            if p.hkey[b] < 0:
+            if p.hkey[b] < 0 and not blis:
                 _fq_insert_after(front, b, p.fq_next, p.fq_prev)
                 front = b
             else:
@@ -340,11 +346,11 @@ def free_blocks(s, n, p):
 
 
 @njit(cache=True, _nrt=False)
-def release(r, held, p):
-    """Free r's ``held`` blocks (``free_blocks``) and its block-table row.
-    Returns the blocks back in the free queue."""
+def release(r, held, p, blis):
+    """Free r's ``held`` blocks (``free_blocks``, ``blis``: BLIS's order) and
+    its block-table row. Returns the blocks back in the free queue."""
     s = p.slot_of[r]
-    freed = free_blocks(s, held, p)
+    freed = free_blocks(s, held, p, blis)
     p.slots[p.pc[FREE_SLOTS]] = s
     p.pc[FREE_SLOTS] += 1
     p.slot_of[r] = -1

@@ -76,8 +76,11 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_ROUTE_UNTIL,
     O_FIN_BEFORE_STEP,  # O_FINISHED before the latest step (the router's view of late finishes)
     O_ROUTE_MORE,  # 1 while the router may still send this replica a request without a finish in it
-) = range(42)
-NOUT_I = 42
+    # compat blis: completion-time allocations that found no free block
+    # (BLIS's ``kv_allocation_failures``, ``Simulator.processCompletions``).
+    O_KV_ALLOC_FAILURES,
+) = range(43)
+NOUT_I = 43
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -201,6 +204,9 @@ ReqState = namedtuple(
         "last_ns",  # int64 time of its latest output token (ns), -1 if none
         "max_gap_ns",  # int64 largest gap between two consecutive output tokens (ns)
         "ngap",  # int32 gaps counted (output tokens after the first; their sum is last - first)
+        # int32 prompt tokens it holds no blocks for: compat blis with the
+        # full-hit defect (docs/blis-compat.md, rule 5), else 0
+        "koff",
     ],
 )
 
@@ -253,7 +259,7 @@ def allocate(
 ) -> State:
     """Allocate state for C configs x R requests: zeros, except first/finish,
     first-scheduled and last-token times (-1: none yet). ``entry_ns``/``order``
-    are the caller's to fill. Memory is about 85 bytes x C x R plus 5 KB per
+    are the caller's to fill. Memory is about 89 bytes x C x R plus 5 KB per
     config (``itl_hist``), plus the traces. The kernel's own scratch (per
     running thread) is ``kernel_scratch_bytes``."""
     c, r = num_configs, num_requests
@@ -279,6 +285,7 @@ def allocate(
         last_ns=np.full((c, r), -1, dtype=np.int64),
         max_gap_ns=z(np.int64),
         ngap=z(np.int32),
+        koff=z(np.int32),
     )
     queues = Queues(*(z(np.int32) for _ in Queues._fields))
     out = Out(

@@ -89,7 +89,7 @@ from planner.kernel.state import (
     SWAP_NS,
     THR_NOW,
 )
-from planner.latency import LINEAR, step_time_ns
+from planner.latency import LINEAR, blis_step_ns, step_time_ns
 from planner.token_gaps import gap_bin
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -209,14 +209,37 @@ def _drop_finished(run, n_run, status):
 
 
 @njit(cache=True, inline="always")
+def _blis_last_slot(cfg, rq, st, k, p, r):
+    """compat blis: ``Simulator.processCompletions`` (``sim/simulator.go``)
+    allocates a slot for a finished request's last token before freeing it
+    (not for one force-completed at max_model_len). When its blocks are full
+    that pops the free queue's front block (evicting its hash), which the
+    release then puts back at the tail; with no free block the allocation
+    fails and is only counted (``O_KV_ALLOC_FAILURES``). Returns the blocks
+    taken (0 or 1)."""
+    if st.nout[r] < rq.max_tokens[r] or (st.ncomp[r] - st.koff[r]) % cfg[K.BS] != 0:
+        return 0
+    if k[FREE] == 0:
+        k[S.O_KV_ALLOC_FAILURES] += 1
+        return 0
+    PC.get_new_blocks(1, p.slot_of[r], np.int64(st.held[r]), p)
+    st.held[r] += 1
+    return 1
+
+
+@njit(cache=True, inline="always")
 def _finish(r, t, cfg, rq, st, k, p):
     """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``);
-    its client may send again (``arrivals.answered``). Returns the blocks back
-    in the free queue."""
+    its client may send again (``arrivals.answered``). Returns the change in
+    free blocks (compat blis: less the last token's slot, ``_blis_last_slot``)."""
+    blis = cfg[K.COMPAT] != 0
+    taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
     freed = st.held[r]
     if cfg[K.CACHING] != 0 and p.slot_of[r] >= 0:
-        freed = PC.release(r, st.held[r], p)
+        freed = PC.release(r, st.held[r], p, blis)
     st.held[r] = 0
+    st.koff[r] = 0
+    freed -= taken
     st.status[r] = S.FINISHED
     st.finish_ns[r] = t
     answered(cfg, rq, st, k, r, t)
@@ -502,7 +525,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             alloc += nb - st.held[r]
             st.held[r] = nb
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= stop_len:
-            freed += PC.release(r, st.held[r], p) if cfg[K.CACHING] != 0 else st.held[r]
+            freed += PC.release(r, st.held[r], p, False) if cfg[K.CACHING] != 0 else st.held[r]
             st.held[r] = 0
             st.status[r] = S.FINISHED
             st.finish_ns[r] = clock + elapsed
@@ -660,14 +683,31 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
 
 
 @njit(cache=True, inline="always")
-def _add_to_batch(r, num_new, c0, known, q, s):
+def _is_decode(n, c0, known, pend):
+    """Whether a chunk of n tokens after c0 computed ones (``known`` tokens
+    known) is priced as decode: S1-exact's convention, the one last token;
+    compat blis (``pend`` = the prompt's length, else -1): the chunk starts
+    past the prompt (``BlackboxLatencyModel.StepTime``,
+    ``sim/latency/latency.go``: ProgressIndex >= len(InputTokens);
+    docs/blis-compat.md, rule 6)."""
+    if pend >= 0:
+        return c0 >= pend
+    return n == 1 and c0 == known - 1
+
+
+@njit(cache=True, inline="always")
+def _add_to_batch(r, num_new, c0, known, q, s, pend):
     """Put r in this step's batch with num_new tokens after c0 computed ones
-    (``known`` tokens known): a decode when it is the one last token."""
+    (``known`` tokens known), priced as ``_is_decode`` says (``pend``). A
+    0-token entry (compat blis: a fully cached prompt) samples its first token
+    without being priced."""
     q.sched_tok[r] = num_new
     q.slist[s[N_SCHED]] = r
     s[N_SCHED] += 1
     s[BUDGET] -= num_new
-    if num_new == 1 and c0 == known - 1:
+    if num_new == 0:
+        return
+    if _is_decode(num_new, c0, known, pend):
         s[DECODE] += 1
     else:
         s[PREFILL] += num_new
@@ -676,9 +716,9 @@ def _add_to_batch(r, num_new, c0, known, q, s):
 
 
 @njit(cache=True, inline="always")
-def _unschedule(v, rq, st, q, s):
+def _unschedule(v, rq, st, q, s, pend):
     """A victim that already ran this step gives its tokens back (async may have
-    skipped it: then it is not in the batch)."""
+    skipped it: then it is not in the batch); ``pend`` as ``_is_decode``."""
     m = 0
     for j in range(s[N_SCHED]):
         if q.slist[j] != v:
@@ -690,7 +730,9 @@ def _unschedule(v, rq, st, q, s):
     n = q.sched_tok[v]
     c0 = st.ncomp[v]
     s[BUDGET] += n
-    if n == 1 and c0 == rq.prompt[v] + st.nout[v] + st.ph[v] - 1:
+    if n == 0:
+        return
+    if _is_decode(n, c0, rq.prompt[v] + st.nout[v] + st.ph[v], pend):
         s[DECODE] -= 1
     else:
         s[PREFILL] -= n
@@ -702,8 +744,9 @@ def _unschedule(v, rq, st, q, s):
 def _evict(cfg, v, st, k, s, p):
     """Free victim v's KV. Recompute (``Scheduler._preempt_request``): free its
     blocks, num_computed_tokens = 0; restart (BLIS, a named option) also drops
-    its outputs; swap (``policies.py``, a named option) moves the KV to the CPU
-    tier when it fits there, keeping num_computed_tokens."""
+    its outputs (compat blis frees in BLIS's order, ``PC.free_blocks``); swap
+    (``policies.py``, a named option) moves the KV to the CPU tier when it
+    fits there, keeping num_computed_tokens."""
     h = st.held[v]
     st.npre[v] += 1
     st.status[v] = S.WAITING
@@ -712,8 +755,9 @@ def _evict(cfg, v, st, k, s, p):
         k[S.O_CPU_FREE] -= h
         s[SWAP_NS] += h * cfg[K.SWAP_NS_PER_BLOCK]
         return
-    k[FREE] += PC.release(v, h, p) if cfg[K.CACHING] != 0 else h
+    k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else h
     st.held[v] = 0
+    st.koff[v] = 0
     st.ncomp[v] = 0
     if cfg[K.PREEMPT] == 1:
         st.nout[v] = 0
@@ -735,7 +779,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     v = q.run[vi]
     if vi < i:
         i -= 1
-        _unschedule(v, rq, st, q, s)
+        _unschedule(v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1)
     for j in range(vi, k[N_RUN] - 1):
         q.run[j] = q.run[j + 1]
     k[N_RUN] -= 1
@@ -780,6 +824,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     bs, mml = cfg[K.BS], cfg[K.MML]
     async_ = cfg[K.ASYNC] != 0
     caching = cfg[K.CACHING] != 0
+    blis = cfg[K.COMPAT] != 0
     thr_now = s[THR_NOW]
     # The hot scalars live in locals during the walk (the counters array is
     # written back before a preemption, which updates it, and at the end).
@@ -799,8 +844,9 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             i += 1
             continue
         need = 0
-        if c0 + num_new > st.held[r] * bs:  # skips the division on most decodes
-            need = max(blocks_for_tokens(c0 + num_new, mml, bs) - st.held[r], 0)
+        off = st.koff[r]  # compat blis, the full-hit defect: prompt tokens without blocks
+        if c0 + num_new - off > st.held[r] * bs:  # skips the division on most decodes
+            need = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[r], 0)
         if need > free:
             s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
             preempted_self = False
@@ -815,15 +861,16 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
                 break
         free -= need
         # Prefix caching: new blocks get identities, filled blocks get hashed
-        # (most decode steps do neither).
-        upto = min(c0 + num_new, ntok)
+        # (most decode steps do neither). compat blis hashes prompt blocks only
+        # (``AllocateKVBlocks``: output blocks are never looked up).
+        upto = min(c0 + num_new, rq.prompt[r] if blis else ntok)
         if caching and (need > 0 or upto >= (p.ncached[r] + 1) * bs):
             if need > 0:
                 PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
             PC.cache_blocks(r, upto, bs, rq, p)
         st.held[r] += need
         s[BUDGET] = budget
-        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s)
+        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, rq.prompt[r] if blis else -1)
         budget = s[BUDGET]
         i += 1
     s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
@@ -841,7 +888,16 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     all-or-nothing allocation and the watermark (none with ``running`` empty).
     Returns (tokens computed at admission, hit blocks, blocks it will hold,
     new blocks to take, tokens to schedule); tokens to schedule is -1 when
-    the head is refused."""
+    the head is refused.
+
+    compat blis (``VLLMBatchFormation.FormBatch``, ``sim/batch_formation.go``;
+    docs/blis-compat.md, rules 1, 2 and 5): the lookup covers all
+    prompt // block_size prompt blocks (``GetCachedBlocks``), so a fully
+    cached prompt of k x block_size tokens schedules 0 tokens and claims its
+    hits. With the full-hit defect switch such a prompt claims nothing
+    (``AllocateKVBlocks`` claims hits only inside its loop over new tokens,
+    which does not run); it is still refused unless its hits in the free
+    queue fit in the free blocks."""
     bs, mml = cfg[K.BS], cfg[K.MML]
     gate = cfg[K.GATE] != 0
     ntok = rq.prompt[r] + st.nout[r]
@@ -855,8 +911,13 @@ def _admission_test(cfg, rq, st, k, s, p, r):
         in_use_max = min(PC.shareable_blocks(r, bs, rq), PC.max_hit_blocks(ntok, bs))
         if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > k[FREE]:
             return 0, 0, 0, 0, -1
-        nhit, evictable = PC.lookup(r, ntok, bs, rq, p)
+        nmax = rq.prompt[r] // bs if cfg[K.COMPAT] != 0 else PC.max_hit_blocks(ntok, bs)
+        nhit, evictable = PC.lookup(r, nmax, bs, rq, p)
         c0 = nhit * bs
+        if cfg[K.DEFECT] != 0 and c0 == ntok:  # BLIS's full-hit defect
+            if evictable > k[FREE]:
+                return 0, 0, 0, 0, -1
+            return c0, 0, 0, 0, 0
     num_new = min(ntok - c0, s[BUDGET])
     if 0 < s[THR_NOW] < num_new:
         num_new = s[THR_NOW]
@@ -903,16 +964,20 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         s[SWAP_NS] += st.held[r] * cfg[K.SWAP_NS_PER_BLOCK]
     k[FREE] -= need
     ntok = rq.prompt[r] + st.nout[r]
+    blis = cfg[K.COMPAT] != 0
     if cfg[K.CACHING] != 0:
+        bs = cfg[K.BS]
         PC.take_slot(r, p)
         PC.touch(nhit, p.slot_of[r], p)
         PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
-        p.ncached[r] = nhit
-        PC.cache_blocks(r, min(c0 + num_new, ntok), cfg[K.BS], rq, p)
+        # Cached tokens it holds no blocks for (the full-hit defect), else 0.
+        st.koff[r] = c0 - nhit * bs
+        p.ncached[r] = nhit + st.koff[r] // bs
+        PC.cache_blocks(r, min(c0 + num_new, rq.prompt[r] if blis else ntok), bs, rq, p)
         st.ncomp[r] = c0
         _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
-    _add_to_batch(r, num_new, c0, ntok, q, s)
+    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1)
     s[N_ADM] += 1
 
 
@@ -965,12 +1030,14 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
 def _begin_step(cfg, k, s):
     """Open a step of ``Scheduler.schedule``: zero its accumulators, the token
     budget is max_num_batched_tokens, and long_prefill_token_threshold
-    applies only when another request exists."""
+    applies only when another request exists (compat blis: always,
+    ``VLLMBatchFormation.FormBatch``)."""
     for j in range(s.shape[0]):
         s[j] = 0
     s[START] = k[CLOCK]
     s[BUDGET] = cfg[K.MNBT]
-    s[THR_NOW] = cfg[K.THR] if k[N_RUN] + k[WL] > 1 else 0
+    alone = k[N_RUN] + k[WL] <= 1 and cfg[K.COMPAT] == 0
+    s[THR_NOW] = 0 if alone else cfg[K.THR]
 
 
 # ---- Step time and output processing ---------------------------------------
@@ -979,12 +1046,16 @@ def _begin_step(cfg, k, s):
 @njit(cache=True, _nrt=False)
 def _step_time(cfg, cfgf, rq, k, s):
     """Advance the clock by the step's duration (``planner.latency``; an empty
-    step runs no model; ``rq.lat_tables`` holds the measured tables) plus its
-    KV swap time, and count the step. Returns the duration (ns)."""
+    step runs no model; ``rq.lat_tables`` holds the measured tables; compat
+    blis: ``latency.blis_step_ns``, whole microseconds, docs/blis-compat.md
+    rule 3) plus its KV swap time, and count the step. Returns the duration (ns)."""
     p_tok, d_tok = s[PREFILL], s[DECODE]
     ip = cfg[K.B0 : K.B2 + 1]
     tab = rq.lat_tables[cfg[K.LAT_TABLE]]
-    dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab)
+    if cfg[K.COMPAT] != 0:
+        dt = blis_step_ns(ip, p_tok, d_tok)
+    else:
+        dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab)
     dt += s[SWAP_NS]
     k[CLOCK] += dt
     k[S.O_BUSY_NS] += dt
@@ -1015,6 +1086,7 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
     o.floats[S.F_KV_BLOCK_NS] += (k[S.O_USABLE] - k[FREE]) * dt
     async_ = cfg[K.ASYNC] != 0
     linear = cfg[K.LAT_KIND] == LINEAR
+    blis = cfg[K.COMPAT] != 0
     n_sched, n_tok = s[N_SCHED], s[PREFILL] + s[DECODE]
     for j in range(n_sched):
         r = q.slist[j]
@@ -1024,7 +1096,8 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
         w = min(c0 + n, st.hw[r]) - c0
         if w > 0:
             if linear:
-                unit = cfg[K.B2] if (n == 1 and c0 == known - 1) else cfg[K.B1]
+                dec = _is_decode(n, c0, known, rq.prompt[r] if blis else -1)
+                unit = cfg[K.B2] if dec else cfg[K.B1]
                 o.floats[S.F_WASTE_NS] += (cfg[K.B0] / n_sched) * (w / n) + unit * w
             else:
                 o.floats[S.F_WASTE_NS] += dt * w / n_tok
@@ -1157,10 +1230,11 @@ def _write_trace(o, s):
 def _end_step(cfg, st, q, o, s, p, check):
     """Drop finished requests from ``running`` (``remove_all``), check the
     invariants, write the trace, and prove a livelock when there is one.
-    Frozen: nothing scheduled, nothing preempted, no output in flight,
-    requests waiting. Running is then empty, so the head is refused with the
-    whole pool free and no later event can change that (arrivals queue
-    behind it). Returns whether the run is livelocked."""
+    Frozen: nothing scheduled, preempted or admitted (compat blis admits a
+    fully cached prompt with 0 tokens), no output in flight, requests
+    waiting. Running is then empty, so the head is refused with the whole
+    pool free and no later event can change that (arrivals queue behind it).
+    Returns whether the run is livelocked."""
     k = o.counters
     if s[N_FIN] > 0:
         k[N_RUN] = _drop_finished(q.run, k[N_RUN], st.status)
@@ -1169,6 +1243,7 @@ def _end_step(cfg, st, q, o, s, p, check):
         _check_invariants(cfg, st, q, k, p)
     _write_trace(o, s)
     frozen = s[PREFILL] + s[DECODE] == 0 and s[N_PRE] == 0 and s[N_FLIGHT] == 0
+    frozen = frozen and s[N_ADM] == 0
     if frozen or s[CYCLE] != 0:
         k[S.O_LIVELOCKED] = 1
         k[S.O_LIVELOCK_STEP] = k[STEPS] - 1
@@ -1184,14 +1259,25 @@ ENDED, PAUSED = 0, 1
 
 
 @njit(cache=True, inline="always")
+def _past_horizon(cfg, clock):
+    """Whether no step may start at ``clock`` (ns): at or past the horizon;
+    compat blis: past it (``ClusterSimulator.Run``, ``sim/cluster/cluster.go``,
+    runs every event at or before the horizon; docs/blis-compat.md, rule 4)."""
+    if cfg[K.COMPAT] != 0:
+        return clock > cfg[K.HORIZON_NS]
+    return clock >= cfg[K.HORIZON_NS]
+
+
+@njit(cache=True, inline="always")
 def fast_path_allowed(cfg, o, use_macro):
     """Whether the decode fast path may run for this config: asked for, no
     per-step trace or event log, not restart preemption (its livelock detector
-    must see every step: decodes are not progress there, cycle.py), and not
+    must see every step: decodes are not progress there, cycle.py) nor compat
+    blis (it implies restart; the fast path knows none of its rules), and not
     caching under async scheduling (blocks are hashed as outputs land, step by
     step)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    macro = macro and cfg[K.PREEMPT] != 1
+    macro = macro and cfg[K.PREEMPT] != 1 and cfg[K.COMPAT] == 0
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 
 
@@ -1224,7 +1310,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
             nxt = st.entry_ns[st.order[k[NXT]]]
             k[CLOCK] = min(nxt, k[S.O_ROUTE_UNTIL]) if routed else nxt  # idle until then
             continue
-        if k[CLOCK] >= cfg[K.HORIZON_NS]:
+        if _past_horizon(cfg, k[CLOCK]):
             break
         if k[STEPS] >= cfg[K.MAX_STEPS]:
             k[S.O_STEP_LIMIT] = 1

@@ -34,6 +34,7 @@ from planner.config import (
     STOP_BOUNDS,
     SchedulerConfig,
     clock_bound,
+    compat_settings,
 )
 from planner.hardware import HardwareError
 from planner.latency import Latency
@@ -88,6 +89,8 @@ SCHEDULER_AXES = (
     "replicas",
     "router",
     "router_seed",
+    "compat",
+    "blis_full_hit_defect",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -96,8 +99,17 @@ BOOL_AXES = {
     "null_block",
     "async_scheduling",
     "enable_prefix_caching",
+    "blis_full_hit_defect",
 }
-STR_AXES = {"preemption_mode", "stop_bound", "policy", "victim", "admission", "router"}
+STR_AXES = {
+    "preemption_mode",
+    "stop_bound",
+    "policy",
+    "victim",
+    "admission",
+    "router",
+    "compat",
+}
 INT_AXES = {
     "max_num_seqs",
     "num_gpu_blocks",
@@ -622,6 +634,8 @@ class Sweep:
             if k == "stop_bound" and v not in STOP_BOUNDS:
                 raise SpecError(f"{_where(k, self)}: unknown stop bound {v!r}")
         try:
+            # compat blis implies some fields; one the spec sets against it is refused.
+            values |= compat_settings(str(values.get("compat", "vllm")), values)
             return SchedulerConfig(
                 **values, horizon_s=self.spec.horizon_s, max_steps=self.spec.max_steps
             )

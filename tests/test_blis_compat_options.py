@@ -1,0 +1,118 @@
+"""``--compat blis`` (sweep field ``compat``): the fields it implies, refused
+when the user sets them otherwise, and the defect switch that needs it
+(docs/blis-compat.md). No silent override: every contrary value is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import run_cli
+from planner.config import BLIS_IMPLIED, SchedulerConfig, blis_config, compat_settings
+from planner.latency import RooflineLatency
+from planner.sweep.spec import SpecError, load_spec
+
+SYN = 'kind = "synthetic"\nnum_requests = 4\nprompt = { kind = "constant", mean = 64 }\n'
+SYN += 'output = { kind = "constant", mean = 8 }\n'
+RUN = ("run", "--num-gpu-blocks", "200", "--num-requests", "4", "--prompt-tokens", "64")
+RUN += ("--output-tokens", "8", "--json")
+
+
+@pytest.mark.parametrize(
+    "flag,shown,implied",
+    [
+        (["--preemption-mode", "recompute"], "--preemption-mode recompute", "restart"),
+        (["--null-block"], "--null-block true", "false"),
+        (["--scheduler-reserve-full-isl"], "--scheduler-reserve-full-isl true", "false"),
+        (["--no-enable-prefix-caching"], "--enable-prefix-caching false", "true"),
+    ],
+)
+def test_cli_refuses_a_contrary_explicit_value(capsys, flag, shown, implied):
+    code, out, err = run_cli(capsys, *RUN, "--compat", "blis", *flag)
+    assert code == 2 and out == ""
+    want = f"plan: error: {shown} contradicts --compat blis (it implies {implied})"
+    assert err.strip().splitlines() == [want]
+
+
+def test_cli_implies_the_fields_and_accepts_agreeing_values(capsys):
+    code, out, err = run_cli(capsys, *RUN, "--compat", "blis")
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["compat"] == "blis" and not row["blis_full_hit_defect"]
+    assert {k: row[k] for k in BLIS_IMPLIED} == BLIS_IMPLIED
+    args = ("--preemption-mode", "restart", "--no-null-block", "--enable-prefix-caching")
+    code, out2, err = run_cli(capsys, *RUN, "--compat", "blis", *args)
+    assert code == 0, err
+    assert json.loads(out2)["completed"] == row["completed"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--blis-full-hit-defect"], "--blis-full-hit-defect needs --compat blis"),
+        (["--compat", "blis", "--watermark", "0.01"], "--watermark 0.01 contradicts --compat"),
+        (["--compat", "blis", "--latency", "roofline", "--model", "llama-3.1-8b",
+          "--gpu", "H100"], "--compat blis needs the linear step-time model"),
+    ],
+)  # fmt: skip
+def test_cli_other_contradictions_are_one_line(capsys, args, message):
+    code, out, err = run_cli(capsys, *RUN, *args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_vllm_compat_implies_nothing():
+    assert compat_settings("vllm", {"null_block": True}) == {}
+    with pytest.raises(ValueError, match="--compat must be one of"):
+        compat_settings("sglang", {})
+
+
+def test_config_checks_the_implied_fields():
+    with pytest.raises(ValueError, match="--preemption-mode recompute contradicts --compat blis"):
+        SchedulerConfig(compat="blis")
+    with pytest.raises(ValueError, match="--null-block true contradicts --compat blis"):
+        blis_config(null_block=True)
+    cfg = blis_config(max_num_seqs=4)
+    assert (cfg.preemption_mode, cfg.null_block, cfg.enable_prefix_caching) == (
+        "restart",
+        False,
+        True,
+    )
+    assert not cfg.scheduler_reserve_full_isl
+
+
+def test_compat_needs_the_linear_model():
+    from planner.api import simulate
+    from planner.traces import s1_exact
+
+    roof = RooflineLatency("llama-3.1-8b", "H100")
+    with pytest.raises(ValueError, match="needs the linear step-time model"):
+        simulate([blis_config()], s1_exact(), roof)
+
+
+def _spec(tmp_path, scheduler: str, axes: str = "max_num_seqs = [4]"):
+    p = tmp_path / "s.toml"
+    p.write_text(f'name = "t"\n[workload]\n{SYN}[scheduler]\n{scheduler}\n[axes]\n{axes}\n')
+    return p
+
+
+@pytest.mark.parametrize(
+    "scheduler,axes,where",
+    [
+        ('compat = "blis"\nnull_block = true', "max_num_seqs = [4]", "scheduler.null_block"),
+        ('compat = "blis"', 'preemption_mode = ["restart", "recompute"]', "axes.preemption_mode"),
+        ("blis_full_hit_defect = true", "max_num_seqs = [4]", "scheduler.blis_full_hit_defect"),
+    ],
+)
+def test_spec_refuses_contrary_values(tmp_path, scheduler, axes, where):
+    with pytest.raises(SpecError, match=f": {where}: .*(contradicts|needs) --compat blis"):
+        load_spec(_spec(tmp_path, scheduler, axes))
+
+
+def test_spec_compat_axis_implies_the_fields(tmp_path):
+    sweep = load_spec(_spec(tmp_path, "num_gpu_blocks = 200", 'compat = ["vllm", "blis"]'))
+    by = {c.compat: c for c in sweep.configs}
+    assert by["vllm"].preemption_mode == "recompute" and by["vllm"].null_block
+    assert {k: getattr(by["blis"], k) for k in BLIS_IMPLIED} == BLIS_IMPLIED
