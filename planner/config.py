@@ -83,8 +83,10 @@ BLIS_IMPLIED = {
     ROUTER_SEED,
     COMPAT,
     DEFECT,
-) = range(39)
-NCOLS = 39
+    SW,
+    SW_CAP,
+) = range(41)
+NCOLS = 41
 NFLOAT = 7  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -114,6 +116,7 @@ NUMERIC_FIELDS = (
     "router_seed",
     "horizon_s",
     "max_steps",
+    "sliding_window",
 )
 FIELD_FLAGS = {
     "horizon_s": "--horizon",
@@ -172,6 +175,11 @@ class SchedulerConfig:
     # the defect switch adds BLIS's full-hit defect (rule 5), compat blis only.
     compat: str = "vllm"
     blis_full_hit_defect: bool = False
+    # Sliding-window attention on every layer (vLLM's ``SlidingWindowSpec``,
+    # HF config.json's ``sliding_window``): tokens a query attends back,
+    # itself included; 0 = full attention. Blocks wholly outside the window
+    # are freed step by step (``SlidingWindowManager.remove_skipped_blocks``).
+    sliding_window: int = 0
 
     def __post_init__(self) -> None:
         for name in NUMERIC_FIELDS:  # bounds.OPTION_BOUNDS: int32 counts, int64 ns
@@ -201,6 +209,7 @@ class SchedulerConfig:
             if v not in allowed:
                 raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
         self._check_compat()
+        self._check_sliding_window()
         for name in ("async_scheduling", "enable_prefix_caching"):
             if name == "enable_prefix_caching" and self.compat == "blis":
                 continue  # BLIS caches under restart (docs/blis-compat.md, rule 1)
@@ -233,6 +242,38 @@ class SchedulerConfig:
             raise ValueError(
                 "--async-scheduling contradicts --compat blis (BLIS schedules in sync)"
             )
+
+    def _check_sliding_window(self) -> None:
+        """A sliding window is simulated under vLLM's own rules only: not with
+        prefix caching (vLLM's sliding-window cache hit search,
+        ``SlidingWindowManager.find_longest_cache_hit``, is not modelled),
+        compat blis (BLIS has no sliding window) or swap preemption (a named
+        option whose CPU tier keeps no null blocks). Raises ValueError (one line)."""
+        if self.sliding_window == 0:
+            return
+        for name, bad in (
+            ("enable-prefix-caching", self.enable_prefix_caching and self.compat != "blis"),
+            ("compat blis", self.compat == "blis"),
+            ("preemption-mode swap", self.preemption_mode == "swap"),
+        ):
+            if bad:
+                raise ValueError(
+                    f"--sliding-window {self.sliding_window} is not simulated with --{name}"
+                )
+
+    @property
+    def sliding_window_cap(self) -> int:
+        """Blocks the whole-sequence gate asks of one sliding-window request at
+        most: ``SlidingWindowSpec.max_admission_blocks_per_request``
+        (``vllm/v1/kv_cache_interface.py``) = cdiv(min(window - 1 + in-flight
+        tokens, max_model_len), block_size) + 1, in-flight tokens =
+        ``VllmConfig.max_in_flight_tokens`` (2 x max_num_batched_tokens with
+        async scheduling, else 1 x). 0 without a window."""
+        if self.sliding_window == 0:
+            return 0
+        in_flight = (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
+        tokens = min(self.sliding_window - 1 + in_flight, self.max_model_len)
+        return -(-tokens // self.block_size) + 1
 
     @property
     def think_time_ns(self) -> int:
@@ -409,6 +450,8 @@ def pack_configs(
             c.router_seed,
             COMPATS[c.compat],
             int(c.blis_full_hit_defect),
+            c.sliding_window,
+            c.sliding_window_cap,
         )
         if c.compat == "blis":
             if not isinstance(lat, LinearLatency):

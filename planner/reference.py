@@ -8,6 +8,8 @@ vLLM concept, one step at a time, no fast path.
 - ``KVCacheManager`` ~ ``vllm/v1/core/kv_cache_manager.py`` (``allocate_slots``,
   ``get_computed_blocks``, ``free``) with ``FullAttentionManager`` of
   ``single_type_kv_cache_manager.py`` (``cache_blocks``, ``find_longest_cache_hit``)
+  or, with ``sliding_window``, its ``SlidingWindowManager``
+  (``remove_skipped_blocks``: blocks outside the window become null blocks)
 - ``Scheduler``      ~ ``vllm/v1/core/sched/scheduler.py`` (``schedule``,
   ``_preempt_request``, ``update_from_output``) and ``check_stop`` in
   ``vllm/v1/core/sched/utils.py``
@@ -171,9 +173,16 @@ class BlockPool:
         self.cached.setdefault(key, {})[b] = None
 
 
+# A block-table entry that is the null block (``BlockPool.null_block``): a
+# sliding-window block freed outside the window. Not a pool block.
+NULL = -1
+
+
 class KVCacheManager:
     """``allocate_slots`` (all or nothing, the whole-sequence gate, the watermark),
-    ``get_computed_blocks`` (prefix-cache hits) and ``free``."""
+    ``get_computed_blocks`` (prefix-cache hits) and ``free``; with a sliding
+    window, ``SlidingWindowManager.remove_skipped_blocks`` before each
+    allocation (``vllm/v1/core/single_type_kv_cache_manager.py``)."""
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.caching = cfg.enable_prefix_caching
@@ -184,6 +193,9 @@ class KVCacheManager:
         self.block_size = cfg.block_size
         self.max_model_len = cfg.max_model_len
         self.watermark_blocks = cfg.watermark_blocks
+        self.window = cfg.sliding_window
+        # SlidingWindowSpec.max_admission_blocks_per_request (the gate's cap)
+        self.window_cap = cfg.sliding_window_cap
 
     def block_key(self, req: Request, j: int) -> tuple:
         """The content of block j: its shared-prefix group's tokens while the block
@@ -240,8 +252,13 @@ class KVCacheManager:
         free = self.pool.num_free()
         if full_sequence_must_fit:
             full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
+            if self.window:  # get_num_blocks_to_allocate(apply_admission_cap=True)
+                full = min(full, self.window_cap)
             if max(full - have, 0) + evictable + wm > free:
                 return False
+        if self.window:  # before the count, even if the allocation then fails
+            self.remove_skipped_blocks(req)
+            free = self.pool.num_free()
         target = blocks_for_tokens(
             computed + num_new_tokens - req.uncounted, self.max_model_len, self.block_size
         )
@@ -253,6 +270,23 @@ class KVCacheManager:
         req.blocks.extend(self.pool.get_new_blocks(max(0, target - len(req.blocks))))
         self.cache_blocks(req, computed + num_new_tokens)
         return True
+
+    def remove_skipped_blocks(self, req: Request) -> None:
+        """``SlidingWindowManager.remove_skipped_blocks`` on the processed
+        tokens (num_computed_tokens - num_in_flight_tokens): the whole blocks
+        before the next token's window (``get_num_skipped_tokens``: processed
+        - window + 1 tokens), walked back from the last one to the first null
+        block (``_remove_blocks_in_range``), become null blocks and are freed."""
+        processed = max(0, req.num_computed_tokens - req.in_flight)
+        skipped = max(0, processed - self.window + 1) // self.block_size
+        freed = []
+        for i in range(min(skipped, len(req.blocks)) - 1, -1, -1):
+            if req.blocks[i] == NULL:
+                break
+            freed.append(req.blocks[i])
+            req.blocks[i] = NULL
+        if freed:
+            self.pool.free_blocks(freed)
 
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Hash the request's full blocks up to ``num_tokens`` of known tokens
@@ -266,8 +300,9 @@ class KVCacheManager:
         req.num_cached_blocks = max(req.num_cached_blocks, num_full)
 
     def free(self, req: Request) -> None:
-        """Free tail first, so the tail is evicted first."""
-        self.pool.free_blocks(list(reversed(req.blocks)))
+        """Free tail first, so the tail is evicted first; null blocks are not
+        the request's (``pop_blocks_for_free``: ``trim_null_head``)."""
+        self.pool.free_blocks([b for b in reversed(req.blocks) if b != NULL])
         req.blocks = []
         req.num_cached_blocks = 0
         req.uncounted = 0
@@ -722,9 +757,10 @@ class Engine:
 
         def fields(r: Request) -> tuple:
             held = len(r.blocks) + r.swapped_blocks
+            nulls = sum(b == NULL for b in r.blocks)  # sliding window: blocks freed
             pre = min(r.num_preemptions, k) if k > 0 else 0
             return (r.rid, r.status, r.num_computed_tokens, r.num_output_tokens, held,
-                    r.placeholders, r.in_flight, r.stale, pre)  # fmt: skip
+                    nulls, r.placeholders, r.in_flight, r.stale, pre)  # fmt: skip
 
         adapt = self.cfg.adaptive_window > 0
         window = (
@@ -900,7 +936,7 @@ class Engine:
                 done = []
                 finishes = sched.update_from_output(batch, self.clock)
             pool = sched.kv.pool
-            refs = sum(len(r.blocks) for r in sched.running)
+            refs = sum(sum(b != NULL for b in r.blocks) for r in sched.running)
             in_use = sum(c > 0 for c in pool.ref_cnt)
             if in_use + pool.num_free() != pool.num_usable or refs != sum(pool.ref_cnt):
                 self.invariant_errors += 1

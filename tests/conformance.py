@@ -45,6 +45,7 @@ def config_of(scn: dict) -> SchedulerConfig:
         policy=scn["policy"],
         async_scheduling=scn["async_scheduling"],
         enable_prefix_caching=scn["enable_prefix_caching"],
+        sliding_window=scn.get("sliding_window", 0),
         horizon_s=scn["horizon_s"] if timed else float("inf"),
         max_steps=MAX_STEPS,
     )

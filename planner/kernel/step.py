@@ -234,10 +234,11 @@ def _finish(r, t, cfg, rq, st, k, p):
     free blocks (compat blis: less the last token's slot, ``_blis_last_slot``)."""
     blis = cfg[K.COMPAT] != 0
     taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
-    freed = st.held[r]
+    freed = st.held[r] - st.skip[r]  # its null blocks were never pool blocks
     if cfg[K.CACHING] != 0 and p.slot_of[r] >= 0:
         freed = PC.release(r, st.held[r], p, blis)
     st.held[r] = 0
+    st.skip[r] = 0
     st.koff[r] = 0
     freed -= taken
     st.status[r] = S.FINISHED
@@ -755,8 +756,9 @@ def _evict(cfg, v, st, k, s, p):
         k[S.O_CPU_FREE] -= h
         s[SWAP_NS] += h * cfg[K.SWAP_NS_PER_BLOCK]
         return
-    k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else h
+    k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else h - st.skip[v]
     st.held[v] = 0
+    st.skip[v] = 0
     st.koff[v] = 0
     st.ncomp[v] = 0
     if cfg[K.PREEMPT] == 1:
@@ -812,6 +814,27 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     return i, v == r
 
 
+@njit(cache=True, inline="always")
+def _remove_skipped_blocks(cfg, st, r):
+    """Sliding window: ``SlidingWindowManager.remove_skipped_blocks``
+    (``vllm/v1/core/single_type_kv_cache_manager.py``), which
+    ``KVCacheManager.allocate_slots`` calls before it counts a running
+    request's new blocks (even when the allocation then fails). Tokens before
+    the window of the next token, max(0, processed - window + 1) with
+    processed = num_computed_tokens - num_in_flight_tokens
+    (``get_num_skipped_tokens``), skip their whole blocks (at most the
+    table's length); the newly skipped ones become null blocks and return to
+    the pool. Returns the blocks freed."""
+    processed = st.ncomp[r] - st.infl[r]
+    skipped = max(0, processed - cfg[K.SW] + 1) // cfg[K.BS]
+    skipped = min(skipped, st.held[r])
+    if skipped <= st.skip[r]:
+        return 0
+    freed = skipped - st.skip[r]
+    st.skip[r] = skipped
+    return freed
+
+
 @njit(cache=True, _nrt=False)
 def _schedule_running(cfg, rq, st, q, o, s, p):
     """``Scheduler.schedule``, running phase: walk ``running`` in order while
@@ -843,6 +866,8 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if num_new <= 0:
             i += 1
             continue
+        if cfg[K.SW] > 0:  # blocks that left the window go back to the pool first
+            free += _remove_skipped_blocks(cfg, st, r)
         need = 0
         off = st.koff[r]  # compat blis, the full-hit defect: prompt tokens without blocks
         if c0 + num_new - off > st.held[r] * bs:  # skips the division on most decodes
@@ -886,9 +911,12 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     hits first (``get_computed_blocks``: full blocks already cached; those
     still in the free queue must leave it), then the whole-sequence gate, the
     all-or-nothing allocation and the watermark (none with ``running`` empty).
-    Returns (tokens computed at admission, hit blocks, blocks it will hold,
-    new blocks to take, tokens to schedule); tokens to schedule is -1 when
-    the head is refused.
+    Under a sliding window the gate asks for at most ``SW_CAP`` blocks
+    (``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` with
+    ``apply_admission_cap``); a waiting request holds no blocks, so nothing
+    leaves its window before this allocation. Returns (tokens computed at
+    admission, hit blocks, blocks it will hold, new blocks to take, tokens to
+    schedule); tokens to schedule is -1 when the head is refused.
 
     compat blis (``VLLMBatchFormation.FormBatch``, ``sim/batch_formation.go``;
     docs/blis-compat.md, rules 1, 2 and 5): the lookup covers all
@@ -921,7 +949,10 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     num_new = min(ntok - c0, s[BUDGET])
     if 0 < s[THR_NOW] < num_new:
         num_new = s[THR_NOW]
-    if gate and max(blocks_for_tokens(ntok, mml, bs) - nhit, 0) + evictable + wm > k[FREE]:
+    full = blocks_for_tokens(ntok, mml, bs)
+    if cfg[K.SW] > 0:  # the sliding window's admission cap (``sliding_window_cap``)
+        full = min(full, cfg[K.SW_CAP])
+    if gate and max(full - nhit, 0) + evictable + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     total = blocks_for_tokens(c0 + num_new, mml, bs)
     need = total - nhit + evictable
@@ -1195,7 +1226,7 @@ def _check_invariants(cfg, st, q, k, p):
     blocks in use and the free queue's length agree)."""
     used = 0
     for i in range(k[N_RUN]):
-        used += st.held[q.run[i]]
+        used += st.held[q.run[i]] - st.skip[q.run[i]]
     if cfg[K.CACHING] != 0:
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]
@@ -1275,9 +1306,10 @@ def fast_path_allowed(cfg, o, use_macro):
     must see every step: decodes are not progress there, cycle.py) nor compat
     blis (it implies restart; the fast path knows none of its rules), and not
     caching under async scheduling (blocks are hashed as outputs land, step by
-    step)."""
+    step), nor a sliding window (blocks leave the window step by step; the
+    run's block counts assume full attention)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    macro = macro and cfg[K.PREEMPT] != 1 and cfg[K.COMPAT] == 0
+    macro = macro and cfg[K.PREEMPT] != 1 and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 
 
