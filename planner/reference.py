@@ -196,6 +196,7 @@ class KVCacheManager:
         self.window = cfg.sliding_window
         # SlidingWindowSpec.max_admission_blocks_per_request (the gate's cap)
         self.window_cap = cfg.sliding_window_cap
+        self.window_freed = 0  # blocks freed outside the window, summed
 
     def block_key(self, req: Request, j: int) -> tuple:
         """The content of block j: its shared-prefix group's tokens while the block
@@ -286,6 +287,7 @@ class KVCacheManager:
             freed.append(req.blocks[i])
             req.blocks[i] = NULL
         if freed:
+            self.window_freed += len(freed)
             self.pool.free_blocks(freed)
 
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
