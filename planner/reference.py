@@ -801,6 +801,17 @@ class Engine:
             tuple(zip(pool.block_hash, prev, strict=True)),
         )
 
+    def _pairs(self, c: int, n: int) -> int:
+        """(query, key) pairs of a chunk of n tokens after c computed ones."""
+        w = self.cfg.sliding_window
+        return sum(min(c + i, w) if w else c + i for i in range(1, n + 1))
+
+    def _kv_tokens(self, c: int, n: int) -> int:
+        """KV tokens the chunk reads or writes: positions from the first
+        query's window start to its last token."""
+        w = self.cfg.sliding_window
+        return c + n - (max(0, c - w + 1) if w else 0)
+
     def queue_delay(self, prompt: int) -> int:
         """The front end's delay (ns): alpha0 + alpha1 x prompt; compat blis:
         truncated to whole microseconds (``BlackboxLatencyModel.QueueingTime``)."""
@@ -888,9 +899,11 @@ class Engine:
                 else:
                     prefill += n
             # Roofline inputs: a chunk of n tokens after c cached ones attends
-            # n*c + n(n+1)/2 (query, key) pairs and touches c + n tokens of KV.
-            attended = sum(n * r.num_computed_tokens + n * (n + 1) // 2 for r, n in scheduled)
-            kv_touched = sum(r.num_computed_tokens + n for r, n in scheduled)
+            # n*c + n(n+1)/2 (query, key) pairs and touches c + n tokens of KV;
+            # under a sliding window W, query c + i attends min(c + i, W) keys
+            # and the chunk touches the union of its windows.
+            attended = sum(self._pairs(r.num_computed_tokens, n) for r, n in scheduled)
+            kv_touched = sum(self._kv_tokens(r.num_computed_tokens, n) for r, n in scheduled)
             start = self.clock
             if self.blis:  # whole microseconds, even for a step that priced nothing
                 dt = blis_step_ns(self.lat_ints, prefill, decode)

@@ -697,11 +697,27 @@ def _is_decode(n, c0, known, pend):
 
 
 @njit(cache=True, inline="always")
-def _add_to_batch(r, num_new, c0, known, q, s, pend):
+def _attention(n, c0, win):
+    """The roofline's attention work of a chunk of n tokens after c0 computed
+    ones: (query, key) pairs and KV tokens touched. Full attention (``win``
+    0): n*c0 + n(n+1)/2 pairs, c0 + n tokens. A sliding window of ``win``
+    tokens: query c0 + i (i = 1..n) attends min(c0 + i, win) keys, and the
+    chunk reads the union of its windows, min(c0 + n, n + win - 1) tokens
+    (a modelling choice, not a vLLM rule: vLLM's kernels skip keys outside
+    the window)."""
+    if win == 0:
+        return n * c0 + n * (n + 1) // 2, c0 + n
+    k = min(max(win - c0, 0), n)  # queries whose window reaches token 0
+    return k * c0 + k * (k + 1) // 2 + (n - k) * win, min(c0 + n, n + win - 1)
+
+
+@njit(cache=True, inline="always")
+def _add_to_batch(r, num_new, c0, known, q, s, pend, win):
     """Put r in this step's batch with num_new tokens after c0 computed ones
-    (``known`` tokens known), priced as ``_is_decode`` says (``pend``). A
-    0-token entry (compat blis: a fully cached prompt) samples its first token
-    without being priced."""
+    (``known`` tokens known), priced as ``_is_decode`` says (``pend``), its
+    attention work as ``_attention`` says (``win``: the sliding window, 0 for
+    full attention). A 0-token entry (compat blis: a fully cached prompt)
+    samples its first token without being priced."""
     q.sched_tok[r] = num_new
     q.slist[s[N_SCHED]] = r
     s[N_SCHED] += 1
@@ -712,14 +728,16 @@ def _add_to_batch(r, num_new, c0, known, q, s, pend):
         s[DECODE] += 1
     else:
         s[PREFILL] += num_new
-    s[ATTENDED] += num_new * c0 + num_new * (num_new + 1) // 2
-    s[KV_TOUCHED] += c0 + num_new
+    pairs, kv = _attention(num_new, c0, win)
+    s[ATTENDED] += pairs
+    s[KV_TOUCHED] += kv
 
 
 @njit(cache=True, inline="always")
-def _unschedule(v, rq, st, q, s, pend):
+def _unschedule(v, rq, st, q, s, pend, win):
     """A victim that already ran this step gives its tokens back (async may have
-    skipped it: then it is not in the batch); ``pend`` as ``_is_decode``."""
+    skipped it: then it is not in the batch); ``pend`` as ``_is_decode``,
+    ``win`` as ``_add_to_batch``."""
     m = 0
     for j in range(s[N_SCHED]):
         if q.slist[j] != v:
@@ -737,8 +755,9 @@ def _unschedule(v, rq, st, q, s, pend):
         s[DECODE] -= 1
     else:
         s[PREFILL] -= n
-    s[ATTENDED] -= n * c0 + n * (n + 1) // 2
-    s[KV_TOUCHED] -= c0 + n
+    pairs, kv = _attention(n, c0, win)
+    s[ATTENDED] -= pairs
+    s[KV_TOUCHED] -= kv
 
 
 @njit(cache=True, inline="always")
@@ -781,7 +800,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     v = q.run[vi]
     if vi < i:
         i -= 1
-        _unschedule(v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1)
+        _unschedule(v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1, cfg[K.SW])
     for j in range(vi, k[N_RUN] - 1):
         q.run[j] = q.run[j + 1]
     k[N_RUN] -= 1
@@ -895,7 +914,8 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             PC.cache_blocks(r, upto, bs, rq, p)
         st.held[r] += need
         s[BUDGET] = budget
-        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, rq.prompt[r] if blis else -1)
+        pend = rq.prompt[r] if blis else -1
+        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, pend, cfg[K.SW])
         budget = s[BUDGET]
         i += 1
     s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
@@ -1008,7 +1028,7 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         st.ncomp[r] = c0
         _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
-    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1)
+    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1, cfg[K.SW])
     s[N_ADM] += 1
 
 
