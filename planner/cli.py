@@ -187,6 +187,7 @@ def run(
     enable_prefix_caching: opt.EnablePrefixCaching = False,
     compat: opt.CompatOpt = opt.Compat.vllm,
     blis_full_hit_defect: opt.BlisFullHitDefect = False,
+    sliding_window: opt.SlidingWindow = None,
     policy: Annotated[
         Policy,
         typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
@@ -299,8 +300,9 @@ def run(
     blocks, derived = resolve.num_gpu_blocks(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463,
         quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=max_num_seqs, full_attention_only=False, simulated=True,
     )  # fmt: skip
+    window = resolve.sliding_window(sliding_window, model, quantization, kv_cache_dtype)
     rules = dict(
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
         preemption_mode=preemption_mode.value,
@@ -317,6 +319,7 @@ def run(
         max_model_len=max_model_len,
         long_prefill_token_threshold=long_prefill_token_threshold,
         watermark=watermark,
+        sliding_window=window,
         **rules,
         stop_bound=stop_bound.value,
         async_scheduling=async_scheduling,
@@ -354,7 +357,9 @@ def run(
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     mean_len = wl.mean_request_tokens(max_model_len)
-    safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
+    safe = analytic_safe_max_num_seqs(
+        blocks, block_size, mean_len, null_block, cfg.sliding_window_cap
+    )
     warning = (
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "
         f"this workload (mean request {mean_len:,.0f} tokens on {blocks:,} blocks): "
@@ -389,7 +394,7 @@ def run(
         print(json.dumps(finite(out), default=_json_default))
     else:
         source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
-        _print_run(wl, blocks, source, lat, row, wall, slo)
+        _print_run(wl, blocks, source, lat, row, wall, slo, window)
         if replicas > 1:
             _print_replicas(_per_replica(res, slo))
         if row["outcome"] != OK and len(stuck):
@@ -479,7 +484,7 @@ def _print_gap_fix(cfg: SchedulerConfig) -> None:
     the fix ``plan check`` gives for it."""
     n, bs, mml = cfg.num_gpu_blocks, cfg.block_size, cfg.max_model_len
     gap = capacity.livelock_gap(n, bs, mml, cfg.null_block)
-    if gap is None or not cfg.null_block:
+    if gap is None or not cfg.null_block or cfg.sliding_window:  # the gap is full attention's
         return
     Console(markup=False).print(
         f"the pool is short for max_model_len: requests of {gap[0]:,}-{gap[1]:,} tokens can "
@@ -509,12 +514,20 @@ def _print_run(
     row: object,
     wall: float,
     slo: SLO,
+    window: int = 0,
 ) -> None:
     """The human-readable summary table of ``plan run``; ``source`` says where
-    num_gpu_blocks came from; with an SLO, its verdict (``metrics.slo_columns``)."""
+    num_gpu_blocks came from; ``window``: the sliding window (tokens, 0 for
+    full attention); with an SLO, its verdict (``metrics.slo_columns``)."""
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
+    if window:
+        console.print(
+            f"attention: sliding window of {window:,} tokens on every layer (blocks outside "
+            "it freed step by step, as vLLM's SlidingWindowManager does)",
+            soft_wrap=True,
+        )
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
     conc = int(row["max_concurrency"])  # type: ignore[index]
     think = float(row["think_time_s"])  # type: ignore[index]

@@ -424,6 +424,15 @@ BlisFullHitDefect = Annotated[
         "block_size tokens holds no prompt blocks."
     ),
 ]
+SlidingWindow = Annotated[
+    int | None,
+    typer.Option(
+        help="Every attention layer slides over this many tokens (HF config.json's "
+        "sliding_window; vLLM frees blocks outside it); 0 = full attention "
+        "[default: from --model, else 0].",
+        show_default=False,
+    ),
+]
 Router = StrEnum("Router", {k: k for k in ROUTERS})  # kernel/routers.ROUTERS
 Replicas = Annotated[
     int,

@@ -96,13 +96,16 @@ def num_gpu_blocks(
     max_num_batched_tokens: int = 8192,
     full_attention_only: bool = True,
     max_num_seqs: int | None = None,
+    simulated: bool = False,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
     (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens and
     max_num_seqs, by default vLLM 0.33's for the GPU); else
-    ``default``. ``full_attention_only``: refuse a model with sliding-window
-    or chunked layers (``simulated_model``), as the simulator needs."""
+    ``default``. ``full_attention_only``: refuse a model with any layer that
+    is not full attention (``full_attention_model``), as an analysis for full
+    attention needs; ``simulated`` (with ``full_attention_only`` off): refuse
+    only what the simulator cannot run (``simulated_model``)."""
     if explicit is not None:
         return explicit, False
     if model is None and gpu is None:
@@ -112,6 +115,8 @@ def num_gpu_blocks(
     g = hardware.gpu(gpu)
     m = hardware.model(model, quantization, kv_cache_dtype)
     if full_attention_only:
+        full_attention_model(m)
+    elif simulated:
         simulated_model(m)
     n = hardware.num_gpu_blocks(
         m,
@@ -125,14 +130,58 @@ def num_gpu_blocks(
     return n, True
 
 
-def simulated_model(m: hardware.ModelSpec) -> None:
-    """Refuse (ValueError, one line) a model the scheduler simulation would
-    misrepresent: its block accounting is full attention (one block table
-    holding every token), while vLLM frees sliding-window and chunked-local
-    blocks step by step (``SlidingWindowManager.remove_skipped_blocks``)."""
+def simulated_model(m: hardware.ModelSpec) -> int:
+    """The sliding window (tokens) the scheduler simulation runs ``m`` with: 0
+    when every layer is full attention, the window when every layer is
+    sliding (vLLM then has one ``SlidingWindowSpec`` group, and the simulator
+    frees blocks as ``SlidingWindowManager.remove_skipped_blocks`` does).
+    Raises ValueError (one line) for what it would misrepresent: chunked
+    local attention (``ChunkedLocalAttentionManager``) and hybrids (several
+    KV cache groups sharing one pool, ``HybridKVCacheCoordinator``)."""
+    kinds = set(m.layer_types)
+    if kinds == {"full"}:
+        return 0
+    if kinds == {"sliding"} and m.sliding_window:
+        return int(m.sliding_window)
+    what = " and ".join(sorted(kinds))
+    raise ValueError(
+        f"--model {m.name}: has {what} attention layers; the simulator runs full-attention "
+        "and all-sliding-window models only (plan check sizes this model per attention type)"
+    )
+
+
+def full_attention_model(m: hardware.ModelSpec) -> None:
+    """Refuse (ValueError, one line) a model with any layer that is not full
+    attention, for analyses that hold for full attention only (the
+    null-block livelock gap and the analytic KV-safe max_num_seqs assume one
+    block table holding every token)."""
     other = sorted(set(m.layer_types) - {"full"})
     if other:
         raise ValueError(
-            f"--model {m.name}: has {' and '.join(other)} attention layers; the simulator "
-            "models full attention only (plan check sizes this model per attention type)"
+            f"--model {m.name}: has {' and '.join(other)} attention layers; this analysis "
+            "holds for full attention only (plan run simulates all-sliding-window models; "
+            "plan check sizes this model per attention type)"
         )
+
+
+def sliding_window(
+    explicit: int | None,
+    model: str | None,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+) -> int:
+    """The ``sliding_window`` of a run: the model's (``simulated_model``) when
+    ``--model`` is given, else ``explicit`` (0 = full attention) or 0.
+
+    Raises:
+        ValueError: one line, when ``explicit`` contradicts the model's window
+            or the model cannot be simulated.
+    """
+    if model is None:
+        return 0 if explicit is None else explicit
+    m = hardware.model(model, quantization, kv_cache_dtype)
+    window = simulated_model(m)
+    if explicit is not None and explicit != window:
+        has = f"a {window:,}-token sliding window" if window else "full attention"
+        raise ValueError(f"--sliding-window {explicit} contradicts --model {m.name} ({has})")
+    return window

@@ -91,6 +91,7 @@ SCHEDULER_AXES = (
     "router_seed",
     "compat",
     "blis_full_hit_defect",
+    "sliding_window",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -127,6 +128,7 @@ INT_AXES = {
     "max_concurrency",
     "replicas",
     "router_seed",
+    "sliding_window",
 }
 
 
@@ -623,6 +625,15 @@ class Sweep:
                     int(values.get("block_size", 16)),
                     hw.tensor_parallel_size,
                     0,
+                    full_attention_only=False,
+                    simulated=True,
+                )
+            except (HardwareError, ValueError) as e:
+                raise SpecError(spec_names(f"hardware: {e}")) from None
+        if hw is not None:  # the model's window (all-sliding models), or 0
+            try:
+                values["sliding_window"] = resolve.sliding_window(
+                    values.get("sliding_window"), hw.model
                 )
             except (HardwareError, ValueError) as e:
                 raise SpecError(spec_names(f"hardware: {e}")) from None
@@ -749,6 +760,7 @@ SPEC_FIELD_NAMES = {
     "--gpu-memory-utilization": "hardware.gpu_memory_utilization",
     "--model": "hardware.model",
     "--gpu": "hardware.gpu",
+    "--sliding-window": "sliding_window",
 }
 
 
