@@ -302,7 +302,7 @@ def run(
         quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, full_attention_only=False, simulated=True,
     )  # fmt: skip
-    window = resolve.sliding_window(sliding_window, model, quantization, kv_cache_dtype)
+    attn = resolve.attention(sliding_window, model, quantization, kv_cache_dtype)
     rules = dict(
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
         preemption_mode=preemption_mode.value,
@@ -319,7 +319,7 @@ def run(
         max_model_len=max_model_len,
         long_prefill_token_threshold=long_prefill_token_threshold,
         watermark=watermark,
-        sliding_window=window,
+        **attn,
         **rules,
         stop_bound=stop_bound.value,
         async_scheduling=async_scheduling,
@@ -358,8 +358,9 @@ def run(
         warn(message)
     mean_len = wl.mean_request_tokens(max_model_len)
     safe = analytic_safe_max_num_seqs(
-        blocks, block_size, mean_len, null_block, cfg.sliding_window_cap
-    )
+        blocks, block_size, mean_len, null_block, cfg.sliding_window_cap,
+        cfg.full_attention_groups, cfg.sliding_window_groups,
+    )  # fmt: skip
     warning = (
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "
         f"this workload (mean request {mean_len:,.0f} tokens on {blocks:,} blocks): "
@@ -394,7 +395,7 @@ def run(
         print(json.dumps(finite(out), default=_json_default))
     else:
         source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
-        _print_run(wl, blocks, source, lat, row, wall, slo, window)
+        _print_run(wl, blocks, source, lat, row, wall, slo, cfg)
         if replicas > 1:
             _print_replicas(_per_replica(res, slo))
         if row["outcome"] != OK and len(stuck):
@@ -514,18 +515,25 @@ def _print_run(
     row: object,
     wall: float,
     slo: SLO,
-    window: int = 0,
+    cfg: SchedulerConfig | None = None,
 ) -> None:
     """The human-readable summary table of ``plan run``; ``source`` says where
-    num_gpu_blocks came from; ``window``: the sliding window (tokens, 0 for
-    full attention); with an SLO, its verdict (``metrics.slo_columns``)."""
+    num_gpu_blocks came from; ``cfg`` the config (its attention is named
+    when it is not full attention); with an SLO, its verdict
+    (``metrics.slo_columns``)."""
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
-    if window:
+    if cfg is not None and cfg.sliding_window:
+        w, f, s = cfg.sliding_window, cfg.full_attention_groups, cfg.sliding_window_groups
+        where = (
+            "on every layer"
+            if f == 0
+            else f"in {s} of {f + s} KV cache groups ({f} full attention, one pool)"
+        )
         console.print(
-            f"attention: sliding window of {window:,} tokens on every layer (blocks outside "
-            "it freed step by step, as vLLM's SlidingWindowManager does)",
+            f"attention: sliding window of {w:,} tokens {where}; blocks outside it freed "
+            "step by step, as vLLM's SlidingWindowManager does",
             soft_wrap=True,
         )
     console.print(f"step time: {lat.describe()}", soft_wrap=True)

@@ -177,7 +177,7 @@ def max_rate(
             7463, full_attention_only=False, simulated=True,
         )  # fmt: skip
     base = SchedulerConfig(
-        sliding_window=resolve.sliding_window(sliding_window, model),
+        **resolve.attention(sliding_window, model),
         num_gpu_blocks=blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,

@@ -85,8 +85,11 @@ BLIS_IMPLIED = {
     DEFECT,
     SW,
     SW_CAP,
-) = range(41)
-NCOLS = 41
+    GROUPS_FULL,
+    GROUPS_SW,
+) = range(43)
+NCOLS = 43
+MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
 NFLOAT = 7  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -180,6 +183,13 @@ class SchedulerConfig:
     # itself included; 0 = full attention. Blocks wholly outside the window
     # are freed step by step (``SlidingWindowManager.remove_skipped_blocks``).
     sliding_window: int = 0
+    # KV cache groups sharing the pool (vLLM's per-group block tables,
+    # ``kv_cache_planning.get_kv_cache_groups``): full-attention ones and
+    # sliding-window ones. -1: the model's one group (full attention, or
+    # sliding when ``sliding_window`` is set); a hybrid (gemma-2/3, gpt-oss)
+    # has both. Resolved to counts when the config is made.
+    full_attention_groups: int = -1
+    sliding_window_groups: int = -1
 
     def __post_init__(self) -> None:
         for name in NUMERIC_FIELDS:  # bounds.OPTION_BOUNDS: int32 counts, int64 ns
@@ -209,6 +219,7 @@ class SchedulerConfig:
             if v not in allowed:
                 raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
         self._check_compat()
+        self._resolve_groups()
         self._check_sliding_window()
         for name in ("async_scheduling", "enable_prefix_caching"):
             if name == "enable_prefix_caching" and self.compat == "blis":
@@ -243,13 +254,43 @@ class SchedulerConfig:
                 "--async-scheduling contradicts --compat blis (BLIS schedules in sync)"
             )
 
+    def _resolve_groups(self) -> None:
+        """Resolve -1 group counts (the model's one group) and check them:
+        integers in 0..MAX_KV_GROUPS, at least one group, sliding groups
+        exactly when there is a window. Raises ValueError (one line)."""
+        window = self.sliding_window > 0
+        for name, default in (
+            ("full_attention_groups", 0 if window else 1),
+            ("sliding_window_groups", 1 if window else 0),
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+                raise ValueError(f"--{_flag(name)} must be an integer, got {v!r}")
+            if v == -1:
+                object.__setattr__(self, name, default)
+            elif not 0 <= v <= MAX_KV_GROUPS:
+                raise ValueError(f"--{_flag(name)} must be in 0..{MAX_KV_GROUPS}, got {v}")
+        if window != (self.sliding_window_groups > 0):
+            raise ValueError(
+                f"--sliding-window-groups {self.sliding_window_groups} needs "
+                + ("--sliding-window 0" if not self.sliding_window_groups else "a --sliding-window")
+            )
+        if self.full_attention_groups + self.sliding_window_groups == 0:
+            raise ValueError("--full-attention-groups 0 needs sliding-window groups")
+
+    @property
+    def kv_groups(self) -> int:
+        """KV cache groups sharing the pool: a request takes one block per
+        group for each block of tokens (``KVCacheCoordinator``)."""
+        return self.full_attention_groups + self.sliding_window_groups
+
     def _check_sliding_window(self) -> None:
         """A sliding window is simulated under vLLM's own rules only: not with
         prefix caching (vLLM's sliding-window cache hit search,
         ``SlidingWindowManager.find_longest_cache_hit``, is not modelled),
         compat blis (BLIS has no sliding window) or swap preemption (a named
         option whose CPU tier keeps no null blocks). Raises ValueError (one line)."""
-        if self.sliding_window == 0:
+        if self.sliding_window == 0 and self.kv_groups == 1:
             return
         for name, bad in (
             ("enable-prefix-caching", self.enable_prefix_caching and self.compat != "blis"),
@@ -257,9 +298,12 @@ class SchedulerConfig:
             ("preemption-mode swap", self.preemption_mode == "swap"),
         ):
             if bad:
-                raise ValueError(
-                    f"--sliding-window {self.sliding_window} is not simulated with --{name}"
+                what = (
+                    f"--sliding-window {self.sliding_window}"
+                    if self.sliding_window
+                    else f"--full-attention-groups {self.full_attention_groups}"
                 )
+                raise ValueError(f"{what} is not simulated with --{name}")
 
     @property
     def sliding_window_cap(self) -> int:
@@ -452,6 +496,8 @@ def pack_configs(
             int(c.blis_full_hit_defect),
             c.sliding_window,
             c.sliding_window_cap,
+            c.full_attention_groups,
+            c.sliding_window_groups,
         )
         if c.compat == "blis":
             if not isinstance(lat, LinearLatency):

@@ -86,6 +86,8 @@ class Request:
     session: int | None = None  # multi-turn session id (its turns share one token stream)
     # compat blis with the full-hit defect: prompt tokens it holds no blocks for
     uncounted: int = 0
+    # block tables of the KV cache groups after the first (hybrid models)
+    more: list[list[int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -197,6 +199,15 @@ class KVCacheManager:
         # SlidingWindowSpec.max_admission_blocks_per_request (the gate's cap)
         self.window_cap = cfg.sliding_window_cap
         self.window_freed = 0  # blocks freed outside the window, summed
+        # The KV cache groups in table order (sliding-window ones first, as the
+        # recorder lists them): one block table per group, one pool.
+        self.kinds = ["sliding"] * cfg.sliding_window_groups + ["full"] * cfg.full_attention_groups
+
+    def tables(self, req: Request) -> list[list[int]]:
+        """The request's block table in each KV cache group (``req.blocks`` first)."""
+        while len(req.more) < len(self.kinds) - 1:
+            req.more.append([])
+        return [req.blocks, *req.more]
 
     def block_key(self, req: Request, j: int) -> tuple:
         """The content of block j: its shared-prefix group's tokens while the block
@@ -253,9 +264,13 @@ class KVCacheManager:
         free = self.pool.num_free()
         if full_sequence_must_fit:
             full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
-            if self.window:  # get_num_blocks_to_allocate(apply_admission_cap=True)
-                full = min(full, self.window_cap)
-            if max(full - have, 0) + evictable + wm > free:
+            # summed over the groups (get_num_blocks_to_allocate with
+            # apply_admission_cap=True: a sliding group asks for at most its cap)
+            asked = sum(
+                max((min(full, self.window_cap) if kind == "sliding" else full) - have, 0)
+                for kind in self.kinds
+            )
+            if asked + evictable + wm > free:
                 return False
         if self.window:  # before the count, even if the allocation then fails
             self.remove_skipped_blocks(req)
@@ -263,12 +278,13 @@ class KVCacheManager:
         target = blocks_for_tokens(
             computed + num_new_tokens - req.uncounted, self.max_model_len, self.block_size
         )
-        if max(0, target - have) + evictable + wm > free:
+        if len(self.kinds) * max(0, target - have) + evictable + wm > free:
             return False
         self.pool.touch(hits)
         req.blocks.extend(hits)
         req.num_cached_blocks += len(hits)
-        req.blocks.extend(self.pool.get_new_blocks(max(0, target - len(req.blocks))))
+        for table in self.tables(req):  # allocate_new_blocks, group by group
+            table.extend(self.pool.get_new_blocks(max(0, target - len(table))))
         self.cache_blocks(req, computed + num_new_tokens)
         return True
 
@@ -277,18 +293,22 @@ class KVCacheManager:
         tokens (num_computed_tokens - num_in_flight_tokens): the whole blocks
         before the next token's window (``get_num_skipped_tokens``: processed
         - window + 1 tokens), walked back from the last one to the first null
-        block (``_remove_blocks_in_range``), become null blocks and are freed."""
+        block (``_remove_blocks_in_range``), become null blocks and are freed,
+        in each sliding-window group in turn."""
         processed = max(0, req.num_computed_tokens - req.in_flight)
         skipped = max(0, processed - self.window + 1) // self.block_size
-        freed = []
-        for i in range(min(skipped, len(req.blocks)) - 1, -1, -1):
-            if req.blocks[i] == NULL:
-                break
-            freed.append(req.blocks[i])
-            req.blocks[i] = NULL
-        if freed:
-            self.window_freed += len(freed)
-            self.pool.free_blocks(freed)
+        for kind, table in zip(self.kinds, self.tables(req), strict=True):
+            if kind != "sliding":
+                continue
+            freed = []
+            for i in range(min(skipped, len(table)) - 1, -1, -1):
+                if table[i] == NULL:
+                    break
+                freed.append(table[i])
+                table[i] = NULL
+            if freed:
+                self.window_freed += len(freed)
+                self.pool.free_blocks(freed)
 
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Hash the request's full blocks up to ``num_tokens`` of known tokens
@@ -303,9 +323,12 @@ class KVCacheManager:
 
     def free(self, req: Request) -> None:
         """Free tail first, so the tail is evicted first; null blocks are not
-        the request's (``pop_blocks_for_free``: ``trim_null_head``)."""
-        self.pool.free_blocks([b for b in reversed(req.blocks) if b != NULL])
+        the request's (``pop_blocks_for_free``: ``trim_null_head``); group by
+        group (``KVCacheCoordinator.free``)."""
+        for table in self.tables(req):
+            self.pool.free_blocks([b for b in reversed(table) if b != NULL])
         req.blocks = []
+        req.more = []
         req.num_cached_blocks = 0
         req.uncounted = 0
 
@@ -801,15 +824,20 @@ class Engine:
             tuple(zip(pool.block_hash, prev, strict=True)),
         )
 
+    def _priced_window(self) -> int:
+        """The window the roofline prices: every layer sliding, else none (a
+        hybrid is priced as full attention, an upper bound)."""
+        return self.cfg.sliding_window if self.cfg.full_attention_groups == 0 else 0
+
     def _pairs(self, c: int, n: int) -> int:
         """(query, key) pairs of a chunk of n tokens after c computed ones."""
-        w = self.cfg.sliding_window
+        w = self._priced_window()
         return sum(min(c + i, w) if w else c + i for i in range(1, n + 1))
 
     def _kv_tokens(self, c: int, n: int) -> int:
         """KV tokens the chunk reads or writes: positions from the first
         query's window start to its last token."""
-        w = self.cfg.sliding_window
+        w = self._priced_window()
         return c + n - (max(0, c - w + 1) if w else 0)
 
     def queue_delay(self, prompt: int) -> int:
@@ -951,7 +979,7 @@ class Engine:
                 done = []
                 finishes = sched.update_from_output(batch, self.clock)
             pool = sched.kv.pool
-            refs = sum(sum(b != NULL for b in r.blocks) for r in sched.running)
+            refs = sum(sum(b != NULL for t in sched.kv.tables(r) for b in t) for r in sched.running)
             in_use = sum(c > 0 for c in pool.ref_cnt)
             if in_use + pool.num_free() != pool.num_usable or refs != sum(pool.ref_cnt):
                 self.invariant_errors += 1

@@ -5,7 +5,7 @@ Shared by ``plan run`` and sweep specs, so both resolve the same way.
 
 from __future__ import annotations
 
-from planner import hardware
+from planner import hardware, kv_cache
 from planner.latency import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
 
 LATENCY_KINDS = ("linear", "roofline", "measured")
@@ -130,23 +130,30 @@ def num_gpu_blocks(
     return n, True
 
 
-def simulated_model(m: hardware.ModelSpec) -> int:
-    """The sliding window (tokens) the scheduler simulation runs ``m`` with: 0
-    when every layer is full attention, the window when every layer is
-    sliding (vLLM then has one ``SlidingWindowSpec`` group, and the simulator
-    frees blocks as ``SlidingWindowManager.remove_skipped_blocks`` does).
-    Raises ValueError (one line) for what it would misrepresent: chunked
-    local attention (``ChunkedLocalAttentionManager``) and hybrids (several
-    KV cache groups sharing one pool, ``HybridKVCacheCoordinator``)."""
+def simulated_model(m: hardware.ModelSpec) -> dict[str, int]:
+    """The attention fields the scheduler simulation runs ``m`` with
+    (``SchedulerConfig.sliding_window``, ``full_attention_groups``,
+    ``sliding_window_groups``): vLLM 0.33's KV cache groups
+    (``kv_cache.groups``, ``get_kv_cache_groups``), each with its own block
+    table in one pool; sliding-window groups free blocks outside the window
+    as ``SlidingWindowManager.remove_skipped_blocks`` does. Full attention:
+    window 0, one full group. Raises ValueError (one line) for what it would
+    misrepresent: chunked local attention (``ChunkedLocalAttentionManager``).
+    """
     kinds = set(m.layer_types)
     if kinds == {"full"}:
-        return 0
-    if kinds == {"sliding"} and m.sliding_window:
-        return int(m.sliding_window)
+        return {"sliding_window": 0, "full_attention_groups": 1, "sliding_window_groups": 0}
+    if kinds <= {"full", "sliding"} and m.sliding_window:
+        gs = kv_cache.groups(m, 16)  # the groups' make-up does not depend on the block size
+        return {
+            "sliding_window": int(m.sliding_window),
+            "full_attention_groups": sum(g.kind == "full" for g in gs),
+            "sliding_window_groups": sum(g.kind == "sliding" for g in gs),
+        }
     what = " and ".join(sorted(kinds))
     raise ValueError(
         f"--model {m.name}: has {what} attention layers; the simulator runs full-attention "
-        "and all-sliding-window models only (plan check sizes this model per attention type)"
+        "and sliding-window layers only (plan check sizes this model per attention type)"
     )
 
 
@@ -159,29 +166,31 @@ def full_attention_model(m: hardware.ModelSpec) -> None:
     if other:
         raise ValueError(
             f"--model {m.name}: has {' and '.join(other)} attention layers; this analysis "
-            "holds for full attention only (plan run simulates all-sliding-window models; "
+            "holds for full attention only (plan run simulates sliding-window models; "
             "plan check sizes this model per attention type)"
         )
 
 
-def sliding_window(
+def attention(
     explicit: int | None,
     model: str | None,
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
-) -> int:
-    """The ``sliding_window`` of a run: the model's (``simulated_model``) when
-    ``--model`` is given, else ``explicit`` (0 = full attention) or 0.
+) -> dict[str, int]:
+    """The attention fields of a run's ``SchedulerConfig``: the model's
+    (``simulated_model``) when ``--model`` is given, else ``sliding_window``
+    = ``explicit`` (0 = full attention; one KV cache group).
 
     Raises:
         ValueError: one line, when ``explicit`` contradicts the model's window
             or the model cannot be simulated.
     """
     if model is None:
-        return 0 if explicit is None else explicit
+        return {"sliding_window": 0 if explicit is None else explicit}
     m = hardware.model(model, quantization, kv_cache_dtype)
-    window = simulated_model(m)
+    fields = simulated_model(m)
+    window = fields["sliding_window"]
     if explicit is not None and explicit != window:
         has = f"a {window:,}-token sliding window" if window else "full attention"
         raise ValueError(f"--sliding-window {explicit} contradicts --model {m.name} ({has})")
-    return window
+    return fields

@@ -64,6 +64,13 @@ def test_golden_sliding_window_scenarios_cover_the_issue():
         for s in scns
         for r in s["requests"]
     )
+    # Hybrids: full-attention and sliding-window KV cache groups in one pool,
+    # sync and async, with preemption.
+    hybrid = [g for g in golds if g["scenario"].get("full_attention_groups", 0) > 0]
+    assert len(hybrid) >= 10
+    assert {g["scenario"]["sliding_window_groups"] for g in hybrid} >= {1, 5}
+    assert {g["scenario"]["async_scheduling"] for g in hybrid} == {True, False}
+    assert any(sum(r["num_preemptions"] for r in g["requests"]) for g in hybrid)
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))

@@ -43,6 +43,10 @@ def configs(draw):
     # Sliding window (not with caching or swap, which it refuses): windows of
     # one token, inside a block, across blocks and longer than most requests.
     window = 0 if caching or mode == "swap" else draw(st.sampled_from([0, 0, 1, 3, 8, 17, 40, 100]))
+    # KV cache groups: all sliding, or hybrids of full and sliding groups
+    full_g, window_g = (
+        draw(st.sampled_from([(0, 1), (0, 1), (1, 1), (1, 3), (2, 1)])) if window else (1, 0)
+    )
     cfg = (
         SchedulerConfig(
             num_gpu_blocks=n,
@@ -57,6 +61,8 @@ def configs(draw):
             async_scheduling=mode == "recompute" and draw(st.booleans()),
             enable_prefix_caching=caching,
             sliding_window=window,
+            full_attention_groups=full_g,
+            sliding_window_groups=window_g,
             cpu_swap_blocks=draw(st.sampled_from([0, 5, 40, 1000])),
             swap_bandwidth_gbps=draw(st.sampled_from([1.0, 25.0])),
             stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
@@ -281,10 +287,18 @@ def _with_window(rng: np.random.Generator, cfg: SchedulerConfig) -> SchedulerCon
     if cfg.enable_prefix_caching or cfg.preemption_mode == "swap" or rng.random() < 0.5:
         return cfg
     window = int(rng.choice([1, 5, 16, 33, 64, 150]))
+    full_g, window_g = [(0, 1), (0, 1), (1, 1), (1, 2), (2, 1)][int(rng.integers(0, 5))]
     small = rng.random() < 0.5
     n = min(cfg.num_gpu_blocks, int(rng.integers(2, 25))) if small else cfg.num_gpu_blocks
     gate = cfg.scheduler_reserve_full_isl and rng.random() < 0.5
-    return replace(cfg, sliding_window=window, num_gpu_blocks=n, scheduler_reserve_full_isl=gate)
+    return replace(
+        cfg,
+        sliding_window=window,
+        full_attention_groups=full_g,
+        sliding_window_groups=window_g,
+        num_gpu_blocks=n * (full_g + window_g),
+        scheduler_reserve_full_isl=gate,
+    )
 
 
 def _blis_case(rng: np.random.Generator) -> SchedulerConfig:
@@ -332,6 +346,7 @@ def test_seeded_random_cases_cover_every_path():
         window_freed=0,
         window_preempted=0,
         window_async=0,
+        hybrid_preempted=0,
     )
     for _ in range(320):
         cfgs, wl, lat = _random_case(rng, wrng)
@@ -376,6 +391,8 @@ def test_seeded_random_cases_cover_every_path():
             windowed = cfgs[c].sliding_window > 0
             seen["window_preempted"] += windowed and oi[S.O_PREEMPTIONS] > 0
             seen["window_async"] += windowed and cfgs[c].async_scheduling
+            hybrid = cfgs[c].full_attention_groups > 0 and windowed
+            seen["hybrid_preempted"] += hybrid and oi[S.O_PREEMPTIONS] > 0
             seen["window_freed"] += windowed and eng.sched.kv.window_freed > 0
             seen["roofline_fast_path"] += (
                 isinstance(lat, RooflineLatency) and oi[S.O_MACRO_STEPS] > 0

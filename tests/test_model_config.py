@@ -224,11 +224,12 @@ def test_check_on_a_sliding_window_model_gives_no_full_attention_claims(capsys):
     assert "sliding 1,024: 6 groups (52 layers), full: 1 group (10 layers)" in text
 
 
-def test_simulator_refuses_hybrid_models_and_safe_limit_sliding_ones(capsys):
-    """plan run simulates all-sliding models (tests/test_sliding_window.py) but
-    not hybrids; safe-limit's analytic limit is for full attention only."""
+def test_simulator_refuses_chunked_models_and_safe_limit_sliding_ones(capsys):
+    """plan run simulates sliding-window models and hybrids with full
+    attention (tests/test_sliding_window.py) but not chunked local attention;
+    safe-limit's analytic limit is for full attention only."""
     for cmd, model, message in (
-        (["run"], "gemma-3-27b", "all-sliding-window models only"),
+        (["run"], "llama-4-scout", "full-attention and sliding-window layers only"),
         (["safe-limit"], "starcoder2-3b", "full attention only"),
     ):
         code, _, err = run_cli(

@@ -128,7 +128,7 @@ def test_run_simulates_an_all_sliding_model(capsys):
     ("args", "message"),
     [
         (["--model", "starcoder2-3b", "--sliding-window", "100"], "contradicts --model"),
-        (["--model", "gemma-3-27b"], "full-attention and all-sliding-window models only"),
+        (["--model", "llama-4-scout"], "full-attention and sliding-window layers only"),
         (["--sliding-window", "64", "--compat", "blis"], "not simulated with --compat blis"),
         (["--sliding-window", "64", "--enable-prefix-caching"], "not simulated with"),
     ],
@@ -180,6 +180,74 @@ def test_sweep_takes_the_window_from_the_model_or_an_axis(tmp_path):
     assert sorted({c.sliding_window for c in spec(axis).configs}) == [0, 64]
     with pytest.raises(SpecError, match="contradicts hardware.model starcoder2-3b"):
         spec(axis + hw).configs  # noqa: B018
-    hybrid = hw.replace("starcoder2-3b", "gemma-3-27b")
-    with pytest.raises(SpecError, match="all-sliding-window models only"):
-        spec(SWEEP + hybrid).configs  # noqa: B018
+    gemma = {
+        (c.sliding_window, c.full_attention_groups, c.sliding_window_groups)
+        for c in spec(SWEEP + hw.replace("starcoder2-3b", "gemma-3-27b")).configs
+    }
+    assert gemma == {(1024, 1, 6)}  # plan check's "6 groups (52 layers), full: 1 group"
+    chunked = hw.replace("starcoder2-3b", "llama-4-scout")
+    with pytest.raises(SpecError, match="full-attention and sliding-window layers only"):
+        spec(SWEEP + chunked).configs  # noqa: B018
+
+
+def test_hybrid_holds_full_tables_and_windowed_ones_in_one_pool():
+    """The one-request case of the first test with 1 full-attention and 2
+    sliding-window KV cache groups: each group has its own table of
+    cdiv(20 + k, 4) entries; the sliding ones hold (12 + k) // 4 null blocks
+    each, so the pool holds 3 x table - 2 x skipped blocks."""
+    wl = uniform(1, 20, 12)
+    kw = dict(sliding_window=8, full_attention_groups=1, sliding_window_groups=2)
+    cfg = _cfg(**kw, num_gpu_blocks=80)
+    traced, _, engines = run_both([cfg], wl, STEP_LATENCY)
+    rows = kernel_trace_rows(traced, 0)
+    assert rows == reference_trace_rows(engines[0])
+    free = [r[S.T_FREE] for r in rows]
+    assert free[0] == 79 - 3 * cdiv(20, 4)
+    for k in range(1, 11):
+        assert free[k] == 79 - (3 * cdiv(20 + k, 4) - 2 * ((12 + k) // 4)), k
+
+
+def test_hybrid_gate_sums_the_groups():
+    """A 600-token prompt with 64-token chunks, 1 full + 1 sliding group
+    (window 64): the gate asks cdiv(600, 16) = 38 blocks for the full group
+    and the cap cdiv(63 + 64, 16) + 1 = 9 for the sliding one, 47 in all:
+    refused (a livelock) on 46 usable blocks, admitted on 47."""
+    wl = uniform(1, 600, 5)
+    kw = dict(
+        max_model_len=1024, max_num_batched_tokens=64, max_num_seqs=1, sliding_window=64,
+        full_attention_groups=1, sliding_window_groups=1,
+    )  # fmt: skip
+    cfgs = [SchedulerConfig(num_gpu_blocks=n, **kw) for n in (47, 48)]
+    out = simulate(cfgs, wl, STEP_LATENCY).state.out.counters
+    assert out[0, S.O_LIVELOCKED] == 1 and out[0, S.O_FINISHED] == 0
+    assert out[1, S.O_LIVELOCKED] == 0 and out[1, S.O_FINISHED] == 1
+
+
+def test_group_counts_are_checked():
+    assert SchedulerConfig().kv_groups == 1
+    assert SchedulerConfig(sliding_window=64).kv_groups == 1
+    assert (
+        SchedulerConfig(
+            sliding_window=64, full_attention_groups=1, sliding_window_groups=5
+        ).kv_groups
+        == 6
+    )
+    with pytest.raises(ValueError, match="needs a --sliding-window"):
+        SchedulerConfig(sliding_window_groups=2)
+    with pytest.raises(ValueError, match="needs --sliding-window 0"):
+        SchedulerConfig(sliding_window=64, sliding_window_groups=0)
+    with pytest.raises(ValueError, match="not simulated with --enable-prefix-caching"):
+        SchedulerConfig(full_attention_groups=2, enable_prefix_caching=True)
+
+
+def test_run_simulates_a_hybrid_model(capsys):
+    args = ["run", "--model", "gemma-3-27b", "--gpu", "H100", "--latency", "roofline"]
+    args += ["--tensor-parallel-size", "2", "--max-model-len", "8192"]
+    code, out, _ = run_cli(capsys, *args, "--num-requests", "20", "--json")
+    assert code == 0
+    o = json.loads(out)
+    assert (o["sliding_window"], o["full_attention_groups"], o["sliding_window_groups"]) == (
+        1024, 1, 6,
+    )  # fmt: skip
+    code, out, _ = run_cli(capsys, *args, "--num-requests", "2")
+    assert code == 0 and "in 6 of 7 KV cache groups" in " ".join(out.split())

@@ -51,7 +51,11 @@ Conventions (also in ``tests/golden/README.md``):
   KV cache group a ``SlidingWindowSpec`` of window W (every layer sliding):
   vLLM's ``SlidingWindowManager`` frees blocks outside the window, and the
   whole-sequence gate caps a request's blocks at
-  ``max_admission_blocks_per_request``.
+  ``max_admission_blocks_per_request``. A hybrid scenario also names
+  ``full_attention_groups`` F and ``sliding_window_groups`` S: F groups with a
+  ``FullAttentionSpec`` and S with the ``SlidingWindowSpec`` share the one
+  pool (vLLM's per-group block tables, ``KVCacheCoordinatorNoPrefixCache``
+  without prefix caching).
 """
 
 from __future__ import annotations
@@ -292,7 +296,82 @@ def window_scenarios(seed: int = 20261201) -> list[dict]:
         for a in (False, True)
     ]
     rng = random.Random(seed)
-    return fixed + timed + [_random_window_scenario(rng, i) for i in range(12)]
+    return fixed + timed + [_random_window_scenario(rng, i) for i in range(12)] + hybrid_scenarios()
+
+
+def hybrid_scenarios(seed: int = 20261202) -> list[dict]:
+    """Hybrid full + sliding-window scenarios (one pool, several KV cache
+    groups): 1 full + 1 sliding and 1 full + 5 sliding (gemma-3's ratio) on
+    S2 and on long chunked prompts, async, the gate off, S1 in time, and
+    random ones."""
+    s2 = [_req(300, 600) for _ in range(40)]
+    long = [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+    hyb = {"full_attention_groups": 1, "sliding_window_groups": 1}
+    gemma = {"full_attention_groups": 1, "sliding_window_groups": 5}
+    fixed = [
+        _base("hyb_s2_1x1", num_gpu_blocks=400, sliding_window=128, **hyb, requests=s2),
+        _base("hyb_s2_1x5", num_gpu_blocks=800, sliding_window=128, **gemma, requests=s2),
+        _base(
+            "hyb_s2_1x5_async",
+            num_gpu_blocks=800,
+            sliding_window=128,
+            async_scheduling=True,
+            **gemma,
+            requests=s2,
+        ),
+        _base(
+            "hyb_long_chunked",
+            num_gpu_blocks=300,
+            max_num_seqs=16,
+            max_num_batched_tokens=128,
+            max_model_len=1024,
+            sliding_window=64,
+            **gemma,
+            requests=long,
+        ),
+        _base(
+            "hyb_long_gate_off_async",
+            num_gpu_blocks=200,
+            max_num_seqs=16,
+            max_num_batched_tokens=128,
+            max_model_len=1024,
+            scheduler_reserve_full_isl=False,
+            async_scheduling=True,
+            sliding_window=100,
+            **hyb,
+            requests=long,
+        ),
+    ]
+    timed = [
+        _base(
+            "hyb_s1_time",
+            mode="time",
+            num_gpu_blocks=6000,
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            max_model_len=4096,
+            horizon_s=60.0,
+            alpha_us=list(S1_ALPHA),
+            beta_us=list(S1_BETA),
+            sliding_window=512,
+            **gemma,
+            requests=_s1_requests(),
+        )
+    ]
+    rng = random.Random(seed)
+    rand = []
+    for i in range(8):
+        scn = _random_window_scenario(rng, i)
+        n_full, n_window = rng.choice([(1, 1), (1, 2), (1, 5), (2, 1)])
+        scn.update(
+            name=f"hyb_rand{i:02d}",
+            full_attention_groups=n_full,
+            sliding_window_groups=n_window,
+            num_gpu_blocks=scn["num_gpu_blocks"] * (n_full + n_window)
+            + rng.choice([0, 0, 8, 40]) * n_full,
+        )
+        rand.append(scn)
+    return fixed + timed + rand
 
 
 def make_scenarios(seed: int = 20261130) -> list[dict]:
@@ -460,15 +539,16 @@ class Driver:
         )
         window = scn.get("sliding_window", 0)
         layout = {"block_size": bs, "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
-        spec = (
-            SlidingWindowSpec(sliding_window=window, **layout)
-            if window
-            else FullAttentionSpec(**layout)
-        )
+        n_full = scn.get("full_attention_groups", 0 if window else 1)
+        n_window = scn.get("sliding_window_groups", 1 if window else 0)
+        groups = [
+            KVCacheGroupSpec([f"window{i}"], SlidingWindowSpec(sliding_window=window, **layout))
+            for i in range(n_window)
+        ] + [KVCacheGroupSpec([f"full{i}"], FullAttentionSpec(**layout)) for i in range(n_full)]
         kv_cfg = KVCacheConfig(
             num_blocks=scn["num_gpu_blocks"],
             kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+            kv_cache_groups=groups,
         )
         cache_cfg.num_gpu_blocks = scn["num_gpu_blocks"]
         cls = AsyncScheduler if scn["async_scheduling"] else Scheduler

@@ -234,7 +234,7 @@ def _finish(r, t, cfg, rq, st, k, p):
     free blocks (compat blis: less the last token's slot, ``_blis_last_slot``)."""
     blis = cfg[K.COMPAT] != 0
     taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
-    freed = st.held[r] - st.skip[r]  # its null blocks were never pool blocks
+    freed = _pool_blocks(cfg, st, r)  # its null blocks were never pool blocks
     if cfg[K.CACHING] != 0 and p.slot_of[r] >= 0:
         freed = PC.release(r, st.held[r], p, blis)
     st.held[r] = 0
@@ -712,6 +712,14 @@ def _attention(n, c0, win):
 
 
 @njit(cache=True, inline="always")
+def _priced_window(cfg):
+    """The window ``_attention`` prices: the sliding window when every layer
+    slides; 0 (full attention, an upper bound) for a hybrid, whose full
+    layers attend everything, and for full attention."""
+    return cfg[K.SW] if cfg[K.GROUPS_FULL] == 0 else 0
+
+
+@njit(cache=True, inline="always")
 def _add_to_batch(r, num_new, c0, known, q, s, pend, win):
     """Put r in this step's batch with num_new tokens after c0 computed ones
     (``known`` tokens known), priced as ``_is_decode`` says (``pend``), its
@@ -775,7 +783,9 @@ def _evict(cfg, v, st, k, s, p):
         k[S.O_CPU_FREE] -= h
         s[SWAP_NS] += h * cfg[K.SWAP_NS_PER_BLOCK]
         return
-    k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else h - st.skip[v]
+    k[FREE] += (
+        PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else _pool_blocks(cfg, st, v)
+    )
     st.held[v] = 0
     st.skip[v] = 0
     st.koff[v] = 0
@@ -800,7 +810,9 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     v = q.run[vi]
     if vi < i:
         i -= 1
-        _unschedule(v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1, cfg[K.SW])
+        _unschedule(
+            v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1, _priced_window(cfg)
+        )
     for j in range(vi, k[N_RUN] - 1):
         q.run[j] = q.run[j + 1]
     k[N_RUN] -= 1
@@ -843,7 +855,8 @@ def _remove_skipped_blocks(cfg, st, r):
     processed = num_computed_tokens - num_in_flight_tokens
     (``get_num_skipped_tokens``), skip their whole blocks (at most the
     table's length); the newly skipped ones become null blocks and return to
-    the pool. Returns the blocks freed."""
+    the pool, in each sliding-window group (the same entries of every such
+    group's table). Returns the blocks freed."""
     processed = st.ncomp[r] - st.infl[r]
     skipped = max(0, processed - cfg[K.SW] + 1) // cfg[K.BS]
     skipped = min(skipped, st.held[r])
@@ -851,7 +864,16 @@ def _remove_skipped_blocks(cfg, st, r):
         return 0
     freed = skipped - st.skip[r]
     st.skip[r] = skipped
-    return freed
+    return freed * cfg[K.GROUPS_SW]
+
+
+@njit(cache=True, inline="always")
+def _pool_blocks(cfg, st, r):
+    """Pool blocks request r holds without prefix caching: its table's length
+    in every KV cache group, less the null blocks of the sliding-window
+    groups (``KVCacheCoordinator``: one table per group, one pool)."""
+    groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]
+    return groups * st.held[r] - cfg[K.GROUPS_SW] * st.skip[r]
 
 
 @njit(cache=True, _nrt=False)
@@ -867,6 +889,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     async_ = cfg[K.ASYNC] != 0
     caching = cfg[K.CACHING] != 0
     blis = cfg[K.COMPAT] != 0
+    groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]  # 1 with caching
     thr_now = s[THR_NOW]
     # The hot scalars live in locals during the walk (the counters array is
     # written back before a preemption, which updates it, and at the end).
@@ -887,10 +910,11 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             continue
         if cfg[K.SW] > 0:  # blocks that left the window go back to the pool first
             free += _remove_skipped_blocks(cfg, st, r)
-        need = 0
+        grow = 0  # new entries of its block table (in each KV cache group)
         off = st.koff[r]  # compat blis, the full-hit defect: prompt tokens without blocks
         if c0 + num_new - off > st.held[r] * bs:  # skips the division on most decodes
-            need = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[r], 0)
+            grow = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[r], 0)
+        need = grow * groups
         if need > free:
             s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
             preempted_self = False
@@ -912,10 +936,10 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             if need > 0:
                 PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
             PC.cache_blocks(r, upto, bs, rq, p)
-        st.held[r] += need
+        st.held[r] += grow
         s[BUDGET] = budget
         pend = rq.prompt[r] if blis else -1
-        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, pend, cfg[K.SW])
+        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, pend, _priced_window(cfg))
         budget = s[BUDGET]
         i += 1
     s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
@@ -931,7 +955,9 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     hits first (``get_computed_blocks``: full blocks already cached; those
     still in the free queue must leave it), then the whole-sequence gate, the
     all-or-nothing allocation and the watermark (none with ``running`` empty).
-    Under a sliding window the gate asks for at most ``SW_CAP`` blocks
+    Blocks are asked in every KV cache group (``KVCacheCoordinator.
+    get_num_blocks_to_allocate`` sums its managers); a sliding-window group's
+    gate asks for at most ``SW_CAP`` blocks
     (``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` with
     ``apply_admission_cap``); a waiting request holds no blocks, so nothing
     leaves its window before this allocation. Returns (tokens computed at
@@ -970,12 +996,14 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     if 0 < s[THR_NOW] < num_new:
         num_new = s[THR_NOW]
     full = blocks_for_tokens(ntok, mml, bs)
-    if cfg[K.SW] > 0:  # the sliding window's admission cap (``sliding_window_cap``)
-        full = min(full, cfg[K.SW_CAP])
-    if gate and max(full - nhit, 0) + evictable + wm > k[FREE]:
+    # Summed over the KV cache groups; a sliding-window group asks for at most
+    # its admission cap (``sliding_window_cap``). Hits only with one group.
+    asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0)
+    asked += cfg[K.GROUPS_SW] * max(min(full, cfg[K.SW_CAP]) - nhit, 0)
+    if gate and asked + evictable + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     total = blocks_for_tokens(c0 + num_new, mml, bs)
-    need = total - nhit + evictable
+    need = (cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]) * (total - nhit) + evictable
     if need + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     return c0, nhit, total, need, num_new
@@ -1028,7 +1056,7 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         st.ncomp[r] = c0
         _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
-    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1, cfg[K.SW])
+    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1, _priced_window(cfg))
     s[N_ADM] += 1
 
 
@@ -1246,7 +1274,7 @@ def _check_invariants(cfg, st, q, k, p):
     blocks in use and the free queue's length agree)."""
     used = 0
     for i in range(k[N_RUN]):
-        used += st.held[q.run[i]] - st.skip[q.run[i]]
+        used += _pool_blocks(cfg, st, q.run[i])
     if cfg[K.CACHING] != 0:
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]

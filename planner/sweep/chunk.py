@@ -62,6 +62,8 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
             mean_len[c.max_model_len],
             c.null_block,
             c.sliding_window_cap,
+            c.full_attention_groups,
+            c.sliding_window_groups,
         )
         for c in configs
     ]

@@ -92,6 +92,8 @@ SCHEDULER_AXES = (
     "compat",
     "blis_full_hit_defect",
     "sliding_window",
+    "full_attention_groups",
+    "sliding_window_groups",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -129,6 +131,8 @@ INT_AXES = {
     "replicas",
     "router_seed",
     "sliding_window",
+    "full_attention_groups",
+    "sliding_window_groups",
 }
 
 
@@ -630,13 +634,15 @@ class Sweep:
                 )
             except (HardwareError, ValueError) as e:
                 raise SpecError(spec_names(f"hardware: {e}")) from None
-        if hw is not None:  # the model's window (all-sliding models), or 0
+        if hw is not None:  # the model's window and KV cache groups
             try:
-                values["sliding_window"] = resolve.sliding_window(
-                    values.get("sliding_window"), hw.model
-                )
+                attn = resolve.attention(values.get("sliding_window"), hw.model)
             except (HardwareError, ValueError) as e:
                 raise SpecError(spec_names(f"hardware: {e}")) from None
+            for k, v in attn.items():
+                if k != "sliding_window" and values.get(k, v) != v:
+                    raise SpecError(f"{_where(k, self)}: {hw.model} has {v} (hardware.model)")
+            values |= attn
         for k, v in values.items():
             if k in INT_AXES and not (isinstance(v, int) and not isinstance(v, bool)):
                 raise SpecError(f"{_where(k, self)}: expected an integer, got {v!r}")
