@@ -288,14 +288,17 @@ class SchedulerConfig:
         """A sliding window is simulated under vLLM's own rules only: not with
         prefix caching (vLLM's sliding-window cache hit search,
         ``SlidingWindowManager.find_longest_cache_hit``, is not modelled),
-        compat blis (BLIS has no sliding window) or swap preemption (a named
-        option whose CPU tier keeps no null blocks). Raises ValueError (one line)."""
+        compat blis (BLIS has no sliding window), swap preemption (a named
+        option whose CPU tier keeps no null blocks) or the max_servable stop
+        bound (the pool's tokens bound a request's length only under full
+        attention). Raises ValueError (one line)."""
         if self.sliding_window == 0 and self.kv_groups == 1:
             return
         for name, bad in (
             ("enable-prefix-caching", self.enable_prefix_caching and self.compat != "blis"),
             ("compat blis", self.compat == "blis"),
             ("preemption-mode swap", self.preemption_mode == "swap"),
+            ("stop-bound max_servable", self.stop_bound == "max_servable"),
         ):
             if bad:
                 what = (

@@ -40,9 +40,12 @@ def configs(draw):
     mode = draw(st.sampled_from(["recompute", "recompute", "restart", "swap", "blis"]))
     blis = mode == "blis"
     caching = mode == "recompute" and draw(st.booleans())
-    # Sliding window (not with caching or swap, which it refuses): windows of
-    # one token, inside a block, across blocks and longer than most requests.
-    window = 0 if caching or mode == "swap" else draw(st.sampled_from([0, 0, 1, 3, 8, 17, 40, 100]))
+    stop = draw(st.sampled_from(["max_model_len", "max_servable"]))
+    # Sliding window (not with caching, swap or the max_servable bound, which it
+    # refuses): windows of one token, inside a block, across blocks and longer
+    # than most requests.
+    plain = caching or mode == "swap" or stop == "max_servable"
+    window = 0 if plain else draw(st.sampled_from([0, 0, 1, 3, 8, 17, 40, 100]))
     # KV cache groups: all sliding, or hybrids of full and sliding groups
     full_g, window_g = (
         draw(st.sampled_from([(0, 1), (0, 1), (1, 1), (1, 3), (2, 1)])) if window else (1, 0)
@@ -65,7 +68,7 @@ def configs(draw):
             sliding_window_groups=window_g,
             cpu_swap_blocks=draw(st.sampled_from([0, 5, 40, 1000])),
             swap_bandwidth_gbps=draw(st.sampled_from([1.0, 25.0])),
-            stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
+            stop_bound=stop,
             null_block=null_block,
             policy=draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
             victim=draw(
@@ -279,15 +282,16 @@ def _random_case(rng: np.random.Generator, wrng: np.random.Generator):
 
 
 def _with_window(rng: np.random.Generator, cfg: SchedulerConfig) -> SchedulerConfig:
-    """Half the configs that allow one get a sliding window (not with prefix
-    caching, compat blis or swap: the config refuses those), half of those a
+    """Seven in ten configs that allow one get a sliding window (not with prefix
+    caching, compat blis or swap: the config refuses those; the
+    max_servable bound, also refused, gives way to max_model_len), half of those a
     pool of at most 24 blocks and half the whole-sequence gate off (a window
     lowers the pressure: this keeps preemptions common). ``rng`` is its own
     stream, so the other draws stay as they were."""
-    if cfg.enable_prefix_caching or cfg.preemption_mode == "swap" or rng.random() < 0.5:
+    if cfg.enable_prefix_caching or cfg.preemption_mode == "swap" or rng.random() < 0.3:
         return cfg
     window = int(rng.choice([1, 5, 16, 33, 64, 150]))
-    full_g, window_g = [(0, 1), (0, 1), (1, 1), (1, 2), (2, 1)][int(rng.integers(0, 5))]
+    full_g, window_g = [(0, 1), (0, 1), (1, 1), (1, 2), (2, 1), (1, 1)][int(rng.integers(0, 6))]
     small = rng.random() < 0.5
     n = min(cfg.num_gpu_blocks, int(rng.integers(2, 25))) if small else cfg.num_gpu_blocks
     gate = cfg.scheduler_reserve_full_isl and rng.random() < 0.5
@@ -298,6 +302,7 @@ def _with_window(rng: np.random.Generator, cfg: SchedulerConfig) -> SchedulerCon
         sliding_window_groups=window_g,
         num_gpu_blocks=n * (full_g + window_g),
         scheduler_reserve_full_isl=gate,
+        stop_bound="max_model_len",
     )
 
 

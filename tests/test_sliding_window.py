@@ -107,6 +107,7 @@ def test_gate_admits_a_long_prompt_that_full_attention_refuses():
     [
         ({"enable_prefix_caching": True}, "--enable-prefix-caching"),
         ({"preemption_mode": "swap"}, "--preemption-mode swap"),
+        ({"stop_bound": "max_servable"}, "--stop-bound max_servable"),
     ],
 )
 def test_config_refuses_what_is_not_simulated(extra, what):

@@ -5,7 +5,10 @@ Each configuration runs the vLLM v1 scheduler step by step in simulated time:
 - ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.py``): running phase,
   then waiting phase, chunked prefill under ``max_num_batched_tokens``.
 - ``KVCacheManager.allocate_slots`` (``vllm/v1/core/kv_cache_manager.py``):
-  all-or-nothing allocation, the whole-sequence gate, the watermark.
+  all-or-nothing allocation, the whole-sequence gate, the watermark; with a
+  sliding window (``SW``) ``SlidingWindowManager.remove_skipped_blocks``
+  first (``_remove_skipped_blocks``), and with several KV cache groups
+  (``GROUPS_FULL``, ``GROUPS_SW``) one table per group in one pool.
 - ``Scheduler._preempt_request``: recompute preemption of the tail of
   ``running``, prepended to ``waiting``.
 - ``Scheduler.update_from_output`` and ``check_stop``
