@@ -119,6 +119,8 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "trace_hash_block_size": COUNTS,
     "long_prefill_token_threshold": COUNTS0,
     "sliding_window": COUNTS0,
+    "full_attention_groups": Bound(0, 1024, integer=True, why="KV cache groups"),
+    "sliding_window_groups": Bound(0, 1024, integer=True, why="KV cache groups"),
     "watermark": Bound(0.0, 1.0, hi_open=True, why="share of the pool kept free"),
     "horizon": Bound(0.0, MAX_HORIZON_S, lo_open=True, inf_ok=True, why="seconds; int64 ns"),
     "horizon_s": Bound(0.0, MAX_HORIZON_S, lo_open=True, inf_ok=True, why="seconds; int64 ns"),

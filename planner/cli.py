@@ -188,6 +188,8 @@ def run(
     compat: opt.CompatOpt = opt.Compat.vllm,
     blis_full_hit_defect: opt.BlisFullHitDefect = False,
     sliding_window: opt.SlidingWindow = None,
+    full_attention_groups: opt.FullAttentionGroups = None,
+    sliding_window_groups: opt.SlidingWindowGroups = None,
     policy: Annotated[
         Policy,
         typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
@@ -302,7 +304,10 @@ def run(
         quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, full_attention_only=False, simulated=True,
     )  # fmt: skip
-    attn = resolve.attention(sliding_window, model, quantization, kv_cache_dtype)
+    attn = resolve.attention(
+        sliding_window, model, quantization, kv_cache_dtype,
+        (full_attention_groups, sliding_window_groups),
+    )  # fmt: skip
     rules = dict(
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
         preemption_mode=preemption_mode.value,

@@ -100,6 +100,8 @@ def max_rate(
     async_scheduling: opt.AsyncScheduling = False,
     enable_prefix_caching: opt.EnablePrefixCaching = False,
     sliding_window: opt.SlidingWindow = None,
+    full_attention_groups: opt.FullAttentionGroups = None,
+    sliding_window_groups: opt.SlidingWindowGroups = None,
     model: opt.Model = None,
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
@@ -177,7 +179,9 @@ def max_rate(
             7463, full_attention_only=False, simulated=True,
         )  # fmt: skip
     base = SchedulerConfig(
-        **resolve.attention(sliding_window, model),
+        **resolve.attention(
+            sliding_window, model, groups=(full_attention_groups, sliding_window_groups)
+        ),
         num_gpu_blocks=blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,

@@ -424,6 +424,23 @@ BlisFullHitDefect = Annotated[
         "block_size tokens holds no prompt blocks."
     ),
 ]
+FullAttentionGroups = Annotated[
+    int | None,
+    typer.Option(
+        help="KV cache groups of full-attention layers sharing the pool with the "
+        "sliding-window ones (a hybrid model) [default: from --model, else 1 without "
+        "a window, 0 with one].",
+        show_default=False,
+    ),
+]
+SlidingWindowGroups = Annotated[
+    int | None,
+    typer.Option(
+        help="KV cache groups of sliding-window layers [default: from --model, else 1 "
+        "with a window, 0 without].",
+        show_default=False,
+    ),
+]
 SlidingWindow = Annotated[
     int | None,
     typer.Option(

@@ -176,21 +176,30 @@ def attention(
     model: str | None,
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
+    groups: tuple[int | None, int | None] = (None, None),
 ) -> dict[str, int]:
     """The attention fields of a run's ``SchedulerConfig``: the model's
     (``simulated_model``) when ``--model`` is given, else ``sliding_window``
-    = ``explicit`` (0 = full attention; one KV cache group).
+    = ``explicit`` (0 = full attention) and the KV cache group counts
+    ``groups`` = (full-attention, sliding-window), None for the default (the
+    model's one group).
 
     Raises:
-        ValueError: one line, when ``explicit`` contradicts the model's window
-            or the model cannot be simulated.
+        ValueError: one line, when ``explicit`` or ``groups`` contradicts the
+            model or the model cannot be simulated.
     """
+    names = ("full_attention_groups", "sliding_window_groups")
     if model is None:
-        return {"sliding_window": 0 if explicit is None else explicit}
+        given = {k: v for k, v in zip(names, groups, strict=True) if v is not None}
+        return {"sliding_window": 0 if explicit is None else explicit, **given}
     m = hardware.model(model, quantization, kv_cache_dtype)
     fields = simulated_model(m)
     window = fields["sliding_window"]
     if explicit is not None and explicit != window:
         has = f"a {window:,}-token sliding window" if window else "full attention"
         raise ValueError(f"--sliding-window {explicit} contradicts --model {m.name} ({has})")
+    for name, v in zip(names, groups, strict=True):
+        if v is not None and v != fields[name]:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {v} contradicts --model {m.name} (it has {fields[name]})")
     return fields

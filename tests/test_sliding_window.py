@@ -252,3 +252,22 @@ def test_run_simulates_a_hybrid_model(capsys):
     )  # fmt: skip
     code, out, _ = run_cli(capsys, *args, "--num-requests", "2")
     assert code == 0 and "in 6 of 7 KV cache groups" in " ".join(out.split())
+
+
+def test_run_takes_group_counts_without_a_model(capsys):
+    """--full-attention-groups / --sliding-window-groups model a hybrid on any
+    pool; with --model they must agree with its groups."""
+    base = ["run", "--num-requests", "5", "--num-gpu-blocks", "500", "--json"]
+    code, out, _ = run_cli(
+        capsys, *base, "--sliding-window", "64", "--full-attention-groups", "1",
+        "--sliding-window-groups", "3",
+    )  # fmt: skip
+    o = json.loads(out)
+    assert code == 0 and (o["full_attention_groups"], o["sliding_window_groups"]) == (1, 3)
+    code, _, err = run_cli(capsys, *base, "--sliding-window-groups", "2")
+    assert code == 2 and "needs a --sliding-window" in err and err.count("\n") == 1
+    code, _, err = run_cli(
+        capsys, "run", "--num-requests", "2", "--model", "gemma-3-27b", "--gpu", "H100",
+        "--tensor-parallel-size", "2", "--latency", "roofline", "--sliding-window-groups", "2",
+    )  # fmt: skip
+    assert code == 2 and "contradicts --model gemma-3-27b (it has 6)" in err
