@@ -18,8 +18,8 @@ Fits, all least squares on the step time:
 - measured: one factor on the aiconfigurator table (``--measured-scale``),
   closed form sum(y t) / sum(t^2).
 
-Request-level calibration (TTFT/TPOT per request with its trace) is not
-implemented.
+Request-level calibration (TTFT/TPOT per request of a benchmark) is
+``planner.calibrate_requests``.
 """
 
 from __future__ import annotations

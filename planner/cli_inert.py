@@ -276,6 +276,31 @@ SCHEDULER_RULES: tuple[Rule, ...] = tuple(
 )
 
 
+# ``plan calibrate``: the simulated server's options apply to a request-level
+# fit (a vllm bench serve .json, ``cli_calibrate.is_bench_result``) only.
+CALIBRATE_SERVER = (
+    "num_gpu_blocks",
+    "gpu_memory_utilization",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "enable_prefix_caching",
+    "async_scheduling",
+    "alpha_coeffs",
+    "beta_coeffs",
+)
+CALIBRATE_RULES: tuple[Rule, ...] = (
+    Rule(
+        CALIBRATE_SERVER,
+        lambda p: str(p.get("measurements", "")).lower().endswith(".json") is False,
+        "describes the server a vllm bench serve result (.json) is replayed on; a steps "
+        "CSV needs none",
+    ),
+    *RUN_RULES,
+)
+
+
 # ``plan bench``: --startup times fresh ``plan run`` processes, not the grid.
 BENCH_RULES: tuple[Rule, ...] = (
     Rule(
