@@ -844,7 +844,9 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             i += 1
             continue
         need = 0
-        off = st.koff[r]  # compat blis, the full-hit defect: prompt tokens without blocks
+        # compat blis, the full-hit defect: prompt tokens without blocks (read only
+        # then: the hot loop of every other config skips the load)
+        off = st.koff[r] if blis else 0
         if c0 + num_new - off > st.held[r] * bs:  # skips the division on most decodes
             need = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[r], 0)
         if need > free:
