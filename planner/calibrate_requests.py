@@ -54,6 +54,8 @@ PASSES = 3  # the first grid, then two refinements
 SCALE_RANGE = (0.25, 4.0)  # linear and measured factors, first pass
 EFFICIENCY_RANGE = (0.02, 1.0)  # roofline MFU and MBU, first pass
 STATE_BYTES = 256 * 2**20  # kernel state per replay call (candidates are chunked to fit)
+MAX_SHIFTS = 4  # same-width grids around a best point on an end of the first one
+SEARCH_LIMIT = 4.0 * 4.0**MAX_SHIFTS  # the farthest factor the shifts reach
 MIN_REQUESTS = 4
 
 
@@ -79,6 +81,10 @@ class BenchRun:
         return Workload(self.arrival_s, self.prompt, self.output, name=name)
 
 
+MAX_SECONDS = 1e9  # a time (send, TTFT, summed ITLs) the clock's int64 ns hold over a run
+MAX_TOKENS = 2**31 - 1  # int32 token counts in the kernel
+
+
 def _column(doc: dict, key: str, path: Path, n: int | None) -> list:
     if key not in doc:
         raise CalibrationError(
@@ -92,14 +98,72 @@ def _column(doc: dict, key: str, path: Path, n: int | None) -> list:
     return col
 
 
-def _numbers(col: list, key: str, path: Path) -> np.ndarray:
-    try:
-        x = np.array(col, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise CalibrationError(f"{path}: '{key}' holds a value that is not a number") from None
-    if x.ndim != 1 or not np.all(np.isfinite(x)) or np.any(x < 0):
-        raise CalibrationError(f"{path}: '{key}' needs finite numbers >= 0")
+def _is_number(v: object) -> bool:
+    return type(v) in (int, float)  # not bool, not a string holding a number
+
+
+def _numbers(col: list, key: str, path: Path, top: float) -> np.ndarray:
+    """(n,) float64 of a list of JSON numbers in [0, top]; one line otherwise."""
+    bad = next((i for i, v in enumerate(col) if not _is_number(v)), None)
+    if bad is not None:
+        raise CalibrationError(f"{path}: '{key}'[{bad}] is {col[bad]!r}, not a number")
+    x = np.array(col, dtype=np.float64)
+    if not np.all(np.isfinite(x)) or np.any(x < 0) or np.any(x > top):
+        raise CalibrationError(f"{path}: '{key}' needs finite numbers in 0..{top:,.0f}")
     return x
+
+
+def _errors_of(doc: dict, path: Path, n: int) -> np.ndarray:
+    """(n,) bool: the requests vLLM bench marked failed (``errors``: a string
+    per request, empty when it succeeded; absent = none failed)."""
+    if "errors" not in doc:
+        return np.zeros(n, dtype=bool)
+    errors = doc["errors"]
+    if not isinstance(errors, list) or len(errors) != n:
+        raise CalibrationError(f"{path}: 'errors' is not a list of {n:,} (one per request)")
+    bad = next((i for i, e in enumerate(errors) if not (e is None or isinstance(e, str))), None)
+    if bad is not None:
+        raise CalibrationError(f"{path}: 'errors'[{bad}] is {errors[bad]!r}, not a string")
+    return np.array([bool(e) for e in errors])
+
+
+def _gap_sums(itls: list, out: np.ndarray, path: Path) -> np.ndarray:
+    """(n,) float64: each request's summed inter-token gaps (seconds); a
+    request streams at most output - 1 gaps."""
+    sums = np.zeros(len(itls))
+    for i, g in enumerate(itls):
+        if not isinstance(g, list):
+            raise CalibrationError(f"{path}: 'itls'[{i}] is {g!r}, not a list of gaps")
+        if len(g) > max(out[i] - 1, 0):
+            raise CalibrationError(
+                f"{path}: 'itls'[{i}] holds {len(g):,} gaps for a {int(out[i]):,}-token output"
+            )
+        sums[i] = _numbers(g, f"itls[{i}]", path, MAX_SECONDS).sum()
+    if np.any(sums > MAX_SECONDS):
+        raise CalibrationError(f"{path}: a request's ITLs sum past {MAX_SECONDS:g} s")
+    return sums
+
+
+def _check_times(
+    path: Path, ok: np.ndarray, out: np.ndarray, ttft: np.ndarray, gaps: np.ndarray
+) -> None:
+    """A served request has a first token after some time, and one of 2+
+    tokens streamed gaps between them (TPOT needs them)."""
+    zero = np.flatnonzero(ok & (ttft <= 0))
+    if zero.size:
+        raise CalibrationError(f"{path}: request {zero[0]} has TTFT 0; a served request takes time")
+    flat = np.flatnonzero(ok & (out >= 2) & (gaps <= 0))
+    if flat.size:
+        i = flat[0]
+        raise CalibrationError(
+            f"{path}: request {i} has no inter-token gaps (itls) for its {int(out[i]):,}-token "
+            "output; TPOT needs a streaming run"
+        )
+    if not np.any(ok & (out >= 2)):
+        raise CalibrationError(
+            f"{path}: no successful request has 2 or more output tokens; the decode side "
+            "(TPOT) cannot be fitted"
+        )
 
 
 def read_bench_result(path: Path) -> BenchRun:
@@ -107,8 +171,11 @@ def read_bench_result(path: Path) -> BenchRun:
 
     Raises:
         CalibrationError: one line, for a file that is not such JSON, a missing
-            or ragged list, a negative or non-numeric value, token counts past
-            int32, or fewer than ``MIN_REQUESTS`` successful requests.
+            or ragged list, a value that is not a JSON number (or, in
+            ``errors``, a string), a negative, fractional or too large one, a
+            request with more gaps than tokens, a served request with TTFT 0
+            or with 2+ tokens and no gaps, no request of 2+ tokens, or fewer
+            than ``MIN_REQUESTS`` successful requests.
     """
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -117,23 +184,25 @@ def read_bench_result(path: Path) -> BenchRun:
     if not isinstance(doc, dict):
         raise CalibrationError(f"{path}: not a vllm bench serve result (a JSON object)")
     n = len(_column(doc, "start_times", path, None))
+    if n == 0:
+        raise CalibrationError(f"{path}: holds no requests")
     cols = {k: _column(doc, k, path, n) for k in BENCH_KEYS}
-    start, inp, out, ttft = (_numbers(cols[k], k, path) for k in BENCH_KEYS[:4])
+    start, ttft = (_numbers(cols[k], k, path, MAX_SECONDS) for k in ("start_times", "ttfts"))
+    inp, out = (_numbers(cols[k], k, path, MAX_TOKENS) for k in ("input_lens", "output_lens"))
     for key, x in (("input_lens", inp), ("output_lens", out)):
-        if np.any(x != np.round(x)) or np.any(x > 2**31 - 1):
-            raise CalibrationError(f"{path}: '{key}' needs whole token counts below 2^31")
-    gaps = [_numbers(g if isinstance(g, list) else [g], "itls", path).sum() for g in cols["itls"]]
-    errors = doc.get("errors") or [""] * n
-    ok = np.array([not e for e in errors[:n]] + [True] * (n - len(errors[:n])))
-    ok &= (out >= 1) & (inp >= 1)
+        if np.any(x != np.round(x)):
+            raise CalibrationError(f"{path}: '{key}' needs whole token counts")
+    gaps = _gap_sums(cols["itls"], out, path)
+    ok = ~_errors_of(doc, path, n) & (out >= 1) & (inp >= 1)
     if ok.sum() < MIN_REQUESTS:
         raise CalibrationError(
             f"{path}: {int(ok.sum())} successful requests; the fit needs {MIN_REQUESTS} or more"
         )
+    _check_times(path, ok, out, ttft, gaps)
     order = np.argsort(start[ok], kind="stable")
     sent = start[ok][order]
     o = out[ok][order].astype(np.int32)
-    tpot = np.where(o >= 2, np.array(gaps)[ok][order] / np.maximum(o - 1, 1), np.nan)
+    tpot = np.where(o >= 2, gaps[ok][order] / np.maximum(o - 1, 1), np.nan)
     return BenchRun(
         sent - sent[0], inp[ok][order].astype(np.int32), o, ttft[ok][order], tpot, int((~ok).sum())
     )
@@ -161,16 +230,45 @@ def scaled(base: Latency, x: tuple[float, ...]) -> Latency:
     raise TypeError(f"no request-level fit for {type(base).__name__}")
 
 
-def _axes(base: Latency, around: tuple[float, ...] | None, step: float) -> list[np.ndarray]:
-    """Per parameter, the pass's grid: the first pass's range, or ``step``
-    (a ratio) either side of ``around``."""
+def _axes(base: Latency, around: tuple[float, ...] | None, half: float) -> list[np.ndarray]:
+    """Per parameter, a pass's grid of ``POINTS`` values: the first pass's
+    range, or ``half`` (a ratio) either side of ``around``; efficiencies stop
+    at 1."""
     n = POINTS[_dims(base)]
     eff = isinstance(base, RooflineLatency)
     if around is None:
         lo, hi = EFFICIENCY_RANGE if eff else SCALE_RANGE
         return [_grid(lo, hi, n)] * _dims(base)
-    axes = [_grid(a / step, a * step, n) for a in around]
+    axes = [_grid(a / half, a * half, n) for a in around]
     return [np.unique(np.minimum(g, 1.0)) if eff else g for g in axes]
+
+
+def _on_edge(base: Latency, axes: list[np.ndarray], x: tuple[float, ...]) -> list[int]:
+    """Parameters whose best value is an end of its grid (an efficiency at 1
+    is a limit, not an end: nothing lies beyond it)."""
+    eff = isinstance(base, RooflineLatency)
+    return [
+        d
+        for d, g in enumerate(axes)
+        if len(g) > 1 and (x[d] == g[0] or (x[d] == g[-1] and not (eff and x[d] >= 1.0)))
+    ]
+
+
+def _rounded(lat: Latency) -> Latency:
+    """``lat`` with its fitted parameters at the 4 significant digits printed,
+    so that the printed options replay what the fit reports."""
+
+    def r(v: float) -> float:
+        return float(f"{v:.4g}")
+
+    if isinstance(lat, LinearLatency):
+        return LinearLatency(lat.alpha, tuple(r(b) for b in lat.beta))  # type: ignore[arg-type]
+    if isinstance(lat, RooflineLatency):
+        return dataclasses.replace(lat, mfu=r(lat.mfu), mbu=r(lat.mbu))
+    return dataclasses.replace(lat, scale=r(lat.scale))  # type: ignore[type-var]
+
+
+PARAM_NAMES = {3: ("beta0", "beta1", "beta2"), 2: ("MFU", "MBU"), 1: ("the measured scale",)}
 
 
 @dataclass(frozen=True)
@@ -187,6 +285,8 @@ class RequestFit:
     tpot_err: float
     table: dict[str, tuple[float, float]]
     unserved: int = 0  # requests of the run the fitted replay gave no first token
+    at_edge: tuple[str, ...] = ()  # parameters the search ended on an end of its range
+    at_limit: tuple[str, ...] = ()  # efficiencies fitted at 1 (the hardware's peak)
 
     def describe(self) -> str:
         lines = [
@@ -195,8 +295,21 @@ class RequestFit:
         ]
         if self.unserved:
             lines.append(
-                f"note: the simulated server did not serve {self.unserved:,} of the run's "
-                "requests (a pool too small for them?); they are not in the fit"
+                f"note: the simulated server gave no first token to {self.unserved:,} of the "
+                "run's requests (a request the pool cannot hold blocks every later one, or "
+                "the pool is too small); they are not in the fit"
+            )
+        if self.at_edge:
+            lines.append(
+                f"note: {', '.join(self.at_edge)} ended on an end of the search (for "
+                f"linear and measured, a factor 1/{SEARCH_LIMIT:g}..{SEARCH_LIMIT:g} of the "
+                "base): the best fit may lie beyond it; check the server options, or start "
+                "from a base nearer it"
+            )
+        if self.at_limit:
+            lines.append(
+                f"note: {', '.join(self.at_limit)} fitted at 1, the hardware's peak: the run "
+                "was faster than this roofline allows"
             )
         lines.append("metric         measured   simulated")
         for name, (m, s) in self.table.items():
@@ -242,15 +355,16 @@ def _replay(
 
 
 def _options(lat: Latency) -> str:
+    """The command-line options that replay ``lat`` (the fitted parameters and
+    the ones the fit kept: alpha, the step overhead)."""
+    a = ",".join(f"{v:.10g}" for v in lat.alpha)
     if isinstance(lat, LinearLatency):
-        a, b = lat.alpha, lat.beta
-        return (
-            f"--latency linear --alpha-coeffs {a[0]:g},{a[1]:g},{a[2]:g} "
-            f"--beta-coeffs {b[0]:.4g},{b[1]:.4g},{b[2]:.4g}"
-        )
+        b = lat.beta
+        return f"--latency linear --alpha-coeffs {a} --beta-coeffs {b[0]:.4g},{b[1]:.4g},{b[2]:.4g}"
+    kept = f"--step-overhead-us {lat.overhead_us:.10g} --alpha-coeffs {a}"  # type: ignore[union-attr]
     if isinstance(lat, RooflineLatency):
-        return f"--latency roofline --mfu {lat.mfu:.3f} --mbu {lat.mbu:.3f}"
-    return f"--latency measured --measured-scale {lat.scale:.4g}"  # type: ignore[union-attr]
+        return f"--latency roofline --mfu {lat.mfu:.4g} --mbu {lat.mbu:.4g} {kept}"
+    return f"--latency measured --measured-scale {lat.scale:.4g} {kept}"  # type: ignore[union-attr]
 
 
 def fit_requests(run: BenchRun, cfg: SchedulerConfig, base: Latency, name: str) -> RequestFit:
@@ -262,33 +376,17 @@ def fit_requests(run: BenchRun, cfg: SchedulerConfig, base: Latency, name: str) 
         CalibrationError: when a request of the run is longer than
             ``cfg.max_model_len`` (the server served it, so its limit is larger),
             or no candidate serves any request of the run (a pool too small)."""
-    longest = int((run.prompt.astype(np.int64) + run.output).max())
-    if longest > cfg.max_model_len:
-        raise CalibrationError(
-            f"a request of the run holds {longest:,} tokens (prompt + output), more than "
-            f"--max-model-len {cfg.max_model_len:,}: give the server's --max-model-len "
-            f"(at least {longest:,}, since it served that request)"
-        )
-    best: tuple[float, ...] | None = None
-    err, step = math.inf, 1.0
-    for _ in range(PASSES):
-        axes = _axes(base, best, step)
-        cands = list(itertools.product(*(map(float, g) for g in axes)))
-        ttft, tpot = _replay(run, cfg, [scaled(base, x) for x in cands], name)
-        e = _errors(ttft, tpot, run)
-        i = int(np.argmin(e))
-        if not np.isfinite(e[i]):
-            raise CalibrationError(
-                "no candidate serves any request of the run: check --num-gpu-blocks "
-                "and --max-model-len against its requests"
-            )
-        if e[i] <= err:
-            best, err = cands[i], float(e[i])
-        step = max(float(g[1] / g[0]) for g in axes if len(g) > 1)
-    assert best is not None
-    lat = scaled(base, best)
+    _check_lengths(run, cfg)
+    best, edge = _search(run, cfg, base, name)
+    lat = _rounded(scaled(base, best))
     ttft, tpot = (x[0] for x in _replay(run, cfg, [lat], name))
     both = np.isfinite(ttft)
+    if both.sum() < MIN_REQUESTS:
+        raise CalibrationError(
+            f"the simulated server gives a first token to {int(both.sum())} of the run's "
+            f"{len(both):,} requests (the fit needs {MIN_REQUESTS}): check --num-gpu-blocks "
+            "and --max-model-len; under FCFS a request the pool cannot hold blocks every later one"
+        )
     multi = both & np.isfinite(tpot) & np.isfinite(run.tpot_s)
     table = {}
     pairs = (("TTFT", ttft, run.ttft_s, both), ("TPOT", tpot, run.tpot_s, multi))
@@ -299,6 +397,8 @@ def fit_requests(run: BenchRun, cfg: SchedulerConfig, base: Latency, name: str) 
                     float(np.percentile(meas[mask], p)),
                     float(np.percentile(sim[mask], p)),
                 )
+    names = PARAM_NAMES[_dims(base)]
+    limit = [d for d in range(len(best)) if isinstance(base, RooflineLatency) and best[d] >= 1.0]
     return RequestFit(
         _options(lat),
         lat,
@@ -308,7 +408,68 @@ def fit_requests(run: BenchRun, cfg: SchedulerConfig, base: Latency, name: str) 
         _median_rel(tpot, run.tpot_s, multi),
         table,
         int((~both).sum()),
+        tuple(names[d] for d in edge),
+        tuple(names[d] for d in limit),
     )
+
+
+def _check_lengths(run: BenchRun, cfg: SchedulerConfig) -> None:
+    longest = int((run.prompt.astype(np.int64) + run.output).max())
+    if longest > MAX_TOKENS:
+        raise CalibrationError(
+            f"a request of the run holds {longest:,} tokens (prompt + output), more than the "
+            f"planner simulates ({MAX_TOKENS:,})"
+        )
+    if longest > cfg.max_model_len:
+        raise CalibrationError(
+            f"a request of the run holds {longest:,} tokens (prompt + output), more than "
+            f"--max-model-len {cfg.max_model_len:,}: give the server's --max-model-len "
+            f"(at least {longest:,}, since it served that request)"
+        )
+
+
+def _evaluate(
+    run: BenchRun, cfg: SchedulerConfig, base: Latency, name: str, axes: list[np.ndarray]
+) -> tuple[tuple[float, ...], float]:
+    """The best grid point of ``axes`` and its error (one replay of them all)."""
+    cands = list(itertools.product(*(map(float, g) for g in axes)))
+    ttft, tpot = _replay(run, cfg, [scaled(base, x) for x in cands], name)
+    e = _errors(ttft, tpot, run)
+    i = int(np.argmin(e))
+    if not np.isfinite(e[i]):
+        raise CalibrationError(
+            "no candidate serves any request of the run: check --num-gpu-blocks "
+            "and --max-model-len against its requests"
+        )
+    return cands[i], float(e[i])
+
+
+def _search(
+    run: BenchRun, cfg: SchedulerConfig, base: Latency, name: str
+) -> tuple[tuple[float, ...], list[int]]:
+    """The first grid; while its best point is on an end, the same-width grid
+    around it (``MAX_SHIFTS`` times at most, so within ``SEARCH_LIMIT``); then
+    ``PASSES - 1`` refinements, each one grid step either side. Returns the
+    best point and the parameters still on an end before the refinements."""
+    axes = _axes(base, None, 1.0)
+    best, err = _evaluate(run, cfg, base, name, axes)
+    lo, hi = axes[0][0], axes[0][-1]
+    for _ in range(MAX_SHIFTS):
+        if not _on_edge(base, axes, best):
+            break
+        axes = _axes(base, best, math.sqrt(hi / lo))
+        x, e = _evaluate(run, cfg, base, name, axes)
+        if e <= err:
+            best, err = x, e
+    edge = _on_edge(base, axes, best)
+    step = max(float(g[1] / g[0]) for g in axes if len(g) > 1)
+    for _ in range(PASSES - 1):
+        fine = _axes(base, best, step)
+        x, e = _evaluate(run, cfg, base, name, fine)
+        if e <= err:
+            best, err = x, e
+        step = max(float(g[1] / g[0]) for g in fine if len(g) > 1)
+    return best, edge
 
 
 def _median_rel(sim: np.ndarray, meas: np.ndarray, mask: np.ndarray) -> float:

@@ -288,6 +288,15 @@ def run(
     from planner import resolve
     from planner.api import compile_note, paced_clock_bound, simulate
 
+    rules = dict(
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        preemption_mode=preemption_mode.value,
+        null_block=null_block,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    # --compat blis implies these; one the user gave against it is refused, before
+    # the inert-option rules (which would ask for what compat forbids).
+    rules |= compat_settings(compat.value, {k: v for k, v in rules.items() if given(ctx, k)})
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
@@ -301,14 +310,6 @@ def run(
         quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
     )  # fmt: skip
-    rules = dict(
-        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        preemption_mode=preemption_mode.value,
-        null_block=null_block,
-        enable_prefix_caching=enable_prefix_caching,
-    )
-    # --compat blis implies these; one the user gave against it is refused.
-    rules |= compat_settings(compat.value, {k: v for k, v in rules.items() if given(ctx, k)})
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
         block_size=block_size,
@@ -516,6 +517,13 @@ def _print_run(
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
+    if row["compat"] == "blis":  # type: ignore[index]
+        defect = ", with its full-hit defect" if row["blis_full_hit_defect"] else ""  # type: ignore[index]
+        console.print(
+            f"compat blis: BLIS b563c440's scheduler rules{defect} (restart preemption, no null "
+            "block, no whole-prompt gate, prefix caching; README: BLIS compatibility)",
+            soft_wrap=True,
+        )
     conc = int(row["max_concurrency"])  # type: ignore[index]
     think = float(row["think_time_s"])  # type: ignore[index]
     reps = int(row["replicas"])  # type: ignore[index]

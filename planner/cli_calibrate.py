@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,6 @@ def calibrate(
     max_num_seqs: opt.MaxNumSeqs = 256,
     max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
     max_model_len: opt.MaxModelLen = 4096,
-    enable_prefix_caching: opt.EnablePrefixCaching = False,
     async_scheduling: opt.AsyncScheduling = False,
     as_json: opt.AsJson = False,
 ) -> None:
@@ -136,13 +136,16 @@ def _calibrate_requests(path: Path, o: dict) -> None:
         max_num_seqs=o["max_num_seqs"],
         max_num_batched_tokens=o["max_num_batched_tokens"],
         max_model_len=o["max_model_len"],
-        enable_prefix_caching=o["enable_prefix_caching"],
         async_scheduling=o["async_scheduling"],
     )
     fit = creq.fit_requests(run, cfg, base, f"bench {path.name}")
     if o["as_json"]:
+        finite = {"ttft": fit.ttft_err, "tpot": fit.tpot_err}
+        finite = {k: (v if math.isfinite(v) else None) for k, v in finite.items()}
         out = {"options": fit.options, "requests": fit.requests, "failed": fit.failed}
-        out |= {"ttft_median_rel_error": fit.ttft_err, "tpot_median_rel_error": fit.tpot_err}
+        out |= {"unserved": fit.unserved, "at_edge": list(fit.at_edge)}
+        out |= {"at_limit": list(fit.at_limit)}
+        out |= {"ttft_median_rel_error": finite["ttft"], "tpot_median_rel_error": finite["tpot"]}
         out["percentiles_s"] = {
             k: {"measured": m, "simulated": s} for k, (m, s) in fit.table.items()
         }

@@ -124,7 +124,9 @@ RUN_RULES: tuple[Rule, ...] = (
     Rule(
         ("router",),
         lambda p: (
-            _value(p.get("router")) == "prefix_affinity" and not p.get("enable_prefix_caching")
+            _value(p.get("router")) == "prefix_affinity"
+            and not p.get("enable_prefix_caching")
+            and _value(p.get("compat")) != "blis"  # compat blis implies prefix caching
         ),
         "prefix_affinity needs --enable-prefix-caching (without a cache, prefixes are not "
         "reused and it routes as least_outstanding)",
@@ -285,17 +287,22 @@ CALIBRATE_SERVER = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
-    "enable_prefix_caching",
     "async_scheduling",
-    "alpha_coeffs",
-    "beta_coeffs",
 )
+# Step-time options a steps CSV fit does not take (it fits beta and reads no alpha).
+CALIBRATE_REQUEST_LATENCY = ("alpha_coeffs", "beta_coeffs")
 CALIBRATE_RULES: tuple[Rule, ...] = (
     Rule(
         CALIBRATE_SERVER,
-        lambda p: str(p.get("measurements", "")).lower().endswith(".json") is False,
+        lambda p: not str(p.get("measurements", "")).lower().endswith(".json"),
         "describes the server a vllm bench serve result (.json) is replayed on; a steps "
         "CSV needs none",
+    ),
+    Rule(
+        CALIBRATE_REQUEST_LATENCY,
+        lambda p: not str(p.get("measurements", "")).lower().endswith(".json"),
+        "is a starting point of a request-level fit (a vllm bench serve .json); a steps "
+        "CSV fit needs none (it fits beta; step times do not show alpha)",
     ),
     *RUN_RULES,
 )

@@ -98,7 +98,7 @@ def test_failed_requests_are_left_out_and_counted(tmp_path):
     path = bench_json(tmp_path / "r.json", wl, BASE)
     doc = json.loads(path.read_text())
     doc["errors"][3] = "Bad Request"
-    doc["output_lens"][5] = 0
+    doc["output_lens"][5], doc["itls"][5] = 0, []  # as vLLM bench writes a request with no output
     path.write_text(json.dumps(doc))
     run = creq.read_bench_result(path)
     assert run.failed == 2 and len(run.prompt) == 38
@@ -126,8 +126,28 @@ def test_cli_prints_the_options_and_the_percentiles(capsys, tmp_path):
         (lambda d: d.pop("itls"), "'itls'"),
         (lambda d: d.update(ttfts=d["ttfts"][:-1]), "'ttfts' is not a list"),
         (lambda d: d.update(input_lens=["x"] * len(d["input_lens"])), "not a number"),
-        (lambda d: d.update(output_lens=[-1] * len(d["output_lens"])), ">= 0"),
+        (lambda d: d.update(output_lens=[-1] * len(d["output_lens"])), "in 0..2,147,483,647"),
         (lambda d: d.update(errors=["boom"] * len(d["errors"])), "successful requests"),
+        (lambda d: d.update({k: [] for k in d}), "holds no requests"),
+        (lambda d: d.update(errors={"a": 1}), "'errors' is not a list"),
+        (lambda d: d.update(errors=5), "'errors' is not a list"),
+        (lambda d: d.update(errors="boom"), "'errors' is not a list"),
+        (lambda d: d.update(errors=[""] * 10), "'errors' is not a list of 20"),
+        (lambda d: d["errors"].__setitem__(2, ["x"]), "'errors'[2] is ['x'], not a string"),
+        (lambda d: d["input_lens"].__setitem__(1, "503"), "'input_lens'[1] is '503'"),
+        (lambda d: d["output_lens"].__setitem__(1, True), "'output_lens'[1] is True"),
+        (
+            lambda d: d["ttfts"].__setitem__(3, 1e300),
+            "'ttfts' needs finite numbers in 0..1,000,000,000",
+        ),
+        (lambda d: d["ttfts"].__setitem__(3, 0.0), "request 3 has TTFT 0"),
+        (lambda d: d["itls"].__setitem__(0, "0.01"), "'itls'[0] is '0.01', not a list"),
+        (lambda d: d["itls"].__setitem__(0, [0.01] * 5000), "5,000 gaps for a"),
+        (lambda d: d.update(itls=[[] for _ in d["itls"]]), "no inter-token gaps"),
+        (
+            lambda d: d.update(output_lens=[1] * len(d["output_lens"]), itls=[[]] * len(d["itls"])),
+            "no successful request has 2 or more output tokens",
+        ),
     ],
 )
 def test_bad_bench_results_are_one_line(capsys, tmp_path, edit, needle):
@@ -180,4 +200,46 @@ def test_requests_a_small_pool_cannot_serve_are_named(tmp_path):
     fit = creq.fit_requests(creq.read_bench_result(path), small, BASE, "b")
     assert fit.requests == first_stuck + 1
     assert fit.unserved == wl.num_requests - first_stuck - 1
-    assert f"did not serve {fit.unserved:,} of the run's requests" in fit.describe()
+    assert f"no first token to {fit.unserved:,} of the run's requests" in fit.describe()
+
+
+def test_printed_options_replay_the_reported_fit(capsys, tmp_path):
+    """Roofline with a kept overhead and alpha: the options name them, and
+    their values are the rounded ones the figures come from."""
+    wl = workload(60)
+    truth = RooflineLatency("llama-3.1-8b", "H100", mfu=0.35, mbu=0.6, overhead_us=3000.0)
+    path = bench_json(tmp_path / "r.json", wl, truth)
+    base = RooflineLatency("llama-3.1-8b", "H100", overhead_us=3000.0, alpha=(500.0, 0.0, 0.0))
+    fit = creq.fit_requests(creq.read_bench_result(path), CFG, base, "b")
+    assert "--step-overhead-us 3000" in fit.options and "--alpha-coeffs 500,0,0" in fit.options
+    mfu = float(fit.options.split("--mfu ")[1].split()[0])
+    assert fit.latency.mfu == mfu  # type: ignore[union-attr]
+    q = per_request(simulate([CFG], creq.read_bench_result(path).workload("b"), fit.latency))
+    assert np.percentile(q["ttft"][0], 50) == pytest.approx(fit.table["TTFT p50"][1], rel=1e-12)
+
+
+def test_a_best_point_on_the_edge_moves_the_search(tmp_path):
+    """Results 10x slower than the base: the first grid (factors 1/4..4) ends
+    on its edge, and the search moves on to the answer."""
+    wl = workload(60)
+    slow = LinearLatency((0.0, 0.0, 0.0), tuple(10 * b for b in BASE.beta))
+    path = bench_json(tmp_path / "r.json", wl, slow)
+    fit = creq.fit_requests(creq.read_bench_result(path), CFG, BASE, "b")
+    assert fit.latency.beta[1] == pytest.approx(slow.beta[1], rel=0.05)  # type: ignore[union-attr]
+    assert fit.tpot_err < 0.02 and not fit.at_edge
+
+
+def test_json_output_has_no_nan(capsys, tmp_path):
+    path = bench_json(tmp_path / "r.json", workload(30), BASE)
+    code, out, err = run_cli(capsys, "calibrate", str(path), "--num-gpu-blocks", "4000", "--json")
+    assert code == 0, err
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+    assert doc["unserved"] == 0 and doc["at_edge"] == []
+
+
+def test_a_json_named_otherwise_gets_a_hint(capsys, tmp_path):
+    path = bench_json(tmp_path / "r.json", workload(20), BASE)
+    txt = tmp_path / "r.txt"
+    txt.write_text(path.read_text())
+    code, _, err = run_cli(capsys, "calibrate", str(txt))
+    assert code == 2 and "looks like JSON" in err
