@@ -354,6 +354,11 @@ def run(
     )  # fmt: skip
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
+    if compat == opt.Compat.blis and _finer_than_ns(lat):
+        warn(
+            "--compat blis: a coefficient has more than 3 decimals in us; planner keeps whole "
+            "ns, so BLIS's truncation to whole us can differ by 1 us on some steps"
+        )
     mean_len = wl.mean_request_tokens(max_model_len)
     safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
     warning = (
@@ -500,6 +505,12 @@ def value_text(row: object, key: str, fmt: str) -> str:
     bound = f"{key}_is_lower_bound"
     prefix = "≥ " if bound in row and bool(row[bound]) else ""  # type: ignore[operator,index]
     return prefix + fmt.format(v)
+
+
+def _finer_than_ns(lat: Latency) -> bool:
+    """Whether a linear coefficient (us) is not a whole number of ns."""
+    coeffs = (*getattr(lat, "alpha", ()), *getattr(lat, "beta", ()))
+    return any(abs(c * 1000 - round(c * 1000)) > 1e-6 for c in coeffs)
 
 
 def _print_run(

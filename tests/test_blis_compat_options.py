@@ -149,3 +149,11 @@ def test_run_text_says_compat_is_on(capsys):
     code, out, err = run_cli(capsys, *text, "--compat", "blis", "--blis-full-hit-defect")
     assert code == 0, err
     assert "compat blis: BLIS b563c440's scheduler rules, with its full-hit defect" in out
+
+
+def test_coefficients_finer_than_a_ns_are_warned_under_compat(capsys):
+    args = (*RUN, "--compat", "blis", "--beta-coeffs")
+    code, _, err = run_cli(capsys, *args, "5752.7123,17.25,6")
+    assert code == 0 and "more than 3 decimals in us" in err
+    code, _, err = run_cli(capsys, *args, "5752.712,17.25,6")
+    assert code == 0 and "decimals" not in err
