@@ -96,6 +96,8 @@ CASES = [
 # (catalog id, GiB available for KV per GPU, tp, kv dtype, block, max_model_len,
 #  max_num_batched_tokens, async scheduling, mamba_cache_mode, GDN prefill backend)
 QWEN35 = "Qwen/Qwen3.5-27B"
+# a config.json fixture (qwen3_next: no mamba_ssm_dtype rule, SSM state in bf16)
+NEXT_LIKE = "tests/data/configs/qwen3-next-like.json"
 ISSUE_POOL = 1487 * 16 * 784 * 4096  # issue 16: 1,487 blocks of 16 layers x 784 x 4,096 B
 HYBRID_CASES = [
     (QWEN35, ISSUE_POOL / GIB, 1, "auto", 16, 32768, 8192, False, "none", "triton"),
@@ -107,6 +109,8 @@ HYBRID_CASES = [
     (QWEN35, 12.0, 4, "auto", 64, 262144, 8192, False, "none", "triton"),
     (QWEN35, 2.5, 1, "auto", 16, 262144, 8192, False, "none", "triton"),
     (QWEN35, 0.1, 1, "auto", 16, 32768, 8192, False, "align", "flashinfer"),
+    (NEXT_LIKE, 8.0, 1, "auto", 16, 65536, 8192, False, "none", "triton"),
+    (NEXT_LIKE, 8.0, 2, "auto", 16, 65536, 8192, False, "align", "flashinfer"),
 ]
 
 
@@ -129,7 +133,8 @@ def hybrid_specs(
     cache = CacheConfig(block_size=block_size)
     cache.cache_dtype = kv_dtype
     cache.mamba_cache_mode = mode
-    ssm = getattr(hf, "mamba_ssm_dtype", None)  # Qwen3_5ForConditionalGenerationConfig
+    # Qwen3_5ForConditionalGenerationConfig (qwen3_5 architectures only)
+    ssm = getattr(hf, "mamba_ssm_dtype", None) if text["model_type"].startswith("qwen3_5") else None
     if ssm is not None:
         cache.mamba_ssm_cache_dtype = ssm
     # MambaModelConfig.verify_and_update_config: the block size with prefix
@@ -257,7 +262,10 @@ def record(case: tuple) -> dict:
     mid, gib, tp, kvd, bs, mml, mnbt, asy = case[:8]
     hybrid = len(case) > 8
     entries = [json.loads(p.read_text()) for p in CATALOG.glob("*.json")]
-    entry = next(e for e in entries if e["id"] == mid)
+    if mid.endswith(".json"):  # a config.json fixture
+        entry = {"config": json.loads((ROOT / mid).read_text())}
+    else:
+        entry = next(e for e in entries if e["id"] == mid)
     vc = stub_config(mml, mnbt, asy)
     if hybrid:
         mode, backend = case[8:]
