@@ -18,8 +18,8 @@ Fits, all least squares on the step time:
 - measured: one factor on the aiconfigurator table (``--measured-scale``),
   closed form sum(y t) / sum(t^2).
 
-Request-level calibration (TTFT/TPOT per request with its trace) is not
-implemented.
+Request-level calibration (TTFT/TPOT per request of a benchmark) is
+``planner.calibrate_requests``.
 """
 
 from __future__ import annotations
@@ -101,8 +101,11 @@ def read_steps(path: Path) -> dict[str, np.ndarray]:
         ) from None
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
+        hint = ""
+        if str(df.columns[0]).lstrip().startswith("{"):
+            hint = "; it looks like JSON: name a vllm bench serve result *.json"
         raise CalibrationError(
-            f"{path}: missing column {', '.join(missing)} (needs {', '.join(COLUMNS)})"
+            f"{path}: missing column {', '.join(missing)} (needs {', '.join(COLUMNS)}){hint}"
         )
     if len(df) == 0:
         raise CalibrationError(f"{path}: no rows")

@@ -291,6 +291,15 @@ def run(
     from planner import resolve
     from planner.api import compile_note, paced_clock_bound, simulate
 
+    rules = dict(
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        preemption_mode=preemption_mode.value,
+        null_block=null_block,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    # --compat blis implies these; one the user gave against it is refused, before
+    # the inert-option rules (which would ask for what compat forbids).
+    rules |= compat_settings(compat.value, {k: v for k, v in rules.items() if given(ctx, k)})
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
@@ -308,14 +317,6 @@ def run(
         sliding_window, model, quantization, kv_cache_dtype,
         (full_attention_groups, sliding_window_groups),
     )  # fmt: skip
-    rules = dict(
-        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        preemption_mode=preemption_mode.value,
-        null_block=null_block,
-        enable_prefix_caching=enable_prefix_caching,
-    )
-    # --compat blis implies these; one the user gave against it is refused.
-    rules |= compat_settings(compat.value, {k: v for k, v in rules.items() if given(ctx, k)})
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
         block_size=block_size,
@@ -361,6 +362,11 @@ def run(
     )  # fmt: skip
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
+    if compat == opt.Compat.blis and _finer_than_ns(lat):
+        warn(
+            "--compat blis: a coefficient has more than 3 decimals in us; planner keeps whole "
+            "ns, so BLIS's truncation to whole us can differ by 1 us on some steps"
+        )
     mean_len = wl.mean_request_tokens(max_model_len)
     safe = analytic_safe_max_num_seqs(
         blocks, block_size, mean_len, null_block, cfg.sliding_window_cap,
@@ -512,6 +518,12 @@ def value_text(row: object, key: str, fmt: str) -> str:
     return prefix + fmt.format(v)
 
 
+def _finer_than_ns(lat: Latency) -> bool:
+    """Whether a linear coefficient (us) is not a whole number of ns."""
+    coeffs = (*getattr(lat, "alpha", ()), *getattr(lat, "beta", ()))
+    return any(abs(c * 1000 - round(c * 1000)) > 1e-6 for c in coeffs)
+
+
 def _print_run(
     wl: Workload,
     blocks: int,
@@ -542,6 +554,13 @@ def _print_run(
             soft_wrap=True,
         )
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
+    if row["compat"] == "blis":  # type: ignore[index]
+        defect = ", with its full-hit defect" if row["blis_full_hit_defect"] else ""  # type: ignore[index]
+        console.print(
+            f"compat blis: BLIS b563c440's scheduler rules{defect} (restart preemption, no null "
+            "block, no whole-prompt gate, prefix caching; README: BLIS compatibility)",
+            soft_wrap=True,
+        )
     conc = int(row["max_concurrency"])  # type: ignore[index]
     think = float(row["think_time_s"])  # type: ignore[index]
     reps = int(row["replicas"])  # type: ignore[index]

@@ -1,23 +1,28 @@
-"""``plan calibrate``: fit the chosen step-time model to a CSV of measured steps
-(``planner.calibrate``) and print the options that reproduce the fit."""
+"""``plan calibrate``: fit the chosen step-time model to measured step times
+(``planner.calibrate``) or to a benchmark's per-request results
+(``planner.calibrate_requests``), and print the options that reproduce the fit."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from planner import cli_options as opt
+from planner.cli_inert import CALIBRATE_RULES, reject_inert
 
 
 def calibrate(
-    steps_csv: Annotated[
+    ctx: typer.Context,
+    measurements: Annotated[
         Path,
         typer.Argument(
-            help="CSV, one row per engine step: prefill_tokens, decode_requests, "
-            "kv_tokens (the decodes' summed KV tokens), step_ms.",
+            help="A CSV of engine steps (prefill_tokens, decode_requests, kv_tokens, "
+            "step_ms), or the JSON of vllm bench serve --save-result --save-detailed "
+            "(per-request TTFT and ITLs, replayed on the scheduler options given).",
             show_default=False,
         ),
     ],
@@ -28,39 +33,46 @@ def calibrate(
     quantization: opt.Quantization = None,
     kv_cache_dtype: opt.KvCacheDtype = "auto",
     step_overhead_us: opt.StepOverheadUs = 0.0,
+    alpha_coeffs: opt.AlphaCoeffs = None,
+    beta_coeffs: opt.BetaCoeffs = None,
+    num_gpu_blocks: opt.NumGpuBlocks = None,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
+    block_size: opt.BlockSize = 16,
+    max_num_seqs: opt.MaxNumSeqs = 256,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
+    max_model_len: opt.MaxModelLen = 4096,
+    async_scheduling: opt.AsyncScheduling = False,
     as_json: opt.AsJson = False,
 ) -> None:
-    """Fit a step-time model to measured step times and print its options.
+    """Fit a step-time model to measurements and print its options.
 
-    linear fits --beta-coeffs (non-negative least squares); roofline fits
-    --mfu, --mbu and --step-overhead-us for --model on --gpu; measured fits
-    --measured-scale, a factor on aiconfigurator's table (its overhead is
-    --step-overhead-us, kept). Prints the fit error (RMS, mean and max
-    relative). Exit status: 0 fitted; 2 bad input (a missing column, a
-    non-numeric value, no rows).
+    From engine steps (a CSV file): linear fits --beta-coeffs (non-negative least
+    squares); roofline fits --mfu, --mbu and --step-overhead-us for --model on
+    --gpu; measured fits --measured-scale (its overhead is --step-overhead-us,
+    kept). From a vllm bench serve result (a JSON file): the requests are replayed
+    at their send times on the server the scheduler options describe, and
+    linear fits beta (prefill and per-step factors on --beta-coeffs or the
+    preset), roofline --mfu and --mbu, measured --measured-scale, so that the
+    per-request TTFT and TPOT match. Prints the fit error. Exit status: 0
+    fitted; 2 bad input (a missing column or key, a non-numeric value, no
+    rows).
     """
     from planner import calibrate as cal
-    from planner import resolve
 
+    reject_inert(ctx, CALIBRATE_RULES)
+    if is_bench_result(measurements):
+        _calibrate_requests(measurements, ctx.params)
+        return
     if step_overhead_us and latency != opt.LatencyKind.measured:
         raise ValueError("--step-overhead-us is fitted here; give it only with --latency measured")
     if latency == opt.LatencyKind.linear:
-        hw = {
-            "--model": model is not None,
-            "--gpu": gpu is not None,
-            "--tensor-parallel-size": tensor_parallel_size != 1,
-            "--quantization": quantization is not None,
-            "--kv-cache-dtype": kv_cache_dtype != "auto",
-        }
-        if any(hw.values()):
-            named = ", ".join(k for k, v in hw.items() if v)
-            raise ValueError(f"--latency linear fits no hardware; drop {named}")
-    steps = cal.read_steps(steps_csv)
+        _no_hardware(model, gpu, tensor_parallel_size, quantization, kv_cache_dtype)
+    steps = cal.read_steps(measurements)
     if latency == opt.LatencyKind.linear:
         fit, _ = cal.fit_linear(steps)
     else:
-        base = resolve.latency(
-            latency.value, model, gpu, tensor_parallel_size, None, None, None, None,
+        base = opt.step_time(
+            latency, model, gpu, tensor_parallel_size, None, None, None, None,
             step_overhead_us if latency == opt.LatencyKind.measured else 0.0,
             quantization, kv_cache_dtype,
         )  # fmt: skip
@@ -71,6 +83,73 @@ def calibrate(
     if as_json:
         out = {"options": fit.options, "steps": fit.n, "rms_ms": fit.rms_ms}
         print(json.dumps({**out, "mean_rel_error": fit.mean_rel, "max_rel_error": fit.max_rel}))
+        return
+    print(fit.options)
+    print(fit.describe())
+
+
+def _no_hardware(
+    model: str | None, gpu: str | None, tp: int, quantization: str | None, kv_dtype: str
+) -> None:
+    hw = {
+        "--model": model is not None,
+        "--gpu": gpu is not None,
+        "--tensor-parallel-size": tp != 1,
+        "--quantization": quantization is not None,
+        "--kv-cache-dtype": kv_dtype != "auto",
+    }
+    if any(hw.values()):
+        named = ", ".join(k for k, v in hw.items() if v)
+        raise ValueError(f"--latency linear fits no hardware; drop {named}")
+
+
+def is_bench_result(path: Path) -> bool:
+    """A .json measurements file is a vllm bench serve result (request level);
+    anything else is read as a steps CSV."""
+    return path.suffix.lower() == ".json"
+
+
+def _calibrate_requests(path: Path, o: dict) -> None:
+    """The request-level fit (``planner.calibrate_requests``) for ``calibrate``'s
+    parameters ``o`` (``click.Context.params``)."""
+    from planner import calibrate_requests as creq
+    from planner import resolve
+    from planner.config import SchedulerConfig
+
+    run = creq.read_bench_result(path)
+    base = opt.step_time(
+        o["latency"], o["model"], o["gpu"], o["tensor_parallel_size"], o["alpha_coeffs"],
+        o["beta_coeffs"], None, None, o["step_overhead_us"], o["quantization"], o["kv_cache_dtype"],
+    )  # fmt: skip
+    blocks, _ = resolve.num_gpu_blocks(
+        o["num_gpu_blocks"], o["model"], o["gpu"], o["gpu_memory_utilization"], o["block_size"],
+        o["tensor_parallel_size"], None, o["quantization"], o["kv_cache_dtype"],
+        max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=o["max_num_seqs"],
+    )  # fmt: skip
+    if blocks is None:
+        raise ValueError(
+            "a request-level fit needs the pool: --num-gpu-blocks, or --model and --gpu"
+        )
+    cfg = SchedulerConfig(
+        num_gpu_blocks=blocks,
+        block_size=o["block_size"],
+        max_num_seqs=o["max_num_seqs"],
+        max_num_batched_tokens=o["max_num_batched_tokens"],
+        max_model_len=o["max_model_len"],
+        async_scheduling=o["async_scheduling"],
+    )
+    fit = creq.fit_requests(run, cfg, base, f"bench {path.name}")
+    if o["as_json"]:
+        finite = {"ttft": fit.ttft_err, "tpot": fit.tpot_err}
+        finite = {k: (v if math.isfinite(v) else None) for k, v in finite.items()}
+        out = {"options": fit.options, "requests": fit.requests, "failed": fit.failed}
+        out |= {"unserved": fit.unserved, "at_edge": list(fit.at_edge)}
+        out |= {"at_limit": list(fit.at_limit)}
+        out |= {"ttft_median_rel_error": finite["ttft"], "tpot_median_rel_error": finite["tpot"]}
+        out["percentiles_s"] = {
+            k: {"measured": m, "simulated": s} for k, (m, s) in fit.table.items()
+        }
+        print(json.dumps(out))
         return
     print(fit.options)
     print(fit.describe())

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from planner.latency import Latency
+    from planner.model_config import ModelSpec
     from planner.slo import SLO
 
 EXIT_SAFE, EXIT_UNSAFE = 0, 1
@@ -112,6 +113,8 @@ def check(
     kv_cache_dtype: opt.KvCacheDtype = "auto",
     max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
     async_scheduling: opt.AsyncScheduling = False,
+    enable_prefix_caching: opt.EnablePrefixCaching = False,
+    gdn_prefill_backend: opt.GdnPrefillBackend = opt.GdnPrefillBackendKind.flashinfer,
     tokens_per_request: Annotated[
         int | None, typer.Option(help="T for the concurrency figure [default: max_model_len].")
     ] = None,
@@ -149,10 +152,17 @@ def check(
     --trace-file, also simulates that traffic at --max-num-seqs: SAFE then
     also needs the SLOs met (unserved requests count as misses) and no overload.
 
+    A linear-attention hybrid (Gated DeltaNet: qwen3_next, qwen3_5) runs with a
+    larger block (vLLM aligns it to hold a layer's state; --num-gpu-blocks counts
+    those blocks), and its figures depend on --enable-prefix-caching (vLLM's
+    default is on, the planner's off) and, with caching on, --gdn-prefill-backend;
+    the other caching mode's figure is printed too.
+
     Exit code 0: safe; 1: a livelock gap exists, vLLM >= 0.29 refuses the
     pool, or (with an SLO) the traffic is overloaded or misses it; 2: bad input.
     """
     reject_inert(ctx, CHECK_RULES)
+    hybrid_options = ("enable_prefix_caching", "gdn_prefill_backend")
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
@@ -162,6 +172,13 @@ def check(
         spec = hardware.model(model, quantization, kv_cache_dtype)
         spec.check_tensor_parallel(tp)
         windowed = set(spec.layer_types) != {"full"}
+        in_flight_kinds = {"sliding", "chunked"} & set(spec.layer_types)
+        for name in hybrid_options:
+            if given(ctx, name) and "linear" not in spec.layer_types:
+                raise InertOption(
+                    f"--{name.replace('_', '-')} has no effect on {spec.name} in plan check: "
+                    "only linear-attention (Gated DeltaNet) layers are sized by it"
+                )
         for name, what in (("tokens_per_request", "--tokens-per-request"),
                            ("trace_file", "--trace-file")):  # fmt: skip
             if windowed and given(ctx, name):
@@ -169,16 +186,22 @@ def check(
                     f"{what} has no effect on {spec.name}: the per-request figures and the "
                     "livelock analysis it feeds are for full-attention models"
                 )
-        if given(ctx, "async_scheduling") and not windowed:
+        if given(ctx, "async_scheduling") and not in_flight_kinds:
             raise InertOption(
                 f"--async-scheduling has no effect on {spec.name}: only sliding-window and "
                 "chunked layers hold blocks for the batches in flight"
             )
-        if given(ctx, "max_num_batched_tokens") and not windowed and num_gpu_blocks is not None:
+        no_window = not in_flight_kinds
+        if given(ctx, "max_num_batched_tokens") and no_window and num_gpu_blocks is not None:
             raise InertOption(
                 f"--max-num-batched-tokens has no effect on {spec.name} with --num-gpu-blocks "
                 "(it sizes the activation term and sliding-window or chunked capacity)"
             )
+    elif any(given(ctx, name) for name in hybrid_options):
+        raise InertOption(
+            "--enable-prefix-caching and --gdn-prefill-backend need --model in plan check "
+            "(they size a linear-attention hybrid's blocks)"
+        )
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
               "max_num_batched_tokens": max_num_batched_tokens,
               "full_attention_only": False}  # fmt: skip
@@ -213,11 +236,7 @@ def check(
     full_only = True
     if spec is not None:
         full_only = set(spec.layer_types) == {"full"}
-        out.update(
-            model_kv_figures(
-                spec, n, block_size, max_model_len, max_num_batched_tokens, async_scheduling, tp
-            )
-        )
+        available = None
         if gpu is not None and num_gpu_blocks is None:
             g = hardware.gpu(gpu)
             terms = hardware.memory_terms(
@@ -225,6 +244,22 @@ def check(
                 hardware.vllm_default_max_num_seqs(g),
             )  # fmt: skip
             out["memory"] = terms.describe()
+            available = int(terms.available)
+        out.update(
+            model_kv_figures(
+                spec,
+                n,
+                block_size,
+                max_model_len,
+                max_num_batched_tokens,
+                async_scheduling,
+                tp,
+                "align" if enable_prefix_caching else "none",
+                gdn_prefill_backend.value,
+                available,
+            )  # fmt: skip
+        )
+        n = out["num_gpu_blocks"] = out.get("kv_num_gpu_blocks", n)
         if not full_only:  # the per-type figures replace the full-attention ones
             starts = out["kv_starts"]
             gap = None
@@ -368,15 +403,61 @@ def _print_fix(c: Console, o: dict) -> None:
 
 
 def model_kv_figures(
-    m: object, n: int, bs: int, mml: int, mnbt: int, async_scheduling: bool, tp: int
+    m: ModelSpec,
+    n: int,
+    bs: int,
+    mml: int,
+    mnbt: int,
+    async_scheduling: bool,
+    tp: int,
+    mamba_cache_mode: str = "none",
+    gdn_prefill_backend: str = "flashinfer",
+    available_bytes: int | None = None,
 ) -> dict:
     """vLLM 0.33's per-attention-type figures (``kv_cache.capacity``) for a pool
-    of ``n`` blocks: groups, blocks per request, "Maximum concurrency" and the
-    start-up check."""
-    cap = kv_cache.capacity(m, bs, mml, mnbt, async_scheduling, tp, num_gpu_blocks=n)  # type: ignore[arg-type]
+    of ``n`` blocks (or, for a linear-attention hybrid sized from a GPU, of
+    ``available_bytes``): groups, blocks per request, "Maximum concurrency" and
+    the start-up check. A hybrid also gets its aligned block size, the pool's
+    block count at that size, the tokens vLLM 0.33 logs, and the other
+    prefix-caching mode's figures on the same bytes (``kv_other_mode``)."""
+    args = (m, bs, mml, mnbt, async_scheduling, tp)
+    hybrid = "linear" in m.layer_types
+    pool = {"available_bytes": available_bytes} if hybrid and available_bytes else {}
+    pool = pool or {"num_gpu_blocks": n}
+    cap = kv_cache.capacity(
+        *args, **pool, mamba_cache_mode=mamba_cache_mode, gdn_prefill_backend=gdn_prefill_backend
+    )
+    extra: dict = {}
+    if hybrid:
+        other = "none" if mamba_cache_mode == "align" else "align"
+        alt = kv_cache.capacity(
+            *args,
+            available_bytes=available_bytes or cap.num_gpu_blocks * cap.bytes_per_block,
+            mamba_cache_mode=other,
+            gdn_prefill_backend=gdn_prefill_backend,
+        )
+        extra = {
+            "kv_num_gpu_blocks": cap.num_gpu_blocks,
+            "kv_block_size": cap.block_size,
+            "kv_mamba_cache_mode": mamba_cache_mode,
+            "kv_gdn_prefill_backend": gdn_prefill_backend,
+            "kv_linear_state_bytes": m.linear_state_bytes(tp),
+            "kv_log_tokens": cap.log_tokens,
+            "kv_per_group_tokens": cap.per_group_tokens,
+            "kv_other_mode": {
+                "mamba_cache_mode": other,
+                "block_size": alt.block_size,
+                "num_gpu_blocks": alt.num_gpu_blocks,
+                "blocks_per_request": alt.blocks_per_request,
+                "max_concurrency": alt.max_concurrency,
+                "log_tokens": alt.log_tokens,
+                "starts": alt.starts,
+            },
+        }
     return {
-        "model": m.describe(),  # type: ignore[attr-defined]
-        "model_source": m.source + (f"; {m.note}" if m.note else ""),  # type: ignore[attr-defined]
+        **extra,
+        "model": m.describe(),
+        "model_source": m.source + (f"; {m.note}" if m.note else ""),
         "kv_groups": [
             {"kind": g.kind, "span": g.span, "layers": g.layers, "page_bytes": g.page_bytes}
             for g in cap.groups
@@ -409,17 +490,56 @@ def _print_model(c: Console, o: dict) -> None:
         f"{o['kv_bytes_per_block']:,} bytes per GPU",
         soft_wrap=True,
     )
+    if "kv_block_size" in o:
+        _print_hybrid_block(c, o)
     c.print(
         f"blocks per request at max_model_len {o['max_model_len']:,} (all groups, "
         f"{o['kv_in_flight_tokens']:,} tokens in flight): {o['kv_blocks_per_request']:,}; "
         f"Maximum concurrency (vLLM 0.33 log): {o['kv_max_concurrency']:.2f}x",
         soft_wrap=True,
     )
+    if "kv_block_size" in o:
+        _print_hybrid_other_mode(c, o)
     c.print(
         f"vLLM 0.33 start-up check: one max_model_len request needs "
         f"{o['kv_needed_bytes'] / 2**30:.3f} GiB of KV, the pool less the null block holds "
         f"{o['kv_check_bytes'] / 2**30:.3f} GiB: "
         + ("passes" if o["kv_starts"] else "REFUSES to start"),
+        soft_wrap=True,
+    )
+
+
+CACHING_MODES = {
+    "none": "prefix caching off: mamba_cache_mode none",
+    "align": "prefix caching on, vLLM's default: mamba_cache_mode align",
+}
+
+
+def _print_hybrid_block(c: Console, o: dict) -> None:
+    """A linear-attention hybrid's block size, caching mode and pool in tokens."""
+    mode = o["kv_mamba_cache_mode"]
+    backend = f", {o['kv_gdn_prefill_backend']} GDN prefill" if mode == "align" else ""
+    c.print(
+        f"linear-attention state {o['kv_linear_state_bytes']:,} B per request and layer: "
+        f"vLLM raises the block to {o['kv_block_size']:,} tokens "
+        f"({CACHING_MODES[mode]}{backend}); pool {o['kv_num_gpu_blocks']:,} blocks; vLLM 0.33 "
+        f"logs GPU KV cache size {o['kv_log_tokens']:,} tokens (concurrency x max_model_len; "
+        f"releases before 0.33 logged num_blocks // groups x block = "
+        f"{o['kv_per_group_tokens']:,})",
+        soft_wrap=True,
+    )
+
+
+def _print_hybrid_other_mode(c: Console, o: dict) -> None:
+    a = o["kv_other_mode"]
+    backend = (
+        f", {o['kv_gdn_prefill_backend']} GDN prefill" if a["mamba_cache_mode"] == "align" else ""
+    )
+    c.print(
+        f"with {CACHING_MODES[a['mamba_cache_mode']]}{backend} on the same bytes: block "
+        f"{a['block_size']:,} tokens, {a['num_gpu_blocks']:,} blocks, "
+        f"{a['blocks_per_request']:,} blocks per request, Maximum concurrency "
+        f"{a['max_concurrency']:.2f}x (" + ("starts" if a["starts"] else "refuses to start") + ")",
         soft_wrap=True,
     )
 
@@ -430,7 +550,7 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
     if "model" in o:
         _print_model(c, o)
     if not o["full_attention_only"]:
-        c.print(f"pool: {n:,} blocks x {bs} tokens")
+        c.print(f"pool: {n:,} blocks x {o.get('kv_block_size', bs):,} tokens")
         if o["verdict"] == "starts":
             c.print(
                 "verdict: STARTS - vLLM 0.33 starts on this pool; the livelock analysis "

@@ -124,7 +124,9 @@ RUN_RULES: tuple[Rule, ...] = (
     Rule(
         ("router",),
         lambda p: (
-            _value(p.get("router")) == "prefix_affinity" and not p.get("enable_prefix_caching")
+            _value(p.get("router")) == "prefix_affinity"
+            and not p.get("enable_prefix_caching")
+            and _value(p.get("compat")) != "blis"  # compat blis implies prefix caching
         ),
         "prefix_affinity needs --enable-prefix-caching (without a cache, prefixes are not "
         "reused and it routes as least_outstanding)",
@@ -273,6 +275,36 @@ SCHEDULER_RULES: tuple[Rule, ...] = tuple(
         "adaptive_threshold",
         "adaptive_step",
     }
+)
+
+
+# ``plan calibrate``: the simulated server's options apply to a request-level
+# fit (a vllm bench serve .json, ``cli_calibrate.is_bench_result``) only.
+CALIBRATE_SERVER = (
+    "num_gpu_blocks",
+    "gpu_memory_utilization",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "async_scheduling",
+)
+# Step-time options a steps CSV fit does not take (it fits beta and reads no alpha).
+CALIBRATE_REQUEST_LATENCY = ("alpha_coeffs", "beta_coeffs")
+CALIBRATE_RULES: tuple[Rule, ...] = (
+    Rule(
+        CALIBRATE_SERVER,
+        lambda p: not str(p.get("measurements", "")).lower().endswith(".json"),
+        "describes the server a vllm bench serve result (.json) is replayed on; a steps "
+        "CSV needs none",
+    ),
+    Rule(
+        CALIBRATE_REQUEST_LATENCY,
+        lambda p: not str(p.get("measurements", "")).lower().endswith(".json"),
+        "is a starting point of a request-level fit (a vllm bench serve .json); a steps "
+        "CSV fit needs none (it fits beta; step times do not show alpha)",
+    ),
+    *RUN_RULES,
 )
 
 

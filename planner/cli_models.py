@@ -10,6 +10,7 @@ from rich.console import Console
 
 from planner import catalog, hardware
 from planner import cli_options as opt
+from planner.model_config import KINDS
 
 
 def models(as_json: opt.AsJson = False) -> None:
@@ -18,7 +19,7 @@ def models(as_json: opt.AsJson = False) -> None:
     rows = []
     for mid, e in catalog.entries().items():
         m = catalog.spec(mid)
-        kinds = {k: m.layer_types.count(k) for k in ("full", "sliding", "chunked")}
+        kinds = {k: m.layer_types.count(k) for k in KINDS}
         rows.append(
             {
                 "id": mid,

@@ -79,6 +79,24 @@ class LatencyKind(StrEnum):
 
 
 LatencyOpt = Annotated[LatencyKind, typer.Option(help="Step-time model.")]
+
+
+class GdnPrefillBackendKind(StrEnum):
+    """vLLM's Gated DeltaNet prefill kernels that change KV sizing
+    (``planner.kv_cache.GDN_PREFILL_BACKENDS``)."""
+
+    flashinfer = "flashinfer"
+    triton = "triton"
+
+
+GdnPrefillBackend = Annotated[
+    GdnPrefillBackendKind,
+    typer.Option(
+        help="Gated DeltaNet prefill kernel of a linear-attention hybrid, which sizes its "
+        "blocks when prefix caching is on: flashinfer (vLLM's choice on Hopper, and on "
+        "Blackwell with CUDA >= 13) or triton (elsewhere)."
+    ),
+]
 AlphaCoeffs = Annotated[
     str | None,
     typer.Option(

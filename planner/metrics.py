@@ -236,7 +236,7 @@ def counted_by(cfg: np.ndarray) -> np.ndarray:
     return np.where(cfg[:, K.COMPAT] != 0, np.iinfo(np.int64).max, cfg[:, K.HORIZON_NS])
 
 
-def _per_request(res: SimResult) -> dict[str, np.ndarray]:
+def per_request(res: SimResult) -> dict[str, np.ndarray]:
     """Per-request latencies, each (C, R) float64 seconds, NaN = not counted.
 
     ``done``: finished by the horizon (bool). ``ttft``, ``tpot``, ``e2e`` and
@@ -332,7 +332,7 @@ def request_meets_slo(q: dict[str, np.ndarray], slo: SLO) -> np.ndarray:
     meets a TPOT SLO, as vLLM's TPOT of 0). ITL (this planner's extension,
     ``planner.slo``): the request's largest gap between two consecutive output
     tokens + alpha2 (``max_itl``) at or below the SLO; a request with no gap
-    meets it. ``q``: ``_per_request``'s output."""
+    meets it. ``q``: ``per_request``'s output."""
     ok = q["done"].copy()
     if slo.ttft_s is not None:
         ok &= q["ttft"] <= slo.ttft_s
@@ -369,7 +369,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     """One row per config: config columns, counts, throughput, latency, outcome.
 
     Latency statistics count every request that arrived, the unserved ones by
-    a lower bound (``_per_request``), and say when they are lower bounds
+    a lower bound (``per_request``), and say when they are lower bounds
     (``*_is_lower_bound``); ``unserved``/``unfinished`` count those requests.
     With an ``slo`` that sets any objective, also ``goodput_rps``
     (``request_meets_slo`` per second of ``span_s``), ``meets_slo`` and
@@ -384,7 +384,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     The prefix-cache hit rate: ``_prefix_cache_stats``."""
     st, cfg = res.state, res.cfg
     oi = st.out.counters
-    q = _per_request(res)
+    q = per_request(res)
     done = q["done"]
     span = span_s(res)
     completed = done.sum(axis=1)
@@ -519,7 +519,7 @@ def _prefix_cache_stats(res: SimResult) -> dict[str, np.ndarray]:
 
 def _queue_stats(q: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``queue_delay_s_p50``/``_p99`` (arrival to first scheduled, seconds; see
-    ``_per_request``) and their ``_is_lower_bound`` flags, (C,) each."""
+    ``per_request``) and their ``_is_lower_bound`` flags, (C,) each."""
     full = _stats("queue_delay_s", q["queue_delay"], q["queue_delay_censored"])
     return {k: v for k, v in full.items() if "_p50" in k or "_p99" in k}
 

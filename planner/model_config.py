@@ -16,11 +16,28 @@ KV fields (``vllm/config/model.py``: ``get_head_size``, ``get_num_kv_heads``,
   gemma3 / cohere2: ``sliding_window_pattern``, qwen2/qwen3: layers from
   ``max_window_layers`` on when ``use_sliding_window``, gpt_oss: even layers,
   llama4: chunked local attention except every ``no_rope_layer_interval``-th
-  (NoPE) layer). For llama, mistral, mixtral, phi3 and starcoder2, whose config
+  (NoPE) layer), qwen3_next / qwen3_5 (Gated DeltaNet linear attention):
+  every ``full_attention_interval``-th layer (default 4) full, the others
+  ``linear_attention``. For llama, mistral, mixtral, phi3 and starcoder2, whose config
   classes leave ``layer_types`` unset, a ``sliding_window`` windows every layer
   (``EngineArgs.create_engine_config`` sets ``CacheConfig.sliding_window``, the
   fallback of every ``Attention`` layer). Another model_type with a window and
-  no ``layer_types`` is refused, as are Mamba / linear-attention layers.
+  no ``layer_types`` is refused.
+- linear attention (``linear_attention``, Gated DeltaNet, model_types in
+  ``GDN_MODEL_TYPES``): one recurrent state per request and layer, sized as
+  ``vllm/model_executor/models/qwen3_5.py`` / ``qwen3_next.py``
+  (``get_mamba_state_shape_from_config``, ``get_mamba_state_dtype_from_config``)
+  and ``vllm/model_executor/layers/mamba/mamba_utils.py``
+  (``gated_delta_net_state_shape``): conv state (``linear_conv_kernel_dim`` - 1)
+  x (2 x ``linear_num_key_heads`` x ``linear_key_head_dim`` +
+  ``linear_num_value_heads`` x ``linear_value_head_dim``) / tp in the model
+  dtype (``mamba_cache_dtype`` auto); SSM state ``linear_num_value_heads`` / tp
+  x ``linear_value_head_dim`` x ``linear_key_head_dim`` in ``mamba_ssm_dtype``
+  for qwen3_5 (``Qwen3_5ForConditionalGenerationConfig.verify_and_update_config``
+  in ``vllm/model_executor/models/config.py`` copies it into
+  ``mamba_ssm_cache_dtype``), else the model dtype. Mamba layers of other
+  hybrids (nemotron_h, granitemoehybrid, jamba, ...) and any other layer kind
+  are refused, naming the field.
 - ``torch_dtype`` (or ``dtype``): float32 checkpoints run in bfloat16
   (``_resolve_auto_dtype``), 2 bytes; ``quantization_config`` as in
   ``planner.quantization``.
@@ -41,6 +58,14 @@ Parameter count (weights), from the same file; norms and biases are left out
                         every interleave_moe_layer_step-th layer, 3 x hidden x
                         intermediate_size_mlp in the others
 
+    Gated DeltaNet (linear attention) per layer, replacing the attention term
+    (vLLM's ``GatedDeltaNetAttention``: in_proj_qkvz, in_proj_ba, conv1d, out_proj)
+                  = hidden x (2 key_dim + 2 value_dim) + hidden x 2 value_heads
+                    + conv_dim x linear_conv_kernel_dim + value_dim x hidden
+    (key_dim = linear_num_key_heads x linear_key_head_dim, value_dim likewise,
+    conv_dim = 2 key_dim + value_dim); full attention with ``attn_output_gate``
+    (qwen3_next, qwen3_5) has a q_proj twice as wide (queries and gate).
+
 The linear layers (attention and MLP) are what quantization shrinks.
 """
 
@@ -54,12 +79,38 @@ from typing import Any
 
 from planner import quantization
 
-FULL, SLIDING, CHUNKED = "full", "sliding", "chunked"
+FULL, SLIDING, CHUNKED, LINEAR = "full", "sliding", "chunked", "linear"
+KINDS = (FULL, SLIDING, CHUNKED, LINEAR)
 LAYER_TYPE_NAMES = {
     "full_attention": FULL,
     "sliding_attention": SLIDING,
     "chunked_attention": CHUNKED,
+    "linear_attention": LINEAR,
 }
+# model_types whose linear_attention layers are Gated DeltaNet, as vLLM 0.33's
+# qwen3_next.py and qwen3_5.py build them (``GatedDeltaNetAttention``)
+GDN_MODEL_TYPES = frozenset(
+    {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+)
+# of these, the ones whose config's mamba_ssm_dtype sets the SSM state dtype
+# (vllm/model_executor/models/config.py, Qwen3_5ForConditionalGenerationConfig)
+SSM_DTYPE_FROM_CONFIG = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+# hybrids with Mamba / Mamba2 / other state layers the planner does not size,
+# and the config field that describes those layers
+MAMBA_HYBRIDS = {
+    "nemotron_h": "hybrid_override_pattern",
+    "granitemoehybrid": "layer_types",
+    "jamba": "attn_layer_period",
+    "bamba": "attn_layer_indices",
+    "falcon_h1": "mamba_d_ssm",
+    "zamba2": "layers_block_type",
+    "plamo2": "mamba_step",
+    "mamba": "state_size",
+    "mamba2": "state_size",
+    "lfm2": "layer_types",
+    "minimax_text_01": "attn_type_list",
+}
+STATE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
 NON_GATED_MLP = frozenset({"starcoder2", "gpt_bigcode", "gpt2"})
 # model_types whose transformers config class leaves layer_types unset, so that a
@@ -106,6 +157,13 @@ class ModelSpec:
     source: str = ""
     note: str = ""
     quantization_config: Mapping[str, Any] | None = None
+    # Gated DeltaNet (linear attention) state, for LINEAR layers
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    ssm_state_bytes: int = 0  # bytes per SSM state element (mamba_ssm_cache_dtype)
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -125,6 +183,27 @@ class ModelSpec:
     def kv_bytes_per_token(self, tp: int = 1) -> int:
         """KV bytes of one token over all layers on one GPU."""
         return self.num_layers * self.kv_bytes_per_token_layer(tp)
+
+    def linear_state_bytes(self, tp: int = 1) -> int:
+        """Bytes of one request's Gated DeltaNet state in one linear-attention
+        layer on one GPU (``MambaSpec.page_size_bytes`` before padding): conv
+        state (kernel - 1) x conv_dim / tp x model dtype + SSM state
+        value_heads / tp x value_dim x key_dim x SSM dtype; 0 without such layers.
+        """
+        if LINEAR not in self.layer_types:
+            return 0
+        conv_dim = (
+            2 * self.linear_num_key_heads * self.linear_key_head_dim
+            + self.linear_num_value_heads * self.linear_value_head_dim
+        )
+        conv = (self.linear_conv_kernel_dim - 1) * (conv_dim // tp) * self.dtype_bytes
+        ssm = (
+            (self.linear_num_value_heads // tp)
+            * self.linear_value_head_dim
+            * self.linear_key_head_dim
+            * self.ssm_state_bytes
+        )
+        return conv + ssm
 
     def weight_bytes(self, tp: int = 1) -> float:
         """Weight bytes on one GPU (an even split across tp ranks): linear
@@ -166,10 +245,26 @@ class ModelSpec:
                 f"--tensor-parallel-size {tp} neither divides nor is a multiple of "
                 f"num_key_value_heads {kv} of {self.name} (vLLM requires one of them)"
             )
+        if LINEAR in self.layer_types:  # mamba_utils.gated_delta_net_state_shape: divide()
+            conv_dim = (
+                2 * self.linear_num_key_heads * self.linear_key_head_dim
+                + self.linear_num_value_heads * self.linear_value_head_dim
+            )
+            for what, n in (
+                ("linear_num_value_heads", self.linear_num_value_heads),
+                ("the linear-attention conv dim (2 x linear_num_key_heads x "
+                 "linear_key_head_dim + linear_num_value_heads x linear_value_head_dim)",
+                 conv_dim),
+            ):  # fmt: skip
+                if n % tp:
+                    raise ModelConfigError(
+                        f"--tensor-parallel-size {tp} does not divide {what} {n} of "
+                        f"{self.name} (vLLM splits the linear-attention state evenly)"
+                    )
 
     def describe(self) -> str:
         """One line: layers by attention type, KV layout, dtypes."""
-        kinds = {k: self.layer_types.count(k) for k in (FULL, SLIDING, CHUNKED)}
+        kinds = {k: self.layer_types.count(k) for k in KINDS}
         parts = [f"{n} {k}" for k, n in kinds.items() if n]
         kv = (
             f"MLA latent {self.mla_dim}"
@@ -178,6 +273,11 @@ class ModelSpec:
         )
         win = f", window {self.sliding_window:,}" if kinds[SLIDING] else ""
         chunk = f", chunk {self.attention_chunk_size:,}" if kinds[CHUNKED] else ""
+        if kinds[LINEAR]:
+            chunk += (
+                f", linear-attention state {self.linear_state_bytes():,} B per request and "
+                f"layer (SSM {self.ssm_state_bytes} B/element)"
+            )
         q = self.quantization or "none"
         return (
             f"{self.name}: {self.num_layers} layers ({', '.join(parts)}{win}{chunk}), {kv}; "
@@ -198,6 +298,21 @@ def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
     mt = str(cfg.get("model_type", ""))
     window = cfg.get("sliding_window")
     explicit = cfg.get("layer_types")
+    if mt in MAMBA_HYBRIDS:
+        raise ModelConfigError(
+            f"{where}: model_type {mt!r} has Mamba state layers ({MAMBA_HYBRIDS[mt]}), which "
+            "the planner does not size; sized: full, sliding-window, chunked and Gated "
+            f"DeltaNet linear attention ({', '.join(sorted(GDN_MODEL_TYPES))})"
+        )
+    if explicit is None and mt in GDN_MODEL_TYPES:
+        # transformers' Qwen3NextConfig / Qwen3_5TextConfig: full_attention_interval
+        # (default 4); every interval-th layer is full attention
+        interval = cfg.get("full_attention_interval", 4)
+        if not isinstance(interval, int) or interval < 1:
+            raise ModelConfigError(f"{where}: full_attention_interval must be a positive integer")
+        explicit = [
+            "linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)
+        ]
     if explicit is not None:
         if not isinstance(explicit, list) or len(explicit) != n:
             raise ModelConfigError(f"{where}: layer_types must list {n} layer types")
@@ -205,8 +320,14 @@ def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
         for t in explicit:
             if t not in LAYER_TYPE_NAMES:
                 raise ModelConfigError(
-                    f"{where}: layer_types has {t!r} layers, which the planner does not size "
-                    f"(Mamba/linear-attention state); sized kinds: {', '.join(LAYER_TYPE_NAMES)}"
+                    f"{where}: layer_types has {t!r} layers, which the planner does not size; "
+                    f"sized kinds: {', '.join(LAYER_TYPE_NAMES)}"
+                )
+            if t == "linear_attention" and mt not in GDN_MODEL_TYPES:
+                known = ", ".join(sorted(GDN_MODEL_TYPES))
+                raise ModelConfigError(
+                    f"{where}: layer_types has 'linear_attention' layers but model_type {mt!r} "
+                    f"is not one whose state the planner sizes ({known})"
                 )
             out.append(LAYER_TYPE_NAMES[t])
         return tuple(out)
@@ -317,6 +438,7 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
     else:
         hd = _need(cfg, "hidden_size", where) // heads
     types = _layer_types(cfg, layers, where)
+    gdn = _gdn_fields(cfg, where) if LINEAR in types else {}
     window = cfg.get("sliding_window") if SLIDING in types else None
     chunk = cfg.get("attention_chunk_size") if CHUNKED in types else None
     if SLIDING in types and not isinstance(window, int):
@@ -332,6 +454,19 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         )
     nb = DTYPE_BYTES[dtype]
     total, linear, attn = _params(cfg, layers, heads, kv, hd if not mla else 0, where)
+    if gdn or cfg.get("attn_output_gate"):
+        total, linear, attn = _hybrid_params(cfg, types, heads, hd, gdn, (total, linear, attn))
+    ssm_bytes = 0
+    if gdn:
+        ssm = str(cfg.get("mamba_ssm_dtype") or "auto")
+        if cfg.get("model_type") not in SSM_DTYPE_FROM_CONFIG or ssm == "auto":
+            ssm_bytes = nb  # mamba_ssm_cache_dtype auto: the conv state's (model) dtype
+        elif ssm in STATE_DTYPE_BYTES:
+            ssm_bytes = STATE_DTYPE_BYTES[ssm]
+        else:
+            raise ModelConfigError(
+                f"{where}: mamba_ssm_dtype is {ssm!r} (sized: {', '.join(STATE_DTYPE_BYTES)})"
+            )
     qcfg = outer.get("quantization_config") or cfg.get("quantization_config")
     skipped = (qcfg or {}).get("modules_to_not_convert") or []
     if any("self_attn" in str(m) for m in skipped):  # e.g. gpt-oss: MXFP4 experts only
@@ -366,7 +501,54 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         source=str(outer.get("_source", where)),
         note=str(outer.get("_note", "")),
         quantization_config=qcfg,
+        ssm_state_bytes=ssm_bytes,
+        **gdn,
     )
+
+
+GDN_FIELDS = (
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
+
+
+def _gdn_fields(cfg: Mapping[str, Any], where: str) -> dict[str, int]:
+    """The Gated DeltaNet fields vLLM sizes the linear-attention state from
+    (``get_mamba_state_shape_from_config``); each must be in the config.json."""
+    return {f: _need(cfg, f, where) for f in GDN_FIELDS}
+
+
+def _hybrid_params(
+    cfg: Mapping[str, Any],
+    types: tuple[str, ...],
+    heads: int,
+    hd: int,
+    gdn: Mapping[str, int],
+    counts: tuple[float, float, float],
+) -> tuple[float, float, float]:
+    """``_params``' counts with Gated DeltaNet layers in place of attention and
+    the output gate's q_proj half (module docstring formulas)."""
+    total, linear, attn = counts
+    hidden = int(cfg["hidden_size"])
+    per_attn = attn / len(types)
+    gate = heads * hd * hidden if cfg.get("attn_output_gate") else 0
+    n_lin = types.count(LINEAR)
+    n_attn = len(types) - n_lin
+    gdn_layer = 0
+    if gdn:
+        key = gdn["linear_num_key_heads"] * gdn["linear_key_head_dim"]
+        value = gdn["linear_num_value_heads"] * gdn["linear_value_head_dim"]
+        gdn_layer = (
+            hidden * (2 * key + 2 * value)
+            + hidden * 2 * gdn["linear_num_value_heads"]
+            + (2 * key + value) * gdn["linear_conv_kernel_dim"]
+            + value * hidden
+        )
+    new_attn = n_attn * (per_attn + gate) + n_lin * gdn_layer
+    return total - attn + new_attn, linear - attn + new_attn, float(new_attn)
 
 
 def load(path: Path, name: str | None = None) -> ModelSpec:

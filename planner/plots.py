@@ -121,13 +121,38 @@ def select(df: pd.DataFrame, x: str, y: str, facet: str | None, where: list[str]
     # that follows from the plotted ones (gpu_memory_utilization -> num_gpu_blocks) is not.
     keys = [c for c in (x, y, facet) if c is not None]
     axes = [a for a in (*SCHEDULER_AXES, *WORKLOAD_AXES, *HARDWARE_AXES) if a in df.columns]
-    cells = df.groupby(keys)
-    free = [a for a in axes if a not in keys and cells[a].nunique().max() > 1]
+    free = _free_axes(df, keys, axes)
     if free:
+        pins = _fewest_pins(df, keys, free)
+        follow = [a for a in free if a not in pins]
+        also = f" (that also fixes {', '.join(follow)})" if follow else ""
         raise PlotError(
-            f"more axes vary than x, y and facet: pin {', '.join(free)} with --where axis=value"
+            f"more axes vary than x, y and facet: pin {', '.join(pins)} with --where "
+            f"axis=value{also}"
         )
     return df
+
+
+IMPLYING_AXES = ("compat",)  # settings that fix others (config.compat_settings)
+
+
+def _free_axes(df: pd.DataFrame, keys: list[str], axes: list[str]) -> list[str]:
+    """Axes that still vary inside one cell of ``keys``."""
+    cells = df.groupby(keys)
+    return [a for a in axes if a not in keys and cells[a].nunique().max() > 1]
+
+
+def _fewest_pins(df: pd.DataFrame, keys: list[str], free: list[str]) -> list[str]:
+    """Axes to pin, greedily: each time the one that leaves the fewest others
+    varying (an axis implied by another, e.g. null_block by compat, needs no pin)."""
+    pins: list[str] = []
+    # On a tie, an axis that implies others (compat) before the ones it implies.
+    left = sorted(free, key=lambda a: a not in IMPLYING_AXES)
+    while left:
+        best = min(left, key=lambda a: len(_free_axes(df, keys + pins + [a], left)))
+        pins.append(best)
+        left = _free_axes(df, keys + pins, left)
+    return pins
 
 
 def _edges(values: np.ndarray, log: bool) -> np.ndarray:

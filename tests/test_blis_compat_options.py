@@ -116,3 +116,44 @@ def test_spec_compat_axis_implies_the_fields(tmp_path):
     by = {c.compat: c for c in sweep.configs}
     assert by["vllm"].preemption_mode == "recompute" and by["vllm"].null_block
     assert {k: getattr(by["blis"], k) for k in BLIS_IMPLIED} == BLIS_IMPLIED
+
+
+def test_spec_with_compat_and_a_non_linear_model_is_refused_at_load(tmp_path):
+    """Before any work (a sweep used to start, then stop, leaving its folder)."""
+    p = tmp_path / "s.toml"
+    p.write_text(
+        f'name = "t"\n[workload]\n{SYN}[hardware]\nmodel = "llama-3.1-8b"\ngpu = "H100"\n'
+        '[latency]\nkind = "roofline"\n[scheduler]\ncompat = "blis"\n[axes]\nmax_num_seqs = [4]\n'
+    )
+    with pytest.raises(SpecError, match=r"scheduler.compat: compat blis needs latency.kind"):
+        load_spec(p)
+
+
+def test_contradiction_is_named_before_options_it_makes_inert(capsys):
+    """--preemption-mode swap without CPU blocks would ask for --cpu-swap-blocks,
+    which compat blis forbids anyway: the contradiction comes first."""
+    code, out, err = run_cli(capsys, *RUN, "--compat", "blis", "--preemption-mode", "swap")
+    assert code == 2 and "contradicts --compat blis" in err
+
+
+def test_compat_implies_caching_for_the_prefix_affinity_router(capsys):
+    code, out, err = run_cli(
+        capsys, *RUN, "--compat", "blis", "--replicas", "2", "--router", "prefix_affinity"
+    )
+    assert code == 0, err
+    assert json.loads(out)["enable_prefix_caching"] is True
+
+
+def test_run_text_says_compat_is_on(capsys):
+    text = [a for a in RUN if a != "--json"]
+    code, out, err = run_cli(capsys, *text, "--compat", "blis", "--blis-full-hit-defect")
+    assert code == 0, err
+    assert "compat blis: BLIS b563c440's scheduler rules, with its full-hit defect" in out
+
+
+def test_coefficients_finer_than_a_ns_are_warned_under_compat(capsys):
+    args = (*RUN, "--compat", "blis", "--beta-coeffs")
+    code, _, err = run_cli(capsys, *args, "5752.7123,17.25,6")
+    assert code == 0 and "more than 3 decimals in us" in err
+    code, _, err = run_cli(capsys, *args, "5752.712,17.25,6")
+    assert code == 0 and "decimals" not in err

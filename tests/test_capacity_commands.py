@@ -346,3 +346,55 @@ def test_70b_example_claims_nothing_while_overloaded(capsys):
     assert "Safe" not in flat and "Recommended" not in flat
     assert "every one is overloaded" in flat and "capacity grow at least" in flat
     assert "overloaded" in flat.split("simulation-verified")[1].split("throughput-optimal")[0]
+
+
+def test_plan_check_on_the_issue_hybrid(capsys):
+    """Issue 16, item 3: Qwen3.5-27B (16 full + 48 Gated DeltaNet layers) on the
+    logged 1,487-block pool at max_model_len 32,768. Prefix caching off: blocks
+    of 784 tokens, 42 + 3 blocks per request, 33.04x, and the 290,864 tokens the
+    issue's log gives (num_blocks // 4 groups x 784); with it on (vLLM's default)
+    and FlashInfer's GDN prefill, the same bytes hold 1,401 blocks of 832 tokens
+    and a request holds 40 + 3 x 3 of them: 28.59x."""
+    args = ["check", "--model", "qwen3.5-27b", "--max-model-len", "32768"]
+    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "1487")
+    text = " ".join(out.split())
+    assert code == 0 and "verdict: STARTS" in text
+    assert "vLLM raises the block to 784 tokens (prefix caching off" in text
+    assert "blocks per request at max_model_len 32,768" in text and ": 45;" in text
+    assert "Maximum concurrency (vLLM 0.33 log): 33.04x" in text
+    assert "num_blocks // groups x block = 290,864" in text
+    assert (
+        "block 832 tokens, 1,401 blocks, 49 blocks per request, Maximum concurrency 28.59x" in text
+    )
+    code, out, _ = run_cli(
+        capsys, *args, "--num-gpu-blocks", "1487", "--enable-prefix-caching",
+        "--gdn-prefill-backend", "triton", "--json",
+    )  # fmt: skip
+    o = json.loads(out)
+    assert o["kv_mamba_cache_mode"] == "align" and o["kv_block_size"] == 784
+    assert o["kv_blocks_per_request"] == 42 + 3 * 2
+    assert o["kv_max_concurrency"] == 1487 / 48
+    assert o["kv_other_mode"]["max_concurrency"] == 1487 / 45
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--model", "llama-3.1-8b", "--num-gpu-blocks", "100", "--enable-prefix-caching"],
+         "only linear-attention"),
+        (["--num-gpu-blocks", "100", "--gdn-prefill-backend", "triton"], "need --model"),
+        (["--model", "qwen3.5-27b", "--num-gpu-blocks", "100", "--async-scheduling"],
+         "no effect"),
+    ],
+)  # fmt: skip
+def test_hybrid_options_without_effect_are_refused(capsys, args, needle):
+    code, _, err = run_cli(capsys, "check", *args)
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_simulator_refuses_linear_attention_hybrids(capsys):
+    code, _, err = run_cli(
+        capsys, "run", "--model", "qwen3.5-27b", "--gpu", "H200", "--num-requests", "2",
+        "--latency", "roofline",
+    )  # fmt: skip
+    assert code == 2 and "linear attention layers" in err and err.count("\n") == 1

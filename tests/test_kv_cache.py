@@ -18,15 +18,26 @@ def test_recording_is_vllm_0_33_and_covers_every_family():
     assert RECORDED["vllm_version"] == "0.33.0"
     cases = RECORDED["cases"]
     assert len(cases) >= 10
-    families = {catalog.entries()[c["model"]]["family"] for c in cases}
+    families = {
+        catalog.entries()[c["model"]]["family"] for c in cases if c["model"] in catalog.entries()
+    }
     assert families == {"dense", "moe", "mla", "sliding-window", "hybrid"}
 
 
-@pytest.mark.parametrize(
-    "case", RECORDED["cases"], ids=lambda c: f"{c['model']}-{c['max_model_len']}"
-)
+def _case_id(c: dict) -> str:
+    tail = f"-{c['mamba_cache_mode']}-{c['gdn_prefill_backend']}" if "mamba_cache_mode" in c else ""
+    return f"{c['model']}-{c['max_model_len']}-tp{c['tensor_parallel_size']}{tail}"
+
+
+@pytest.mark.parametrize("case", RECORDED["cases"], ids=_case_id)
 def test_matches_vllm_0_33(case):
-    m = hardware.model(case["model"], None, case["kv_cache_dtype"])
+    name = case["model"]
+    if name.endswith(".json"):  # a config.json fixture, relative to the repository
+        name = str(Path(__file__).parents[1] / name)
+    m = hardware.model(name, None, case["kv_cache_dtype"])
+    modes = {}
+    if "mamba_cache_mode" in case:
+        modes = {k: case[k] for k in ("mamba_cache_mode", "gdn_prefill_backend")}
     cap = kv_cache.capacity(
         m,
         case["block_size"],
@@ -35,12 +46,74 @@ def test_matches_vllm_0_33(case):
         case["async_scheduling"],
         case["tensor_parallel_size"],
         available_bytes=case["available_bytes"],
+        **modes,
     )
     assert cap.num_gpu_blocks == case["num_gpu_blocks"]
     assert len(cap.groups) == case["num_groups"]
     assert cap.blocks_per_request == case["blocks_per_request"]
     assert cap.max_concurrency == case["max_concurrency"]  # same division, exactly
     assert cap.starts == case["starts"]
+    if modes:  # hybrids: the block size vLLM aligned, a block's bytes, the logged tokens
+        assert cap.block_size == case["aligned_block_size"]
+        assert cap.bytes_per_block == case["bytes_per_block"]
+        assert cap.log_tokens == case["log_tokens"]
+
+
+def test_recording_covers_hybrid_modes_and_tensor_parallel():
+    hybrid = [c for c in RECORDED["cases"] if "mamba_cache_mode" in c]
+    assert {(c["mamba_cache_mode"], c["gdn_prefill_backend"]) for c in hybrid} == {
+        ("none", "triton"),
+        ("align", "triton"),
+        ("align", "flashinfer"),
+    }
+    assert {c["tensor_parallel_size"] for c in hybrid} >= {1, 2, 4}
+    assert any(c["model"].endswith("qwen3-next-like.json") for c in hybrid)  # bf16 SSM state
+    assert {c["starts"] for c in hybrid} == {True, False}
+
+
+def test_qwen35_27b_issue_figures_prefix_caching_off():
+    """Issue 16: a 290,864-token pool and 33.04x at max_model_len 32,768.
+
+    Independent arithmetic: a linear layer's state is 48 x 128 x 128 x 4 B (SSM,
+    float32) + 3 x (2 x 16 x 128 + 48 x 128) x 2 B (conv) = 3,207,168 B; an
+    attention token-layer is 2 x 4 x 256 x 2 B = 4,096 B, so the block grows to
+    16 x cdiv(3,207,168, 16 x 4,096) = 784 tokens. 16 full + 48 linear layers:
+    groups of 16, 1 + 3 groups. The logged pool 290,864 = 371 x 784 means
+    num_blocks // 4 = 371, and 33.04 x 45 blocks per request (cdiv(32,768, 784) =
+    42 plus one per linear group) pins num_blocks = 1,487."""
+    m = hardware.model("qwen3.5-27b")
+    assert m.linear_state_bytes() == 48 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 48 * 128) * 2
+    cap = kv_cache.capacity(m, 16, 32768, 8192, False, num_gpu_blocks=1487)
+    assert cap.block_size == 784
+    assert [(g.kind, g.layers) for g in cap.groups] == [("linear", 16)] * 3 + [("full", 16)]
+    assert cap.blocks_per_request == 42 + 3
+    assert round(cap.max_concurrency, 2) == 33.04
+    assert cap.per_group_tokens == 290864  # the issue's log (releases before 0.33)
+    assert cap.log_tokens == 1487 * 32768 // 45  # what vLLM 0.33 logs for this pool
+    # without the linear layers' state blocks, the 8.88x the planner printed:
+    assert round(cap.per_group_tokens / 32768, 2) == 8.88
+
+
+def test_qwen35_27b_prefix_caching_on_is_vllm_default_mode():
+    """Prefix caching on (vLLM's default): mamba_cache_mode "align" keeps 2
+    state blocks per linear group; with FlashInfer's GDN prefill (Hopper's
+    default) one more, and the block aligns to a multiple of 64: 64 x
+    cdiv(3,207,168, 64 x 4,096) = 832 tokens, so the same bytes hold fewer blocks."""
+    m = hardware.model("qwen3.5-27b")
+    pool = 1487 * 16 * 784 * 4096
+    tri = kv_cache.capacity(m, 16, 32768, 8192, False, available_bytes=pool,
+                            mamba_cache_mode="align")  # fmt: skip
+    assert (tri.block_size, tri.num_gpu_blocks, tri.blocks_per_request) == (784, 1487, 42 + 6)
+    assert round(tri.max_concurrency, 2) == 30.98
+    fi = kv_cache.capacity(m, 16, 32768, 8192, False, available_bytes=pool,
+                           mamba_cache_mode="align", gdn_prefill_backend="flashinfer")  # fmt: skip
+    assert fi.block_size == 832 and fi.num_gpu_blocks == pool // (16 * 832 * 4096) == 1401
+    assert fi.blocks_per_request == cdiv(32768, 832) + 3 * 3 == 49
+    assert round(fi.max_concurrency, 2) == 28.59
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def test_starcoder2_sliding_window_public_figure():

@@ -85,6 +85,25 @@ def test_per_layer_attention_types():
     assert set(hardware.model("qwen2.5-7b").layer_types) == {"full"}  # use_sliding_window false
 
 
+def test_gated_deltanet_hybrid_layers_and_state():
+    """qwen3_next without layer_types: every 4th layer full (transformers'
+    full_attention_interval default); the SSM state in the model dtype (no
+    mamba_ssm_dtype rule for qwen3_next): 32 x 128 x 128 x 2 B, plus the conv
+    state 3 x (2 x 16 x 128 + 32 x 128) x 2 B."""
+    m = hardware.model(str(CONFIGS / "qwen3-next-like.json"))
+    assert m.layer_types == ("linear",) * 3 + ("full",) + ("linear",) * 3 + ("full",)
+    assert m.ssm_state_bytes == 2
+    assert m.linear_state_bytes() == 32 * 128 * 128 * 2 + 3 * (2 * 16 * 128 + 32 * 128) * 2
+    assert m.linear_state_bytes(2) == m.linear_state_bytes() // 2
+    q = hardware.model("qwen3.5-27b")  # qwen3_5: mamba_ssm_dtype float32 from the config
+    assert q.ssm_state_bytes == 4 and q.layer_types.count("full") == 16
+    # the Gated DeltaNet layers replace attention in the parameter count: about 27B
+    assert q.params / 1e9 == pytest.approx(26.9, abs=0.05)
+    q.check_tensor_parallel(8)  # 4 KV heads replicated, 48 / 8 value heads, 10,240 / 8 conv
+    with pytest.raises(ModelConfigError, match="conv dim .* 10240"):
+        q.check_tensor_parallel(12)  # divides 24 heads and 48 value heads, not 10,240
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -92,7 +111,11 @@ def test_per_layer_attention_types():
         ({"hidden_size": None, "head_dim": None}, "hidden_size"),
         ({"torch_dtype": "float8"}, "torch_dtype"),
         ({"model_type": "exotic", "sliding_window": 512}, "layer_types"),
-        ({"layer_types": ["mamba"] * 80}, "layer_types"),
+        ({"layer_types": ["mamba"] * 80}, "layer_types has 'mamba'"),
+        ({"layer_types": ["linear_attention"] * 80}, "model_type 'llama' is not one"),
+        ({"model_type": "nemotron_h"}, "hybrid_override_pattern"),
+        ({"model_type": "jamba"}, "attn_layer_period"),
+        ({"model_type": "granitemoehybrid"}, "Mamba state layers"),
         ({"intermediate_size": None}, "intermediate_size"),
     ],
 )
@@ -174,7 +197,7 @@ def test_plan_check_with_a_config_json_tp4_fp8(capsys):
     ("args", "needle"),
     [
         (["--model", str(CONFIGS / "missing-layers.json"), "--gpu", "H100"], "num_hidden_layers"),
-        (["--model", str(CONFIGS / "linear-hybrid.json"), "--gpu", "H100"], "layer_types"),
+        (["--model", str(CONFIGS / "linear-hybrid.json"), "--gpu", "H100"], "linear_num_key_heads"),
         (["--model", "llama-3.1-8b", "--gpu", "H100", "--quantization", "int3"], "fp8, fbgemm_fp8"),
         (["--model", "llama-3.1-8b", "--gpu", "H100", "--kv-cache-dtype", "fp4"], "auto, float16"),
         (

@@ -490,3 +490,21 @@ def test_slo_drawings_need_slo_columns(capsys, results, tmp_path):
         assert code == 2 and err.count("\n") == 1 and "no SLO columns" in err and flag in err
     code, _, err = run_cli(capsys, "heatmap", str(results), "--color-scale", "cubic")
     assert code == 2 and err.count("\n") == 1
+
+
+def test_an_axis_implied_by_another_needs_no_pin():
+    """compat blis implies null_block off and restart preemption: pinning compat
+    is enough, and the message says so."""
+    import pandas as pd
+
+    from planner.plots import PlotError, select
+
+    rows = [
+        {"max_num_seqs": s, "num_gpu_blocks": b, "compat": c, "null_block": c == "vllm",
+         "preemption_mode": "recompute" if c == "vllm" else "restart", "completed": 1}
+        for s in (8, 16) for b in (100, 200) for c in ("vllm", "blis")
+    ]  # fmt: skip
+    df = pd.DataFrame(rows)
+    with pytest.raises(PlotError, match=r"pin compat with --where axis=value \(that also fixes"):
+        select(df, "max_num_seqs", "num_gpu_blocks", None, [])
+    assert len(select(df, "max_num_seqs", "num_gpu_blocks", None, ["compat=blis"])) == 4

@@ -914,7 +914,9 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if cfg[K.SW] > 0:  # blocks that left the window go back to the pool first
             free += _remove_skipped_blocks(cfg, st, r)
         grow = 0  # new entries of its block table (in each KV cache group)
-        off = st.koff[r]  # compat blis, the full-hit defect: prompt tokens without blocks
+        # compat blis, the full-hit defect: prompt tokens without blocks (read only
+        # then: the hot loop of every other config skips the load)
+        off = st.koff[r] if blis else 0
         if c0 + num_new - off > st.held[r] * bs:  # skips the division on most decodes
             grow = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[r], 0)
         need = grow * groups

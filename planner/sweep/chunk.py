@@ -75,10 +75,10 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
         ]
     for name, value in sweep.hardware_columns.items():
         df[name] = value
+    extra: dict[str, object] = {}
     if sweep.search is not None:  # [search]: the highest sustainable rate of each config
         found = search_max_rate(configs, wl, sweep.latency, sweep.slo or SLO(), sweep.search)
-        for col in found.table.columns:
-            df[col] = found.table[col].to_numpy()
-    df["workload_fingerprint"] = wl.fingerprint()
-    df["spec"] = sweep.name
-    return df
+        extra |= {col: found.table[col].to_numpy() for col in found.table.columns}
+    extra |= {"workload_fingerprint": wl.fingerprint(), "spec": sweep.name}
+    # One concat, not a column at a time: a wide frame warns of fragmentation.
+    return pd.concat([df, pd.DataFrame(extra, index=df.index)], axis=1)

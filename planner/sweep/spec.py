@@ -541,6 +541,11 @@ class Sweep:
             except WorkloadError as e:
                 raise SpecError(f"block_size: {str(e).removeprefix('--block-size ')}") from None
         self.latency = self._latency()
+        if self.spec.latency.kind != "linear" and any(c.compat == "blis" for c in self.configs):
+            raise SpecError(
+                f'{_where("compat", self)}: compat blis needs latency.kind = "linear" '
+                f"(BLIS's blackbox step time), not {self.spec.latency.kind!r}"
+            )
         for i, cfg in enumerate(self.configs):  # the int64 ns clock cannot wrap
             try:
                 clock_bound(cfg, self.latency, f"config {i}", spec=True)
