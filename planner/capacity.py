@@ -134,12 +134,30 @@ def max_concurrency(num_gpu_blocks: int, block_size: int, tokens: int, vllm_styl
 
 
 def analytic_safe_max_num_seqs(
-    num_gpu_blocks: int, block_size: int, request_tokens: float, null_block: bool = True
+    num_gpu_blocks: int,
+    block_size: int,
+    request_tokens: float,
+    null_block: bool = True,
+    window_cap: int = 0,
+    full_groups: int = 1,
+    window_groups: int = 0,
 ) -> int:
     """``floor((N - 1) / cdiv(L, bs))``: how many requests of L tokens (e.g. the
     mean prompt + mean output) fit the usable pool together, so that requests
-    admitted together can all grow to full length without preemption."""
-    per_request = max(1, math.ceil(request_tokens / block_size))
+    admitted together can all grow to full length without preemption.
+
+    ``window_cap`` > 0 (a sliding window, ``SchedulerConfig.sliding_window_cap``):
+    a request holds at most that many pool blocks at once (vLLM's
+    ``SlidingWindowSpec.max_admission_blocks_per_request``, the bound its
+    ``remove_skipped_blocks`` keeps), so the per-request need is
+    min(cdiv(L, bs), window_cap). With ``full_groups`` and ``window_groups``
+    KV cache groups sharing the pool (a hybrid model; without them, one group
+    of the kind ``window_cap`` says), a request holds that in each group."""
+    blocks = max(1, math.ceil(request_tokens / block_size))
+    if window_groups == 0 and window_cap > 0:  # one sliding-window group
+        full_groups, window_groups = 0, 1
+    windowed = min(blocks, window_cap) if window_cap > 0 else blocks
+    per_request = max(1, full_groups * blocks + window_groups * windowed)
     return usable_blocks(num_gpu_blocks, null_block) // per_request
 
 

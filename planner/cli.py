@@ -187,6 +187,9 @@ def run(
     enable_prefix_caching: opt.EnablePrefixCaching = False,
     compat: opt.CompatOpt = opt.Compat.vllm,
     blis_full_hit_defect: opt.BlisFullHitDefect = False,
+    sliding_window: opt.SlidingWindow = None,
+    full_attention_groups: opt.FullAttentionGroups = None,
+    sliding_window_groups: opt.SlidingWindowGroups = None,
     policy: Annotated[
         Policy,
         typer.Option(help="fcfs, or priority (the trace's priority column, else all 0)."),
@@ -308,7 +311,11 @@ def run(
     blocks, derived = resolve.num_gpu_blocks(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463,
         quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=max_num_seqs, full_attention_only=False, simulated=True,
+    )  # fmt: skip
+    attn = resolve.attention(
+        sliding_window, model, quantization, kv_cache_dtype,
+        (full_attention_groups, sliding_window_groups),
     )  # fmt: skip
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
@@ -318,6 +325,7 @@ def run(
         max_model_len=max_model_len,
         long_prefill_token_threshold=long_prefill_token_threshold,
         watermark=watermark,
+        **attn,
         **rules,
         stop_bound=stop_bound.value,
         async_scheduling=async_scheduling,
@@ -360,7 +368,10 @@ def run(
             "ns, so BLIS's truncation to whole us can differ by 1 us on some steps"
         )
     mean_len = wl.mean_request_tokens(max_model_len)
-    safe = analytic_safe_max_num_seqs(blocks, block_size, mean_len, null_block)
+    safe = analytic_safe_max_num_seqs(
+        blocks, block_size, mean_len, null_block, cfg.sliding_window_cap,
+        cfg.full_attention_groups, cfg.sliding_window_groups,
+    )  # fmt: skip
     warning = (
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "
         f"this workload (mean request {mean_len:,.0f} tokens on {blocks:,} blocks): "
@@ -395,7 +406,7 @@ def run(
         print(json.dumps(finite(out), default=_json_default))
     else:
         source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
-        _print_run(wl, blocks, source, lat, row, wall, slo)
+        _print_run(wl, blocks, source, lat, row, wall, slo, cfg)
         if replicas > 1:
             _print_replicas(_per_replica(res, slo))
         if row["outcome"] != OK and len(stuck):
@@ -485,7 +496,7 @@ def _print_gap_fix(cfg: SchedulerConfig) -> None:
     the fix ``plan check`` gives for it."""
     n, bs, mml = cfg.num_gpu_blocks, cfg.block_size, cfg.max_model_len
     gap = capacity.livelock_gap(n, bs, mml, cfg.null_block)
-    if gap is None or not cfg.null_block:
+    if gap is None or not cfg.null_block or cfg.sliding_window:  # the gap is full attention's
         return
     Console(markup=False).print(
         f"the pool is short for max_model_len: requests of {gap[0]:,}-{gap[1]:,} tokens can "
@@ -521,12 +532,27 @@ def _print_run(
     row: object,
     wall: float,
     slo: SLO,
+    cfg: SchedulerConfig | None = None,
 ) -> None:
     """The human-readable summary table of ``plan run``; ``source`` says where
-    num_gpu_blocks came from; with an SLO, its verdict (``metrics.slo_columns``)."""
+    num_gpu_blocks came from; ``cfg`` the config (its attention is named
+    when it is not full attention); with an SLO, its verdict
+    (``metrics.slo_columns``)."""
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
+    if cfg is not None and cfg.sliding_window:
+        w, f, s = cfg.sliding_window, cfg.full_attention_groups, cfg.sliding_window_groups
+        where = (
+            "on every layer"
+            if f == 0
+            else f"in {s} of {f + s} KV cache groups ({f} full attention, one pool)"
+        )
+        console.print(
+            f"attention: sliding window of {w:,} tokens {where}; blocks outside it freed "
+            "step by step, as vLLM's SlidingWindowManager does",
+            soft_wrap=True,
+        )
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
     if row["compat"] == "blis":  # type: ignore[index]
         defect = ", with its full-hit defect" if row["blis_full_hit_defect"] else ""  # type: ignore[index]

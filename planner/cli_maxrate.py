@@ -99,6 +99,9 @@ def max_rate(
     max_model_len: opt.MaxModelLen = 4096,
     async_scheduling: opt.AsyncScheduling = False,
     enable_prefix_caching: opt.EnablePrefixCaching = False,
+    sliding_window: opt.SlidingWindow = None,
+    full_attention_groups: opt.FullAttentionGroups = None,
+    sliding_window_groups: opt.SlidingWindowGroups = None,
     model: opt.Model = None,
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
@@ -173,9 +176,12 @@ def max_rate(
     else:
         blocks, _ = resolve.num_gpu_blocks(
             num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size,
-            7463,
+            7463, full_attention_only=False, simulated=True,
         )  # fmt: skip
     base = SchedulerConfig(
+        **resolve.attention(
+            sliding_window, model, groups=(full_attention_groups, sliding_window_groups)
+        ),
         num_gpu_blocks=blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,

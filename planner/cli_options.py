@@ -442,6 +442,32 @@ BlisFullHitDefect = Annotated[
         "block_size tokens holds no prompt blocks."
     ),
 ]
+FullAttentionGroups = Annotated[
+    int | None,
+    typer.Option(
+        help="KV cache groups of full-attention layers sharing the pool with the "
+        "sliding-window ones (a hybrid model) [default: from --model, else 1 without "
+        "a window, 0 with one].",
+        show_default=False,
+    ),
+]
+SlidingWindowGroups = Annotated[
+    int | None,
+    typer.Option(
+        help="KV cache groups of sliding-window layers [default: from --model, else 1 "
+        "with a window, 0 without].",
+        show_default=False,
+    ),
+]
+SlidingWindow = Annotated[
+    int | None,
+    typer.Option(
+        help="Every attention layer slides over this many tokens (HF config.json's "
+        "sliding_window; vLLM frees blocks outside it); 0 = full attention "
+        "[default: from --model, else 0].",
+        show_default=False,
+    ),
+]
 Router = StrEnum("Router", {k: k for k in ROUTERS})  # kernel/routers.ROUTERS
 Replicas = Annotated[
     int,

@@ -83,8 +83,13 @@ BLIS_IMPLIED = {
     ROUTER_SEED,
     COMPAT,
     DEFECT,
-) = range(39)
-NCOLS = 39
+    SW,
+    SW_CAP,
+    GROUPS_FULL,
+    GROUPS_SW,
+) = range(43)
+NCOLS = 43
+MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
 NFLOAT = 7  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
@@ -114,6 +119,7 @@ NUMERIC_FIELDS = (
     "router_seed",
     "horizon_s",
     "max_steps",
+    "sliding_window",
 )
 FIELD_FLAGS = {
     "horizon_s": "--horizon",
@@ -172,6 +178,18 @@ class SchedulerConfig:
     # the defect switch adds BLIS's full-hit defect (rule 5), compat blis only.
     compat: str = "vllm"
     blis_full_hit_defect: bool = False
+    # Sliding-window attention on every layer (vLLM's ``SlidingWindowSpec``,
+    # HF config.json's ``sliding_window``): tokens a query attends back,
+    # itself included; 0 = full attention. Blocks wholly outside the window
+    # are freed step by step (``SlidingWindowManager.remove_skipped_blocks``).
+    sliding_window: int = 0
+    # KV cache groups sharing the pool (vLLM's per-group block tables,
+    # ``kv_cache_planning.get_kv_cache_groups``): full-attention ones and
+    # sliding-window ones. -1: the model's one group (full attention, or
+    # sliding when ``sliding_window`` is set); a hybrid (gemma-2/3, gpt-oss)
+    # has both. Resolved to counts when the config is made.
+    full_attention_groups: int = -1
+    sliding_window_groups: int = -1
 
     def __post_init__(self) -> None:
         for name in NUMERIC_FIELDS:  # bounds.OPTION_BOUNDS: int32 counts, int64 ns
@@ -201,6 +219,8 @@ class SchedulerConfig:
             if v not in allowed:
                 raise ValueError(f"--{_flag(name)} must be one of {sorted(allowed)}, got {v!r}")
         self._check_compat()
+        self._resolve_groups()
+        self._check_sliding_window()
         for name in ("async_scheduling", "enable_prefix_caching"):
             if name == "enable_prefix_caching" and self.compat == "blis":
                 continue  # BLIS caches under restart (docs/blis-compat.md, rule 1)
@@ -233,6 +253,74 @@ class SchedulerConfig:
             raise ValueError(
                 "--async-scheduling contradicts --compat blis (BLIS schedules in sync)"
             )
+
+    def _resolve_groups(self) -> None:
+        """Resolve -1 group counts (the model's one group) and check them:
+        integers in 0..MAX_KV_GROUPS, at least one group, sliding groups
+        exactly when there is a window. Raises ValueError (one line)."""
+        window = self.sliding_window > 0
+        for name, default in (
+            ("full_attention_groups", 0 if window else 1),
+            ("sliding_window_groups", 1 if window else 0),
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+                raise ValueError(f"--{_flag(name)} must be an integer, got {v!r}")
+            if v == -1:
+                object.__setattr__(self, name, default)
+            elif not 0 <= v <= MAX_KV_GROUPS:
+                raise ValueError(f"--{_flag(name)} must be in 0..{MAX_KV_GROUPS}, got {v}")
+        if window != (self.sliding_window_groups > 0):
+            raise ValueError(
+                f"--sliding-window-groups {self.sliding_window_groups} needs "
+                + ("--sliding-window 0" if not self.sliding_window_groups else "a --sliding-window")
+            )
+        if self.full_attention_groups + self.sliding_window_groups == 0:
+            raise ValueError("--full-attention-groups 0 needs sliding-window groups")
+
+    @property
+    def kv_groups(self) -> int:
+        """KV cache groups sharing the pool: a request takes one block per
+        group for each block of tokens (``KVCacheCoordinator``)."""
+        return self.full_attention_groups + self.sliding_window_groups
+
+    def _check_sliding_window(self) -> None:
+        """A sliding window is simulated under vLLM's own rules only: not with
+        prefix caching (vLLM's sliding-window cache hit search,
+        ``SlidingWindowManager.find_longest_cache_hit``, is not modelled),
+        compat blis (BLIS has no sliding window), swap preemption (a named
+        option whose CPU tier keeps no null blocks) or the max_servable stop
+        bound (the pool's tokens bound a request's length only under full
+        attention). Raises ValueError (one line)."""
+        if self.sliding_window == 0 and self.kv_groups == 1:
+            return
+        for name, bad in (
+            ("enable-prefix-caching", self.enable_prefix_caching and self.compat != "blis"),
+            ("compat blis", self.compat == "blis"),
+            ("preemption-mode swap", self.preemption_mode == "swap"),
+            ("stop-bound max_servable", self.stop_bound == "max_servable"),
+        ):
+            if bad:
+                what = (
+                    f"--sliding-window {self.sliding_window}"
+                    if self.sliding_window
+                    else f"--full-attention-groups {self.full_attention_groups}"
+                )
+                raise ValueError(f"{what} is not simulated with --{name}")
+
+    @property
+    def sliding_window_cap(self) -> int:
+        """Blocks the whole-sequence gate asks of one sliding-window request at
+        most: ``SlidingWindowSpec.max_admission_blocks_per_request``
+        (``vllm/v1/kv_cache_interface.py``) = cdiv(min(window - 1 + in-flight
+        tokens, max_model_len), block_size) + 1, in-flight tokens =
+        ``VllmConfig.max_in_flight_tokens`` (2 x max_num_batched_tokens with
+        async scheduling, else 1 x). 0 without a window."""
+        if self.sliding_window == 0:
+            return 0
+        in_flight = (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
+        tokens = min(self.sliding_window - 1 + in_flight, self.max_model_len)
+        return -(-tokens // self.block_size) + 1
 
     @property
     def think_time_ns(self) -> int:
@@ -409,6 +497,10 @@ def pack_configs(
             c.router_seed,
             COMPATS[c.compat],
             int(c.blis_full_hit_defect),
+            c.sliding_window,
+            c.sliding_window_cap,
+            c.full_attention_groups,
+            c.sliding_window_groups,
         )
         if c.compat == "blis":
             if not isinstance(lat, LinearLatency):

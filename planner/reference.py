@@ -8,6 +8,8 @@ vLLM concept, one step at a time, no fast path.
 - ``KVCacheManager`` ~ ``vllm/v1/core/kv_cache_manager.py`` (``allocate_slots``,
   ``get_computed_blocks``, ``free``) with ``FullAttentionManager`` of
   ``single_type_kv_cache_manager.py`` (``cache_blocks``, ``find_longest_cache_hit``)
+  or, with ``sliding_window``, its ``SlidingWindowManager``
+  (``remove_skipped_blocks``: blocks outside the window become null blocks)
 - ``Scheduler``      ~ ``vllm/v1/core/sched/scheduler.py`` (``schedule``,
   ``_preempt_request``, ``update_from_output``) and ``check_stop`` in
   ``vllm/v1/core/sched/utils.py``
@@ -84,6 +86,8 @@ class Request:
     session: int | None = None  # multi-turn session id (its turns share one token stream)
     # compat blis with the full-hit defect: prompt tokens it holds no blocks for
     uncounted: int = 0
+    # block tables of the KV cache groups after the first (hybrid models)
+    more: list[list[int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -171,9 +175,16 @@ class BlockPool:
         self.cached.setdefault(key, {})[b] = None
 
 
+# A block-table entry that is the null block (``BlockPool.null_block``): a
+# sliding-window block freed outside the window. Not a pool block.
+NULL = -1
+
+
 class KVCacheManager:
     """``allocate_slots`` (all or nothing, the whole-sequence gate, the watermark),
-    ``get_computed_blocks`` (prefix-cache hits) and ``free``."""
+    ``get_computed_blocks`` (prefix-cache hits) and ``free``; with a sliding
+    window, ``SlidingWindowManager.remove_skipped_blocks`` before each
+    allocation (``vllm/v1/core/single_type_kv_cache_manager.py``)."""
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.caching = cfg.enable_prefix_caching
@@ -184,6 +195,19 @@ class KVCacheManager:
         self.block_size = cfg.block_size
         self.max_model_len = cfg.max_model_len
         self.watermark_blocks = cfg.watermark_blocks
+        self.window = cfg.sliding_window
+        # SlidingWindowSpec.max_admission_blocks_per_request (the gate's cap)
+        self.window_cap = cfg.sliding_window_cap
+        self.window_freed = 0  # blocks freed outside the window, summed
+        # The KV cache groups in table order (sliding-window ones first, as the
+        # recorder lists them): one block table per group, one pool.
+        self.kinds = ["sliding"] * cfg.sliding_window_groups + ["full"] * cfg.full_attention_groups
+
+    def tables(self, req: Request) -> list[list[int]]:
+        """The request's block table in each KV cache group (``req.blocks`` first)."""
+        while len(req.more) < len(self.kinds) - 1:
+            req.more.append([])
+        return [req.blocks, *req.more]
 
     def block_key(self, req: Request, j: int) -> tuple:
         """The content of block j: its shared-prefix group's tokens while the block
@@ -240,19 +264,51 @@ class KVCacheManager:
         free = self.pool.num_free()
         if full_sequence_must_fit:
             full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
-            if max(full - have, 0) + evictable + wm > free:
+            # summed over the groups (get_num_blocks_to_allocate with
+            # apply_admission_cap=True: a sliding group asks for at most its cap)
+            asked = sum(
+                max((min(full, self.window_cap) if kind == "sliding" else full) - have, 0)
+                for kind in self.kinds
+            )
+            if asked + evictable + wm > free:
                 return False
+        if self.window:  # before the count, even if the allocation then fails
+            self.remove_skipped_blocks(req)
+            free = self.pool.num_free()
         target = blocks_for_tokens(
             computed + num_new_tokens - req.uncounted, self.max_model_len, self.block_size
         )
-        if max(0, target - have) + evictable + wm > free:
+        if len(self.kinds) * max(0, target - have) + evictable + wm > free:
             return False
         self.pool.touch(hits)
         req.blocks.extend(hits)
         req.num_cached_blocks += len(hits)
-        req.blocks.extend(self.pool.get_new_blocks(max(0, target - len(req.blocks))))
+        for table in self.tables(req):  # allocate_new_blocks, group by group
+            table.extend(self.pool.get_new_blocks(max(0, target - len(table))))
         self.cache_blocks(req, computed + num_new_tokens)
         return True
+
+    def remove_skipped_blocks(self, req: Request) -> None:
+        """``SlidingWindowManager.remove_skipped_blocks`` on the processed
+        tokens (num_computed_tokens - num_in_flight_tokens): the whole blocks
+        before the next token's window (``get_num_skipped_tokens``: processed
+        - window + 1 tokens), walked back from the last one to the first null
+        block (``_remove_blocks_in_range``), become null blocks and are freed,
+        in each sliding-window group in turn."""
+        processed = max(0, req.num_computed_tokens - req.in_flight)
+        skipped = max(0, processed - self.window + 1) // self.block_size
+        for kind, table in zip(self.kinds, self.tables(req), strict=True):
+            if kind != "sliding":
+                continue
+            freed = []
+            for i in range(min(skipped, len(table)) - 1, -1, -1):
+                if table[i] == NULL:
+                    break
+                freed.append(table[i])
+                table[i] = NULL
+            if freed:
+                self.window_freed += len(freed)
+                self.pool.free_blocks(freed)
 
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Hash the request's full blocks up to ``num_tokens`` of known tokens
@@ -266,9 +322,13 @@ class KVCacheManager:
         req.num_cached_blocks = max(req.num_cached_blocks, num_full)
 
     def free(self, req: Request) -> None:
-        """Free tail first, so the tail is evicted first."""
-        self.pool.free_blocks(list(reversed(req.blocks)))
+        """Free tail first, so the tail is evicted first; null blocks are not
+        the request's (``pop_blocks_for_free``: ``trim_null_head``); group by
+        group (``KVCacheCoordinator.free``)."""
+        for table in self.tables(req):
+            self.pool.free_blocks([b for b in reversed(table) if b != NULL])
         req.blocks = []
+        req.more = []
         req.num_cached_blocks = 0
         req.uncounted = 0
 
@@ -722,9 +782,10 @@ class Engine:
 
         def fields(r: Request) -> tuple:
             held = len(r.blocks) + r.swapped_blocks
+            nulls = sum(b == NULL for b in r.blocks)  # sliding window: blocks freed
             pre = min(r.num_preemptions, k) if k > 0 else 0
             return (r.rid, r.status, r.num_computed_tokens, r.num_output_tokens, held,
-                    r.placeholders, r.in_flight, r.stale, pre)  # fmt: skip
+                    nulls, r.placeholders, r.in_flight, r.stale, pre)  # fmt: skip
 
         adapt = self.cfg.adaptive_window > 0
         window = (
@@ -762,6 +823,22 @@ class Engine:
             tuple(pool.free_queue),
             tuple(zip(pool.block_hash, prev, strict=True)),
         )
+
+    def _priced_window(self) -> int:
+        """The window the roofline prices: every layer sliding, else none (a
+        hybrid is priced as full attention, an upper bound)."""
+        return self.cfg.sliding_window if self.cfg.full_attention_groups == 0 else 0
+
+    def _pairs(self, c: int, n: int) -> int:
+        """(query, key) pairs of a chunk of n tokens after c computed ones."""
+        w = self._priced_window()
+        return sum(min(c + i, w) if w else c + i for i in range(1, n + 1))
+
+    def _kv_tokens(self, c: int, n: int) -> int:
+        """KV tokens the chunk reads or writes: positions from the first
+        query's window start to its last token."""
+        w = self._priced_window()
+        return c + n - (max(0, c - w + 1) if w else 0)
 
     def queue_delay(self, prompt: int) -> int:
         """The front end's delay (ns): alpha0 + alpha1 x prompt; compat blis:
@@ -850,9 +927,11 @@ class Engine:
                 else:
                     prefill += n
             # Roofline inputs: a chunk of n tokens after c cached ones attends
-            # n*c + n(n+1)/2 (query, key) pairs and touches c + n tokens of KV.
-            attended = sum(n * r.num_computed_tokens + n * (n + 1) // 2 for r, n in scheduled)
-            kv_touched = sum(r.num_computed_tokens + n for r, n in scheduled)
+            # n*c + n(n+1)/2 (query, key) pairs and touches c + n tokens of KV;
+            # under a sliding window W, query c + i attends min(c + i, W) keys
+            # and the chunk touches the union of its windows.
+            attended = sum(self._pairs(r.num_computed_tokens, n) for r, n in scheduled)
+            kv_touched = sum(self._kv_tokens(r.num_computed_tokens, n) for r, n in scheduled)
             start = self.clock
             if self.blis:  # whole microseconds, even for a step that priced nothing
                 dt = blis_step_ns(self.lat_ints, prefill, decode)
@@ -900,7 +979,7 @@ class Engine:
                 done = []
                 finishes = sched.update_from_output(batch, self.clock)
             pool = sched.kv.pool
-            refs = sum(len(r.blocks) for r in sched.running)
+            refs = sum(sum(b != NULL for t in sched.kv.tables(r) for b in t) for r in sched.running)
             in_use = sum(c > 0 for c in pool.ref_cnt)
             if in_use + pool.num_free() != pool.num_usable or refs != sum(pool.ref_cnt):
                 self.invariant_errors += 1

@@ -5,7 +5,7 @@ Shared by ``plan run`` and sweep specs, so both resolve the same way.
 
 from __future__ import annotations
 
-from planner import hardware
+from planner import hardware, kv_cache
 from planner.latency import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
 
 LATENCY_KINDS = ("linear", "roofline", "measured")
@@ -96,13 +96,16 @@ def num_gpu_blocks(
     max_num_batched_tokens: int = 8192,
     full_attention_only: bool = True,
     max_num_seqs: int | None = None,
+    simulated: bool = False,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
     (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens and
     max_num_seqs, by default vLLM 0.33's for the GPU); else
-    ``default``. ``full_attention_only``: refuse a model with sliding-window
-    or chunked layers (``simulated_model``), as the simulator needs."""
+    ``default``. ``full_attention_only``: refuse a model with any layer that
+    is not full attention (``full_attention_model``), as an analysis for full
+    attention needs; ``simulated`` (with ``full_attention_only`` off): refuse
+    only what the simulator cannot run (``simulated_model``)."""
     if explicit is not None:
         return explicit, False
     if model is None and gpu is None:
@@ -112,6 +115,8 @@ def num_gpu_blocks(
     g = hardware.gpu(gpu)
     m = hardware.model(model, quantization, kv_cache_dtype)
     if full_attention_only:
+        full_attention_model(m)
+    elif simulated:
         simulated_model(m)
     n = hardware.num_gpu_blocks(
         m,
@@ -125,14 +130,76 @@ def num_gpu_blocks(
     return n, True
 
 
-def simulated_model(m: hardware.ModelSpec) -> None:
-    """Refuse (ValueError, one line) a model the scheduler simulation would
-    misrepresent: its block accounting is full attention (one block table
-    holding every token), while vLLM frees sliding-window and chunked-local
-    blocks step by step (``SlidingWindowManager.remove_skipped_blocks``)."""
+def simulated_model(m: hardware.ModelSpec) -> dict[str, int]:
+    """The attention fields the scheduler simulation runs ``m`` with
+    (``SchedulerConfig.sliding_window``, ``full_attention_groups``,
+    ``sliding_window_groups``): vLLM 0.33's KV cache groups
+    (``kv_cache.groups``, ``get_kv_cache_groups``), each with its own block
+    table in one pool; sliding-window groups free blocks outside the window
+    as ``SlidingWindowManager.remove_skipped_blocks`` does. Full attention:
+    window 0, one full group. Raises ValueError (one line) for what it would
+    misrepresent: chunked local attention (``ChunkedLocalAttentionManager``).
+    """
+    kinds = set(m.layer_types)
+    if kinds == {"full"}:
+        return {"sliding_window": 0, "full_attention_groups": 1, "sliding_window_groups": 0}
+    if kinds <= {"full", "sliding"} and m.sliding_window:
+        gs = kv_cache.groups(m, 16)  # the groups' make-up does not depend on the block size
+        return {
+            "sliding_window": int(m.sliding_window),
+            "full_attention_groups": sum(g.kind == "full" for g in gs),
+            "sliding_window_groups": sum(g.kind == "sliding" for g in gs),
+        }
+    what = " and ".join(sorted(kinds))
+    raise ValueError(
+        f"--model {m.name}: has {what} attention layers; the simulator runs full-attention "
+        "and sliding-window layers only (plan check sizes this model per attention type)"
+    )
+
+
+def full_attention_model(m: hardware.ModelSpec) -> None:
+    """Refuse (ValueError, one line) a model with any layer that is not full
+    attention, for analyses that hold for full attention only (the
+    null-block livelock gap and the analytic KV-safe max_num_seqs assume one
+    block table holding every token)."""
     other = sorted(set(m.layer_types) - {"full"})
     if other:
         raise ValueError(
-            f"--model {m.name}: has {' and '.join(other)} attention layers; the simulator "
-            "models full attention only (plan check sizes this model per attention type)"
+            f"--model {m.name}: has {' and '.join(other)} attention layers; this analysis "
+            "holds for full attention only (plan run simulates sliding-window models; "
+            "plan check sizes this model per attention type)"
         )
+
+
+def attention(
+    explicit: int | None,
+    model: str | None,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    groups: tuple[int | None, int | None] = (None, None),
+) -> dict[str, int]:
+    """The attention fields of a run's ``SchedulerConfig``: the model's
+    (``simulated_model``) when ``--model`` is given, else ``sliding_window``
+    = ``explicit`` (0 = full attention) and the KV cache group counts
+    ``groups`` = (full-attention, sliding-window), None for the default (the
+    model's one group).
+
+    Raises:
+        ValueError: one line, when ``explicit`` or ``groups`` contradicts the
+            model or the model cannot be simulated.
+    """
+    names = ("full_attention_groups", "sliding_window_groups")
+    if model is None:
+        given = {k: v for k, v in zip(names, groups, strict=True) if v is not None}
+        return {"sliding_window": 0 if explicit is None else explicit, **given}
+    m = hardware.model(model, quantization, kv_cache_dtype)
+    fields = simulated_model(m)
+    window = fields["sliding_window"]
+    if explicit is not None and explicit != window:
+        has = f"a {window:,}-token sliding window" if window else "full attention"
+        raise ValueError(f"--sliding-window {explicit} contradicts --model {m.name} ({has})")
+    for name, v in zip(names, groups, strict=True):
+        if v is not None and v != fields[name]:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {v} contradicts --model {m.name} (it has {fields[name]})")
+    return fields

@@ -45,6 +45,9 @@ def config_of(scn: dict) -> SchedulerConfig:
         policy=scn["policy"],
         async_scheduling=scn["async_scheduling"],
         enable_prefix_caching=scn["enable_prefix_caching"],
+        sliding_window=scn.get("sliding_window", 0),
+        full_attention_groups=scn.get("full_attention_groups", -1),
+        sliding_window_groups=scn.get("sliding_window_groups", -1),
         horizon_s=scn["horizon_s"] if timed else float("inf"),
         max_steps=MAX_STEPS,
     )

@@ -45,6 +45,34 @@ def test_golden_scenarios_cover_the_issue():
     assert any(load(n)["scenario"]["async_scheduling"] for n in hits)
 
 
+def test_golden_sliding_window_scenarios_cover_the_issue():
+    """Sliding-window goldens: sync and async, step and time mode, windows on
+    and off a block boundary, the gate on and off, preemption under pressure,
+    and chunked prefill whose chunks pass the window (blocks freed before the
+    request's prefill ends)."""
+    golds = [g for g in (load(n) for n in NAMES) if g["scenario"].get("sliding_window", 0)]
+    assert len(golds) >= 15
+    scns = [g["scenario"] for g in golds]
+    assert {s["async_scheduling"] for s in scns} == {True, False}
+    assert {s["mode"] for s in scns} == {"steps", "time"}
+    assert {s["scheduler_reserve_full_isl"] for s in scns} == {True, False}
+    assert {s["sliding_window"] % s["block_size"] == 0 for s in scns} == {True, False}
+    preempting = [g for g in golds if sum(r["num_preemptions"] for r in g["requests"])]
+    assert {g["scenario"]["async_scheduling"] for g in preempting} == {True, False}
+    assert any(
+        s["max_num_batched_tokens"] < r["prompt_len"] and s["sliding_window"] < r["prompt_len"]
+        for s in scns
+        for r in s["requests"]
+    )
+    # Hybrids: full-attention and sliding-window KV cache groups in one pool,
+    # sync and async, with preemption.
+    hybrid = [g for g in golds if g["scenario"].get("full_attention_groups", 0) > 0]
+    assert len(hybrid) >= 10
+    assert {g["scenario"]["sliding_window_groups"] for g in hybrid} >= {1, 5}
+    assert {g["scenario"]["async_scheduling"] for g in hybrid} == {True, False}
+    assert any(sum(r["num_preemptions"] for r in g["requests"]) for g in hybrid)
+
+
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 @pytest.mark.parametrize("name", NAMES)
 def test_matches_vllm(name, engine):

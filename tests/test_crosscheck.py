@@ -39,6 +39,17 @@ def configs(draw):
     horizon = draw(st.one_of(st.just(float("inf")), st.floats(0.001, 2.0)))
     mode = draw(st.sampled_from(["recompute", "recompute", "restart", "swap", "blis"]))
     blis = mode == "blis"
+    caching = mode == "recompute" and draw(st.booleans())
+    stop = draw(st.sampled_from(["max_model_len", "max_servable"]))
+    # Sliding window (not with caching, swap or the max_servable bound, which it
+    # refuses): windows of one token, inside a block, across blocks and longer
+    # than most requests.
+    plain = caching or mode == "swap" or stop == "max_servable"
+    window = 0 if plain else draw(st.sampled_from([0, 0, 1, 3, 8, 17, 40, 100]))
+    # KV cache groups: all sliding, or hybrids of full and sliding groups
+    full_g, window_g = (
+        draw(st.sampled_from([(0, 1), (0, 1), (1, 1), (1, 3), (2, 1)])) if window else (1, 0)
+    )
     cfg = (
         SchedulerConfig(
             num_gpu_blocks=n,
@@ -51,10 +62,13 @@ def configs(draw):
             scheduler_reserve_full_isl=draw(st.booleans()),
             preemption_mode=mode,
             async_scheduling=mode == "recompute" and draw(st.booleans()),
-            enable_prefix_caching=mode == "recompute" and draw(st.booleans()),
+            enable_prefix_caching=caching,
+            sliding_window=window,
+            full_attention_groups=full_g,
+            sliding_window_groups=window_g,
             cpu_swap_blocks=draw(st.sampled_from([0, 5, 40, 1000])),
             swap_bandwidth_gbps=draw(st.sampled_from([1.0, 25.0])),
-            stop_bound=draw(st.sampled_from(["max_model_len", "max_servable"])),
+            stop_bound=stop,
             null_block=null_block,
             policy=draw(st.sampled_from(["fcfs", "fcfs", "priority"])),
             victim=draw(
@@ -184,7 +198,7 @@ def test_kernel_matches_reference(cfgs, wl, lat):
         assert all(s.free >= 0 for s in eng.steps)
 
 
-def _random_case(rng: np.random.Generator):
+def _random_case(rng: np.random.Generator, wrng: np.random.Generator):
     r = int(rng.integers(1, 10))
     sessions = rng.random() < 0.3
     prompt = rng.integers(1, 300, r)
@@ -241,6 +255,7 @@ def _random_case(rng: np.random.Generator):
         )
         for mode in modes
     ]
+    cfgs = [_with_window(wrng, c) for c in cfgs]
     cfgs = _open_loop_for_sessions(cfgs, wl)
     if rng.random() < 0.3:
         roof = RooflineLatency(
@@ -266,6 +281,31 @@ def _random_case(rng: np.random.Generator):
     return cfgs, wl, lat
 
 
+def _with_window(rng: np.random.Generator, cfg: SchedulerConfig) -> SchedulerConfig:
+    """Seven in ten configs that allow one get a sliding window (not with prefix
+    caching, compat blis or swap: the config refuses those; the
+    max_servable bound, also refused, gives way to max_model_len), half of those a
+    pool of at most 24 blocks and half the whole-sequence gate off (a window
+    lowers the pressure: this keeps preemptions common). ``rng`` is its own
+    stream, so the other draws stay as they were."""
+    if cfg.enable_prefix_caching or cfg.preemption_mode == "swap" or rng.random() < 0.3:
+        return cfg
+    window = int(rng.choice([1, 5, 16, 33, 64, 150]))
+    full_g, window_g = [(0, 1), (0, 1), (1, 1), (1, 2), (2, 1), (1, 1)][int(rng.integers(0, 6))]
+    small = rng.random() < 0.5
+    n = min(cfg.num_gpu_blocks, int(rng.integers(2, 25))) if small else cfg.num_gpu_blocks
+    gate = cfg.scheduler_reserve_full_isl and rng.random() < 0.5
+    return replace(
+        cfg,
+        sliding_window=window,
+        full_attention_groups=full_g,
+        sliding_window_groups=window_g,
+        num_gpu_blocks=n * (full_g + window_g),
+        scheduler_reserve_full_isl=gate,
+        stop_bound="max_model_len",
+    )
+
+
 def _blis_case(rng: np.random.Generator) -> SchedulerConfig:
     """A compat blis config (the defect switch half the time) with random other fields."""
     return SchedulerConfig(
@@ -288,6 +328,7 @@ def test_seeded_random_cases_cover_every_path():
     """320 seeded cases x 4 configs: kernel == reference, and the cases really
     exercise preemption, livelock, the horizon, rejection and the fast path."""
     rng = np.random.default_rng(20261130)
+    wrng = np.random.default_rng(20261201)
     seen = dict(
         preempted=0,
         livelocked=0,
@@ -307,9 +348,13 @@ def test_seeded_random_cases_cover_every_path():
         compat_preempted=0,
         compat_rehits=0,
         compat_zero_token=0,
+        window_freed=0,
+        window_preempted=0,
+        window_async=0,
+        hybrid_preempted=0,
     )
     for _ in range(320):
-        cfgs, wl, lat = _random_case(rng)
+        cfgs, wl, lat = _random_case(rng, wrng)
         traced, fast, engines = run_both(cfgs, wl, lat)
         for c, eng in enumerate(engines):
             assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
@@ -348,6 +393,12 @@ def test_seeded_random_cases_cover_every_path():
             seen["compat_zero_token"] += blis and any(
                 n == 0 for s in eng.steps for _, n in s.per_request
             )
+            windowed = cfgs[c].sliding_window > 0
+            seen["window_preempted"] += windowed and oi[S.O_PREEMPTIONS] > 0
+            seen["window_async"] += windowed and cfgs[c].async_scheduling
+            hybrid = cfgs[c].full_attention_groups > 0 and windowed
+            seen["hybrid_preempted"] += hybrid and oi[S.O_PREEMPTIONS] > 0
+            seen["window_freed"] += windowed and eng.sched.kv.window_freed > 0
             seen["roofline_fast_path"] += (
                 isinstance(lat, RooflineLatency) and oi[S.O_MACRO_STEPS] > 0
             )

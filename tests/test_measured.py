@@ -85,7 +85,7 @@ def test_kernel_fast_path_and_reference_agree_under_the_measured_kind():
     rng = np.random.default_rng(20261201)
     fast_runs = 0
     for _ in range(40):
-        cfgs, wl, _ = _random_case(rng)
+        cfgs, wl, _ = _random_case(rng, rng)
         lat = synthetic_latency(scale=float(rng.uniform(0.5, 2.0)))
         cfgs = _linear_for_compat(cfgs, lat)
         traced, fast, engines = run_both(cfgs, wl, lat)

@@ -106,13 +106,13 @@ def test_async_skip_buffer_grows_with_requests():
 
 
 def test_livelock_snapshot_grows_with_requests_and_the_pool():
-    """cycle.new_cycle: (9 + 5) int32 per request and 9 scalars; with caching
+    """cycle.new_cycle: (10 + 5) int32 per request and 9 scalars; with caching
     also 1 per request, the block tables (S x maxb) and 4 per block, however
     large the pool (no size turns detection off)."""
-    assert scratch(num_requests=10_000) - scratch() == 4 * 14 * (10_000 - 100)
+    assert scratch(num_requests=10_000) - scratch() == 4 * 15 * (10_000 - 100)
     on = {"caching": True}
     grow = scratch(num_requests=10_000, **on) - scratch(**on)
-    assert grow > 4 * 15 * (10_000 - 100)
+    assert grow > 4 * 16 * (10_000 - 100)
     per_block = scratch(num_gpu_blocks=20_000, **on) - scratch(num_gpu_blocks=10_000, **on)
     assert per_block >= 4 * 4 * 10_000
     big = 2**26  # a snapshot of 4 x 2^26 int32 entries: past the old 16 Mi cap

@@ -247,12 +247,19 @@ def test_check_on_a_sliding_window_model_gives_no_full_attention_claims(capsys):
     assert "sliding 1,024: 6 groups (52 layers), full: 1 group (10 layers)" in text
 
 
-def test_simulator_refuses_sliding_window_models(capsys):
-    for cmd in (["run", "--num-requests", "2"], ["safe-limit", "--num-requests", "2"]):
+def test_simulator_refuses_chunked_models_and_safe_limit_sliding_ones(capsys):
+    """plan run simulates sliding-window models and hybrids with full
+    attention (tests/test_sliding_window.py) but not chunked local attention;
+    safe-limit's analytic limit is for full attention only."""
+    for cmd, model, message in (
+        (["run"], "llama-4-scout", "full-attention and sliding-window layers only"),
+        (["safe-limit"], "starcoder2-3b", "full attention only"),
+    ):
         code, _, err = run_cli(
-            capsys, *cmd, "--model", "starcoder2-3b", "--gpu", "H100", "--latency", "roofline"
-        )
-        assert code == 2 and "full attention only" in err and err.count("\n") == 1
+            capsys, *cmd, "--num-requests", "2", "--model", model, "--gpu", "H100", "--latency",
+            "roofline",
+        )  # fmt: skip
+        assert code == 2 and message in err and err.count("\n") == 1
 
 
 def test_run_and_safe_limit_take_the_dtypes(capsys):

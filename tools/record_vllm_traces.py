@@ -47,6 +47,15 @@ Conventions (also in ``tests/golden/README.md``):
   outputs are unique to i. Block hashes are vLLM's, with
   ``hash_block_size == block_size``.
 - A run stops as ``stalled`` after 8 consecutive empty steps (a livelock).
+- **Sliding window.** A scenario with ``sliding_window`` W > 0 gives its one
+  KV cache group a ``SlidingWindowSpec`` of window W (every layer sliding):
+  vLLM's ``SlidingWindowManager`` frees blocks outside the window, and the
+  whole-sequence gate caps a request's blocks at
+  ``max_admission_blocks_per_request``. A hybrid scenario also names
+  ``full_attention_groups`` F and ``sliding_window_groups`` S: F groups with a
+  ``FullAttentionSpec`` and S with the ``SlidingWindowSpec`` share the one
+  pool (vLLM's per-group block tables, ``KVCacheCoordinatorNoPrefixCache``
+  without prefix caching).
 """
 
 from __future__ import annotations
@@ -102,6 +111,7 @@ def _base(name: str, **kw: object) -> dict:
         "policy": "fcfs",
         "enable_prefix_caching": False,
         "async_scheduling": False,
+        "sliding_window": 0,
         "mode": "steps",
         "requests": [],
     }
@@ -173,8 +183,200 @@ def _random_scenario(rng: random.Random, i: int) -> dict:
     )
 
 
+def _random_window_scenario(rng: random.Random, i: int) -> dict:
+    """A random sliding-window scenario (no prefix caching): a window of a
+    few blocks, on or off a block boundary, and a pool from just above the
+    gate's cap (``max_admission_blocks_per_request``) to a few times it."""
+    async_ = i % 2 == 1
+    bs = rng.choice([4, 8, 16, 16, 32])
+    mml = rng.choice([256, 384, 512, 1024])
+    window = max(2, bs * rng.randint(1, 6) + rng.choice([-1, 0, 0, 1, 3]))
+    mnbt = rng.choice([32, 64, 128, 256, 512])
+    in_flight = (2 if async_ else 1) * mnbt
+    cap = -(-min(window - 1 + in_flight, mml) // bs) + 1
+    n_blocks = [cap + 2, cap + rng.randint(3, 20), cap * rng.randint(2, 5)][i % 3]
+    policy = "priority" if i % 5 == 2 else "fcfs"
+    reqs = []
+    for _ in range(rng.randint(6, 28)):
+        prompt = rng.randint(1, min(600, mml - 2))
+        if rng.random() < 0.3:  # land on or next to a block boundary
+            prompt = max(1, min(mml - 2, bs * rng.randint(1, 12) + rng.choice([-1, 0, 1])))
+        max_tokens = rng.randint(1, min(300, mml))
+        r = _req(prompt, max_tokens, rng.randint(0, 60) if rng.random() < 0.7 else 0)
+        if policy == "priority":
+            r["priority"] = rng.randint(0, 3)
+        reqs.append(r)
+    return _base(
+        f"swa_rand{i:02d}",
+        num_gpu_blocks=n_blocks,
+        block_size=bs,
+        max_num_seqs=rng.choice([n for n in (1, 2, 4, 8, 16, 64) if n <= mnbt]),
+        max_num_batched_tokens=mnbt,
+        max_model_len=mml,
+        long_prefill_token_threshold=rng.choice([0, 0, 0, 16, 48]),
+        watermark=rng.choice([0.0, 0.0, 0.0, 0.02, 0.05]),
+        scheduler_reserve_full_isl=rng.random() < 0.8,
+        policy=policy,
+        async_scheduling=async_,
+        sliding_window=window,
+        requests=reqs,
+    )
+
+
+def window_scenarios(seed: int = 20261201) -> list[dict]:
+    """Sliding-window scenarios: S2 under a 128-token window (sync, async,
+    a tight pool), chunked prefill longer than the window in a pool that
+    preempts, a window off the block boundary with priority and the
+    watermark, the gate off, S1 in time (sync and async) in a pool that only
+    fits its load with the window, and random ones."""
+    s2 = [_req(300, 600) for _ in range(40)]
+    long = [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+    fixed = [
+        _base("swa_s2_base", sliding_window=128, requests=s2),
+        _base("swa_s2_async", sliding_window=128, async_scheduling=True, requests=s2),
+        _base("swa_s2_tight", num_gpu_blocks=60, sliding_window=128, requests=s2),
+        _base(
+            "swa_long_chunked",
+            num_gpu_blocks=40,
+            max_num_seqs=16,
+            max_num_batched_tokens=128,
+            max_model_len=1024,
+            sliding_window=64,
+            requests=long,
+        ),
+        _base(
+            "swa_long_chunked_async",
+            num_gpu_blocks=40,
+            max_num_seqs=16,
+            max_num_batched_tokens=128,
+            max_model_len=1024,
+            sliding_window=64,
+            async_scheduling=True,
+            requests=long,
+        ),
+        _base(
+            "swa_off_boundary_priority",
+            num_gpu_blocks=50,
+            max_num_seqs=8,
+            max_num_batched_tokens=96,
+            max_model_len=1024,
+            long_prefill_token_threshold=48,
+            watermark=0.05,
+            policy="priority",
+            sliding_window=100,
+            requests=[dict(r, priority=i % 3) for i, r in enumerate(long)],
+        ),
+        _base(
+            "swa_gate_off",
+            num_gpu_blocks=30,
+            max_num_seqs=16,
+            max_num_batched_tokens=128,
+            max_model_len=1024,
+            scheduler_reserve_full_isl=False,
+            sliding_window=64,
+            requests=long,
+        ),
+    ]
+    s1 = _s1_requests()
+    timed = [
+        _base(
+            f"swa_s1_time{'_async' if a else ''}",
+            mode="time",
+            num_gpu_blocks=900,
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            max_model_len=4096,
+            horizon_s=60.0,
+            alpha_us=list(S1_ALPHA),
+            beta_us=list(S1_BETA),
+            async_scheduling=a,
+            sliding_window=256,
+            requests=s1,
+        )
+        for a in (False, True)
+    ]
+    rng = random.Random(seed)
+    return fixed + timed + [_random_window_scenario(rng, i) for i in range(12)] + hybrid_scenarios()
+
+
+def hybrid_scenarios(seed: int = 20261202) -> list[dict]:
+    """Hybrid full + sliding-window scenarios (one pool, several KV cache
+    groups): 1 full + 1 sliding and 1 full + 5 sliding (gemma-3's ratio) on
+    S2 and on long chunked prompts, async, the gate off, S1 in time, and
+    random ones."""
+    s2 = [_req(300, 600) for _ in range(40)]
+    long = [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+    hyb = {"full_attention_groups": 1, "sliding_window_groups": 1}
+    gemma = {"full_attention_groups": 1, "sliding_window_groups": 5}
+    fixed = [
+        _base("hyb_s2_1x1", num_gpu_blocks=400, sliding_window=128, **hyb, requests=s2),
+        _base("hyb_s2_1x5", num_gpu_blocks=800, sliding_window=128, **gemma, requests=s2),
+        _base(
+            "hyb_s2_1x5_async",
+            num_gpu_blocks=800,
+            sliding_window=128,
+            async_scheduling=True,
+            **gemma,
+            requests=s2,
+        ),
+        _base(
+            "hyb_long_chunked",
+            num_gpu_blocks=300,
+            max_num_seqs=16,
+            max_num_batched_tokens=128,
+            max_model_len=1024,
+            sliding_window=64,
+            **gemma,
+            requests=long,
+        ),
+        _base(
+            "hyb_long_gate_off_async",
+            num_gpu_blocks=200,
+            max_num_seqs=16,
+            max_num_batched_tokens=128,
+            max_model_len=1024,
+            scheduler_reserve_full_isl=False,
+            async_scheduling=True,
+            sliding_window=100,
+            **hyb,
+            requests=long,
+        ),
+    ]
+    timed = [
+        _base(
+            "hyb_s1_time",
+            mode="time",
+            num_gpu_blocks=6000,
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            max_model_len=4096,
+            horizon_s=60.0,
+            alpha_us=list(S1_ALPHA),
+            beta_us=list(S1_BETA),
+            sliding_window=512,
+            **gemma,
+            requests=_s1_requests(),
+        )
+    ]
+    rng = random.Random(seed)
+    rand = []
+    for i in range(8):
+        scn = _random_window_scenario(rng, i)
+        n_full, n_window = rng.choice([(1, 1), (1, 2), (1, 5), (2, 1)])
+        scn.update(
+            name=f"hyb_rand{i:02d}",
+            full_attention_groups=n_full,
+            sliding_window_groups=n_window,
+            num_gpu_blocks=scn["num_gpu_blocks"] * (n_full + n_window)
+            + rng.choice([0, 0, 8, 40]) * n_full,
+        )
+        rand.append(scn)
+    return fixed + timed + rand
+
+
 def make_scenarios(seed: int = 20261130) -> list[dict]:
-    """The golden scenarios: S2 and its variants, S3, S1-exact in time, and random ones."""
+    """The golden scenarios: S2 and its variants, S3, S1-exact in time, random
+    ones, and the sliding-window ones (``window_scenarios``)."""
     s2 = [_req(300, 600) for _ in range(40)]
     fixed = [
         _base("s2_base", requests=s2),
@@ -269,7 +471,7 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     ]
     rng = random.Random(seed)
     rand = [_random_scenario(rng, i) for i in range(28)]
-    return fixed + timed + rand
+    return fixed + timed + rand + window_scenarios()
 
 
 # ---------------------------------------------------------------- the driver
@@ -296,7 +498,12 @@ class Driver:
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+            SlidingWindowSpec,
+        )
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
 
@@ -330,17 +537,18 @@ class Driver:
             cache_config=cache_cfg,
             device_config=DeviceConfig(device="cpu"),
         )
+        window = scn.get("sliding_window", 0)
+        layout = {"block_size": bs, "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
+        n_full = scn.get("full_attention_groups", 0 if window else 1)
+        n_window = scn.get("sliding_window_groups", 1 if window else 0)
+        groups = [
+            KVCacheGroupSpec([f"window{i}"], SlidingWindowSpec(sliding_window=window, **layout))
+            for i in range(n_window)
+        ] + [KVCacheGroupSpec([f"full{i}"], FullAttentionSpec(**layout)) for i in range(n_full)]
         kv_cfg = KVCacheConfig(
             num_blocks=scn["num_gpu_blocks"],
             kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(
-                    ["layer"],
-                    FullAttentionSpec(
-                        block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32
-                    ),
-                )
-            ],
+            kv_cache_groups=groups,
         )
         cache_cfg.num_gpu_blocks = scn["num_gpu_blocks"]
         cls = AsyncScheduler if scn["async_scheduling"] else Scheduler

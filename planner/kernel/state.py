@@ -191,7 +191,7 @@ ReqState = namedtuple(
         "order",  # int32 request indices sorted by entry time (a permutation, not per request)
         "ncomp",  # int32 num_computed_tokens
         "nout",  # int32 num_output_tokens
-        "held",  # int32 blocks held
+        "held",  # int32 blocks in its block table (null blocks included, see skip)
         "status",  # int8 status code (FUTURE .. REJECTED)
         "first_ns",  # int64 first-token time (ns), -1 if none
         "finish_ns",  # int64 finish time (ns), -1 if none
@@ -207,6 +207,11 @@ ReqState = namedtuple(
         # int32 prompt tokens it holds no blocks for: compat blis with the
         # full-hit defect (docs/blis-compat.md, rule 5), else 0
         "koff",
+        # int32 leading entries of its block table that are the null block:
+        # blocks freed outside a sliding window
+        # (``SlidingWindowManager.remove_skipped_blocks``); it holds held - skip
+        # pool blocks. 0 for full attention.
+        "skip",
     ],
 )
 
@@ -259,7 +264,7 @@ def allocate(
 ) -> State:
     """Allocate state for C configs x R requests: zeros, except first/finish,
     first-scheduled and last-token times (-1: none yet). ``entry_ns``/``order``
-    are the caller's to fill. Memory is about 89 bytes x C x R plus 5 KB per
+    are the caller's to fill. Memory is about 93 bytes x C x R plus 5 KB per
     config (``itl_hist``), plus the traces. The kernel's own scratch (per
     running thread) is ``kernel_scratch_bytes``."""
     c, r = num_configs, num_requests
@@ -286,6 +291,7 @@ def allocate(
         max_gap_ns=z(np.int64),
         ngap=z(np.int32),
         koff=z(np.int32),
+        skip=z(np.int32),
     )
     queues = Queues(*(z(np.int32) for _ in Queues._fields))
     out = Out(
@@ -342,7 +348,7 @@ def kernel_scratch_bytes(
     when it returns), so one per running thread. Counted from its allocations:
     the step's accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the
     decode fast path), ``skipbuf`` (R int32 when async), the livelock
-    detector's snapshot (``_cycle_bytes``: 56 bytes per request without
+    detector's snapshot (``_cycle_bytes``: 60 bytes per request without
     caching), and with prefix
     caching the block tables ``table`` (S x maxb
     int32, S = min(max_num_seqs, R), maxb = ceil(longest_tokens / block_size)
@@ -370,9 +376,9 @@ def kernel_scratch_bytes(
 
 
 # The livelock detector's snapshot layout (``cycle._walk``): per request in
-# running or waiting, its id and 8 fields; per request in flight (async), 5
+# running or waiting, its id and 9 fields; per request in flight (async), 5
 # values; 9 scalars. ``cycle.new_cycle`` also keeps CYCLE_DET int64 counters.
-CYCLE_FIELDS_PER_REQUEST = 9
+CYCLE_FIELDS_PER_REQUEST = 10
 CYCLE_FIELDS_IN_FLIGHT = 5
 CYCLE_SCALARS = 9
 CYCLE_DET = 8

@@ -5,7 +5,10 @@ Each configuration runs the vLLM v1 scheduler step by step in simulated time:
 - ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.py``): running phase,
   then waiting phase, chunked prefill under ``max_num_batched_tokens``.
 - ``KVCacheManager.allocate_slots`` (``vllm/v1/core/kv_cache_manager.py``):
-  all-or-nothing allocation, the whole-sequence gate, the watermark.
+  all-or-nothing allocation, the whole-sequence gate, the watermark; with a
+  sliding window (``SW``) ``SlidingWindowManager.remove_skipped_blocks``
+  first (``_remove_skipped_blocks``), and with several KV cache groups
+  (``GROUPS_FULL``, ``GROUPS_SW``) one table per group in one pool.
 - ``Scheduler._preempt_request``: recompute preemption of the tail of
   ``running``, prepended to ``waiting``.
 - ``Scheduler.update_from_output`` and ``check_stop``
@@ -234,10 +237,11 @@ def _finish(r, t, cfg, rq, st, k, p):
     free blocks (compat blis: less the last token's slot, ``_blis_last_slot``)."""
     blis = cfg[K.COMPAT] != 0
     taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
-    freed = st.held[r]
+    freed = _pool_blocks(cfg, st, r)  # its null blocks were never pool blocks
     if cfg[K.CACHING] != 0 and p.slot_of[r] >= 0:
         freed = PC.release(r, st.held[r], p, blis)
     st.held[r] = 0
+    st.skip[r] = 0
     st.koff[r] = 0
     freed -= taken
     st.status[r] = S.FINISHED
@@ -696,11 +700,35 @@ def _is_decode(n, c0, known, pend):
 
 
 @njit(cache=True, inline="always")
-def _add_to_batch(r, num_new, c0, known, q, s, pend):
+def _attention(n, c0, win):
+    """The roofline's attention work of a chunk of n tokens after c0 computed
+    ones: (query, key) pairs and KV tokens touched. Full attention (``win``
+    0): n*c0 + n(n+1)/2 pairs, c0 + n tokens. A sliding window of ``win``
+    tokens: query c0 + i (i = 1..n) attends min(c0 + i, win) keys, and the
+    chunk reads the union of its windows, min(c0 + n, n + win - 1) tokens
+    (a modelling choice, not a vLLM rule: vLLM's kernels skip keys outside
+    the window)."""
+    if win == 0:
+        return n * c0 + n * (n + 1) // 2, c0 + n
+    k = min(max(win - c0, 0), n)  # queries whose window reaches token 0
+    return k * c0 + k * (k + 1) // 2 + (n - k) * win, min(c0 + n, n + win - 1)
+
+
+@njit(cache=True, inline="always")
+def _priced_window(cfg):
+    """The window ``_attention`` prices: the sliding window when every layer
+    slides; 0 (full attention, an upper bound) for a hybrid, whose full
+    layers attend everything, and for full attention."""
+    return cfg[K.SW] if cfg[K.GROUPS_FULL] == 0 else 0
+
+
+@njit(cache=True, inline="always")
+def _add_to_batch(r, num_new, c0, known, q, s, pend, win):
     """Put r in this step's batch with num_new tokens after c0 computed ones
-    (``known`` tokens known), priced as ``_is_decode`` says (``pend``). A
-    0-token entry (compat blis: a fully cached prompt) samples its first token
-    without being priced."""
+    (``known`` tokens known), priced as ``_is_decode`` says (``pend``), its
+    attention work as ``_attention`` says (``win``: the sliding window, 0 for
+    full attention). A 0-token entry (compat blis: a fully cached prompt)
+    samples its first token without being priced."""
     q.sched_tok[r] = num_new
     q.slist[s[N_SCHED]] = r
     s[N_SCHED] += 1
@@ -711,14 +739,16 @@ def _add_to_batch(r, num_new, c0, known, q, s, pend):
         s[DECODE] += 1
     else:
         s[PREFILL] += num_new
-    s[ATTENDED] += num_new * c0 + num_new * (num_new + 1) // 2
-    s[KV_TOUCHED] += c0 + num_new
+    pairs, kv = _attention(num_new, c0, win)
+    s[ATTENDED] += pairs
+    s[KV_TOUCHED] += kv
 
 
 @njit(cache=True, inline="always")
-def _unschedule(v, rq, st, q, s, pend):
+def _unschedule(v, rq, st, q, s, pend, win):
     """A victim that already ran this step gives its tokens back (async may have
-    skipped it: then it is not in the batch); ``pend`` as ``_is_decode``."""
+    skipped it: then it is not in the batch); ``pend`` as ``_is_decode``,
+    ``win`` as ``_add_to_batch``."""
     m = 0
     for j in range(s[N_SCHED]):
         if q.slist[j] != v:
@@ -736,8 +766,9 @@ def _unschedule(v, rq, st, q, s, pend):
         s[DECODE] -= 1
     else:
         s[PREFILL] -= n
-    s[ATTENDED] -= n * c0 + n * (n + 1) // 2
-    s[KV_TOUCHED] -= c0 + n
+    pairs, kv = _attention(n, c0, win)
+    s[ATTENDED] -= pairs
+    s[KV_TOUCHED] -= kv
 
 
 @njit(cache=True, inline="always")
@@ -755,8 +786,11 @@ def _evict(cfg, v, st, k, s, p):
         k[S.O_CPU_FREE] -= h
         s[SWAP_NS] += h * cfg[K.SWAP_NS_PER_BLOCK]
         return
-    k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else h
+    k[FREE] += (
+        PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else _pool_blocks(cfg, st, v)
+    )
     st.held[v] = 0
+    st.skip[v] = 0
     st.koff[v] = 0
     st.ncomp[v] = 0
     if cfg[K.PREEMPT] == 1:
@@ -779,7 +813,9 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     v = q.run[vi]
     if vi < i:
         i -= 1
-        _unschedule(v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1)
+        _unschedule(
+            v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1, _priced_window(cfg)
+        )
     for j in range(vi, k[N_RUN] - 1):
         q.run[j] = q.run[j + 1]
     k[N_RUN] -= 1
@@ -812,6 +848,37 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     return i, v == r
 
 
+@njit(cache=True, inline="always")
+def _remove_skipped_blocks(cfg, st, r):
+    """Sliding window: ``SlidingWindowManager.remove_skipped_blocks``
+    (``vllm/v1/core/single_type_kv_cache_manager.py``), which
+    ``KVCacheManager.allocate_slots`` calls before it counts a running
+    request's new blocks (even when the allocation then fails). Tokens before
+    the window of the next token, max(0, processed - window + 1) with
+    processed = num_computed_tokens - num_in_flight_tokens
+    (``get_num_skipped_tokens``), skip their whole blocks (at most the
+    table's length); the newly skipped ones become null blocks and return to
+    the pool, in each sliding-window group (the same entries of every such
+    group's table). Returns the blocks freed."""
+    processed = st.ncomp[r] - st.infl[r]
+    skipped = max(0, processed - cfg[K.SW] + 1) // cfg[K.BS]
+    skipped = min(skipped, st.held[r])
+    if skipped <= st.skip[r]:
+        return 0
+    freed = skipped - st.skip[r]
+    st.skip[r] = skipped
+    return freed * cfg[K.GROUPS_SW]
+
+
+@njit(cache=True, inline="always")
+def _pool_blocks(cfg, st, r):
+    """Pool blocks request r holds without prefix caching: its table's length
+    in every KV cache group, less the null blocks of the sliding-window
+    groups (``KVCacheCoordinator``: one table per group, one pool)."""
+    groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]
+    return groups * st.held[r] - cfg[K.GROUPS_SW] * st.skip[r]
+
+
 @njit(cache=True, _nrt=False)
 def _schedule_running(cfg, rq, st, q, o, s, p):
     """``Scheduler.schedule``, running phase: walk ``running`` in order while
@@ -825,6 +892,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     async_ = cfg[K.ASYNC] != 0
     caching = cfg[K.CACHING] != 0
     blis = cfg[K.COMPAT] != 0
+    groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]  # 1 with caching
     thr_now = s[THR_NOW]
     # The hot scalars live in locals during the walk (the counters array is
     # written back before a preemption, which updates it, and at the end).
@@ -843,12 +911,15 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if num_new <= 0:
             i += 1
             continue
-        need = 0
+        if cfg[K.SW] > 0:  # blocks that left the window go back to the pool first
+            free += _remove_skipped_blocks(cfg, st, r)
+        grow = 0  # new entries of its block table (in each KV cache group)
         # compat blis, the full-hit defect: prompt tokens without blocks (read only
         # then: the hot loop of every other config skips the load)
         off = st.koff[r] if blis else 0
         if c0 + num_new - off > st.held[r] * bs:  # skips the division on most decodes
-            need = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[r], 0)
+            grow = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[r], 0)
+        need = grow * groups
         if need > free:
             s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
             preempted_self = False
@@ -870,9 +941,10 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             if need > 0:
                 PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
             PC.cache_blocks(r, upto, bs, rq, p)
-        st.held[r] += need
+        st.held[r] += grow
         s[BUDGET] = budget
-        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, rq.prompt[r] if blis else -1)
+        pend = rq.prompt[r] if blis else -1
+        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, pend, _priced_window(cfg))
         budget = s[BUDGET]
         i += 1
     s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
@@ -888,9 +960,14 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     hits first (``get_computed_blocks``: full blocks already cached; those
     still in the free queue must leave it), then the whole-sequence gate, the
     all-or-nothing allocation and the watermark (none with ``running`` empty).
-    Returns (tokens computed at admission, hit blocks, blocks it will hold,
-    new blocks to take, tokens to schedule); tokens to schedule is -1 when
-    the head is refused.
+    Blocks are asked in every KV cache group (``KVCacheCoordinator.
+    get_num_blocks_to_allocate`` sums its managers); a sliding-window group's
+    gate asks for at most ``SW_CAP`` blocks
+    (``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` with
+    ``apply_admission_cap``); a waiting request holds no blocks, so nothing
+    leaves its window before this allocation. Returns (tokens computed at
+    admission, hit blocks, blocks it will hold, new blocks to take, tokens to
+    schedule); tokens to schedule is -1 when the head is refused.
 
     compat blis (``VLLMBatchFormation.FormBatch``, ``sim/batch_formation.go``;
     docs/blis-compat.md, rules 1, 2 and 5): the lookup covers all
@@ -923,10 +1000,15 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     num_new = min(ntok - c0, s[BUDGET])
     if 0 < s[THR_NOW] < num_new:
         num_new = s[THR_NOW]
-    if gate and max(blocks_for_tokens(ntok, mml, bs) - nhit, 0) + evictable + wm > k[FREE]:
+    full = blocks_for_tokens(ntok, mml, bs)
+    # Summed over the KV cache groups; a sliding-window group asks for at most
+    # its admission cap (``sliding_window_cap``). Hits only with one group.
+    asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0)
+    asked += cfg[K.GROUPS_SW] * max(min(full, cfg[K.SW_CAP]) - nhit, 0)
+    if gate and asked + evictable + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     total = blocks_for_tokens(c0 + num_new, mml, bs)
-    need = total - nhit + evictable
+    need = (cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]) * (total - nhit) + evictable
     if need + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     return c0, nhit, total, need, num_new
@@ -979,7 +1061,7 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         st.ncomp[r] = c0
         _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
-    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1)
+    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1, _priced_window(cfg))
     s[N_ADM] += 1
 
 
@@ -1197,7 +1279,7 @@ def _check_invariants(cfg, st, q, k, p):
     blocks in use and the free queue's length agree)."""
     used = 0
     for i in range(k[N_RUN]):
-        used += st.held[q.run[i]]
+        used += _pool_blocks(cfg, st, q.run[i])
     if cfg[K.CACHING] != 0:
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]
@@ -1277,9 +1359,10 @@ def fast_path_allowed(cfg, o, use_macro):
     must see every step: decodes are not progress there, cycle.py) nor compat
     blis (it implies restart; the fast path knows none of its rules), and not
     caching under async scheduling (blocks are hashed as outputs land, step by
-    step)."""
+    step), nor a sliding window (blocks leave the window step by step; the
+    run's block counts assume full attention)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    macro = macro and cfg[K.PREEMPT] != 1 and cfg[K.COMPAT] == 0
+    macro = macro and cfg[K.PREEMPT] != 1 and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 
 

@@ -57,7 +57,13 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}
     df["kv_safe_max_num_seqs"] = [
         analytic_safe_max_num_seqs(
-            c.num_gpu_blocks, c.block_size, mean_len[c.max_model_len], c.null_block
+            c.num_gpu_blocks,
+            c.block_size,
+            mean_len[c.max_model_len],
+            c.null_block,
+            c.sliding_window_cap,
+            c.full_attention_groups,
+            c.sliding_window_groups,
         )
         for c in configs
     ]

@@ -91,6 +91,9 @@ SCHEDULER_AXES = (
     "router_seed",
     "compat",
     "blis_full_hit_defect",
+    "sliding_window",
+    "full_attention_groups",
+    "sliding_window_groups",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 HARDWARE_AXES = ("gpu_memory_utilization",)
@@ -127,6 +130,9 @@ INT_AXES = {
     "max_concurrency",
     "replicas",
     "router_seed",
+    "sliding_window",
+    "full_attention_groups",
+    "sliding_window_groups",
 }
 
 
@@ -628,9 +634,20 @@ class Sweep:
                     int(values.get("block_size", 16)),
                     hw.tensor_parallel_size,
                     0,
+                    full_attention_only=False,
+                    simulated=True,
                 )
             except (HardwareError, ValueError) as e:
                 raise SpecError(spec_names(f"hardware: {e}")) from None
+        if hw is not None:  # the model's window and KV cache groups
+            try:
+                attn = resolve.attention(values.get("sliding_window"), hw.model)
+            except (HardwareError, ValueError) as e:
+                raise SpecError(spec_names(f"hardware: {e}")) from None
+            for k, v in attn.items():
+                if k != "sliding_window" and values.get(k, v) != v:
+                    raise SpecError(f"{_where(k, self)}: {hw.model} has {v} (hardware.model)")
+            values |= attn
         for k, v in values.items():
             if k in INT_AXES and not (isinstance(v, int) and not isinstance(v, bool)):
                 raise SpecError(f"{_where(k, self)}: expected an integer, got {v!r}")
@@ -754,6 +771,7 @@ SPEC_FIELD_NAMES = {
     "--gpu-memory-utilization": "hardware.gpu_memory_utilization",
     "--model": "hardware.model",
     "--gpu": "hardware.gpu",
+    "--sliding-window": "sliding_window",
 }
 
 
