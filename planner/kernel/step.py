@@ -893,6 +893,9 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     caching = cfg[K.CACHING] != 0
     blis = cfg[K.COMPAT] != 0
     groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]  # 1 with caching
+    # Loop-invariant settings read once (the loop writes other arrays, so the
+    # compiler cannot keep cfg's entries in registers by itself).
+    windowed, win = cfg[K.SW] > 0, _priced_window(cfg)
     thr_now = s[THR_NOW]
     # The hot scalars live in locals during the walk (the counters array is
     # written back before a preemption, which updates it, and at the end).
@@ -911,7 +914,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if num_new <= 0:
             i += 1
             continue
-        if cfg[K.SW] > 0:  # blocks that left the window go back to the pool first
+        if windowed:  # blocks that left the window go back to the pool first
             free += _remove_skipped_blocks(cfg, st, r)
         grow = 0  # new entries of its block table (in each KV cache group)
         # compat blis, the full-hit defect: prompt tokens without blocks (read only
@@ -944,7 +947,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         st.held[r] += grow
         s[BUDGET] = budget
         pend = rq.prompt[r] if blis else -1
-        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, pend, _priced_window(cfg))
+        _add_to_batch(r, num_new, c0, ntok + st.ph[r], q, s, pend, win)
         budget = s[BUDGET]
         i += 1
     s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
