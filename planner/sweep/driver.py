@@ -42,12 +42,12 @@ from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (dr
 from planner.sweep.spec import Sweep
 
 DEFAULT_CHUNK_SIZE = 1024
-# Kernel state plus the per-request temporaries of metrics.summarize (about
-# eight C x R float64 arrays), per config and request. Counting the unserved
-# requests (lower bounds, their flags, the +inf percentile) added 24 bytes:
-# tracemalloc's peak over summarize, 64 configs x 20,000 requests, went from
-# 79 to 103 bytes per config-request.
-METRICS_BYTES_PER_REQUEST = 88
+# The per-request temporaries of metrics.summarize (C x R float64 arrays), per
+# config and request, beside the kernel state. tracemalloc's peak over
+# ``SimResult.metrics()``, 64 configs x 20,000 requests: 79 bytes, then 103
+# with the unserved requests' lower bounds, then 114 on 2026-12-01 (per-token
+# metrics, compat and sliding-window columns); allowance 114 + ~5%.
+METRICS_BYTES_PER_REQUEST = 120
 # api.simulate's copies of the workload for one kernel call, per request:
 # arrival_ns int64 (and its float64 rounding temporary), prompt and max_tokens
 # int32, priority int64, prefix group and shared length int32.
@@ -58,9 +58,12 @@ CALL_BYTES_PER_REQUEST = 8 + 8 + 4 + 4 + 8 + 4 + 4
 # same plus one 1-config and one 2-config `simulate`) on Linux x86-64, Python
 # 3.11, Numba 0.6x, 2 cores: loading both variants from Numba's cache added
 # 49 MiB (44 MiB for the parallel one alone); compiling both cold added 204 MiB
-# (180 MiB for the 1-config one alone). Allowances: those figures plus ~25%.
+# (180 MiB for the 1-config one alone). Re-measured 2026-12-01 after the BLIS,
+# sliding-window and hybrid kernel work: 51 MiB warm, 256 MiB cold.
+# Allowances: 51 MiB plus ~25%; 256 MiB plus 12.5% (a quarter more would refuse
+# sweeps/azure-conv.toml cold at 512 MiB, which peaks at 470 MiB there).
 JIT_LOAD_BYTES = 64 * 2**20
-JIT_COMPILE_BYTES = 256 * 2**20
+JIT_COMPILE_BYTES = 288 * 2**20
 # The final merge (store.consolidate: the chunk files, their concatenation, the
 # sorted copy, the Arrow table it writes), per config of the grid, once the
 # chunks' state is gone. Measured: 1,985 bytes per row above the resident
