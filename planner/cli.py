@@ -300,6 +300,9 @@ def run(
     # --compat blis implies these; one the user gave against it is refused, before
     # the inert-option rules (which would ask for what compat forbids).
     rules |= compat_settings(compat.value, {k: v for k, v in rules.items() if given(ctx, k)})
+    if compat == opt.Compat.blis and latency != opt.LatencyKind.linear:
+        # Before the step-time model is built (a measured table loads and speaks).
+        raise ValueError("--compat blis needs the linear step-time model (BLIS blackbox)")
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
