@@ -424,3 +424,11 @@ def test_simulator_refuses_linear_attention_hybrids(capsys):
         "--latency", "roofline",
     )  # fmt: skip
     assert code == 2 and "linear attention layers" in err and err.count("\n") == 1
+
+
+def test_simulator_refuses_mamba2_hybrids_without_naming_mlp_layers(capsys):
+    code, _, err = run_cli(
+        capsys, "run", "--model", "nemotron-h-8b", "--gpu", "H100", "--num-requests", "2",
+        "--latency", "roofline",
+    )  # fmt: skip
+    assert code == 2 and "full and linear attention layers" in err and err.count("\n") == 1
