@@ -168,7 +168,9 @@ class ModelConfigError(ValueError):
 class ModelSpec:
     """Shape of a decoder-only model, as vLLM sizes its KV cache and weights.
 
-    ``layer_types``: one of FULL, SLIDING, CHUNKED per layer. ``mla_dim`` > 0:
+    ``layer_types``: one of FULL, SLIDING, CHUNKED, LINEAR (a recurrent state:
+    Gated DeltaNet or Mamba2, per ``state_kind``) or MLP (no KV) per layer;
+    ``num_layers`` counts them all. ``mla_dim`` > 0:
     MLA, one latent of that many elements per token and layer (no V), the
     same on every TP rank. ``params``: total parameters; ``linear_params``: the
     part quantization applies to. ``weight_bits``: bits per linear weight;
