@@ -156,7 +156,9 @@ def check(
     larger block (vLLM aligns it to hold a layer's state; --num-gpu-blocks counts
     those blocks), and its figures depend on --enable-prefix-caching (vLLM's
     default is on, the planner's off) and, with caching on, --gdn-prefill-backend;
-    the other caching mode's figure is printed too.
+    the other caching mode's figure is printed too. Mamba2 hybrids (nemotron_h,
+    granitemoehybrid) likewise, without the GDN prefill backend (their layers
+    always keep one prefill checkpoint block in align mode).
 
     Exit code 0: safe; 1: a livelock gap exists, vLLM >= 0.29 refuses the
     pool, or (with an SLO) the traffic is overloaded or misses it; 2: bad input.
@@ -179,6 +181,11 @@ def check(
                     f"--{name.replace('_', '-')} has no effect on {spec.name} in plan check: "
                     "only linear-attention (Gated DeltaNet) layers are sized by it"
                 )
+        if given(ctx, "gdn_prefill_backend") and spec.state_kind == "mamba2":
+            raise InertOption(
+                f"--gdn-prefill-backend has no effect on {spec.name} in plan check: its "
+                "Mamba2 layers keep one prefill checkpoint block in align mode either way"
+            )
         for name, what in (("tokens_per_request", "--tokens-per-request"),
                            ("trace_file", "--trace-file")):  # fmt: skip
             if windowed and given(ctx, name):
@@ -440,7 +447,8 @@ def model_kv_figures(
             "kv_num_gpu_blocks": cap.num_gpu_blocks,
             "kv_block_size": cap.block_size,
             "kv_mamba_cache_mode": mamba_cache_mode,
-            "kv_gdn_prefill_backend": gdn_prefill_backend,
+            "kv_gdn_prefill_backend": gdn_prefill_backend if m.state_kind == "gdn" else None,
+            **({"kv_state": "mamba2"} if m.state_kind == "mamba2" else {}),
             "kv_linear_state_bytes": m.linear_state_bytes(tp),
             "kv_log_tokens": cap.log_tokens,
             "kv_per_group_tokens": cap.per_group_tokens,
@@ -518,9 +526,11 @@ CACHING_MODES = {
 def _print_hybrid_block(c: Console, o: dict) -> None:
     """A linear-attention hybrid's block size, caching mode and pool in tokens."""
     mode = o["kv_mamba_cache_mode"]
-    backend = f", {o['kv_gdn_prefill_backend']} GDN prefill" if mode == "align" else ""
+    gdn = o["kv_gdn_prefill_backend"]
+    backend = f", {gdn} GDN prefill" if mode == "align" and gdn else ""
+    what = "Mamba2" if o.get("kv_state") == "mamba2" else "linear-attention"
     c.print(
-        f"linear-attention state {o['kv_linear_state_bytes']:,} B per request and layer: "
+        f"{what} state {o['kv_linear_state_bytes']:,} B per request and layer: "
         f"vLLM raises the block to {o['kv_block_size']:,} tokens "
         f"({CACHING_MODES[mode]}{backend}); pool {o['kv_num_gpu_blocks']:,} blocks; vLLM 0.33 "
         f"logs GPU KV cache size {o['kv_log_tokens']:,} tokens (concurrency x max_model_len; "
@@ -532,9 +542,8 @@ def _print_hybrid_block(c: Console, o: dict) -> None:
 
 def _print_hybrid_other_mode(c: Console, o: dict) -> None:
     a = o["kv_other_mode"]
-    backend = (
-        f", {o['kv_gdn_prefill_backend']} GDN prefill" if a["mamba_cache_mode"] == "align" else ""
-    )
+    gdn = o["kv_gdn_prefill_backend"]
+    backend = f", {gdn} GDN prefill" if a["mamba_cache_mode"] == "align" and gdn else ""
     c.print(
         f"with {CACHING_MODES[a['mamba_cache_mode']]}{backend} on the same bytes: block "
         f"{a['block_size']:,} tokens, {a['num_gpu_blocks']:,} blocks, "

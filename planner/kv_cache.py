@@ -47,6 +47,16 @@ Linear attention (Gated DeltaNet, a ``MambaSpec`` per layer):
   / page): 1 in "none" mode; 2 in "align" mode, + 1 prefill checkpoint block
   when the layers export checkpoints (FlashInfer GDN prefill,
   ``num_prefill_checkpoint_blocks``); no speculative decoding.
+Mamba2 layers (nemotron_h, granitemoehybrid: ``MambaMixer2``, a ``MambaSpec``
+per layer, ``ModelSpec.state_kind`` "mamba2") go through the same block raising,
+padding and grouping, with two differences (``vllm/model_executor/layers/
+mamba/mamba_mixer2.py``): ``MambaMixer2.get_kv_cache_spec`` always declares one
+prefill checkpoint block, so a request holds 2 + 1 blocks per Mamba2 group in
+"align" mode (1 in "none"), whatever the GDN prefill backend; and the layer
+declares no checkpoint alignment (``MambaBase.get_prefill_checkpoint_alignment``
+is None), so the block is not raised to a multiple of 64. MLP-only layers
+(nemotron_h "-" / "E", kind ``mlp``) have no KV cache spec and are in no group.
+
 - logged figures (``kv_cache_utils.update_kv_cache_capacity``): vLLM 0.33 logs
   "GPU KV cache size: int(concurrency x max_model_len) tokens"; releases
   before it logged num_blocks // len(groups) x the smallest group block size
@@ -59,7 +69,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from planner.model_config import CHUNKED, FULL, LINEAR, SLIDING, ModelSpec
+from planner.model_config import CHUNKED, FULL, LINEAR, MLP, SLIDING, ModelSpec
 
 KERNEL_BLOCK = 16  # FlashAttention's smallest kernel block (MultipleOf(16))
 FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64  # vllm/v1/attention/backends/gdn_attn.py
@@ -114,6 +124,8 @@ def aligned_block_size(
         return block_size
     align = max(KERNEL_BLOCK, block_size)
     ckpt = checkpoint_alignment(mamba_cache_mode, gdn_prefill_backend)
+    if m.state_kind == "mamba2":  # MambaMixer2 declares no checkpoint alignment
+        ckpt = None
     if mamba_cache_mode == "align":
         align = math.lcm(align, ckpt or 1)
     attn = align * cdiv(state, align * m.kv_bytes_per_token_layer(tp))
@@ -143,10 +155,10 @@ def groups(
         CHUNKED: m.attention_chunk_size or 0,
         LINEAR: 0,
     }
-    buckets = Counter(m.layer_types)  # first-seen order: layer order
+    buckets = Counter(t for t in m.layer_types if t != MLP)  # first-seen order: layer order
     if len(buckets) == 1:
-        kind = m.layer_types[0]
-        return [Group(kind, spans[kind], m.num_layers, page)]
+        kind, n = next(iter(buckets.items()))
+        return [Group(kind, spans[kind], n, page)]
     smallest, largest = min(buckets.values()), max(buckets.values())
     size = largest if largest < smallest * 1.5 else smallest
     out = []
@@ -157,10 +169,16 @@ def groups(
     return out
 
 
-def linear_blocks_per_request(mamba_cache_mode: str, gdn_prefill_backend: str = "triton") -> int:
-    """Blocks one request holds in a linear-attention group
-    (``MambaSpec.max_memory_usage_bytes`` / page, no speculative decoding)."""
+def linear_blocks_per_request(
+    mamba_cache_mode: str, gdn_prefill_backend: str = "triton", state_kind: str = "gdn"
+) -> int:
+    """Blocks one request holds in a linear-attention (GDN) or Mamba2 group
+    (``MambaSpec.max_memory_usage_bytes`` / page, no speculative decoding):
+    1 in "none" mode; in "align" mode 2 + the prefill checkpoint block, which
+    Mamba2 layers always declare and GDN layers only with FlashInfer's prefill."""
     if mamba_cache_mode == "align":
+        if state_kind == "mamba2":
+            return 3
         return 2 + (checkpoint_alignment(mamba_cache_mode, gdn_prefill_backend) is not None)
     return 1
 
@@ -172,10 +190,11 @@ def blocks_per_request(
     in_flight: int,
     mamba_cache_mode: str = "none",
     gdn_prefill_backend: str = "triton",
+    state_kind: str = "gdn",
 ) -> int:
     """Blocks one request may hold in group ``g`` (``max_memory_usage_bytes`` / page)."""
     if g.kind == LINEAR:
-        return linear_blocks_per_request(mamba_cache_mode, gdn_prefill_backend)
+        return linear_blocks_per_request(mamba_cache_mode, gdn_prefill_backend, state_kind)
     if g.kind == SLIDING:
         return cdiv(min(g.span - 1 + in_flight, max_model_len), block_size) + 1
     if g.kind == CHUNKED:
@@ -240,7 +259,7 @@ def capacity(
     assert available_bytes is not None
     n = max(0, available_bytes // bpb)
     in_flight = max_concurrent_batches(async_scheduling) * max_num_batched_tokens
-    modes = (mamba_cache_mode, gdn_prefill_backend)
+    modes = (mamba_cache_mode, gdn_prefill_backend, m.state_kind)
     per_req = sum(blocks_per_request(g, max_model_len, bs, in_flight, *modes) for g in gs)
     page = page_bytes(m, bs, tp)
     needed = sum(

@@ -35,9 +35,29 @@ KV fields (``vllm/config/model.py``: ``get_head_size``, ``get_num_kv_heads``,
   x ``linear_value_head_dim`` x ``linear_key_head_dim`` in ``mamba_ssm_dtype``
   for qwen3_5 (``Qwen3_5ForConditionalGenerationConfig.verify_and_update_config``
   in ``vllm/model_executor/models/config.py`` copies it into
-  ``mamba_ssm_cache_dtype``), else the model dtype. Mamba layers of other
-  hybrids (nemotron_h, granitemoehybrid, jamba, ...) and any other layer kind
-  are refused, naming the field.
+  ``mamba_ssm_cache_dtype``), else the model dtype.
+- Mamba2 layers (model_types in ``MAMBA2_MODEL_TYPES``), kind ``linear`` with
+  ``state_kind`` "mamba2": nemotron_h's ``hybrid_override_pattern`` ("M" Mamba2,
+  "*" attention, "-" MLP only, "E" MoE only; the last two hold no KV, kind
+  ``mlp``), granitemoehybrid's ``layer_types`` ("mamba" / "attention", or the
+  new names "linear_attention" / "full_attention"). One state per request and
+  layer, sized as ``MambaStateShapeCalculator.mamba2_state_shape``
+  (``vllm/model_executor/layers/mamba/mamba_utils.py``) from each model file's
+  ``get_mamba_state_shape_from_config`` (``nemotron_h.py``,
+  ``granitemoehybrid.py``): groups G raised to tp when tp does not divide them
+  (``extra_groups_for_head_shards``); conv state (kernel - 1) x (I + 2 G N) / tp
+  in the model dtype; SSM state heads / tp x head_dim x N in the SSM dtype,
+  where I = mamba_num_heads x mamba_head_dim (nemotron_h) or mamba_expand x
+  hidden_size (granitemoehybrid) and N the state size. SSM dtype
+  (``MambaStateDtypeCalculator.mamba2_state_dtype``): nemotron_h the config's
+  ``mamba_ssm_cache_dtype``, float32 when absent
+  (``NemotronHForCausalLMConfig`` in ``vllm/model_executor/models/config.py``);
+  granitemoehybrid the model dtype (``mamba_ssm_cache_dtype`` auto).
+  Attention head size: nemotron_h ``head_dim`` or hidden / heads;
+  granitemoehybrid always hidden / heads (``granitemoehybrid.py``).
+  Mamba layers of other hybrids (jamba's Mamba1, bamba, falcon_h1, zamba2,
+  plamo2, lfm2, minimax_text_01, ...) and any other layer kind are refused,
+  naming the field.
 - ``torch_dtype`` (or ``dtype``): float32 checkpoints run in bfloat16
   (``_resolve_auto_dtype``), 2 bytes; ``quantization_config`` as in
   ``planner.quantization``.
@@ -66,6 +86,16 @@ Parameter count (weights), from the same file; norms and biases are left out
     conv_dim = 2 key_dim + value_dim); full attention with ``attn_output_gate``
     (qwen3_next, qwen3_5) has a q_proj twice as wide (queries and gate).
 
+    Mamba2 per layer (vLLM's ``MambaMixer2``: in_proj, conv1d, out_proj; A, D,
+    dt_bias left out) = hidden x (2 I + 2 G N + heads) + (I + 2 G N) x kernel
+                        + I x hidden
+    nemotron_h: "-" layers 2 x hidden x intermediate_size (relu2, not gated);
+    "E" layers n_routed_experts x 2 x hidden x moe_intermediate_size + hidden x
+    n_routed_experts + n_shared_experts x 2 x hidden x
+    moe_shared_expert_intermediate_size. granitemoehybrid: every layer has
+    num_local_experts x 3 x hidden x intermediate_size + hidden x experts (router)
+    and a shared MLP 3 x hidden x shared_intermediate_size.
+
 The linear layers (attention and MLP) are what quantization shrinks.
 """
 
@@ -80,7 +110,8 @@ from typing import Any
 from planner import quantization
 
 FULL, SLIDING, CHUNKED, LINEAR = "full", "sliding", "chunked", "linear"
-KINDS = (FULL, SLIDING, CHUNKED, LINEAR)
+MLP = "mlp"  # a layer without attention or state (nemotron_h "-" / "E"): no KV
+KINDS = (FULL, SLIDING, CHUNKED, LINEAR, MLP)
 LAYER_TYPE_NAMES = {
     "full_attention": FULL,
     "sliding_attention": SLIDING,
@@ -98,8 +129,6 @@ SSM_DTYPE_FROM_CONFIG = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qw
 # hybrids with Mamba / Mamba2 / other state layers the planner does not size,
 # and the config field that describes those layers
 MAMBA_HYBRIDS = {
-    "nemotron_h": "hybrid_override_pattern",
-    "granitemoehybrid": "layer_types",
     "jamba": "attn_layer_period",
     "bamba": "attn_layer_indices",
     "falcon_h1": "mamba_d_ssm",
@@ -110,6 +139,17 @@ MAMBA_HYBRIDS = {
     "lfm2": "layer_types",
     "minimax_text_01": "attn_type_list",
 }
+# hybrids whose Mamba2 layers the planner sizes (``MambaMixer2``)
+MAMBA2_MODEL_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})
+# nemotron_h's pattern letters (vLLM's nemotron_h.py ALL_DECODER_LAYER_TYPES)
+NEMOTRON_H_PATTERN = {"M": LINEAR, "*": FULL, "-": MLP, "E": MLP}
+NEMOTRON_H_BLOCK_TYPES = {
+    "mamba": LINEAR, "linear_attention": LINEAR, "attention": FULL, "full_attention": FULL,
+    "mlp": MLP, "moe": MLP,
+}  # fmt: skip
+GRANITE_LAYER_TYPES = {
+    "mamba": LINEAR, "linear_attention": LINEAR, "attention": FULL, "full_attention": FULL
+}  # fmt: skip
 STATE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
 NON_GATED_MLP = frozenset({"starcoder2", "gpt_bigcode", "gpt2"})
@@ -128,7 +168,9 @@ class ModelConfigError(ValueError):
 class ModelSpec:
     """Shape of a decoder-only model, as vLLM sizes its KV cache and weights.
 
-    ``layer_types``: one of FULL, SLIDING, CHUNKED per layer. ``mla_dim`` > 0:
+    ``layer_types``: one of FULL, SLIDING, CHUNKED, LINEAR (a recurrent state:
+    Gated DeltaNet or Mamba2, per ``state_kind``) or MLP (no KV) per layer;
+    ``num_layers`` counts them all. ``mla_dim`` > 0:
     MLA, one latent of that many elements per token and layer (no V), the
     same on every TP rank. ``params``: total parameters; ``linear_params``: the
     part quantization applies to. ``weight_bits``: bits per linear weight;
@@ -164,6 +206,15 @@ class ModelSpec:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
     ssm_state_bytes: int = 0  # bytes per SSM state element (mamba_ssm_cache_dtype)
+    # which recurrent state LINEAR layers hold: "gdn" (Gated DeltaNet) or "mamba2"
+    state_kind: str = "gdn"
+    # Mamba2 state (state_kind "mamba2"): I, heads, head_dim, N, G, conv kernel
+    mamba_intermediate: int = 0
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state_size: int = 0
+    mamba_n_groups: int = 0
+    mamba_conv_kernel: int = 0
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -192,6 +243,8 @@ class ModelSpec:
         """
         if LINEAR not in self.layer_types:
             return 0
+        if self.state_kind == "mamba2":
+            return self._mamba2_state_bytes(tp)
         conv_dim = (
             2 * self.linear_num_key_heads * self.linear_key_head_dim
             + self.linear_num_value_heads * self.linear_value_head_dim
@@ -201,6 +254,27 @@ class ModelSpec:
             (self.linear_num_value_heads // tp)
             * self.linear_value_head_dim
             * self.linear_key_head_dim
+            * self.ssm_state_bytes
+        )
+        return conv + ssm
+
+    def _mamba2_conv_dim(self, tp: int) -> int:
+        """I + 2 G N with G raised to tp when tp does not divide it
+        (``mamba2_state_shape``, ``extra_groups_for_head_shards``)."""
+        g = self.mamba_n_groups
+        if g % tp:
+            g = tp
+        return self.mamba_intermediate + 2 * g * self.mamba_state_size
+
+    def _mamba2_state_bytes(self, tp: int) -> int:
+        """One request's Mamba2 state in one layer on one GPU: conv state
+        (kernel - 1) x conv_dim / tp x model dtype + SSM state heads / tp x
+        head_dim x state size x SSM dtype (module docstring)."""
+        conv = (self.mamba_conv_kernel - 1) * (self._mamba2_conv_dim(tp) // tp) * self.dtype_bytes
+        ssm = (
+            (self.mamba_num_heads // tp)
+            * self.mamba_head_dim
+            * self.mamba_state_size
             * self.ssm_state_bytes
         )
         return conv + ssm
@@ -245,7 +319,9 @@ class ModelSpec:
                 f"--tensor-parallel-size {tp} neither divides nor is a multiple of "
                 f"num_key_value_heads {kv} of {self.name} (vLLM requires one of them)"
             )
-        if LINEAR in self.layer_types:  # mamba_utils.gated_delta_net_state_shape: divide()
+        if LINEAR in self.layer_types and self.state_kind == "mamba2":
+            self._check_mamba2_tensor_parallel(tp)
+        elif LINEAR in self.layer_types:  # mamba_utils.gated_delta_net_state_shape: divide()
             conv_dim = (
                 2 * self.linear_num_key_heads * self.linear_key_head_dim
                 + self.linear_num_value_heads * self.linear_value_head_dim
@@ -262,6 +338,28 @@ class ModelSpec:
                         f"{self.name} (vLLM splits the linear-attention state evenly)"
                     )
 
+    def _check_mamba2_tensor_parallel(self, tp: int) -> None:
+        """``MambaMixer2``'s asserts and ``mamba2_state_shape``'s ``divide()``:
+        tp divides the Mamba heads, the intermediate size and the conv dim, and
+        divides the groups unless there is one group. Raises ModelConfigError."""
+        g = self.mamba_n_groups
+        if g % tp and g != 1:
+            raise ModelConfigError(
+                f"--tensor-parallel-size {tp} does not divide the {g} Mamba2 groups of "
+                f"{self.name} (vLLM's MambaMixer2 requires it unless there is one group)"
+            )
+        for what, n in (
+            ("the Mamba2 heads", self.mamba_num_heads),
+            ("the Mamba2 intermediate size", self.mamba_intermediate),
+            ("the Mamba2 conv dim (intermediate + 2 x groups x state size)",
+             self._mamba2_conv_dim(tp)),
+        ):  # fmt: skip
+            if n % tp:
+                raise ModelConfigError(
+                    f"--tensor-parallel-size {tp} does not divide {what} {n} of "
+                    f"{self.name} (vLLM splits the Mamba2 state evenly)"
+                )
+
     def describe(self) -> str:
         """One line: layers by attention type, KV layout, dtypes."""
         kinds = {k: self.layer_types.count(k) for k in KINDS}
@@ -274,8 +372,9 @@ class ModelSpec:
         win = f", window {self.sliding_window:,}" if kinds[SLIDING] else ""
         chunk = f", chunk {self.attention_chunk_size:,}" if kinds[CHUNKED] else ""
         if kinds[LINEAR]:
+            what = "Mamba2" if self.state_kind == "mamba2" else "linear-attention"
             chunk += (
-                f", linear-attention state {self.linear_state_bytes():,} B per request and "
+                f", {what} state {self.linear_state_bytes():,} B per request and "
                 f"layer (SSM {self.ssm_state_bytes} B/element)"
             )
         q = self.quantization or "none"
@@ -298,11 +397,14 @@ def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
     mt = str(cfg.get("model_type", ""))
     window = cfg.get("sliding_window")
     explicit = cfg.get("layer_types")
+    if mt in MAMBA2_MODEL_TYPES:
+        return _mamba2_layer_types(cfg, n, where)
     if mt in MAMBA_HYBRIDS:
         raise ModelConfigError(
             f"{where}: model_type {mt!r} has Mamba state layers ({MAMBA_HYBRIDS[mt]}), which "
-            "the planner does not size; sized: full, sliding-window, chunked and Gated "
-            f"DeltaNet linear attention ({', '.join(sorted(GDN_MODEL_TYPES))})"
+            "the planner does not size; sized: full, sliding-window, chunked, Gated "
+            f"DeltaNet linear attention ({', '.join(sorted(GDN_MODEL_TYPES))}) and Mamba2 "
+            f"({', '.join(sorted(MAMBA2_MODEL_TYPES))})"
         )
     if explicit is None and mt in GDN_MODEL_TYPES:
         # transformers' Qwen3NextConfig / Qwen3_5TextConfig: full_attention_interval
@@ -358,6 +460,145 @@ def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
         f"{where}: sliding_window is set but layer_types is not, and model_type "
         f"{mt!r} has no known per-layer rule; add layer_types"
     )
+
+
+def _mamba2_layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
+    """Per-layer kinds of a Mamba2 hybrid (module docstring): nemotron_h from
+    ``hybrid_override_pattern`` (or transformers' ``layers_block_type`` list),
+    granitemoehybrid from ``layer_types``; the list must have
+    ``num_hidden_layers`` entries and at least one attention layer."""
+    mt = cfg["model_type"]
+    if mt == "nemotron_h":
+        pattern = cfg.get("hybrid_override_pattern")
+        names: Mapping[str, str] = NEMOTRON_H_PATTERN
+        field = "hybrid_override_pattern"
+        if pattern is None and isinstance(cfg.get("layers_block_type"), list):
+            pattern, names, field = (
+                cfg["layers_block_type"],
+                NEMOTRON_H_BLOCK_TYPES,
+                "layers_block_type",
+            )
+        if not isinstance(pattern, (str, list)):
+            raise ModelConfigError(f"{where}: hybrid_override_pattern is missing (nemotron_h)")
+    else:
+        pattern, names, field = cfg.get("layer_types"), GRANITE_LAYER_TYPES, "layer_types"
+        if not isinstance(pattern, list):
+            raise ModelConfigError(f"{where}: layer_types is missing (granitemoehybrid)")
+    if len(pattern) != n:
+        raise ModelConfigError(f"{where}: {field} must list {n} layers (num_hidden_layers)")
+    bad = sorted({str(t) for t in pattern if t not in names})
+    if bad:
+        raise ModelConfigError(
+            f"{where}: {field} has {', '.join(map(repr, bad))} layers, which {mt} does not "
+            f"have (known: {', '.join(names)})"
+        )
+    out = tuple(names[t] for t in pattern)
+    if FULL not in out or LINEAR not in out:
+        raise ModelConfigError(
+            f"{where}: {field} needs both Mamba2 and attention layers (the planner sizes "
+            "Mamba2 hybrids, not pure Mamba2 or pure attention models of this type)"
+        )
+    return out
+
+
+MAMBA2_FIELDS = {  # ModelSpec field: (nemotron_h name, granitemoehybrid name)
+    "mamba_num_heads": ("mamba_num_heads", "mamba_n_heads"),
+    "mamba_head_dim": ("mamba_head_dim", "mamba_d_head"),
+    "mamba_state_size": ("ssm_state_size", "mamba_d_state"),
+    "mamba_n_groups": ("n_groups", "mamba_n_groups"),
+    "mamba_conv_kernel": ("conv_kernel", "mamba_d_conv"),
+}
+# nemotron_h configs may spell these the granitemoehybrid way (transformers'
+# NemotronHConfig pops mamba_n_groups / mamba_d_conv into n_groups / conv_kernel)
+NEMOTRON_H_ALIASES = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv"}
+
+
+def _mamba2_fields(cfg: Mapping[str, Any], hidden: int, where: str) -> dict[str, int]:
+    """The Mamba2 state fields vLLM's ``get_mamba_state_shape_from_config``
+    reads (module docstring), as ModelSpec fields; each must be in the config."""
+    nemotron = cfg["model_type"] == "nemotron_h"
+    out = {}
+    for field, (nem, gran) in MAMBA2_FIELDS.items():
+        key = nem if nemotron else gran
+        if nemotron and key not in cfg and NEMOTRON_H_ALIASES.get(key) in cfg:
+            key = NEMOTRON_H_ALIASES[key]
+        if not nemotron and key == "mamba_d_head" and cfg.get(key) == "auto":
+            # GraniteMoeHybridConfig: "auto" -> mamba_expand x hidden // mamba_n_heads
+            out[field] = _need(cfg, "mamba_expand", where) * hidden // out["mamba_num_heads"]
+            continue
+        out[field] = _need(cfg, key, where)
+    if nemotron:
+        out["mamba_intermediate"] = out["mamba_num_heads"] * out["mamba_head_dim"]
+    else:
+        out["mamba_intermediate"] = _need(cfg, "mamba_expand", where) * hidden
+    return out
+
+
+def _mamba2_ssm_bytes(cfg: Mapping[str, Any], dtype_bytes: int, where: str) -> int:
+    """Bytes per SSM state element: nemotron_h the config's
+    ``mamba_ssm_cache_dtype`` (float32 when absent, ``NemotronHForCausalLMConfig``),
+    other Mamba2 hybrids the model dtype (``mamba_ssm_cache_dtype`` auto)."""
+    if cfg["model_type"] != "nemotron_h":
+        return dtype_bytes
+    ssm = str(cfg.get("mamba_ssm_cache_dtype") or "float32")
+    if ssm not in STATE_DTYPE_BYTES:
+        raise ModelConfigError(
+            f"{where}: mamba_ssm_cache_dtype is {ssm!r} (sized: {', '.join(STATE_DTYPE_BYTES)})"
+        )
+    return STATE_DTYPE_BYTES[ssm]
+
+
+def _mamba2_params(
+    cfg: Mapping[str, Any],
+    types: tuple[str, ...],
+    heads: int,
+    kv: int,
+    hd: int,
+    m2: Mapping[str, int],
+    where: str,
+) -> tuple[float, float, float]:
+    """(total, linear, attention-linear) parameter counts of a Mamba2 hybrid
+    (module docstring formulas)."""
+    hidden = _need(cfg, "hidden_size", where)
+    vocab = _need(cfg, "vocab_size", where)
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    i, n, g = m2["mamba_intermediate"], m2["mamba_state_size"], m2["mamba_n_groups"]
+    conv_dim = i + 2 * g * n
+    mamba = (
+        hidden * (i + conv_dim + m2["mamba_num_heads"])
+        + conv_dim * m2["mamba_conv_kernel"]
+        + i * hidden
+    )
+    attn = hidden * (heads + 2 * kv) * hd + heads * hd * hidden
+    n_attn, n_mamba = types.count(FULL), types.count(LINEAR)
+    if cfg["model_type"] == "nemotron_h":
+        mlp = 0
+        pattern = cfg.get("hybrid_override_pattern") or ""
+        if "-" in pattern or "mlp" in (cfg.get("layers_block_type") or []):
+            n_mlp = pattern.count("-") or cfg["layers_block_type"].count("mlp")
+            mlp += n_mlp * 2 * hidden * _need(cfg, "intermediate_size", where)
+        n_moe = pattern.count("E") or (cfg.get("layers_block_type") or []).count("moe")
+        if n_moe:
+            if cfg.get("moe_latent_size"):
+                raise ModelConfigError(f"{where}: moe_latent_size is set, which the planner "
+                                       "does not count (nemotron_h MoE layers)")  # fmt: skip
+            e = _need(cfg, "n_routed_experts", where)
+            shared = int(cfg.get("n_shared_experts") or 0) * int(
+                cfg.get("moe_shared_expert_intermediate_size") or 0
+            )
+            mlp += n_moe * (
+                e * 2 * hidden * _need(cfg, "moe_intermediate_size", where)
+                + hidden * e
+                + 2 * hidden * shared
+            )
+    else:
+        e = int(cfg.get("num_local_experts") or 0)
+        per = 3 * hidden * int(cfg.get("shared_intermediate_size") or 0)
+        if e:
+            per += e * 3 * hidden * _need(cfg, "intermediate_size", where) + hidden * e
+        mlp = len(types) * per
+    linear = n_attn * attn + n_mamba * mamba + mlp
+    return float(linear + embed), float(linear), float(n_attn * attn)
 
 
 def _params(cfg: Mapping[str, Any], layers: int, heads: int, kv: int, hd: int, where: str):
@@ -433,12 +674,14 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
     if cfg.get("kv_lora_rank"):
         mla = int(cfg["kv_lora_rank"]) + _need(cfg, "qk_rope_head_dim", where)
         hd = mla
-    elif cfg.get("head_dim"):
+    elif cfg.get("head_dim") and cfg.get("model_type") != "granitemoehybrid":
         hd = int(cfg["head_dim"])
     else:
         hd = _need(cfg, "hidden_size", where) // heads
     types = _layer_types(cfg, layers, where)
-    gdn = _gdn_fields(cfg, where) if LINEAR in types else {}
+    mamba2 = cfg.get("model_type") in MAMBA2_MODEL_TYPES
+    m2 = _mamba2_fields(cfg, _need(cfg, "hidden_size", where), where) if mamba2 else {}
+    gdn = _gdn_fields(cfg, where) if LINEAR in types and not mamba2 else {}
     window = cfg.get("sliding_window") if SLIDING in types else None
     chunk = cfg.get("attention_chunk_size") if CHUNKED in types else None
     if SLIDING in types and not isinstance(window, int):
@@ -453,10 +696,13 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
             f"{where}: torch_dtype is {dtype or 'missing'!s} (sized: {', '.join(DTYPE_BYTES)})"
         )
     nb = DTYPE_BYTES[dtype]
-    total, linear, attn = _params(cfg, layers, heads, kv, hd if not mla else 0, where)
+    if mamba2:
+        total, linear, attn = _mamba2_params(cfg, types, heads, kv, hd, m2, where)
+    else:
+        total, linear, attn = _params(cfg, layers, heads, kv, hd if not mla else 0, where)
     if gdn or cfg.get("attn_output_gate"):
         total, linear, attn = _hybrid_params(cfg, types, heads, hd, gdn, (total, linear, attn))
-    ssm_bytes = 0
+    ssm_bytes = _mamba2_ssm_bytes(cfg, nb, where) if mamba2 else 0
     if gdn:
         ssm = str(cfg.get("mamba_ssm_dtype") or "auto")
         if cfg.get("model_type") not in SSM_DTYPE_FROM_CONFIG or ssm == "auto":
@@ -502,7 +748,9 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         note=str(outer.get("_note", "")),
         quantization_config=qcfg,
         ssm_state_bytes=ssm_bytes,
+        state_kind="mamba2" if mamba2 else "gdn",
         **gdn,
+        **m2,
     )
 
 

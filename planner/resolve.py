@@ -150,7 +150,7 @@ def simulated_model(m: hardware.ModelSpec) -> dict[str, int]:
             "full_attention_groups": sum(g.kind == "full" for g in gs),
             "sliding_window_groups": sum(g.kind == "sliding" for g in gs),
         }
-    what = " and ".join(sorted(kinds))
+    what = " and ".join(sorted(kinds - {"mlp"}))  # MLP-only layers (nemotron_h) hold no KV
     raise ValueError(
         f"--model {m.name}: has {what} attention layers; the simulator runs full-attention "
         "and sliding-window layers only (plan check sizes this model per attention type)"
@@ -162,7 +162,7 @@ def full_attention_model(m: hardware.ModelSpec) -> None:
     attention, for analyses that hold for full attention only (the
     null-block livelock gap and the analytic KV-safe max_num_seqs assume one
     block table holding every token)."""
-    other = sorted(set(m.layer_types) - {"full"})
+    other = sorted(set(m.layer_types) - {"full", "mlp"})  # MLP-only layers hold no KV
     if other:
         raise ValueError(
             f"--model {m.name}: has {' and '.join(other)} attention layers; this analysis "

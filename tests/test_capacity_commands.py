@@ -377,6 +377,28 @@ def test_plan_check_on_the_issue_hybrid(capsys):
     assert o["kv_other_mode"]["max_concurrency"] == 1487 / 45
 
 
+def test_plan_check_on_a_mamba2_hybrid(capsys):
+    """Nemotron-H-8B (24 Mamba2 + 4 attention + 24 MLP-only layers): blocks of
+    1,040 tokens (test_kv_cache's arithmetic); at max_model_len 8,192 a request
+    holds 8 attention blocks + 1 per Mamba2 group (6 groups of 4) with prefix
+    caching off, + 3 per group with it on: 1,000 blocks give 1,000 / 14 and
+    1,000 / 26."""
+    args = ["check", "--model", "nemotron-h-8b", "--max-model-len", "8192"]
+    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "1000")
+    text = " ".join(out.split())
+    assert code == 0 and "verdict: STARTS" in text
+    assert "Mamba2 state 4,255,744 B per request and layer" in text
+    assert "vLLM raises the block to 1,040 tokens (prefix caching off" in text
+    assert "GDN prefill" not in text
+    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "1000", "--enable-prefix-caching",
+                           "--json")  # fmt: skip
+    o = json.loads(out)
+    assert o["kv_mamba_cache_mode"] == "align" and o["kv_block_size"] == 1040
+    assert o["kv_blocks_per_request"] == 8 + 6 * 3
+    assert o["kv_max_concurrency"] == 1000 / 26
+    assert o["kv_other_mode"]["max_concurrency"] == 1000 / 14
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -385,6 +407,10 @@ def test_plan_check_on_the_issue_hybrid(capsys):
         (["--num-gpu-blocks", "100", "--gdn-prefill-backend", "triton"], "need --model"),
         (["--model", "qwen3.5-27b", "--num-gpu-blocks", "100", "--async-scheduling"],
          "no effect"),
+        (["--model", "nemotron-h-8b", "--num-gpu-blocks", "100", "--gdn-prefill-backend",
+          "flashinfer"], "Mamba2 layers"),
+        (["--model", "nemotron-h-8b", "--num-gpu-blocks", "100", "--tensor-parallel-size",
+          "16"], "8 Mamba2 groups"),
     ],
 )  # fmt: skip
 def test_hybrid_options_without_effect_are_refused(capsys, args, needle):
@@ -398,3 +424,11 @@ def test_simulator_refuses_linear_attention_hybrids(capsys):
         "--latency", "roofline",
     )  # fmt: skip
     assert code == 2 and "linear attention layers" in err and err.count("\n") == 1
+
+
+def test_simulator_refuses_mamba2_hybrids_without_naming_mlp_layers(capsys):
+    code, _, err = run_cli(
+        capsys, "run", "--model", "nemotron-h-8b", "--gpu", "H100", "--num-requests", "2",
+        "--latency", "roofline",
+    )  # fmt: skip
+    assert code == 2 and "full and linear attention layers" in err and err.count("\n") == 1

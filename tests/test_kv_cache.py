@@ -25,7 +25,11 @@ def test_recording_is_vllm_0_33_and_covers_every_family():
 
 
 def _case_id(c: dict) -> str:
-    tail = f"-{c['mamba_cache_mode']}-{c['gdn_prefill_backend']}" if "mamba_cache_mode" in c else ""
+    tail = ""
+    if "mamba_cache_mode" in c:
+        tail = f"-{c['mamba_cache_mode']}-{c.get('gdn_prefill_backend', c.get('state'))}"
+    if c["kv_cache_dtype"] != "auto":
+        tail += f"-{c['kv_cache_dtype']}"
     return f"{c['model']}-{c['max_model_len']}-tp{c['tensor_parallel_size']}{tail}"
 
 
@@ -37,7 +41,7 @@ def test_matches_vllm_0_33(case):
     m = hardware.model(name, None, case["kv_cache_dtype"])
     modes = {}
     if "mamba_cache_mode" in case:
-        modes = {k: case[k] for k in ("mamba_cache_mode", "gdn_prefill_backend")}
+        modes = {k: case[k] for k in ("mamba_cache_mode", "gdn_prefill_backend") if k in case}
     cap = kv_cache.capacity(
         m,
         case["block_size"],
@@ -57,10 +61,44 @@ def test_matches_vllm_0_33(case):
         assert cap.block_size == case["aligned_block_size"]
         assert cap.bytes_per_block == case["bytes_per_block"]
         assert cap.log_tokens == case["log_tokens"]
+    if "state_bytes" in case:  # Mamba2: the state vLLM's MambaSpec holds, unpadded
+        assert m.state_kind == "mamba2"
+        assert m.linear_state_bytes(case["tensor_parallel_size"]) == case["state_bytes"]
+
+
+def test_recording_covers_mamba2_hybrids():
+    """nemotron_h (catalog) and granitemoehybrid (fixture), prefix caching off
+    and on, tp 1 and 2, fp8 KV, and a pool too small to start."""
+    m2 = [c for c in RECORDED["cases"] if c.get("state") == "mamba2"]
+    models = {c["model"] for c in m2}
+    assert "nvidia/Nemotron-H-8B-Base-8K" in models
+    assert any(x.endswith("granite-hybrid-invented.json") for x in models)
+    assert {c["mamba_cache_mode"] for c in m2} == {"none", "align"}
+    assert {c["tensor_parallel_size"] for c in m2} >= {1, 2}
+    assert {c["kv_cache_dtype"] for c in m2} == {"auto", "fp8"}
+    assert {c["starts"] for c in m2} == {True, False}
+
+
+def test_nemotron_h_block_groups_and_blocks_per_request():
+    """Independent arithmetic: the 4,255,744 B Mamba2 state over 16 x 4,096 B
+    attention token-layers -> 16 x cdiv(4,255,744, 65,536) = 1,040 tokens (no
+    64-alignment in align mode: MambaMixer2 declares none). 24 Mamba2 + 4
+    attention layers (the 24 MLP layers hold no KV): groups of 4, 6 + 1. A
+    request holds cdiv(8,192, 1,040) = 8 attention blocks plus 1 (none) or
+    2 + 1 checkpoint (align) per Mamba2 group, whatever the GDN backend."""
+    m = hardware.model("nemotron-h-8b")
+    for mode, per_group in (("none", 1), ("align", 3)):
+        for backend in ("triton", "flashinfer"):
+            cap = kv_cache.capacity(m, 16, 8192, 8192, False, num_gpu_blocks=1000,
+                                    mamba_cache_mode=mode, gdn_prefill_backend=backend)  # fmt: skip
+            assert cap.block_size == 1040
+            assert [(g.kind, g.layers) for g in cap.groups] == [("linear", 4)] * 6 + [("full", 4)]
+            assert cap.blocks_per_request == 8 + 6 * per_group
+            assert cap.bytes_per_block == 4 * 1040 * 4096
 
 
 def test_recording_covers_hybrid_modes_and_tensor_parallel():
-    hybrid = [c for c in RECORDED["cases"] if "mamba_cache_mode" in c]
+    hybrid = [c for c in RECORDED["cases"] if "gdn_prefill_backend" in c]
     assert {(c["mamba_cache_mode"], c["gdn_prefill_backend"]) for c in hybrid} == {
         ("none", "triton"),
         ("align", "triton"),

@@ -115,7 +115,9 @@ def test_gated_deltanet_hybrid_layers_and_state():
         ({"layer_types": ["linear_attention"] * 80}, "model_type 'llama' is not one"),
         ({"model_type": "nemotron_h"}, "hybrid_override_pattern"),
         ({"model_type": "jamba"}, "attn_layer_period"),
-        ({"model_type": "granitemoehybrid"}, "Mamba state layers"),
+        ({"model_type": "granitemoehybrid"}, "layer_types is missing"),
+        ({"model_type": "zamba2"}, "layers_block_type"),
+        ({"model_type": "bamba"}, "attn_layer_indices"),
         ({"intermediate_size": None}, "intermediate_size"),
     ],
 )
@@ -281,3 +283,58 @@ def test_run_and_safe_limit_take_the_dtypes(capsys):
         "fp8", "--num-requests", "2",
     )  # fmt: skip
     assert code == 2 and "--quantization only sizes the pool" in err
+
+
+NEMOTRON = json.loads(
+    (Path(__file__).parents[1] / "planner/data/models/nemotron-h-8b-base-8k.json").read_text()
+)["config"]
+
+
+def test_nemotron_h_layers_and_mamba2_state():
+    """24 "M", 4 "*", 24 "-" layers. Independent arithmetic for the state
+    (mamba_utils.mamba2_state_shape): I = 128 x 64 = 8,192; conv 3 x (8,192 +
+    2 x 8 x 128) x 2 B; SSM 128 x 64 x 128 x 4 B (float32, NemotronH's default)."""
+    m = model_config.from_config(NEMOTRON, "nh")
+    assert [m.layer_types.count(k) for k in ("linear", "full", "mlp")] == [24, 4, 24]
+    assert m.state_kind == "mamba2" and m.ssm_state_bytes == 4
+    assert m.linear_state_bytes() == 3 * 10240 * 2 + 128 * 64 * 128 * 4
+    assert m.linear_state_bytes(2) == 3 * 5120 * 2 + 64 * 64 * 128 * 4
+    # the name's "8B" (no model-card figure was checked): within 1.5%, as the catalog test
+    assert m.params / 1e9 == pytest.approx(8.0, rel=0.015)
+    bf16 = model_config.from_config({**NEMOTRON, "mamba_ssm_cache_dtype": "bfloat16"}, "nh")
+    assert bf16.ssm_state_bytes == 2
+    m.check_tensor_parallel(8)  # 8 groups, 128 heads, 32 heads, 8 KV heads
+    with pytest.raises(ModelConfigError, match="Mamba2 groups"):
+        m.check_tensor_parallel(16)  # 16 divides the heads but not the 8 groups
+
+
+def test_granite_groups_raised_to_tp():
+    """One group is replicated to tp (extra_groups_for_head_shards): conv dim
+    4,096 + 2 x 2 x 128 at tp 2; the SSM state in the model dtype."""
+    g = hardware.model(str(CONFIGS / "granite-hybrid-invented.json"))
+    assert g.head_dim == 2048 // 16 and g.ssm_state_bytes == 2
+    assert g.linear_state_bytes(1) == 3 * (4096 + 2 * 128) * 2 + 64 * 64 * 128 * 2
+    assert g.linear_state_bytes(2) == 3 * (4608 // 2) * 2 + 32 * 64 * 128 * 2
+    g.check_tensor_parallel(4)
+    with pytest.raises(ModelConfigError, match="Mamba2 heads 64"):
+        model_config.ModelSpec(**{**g.__dict__, "num_heads": 48, "num_kv_heads": 3}
+                               ).check_tensor_parallel(3)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"mamba_num_heads": None}, "mamba_num_heads"),
+        ({"ssm_state_size": None}, "ssm_state_size"),
+        ({"n_groups": None}, "n_groups"),
+        ({"conv_kernel": None}, "conv_kernel"),
+        ({"hybrid_override_pattern": "M*"}, "must list 52"),
+        ({"hybrid_override_pattern": "M" * 52}, "both Mamba2 and attention"),
+        ({"hybrid_override_pattern": "X" * 52}, "'X'"),
+        ({"mamba_ssm_cache_dtype": "float8"}, "mamba_ssm_cache_dtype"),
+    ],
+)
+def test_mamba2_fields_are_named_when_missing(change, field):
+    cfg = {k: v for k, v in {**NEMOTRON, **change}.items() if v is not None}
+    with pytest.raises(ModelConfigError, match=field):
+        model_config.from_config(cfg, "x")

@@ -113,6 +113,93 @@ HYBRID_CASES = [
     (NEXT_LIKE, 8.0, 2, "auto", 16, 65536, 8192, False, "align", "flashinfer"),
 ]
 
+# Mamba2 hybrids: (catalog id or fixture, GiB, tp, kv dtype, block, max_model_len,
+#  max_num_batched_tokens, async scheduling, mamba_cache_mode)
+NEMOTRON_H = "nvidia/Nemotron-H-8B-Base-8K"
+GRANITE_FIXTURE = "tests/data/configs/granite-hybrid-invented.json"
+MAMBA2_CASES = [
+    (NEMOTRON_H, 20.0, 1, "auto", 16, 8192, 8192, False, "none"),
+    (NEMOTRON_H, 20.0, 1, "auto", 16, 8192, 8192, False, "align"),
+    (NEMOTRON_H, 30.0, 2, "auto", 16, 131072, 8192, True, "none"),
+    (NEMOTRON_H, 30.0, 2, "auto", 16, 131072, 8192, True, "align"),
+    (NEMOTRON_H, 12.0, 1, "fp8", 16, 65536, 4096, False, "align"),
+    (NEMOTRON_H, 12.0, 4, "fp8", 32, 32768, 8192, False, "none"),
+    (NEMOTRON_H, 0.08, 1, "auto", 16, 8192, 8192, False, "align"),
+    (GRANITE_FIXTURE, 8.0, 1, "auto", 16, 32768, 8192, False, "none"),
+    (GRANITE_FIXTURE, 8.0, 2, "auto", 16, 32768, 8192, False, "align"),
+    (GRANITE_FIXTURE, 4.0, 2, "fp8", 16, 131072, 8192, True, "align"),
+    (GRANITE_FIXTURE, 0.02, 1, "auto", 16, 131072, 8192, False, "none"),
+]
+
+
+def mamba2_specs(
+    cfg: dict, tp: int, kv_dtype: str, block_size: int, mml: int, mode: str
+) -> tuple[dict, int]:
+    """(vLLM's per-layer specs, block size) for a Mamba2 hybrid (nemotron_h,
+    granitemoehybrid). The model classes import, so their own
+    ``get_mamba_state_shape_from_config`` / ``get_mamba_state_dtype_from_config``
+    size the state (through ``MambaStateShapeCalculator.mamba2_state_shape``);
+    nemotron_h's SSM dtype comes from ``NemotronHForCausalLMConfig``; the block
+    is aligned by ``Platform._align_hybrid_block_size`` with the layers'
+    prefill-checkpoint alignment None (``MambaMixer2`` does not declare one);
+    each Mamba2 layer gets the ``MambaSpec`` that ``MambaMixer2.get_kv_cache_spec``
+    builds (one prefill checkpoint block, alignment 1); MLP-only layers none."""
+    import vllm.model_executor.layers.mamba.abstract as mamba_abstract
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.config import NemotronHForCausalLMConfig
+    from vllm.model_executor.models.granitemoehybrid import GraniteMoeHybridForCausalLM
+    from vllm.model_executor.models.nemotron_h import NemotronHForCausalLM
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}  # fixture notes
+    hf = CONFIG_MAPPING[cfg["model_type"]](**cfg)
+    nemotron = cfg["model_type"] == "nemotron_h"
+    cls = NemotronHForCausalLM if nemotron else GraniteMoeHybridForCausalLM
+    cache = CacheConfig(block_size=block_size)
+    cache.cache_dtype = kv_dtype
+    cache.mamba_cache_mode = mode
+    if nemotron:
+        NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype(cache_config=cache, hf_config=hf)
+    cache.mamba_block_size = block_size if mode == "align" else mml
+    kv = hf.num_key_value_heads
+    head = (getattr(hf, "head_dim", None) if nemotron else None) or (
+        hf.hidden_size // hf.num_attention_heads
+    )
+    model = SimpleNamespace(
+        dtype=torch.bfloat16, use_mla=False, hf_text_config=hf, hf_config=hf,
+        architecture=cls.__name__, is_hybrid=True,
+        get_num_kv_heads=lambda pc: max(1, kv // pc.tensor_parallel_size),
+        get_head_size=lambda: head,
+    )  # fmt: skip
+    vc = SimpleNamespace(
+        model_config=model, cache_config=cache, speculative_config=None,
+        parallel_config=SimpleNamespace(tensor_parallel_size=tp), num_speculative_tokens=0,
+    )  # fmt: skip
+    ModelRegistry.resolve_model_cls = lambda *a, **k: (cls, cls.__name__)
+    Platform._find_non_ssm_backends = classmethod(lambda c, v: [FlashAttentionBackend])
+    mamba_abstract.get_mamba_prefill_checkpoint_alignment = lambda v: None
+    Platform._align_hybrid_block_size(vc, FlashAttentionBackend)
+    bs = cache.block_size
+    dtype = torch.uint8 if kv_dtype.startswith("fp8") else torch.bfloat16
+    mamba = MambaSpec(
+        shapes=tuple(cls.get_mamba_state_shape_from_config(vc)),
+        dtypes=cls.get_mamba_state_dtype_from_config(vc),
+        block_size=cache.mamba_block_size, page_size_padded=cache.mamba_page_size_padded,
+        mamba_type=MambaAttentionBackendEnum.MAMBA2, mamba_cache_mode=mode,
+        num_speculative_blocks=0, num_prefill_checkpoint_blocks=1,
+        prefill_checkpoint_alignment=1,
+    )  # fmt: skip
+    out = {}
+    for i, t in enumerate(hf.layer_types):
+        if t in ("mamba", "linear_attention"):
+            out[f"l{i}"] = mamba
+        elif t in ("attention", "full_attention"):
+            out[f"l{i}"] = FullAttentionSpec(
+                block_size=bs, num_kv_heads=max(1, kv // tp), head_size=head, dtype=dtype
+            )
+    return out, bs
+
 
 def hybrid_specs(
     cfg: dict, tp: int, kv_dtype: str, block_size: int, mml: int, mode: str, backend: str
@@ -260,14 +347,19 @@ def stub_config(mml: int, mnbt: int, async_scheduling: bool) -> SimpleNamespace:
 
 def record(case: tuple) -> dict:
     mid, gib, tp, kvd, bs, mml, mnbt, asy = case[:8]
-    hybrid = len(case) > 8
+    hybrid = len(case) > 9
+    mamba2 = len(case) == 9
     entries = [json.loads(p.read_text()) for p in CATALOG.glob("*.json")]
     if mid.endswith(".json"):  # a config.json fixture
         entry = {"config": json.loads((ROOT / mid).read_text())}
     else:
         entry = next(e for e in entries if e["id"] == mid)
     vc = stub_config(mml, mnbt, asy)
-    if hybrid:
+    if mamba2:
+        mode, backend = case[8], "triton"
+        specs, run_bs = mamba2_specs(entry["config"], tp, kvd, bs, mml, mode)
+        vc.cache_config.mamba_cache_mode = mode
+    elif hybrid:
         mode, backend = case[8:]
         specs, run_bs = hybrid_specs(entry["config"], tp, kvd, bs, mml, mode, backend)
         vc.cache_config.mamba_cache_mode = mode
@@ -283,9 +375,15 @@ def record(case: tuple) -> dict:
     except ValueError:
         starts = False
     extra = {}
-    if hybrid:
+    if hybrid or mamba2:
         extra = {
-            "mamba_cache_mode": mode, "gdn_prefill_backend": backend,
+            "mamba_cache_mode": mode,
+            **({"gdn_prefill_backend": backend} if hybrid else {
+                "state": "mamba2",
+                "state_bytes": next(
+                    v.real_page_size_bytes for v in specs.values() if isinstance(v, MambaSpec)
+                ),
+            }),
             "aligned_block_size": run_bs,
             "bytes_per_block": planning._get_kv_cache_bytes_per_block(
                 groups, vc.cache_config.get_resolved_kv_cache_layout()
@@ -307,7 +405,7 @@ def record(case: tuple) -> dict:
 
 
 def main() -> None:
-    rows = [record(c) for c in CASES + HYBRID_CASES]
+    rows = [record(c) for c in CASES + HYBRID_CASES + MAMBA2_CASES]
     OUT.write_text(json.dumps({"vllm_version": VLLM_VERSION, "cases": rows}, indent=1) + "\n")
     for r in rows:
         print(r["model"], r["num_gpu_blocks"], f"{r['max_concurrency']:.2f}", r["starts"])
