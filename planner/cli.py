@@ -398,6 +398,11 @@ def run(
         print(f"plan: wrote {int(row.steps)} steps to {trace}", file=sys.stderr)
     if warning:
         print(warning, file=sys.stderr)
+    if int(row["invariant_errors"]) > 0:  # a planner bug, never a property of the config
+        warn(
+            f"the kernel's block accounting broke on {int(row['invariant_errors']):,} steps "
+            "(held + free != usable blocks): these figures are wrong; please report it"
+        )
     stuck = res.stuck_requests()
     stuck_preempted = stuck[res.state.req.npre[0, stuck] > 0]
     if as_json:

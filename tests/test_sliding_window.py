@@ -271,3 +271,26 @@ def test_run_takes_group_counts_without_a_model(capsys):
         "--tensor-parallel-size", "2", "--latency", "roofline", "--sliding-window-groups", "2",
     )  # fmt: skip
     assert code == 2 and "contradicts --model gemma-3-27b (it has 6)" in err
+
+
+def test_several_full_groups_without_a_window_keep_the_pool_balanced():
+    """Two full-attention groups and no window (found by a new-user tryout):
+    the decode fast path counted one table's blocks and leaked the rest, so
+    the kernel drifted from the reference engine. It now steps such configs
+    one by one, and both end with the whole pool free."""
+    from helpers import compare_final, run_reference
+    from planner.latency import LinearLatency
+    from planner.workload import LengthDist, synthetic
+
+    wl = synthetic(40, 2.0, LengthDist("constant", 500), LengthDist("constant", 100))
+    lat = LinearLatency()
+    for groups in (1, 2, 3):
+        cfg = SchedulerConfig(num_gpu_blocks=3000, full_attention_groups=groups)
+        res = simulate([cfg], wl, lat)
+        k = res.state.out.counters[0]
+        assert k[S.O_INVARIANT_ERRORS] == 0, groups
+        assert k[S.O_FINISHED] == wl.num_requests
+        compare_final(res, 0, run_reference(cfg, wl, lat))
+    one = simulate([SchedulerConfig(num_gpu_blocks=3000)], wl, lat).metrics()
+    two = simulate([SchedulerConfig(num_gpu_blocks=3000, full_attention_groups=2)], wl, lat)
+    assert two.metrics().peak_kv_blocks.iloc[0] <= 2 * one.peak_kv_blocks.iloc[0] + 2

@@ -1363,9 +1363,11 @@ def fast_path_allowed(cfg, o, use_macro):
     blis (it implies restart; the fast path knows none of its rules), and not
     caching under async scheduling (blocks are hashed as outputs land, step by
     step), nor a sliding window (blocks leave the window step by step; the
-    run's block counts assume full attention)."""
+    run's block counts assume full attention), nor several KV cache groups
+    (the run counts one table's blocks)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
     macro = macro and cfg[K.PREEMPT] != 1 and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0
+    macro = macro and cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW] == 1
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 
 
