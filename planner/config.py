@@ -301,10 +301,12 @@ class SchedulerConfig:
             ("stop-bound max_servable", self.stop_bound == "max_servable"),
         ):
             if bad:
+                # The window may come from --model: say what it is, and both sources.
                 what = (
-                    f"--sliding-window {self.sliding_window}"
+                    f"a {self.sliding_window:,}-token sliding window (--sliding-window or the "
+                    "model's)"
                     if self.sliding_window
-                    else f"--full-attention-groups {self.full_attention_groups}"
+                    else f"{self.kv_groups} KV cache groups (--full-attention-groups)"
                 )
                 raise ValueError(f"{what} is not simulated with --{name}")
 
