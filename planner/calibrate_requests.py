@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planner import bounds
 from planner.calibrate import CalibrationError
 from planner.config import SchedulerConfig
 from planner.latency import Latency, LinearLatency, MeasuredLatency, RooflineLatency
@@ -81,8 +82,8 @@ class BenchRun:
         return Workload(self.arrival_s, self.prompt, self.output, name=name)
 
 
-MAX_SECONDS = 1e9  # a time (send, TTFT, summed ITLs) the clock's int64 ns hold over a run
-MAX_TOKENS = 2**31 - 1  # int32 token counts in the kernel
+MAX_SECONDS = bounds.MAX_ARRIVAL_S  # a send time, TTFT or ITL sum the int64 ns clock holds
+MAX_TOKENS = bounds.INT32_MAX  # token counts: int32 in the kernel
 
 
 def _column(doc: dict, key: str, path: Path, n: int | None) -> list:

@@ -31,7 +31,7 @@ from planner.cli_inert import BENCH_RULES, RUN_RULES, given, reject_inert
 from planner.cli_maxrate import register as register_max_rate
 from planner.cli_models import register as register_model_commands
 from planner.cli_size import register as register_size
-from planner.config import SchedulerConfig, clock_bound, compat_settings
+from planner.config import SchedulerConfig, check_compat_latency, clock_bound, compat_settings
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
@@ -300,9 +300,8 @@ def run(
     # --compat blis implies these; one the user gave against it is refused, before
     # the inert-option rules (which would ask for what compat forbids).
     rules |= compat_settings(compat.value, {k: v for k, v in rules.items() if given(ctx, k)})
-    if compat == opt.Compat.blis and latency != opt.LatencyKind.linear:
-        # Before the step-time model is built (a measured table loads and speaks).
-        raise ValueError("--compat blis needs the linear step-time model (BLIS blackbox)")
+    # Before the step-time model is built (a measured table loads and speaks).
+    check_compat_latency(compat.value, latency == opt.LatencyKind.linear)
     reject_inert(ctx, RUN_RULES)
     fail_classes = _fail_on(fail_on)
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)

@@ -505,10 +505,16 @@ def pack_configs(
             c.sliding_window_groups,
         )
         if c.compat == "blis":
-            if not isinstance(lat, LinearLatency):
-                raise ValueError("--compat blis needs the linear step-time model (BLIS blackbox)")
+            check_compat_latency(c.compat, isinstance(lat, LinearLatency))
             out[i, A2] = blis_alpha2_ns(out[i, A2])
     return out, outf
+
+
+def check_compat_latency(compat: str, linear: bool) -> None:
+    """``--compat blis`` runs BLIS's linear "blackbox" step time only. Raises
+    ValueError (one line) for another step-time model."""
+    if compat == "blis" and not linear:
+        raise ValueError("--compat blis needs the linear step-time model (BLIS blackbox)")
 
 
 def lat_kind(lat: Latency) -> int:
