@@ -191,7 +191,9 @@ def min_gpu_memory_utilization(
     tp: int = 1,
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
-    max_num_batched_tokens: int = 8192,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
 ) -> float | None:
     """Smallest ``gpu_memory_utilization`` (a multiple of 0.001, in (0, 1]) at
     which vLLM's pool sizing (``hardware.num_gpu_blocks``, same allowances)
@@ -201,12 +203,12 @@ def min_gpu_memory_utilization(
     utilisation, so the sizing formula lives in one place only.
     """
     m, g = hardware.model(model, quantization, kv_cache_dtype), hardware.gpu(gpu)
-    seqs = hardware.vllm_default_max_num_seqs(g)
+    seqs, mnbt = max_num_seqs, max_num_batched_tokens
 
     def enough(k: int) -> bool:
         u = k / UTILIZATION_STEP
         try:
-            n = hardware.num_gpu_blocks(m, g, u, block_size, tp, max_num_batched_tokens, seqs)
+            n = hardware.num_gpu_blocks(m, g, u, block_size, tp, mnbt, seqs)
             return n >= need_blocks
         except hardware.HardwareError:  # no room for the KV cache at this utilisation
             return False

@@ -312,8 +312,9 @@ def run(
     )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, 7463,
-        quantization, kv_cache_dtype, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs, full_attention_only=False, simulated=True,
+        quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        full_attention_only=False, simulated=True,
     )  # fmt: skip
     attn = resolve.attention(
         sliding_window, model, quantization, kv_cache_dtype,
@@ -412,7 +413,10 @@ def run(
             out["per_replica"] = _per_replica(res, slo).to_dict(orient="records")
         print(json.dumps(finite(out), default=_json_default))
     else:
-        source = "derived from presets" if derived else "given" if num_gpu_blocks else "default"
+        source = "given" if num_gpu_blocks else "default"
+        if derived:
+            at = resolve.sized_at(max_num_seqs, max_num_batched_tokens)
+            source = f"derived from presets; {at}"
         _print_run(wl, blocks, source, lat, row, wall, slo, cfg)
         if replicas > 1:
             _print_replicas(_per_replica(res, slo))
@@ -548,18 +552,8 @@ def _print_run(
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
-    if cfg is not None and cfg.sliding_window:
-        w, f, s = cfg.sliding_window, cfg.full_attention_groups, cfg.sliding_window_groups
-        where = (
-            "on every layer"
-            if f == 0
-            else f"in {s} of {f + s} KV cache groups ({f} full attention, one pool)"
-        )
-        console.print(
-            f"attention: sliding window of {w:,} tokens {where}; blocks outside it freed "
-            "step by step, as vLLM's SlidingWindowManager does",
-            soft_wrap=True,
-        )
+    if cfg is not None and (line := cfg.attention_line()):
+        console.print(line, soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
     if row["compat"] == "blis":  # type: ignore[index]
         defect = ", with its full-hit defect" if row["blis_full_hit_defect"] else ""  # type: ignore[index]

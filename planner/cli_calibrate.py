@@ -123,8 +123,9 @@ def _calibrate_requests(path: Path, o: dict) -> None:
     )  # fmt: skip
     blocks, _ = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], o["model"], o["gpu"], o["gpu_memory_utilization"], o["block_size"],
-        o["tensor_parallel_size"], None, o["quantization"], o["kv_cache_dtype"],
-        max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=o["max_num_seqs"],
+        o["tensor_parallel_size"], None, quantization=o["quantization"],
+        kv_cache_dtype=o["kv_cache_dtype"], max_num_batched_tokens=o["max_num_batched_tokens"],
+        max_num_seqs=o["max_num_seqs"],
     )  # fmt: skip
     if blocks is None:
         raise ValueError(

@@ -179,7 +179,7 @@ def check(
             if given(ctx, name) and "linear" not in spec.layer_types:
                 raise InertOption(
                     f"--{name.replace('_', '-')} has no effect on {spec.name} in plan check: "
-                    "only linear-attention (Gated DeltaNet) layers are sized by it"
+                    "only linear-attention layers (Gated DeltaNet, Mamba2) are sized by it"
                 )
         if given(ctx, "gdn_prefill_backend") and spec.state_kind == "mamba2":
             raise InertOption(
@@ -210,7 +210,7 @@ def check(
             "(they size a linear-attention hybrid's blocks)"
         )
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
-              "max_num_batched_tokens": max_num_batched_tokens,
+              "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
               "full_attention_only": False}  # fmt: skip
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tp, sizing)
     t = max_model_len if tokens_per_request is None else tokens_per_request
@@ -223,6 +223,9 @@ def check(
     gap = capacity.livelock_gap(n, block_size, max_model_len)
     out: dict = {
         "num_gpu_blocks": n,
+        "num_gpu_blocks_sized_at": None
+        if num_gpu_blocks is not None
+        else {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens},
         "block_size": block_size,
         "max_model_len": max_model_len,
         "usable_blocks": capacity.usable_blocks(n, True),
@@ -247,9 +250,8 @@ def check(
         if gpu is not None and num_gpu_blocks is None:
             g = hardware.gpu(gpu)
             terms = hardware.memory_terms(
-                spec, g, gpu_memory_utilization, tp, max_num_batched_tokens,
-                hardware.vllm_default_max_num_seqs(g),
-            )  # fmt: skip
+                spec, g, gpu_memory_utilization, tp, max_num_batched_tokens, max_num_seqs
+            )
             out["memory"] = terms.describe()
             available = int(terms.available)
         out.update(
@@ -500,9 +502,12 @@ def _print_model(c: Console, o: dict) -> None:
     )
     if "kv_block_size" in o:
         _print_hybrid_block(c, o)
+    # Tokens in flight size only a window's blocks (kv_cache module docstring).
+    windowed = any(g["span"] for g in o["kv_groups"])
+    flight = f", {o['kv_in_flight_tokens']:,} tokens in flight" if windowed else ""
     c.print(
-        f"blocks per request at max_model_len {o['max_model_len']:,} (all groups, "
-        f"{o['kv_in_flight_tokens']:,} tokens in flight): {o['kv_blocks_per_request']:,}; "
+        f"blocks per request at max_model_len {o['max_model_len']:,} (all groups{flight}): "
+        f"{o['kv_blocks_per_request']:,}; "
         f"Maximum concurrency (vLLM 0.33 log): {o['kv_max_concurrency']:.2f}x",
         soft_wrap=True,
     )
@@ -553,13 +558,19 @@ def _print_hybrid_other_mode(c: Console, o: dict) -> None:
     )
 
 
+def _sized(o: dict) -> str:
+    """Where a derived pool was sized, in parentheses; empty for a given pool."""
+    at = o.get("num_gpu_blocks_sized_at")
+    return f" ({resolve.sized_at(**at)})" if at else ""
+
+
 def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
     c = Console(markup=False)
     n, bs, mml = o["num_gpu_blocks"], o["block_size"], o["max_model_len"]
     if "model" in o:
         _print_model(c, o)
     if not o["full_attention_only"]:
-        c.print(f"pool: {n:,} blocks x {o.get('kv_block_size', bs):,} tokens")
+        c.print(f"pool: {n:,} blocks x {o.get('kv_block_size', bs):,} tokens{_sized(o)}")
         if o["verdict"] == "starts":
             c.print(
                 "verdict: STARTS - vLLM 0.33 starts on this pool; the livelock analysis "
@@ -569,8 +580,8 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
             c.print("verdict: UNSAFE - vLLM 0.33 refuses to start on this pool")
         return
     c.print(
-        f"pool: {n:,} blocks x {bs} tokens; {o['usable_blocks']:,} usable (block 0 is the "
-        f"null block) = {o['max_servable_tokens']:,} servable tokens"
+        f"pool: {n:,} blocks x {bs} tokens{_sized(o)}; {o['usable_blocks']:,} usable (block 0 "
+        f"is the null block) = {o['max_servable_tokens']:,} servable tokens"
     )
     c.print(
         f"{o['vllm_counting_null_block']} start-up check (0.33 included), N >= "
@@ -703,15 +714,12 @@ def safe_limit(
 ) -> None:
     """The largest KV-safe max_num_seqs for a workload and pool: analytic,
     simulation-verified, throughput- and goodput-optimal."""
-    from planner.safelimit import find_safe_limits, recommend
+    from planner.safelimit import find_safe_limits, recommend, search_upper
 
     reject_inert(ctx, RUN_RULES)
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
-    sizing = {"max_num_batched_tokens": max_num_batched_tokens, "quantization": quantization,
-              "kv_cache_dtype": kv_cache_dtype}  # fmt: skip
-    n = _pool(
-        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
-    )
+    if num_gpu_blocks is None and model is None and gpu is None:
+        raise ValueError("give --num-gpu-blocks, or --model and --gpu")
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(
@@ -727,6 +735,16 @@ def safe_limit(
          (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
         (prefix_groups, prefix_len, prefix_share), seed,
     )  # fmt: skip
+    # A derived pool is sized at the largest max_num_seqs searched: the smallest
+    # pool of the search (the sampler's activation grows with it), so each
+    # limit holds on the pool vLLM gives any searched value.
+    at_seqs = search_upper(wl)
+    sizing = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": at_seqs,
+              "quantization": quantization, "kv_cache_dtype": kv_cache_dtype}  # fmt: skip
+    n = _pool(
+        num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
+    )
+    sized = None if num_gpu_blocks is not None else (at_seqs, max_num_batched_tokens)
     cfg = SchedulerConfig(
         num_gpu_blocks=n,
         block_size=block_size,
@@ -743,9 +761,18 @@ def safe_limit(
     s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo)
     rec = recommend(s)
     if as_json:
-        print(json.dumps(finite(_limits_json(s, wl.name, n, rec)), default=float))
+        out = _limits_json(s, wl.name, n, rec)
+        keys = ("max_num_seqs", "max_num_batched_tokens")
+        at = None if sized is None else dict(zip(keys, sized, strict=True))
+        out["num_gpu_blocks_sized_at"] = at
+        print(json.dumps(finite(out), default=float))
         return
     _print_limits(s, wl.name, n, block_size, rec.text)
+    if sized is not None:
+        print(
+            f"num_gpu_blocks {n:,} derived from presets; {resolve.sized_at(*sized)} (the "
+            "largest searched, so the smallest pool of the search)"
+        )
 
 
 def finite(obj: object) -> object:

@@ -202,6 +202,12 @@ RUN_RULES: tuple[Rule, ...] = (
 SLO_OPTIONS = ("ttft_slo", "tpot_slo", "itl_slo", "e2e_slo", "goodput")
 
 
+def _derives_pool(p: dict) -> bool:
+    """Whether the pool is sized from --model and --gpu (``resolve.num_gpu_blocks``)."""
+    derived = p.get("num_gpu_blocks") is None
+    return derived and p.get("model") is not None and p.get("gpu") is not None
+
+
 def _has_slo(p: dict) -> bool:
     return any(p.get(k) for k in SLO_OPTIONS)
 
@@ -230,8 +236,14 @@ CHECK_RULES: tuple[Rule, ...] = (
         "needs --trace-file (plan check judges SLOs on that trace's traffic)",
     ),
     Rule(
+        ("max_num_seqs",),
+        lambda p: not _has_slo(p) and not _derives_pool(p),
+        "needs --model and --gpu without --num-gpu-blocks (it sizes the pool's activation "
+        "term) or an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput: plan "
+        "check then simulates the traffic)",
+    ),
+    Rule(
         (
-            "max_num_seqs",
             "horizon",
             "rate_scale",
             "latency",

@@ -166,23 +166,16 @@ def max_rate(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us, measured_scale=measured_scale,
     )  # fmt: skip
-    if "num_gpu_blocks" in varied:
-        blocks = varied["num_gpu_blocks"][0]
-        if given(ctx, "gpu_memory_utilization"):
-            raise ValueError(
-                "--gpu-memory-utilization: no effect with --vary num_gpu_blocks (the pool sizes "
-                "are given)"
-            )
-    else:
-        blocks, _ = resolve.num_gpu_blocks(
-            num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size,
-            7463, full_attention_only=False, simulated=True,
-        )  # fmt: skip
+    if "num_gpu_blocks" in varied and given(ctx, "gpu_memory_utilization"):
+        raise ValueError(
+            "--gpu-memory-utilization: no effect with --vary num_gpu_blocks (the pool sizes "
+            "are given)"
+        )
     base = SchedulerConfig(
         **resolve.attention(
             sliding_window, model, groups=(full_attention_groups, sliding_window_groups)
         ),
-        num_gpu_blocks=blocks,
+        num_gpu_blocks=7463 if num_gpu_blocks is None else num_gpu_blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -192,6 +185,10 @@ def max_rate(
     )
     combos = [dict(zip(varied, vals, strict=True)) for vals in itertools.product(*varied.values())]
     configs = [dataclasses.replace(base, **combo) for combo in combos]
+    derived = num_gpu_blocks is None and "num_gpu_blocks" not in varied
+    if derived and (model is not None or gpu is not None):
+        util, tp = gpu_memory_utilization, tensor_parallel_size
+        configs = [_with_derived_pool(c, model, gpu, util, tp) for c in configs]
     for cfg in configs:
         clock_bound(cfg, lat)
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
@@ -238,6 +235,10 @@ def max_rate(
         f"({tps:,.0f} output tokens/s) at scale 1; step time: {lat.describe()}",
         soft_wrap=True,
     )
+    source = "derived from presets" if derived and gpu is not None else "given"
+    if num_gpu_blocks is None and "num_gpu_blocks" not in varied and gpu is None:
+        source = "default"
+    _print_pools(c, configs, source)
     cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
     c.print(
         f"sustainable = {cond}not overloaded, every request run to completion; scales "
@@ -255,6 +256,36 @@ def max_rate(
         f"{found.rounds} rounds (one kernel call each), {found.evaluations} runs, {wall:.1f} s",
         soft_wrap=True,
     )
+
+
+def _print_pools(c: Console, configs: list[SchedulerConfig], source: str) -> None:
+    """The pool line (the range when configurations differ; the values a
+    derived pool was sized at) and the attention line."""
+    pools = sorted({cfg.num_gpu_blocks for cfg in configs})
+    text = f"{pools[0]:,}" if len(pools) == 1 else f"{pools[0]:,} to {pools[-1]:,}"
+    where = source
+    if source == "derived from presets":
+        at = {(cfg.max_num_seqs, cfg.max_num_batched_tokens) for cfg in configs}
+        if len(at) == 1:
+            where += f"; {resolve.sized_at(*at.pop())}"
+        else:
+            where += "; each at its own max_num_seqs and max_num_batched_tokens"
+    c.print(f"num_gpu_blocks {text} ({where})", soft_wrap=True)
+    if line := configs[0].attention_line():
+        c.print(line, soft_wrap=True)
+
+
+def _with_derived_pool(
+    c: SchedulerConfig, model: str | None, gpu: str | None, util: float, tp: int
+) -> SchedulerConfig:
+    """``c`` with its pool sized from the presets at its own block size,
+    max_num_seqs and max_num_batched_tokens (``resolve.num_gpu_blocks``)."""
+    n, _ = resolve.num_gpu_blocks(
+        None, model, gpu, util, c.block_size, tp, 7463, max_num_seqs=c.max_num_seqs,
+        max_num_batched_tokens=c.max_num_batched_tokens, full_attention_only=False,
+        simulated=True,
+    )  # fmt: skip
+    return dataclasses.replace(c, num_gpu_blocks=n)
 
 
 def _answer(row: pd.Series, lo: float, at_max: str, below_min: str) -> tuple[str, str, str]:

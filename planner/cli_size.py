@@ -148,9 +148,11 @@ def size(
     if max_replicas == 1 and names != ["round_robin"]:
         raise ValueError("--routers needs --max-replicas > 1 (one server has nothing to route)")
     cands = sizing.candidates(spec, names_gpu, tps, max_replicas, names, _slo_fields(slo_opts))
-    base = next(c.spec for c in cands if c.spec is not None)
+    first = next(c for c in cands if c.spec is not None)
+    base = first.spec
     target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
-    dest = out if out is not None else Path("results") / f"size-{base.name}"
+    name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
+    dest = out if out is not None else Path("results") / f"size-{name}"
     if dry_run:
         _print_plan(cands, as_json)
         return

@@ -310,6 +310,22 @@ class SchedulerConfig:
                 )
                 raise ValueError(f"{what} is not simulated with --{name}")
 
+    def attention_line(self) -> str | None:
+        """One line naming a sliding window and its KV cache groups; None for
+        full attention (nothing to say)."""
+        if not self.sliding_window:
+            return None
+        w, f, s = self.sliding_window, self.full_attention_groups, self.sliding_window_groups
+        where = (
+            "on every layer"
+            if f == 0
+            else f"in {s} of {f + s} KV cache groups ({f} full attention, one pool)"
+        )
+        return (
+            f"attention: sliding window of {w:,} tokens {where}; blocks outside it freed "
+            "step by step, as vLLM's SlidingWindowManager does"
+        )
+
     @property
     def sliding_window_cap(self) -> int:
         """Blocks the whole-sequence gate asks of one sliding-window request at

@@ -15,8 +15,13 @@ vLLM measures the last three on the GPU; here each is a stated estimate:
   the dummy forward over max_num_batched_tokens tokens T,
   ``T x (4 x hidden + 3 x intermediate / tp) x 2 B`` (residual, hidden and
   attention output; the MLP's gate/up output and its activation, bf16), and
-  the dummy sampler over max_num_seqs rows S, ``S x vocab x 3 x 4 B`` (fp32
-  logits, probabilities and log-probabilities).
+  the dummy sampler over S = min(max_num_seqs, max_num_batched_tokens) rows
+  (``GPUModelRunner._dummy_run`` spreads its T tokens over that many requests
+  and ``_dummy_sampler_run`` samples one row per request),
+  ``S x vocab x 3 x 4 B`` (fp32 logits, probabilities and log-probabilities).
+  Both terms follow the server's own max_num_batched_tokens and max_num_seqs,
+  so the pool does too: every command sizes a configuration's pool at that
+  configuration's two values (``planner.resolve.num_gpu_blocks``).
 - non-torch memory (CUDA context, cuBLAS/NCCL workspaces): 0.5 GiB at TP 1,
   as vLLM's start-up log for Llama-3.1-8B on one H100 reports; 1.0 GiB with
   TP > 1 for NCCL's buffers (an allowance, not a measurement).
@@ -73,8 +78,8 @@ def activation_bytes(
     m: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int
 ) -> float:
     """Peak activation estimate, bytes (module docstring): the larger of the
-    forward pass over T tokens and the sampler over S rows."""
-    t, s = max_num_batched_tokens, max_num_seqs
+    forward pass over T tokens and the sampler over min(S, T) rows."""
+    t, s = max_num_batched_tokens, min(max_num_seqs, max_num_batched_tokens)
     forward = t * (4 * m.hidden_size + 3 * m.intermediate_size / tp) * ACT_BYTES
     sampler = s * m.vocab_size * LOGIT_BYTES
     return float(max(forward, sampler))

@@ -72,7 +72,11 @@ def latency(
     if model is None and gpu is None:
         return LinearLatency(alpha) if alpha else LinearLatency()
     if model is None or gpu is None:
-        raise ValueError("--model and --gpu go together")
+        given, missing = ("--model", "--gpu") if gpu is None else ("--gpu", "--model")
+        raise ValueError(
+            f"the linear step time for {given} needs {missing} too (their preset coefficients), "
+            "or pass --beta-coeffs (and --alpha-coeffs)"
+        )
     key = (hardware.model(model).name, hardware.gpu(gpu).name)
     if key not in LINEAR_PRESETS or tp != 1:
         raise ValueError(
@@ -91,27 +95,42 @@ def num_gpu_blocks(
     block_size: int,
     tp: int,
     default: int,
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
-    max_num_batched_tokens: int = 8192,
     full_attention_only: bool = True,
-    max_num_seqs: int | None = None,
     simulated: bool = False,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
-    (``hardware.num_gpu_blocks``, activation at max_num_batched_tokens and
-    max_num_seqs, by default vLLM 0.33's for the GPU); else
-    ``default``. ``full_attention_only``: refuse a model with any layer that
-    is not full attention (``full_attention_model``), as an analysis for full
-    attention needs; ``simulated`` (with ``full_attention_only`` off): refuse
-    only what the simulator cannot run (``simulated_model``)."""
+    (``hardware.num_gpu_blocks``); else ``default``.
+
+    The one definition of a derived pool: vLLM's start-up profile
+    (``GPUModelRunner.profile_run``) runs the configuration's own
+    max_num_batched_tokens and max_num_seqs, so the pool is sized at the
+    values the configuration runs with; every command and sweep row passes
+    its own (``sized_at`` says them). ``full_attention_only``: refuse a model
+    with any layer that is not full attention (``full_attention_model``), as
+    an analysis for full attention needs; ``simulated`` (with
+    ``full_attention_only`` off): refuse only what the simulator cannot run
+    (``simulated_model``).
+
+    Raises:
+        ValueError: one of --model/--gpu without the other; a model the
+            analysis cannot take. ``hardware.HardwareError`` for sizes that
+            leave no KV cache.
+    """
     if explicit is not None:
         return explicit, False
     if model is None and gpu is None:
         return default, False
     if model is None or gpu is None:
-        raise ValueError("--model and --gpu go together")
+        given, missing = ("--model", "--gpu") if gpu is None else ("--gpu", "--model")
+        raise ValueError(
+            f"sizing the pool from {given} needs {missing} too, or give --num-gpu-blocks"
+        )
     g = hardware.gpu(gpu)
     m = hardware.model(model, quantization, kv_cache_dtype)
     if full_attention_only:
@@ -119,15 +138,17 @@ def num_gpu_blocks(
     elif simulated:
         simulated_model(m)
     n = hardware.num_gpu_blocks(
-        m,
-        g,
-        gpu_memory_utilization,
-        block_size,
-        tp,
-        max_num_batched_tokens,
-        hardware.vllm_default_max_num_seqs(g) if max_num_seqs is None else max_num_seqs,
+        m, g, gpu_memory_utilization, block_size, tp, max_num_batched_tokens, max_num_seqs
     )
     return n, True
+
+
+def sized_at(max_num_seqs: int, max_num_batched_tokens: int) -> str:
+    """The words naming the values a derived pool was sized at (``num_gpu_blocks``)."""
+    return (
+        f"start-up profile at max_num_seqs {max_num_seqs:,}, "
+        f"max_num_batched_tokens {max_num_batched_tokens:,}"
+    )
 
 
 def simulated_model(m: hardware.ModelSpec) -> dict[str, int]:

@@ -117,6 +117,15 @@ def _knee(df: pd.DataFrame, col: str) -> int:
     return int(np.argmax(v >= (1 - KNEE_TOLERANCE) * v.max()))
 
 
+SEARCH_CEILING = 1024  # vLLM 0.33's default max_num_seqs on an H100-class GPU
+
+
+def search_upper(wl: Workload, ceiling: int = SEARCH_CEILING) -> int:
+    """The largest max_num_seqs the search evaluates: ``ceiling``, at most the
+    workload's request count (more slots than requests change nothing)."""
+    return max(1, min(ceiling, wl.num_requests))
+
+
 def find_safe_limits(
     wl: Workload,
     cfg: SchedulerConfig,
@@ -124,7 +133,7 @@ def find_safe_limits(
     percentiles: tuple[float, ...] = (50, 90, 99, 100),
     preemption_threshold: float = 0.0,
     slo: SLO | None = None,
-    upper: int = 1024,
+    upper: int | None = None,
 ) -> SafeLimits:
     """Compute all three limits for ``wl`` on ``cfg``'s pool (its max_num_seqs is ignored).
 
@@ -137,7 +146,7 @@ def find_safe_limits(
             raise ValueError(f"--percentile must be in 0..100, got {p:g}")
     if not (preemption_threshold >= 0):
         raise ValueError(f"--preemption-threshold must be >= 0, got {preemption_threshold}")
-    upper = max(1, min(upper, wl.num_requests))
+    upper = search_upper(wl, SEARCH_CEILING if upper is None else upper)
     analytic, at, lengths = analytic_limits(wl, cfg, percentiles)
     coarse = sorted({int(round(x)) for x in np.geomspace(1, upper, COARSE_POINTS)} | {analytic})
     coarse = [s for s in coarse if 1 <= s <= upper]

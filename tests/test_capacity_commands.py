@@ -57,9 +57,10 @@ def test_the_fix_is_the_exact_boundary_of_safe(bs):
 def test_utilization_fix_is_the_smallest_that_sizes_enough_blocks():
     m, g = hardware.model("llama-3.1-8b"), hardware.gpu("H100")
     need = min_safe_num_gpu_blocks(131072, 16)
-    u = min_gpu_memory_utilization(need, "llama-3.1-8b", "H100", 16)
+    at = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+    u = min_gpu_memory_utilization(need, "llama-3.1-8b", "H100", 16, **at)
     assert hardware.num_gpu_blocks(m, g, u) >= need > hardware.num_gpu_blocks(m, g, u - 0.001)
-    assert min_gpu_memory_utilization(10**7, "llama-3.1-8b", "H100", 16) is None
+    assert min_gpu_memory_utilization(10**7, "llama-3.1-8b", "H100", 16, **at) is None
 
 
 def test_plan_check_states_the_fix_and_the_versions(capsys):
@@ -79,7 +80,9 @@ def test_plan_check_states_the_fix_and_the_versions(capsys):
     o = json.loads(out)
     assert code == 1 and o["min_safe_num_gpu_blocks"] == 8193
     u = o["min_safe_gpu_memory_utilization"]
-    assert u == min_gpu_memory_utilization(8193, "llama-3.1-8b", "H100", 16)
+    # sized at plan check's own --max-num-seqs and --max-num-batched-tokens (256, 2,048)
+    at = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+    assert u == min_gpu_memory_utilization(8193, "llama-3.1-8b", "H100", 16, **at)
     code, out, _ = run_cli(capsys, *args, "--gpu-memory-utilization", str(u), "--json")
     assert code == 0 and json.loads(out)["verdict"] == "safe"
     code, out, _ = run_cli(capsys, *args, "--gpu-memory-utilization", "0.3")

@@ -31,7 +31,9 @@ def test_s1_overload(blocks, seqs, expected):
 @pytest.fixture(scope="module")
 def azure_8b():
     lat = resolve.latency("linear", "llama-3.1-8b", "H100")
-    blocks, _ = resolve.num_gpu_blocks(None, "llama-3.1-8b", "H100", 0.9, 16, 1, 0)
+    blocks, _ = resolve.num_gpu_blocks(
+        None, "llama-3.1-8b", "H100", 0.9, 16, 1, 0, max_num_seqs=256, max_num_batched_tokens=2048
+    )
     return lat, SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
 
 

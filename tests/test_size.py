@@ -5,6 +5,7 @@ monotone in the rate and the SLO; bad input exits 2 in one line."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -331,3 +332,15 @@ def test_serve_command_pins_the_scheduler_settings_the_spec_moved():
     ):  # fmt: skip
         assert flag in cmd, flag
     assert "--long-prefill-token-threshold" not in cmd
+
+
+def test_default_output_folder_is_named_after_the_spec(capsys, tmp_path, monkeypatch):
+    """Without --out the files go under results/size-NAME, NAME the spec's
+    (it was the first candidate's, e.g. size-small.H100-tp1)."""
+    monkeypatch.chdir(tmp_path)
+    spec = ROOT / "tests" / "data" / "size_small.toml"
+    code, _, err = run_cli(capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "1")
+    assert code in (0, 1), err
+    made = [p.name for p in (tmp_path / "results").iterdir()]
+    name = tomllib.loads(spec.read_text()).get("name", spec.stem)
+    assert made == [f"size-{name}"]

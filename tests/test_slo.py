@@ -238,7 +238,10 @@ def test_check_with_an_slo_judges_the_traffic(capsys):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--max-num-seqs", "32"], "--max-num-seqs needs an SLO"),
+        (
+            ["--max-num-seqs", "32"],
+            "--max-num-seqs needs --model and --gpu without --num-gpu-blocks",
+        ),
         (["--latency", "roofline"], "--latency needs an SLO"),
         (["--ttft-slo", "2"], "--ttft-slo needs --trace-file"),
         (["--goodput", "ttft:2000"], "--goodput needs --trace-file"),

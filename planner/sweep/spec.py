@@ -196,6 +196,11 @@ def _check_axis_value(key: str, v: object, label: str) -> None:
             raise SpecError(str(e)) from None
 
 
+def _default(field: str) -> Any:
+    """``SchedulerConfig``'s default for ``field`` (a field every row has)."""
+    return next(f.default for f in dataclasses.fields(SchedulerConfig) if f.name == field)
+
+
 class SpecError(ValueError):
     """A spec that cannot run; the message is one line."""
 
@@ -631,9 +636,14 @@ class Sweep:
                     hw.model,
                     hw.gpu,
                     util,
-                    int(values.get("block_size", 16)),
+                    int(values.get("block_size", _default("block_size"))),
                     hw.tensor_parallel_size,
                     0,
+                    # vLLM profiles at the row's own values (resolve.num_gpu_blocks)
+                    max_num_seqs=int(values.get("max_num_seqs", _default("max_num_seqs"))),
+                    max_num_batched_tokens=int(
+                        values.get("max_num_batched_tokens", _default("max_num_batched_tokens"))
+                    ),
                     full_attention_only=False,
                     simulated=True,
                 )
@@ -643,7 +653,8 @@ class Sweep:
             try:
                 attn = resolve.attention(values.get("sliding_window"), hw.model)
             except (HardwareError, ValueError) as e:
-                raise SpecError(spec_names(f"hardware: {e}")) from None
+                where = _where("sliding_window", self) if "sliding_window" in values else "hardware"
+                raise SpecError(spec_names(f"{where}: {e}")) from None
             for k, v in attn.items():
                 if k != "sliding_window" and values.get(k, v) != v:
                     raise SpecError(f"{_where(k, self)}: {hw.model} has {v} (hardware.model)")
