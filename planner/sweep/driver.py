@@ -36,6 +36,7 @@ from rich.progress import (
 from planner.api import compile_note, kernel_status, simulate
 from planner.capacity import usable_blocks
 from planner.distribution import VERSION
+from planner.kernel import warm
 from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
 from planner.sweep import executors, store
 from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
@@ -459,7 +460,10 @@ def _run(
         todo = list(plan.chunks)
     if workers is not None and client is None:
         numba.set_num_threads(workers)
-    _run_chunks(sweep, out, plan, todo, manifest, console, client)
+    # A cold compile runs half its work in a child process (kernel.warm) only
+    # when the planned peak leaves room for it under the limit.
+    with warm.allowed(plan.peak_bytes + warm.CHILD_BYTES <= memory_limit):
+        _run_chunks(sweep, out, plan, todo, manifest, console, client)
     df = _merge(sweep, out, plan, manifest, console, client)
     if len(df) != plan.num_configs or df.config_id.duplicated().any():
         raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")

@@ -1,0 +1,156 @@
+"""Compile the step loop's phases in two processes when Numba's cache is cold.
+
+Why: a first run on a new machine spends almost all its time compiling. On
+2026-12-01 (2-core machine, cold cache), 26.9 CPU-s went to the first
+``simulate``; with every phase function already in the cache, ``run_steps``
+itself compiled in 2.6 CPU-s. The phases are independent of one another, so
+they can be compiled at the same time.
+
+How: Numba compiles a jitted function once per signature and, with
+``cache=True``, writes it to its on-disk cache; a caller compiled later loads
+its callees from that cache instead of compiling them (``Dispatcher.compile``
+tries ``self._cache.load_overload`` first, ``numba/core/dispatcher.py``). So
+before the first ``run_steps``, ``compile_ahead`` compiles ``run_steps``'
+phase functions with the signatures ``run_steps`` calls them with (the Numba
+types of the very arguments ``step.simulate_one`` passes): the ``CHILD`` part
+in a child process (``python -m planner.kernel.warm``, the signatures pickled
+on its stdin), the ``HERE`` part in this one. It then waits for the child;
+``run_steps`` compiles next and finds every phase compiled.
+
+Nothing here changes what is computed: it only decides where the same
+functions are compiled. If the child fails or cannot start, the phases it
+had are compiled on demand as before (slower, never wrong).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import numba
+
+from planner.kernel import cycle as CY
+from planner.kernel import step as ST
+
+CHILD_TIMEOUT_S = 600.0  # a child still compiling after this is abandoned
+_LOCK = threading.Lock()
+_DONE: set[tuple] = set()  # argument types compiled ahead in this process
+_ALLOWED = [True]  # off while a caller's memory budget has no room for the child
+# The child's peak RSS (``resource.getrusage(RUSAGE_CHILDREN)``, 2026-12-01,
+# Linux x86-64, Python 3.11, Numba 0.68): 270 MiB, plus 12.5%. The parent's
+# own cold compile peaks lower than a whole compile in one process.
+CHILD_BYTES = 304 * 2**20
+
+
+@contextlib.contextmanager
+def allowed(on: bool) -> Iterator[None]:
+    """Within the block, compile ahead only if ``on`` (a sweep whose memory
+    limit has no room for the child's ``CHILD_BYTES`` turns it off)."""
+    before = _ALLOWED[0]
+    _ALLOWED[0] = on
+    try:
+        yield
+    finally:
+        _ALLOWED[0] = before
+
+
+def phase_signatures(types: tuple) -> tuple[list, list]:
+    """(child part, here part): (dispatcher, signature) of every phase call
+    ``run_steps`` makes, for the Numba ``types`` of (cfg, cfgf, rq, st, q, o,
+    check) as ``step.simulate_one`` gets them. The scratch and prefix-cache
+    types are those ``_init`` returns (compiled here for them; never run).
+    The parts are balanced by measured compile time (module docstring): the
+    decode fast path and the livelock detector against the scheduler's
+    phases."""
+    cfg, cfgf, rq, st, q, o, check = types
+    k = _field(o, "counters")
+    sig = (cfg, rq, k)
+    ST._init.compile(sig)
+    sc, p = ST._init.overloads[sig].signature.return_type
+    s, cyc, dt = _field(sc, "step"), _field(sc, "cycle"), numba.types.int64
+    child = [
+        (ST._decode_fast_path, (cfg, cfgf, rq, st, q, o, sc, p, check)),
+        (CY.livelock_proven, (cfg, st, q, k, p, cyc)),
+        (CY.after_fast_path, (cfg, k, cyc)),
+        (ST._update_from_output_async, (cfg, rq, st, q, o, s, p)),
+    ]
+    here = [
+        (ST._schedule_running, (cfg, rq, st, q, o, s, p)),
+        (ST._schedule_waiting, (cfg, rq, st, q, o, sc, p)),
+        (ST._arrivals, (cfg, rq, st, q, k)),
+        (ST._update_from_output, (cfg, rq, st, q, o, s, p)),
+        (ST._end_step, (cfg, st, q, o, s, p, check)),
+        (ST._update_after_schedule, (cfg, dt, rq, st, q, o, s)),
+        (ST._step_time, (cfg, cfgf, rq, k, s)),
+        (ST._begin_step, (cfg, k, s)),
+        (ST._adapt_cap, (cfg, k)),
+    ]
+    return child, here
+
+
+def _field(tuple_type: numba.types.Type, name: str) -> numba.types.Type:
+    """The Numba type of field ``name`` of a named-tuple type."""
+    return tuple_type.types[tuple_type.fields.index(name)]
+
+
+def compile_ahead(args: tuple) -> bool:
+    """Compile ``run_steps``' phases for ``args`` (cfg, cfgf, rq, st, q, o,
+    check) in two processes, once per signature set per process. Returns
+    whether a child process compiled its part (False: none was started, or it
+    failed; its phases then compile on demand)."""
+    types = tuple(numba.typeof(a) for a in args)
+    with _LOCK:
+        if types in _DONE or not _ALLOWED[0]:
+            return False
+        _DONE.add(types)
+        proc = _start_child(types)  # it compiles _init too: both need its types
+        try:
+            for fn, sig in phase_signatures(types)[1]:
+                fn.compile(sig)
+            return _wait(proc)
+        finally:  # Ctrl-C or an error here: the child's work is no longer wanted
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _start_child(types: tuple) -> subprocess.Popen | None:
+    """``python -m planner.kernel.warm`` with ``types`` pickled on its stdin;
+    None if it cannot start."""
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "planner.kernel.warm"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(pickle.dumps(types))
+        proc.stdin.close()
+        return proc
+    except (OSError, pickle.PicklingError):
+        return None
+
+
+def _wait(proc: subprocess.Popen | None) -> bool:
+    if proc is None:
+        return False
+    try:
+        return proc.wait(timeout=CHILD_TIMEOUT_S) == 0
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return False
+
+
+def _compile_child_part(types: tuple) -> None:
+    """The child's work: compile the child part of ``phase_signatures``."""
+    for fn, sig in phase_signatures(types)[0]:
+        fn.compile(sig)
+
+
+if __name__ == "__main__":
+    _compile_child_part(pickle.loads(sys.stdin.buffer.read()))

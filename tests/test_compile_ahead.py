@@ -1,0 +1,98 @@
+"""A cold first run compiles the step loop's phases in two processes
+(``planner.kernel.warm``; issue 18 case 8): the child's phases must be the
+ones ``run_steps`` calls, with its signatures, so that ``run_steps`` loads them
+from Numba's cache instead of compiling them again."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+
+from planner.kernel import step as ST
+from planner.kernel import warm
+
+SCRIPT = textwrap.dedent(
+    """
+    import json
+    from planner import api
+    from planner.config import SchedulerConfig
+    from planner.kernel import warm
+    from planner.latency import LinearLatency
+    from planner.traces import s1_exact
+
+    assert api.kernel_status(1) == "cold"
+    res = api.simulate([SchedulerConfig(num_gpu_blocks=7463)], s1_exact(), LinearLatency())
+    types = next(iter(warm._DONE))
+    child, here = warm.phase_signatures(types)
+    stats = {f.py_func.__name__: [sum(f.stats.cache_hits.values()),
+                                  sum(f.stats.cache_misses.values())] for f, _ in child}
+    print(json.dumps({"completed": int(res.metrics().completed.iloc[0]), "child": stats}))
+    """
+)
+
+
+def test_run_steps_loads_every_child_phase_from_the_cache(tmp_path):
+    """On an empty cache: the child compiled its phases; this process loaded
+    each of them (a hit, no miss) and the run completed as usual."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True
+    )
+    o = json.loads(out.stdout.strip().splitlines()[-1])
+    assert o["completed"] > 0
+    assert o["child"], "no phase compiled in the child"
+    for name, (hits, misses) in o["child"].items():
+        assert misses == 0 and hits >= 1, (name, hits, misses)
+
+
+def _called_dispatchers(fn: object) -> set[str]:
+    """Names of the non-inlined jitted functions ``fn``'s source calls."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn.py_func)))  # type: ignore[attr-defined]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
+    out = set()
+    for n in names:
+        obj = getattr(ST, n, None)
+        if hasattr(obj, "py_func") and obj.targetoptions.get("inline", "never") != "always":
+            out.add(n)
+    return out
+
+
+def test_the_phases_are_every_jitted_call_of_run_steps(monkeypatch):
+    """A phase added to run_steps and not to ``phase_signatures`` would
+    compile serially again; this names it. The arguments are those
+    ``simulate`` hands to ``compile_ahead`` on a cold cache (captured)."""
+    from planner import api
+    from planner.config import SchedulerConfig
+    from planner.latency import LinearLatency
+    from planner.workload import LengthDist, synthetic
+
+    captured = []
+    monkeypatch.setattr(api, "kernel_status", lambda *a, **k: "cold")
+    monkeypatch.setattr(api, "compile_ahead", captured.append)
+    d = LengthDist("constant", 8)
+    api.simulate([SchedulerConfig(num_gpu_blocks=64)], synthetic(2, 1.0, d, d), LinearLatency())
+    (args,) = captured
+    child, here = warm.phase_signatures(tuple(numba.typeof(a) for a in args))
+    listed = {f.py_func.__name__ for f, _ in child + here}
+    assert _called_dispatchers(ST.run_steps) <= listed, _called_dispatchers(ST.run_steps) - listed
+    assert not {f.py_func.__name__ for f, _ in child} & {f.py_func.__name__ for f, _ in here}
+
+
+def test_no_child_when_not_allowed(monkeypatch):
+    started = []
+    monkeypatch.setattr(warm, "_start_child", lambda types: started.append(types))
+    with warm.allowed(False):
+        assert warm.compile_ahead((np.zeros(1),) * 7) is False
+    assert started == []
