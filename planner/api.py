@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -132,37 +132,57 @@ class SimResult:
         return ev.reset_index(drop=True)
 
 
-def kernel_status(num_configs: int, fleet: bool = False) -> str:
+def kernel_status(num_configs: int, fleet: bool = False, caching: bool = False) -> str:
     """Whether the kernel ``simulate`` uses is ``'loaded'`` (compiled in this
     process), ``'cached'`` (in Numba's on-disk cache: the next call loads it),
     ``'cold'`` (the next call compiles it) or ``'unknown'``.
 
     Configs run ``step.run_steps`` (``simulate_one``; several at once in a
     thread pool: ``num_configs`` does not change the kernel); configs with
-    replicas (``fleet``) run ``kernel.fleet.simulate_fleet``. Reads Numba's cache index
-    (``numba/core/caching.py``, ``FunctionCache``); if that internal API
-    changes, says ``'unknown'``.
+    replicas (``fleet``) run ``kernel.fleet.simulate_fleet``. Each is compiled
+    once without prefix caching and once with it (``caching``; the prefix
+    cache argument is None or not: ``step.prefix_cache_of``). Reads Numba's
+    cache index (``numba/core/caching.py``, ``FunctionCache``); if that
+    internal API changes, says ``'unknown'``.
     """
-    fn = simulate_fleet if fleet else run_steps
-    if fn.signatures:
+    fn, pos = (simulate_fleet, 9) if fleet else (run_steps, 7)
+
+    def variant(sig: tuple) -> bool:  # the signature's prefix-cache argument is not None
+        args = getattr(sig, "args", sig)
+        return not isinstance(args[pos], numba.types.NoneType)
+
+    if any(variant(sig) == caching for sig in fn.signatures):
         return "loaded"
     try:
-        cached = bool(fn._cache._cache_file._load_index())
+        keys = fn._cache._cache_file._load_index()
+        cached = any(variant(key[0]) == caching for key in keys)
     except Exception:  # noqa: BLE001 (internal API: never fail a run over it)
         return "unknown"
     return "cached" if cached else "cold"
 
 
-def compile_note(num_configs: int, fleet: bool = False) -> str:
-    """A one-line note when the kernel ``simulate`` will use is neither
-    compiled in this process nor in Numba's on-disk cache (``kernel_status`` is
-    ``'cold'``; the next call then compiles it first), else ''."""
-    if kernel_status(num_configs, fleet) != "cold":
+def kernels_status(fleet: bool, caching: Iterable[bool]) -> str:
+    """``kernel_status`` of every kernel variant a run needs (``caching``: the
+    values its configs take): the least ready of them."""
+    states = {kernel_status(1, fleet, c) for c in set(caching)}
+    for state in ("cold", "unknown", "cached"):
+        if state in states:
+            return state
+    return "loaded"
+
+
+def compile_note(fleet: bool = False, caching: Iterable[bool] = (False,)) -> str:
+    """A one-line note when a kernel variant ``simulate`` will use is neither
+    compiled in this process nor in Numba's on-disk cache
+    (``kernels_status`` is ``'cold'``; the next call then compiles it first),
+    else ''."""
+    if kernels_status(fleet, caching) != "cold":
         return ""
     which = "replicas' " if fleet else ""
     return (
-        f"compiling the {which}simulation kernel for this machine: once, about 18 s on "
-        "2 cores (half of it in a second process); later runs load it from Numba's cache"
+        f"compiling the {which}simulation kernel for this machine: once, about 11 s on "
+        "2 cores (16 s with prefix caching; half of it in a second process); later runs "
+        "load it from Numba's cache"
     )
 
 
@@ -483,12 +503,18 @@ def _compile_ahead_if_cold(
     cfg: np.ndarray, cfgf: np.ndarray, requests: S.Requests, st: S.State, check: bool
 ) -> None:
     """On a cold cache, compile ``run_steps``' phases in two processes first
-    (``kernel.warm``; about 10 s less to wait on 2 cores); row 0's arguments
-    give the signatures, which every row shares."""
-    if kernel_status(1) != "cold" or (os.cpu_count() or 1) < 2:
+    (``kernel.warm``; about 10 s less to wait on 2 cores), for each variant
+    the configs need (with and without prefix caching); a row of each
+    variant gives the signatures, which its rows share."""
+    if (os.cpu_count() or 1) < 2:
         return
-    rows = (S.rows(st.req, 0), S.rows(st.queues, 0), S.rows(st.out, 0))
-    compile_ahead((cfg[0], cfgf[0], requests, *rows, bool(check)))
+    for caching in (False, True):
+        rows_of = np.flatnonzero((cfg[:, K.CACHING] != 0) == caching)
+        if len(rows_of) == 0 or kernel_status(1, caching=caching) != "cold":
+            continue
+        c = int(rows_of[0])
+        rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
+        compile_ahead((cfg[c], cfgf[c], requests, *rows, bool(check), True if caching else None))
 
 
 def _pool(fn: Callable[[int], None], items: Sequence[int]) -> None:
@@ -517,9 +543,11 @@ def _run_fleets(
     _compile_ahead_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants)
 
     def one(f: int) -> None:
+        caching = True if kx[0][starts[f], K.CACHING] != 0 else None  # step.prefix_cache_of
         simulate_fleet(
-            kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants
-        )
+            kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants,
+            caching,
+        )  # fmt: skip
 
     _interruptible(_pool, (one, _by_cost(sizes)), ctl)
 

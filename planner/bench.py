@@ -166,8 +166,10 @@ def run_max_rate_bench(side: int, **options: bool) -> dict[str, float]:
 STARTUP_ARGS = ("run", "--num-requests", "20", "--json")
 
 
-def _child_run(env: dict[str, str]) -> tuple[float, float]:
-    """(wall s, CPU s of the child) for one ``plan run`` in a fresh interpreter."""
+def _child_run(env: dict[str, str], extra: tuple[str, ...] = ()) -> tuple[float, float]:
+    """(wall s, CPU s of the child and its own children: the compile-ahead
+    process) for one ``plan run`` (``STARTUP_ARGS`` + ``extra``) in a fresh
+    interpreter."""
     import resource
     import subprocess
     import sys
@@ -175,7 +177,7 @@ def _child_run(env: dict[str, str]) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "planner.cli", *STARTUP_ARGS],
+        [sys.executable, "-m", "planner.cli", *STARTUP_ARGS, *extra],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
@@ -190,8 +192,10 @@ def _child_run(env: dict[str, str]) -> tuple[float, float]:
 def run_startup_bench() -> dict[str, float]:
     """Time ``plan run --num-requests 20`` in fresh processes: first with an
     empty Numba cache (``NUMBA_CACHE_DIR`` set to a new temporary folder, so
-    the kernel compiles), then again with that cache warm. Prints and returns
-    wall and CPU seconds (the child's user + system time)."""
+    the kernel compiles), then again with that cache warm; and a first run
+    with ``--enable-prefix-caching`` on another empty cache (the step loop's
+    caching variant, ``step.prefix_cache_of``). Prints and returns wall and
+    CPU seconds (user + system of the run and its compile-ahead process)."""
     import os
     import tempfile
 
@@ -199,9 +203,13 @@ def run_startup_bench() -> dict[str, float]:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         cold = _child_run(env)
         warm = _child_run(env)
+    with tempfile.TemporaryDirectory(prefix="planner-bench-") as cache:
+        caching = _child_run(dict(os.environ, NUMBA_CACHE_DIR=cache), ("--enable-prefix-caching",))
     fig = {"cold_wall_s": cold[0], "cold_cpu_s": cold[1], "warm_wall_s": warm[0]}
-    fig["warm_cpu_s"] = warm[1]
+    fig |= {"warm_cpu_s": warm[1], "caching_cold_wall_s": caching[0]}
+    fig["caching_cold_cpu_s"] = caching[1]
     print(f"plan {' '.join(STARTUP_ARGS)}, fresh processes:")
     print(f"first run (empty Numba cache): {cold[0]:6.2f} s wall, {cold[1]:6.2f} s CPU")
     print(f"next run (cache warm):         {warm[0]:6.2f} s wall, {warm[1]:6.2f} s CPU")
+    print(f"first run with prefix caching: {caching[0]:6.2f} s wall, {caching[1]:6.2f} s CPU")
     return fig

@@ -383,7 +383,7 @@ def run(
         else ""
     )
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
-    if note := compile_note(1, replicas > 1):
+    if note := compile_note(replicas > 1, (cfg.enable_prefix_caching,)):
         print(f"plan: {note}", file=sys.stderr)
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)

@@ -204,7 +204,7 @@ def max_rate(
     for message in unused_field_warnings(wl, configs):
         warn(message)
     rps, tps = offered_rates(wl)
-    if note := compile_note(len(configs)):
+    if note := compile_note(False, {c.enable_prefix_caching for c in configs}):
         print(f"plan: {note}", flush=True, file=sys.stderr)
     t0 = time.perf_counter()
     found = search_max_rate(configs, wl, lat, slo, rng)

@@ -296,7 +296,9 @@ def estimate(
     _check_threads(workers)
     if chunk_size is not None and chunk_size < 1:
         raise SweepError(f"chunk_size must be >= 1, got {chunk_size!r}")
-    budget = driver.chunk_budget(_memory_limit(memory_limit), None, driver.has_fleets(sweep))
+    budget = driver.chunk_budget(
+        _memory_limit(memory_limit), None, driver.has_fleets(sweep), driver.caching_values(sweep)
+    )
     plan = driver.plan_chunks(sweep, chunk_size, budget)
     first = plan.chunks[0]
     simulate([sweep.configs[int(first.config_ids[0])]], sweep.workloads[first.workload_key])

@@ -1,7 +1,8 @@
 """A cold first run compiles the step loop's phases in two processes
 (``planner.kernel.warm``; issue 18 case 8): the child's phases must be the
 ones ``run_steps`` calls, with its signatures, so that ``run_steps`` loads them
-from Numba's cache instead of compiling them again."""
+from Numba's cache instead of compiling them again. A run without prefix
+caching compiles none of the caching code (``step.prefix_cache_of``)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,12 @@ SCRIPT = textwrap.dedent(
     child, here = warm.phase_signatures(types)
     stats = {f.py_func.__name__: [sum(f.stats.cache_hits.values()),
                                   sum(f.stats.cache_misses.values())] for f, _ in child}
-    print(json.dumps({"completed": int(res.metrics().completed.iloc[0]), "child": stats}))
+    import os
+    files = [f for _, _, fs in os.walk(os.environ["NUMBA_CACHE_DIR"]) for f in fs]
+    caching_code = sorted({f.split("-")[0] for f in files if "prefix_cache" in f
+                           or "cache_run" in f or "cache_events" in f})
+    print(json.dumps({"completed": int(res.metrics().completed.iloc[0]), "child": stats,
+                      "caching_code": caching_code}))
     """
 )
 
@@ -51,6 +57,8 @@ def test_run_steps_loads_every_child_phase_from_the_cache(tmp_path):
     assert o["child"], "no phase compiled in the child"
     for name, (hits, misses) in o["child"].items():
         assert misses == 0 and hits >= 1, (name, hits, misses)
+    # A run without prefix caching compiles none of the caching code (step.prefix_cache_of).
+    assert o["caching_code"] == []
 
 
 def _called_dispatchers(fn: object) -> set[str]:

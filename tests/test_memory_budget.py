@@ -139,18 +139,23 @@ def test_budget_terms_and_threads():
 @pytest.mark.parametrize(
     ("states", "allowance"),
     [
-        ({1: "loaded", 2: "loaded"}, 0),
-        ({1: "cached", 2: "loaded"}, driver.JIT_LOAD_BYTES),
-        ({1: "cached", 2: "cached"}, driver.JIT_LOAD_BYTES),
-        ({1: "loaded", 2: "cold"}, driver.JIT_COMPILE_BYTES),
-        ({1: "cached", 2: "unknown"}, driver.JIT_COMPILE_BYTES),
+        ({False: "loaded", True: "loaded"}, 0),
+        ({False: "cached", True: "loaded"}, driver.JIT_LOAD_BYTES),
+        ({False: "cached", True: "cached"}, driver.JIT_LOAD_BYTES),
+        ({False: "loaded", True: "cold"}, driver.JIT_COMPILE_BYTES),
+        ({False: "cached", True: "unknown"}, driver.JIT_COMPILE_BYTES),
     ],
 )
 def test_jit_allowance_follows_the_cache(monkeypatch, states, allowance):
-    monkeypatch.setattr(driver, "kernel_status", lambda n: states[min(n, 2)])
-    assert driver.jit_bytes()[0] == allowance
+    """Keyed by the kernel variant (without and with prefix caching): the
+    allowance follows the least ready variant the sweep needs."""
+    from planner import api
+
+    monkeypatch.setattr(api, "kernel_status", lambda n, fleet=False, caching=False: states[caching])
+    assert driver.jit_bytes(False, (False, True))[0] == allowance
+    assert driver.jit_bytes(False, (False,))[0] == driver.jit_bytes(False, (False, False))[0]
     assert driver.JIT_COMPILE_BYTES > driver.JIT_LOAD_BYTES > 0
-    budget = driver.chunk_budget(4 * 2**30, threads=3)
+    budget = driver.chunk_budget(4 * 2**30, threads=3, caching=(False, True))
     assert budget.jit == allowance and budget.threads == 3
     assert budget.process > 0
 

@@ -146,8 +146,9 @@ def _walk(cfg, st, q, k, p, snap, mode):
         r = q.plist[j]
         for x in (i64(r), i64(q.ptok[j]), i64(st.status[r]), i64(st.infl[r]), i64(st.stale[r])):
             pos, same = _emit(x, mode, snap, pos, same)
-    if cfg[K.CACHING] != 0 and same:
-        return _walk_pool(st, q, k, p, mode, snap, pos)
+    if p is not None:  # prefix caching
+        if same:
+            return _walk_pool(st, q, k, p, mode, snap, pos)
     return same
 
 

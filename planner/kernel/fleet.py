@@ -51,7 +51,7 @@ from planner.kernel.routers import (
     splitmix64,
 )
 from planner.kernel.rowview import row
-from planner.kernel.step import ENDED, _init, fast_path_allowed, run_steps
+from planner.kernel.step import ENDED, _init, fast_path_allowed, new_prefix_cache, run_steps
 
 
 @njit(cache=True, _nrt=False)
@@ -85,33 +85,44 @@ OPEN, CLOSED = np.bool_(False), np.bool_(True)
 
 
 @njit(cache=True, inline="always")
-def _start(kx, lo, n_rep, n_keys):
-    """``step._init`` every replica with routing open and nothing sent."""
+def _start(kx, lo, n_rep, n_keys, caching):
+    """``step._init`` every replica with routing open and nothing sent; their
+    prefix caches (``step.new_prefix_cache``) when ``caching`` is not None."""
     cfg, rq, o = kx[0], kx[2], kx[5]
-    scs, pcs = List(), List()
+    scs = List()
     for i in range(n_rep):
         k = o.counters[lo + i]
-        sc, p = _init(cfg[lo + i], rq, k)
+        scs.append(_init(cfg[lo + i], rq, k))
         k[S.O_ORDER_END] = 0
         k[S.O_ROUTE_UNTIL] = 0
         k[S.O_ROUTE_MORE] = 1
-        scs.append(sc)
-        pcs.append(p)
+    pcs = None
+    if caching is not None:
+        pcs = List()
+        for i in range(n_rep):
+            pcs.append(new_prefix_cache(cfg[lo + i], rq))
     owner = np.full(n_keys[0] if cfg[lo, K.ROUTER] == PREFIX_AFFINITY else 1, -1, np.int32)
     zeros = np.zeros(n_rep, dtype=np.int64)
     return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)
 
 
 @njit(cache=True, inline="always")
-def _advance(kx, lo, i, until, rp, ctl, macro, check):
-    """Run replica i until its clock reaches ``until`` (-1: to its end)."""
+def _advance(kx, lo, i, until, rp, ctl, macro, check, caching):
+    """Run replica i until its clock reaches ``until`` (-1: to its end); its
+    prefix cache only with ``caching`` (``step.prefix_cache_of``)."""
     cfg, cfgf, rq, st, q, o = kx
     c = lo + i
     o.counters[c, S.O_ROUTE_UNTIL] = until
-    code = run_steps(
-        cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c),
-        rp.scs[i], rp.pcs[i], ctl, macro, check,
-    )  # fmt: skip
+    if caching is None:
+        code = run_steps(
+            cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), rp.scs[i], None, ctl, macro,
+            check,
+        )  # fmt: skip
+    else:
+        code = run_steps(
+            cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), rp.scs[i], rp.pcs[i], ctl,
+            macro, check,
+        )  # fmt: skip
     rp.ended[i] = code == ENDED
 
 
@@ -156,35 +167,35 @@ def _send(kx, lo, dest, r, t, closed):
 
 
 @njit(cache=True, inline="always")
-def _finish(kx, lo, n_rep, rp, ctl, macro, check):
+def _finish(kx, lo, n_rep, rp, ctl, macro, check, caching):
     """Routing is over: every replica runs to its end."""
     o = kx[5]
     for i in range(n_rep):
         o.counters[lo + i, S.O_ROUTE_UNTIL] = -1
         o.counters[lo + i, S.O_ROUTE_MORE] = 0
         if not rp.ended[i]:
-            _advance(kx, lo, i, NO_UNTIL, rp, ctl, macro, check)
+            _advance(kx, lo, i, NO_UNTIL, rp, ctl, macro, check, caching)
 
 
 @njit(cache=True, inline="always")
-def _open_loop(kx, lo, n_rep, keys, ctl, macro, check):
+def _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching):
     """Open loop: before each send (at its arrival) every replica advances to
     that time; then the router chooses (module docstring)."""
     cfg, rq, st = kx[0], kx[2], kx[3]
     stream = st.order[lo].copy()
-    rp = _start(kx, lo, n_rep, keys[3])
+    rp = _start(kx, lo, n_rep, keys[3], caching)
     rng = np.uint64(cfg[lo, K.ROUTER_SEED])
     for j in range(rq.prompt.shape[0]):
         r = stream[j]
         t = st.entry_ns[lo, r] - queue_delay(cfg[lo], rq.prompt[r])  # its arrival
         for i in range(n_rep):
             if not rp.ended[i]:
-                _advance(kx, lo, i, t, rp, ctl, macro, check)
+                _advance(kx, lo, i, t, rp, ctl, macro, check, caching)
         if ctl[0] != 0:
             break
         dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
         _send(kx, lo, dest, r, t, OPEN)
-    _finish(kx, lo, n_rep, rp, ctl, macro, check)
+    _finish(kx, lo, n_rep, rp, ctl, macro, check, caching)
 
 
 @njit(cache=True, inline="always")
@@ -265,7 +276,7 @@ def _send_time(kx, lo, stream, j, conc, think, cl):
 
 
 @njit(cache=True, inline="always")
-def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check):
+def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching):
     """Closed-loop clients through the router: an answer in any replica
     frees a client, whose next request goes through the router. Send times
     depend on answers, so the replicas advance in lockstep: the replica that
@@ -278,7 +289,7 @@ def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check):
     cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
     R = rq.prompt.shape[0]
     stream = st.order[lo].copy()
-    rp = _start(kx, lo, n_rep, keys[3])
+    rp = _start(kx, lo, n_rep, keys[3], caching)
     cl = Clients(
         np.empty(R, np.int64), np.empty(R, np.int64), np.empty(R, np.int64),
         np.empty(R, np.int64), np.zeros(3, np.int64),
@@ -309,16 +320,16 @@ def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check):
             break  # all sent, or nothing runs and nothing can be sent
         if n_rep == 1:  # only its own finish can send more: its livelock is provable
             o.counters[lo, S.O_ROUTE_MORE] = t < INT64_MAX or cl.counts[N_PEND] > 0
-        _advance(kx, lo, first, m + 1, rp, ctl, macro, check)
+        _advance(kx, lo, first, m + 1, rp, ctl, macro, check, caching)
         _collect_answers(kx, lo, first, cl)
-    _finish(kx, lo, n_rep, rp, ctl, macro, check)
+    _finish(kx, lo, n_rep, rp, ctl, macro, check, caching)
     for i in range(n_rep):
         _collect_answers(kx, lo, i, cl)
     o.counters[lo, S.O_RELEASED] = cl.counts[N_FINAL] + cl.counts[N_PEND]  # every answer
 
 
 @njit(cache=True, nogil=True)
-def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check):
+def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, caching):
     """Simulate one fleet: replicas on rows lo..lo+n_rep-1 of every array of
     ``kx`` = (cfg (C, NCOLS), cfgf, rq, st, q, o), the kernel's inputs and
     ``state.allocate`` records, rows identical per fleet. Row lo's ``order``
@@ -327,11 +338,13 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check):
     (the replicas' own CONC column is 0: each serves what it is sent) with
     ``think`` ns between an answer and the next send. ``keys`` = (key_off
     (R + 1,) int64, keys (H,) int64 dense prefix keys, key_tokens (H,) int64
-    tokens each key covers, n_keys (1,) int64), for ``prefix_affinity``."""
+    tokens each key covers, n_keys (1,) int64), for ``prefix_affinity``.
+    ``caching``: None without prefix caching, else True (the step loop is
+    compiled for each: ``step.prefix_cache_of``)."""
     # ``macro`` stays a runtime bool (a literal False would make Numba compile
     # the whole step loop a second time for it).
     macro = fast_path_allowed(kx[0][lo], row(kx[5], lo), use_macro) and conc == 0
     if conc > 0:
-        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check)
+        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching)
         return
-    _open_loop(kx, lo, n_rep, keys, ctl, macro, check)
+    _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching)

@@ -321,8 +321,8 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); step._init allocates 22 arrays per config (4 in step._init itself, 2 in
-# cycle.new_cycle, 16 in prefix_cache.new_cache).
+# struct); a config allocates at most 22 arrays (4 in step._init itself, 2 in
+# cycle.new_cycle, with prefix caching 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
 _SCRATCH_ARRAYS = 22
 

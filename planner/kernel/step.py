@@ -41,7 +41,12 @@ Compilation: the phase functions are compiled with Numba's ``_nrt=False``
 it, an atomic increment and decrement per array per call made the step loop
 1.8x slower. Their helpers are ``inline="always"``, which keeps the call tree
 shallow: Numba re-optimizes every callee's IR inside each caller, so a deep
-tree compiles slower. Only ``_init`` (and ``prefix_cache.new_cache``) allocate.
+tree compiles slower. Only ``_init`` and ``new_prefix_cache`` allocate.
+
+Variants: the prefix cache ``p`` is None without prefix caching, and every
+caching statement sits under ``if p is not None`` (Numba drops the branch
+when compiling for None), so a run without caching compiles none of it: a
+smaller first compile (``prefix_cache_of``, ``warm.py``).
 
 Deliberate differences are named options (config
 columns): ``PREEMPT`` (1 = BLIS restart, 2 = swap), ``STOP`` (1 =
@@ -117,9 +122,8 @@ Scratch = namedtuple("Scratch", "step hist skipbuf cycle cache_ev")
 
 @njit(cache=True)
 def _init(cfg, rq, k):
-    """Zero the counters, set the derived ones and allocate the scratch and the
-    prefix cache (1-element arrays when caching is off). Returns (Scratch,
-    PrefixCache). The pool starts with ``usable_blocks`` free
+    """Zero the counters, set the derived ones and allocate the scratch.
+    Returns the ``Scratch``. The pool starts with ``usable_blocks`` free
     (``BlockPool.__init__`` takes the null block)."""
     R = rq.prompt.shape[0]
     n, bs, mml = cfg[K.N], cfg[K.BS], cfg[K.MML]
@@ -138,24 +142,46 @@ def _init(cfg, rq, k):
     k[S.O_ORDER_END] = first_sends(rq)
     k[S.O_ROUTE_UNTIL] = -1  # a lone server; kernel/fleet.py opens routing for replicas
     caching = cfg[K.CACHING] != 0
-    slots, maxb, cache_entries = 1, 1, 0
-    if caching:
-        longest = 0  # tokens a request can reach: bounds its block table
-        for r in range(R):
-            longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r], mml))
-        slots, maxb = min(cfg[K.SEQS], R), cdiv(longest, bs) + 1
-        cache_entries = S.cycle_cache_entries(R, n, slots, maxb)
-    sc = Scratch(
+    slots, maxb = _cache_shape(cfg, rq)
+    cache_entries = S.cycle_cache_entries(R, n, slots, maxb) if caching else 0
+    return Scratch(
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
         new_cycle(R, cache_entries),
         np.empty(2 * slots if caching else 1, dtype=np.int32),
     )
-    if not caching:
-        one = np.int64(1)  # int64 like the caching call's sizes: one compiled new_cache
-        return sc, PC.new_cache(one, null_block, one, one, one)
-    return sc, PC.new_cache(n, null_block, slots, maxb, R)
+
+
+@njit(cache=True, inline="always")
+def _cache_shape(cfg, rq):
+    """(block-table rows, blocks per row) of the prefix cache: min(max_num_seqs,
+    R) rows of the blocks the longest request can reach (min(prompt + output,
+    max_model_len) tokens) plus one; (1, 1) without caching."""
+    if cfg[K.CACHING] == 0:
+        return np.int64(1), np.int64(1)
+    R = rq.prompt.shape[0]
+    longest = 0
+    for r in range(R):
+        longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r], cfg[K.MML]))
+    return min(cfg[K.SEQS], R), cdiv(longest, cfg[K.BS]) + 1
+
+
+@njit(cache=True)
+def new_prefix_cache(cfg, rq):
+    """A fresh ``prefix_cache.PrefixCache`` for a config with prefix caching
+    (``_cache_shape``)."""
+    slots, maxb = _cache_shape(cfg, rq)
+    return PC.new_cache(cfg[K.N], cfg[K.NULL] != 0, slots, maxb, rq.prompt.shape[0])
+
+
+def prefix_cache_of(cfg: np.ndarray, rq: tuple) -> tuple | None:
+    """The prefix cache a config runs with: ``new_prefix_cache`` with prefix
+    caching, else None. Every caching statement of the kernel sits under
+    ``if p is not None``, so Numba compiles the step loop for None without
+    any of them (a smaller first compile; ``warm.py``): the variant is
+    chosen by the argument's type, never by a runtime flag."""
+    return new_prefix_cache(cfg, rq) if cfg[K.CACHING] != 0 else None
 
 
 @njit(cache=True, inline="always")
@@ -236,10 +262,12 @@ def _finish(r, t, cfg, rq, st, k, p):
     its client may send again (``arrivals.answered``). Returns the change in
     free blocks (compat blis: less the last token's slot, ``_blis_last_slot``)."""
     blis = cfg[K.COMPAT] != 0
-    taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
+    taken = 0
     freed = _pool_blocks(cfg, st, r)  # its null blocks were never pool blocks
-    if cfg[K.CACHING] != 0 and p.slot_of[r] >= 0:
-        freed = PC.release(r, st.held[r], p, blis)
+    if p is not None:  # compat blis implies caching
+        taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
+        if p.slot_of[r] >= 0:
+            freed = PC.release(r, st.held[r], p, blis)
     st.held[r] = 0
     st.skip[r] = 0
     st.koff[r] = 0
@@ -391,7 +419,7 @@ def _decode_scan(cfg, rq, st, q, k, hist):
 
 
 @njit(cache=True, inline="always")
-def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
+def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
     """How many upcoming steps are provably identical decode-only steps.
 
     They are when every running request decodes one token, the waiting head
@@ -419,11 +447,12 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih):
     # lower its need: hits still in the free queue cost a free block each), so
     # it stays refused if it is refused with h such hits (``_admission_test``).
     h = 0
-    if head >= 0 and cfg[K.CACHING] != 0 and st.ncomp[head] == 0:
-        h = min(
-            PC.shareable_blocks(head, bs, rq),
-            PC.max_hit_blocks(st.nout[head] + rq.prompt[head], bs),
-        )
+    if p is not None:  # prefix caching
+        if head >= 0 and st.ncomp[head] == 0:
+            h = min(
+                PC.shareable_blocks(head, bs, rq),
+                PC.max_hit_blocks(st.nout[head] + rq.prompt[head], bs),
+            )
     if head >= 0 and not _head_blocked(
         head, rq.prompt[head] + st.nout[head], st.ncomp[head] + h * bs, n_run, free - need1 + h,
         k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
@@ -529,7 +558,10 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             alloc += nb - st.held[r]
             st.held[r] = nb
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= stop_len:
-            freed += PC.release(r, st.held[r], p, False) if cfg[K.CACHING] != 0 else st.held[r]
+            if p is not None:  # prefix caching (simulate_one passes no cache without it)
+                freed += PC.release(r, st.held[r], p, False)
+            else:
+                freed += st.held[r]
             st.held[r] = 0
             st.status[r] = S.FINISHED
             st.finish_ns[r] = clock + elapsed
@@ -654,12 +686,13 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
     n, elapsed, first_dt, last_dt, gmax, kv_int = _decode_run_length(
-        cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih
+        cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p
     )
     if n < 2:
         return False
-    if cfg[K.CACHING] != 0 and not _replay_cache_run(n, cfg, rq, st, q, k, p, hist, sc.cache_ev):
-        return False
+    if p is not None:
+        if not _replay_cache_run(n, cfg, rq, st, q, k, p, hist, sc.cache_ev):
+            return False
     alloc, freed, n_fin, used, w = _apply_decode_run(
         n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih, p
     )
@@ -676,8 +709,9 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     k[S.O_BUSY_NS] += elapsed
     k[STEPS] += n
     k[S.O_MACRO_STEPS] += n
-    if check and cfg[K.CACHING] != 0:
-        _check_invariants(cfg, st, q, k, p)
+    if p is not None:
+        if check:
+            _check_invariants(cfg, st, q, k, p)
     elif check and used + k[FREE] != k[S.O_USABLE]:
         k[S.O_INVARIANT_ERRORS] += 1
     return True
@@ -786,9 +820,10 @@ def _evict(cfg, v, st, k, s, p):
         k[S.O_CPU_FREE] -= h
         s[SWAP_NS] += h * cfg[K.SWAP_NS_PER_BLOCK]
         return
-    k[FREE] += (
-        PC.release(v, h, p, cfg[K.COMPAT] != 0) if cfg[K.CACHING] != 0 else _pool_blocks(cfg, st, v)
-    )
+    if p is not None:
+        k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0)
+    else:
+        k[FREE] += _pool_blocks(cfg, st, v)
     st.held[v] = 0
     st.skip[v] = 0
     st.koff[v] = 0
@@ -890,7 +925,6 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     k = o.counters
     bs, mml = cfg[K.BS], cfg[K.MML]
     async_ = cfg[K.ASYNC] != 0
-    caching = cfg[K.CACHING] != 0
     blis = cfg[K.COMPAT] != 0
     groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]  # 1 with caching
     # Loop-invariant settings read once (the loop writes other arrays, so the
@@ -939,11 +973,12 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         # Prefix caching: new blocks get identities, filled blocks get hashed
         # (most decode steps do neither). compat blis hashes prompt blocks only
         # (``AllocateKVBlocks``: output blocks are never looked up).
-        upto = min(c0 + num_new, rq.prompt[r] if blis else ntok)
-        if caching and (need > 0 or upto >= (p.ncached[r] + 1) * bs):
-            if need > 0:
-                PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
-            PC.cache_blocks(r, upto, bs, rq, p)
+        if p is not None:
+            upto = min(c0 + num_new, rq.prompt[r] if blis else ntok)
+            if need > 0 or upto >= (p.ncached[r] + 1) * bs:
+                if need > 0:
+                    PC.get_new_blocks(need, p.slot_of[r], np.int64(st.held[r]), p)
+                PC.cache_blocks(r, upto, bs, rq, p)
         st.held[r] += grow
         s[BUDGET] = budget
         pend = rq.prompt[r] if blis else -1
@@ -986,7 +1021,7 @@ def _admission_test(cfg, rq, st, k, s, p, r):
     c0 = st.ncomp[r]  # 0, or the KV kept on the CPU tier by a swap
     nhit, evictable = 0, 0
     wm = cfg[K.WM_BLOCKS] if k[N_RUN] > 0 else 0
-    if cfg[K.CACHING] != 0 and c0 == 0:
+    if p is not None and c0 == 0:  # prefix caching
         # Only hits on blocks in use lower the gate, and only shared-prefix
         # blocks can be in use: if even those cannot make it fit, skip the
         # lookup (it has no side effects; the gate refuses anyway).
@@ -1052,7 +1087,7 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
     k[FREE] -= need
     ntok = rq.prompt[r] + st.nout[r]
     blis = cfg[K.COMPAT] != 0
-    if cfg[K.CACHING] != 0:
+    if p is not None:  # prefix caching
         bs = cfg[K.BS]
         PC.take_slot(r, p)
         PC.touch(nhit, p.slot_of[r], p)
@@ -1230,7 +1265,6 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
     preempted request is delivered without advancing it (but can still end
     it). Then this step's batch becomes the one in flight."""
     k = o.counters
-    caching = cfg[K.CACHING] != 0
     bs, start = cfg[K.BS], s[START]
     memo = (np.int64(-1), np.int64(0))
     for j in range(k[S.O_N_PEND]):
@@ -1254,11 +1288,12 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
             st.first_ns[r] = start
         memo = _token_gap(r, start, st, o.itl_hist, memo)
 
-        upto = min(st.ncomp[r] - st.infl[r], rq.prompt[r] + st.nout[r])
-        if caching and not was_stale and st.status[r] == S.RUNNING and had_ph:
-            # Blocks whose tokens are now all known join the cache.
-            if upto >= (p.ncached[r] + 1) * bs:
-                PC.cache_blocks(r, upto, bs, rq, p)
+        if p is not None:  # prefix caching
+            upto = min(st.ncomp[r] - st.infl[r], rq.prompt[r] + st.nout[r])
+            if not was_stale and st.status[r] == S.RUNNING and had_ph:
+                # Blocks whose tokens are now all known join the cache.
+                if upto >= (p.ncached[r] + 1) * bs:
+                    PC.cache_blocks(r, upto, bs, rq, p)
         if st.nout[r] >= rq.max_tokens[r] or rq.prompt[r] + st.nout[r] >= k[S.O_STOP_LEN]:
             if st.status[r] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
@@ -1283,7 +1318,7 @@ def _check_invariants(cfg, st, q, k, p):
     used = 0
     for i in range(k[N_RUN]):
         used += _pool_blocks(cfg, st, q.run[i])
-    if cfg[K.CACHING] != 0:
+    if p is not None:  # prefix caching
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]
         if pc[PC.FREE_LEN] != free or pc[PC.IN_USE] + free != usable or pc[PC.REFS] != used:
@@ -1379,8 +1414,10 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
     (``arrivals.routing_open``), until its clock reaches the router's next
     send ``O_ROUTE_UNTIL``, before it takes in what has arrived by then (an
     idle replica waits there; returns ``PAUSED``: the router reads its state,
-    sends, and calls again). ``sc``/``p`` are ``_init``'s scratch and prefix cache; ``macro``
-    is ``fast_path_allowed``. ``O_FIN_BEFORE_STEP`` keeps O_FINISHED as it was
+    sends, and calls again). ``sc`` is ``_init``'s scratch, ``p`` the prefix
+    cache or None without caching (``prefix_cache_of``: Numba compiles the
+    loop once per case, without the caching code for None); ``macro`` is
+    ``fast_path_allowed``. ``O_FIN_BEFORE_STEP`` keeps O_FINISHED as it was
     before the latest step (or decode run), whose finishes happen at its end
     (sync) or start (async)."""
     k = o.counters
@@ -1452,6 +1489,7 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check) -> None:
     decode fast path (off while tracing or logging events); ``check`` counts
     steps that break block conservation (one pass over ``running`` per step).
     """
-    sc, p = _init(cfg, rq, o.counters)
+    sc = _init(cfg, rq, o.counters)
+    p = prefix_cache_of(cfg, rq)
     macro = bool(fast_path_allowed(cfg, o, use_macro))
     run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, bool(check))

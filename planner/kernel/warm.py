@@ -61,16 +61,19 @@ def allowed(on: bool) -> Iterator[None]:
 def phase_signatures(types: tuple) -> tuple[list, list]:
     """(child part, here part): (dispatcher, signature) of every phase call
     ``run_steps`` makes, for the Numba ``types`` of (cfg, cfgf, rq, st, q, o,
-    check) as ``step.simulate_one`` gets them. The scratch and prefix-cache
-    types are those ``_init`` returns (compiled here for them; never run).
+    check, caching) as ``step.simulate_one`` gets them (``caching`` a
+    boolean's type or None's: ``step.prefix_cache_of``). The scratch and
+    prefix-cache types are those ``_init`` and ``new_prefix_cache`` return
+    (compiled here for them; never run).
     The parts are balanced by measured compile time (module docstring): the
     decode fast path and the livelock detector against the scheduler's
     phases."""
-    cfg, cfgf, rq, st, q, o, check = types
+    cfg, cfgf, rq, st, q, o, check, caching = types
     k = _field(o, "counters")
-    sig = (cfg, rq, k)
-    ST._init.compile(sig)
-    sc, p = ST._init.overloads[sig].signature.return_type
+    sc = _returns(ST._init, (cfg, rq, k))
+    p = caching  # None's type: no prefix caching (step.prefix_cache_of)
+    if caching != numba.types.none:
+        p = _returns(ST.new_prefix_cache, (cfg, rq))
     s, cyc, dt = _field(sc, "step"), _field(sc, "cycle"), numba.types.int64
     child = [
         (ST._decode_fast_path, (cfg, cfgf, rq, st, q, o, sc, p, check)),
@@ -92,6 +95,12 @@ def phase_signatures(types: tuple) -> tuple[list, list]:
     return child, here
 
 
+def _returns(fn: object, sig: tuple) -> numba.types.Type:
+    """The Numba type ``fn`` returns for argument types ``sig`` (compiled)."""
+    fn.compile(sig)  # type: ignore[attr-defined]
+    return fn.overloads[sig].signature.return_type  # type: ignore[attr-defined]
+
+
 def _field(tuple_type: numba.types.Type, name: str) -> numba.types.Type:
     """The Numba type of field ``name`` of a named-tuple type."""
     return tuple_type.types[tuple_type.fields.index(name)]
@@ -99,7 +108,8 @@ def _field(tuple_type: numba.types.Type, name: str) -> numba.types.Type:
 
 def compile_ahead(args: tuple) -> bool:
     """Compile ``run_steps``' phases for ``args`` (cfg, cfgf, rq, st, q, o,
-    check) in two processes, once per signature set per process. Returns
+    check, caching: True or None) in two processes, once per signature set
+    per process. Returns
     whether a child process compiled its part (False: none was started, or it
     failed; its phases then compile on demand)."""
     types = tuple(numba.typeof(a) for a in args)

@@ -17,6 +17,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from planner.api import compile_note, kernel_status, simulate
+from planner.api import compile_note, kernels_status, simulate
 from planner.capacity import usable_blocks
 from planner.distribution import VERSION
 from planner.kernel import warm
@@ -216,20 +217,26 @@ def process_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def jit_bytes(fleet: bool = False) -> tuple[int, str]:
-    """The JIT allowance still to come and why: 0 if both kernel variants are
-    compiled in this process, ``JIT_LOAD_BYTES`` if the rest are in Numba's
-    cache, else ``JIT_COMPILE_BYTES`` (also when the cache cannot be read).
-    Both variants count: a sweep's last chunk may hold one config; a sweep
-    with replicas (``fleet``) also runs the router's kernel."""
-    states = {kernel_status(1), kernel_status(2)}
+def jit_bytes(fleet: bool = False, caching: Iterable[bool] = (False,)) -> tuple[int, str]:
+    """The JIT allowance still to come and why: 0 if every kernel variant the
+    sweep needs is compiled in this process, ``JIT_LOAD_BYTES`` if the rest
+    are in Numba's cache, else ``JIT_COMPILE_BYTES`` (also when the cache
+    cannot be read). The variants: the lone-server kernel without and with
+    prefix caching (``caching``: the values the configs take), and with
+    replicas (``fleet``) the router's kernel too."""
+    states = {kernels_status(False, caching)}
     if fleet:
-        states.add(kernel_status(2, fleet=True))
+        states.add(kernels_status(True, caching))
     if states == {"loaded"}:
         return 0, "loaded"
     if states <= {"loaded", "cached"}:
         return JIT_LOAD_BYTES, "cached"
     return JIT_COMPILE_BYTES, "cold"
+
+
+def caching_values(sweep: Sweep) -> set[bool]:
+    """Whether configs run with prefix caching: the kernel variants a sweep needs."""
+    return {c.enable_prefix_caching for c in sweep.configs}
 
 
 def has_fleets(sweep: Sweep) -> bool:
@@ -238,14 +245,17 @@ def has_fleets(sweep: Sweep) -> bool:
 
 
 def chunk_budget(
-    memory_limit: int, threads: int | None = None, fleet: bool = False
+    memory_limit: int,
+    threads: int | None = None,
+    fleet: bool = False,
+    caching: Iterable[bool] = (False,),
 ) -> MemoryBudget:
     """The fixed part of a sweep's memory for a process limit ``memory_limit``
     (bytes): what the process already holds (``process_bytes``, so call it once
     the spec and its workloads are loaded) and the JIT allowance (``jit_bytes``).
     ``threads`` defaults to Numba's. ``plan_chunks`` adds the kernel inputs and
     refuses when nothing fits."""
-    jit, kind = jit_bytes(fleet)
+    jit, kind = jit_bytes(fleet, caching)
     return MemoryBudget(
         memory_limit,
         process_bytes(),
@@ -448,7 +458,7 @@ def _run(
     client: object | None,
 ) -> tuple[pd.DataFrame, bool]:
     fixed = manifest.fixed_sizes() if manifest is not None else None
-    budget = chunk_budget(memory_limit, workers, has_fleets(sweep))
+    budget = chunk_budget(memory_limit, workers, has_fleets(sweep), caching_values(sweep))
     plan = plan_chunks(sweep, chunk_size, budget, fixed)
     if manifest is not None:
         todo = _verify_chunks(out, plan, manifest, console)
@@ -494,8 +504,8 @@ def _run_chunks(
         TimeRemainingColumn(),
         console=console,
     )
-    largest = max((len(c.config_ids) for c in todo), default=0)
-    if client is None and todo and (note := compile_note(largest, has_fleets(sweep))):
+    note = compile_note(has_fleets(sweep), caching_values(sweep)) if client is None else ""
+    if todo and note:
         console.print(f"plan: {note}")
     t0 = time.perf_counter()
     ran = 0
@@ -720,7 +730,8 @@ def dry_run(
     """Print the grid, the chunk plan and an estimated wall time (``estimate``;
     compile time reported separately). Returns the figures."""
     threads = workers if workers is not None else numba.get_num_threads()
-    plan = plan_chunks(sweep, chunk_size, chunk_budget(memory_limit, threads, has_fleets(sweep)))
+    budget = chunk_budget(memory_limit, threads, has_fleets(sweep), caching_values(sweep))
+    plan = plan_chunks(sweep, chunk_size, budget)
     budget = plan.budget
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
