@@ -180,8 +180,8 @@ def compile_note(fleet: bool = False, caching: Iterable[bool] = (False,)) -> str
         return ""
     which = "replicas' " if fleet else ""
     return (
-        f"compiling the {which}simulation kernel for this machine: once, about 11 s on "
-        "2 cores (16 s with prefix caching; half of it in a second process); later runs "
+        f"compiling the {which}simulation kernel for this machine: once, about 10 s on "
+        "2 cores (14 s with prefix caching; half of it in a second process); later runs "
         "load it from Numba's cache"
     )
 

@@ -60,7 +60,7 @@ def may_receive(k):
     return k[S.O_ROUTE_MORE] != 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def first_sends(rq):
     """Requests sent without waiting for another: all but sessions' later turns."""
     n = 0
@@ -103,7 +103,7 @@ def place(r, j, st, k):
     st.order[j] = r
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def answered(cfg, rq, st, k, r, t):
     """Request r's response ended at t (ns): it finished, or the front end
     rejected it. Closed loop: its client sends the stream's next request
@@ -132,7 +132,7 @@ def _later(a, b, entry_ns):
     return entry_ns[a] > entry_ns[b] or (entry_ns[a] == entry_ns[b] and a > b)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def release(cfg, rq, st, k, n, t):
     """Release ``n`` client slots at time ``t`` (ns): the next ``n`` requests of
     the stream are sent after the think time. Each enters at

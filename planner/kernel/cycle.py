@@ -89,7 +89,7 @@ def _emit(x, mode, snap, pos, same):
     return pos + 1, same
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _emit_request(r, anti_k, st, mode, snap, pos, same):
     """A live request's fields, in a fixed order."""
     sat = min(np.int64(st.npre[r]), anti_k) if anti_k > 0 else np.int64(0)
@@ -113,7 +113,7 @@ def _scalars(cfg, k):
     )  # fmt: skip
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _same_scalars(cfg, k, snap):
     """Whether the scalars equal the snapshot's: O(1), screens ``_walk``."""
     pos, same = 0, True
@@ -122,7 +122,7 @@ def _same_scalars(cfg, k, snap):
     return same
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _walk(cfg, st, q, k, p, snap, mode):
     """Store the state (the module docstring lists it) in ``snap`` in canonical
     order, or compare it with ``snap`` (stopping at the first difference).
@@ -152,7 +152,7 @@ def _walk(cfg, st, q, k, p, snap, mode):
     return same
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _walk_pool(st, q, k, p, mode, snap, pos):
     """The prefix cache's part of the state (``state.cycle_cache_entries``):
     each running request's hashed-block count and block ids, the free queue in
@@ -187,7 +187,7 @@ def _walk_pool(st, q, k, p, mode, snap, pos):
     return same
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _progressed(cfg, k, det):
     """Whether anything that cannot recur happened since the last call: an
     arrival, a finish, or (recompute and swap preemption) a decode. Updates
@@ -200,7 +200,7 @@ def _progressed(cfg, k, det):
     return True
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def after_fast_path(cfg, k, cyc):
     """The decode fast path jumped over steps that each decoded: progress, as
     the detector would have seen at each of them (the reference engine takes
@@ -210,7 +210,7 @@ def after_fast_path(cfg, k, cyc):
     cyc.det[ACTIVE] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def livelock_proven(cfg, st, q, k, p, cyc):
     """One step of Brent's detection, after a normal step (module docstring).
     Returns True when this step's state equals the latest snapshot exactly

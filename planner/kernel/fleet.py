@@ -54,7 +54,7 @@ from planner.kernel.rowview import row
 from planner.kernel.step import ENDED, _init, fast_path_allowed, new_prefix_cache, run_steps
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def replica_loads(cfg, o, lo, n_rep, t, load, used):
     """Fill ``load`` (outstanding requests) and ``used`` (KV blocks in use),
     (n_rep,) int64, as the router sees replicas lo..lo+n_rep-1 at time t (ns).

@@ -194,7 +194,7 @@ def shareable_blocks(r, bs, rq):
     return rq.shared_len[r] // bs
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _fq_unlink(b, fq_next, fq_prev):
     p = fq_prev[b]
     n = fq_next[b]
@@ -202,7 +202,7 @@ def _fq_unlink(b, fq_next, fq_prev):
     fq_prev[n] = p
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _fq_insert_after(p, b, fq_next, fq_prev):
     n = fq_next[p]
     fq_next[p] = b
@@ -211,7 +211,7 @@ def _fq_insert_after(p, b, fq_next, fq_prev):
     fq_prev[n] = b
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     """Drop block b's hash (``_maybe_evict_cached_block``)."""
     i = find(hkey[b], tkey)
@@ -232,7 +232,7 @@ def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     hprev[b] = -1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
     """``_insert_block_hash``: block b now holds content k (appended to k's list)."""
     if hkey[b] == k:
@@ -250,7 +250,7 @@ def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
         _put(k, b, tkey, thead, ttail)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def get_new_blocks(n, s, start, p):
     """Pop n blocks from the front of the free queue into p.table[s, start:start+n]."""
     head = p.fq_next.shape[0] - 2
@@ -266,7 +266,7 @@ def get_new_blocks(n, s, start, p):
     p.pc[REFS] += n
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def lookup(r, nmax, bs, rq, p):
     """``get_computed_blocks``: fill p.hits[:k] with the longest cached chain of
     r's first ``nmax`` full blocks (vLLM: ``max_hit_blocks``, within num_tokens
@@ -289,7 +289,7 @@ def lookup(r, nmax, bs, rq, p):
     return k, evictable
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def touch(k, s, p):
     """Take a reference on each of the k hit blocks; copy them to the front of table[s]."""
     for i in range(k):
@@ -303,7 +303,7 @@ def touch(k, s, p):
     p.pc[REFS] += k
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def cache_blocks(r, upto, bs, rq, p):
     """Hash r's full blocks below ``upto`` known, computed tokens (``cache_blocks``);
     updates ``p.ncached[r]``, the count of r's hashed blocks."""
@@ -318,7 +318,7 @@ def cache_blocks(r, upto, bs, rq, p):
         p.ncached[r] = n_full
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def free_blocks(s, n, p, blis):
     """``KVCacheManager.free``: release table[s, :n] tail first; unhashed
     blocks rejoin the free queue at its front, hashed ones at its back.
@@ -345,7 +345,7 @@ def free_blocks(s, n, p, blis):
     return freed
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def release(r, held, p, blis):
     """Free r's ``held`` blocks (``free_blocks``, ``blis``: BLIS's order) and
     its block-table row. Returns the blocks back in the free queue."""
@@ -358,7 +358,7 @@ def release(r, held, p, blis):
     return freed
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def take_slot(r, p):
     """Give r a free block-table row (it was admitted)."""
     p.pc[FREE_SLOTS] -= 1

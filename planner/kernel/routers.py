@@ -65,7 +65,7 @@ def argmin2(a, b):
     return best
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def affinity(r, prompt, key_off, keys, key_tokens, owner, load):
     """``prefix_affinity``'s choice for request r, or -1 for least_outstanding:
     the replica last sent r's longest remembered prefix, if that prefix covers
