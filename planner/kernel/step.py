@@ -266,9 +266,10 @@ def _finish(r, t, cfg, rq, st, k, p):
     free blocks (compat blis: less the last token's slot, ``_blis_last_slot``)."""
     blis = cfg[K.COMPAT] != 0
     taken = 0
-    freed = _pool_blocks(cfg, st, r)  # its null blocks were never pool blocks
-    if p is not None:  # compat blis implies caching
+    if p is not None:  # compat blis implies prefix caching
         taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
+    freed = _pool_blocks(cfg, st, r)  # its null blocks were never pool blocks
+    if p is not None:
         if p.slot_of[r] >= 0:
             freed = PC.release(r, st.held[r], p, blis)
     st.held[r] = 0
