@@ -171,19 +171,33 @@ def kernels_status(fleet: bool, caching: Iterable[bool]) -> str:
     return "loaded"
 
 
+# First-run compile times on 2 cores, measured with ``plan bench --startup``
+# and cold ``plan run --replicas 2`` on 2026-12-01 (README: the first run).
+COMPILE_S = {(False, False): 10, (False, True): 14, (True, False): 22, (True, True): 44}
+
+
 def compile_note(fleet: bool = False, caching: Iterable[bool] = (False,)) -> str:
     """A one-line note when a kernel variant ``simulate`` will use is neither
     compiled in this process nor in Numba's on-disk cache
     (``kernels_status`` is ``'cold'``; the next call then compiles it first),
-    else ''."""
+    else ''. The time is ``COMPILE_S``'s for the costliest variant needed."""
+    caching = set(caching)
     if kernels_status(fleet, caching) != "cold":
         return ""
     which = "replicas' " if fleet else ""
+    key = (fleet, True in caching)  # the costliest variant needed
+    about = f"about {COMPILE_S[key]} s"
+    both = " (each prefix-caching setting compiles its own)" if len(caching) > 1 else ""
     return (
-        f"compiling the {which}simulation kernel for this machine: once, about 10 s on "
-        "2 cores (14 s with prefix caching; half of it in a second process); later runs "
-        "load it from Numba's cache"
+        f"compiling the {which}simulation kernel for this machine{both}: once, {about} on "
+        "2 cores; later runs load it from Numba's cache"
     )
+
+
+def compile_note_for(configs: Sequence[SchedulerConfig]) -> str:
+    """``compile_note`` for the kernels ``simulate(configs, ...)`` will run."""
+    fleet = any(c.replicas > 1 for c in configs)
+    return compile_note(fleet, {c.enable_prefix_caching for c in configs})
 
 
 def entry_times_ns(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -289,7 +290,7 @@ def run(
     when the outcome is one of the given classes; 2 bad input.
     """
     from planner import resolve
-    from planner.api import compile_note, paced_clock_bound, simulate
+    from planner.api import paced_clock_bound, simulate
 
     rules = dict(
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
@@ -352,6 +353,7 @@ def run(
         horizon_s=horizon,
         max_steps=max_steps,
     )
+    cfg.check_vllm_starts()
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
              "max_requests": max_requests, "max_model_len": max_model_len,
@@ -383,8 +385,7 @@ def run(
         else ""
     )
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
-    if note := compile_note(replicas > 1, (cfg.enable_prefix_caching,)):
-        print(f"plan: {note}", file=sys.stderr)
+    opt.say_compile([cfg])
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
     wall = time.perf_counter() - t0
@@ -408,6 +409,11 @@ def run(
     if as_json:
         out = {k: _json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
         out["stuck_request_ids"] = stuck.tolist()
+        out["num_gpu_blocks_sized_at"] = (
+            {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+            if derived
+            else None
+        )
         out["stuck_preempted_request_ids"] = stuck_preempted.tolist()
         if replicas > 1:
             out["per_replica"] = _per_replica(res, slo).to_dict(orient="records")
@@ -953,6 +959,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     cmd = typer.main.get_command(app)
+    _watch_sigint()
     try:
         # Not standalone: errors come back here as exceptions; typer.Exit comes
         # back as the return value.
@@ -982,6 +989,42 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         print(f"plan: error: {os_error_line(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    except Exception:
+        if _SIGINT[0]:  # Ctrl-C inside Numba's compiler surfaces as another error
+            print("plan: interrupted", file=sys.stderr)
+            sys.exit(130)
+        raise
+
+
+_SIGINT = [False]  # whether Ctrl-C arrived (``_watch_sigint``)
+_SIGINT_HOOKED: list[bool] = []  # the handlers are installed once per process
+
+
+def _watch_sigint() -> None:
+    """Note Ctrl-C, then raise KeyboardInterrupt as Python does. A Ctrl-C that
+    lands in a ctypes callback of Numba's compiler is swallowed there (Python
+    prints it as unraisable) and the compile fails with another error, e.g.
+    ``RuntimeError: no compiled object yet``; ``main`` then still reports an
+    interruption, and the unraisable KeyboardInterrupt is not printed."""
+    import signal
+
+    _SIGINT[0] = False
+    if threading.current_thread() is not threading.main_thread() or _SIGINT_HOOKED:
+        return
+    _SIGINT_HOOKED.append(True)
+
+    def on_sigint(signum: int, frame: object) -> None:
+        _SIGINT[0] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    default_hook = sys.unraisablehook
+
+    def hook(unraisable: object) -> None:
+        if not isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+            default_hook(unraisable)  # type: ignore[arg-type]
+
+    sys.unraisablehook = hook
 
 
 def os_error_reason(e: OSError) -> str:

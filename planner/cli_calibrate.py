@@ -121,7 +121,7 @@ def _calibrate_requests(path: Path, o: dict) -> None:
         o["latency"], o["model"], o["gpu"], o["tensor_parallel_size"], o["alpha_coeffs"],
         o["beta_coeffs"], None, None, o["step_overhead_us"], o["quantization"], o["kv_cache_dtype"],
     )  # fmt: skip
-    blocks, _ = resolve.num_gpu_blocks(
+    blocks, derived = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], o["model"], o["gpu"], o["gpu_memory_utilization"], o["block_size"],
         o["tensor_parallel_size"], None, quantization=o["quantization"],
         kv_cache_dtype=o["kv_cache_dtype"], max_num_batched_tokens=o["max_num_batched_tokens"],
@@ -139,6 +139,8 @@ def _calibrate_requests(path: Path, o: dict) -> None:
         max_model_len=o["max_model_len"],
         async_scheduling=o["async_scheduling"],
     )
+    cfg.check_vllm_starts()
+    opt.say_compile([cfg])
     fit = creq.fit_requests(run, cfg, base, f"bench {path.name}")
     if o["as_json"]:
         finite = {"ttft": fit.ttft_err, "tpot": fit.tpot_err}
@@ -150,9 +152,15 @@ def _calibrate_requests(path: Path, o: dict) -> None:
         out["percentiles_s"] = {
             k: {"measured": m, "simulated": s} for k, (m, s) in fit.table.items()
         }
+        out["num_gpu_blocks"] = blocks
+        out["num_gpu_blocks_sized_at"] = (
+            {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens")} if derived else None
+        )
         print(json.dumps(out))
         return
-    print(fit.options)
+    at = resolve.sized_at(o["max_num_seqs"], o["max_num_batched_tokens"])
+    print(fit.options)  # first: the line to copy
+    print(f"num_gpu_blocks {blocks:,} ({f'derived from presets; {at}' if derived else 'given'})")
     print(fit.describe())
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from planner import capacity, hardware, kv_cache, resolve
 from planner import cli_options as opt
 from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert
-from planner.config import SchedulerConfig, clock_bound
+from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.slo import FIELDS
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import Workload, unused_field_warnings, with_shared_prefixes
@@ -209,6 +209,7 @@ def check(
             "--enable-prefix-caching and --gdn-prefill-backend need --model in plan check "
             "(they size a linear-attention hybrid's blocks)"
         )
+    check_vllm_args(max_num_seqs, max_num_batched_tokens)
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
               "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
               "full_attention_only": False}  # fmt: skip
@@ -314,6 +315,7 @@ def check(
             horizon_s=horizon,
         )
         clock_bound(cfg, lat)
+        opt.say_compile([cfg])
         out["traffic"] = traffic_check(cfg, wl, lat, slo)
         safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
     out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
@@ -738,7 +740,7 @@ def safe_limit(
     # A derived pool is sized at the largest max_num_seqs searched: the smallest
     # pool of the search (the sampler's activation grows with it), so each
     # limit holds on the pool vLLM gives any searched value.
-    at_seqs = search_upper(wl)
+    at_seqs = search_upper(wl, max_num_batched_tokens)
     sizing = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": at_seqs,
               "quantization": quantization, "kv_cache_dtype": kv_cache_dtype}  # fmt: skip
     n = _pool(
@@ -758,6 +760,7 @@ def safe_limit(
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
+    opt.say_compile([cfg])
     s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo)
     rec = recommend(s)
     if as_json:
@@ -773,6 +776,8 @@ def safe_limit(
             f"num_gpu_blocks {n:,} derived from presets; {resolve.sized_at(*sized)} (the "
             "largest searched, so the smallest pool of the search)"
         )
+    else:
+        print(f"num_gpu_blocks {n:,} (given)")
 
 
 def finite(obj: object) -> object:

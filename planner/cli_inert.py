@@ -227,8 +227,10 @@ CHECK_RULES: tuple[Rule, ...] = (
     Rule(
         ("max_num_batched_tokens",),
         lambda p: p.get("model") is None and not _has_slo(p),
-        "needs --model (it sizes that model's KV cache) or an SLO (--ttft-slo, --tpot-slo, "
-        "--itl-slo, --e2e-slo or --goodput: plan check then simulates the traffic)",
+        "needs --model (with --gpu and no --num-gpu-blocks it sizes the pool's activation "
+        "term; with a sliding-window model, the window's blocks) or an SLO (--ttft-slo, "
+        "--tpot-slo, --itl-slo, --e2e-slo or --goodput: plan check then simulates the "
+        "traffic)",
     ),
     Rule(
         SLO_OPTIONS,

@@ -9,7 +9,6 @@ import dataclasses
 import itertools
 import json
 import math
-import sys
 import time
 from typing import Annotated
 
@@ -155,7 +154,6 @@ def max_rate(
     it), also given in requests and output tokens per second. Exit code 0: the
     search ran; 2: bad input.
     """
-    from planner.api import compile_note
     from planner.maxrate import AT_MAX, BELOW_MIN, SearchRange, offered_rates, search_max_rate
 
     reject_inert(ctx, RUN_RULES)
@@ -189,7 +187,11 @@ def max_rate(
     if derived and (model is not None or gpu is not None):
         util, tp = gpu_memory_utilization, tensor_parallel_size
         configs = [_with_derived_pool(c, model, gpu, util, tp) for c in configs]
+    source = "derived from presets" if derived and gpu is not None else "given"
+    if derived and gpu is None:
+        source = "default"
     for cfg in configs:
+        cfg.check_vllm_starts()
         clock_bound(cfg, lat)
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
              "max_requests": max_requests, "max_model_len": max_model_len,
@@ -204,8 +206,7 @@ def max_rate(
     for message in unused_field_warnings(wl, configs):
         warn(message)
     rps, tps = offered_rates(wl)
-    if note := compile_note(False, {c.enable_prefix_caching for c in configs}):
-        print(f"plan: {note}", flush=True, file=sys.stderr)
+    opt.say_compile(configs)
     t0 = time.perf_counter()
     found = search_max_rate(configs, wl, lat, slo, rng)
     wall = time.perf_counter() - t0
@@ -223,7 +224,7 @@ def max_rate(
             "evaluations": found.evaluations,
             "wall_s": wall,
             "configs": [
-                {"config": dataclasses.asdict(c), **r}
+                {"config": dataclasses.asdict(c), **r, "num_gpu_blocks_sized_at": _at(c, source)}
                 for c, r in zip(configs, table.to_dict("records"), strict=True)
             ],
         }
@@ -235,9 +236,6 @@ def max_rate(
         f"({tps:,.0f} output tokens/s) at scale 1; step time: {lat.describe()}",
         soft_wrap=True,
     )
-    source = "derived from presets" if derived and gpu is not None else "given"
-    if num_gpu_blocks is None and "num_gpu_blocks" not in varied and gpu is None:
-        source = "default"
     _print_pools(c, configs, source)
     cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
     c.print(
@@ -256,6 +254,13 @@ def max_rate(
         f"{found.rounds} rounds (one kernel call each), {found.evaluations} runs, {wall:.1f} s",
         soft_wrap=True,
     )
+
+
+def _at(c: SchedulerConfig, source: str) -> dict | None:
+    """Where config c's pool was sized (``resolve.sized_at``), None unless derived."""
+    if source != "derived from presets":
+        return None
+    return {"max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens}
 
 
 def _print_pools(c: Console, configs: list[SchedulerConfig], source: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -18,7 +19,7 @@ import click
 import typer
 
 from planner import bounds, resolve
-from planner.config import COMPATS
+from planner.config import COMPATS, SchedulerConfig
 from planner.kernel.policies import ADMISSIONS, VICTIMS
 from planner.kernel.routers import ROUTERS
 from planner.latency import Latency
@@ -544,3 +545,12 @@ def check_run_options(
         raise ValueError(f"--dask-workers must be in 1..256, got {dask_workers}")
     if executor != Executor.dask and (address is not None or dask_workers is not None):
         raise ValueError("--address and --dask-workers need --executor dask")
+
+
+def say_compile(configs: Sequence[SchedulerConfig]) -> None:
+    """Print ``api.compile_note_for`` on stderr when the kernel ``configs``
+    need will compile first (a first run), so a wait is not taken for a hang."""
+    from planner.api import compile_note_for
+
+    if note := compile_note_for(configs):
+        print(f"plan: {note}", file=sys.stderr, flush=True)

@@ -310,6 +310,16 @@ class SchedulerConfig:
                 )
                 raise ValueError(f"{what} is not simulated with --{name}")
 
+    def check_vllm_starts(self) -> None:
+        """Raise ValueError (one line) for settings vLLM 0.33 refuses at start-up:
+        max_num_batched_tokens below max_num_seqs (``SchedulerConfig.
+        verify_max_model_len``, ``vllm/config/scheduler.py``). The commands and
+        the sweep spec call it on what a user gives; the kernel itself runs
+        such a configuration (tests use tiny budgets), so it is not a field
+        check. compat blis is exempt: BLIS has no such rule."""
+        if self.compat == "vllm":
+            check_vllm_args(self.max_num_seqs, self.max_num_batched_tokens)
+
     def attention_line(self) -> str | None:
         """One line naming a sliding window and its KV cache groups; None for
         full attention (nothing to say)."""
@@ -449,6 +459,18 @@ def clock_bound(cfg: SchedulerConfig, lat: Latency, label: str = "", spec: bool 
 
 def _flag(name: str) -> str:
     return name.replace("_", "-")
+
+
+def check_vllm_args(max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    """Raise ValueError (one line) when vLLM 0.33 refuses these at start-up:
+    max_num_batched_tokens below max_num_seqs (``SchedulerConfig.
+    verify_max_model_len``, ``vllm/config/scheduler.py``)."""
+    if max_num_batched_tokens < max_num_seqs:
+        raise ValueError(
+            f"--max-num-batched-tokens {max_num_batched_tokens:,} is below --max-num-seqs "
+            f"{max_num_seqs:,}: vLLM 0.33 refuses to start (max_num_batched_tokens must be "
+            ">= max_num_seqs)"
+        )
 
 
 def pack_configs(

@@ -188,9 +188,14 @@ def num_gpu_blocks(
     if blocks < 2:
         fits = [t for t in TP_SIZES if t > tp and _fits(m, t, args)]
         hint = f"; a tensor-parallel size of {fits[0]} leaves room" if fits else ""
+        terms = memory_terms(m, g, gpu_memory_utilization, tp, *args[3:])
         raise HardwareError(
-            f"{m.name} on {tp} x {g.name} at {gpu_memory_utilization}: weights "
-            f"{m.weight_bytes(tp) / GIB:.1f} GiB leave no room for the KV cache{hint}"
+            f"{m.name} on {tp} x {g.name} at {gpu_memory_utilization}: no room for the KV "
+            f"cache (per GPU, GiB: {terms.requested / GIB:.1f} requested - weights "
+            f"{terms.weights / GIB:.1f} - activation peak {terms.activation / GIB:.1f} at "
+            f"max_num_batched_tokens {max_num_batched_tokens:,}, max_num_seqs "
+            f"{max_num_seqs:,} - non-torch {terms.non_torch / GIB:.1f} - CUDA graphs "
+            f"{terms.cuda_graphs / GIB:.2f}){hint}"
         )
     return blocks
 

@@ -120,10 +120,12 @@ def _knee(df: pd.DataFrame, col: str) -> int:
 SEARCH_CEILING = 1024  # vLLM 0.33's default max_num_seqs on an H100-class GPU
 
 
-def search_upper(wl: Workload, ceiling: int = SEARCH_CEILING) -> int:
+def search_upper(wl: Workload, max_num_batched_tokens: int, ceiling: int = SEARCH_CEILING) -> int:
     """The largest max_num_seqs the search evaluates: ``ceiling``, at most the
-    workload's request count (more slots than requests change nothing)."""
-    return max(1, min(ceiling, wl.num_requests))
+    workload's request count (more slots than requests change nothing) and
+    max_num_batched_tokens (vLLM 0.33 refuses a larger max_num_seqs:
+    ``SchedulerConfig.verify_max_model_len``)."""
+    return max(1, min(ceiling, wl.num_requests, max_num_batched_tokens))
 
 
 def find_safe_limits(
@@ -146,7 +148,8 @@ def find_safe_limits(
             raise ValueError(f"--percentile must be in 0..100, got {p:g}")
     if not (preemption_threshold >= 0):
         raise ValueError(f"--preemption-threshold must be >= 0, got {preemption_threshold}")
-    upper = search_upper(wl, SEARCH_CEILING if upper is None else upper)
+    mnbt = cfg.max_num_batched_tokens
+    upper = search_upper(wl, mnbt, SEARCH_CEILING if upper is None else upper)
     analytic, at, lengths = analytic_limits(wl, cfg, percentiles)
     coarse = sorted({int(round(x)) for x in np.geomspace(1, upper, COARSE_POINTS)} | {analytic})
     coarse = [s for s in coarse if 1 <= s <= upper]

@@ -113,6 +113,7 @@ def test_cli_prints_the_options_and_the_percentiles(capsys, tmp_path):
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("--latency linear --alpha-coeffs ")
+    assert lines[1] == "num_gpu_blocks 4,000 (given)"
     assert "median |relative error| TTFT" in out and "TPOT p99" in out
     code, out, err = run_cli(
         capsys, "calibrate", str(path), "--num-gpu-blocks", "4000", "--max-num-seqs", "64", "--json"

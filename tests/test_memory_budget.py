@@ -193,6 +193,9 @@ def test_final_merge_grows_with_the_grid_and_can_refuse(tmp_path):
     axes = "max_num_seqs = { start = 1, stop = 10000, num = 10000 }\n"
     axes += 'preemption_mode = ["recompute", "restart"]'
     text = spec(tmp_path).read_text().replace("max_num_seqs = [8, 64]", axes)  # 20,000 configs
+    # vLLM starts only with max_num_batched_tokens >= max_num_seqs
+    budget_line = "max_model_len = 4096\nmax_num_batched_tokens = 10000"
+    text = text.replace("max_model_len = 4096", budget_line)
     path = tmp_path / "big.toml"
     path.write_text(text)
     sw = load_spec(path)

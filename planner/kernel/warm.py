@@ -162,5 +162,23 @@ def _compile_child_part(types: tuple) -> None:
         fn.compile(sig)
 
 
+def _exit_with_parent(interval_s: float = 0.5) -> None:
+    """In the child: exit as soon as the parent is gone (killed without
+    killing its process group), instead of compiling on for nobody. A daemon
+    thread; Numba's compile releases the GIL in LLVM, so it gets to run."""
+    import os
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="warm-parent-watch").start()
+
+
 if __name__ == "__main__":
+    _exit_with_parent()
     _compile_child_part(pickle.loads(sys.stdin.buffer.read()))

@@ -36,6 +36,7 @@ from rich.progress import (
 
 from planner.api import compile_note, kernels_status, simulate
 from planner.capacity import usable_blocks
+from planner.config import SchedulerConfig
 from planner.distribution import VERSION
 from planner.kernel import warm
 from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
@@ -232,6 +233,15 @@ def jit_bytes(fleet: bool = False, caching: Iterable[bool] = (False,)) -> tuple[
     if states <= {"loaded", "cached"}:
         return JIT_LOAD_BYTES, "cached"
     return JIT_COMPILE_BYTES, "cold"
+
+
+def kernel_variants(sweep: Sweep) -> list[SchedulerConfig]:
+    """One config of each compiled kernel variant the sweep runs: with and
+    without replicas, with and without prefix caching (``api.kernel_status``)."""
+    seen: dict[tuple[bool, bool], SchedulerConfig] = {}
+    for c in sweep.configs:
+        seen.setdefault((c.replicas > 1, c.enable_prefix_caching), c)
+    return list(seen.values())
 
 
 def caching_values(sweep: Sweep) -> set[bool]:
@@ -736,7 +746,8 @@ def dry_run(
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
     t = time.perf_counter()
-    simulate([sweep.configs[int(plan.chunks[0].config_ids[0])]], wl, sweep.latency)
+    for cfg in kernel_variants(sweep):  # compiled (or loaded) here, not in the estimate
+        simulate([cfg], wl, sweep.latency)
     compile_s = time.perf_counter() - t
     est = estimate(sweep, plan, threads)
     peak = plan.largest_chunk_bytes

@@ -553,6 +553,12 @@ class Sweep:
             )
         for i, cfg in enumerate(self.configs):  # the int64 ns clock cannot wrap
             try:
+                cfg.check_vllm_starts()
+            except ValueError as e:  # in the spec's field names
+                text = str(e).replace("--max-num-batched-tokens", "max_num_batched_tokens")
+                text = text.replace("--max-num-seqs", "max_num_seqs")
+                raise SpecError(f"config {i}: {text}") from None
+            try:
                 clock_bound(cfg, self.latency, f"config {i}", spec=True)
             except ValueError as e:
                 raise SpecError(str(e)) from None

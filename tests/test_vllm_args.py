@@ -1,0 +1,118 @@
+"""Settings vLLM refuses at start-up are refused here too, and the messages
+around a first run say what is true (found by a new-user tryout)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import run_cli
+from planner import api, cli
+from planner.sweep.spec import SpecError, load_spec_text
+
+REFUSAL = "vLLM 0.33 refuses to start (max_num_batched_tokens must be >= max_num_seqs)"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--max-num-batched-tokens", "128", "--num-requests", "5"],
+        ["run", "--max-num-seqs", "4096", "--num-requests", "5"],
+        ["check", "--model", "llama-3.1-8b", "--gpu", "H100", "--max-num-seqs", "4096"],
+        ["max-rate", "--num-requests", "5", "--vary", "max_num_seqs=64,4096"],
+    ],
+)
+def test_max_num_seqs_above_the_token_budget_is_refused(capsys, args):
+    """vLLM's ``SchedulerConfig.verify_max_model_len`` raises for
+    max_num_batched_tokens < max_num_seqs; ``plan check`` used to call such a
+    pool SAFE."""
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2 and REFUSAL in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_budget_may_equal_max_num_seqs(capsys):
+    code, _, err = run_cli(
+        capsys, "run", "--max-num-batched-tokens", "256", "--num-requests", "5"
+    )  # default max_num_seqs 256
+    assert code == 0, err
+
+
+SPEC = """
+name = "budget"
+[workload]
+kind = "synthetic"
+num_requests = 5
+[workload.prompt]
+mean = 200
+[workload.output]
+mean = 50
+[scheduler]
+num_gpu_blocks = 2000
+max_num_batched_tokens = 512
+[axes]
+max_num_seqs = [256, 1024]
+"""
+
+
+def test_a_sweep_cell_vllm_refuses_names_the_config(tmp_path):
+    with pytest.raises(SpecError, match=r"config 1: max_num_batched_tokens 512 is below"):
+        load_spec_text(SPEC, tmp_path)
+
+
+def test_safe_limit_searches_no_further_than_the_token_budget(capsys):
+    code, out, err = run_cli(
+        capsys, "safe-limit", "--num-gpu-blocks", "7463", "--max-num-batched-tokens", "128",
+        "--num-requests", "300", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    o = json.loads(out)
+    assert o["search_limit"] == 128
+    assert max(r["max_num_seqs"] for r in o["evaluated"]) <= 128
+
+
+def test_no_room_names_the_activation_peak(capsys):
+    code, _, err = run_cli(
+        capsys, "check", "--model", "llama-3.1-8b", "--gpu", "H100",
+        "--max-num-batched-tokens", "600000",
+    )  # fmt: skip
+    assert code == 2 and "activation peak 66.4" in err and "max_num_batched_tokens 600,000" in err
+
+
+@pytest.mark.parametrize(
+    ("fleet", "caching", "needle"),
+    [
+        (False, {False}, "about 10 s"),
+        (False, {True}, "about 14 s"),
+        (True, {False}, "about 22 s"),
+        (False, {False, True}, "each prefix-caching setting compiles its own"),
+    ],
+)
+def test_the_compile_note_follows_the_kernel_that_compiles(monkeypatch, fleet, caching, needle):
+    monkeypatch.setattr(api, "kernels_status", lambda f, c: "cold")
+    note = api.compile_note(fleet, caching)
+    assert needle in note and ("replicas'" in note) == fleet
+    monkeypatch.setattr(api, "kernels_status", lambda f, c: "cached")
+    assert api.compile_note(fleet, caching) == ""
+
+
+def test_ctrl_c_inside_the_compiler_is_an_interruption(capsys, monkeypatch):
+    """Numba swallows a KeyboardInterrupt raised in one of its ctypes callbacks
+    and fails with another error; after a Ctrl-C, ``main`` reports it as an
+    interruption (exit 130), not as a traceback."""
+    from planner import resolve
+
+    def interrupted_compile(*args: object, **kwargs: object) -> None:
+        cli._SIGINT[0] = True
+        raise RuntimeError("no compiled object yet for <Library 'stop_length'>")
+
+    monkeypatch.setattr(resolve, "latency", interrupted_compile)
+    code, _, err = run_cli(capsys, "run", "--num-requests", "5")
+    assert code == 130 and err.strip() == "plan: interrupted"
+
+    def bug(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(resolve, "latency", bug)
+    with pytest.raises(RuntimeError, match="a bug"):  # without a Ctrl-C it stays an error
+        cli.main(["run", "--num-requests", "5"])
