@@ -827,6 +827,14 @@ def sweep(
     report.print(
         f"wrote {len(df):,} configs to {dest / 'data.parquet'} in {wall:.1f} s ({summary})"
     )
+    hw = sw.spec.hardware
+    if hw is not None and "num_gpu_blocks" not in (*sw.axes, *sw.spec.scheduler):
+        pools = df.num_gpu_blocks
+        report.print(
+            f"num_gpu_blocks {pools.min():,} to {pools.max():,} (derived from {hw.model} on "
+            f"{hw.tensor_parallel_size} x {hw.gpu}; each configuration's start-up profile at "
+            "its own max_num_seqs and max_num_batched_tokens)"
+        )
 
 
 @app.command(cls=opt.BoundedCommand)

@@ -136,3 +136,13 @@ def test_a_model_without_a_gpu_says_what_is_missing(capsys):
         "6000,20,5", "--num-requests", "3",
     )  # fmt: skip
     assert code == 0 and "sliding window of 1,024 tokens" in out
+
+
+def test_plan_sweep_says_where_its_pools_were_sized(capsys, tmp_path):
+    spec = tmp_path / "pools.toml"
+    spec.write_text(SPEC.format(model="llama-3.1-8b", latency="linear", mnbt=MNBT, seqs=SEQS))
+    code, out, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    lo, hi = expected("llama-3.1-8b", 1024), expected("llama-3.1-8b", 64)
+    flat = " ".join(out.split())
+    assert f"num_gpu_blocks {lo:,} to {hi:,} (derived from llama-3.1-8b on 1 x H100;" in flat
