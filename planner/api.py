@@ -20,7 +20,7 @@ from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
-from planner.kernel.step import run_steps, simulate_one
+from planner.kernel.step import caching_marker, run_steps, simulate_one
 from planner.kernel.warm import compile_ahead
 from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
@@ -528,7 +528,7 @@ def _compile_ahead_if_cold(
             continue
         c = int(rows_of[0])
         rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
-        compile_ahead((cfg[c], cfgf[c], requests, *rows, bool(check), True if caching else None))
+        compile_ahead((cfg[c], cfgf[c], requests, *rows, bool(check), caching_marker(cfg[c])))
 
 
 def _pool(fn: Callable[[int], None], items: Sequence[int]) -> None:
@@ -557,10 +557,9 @@ def _run_fleets(
     _compile_ahead_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants)
 
     def one(f: int) -> None:
-        caching = True if kx[0][starts[f], K.CACHING] != 0 else None  # step.prefix_cache_of
         simulate_fleet(
             kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants,
-            caching,
+            caching_marker(kx[0][starts[f]]),
         )  # fmt: skip
 
     _interruptible(_pool, (one, _by_cost(sizes)), ctl)

@@ -409,10 +409,8 @@ def run(
     if as_json:
         out = {k: _json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
         out["stuck_request_ids"] = stuck.tolist()
-        out["num_gpu_blocks_sized_at"] = (
-            {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
-            if derived
-            else None
+        out["num_gpu_blocks_sized_at"] = resolve.sized_at_json(
+            max_num_seqs, max_num_batched_tokens, derived
         )
         out["stuck_preempted_request_ids"] = stuck_preempted.tolist()
         if replicas > 1:

@@ -153,8 +153,8 @@ def _calibrate_requests(path: Path, o: dict) -> None:
             k: {"measured": m, "simulated": s} for k, (m, s) in fit.table.items()
         }
         out["num_gpu_blocks"] = blocks
-        out["num_gpu_blocks_sized_at"] = (
-            {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens")} if derived else None
+        out["num_gpu_blocks_sized_at"] = resolve.sized_at_json(
+            o["max_num_seqs"], o["max_num_batched_tokens"], derived
         )
         print(json.dumps(out))
         return

@@ -224,9 +224,9 @@ def check(
     gap = capacity.livelock_gap(n, block_size, max_model_len)
     out: dict = {
         "num_gpu_blocks": n,
-        "num_gpu_blocks_sized_at": None
-        if num_gpu_blocks is not None
-        else {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens},
+        "num_gpu_blocks_sized_at": resolve.sized_at_json(
+            max_num_seqs, max_num_batched_tokens, num_gpu_blocks is None
+        ),
         "block_size": block_size,
         "max_model_len": max_model_len,
         "usable_blocks": capacity.usable_blocks(n, True),
@@ -746,7 +746,6 @@ def safe_limit(
     n = _pool(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
     )
-    sized = None if num_gpu_blocks is not None else (at_seqs, max_num_batched_tokens)
     cfg = SchedulerConfig(
         num_gpu_blocks=n,
         block_size=block_size,
@@ -765,16 +764,17 @@ def safe_limit(
     rec = recommend(s)
     if as_json:
         out = _limits_json(s, wl.name, n, rec)
-        keys = ("max_num_seqs", "max_num_batched_tokens")
-        at = None if sized is None else dict(zip(keys, sized, strict=True))
-        out["num_gpu_blocks_sized_at"] = at
+        out["num_gpu_blocks_sized_at"] = resolve.sized_at_json(
+            at_seqs, max_num_batched_tokens, num_gpu_blocks is None
+        )
         print(json.dumps(finite(out), default=float))
         return
     _print_limits(s, wl.name, n, block_size, rec.text)
-    if sized is not None:
+    if num_gpu_blocks is None:
         print(
-            f"num_gpu_blocks {n:,} derived from presets; {resolve.sized_at(*sized)} (the "
-            "largest searched, so the smallest pool of the search)"
+            f"num_gpu_blocks {n:,} derived from presets; "
+            f"{resolve.sized_at(at_seqs, max_num_batched_tokens)} (the largest searched, so the "
+            "smallest pool of the search)"
         )
     else:
         print(f"num_gpu_blocks {n:,} (given)")

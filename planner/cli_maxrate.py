@@ -257,10 +257,9 @@ def max_rate(
 
 
 def _at(c: SchedulerConfig, source: str) -> dict | None:
-    """Where config c's pool was sized (``resolve.sized_at``), None unless derived."""
-    if source != "derived from presets":
-        return None
-    return {"max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens}
+    """Where config c's pool was sized (``resolve.sized_at_json``)."""
+    derived = source == "derived from presets"
+    return resolve.sized_at_json(c.max_num_seqs, c.max_num_batched_tokens, derived)
 
 
 def _print_pools(c: Console, configs: list[SchedulerConfig], source: str) -> None:

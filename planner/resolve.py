@@ -151,6 +151,16 @@ def sized_at(max_num_seqs: int, max_num_batched_tokens: int) -> str:
     )
 
 
+def sized_at_json(
+    max_num_seqs: int, max_num_batched_tokens: int, derived: bool
+) -> dict[str, int] | None:
+    """The ``num_gpu_blocks_sized_at`` field of a command's ``--json``: the
+    values a derived pool was sized at (``sized_at``), None for a given pool."""
+    if not derived:
+        return None
+    return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+
+
 def simulated_model(m: hardware.ModelSpec) -> dict[str, int]:
     """The attention fields the scheduler simulation runs ``m`` with
     (``SchedulerConfig.sliding_window``, ``full_attention_groups``,

@@ -184,7 +184,14 @@ def prefix_cache_of(cfg: np.ndarray, rq: tuple) -> tuple | None:
     ``if p is not None``, so Numba compiles the step loop for None without
     any of them (a smaller first compile; ``warm.py``): the variant is
     chosen by the argument's type, never by a runtime flag."""
-    return new_prefix_cache(cfg, rq) if cfg[K.CACHING] != 0 else None
+    return None if caching_marker(cfg) is None else new_prefix_cache(cfg, rq)
+
+
+def caching_marker(cfg: np.ndarray) -> bool | None:
+    """True for a config (its ``config.pack_configs`` row) with prefix caching,
+    else None: the argument that picks the kernel variant where no prefix
+    cache is passed (``fleet.simulate_fleet``, ``warm.compile_ahead``)."""
+    return True if cfg[K.CACHING] != 0 else None
 
 
 @njit(cache=True, inline="always")

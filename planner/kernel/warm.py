@@ -108,10 +108,9 @@ def _field(tuple_type: numba.types.Type, name: str) -> numba.types.Type:
 
 def compile_ahead(args: tuple) -> bool:
     """Compile ``run_steps``' phases for ``args`` (cfg, cfgf, rq, st, q, o,
-    check, caching: True or None) in two processes, once per signature set
-    per process. Returns
-    whether a child process compiled its part (False: none was started, or it
-    failed; its phases then compile on demand)."""
+    check, ``step.caching_marker``) in two processes, once per signature set
+    per process. Returns whether a child process compiled its part (False:
+    none was started, or it failed; its phases then compile on demand)."""
     types = tuple(numba.typeof(a) for a in args)
     with _LOCK:
         if types in _DONE or not _ALLOWED[0]:

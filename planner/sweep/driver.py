@@ -34,7 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from planner.api import compile_note, kernels_status, simulate
+from planner.api import compile_note_for, kernels_status, simulate
 from planner.capacity import usable_blocks
 from planner.config import SchedulerConfig
 from planner.distribution import VERSION
@@ -514,7 +514,7 @@ def _run_chunks(
         TimeRemainingColumn(),
         console=console,
     )
-    note = compile_note(has_fleets(sweep), caching_values(sweep)) if client is None else ""
+    note = compile_note_for(sweep.configs) if client is None else ""
     if todo and note:
         console.print(f"plan: {note}")
     t0 = time.perf_counter()
