@@ -25,7 +25,7 @@ from numba import njit
 from planner import hardware
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers (``vllm.utils.math_utils.cdiv``)."""
     return -(-a // b)
@@ -50,7 +50,7 @@ def max_servable_tokens(num_gpu_blocks: int, block_size: int, null_block: bool) 
     return usable_blocks(num_gpu_blocks, null_block) * block_size
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def blocks_for_tokens(num_tokens: int, max_model_len: int, block_size: int) -> int:
     """Blocks that hold ``min(num_tokens, max_model_len)`` tokens.
 

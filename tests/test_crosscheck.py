@@ -345,6 +345,7 @@ def test_seeded_random_cases_cover_every_path():
         session_turns_sent=0,
         session_hits=0,
         cache_fast_path=0,
+        session_cache_fast_path=0,
         compat_preempted=0,
         compat_rehits=0,
         compat_zero_token=0,
@@ -366,6 +367,11 @@ def test_seeded_random_cases_cover_every_path():
             seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
             seen["async_fast_path"] += cfgs[c].async_scheduling and oi[S.O_MACRO_STEPS] > 0
             seen["cache_fast_path"] += cfgs[c].enable_prefix_caching and oi[S.O_MACRO_STEPS] > 0
+            # A decode run hashing shared blocks (a session's output) is
+            # replayed in step order (step._cache_run_kind 2).
+            seen["session_cache_fast_path"] += (
+                cfgs[c].enable_prefix_caching and wl.session is not None and oi[S.O_MACRO_STEPS] > 0
+            )
             seen["cache_hits"] += cfgs[c].enable_prefix_caching and any(
                 a > 0 for s in eng.steps for _, a in s.admissions
             )
@@ -461,3 +467,42 @@ def test_priority_victim_skipped_by_async_is_not_refunded():
     assert kernel_events(traced, 0) == reference_events(eng)
     compare_final(fast, 0, eng)
     assert eng.preemptions > 0 and eng.sched.refunds == 0
+
+
+def test_preempted_requests_rehit_their_own_blocks():
+    """With prefix caching and no shared prefixes, a request's blocks are
+    private: the kernel enters them into its hash map only when the request
+    is preempted (``prefix_cache.publish``), so its re-admission hits them as
+    vLLM's would. Seeded tight pools: kernel (fast path on and off) ==
+    reference, and the cases really re-hit and take decode runs."""
+    rng = np.random.default_rng(20261201)
+    rehits = runs = 0
+    for _ in range(40):
+        r = int(rng.integers(4, 16))
+        bs = int(rng.choice([1, 4, 16]))
+        wl = Workload(
+            arrival_s=np.sort(rng.uniform(0, 0.02, r)),
+            prompt_tokens=rng.integers(8, 120, r).astype(np.int32),
+            output_tokens=rng.integers(8, 160, r).astype(np.int32),
+            name="private",
+        )
+        longest = int((wl.prompt_tokens + wl.output_tokens).max())
+        cfgs = [
+            SchedulerConfig(
+                num_gpu_blocks=-(-longest // bs) + int(rng.integers(1, 3 * 280 // bs + 2)),
+                block_size=bs,
+                max_num_seqs=int(rng.integers(2, 9)),
+                max_num_batched_tokens=int(rng.choice([64, 512])),
+                max_model_len=longest,
+                enable_prefix_caching=True,
+                max_steps=MAX_STEPS,
+            )
+            for _ in range(2)
+        ]
+        traced, fast, engines = run_both(cfgs, wl, LinearLatency())
+        for c, eng in enumerate(engines):
+            compare_final(traced, c, eng)
+            compare_final(fast, c, eng)
+            rehits += any(a > 0 for s in eng.steps for _, a in s.admissions)
+            runs += fast.state.out.counters[c, S.O_MACRO_STEPS] > 0
+    assert rehits >= 20 and runs >= 20, (rehits, runs)

@@ -51,6 +51,7 @@ import numpy as np
 from numba import njit
 
 from planner import config as K
+from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.arrivals import arrival_limit, may_receive
 from planner.kernel.state import CYCLE_DET as NDET
@@ -157,7 +158,9 @@ def _walk_pool(st, q, k, p, mode, snap, pos):
     """The prefix cache's part of the state (``state.cycle_cache_entries``):
     each running request's hashed-block count and block ids, the free queue in
     order, and per block its hash key and its predecessor among the blocks of
-    that key (the lists a lookup reads first to last). Returns whether equal."""
+    that key (the lists a lookup reads first to last, as vLLM holds them:
+    ``PC.published_prev``, so a block's lazy publication makes no difference).
+    Returns whether equal."""
     same = True
     for i in range(k[S.O_RUNNING_END]):
         r = q.run[i]
@@ -181,7 +184,7 @@ def _walk_pool(st, q, k, p, mode, snap, pos):
         key = p.hkey[b]
         pos, same = _emit(key & 0xFFFFFFFF, mode, snap, pos, same)
         pos, same = _emit(key >> 32, mode, snap, pos, same)
-        pos, same = _emit(p.hprev[b], mode, snap, pos, same)
+        pos, same = _emit(PC.published_prev(b, p), mode, snap, pos, same)
         if not same:
             return False
     return same

@@ -41,6 +41,20 @@ key to the first and last block holding it.
 Block tables live in ``table`` (S, maxb) int32 rows, one per running request
 (``slot_of[r]``), whose first ``ncached[r]`` blocks are hashed; ``slots`` is the
 stack of free rows and ``hits`` (maxb,) int32 a lookup's result.
+
+Private keys are published lazily. A key below ``R * maxb`` names a block only
+request r can hold (``block_key``), so only r's own lookup can hit it, and r
+looks up only when it is admitted: first (nothing of its own is cached yet)
+or after a preemption. Hashing such a block sets ``hkey`` and marks it
+``PENDING`` in ``hprev`` without touching the map; ``publish`` enters r's
+pending blocks into the map when r is preempted (``step._evict``), and a
+block still pending when its owner finished is never entered, as no lookup
+can reach it. What vLLM does is unchanged: each lookup returns the block
+vLLM's map returns (a key has at most one pending block, r's own, and it
+would stand last in the key's list), and a hashed block, pending or not,
+rejoins the free queue at its back (``free_blocks``). The map operations
+skipped are an insert and a removal per private block, which are most of
+the cost on workloads without shared prefixes.
 """
 
 from __future__ import annotations
@@ -51,6 +65,7 @@ import numpy as np
 from numba import njit
 
 FREE_LEN, IN_USE, REFS, FREE_SLOTS = 0, 1, 2, 3
+PENDING = -2  # hprev of a hashed block whose private key is not in the map yet
 
 PrefixCache = namedtuple(
     "PrefixCache",
@@ -232,6 +247,52 @@ def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     hprev[b] = -1
 
 
+@njit(cache=True, inline="always")
+def drop_hash(b, hkey, hnext, hprev, tkey, thead, ttail):
+    """Block b is taken from the free queue: forget its hash, leaving the map
+    alone when it was never published (``PENDING``)."""
+    if hprev[b] == PENDING:
+        hkey[b] = -1
+        hprev[b] = -1
+    else:
+        _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail)
+
+
+@njit(cache=True, inline="always")
+def set_hash(b, k, private, hkey, hnext, hprev, tkey, thead, ttail):
+    """Block b now holds content k: a private key (``k < R * maxb``) is marked
+    ``PENDING``, any other enters the map (``_map_insert``)."""
+    if k < private:
+        hkey[b] = k
+        hnext[b] = -1
+        hprev[b] = PENDING
+    else:
+        _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def publish(r, held, p):
+    """r is preempted: enter its pending blocks (``table[slot_of[r], :held]``)
+    into the map, so its lookup at re-admission finds them as vLLM's does."""
+    s = p.slot_of[r]
+    for j in range(held):
+        b = p.table[s, j]
+        if p.hprev[b] == PENDING:
+            k = p.hkey[b]
+            p.hkey[b] = -1
+            _map_insert(b, k, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+
+
+@njit(cache=True, inline="always")
+def published_prev(b, p):
+    """Block b's predecessor in its key's list as vLLM's map holds it: for a
+    pending block, the last published block of its key (it would follow it)."""
+    if p.hprev[b] != PENDING:
+        return p.hprev[b]
+    i = find(p.hkey[b], p.tkey)
+    return p.ttail[i] if i >= 0 else -1
+
+
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
     """``_insert_block_hash``: block b now holds content k (appended to k's list)."""
@@ -258,7 +319,7 @@ def get_new_blocks(n, s, start, p):
         b = p.fq_next[head]
         _fq_unlink(b, p.fq_next, p.fq_prev)
         if p.hkey[b] >= 0:
-            _map_remove(b, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+            drop_hash(b, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
         p.ref[b] = 1
         p.table[s, start + i] = b
     p.pc[FREE_LEN] -= n
@@ -313,7 +374,9 @@ def cache_blocks(r, upto, bs, rq, p):
     n_full = upto // bs
     for j in range(p.ncached[r], n_full):
         k = block_key(r, j, bs, rq, n_req, maxb)
-        _map_insert(p.table[s, j], k, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+        b = p.table[s, j]
+        if p.hkey[b] != k:
+            set_hash(b, k, n_req * maxb, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
     if n_full > p.ncached[r]:
         p.ncached[r] = n_full
 

@@ -385,18 +385,20 @@ def _blocks_needed_after(n, run, n_run, ncomp, held, mml, bs):
 
 
 @njit(cache=True, inline="always")
-def _decode_scan(cfg, rq, st, q, k, hist):
+def _decode_scan(cfg, rq, st, q, k, hist, p):
     """The fast path's per-request test: every running request decodes exactly
     one token (async: has exactly the previous step's token in flight).
     Returns (steps until the first finish, blocks needed by the first step,
     cached tokens, projected blocks, whether first needs repeat every
-    block_size steps), or a first element < 2 when no run is possible. Fills
-    ``hist[j]``: requests whose first new block is needed j steps ahead."""
+    block_size steps, how prefix caching can be replayed:
+    ``_cache_run_kind``), or a first element < 2 when no run is possible.
+    Fills ``hist[j]``: requests whose first new block is needed j steps
+    ahead."""
     bs, mml, admission = cfg[K.BS], cfg[K.MML], cfg[K.ADMISSION]
     async_ = cfg[K.ASYNC] != 0
     pro_rata = cfg[K.LAT_KIND] != LINEAR  # roofline, measured: waste is the step time pro rata
     stop_len = k[S.O_STOP_LEN]
-    kf, need1, ctx0, proj, periodic = INT64_MAX, 0, 0, 0, True
+    kf, need1, ctx0, proj, periodic, kind = INT64_MAX, 0, 0, 0, True, 1
     for j in range(bs + 1):
         hist[j] = 0
     for i in range(k[N_RUN]):
@@ -404,14 +406,18 @@ def _decode_scan(cfg, rq, st, q, k, hist):
         ntok = rq.prompt[r] + st.nout[r]
         if async_:
             if st.ph[r] != 1 or st.infl[r] != 1 or st.ncomp[r] != ntok:
-                return 0, 0, 0, 0, False
+                return 0, 0, 0, 0, False, 0
             f = min(rq.max_tokens[r] - st.nout[r], stop_len - ntok) - 1
         else:
             if ntok - st.ncomp[r] != 1:
-                return 0, 0, 0, 0, False
+                return 0, 0, 0, 0, False, 0
             f = min(rq.max_tokens[r] - st.nout[r], stop_len - ntok)
         if pro_rata and st.hw[r] > st.ncomp[r]:
-            return 0, 0, 0, 0, False  # re-decode waste is only attributed step by step
+            return 0, 0, 0, 0, False, 0  # re-decode waste is only attributed step by step
+        if p is not None:  # prefix caching
+            kind = _cache_run_kind(kind, r, bs, rq, st, p)
+            if kind == 0:
+                return 0, 0, 0, 0, False, 0
         ctx0 += st.ncomp[r]
         if admission != VANILLA:
             proj += projected_blocks(
@@ -426,7 +432,7 @@ def _decode_scan(cfg, rq, st, q, k, hist):
             hist[j1] += 1
         else:
             periodic = False
-    return kf, need1, ctx0, proj, periodic
+    return kf, need1, ctx0, proj, periodic, kind
 
 
 @njit(cache=True, inline="always")
@@ -441,19 +447,20 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
     requests finish. Async: the run ends before any request's last token is
     scheduled, so nothing finishes in it. Returns (steps, elapsed ns, duration
     of the first and of the last step, the largest token gap inside the run,
-    blocks in use x step time summed over the run); steps < 2 means "take a
-    normal step". The run's token gaps are the same for every running request
-    (sync: steps 1..n-1's durations; async: steps 0..n-2's, as tokens land at
-    step starts), so each accepted step adds n_run gaps to the ITL histogram
-    ``ih``; blocks in use grow by ``hist``'s first needs (periodic) or by
-    ``_blocks_needed_after``."""
+    blocks in use x step time summed over the run, the run's prefix-caching
+    kind, ``_cache_run_kind``); steps < 2 means "take a normal step", and
+    then ``ih`` is untouched. The run's token gaps are the same for every
+    running request (sync: steps 1..n-1's durations; async: steps 0..n-2's,
+    as tokens land at step starts), so each accepted step adds n_run gaps to
+    the ITL histogram ``ih``; blocks in use grow by ``hist``'s first needs
+    (periodic) or by ``_blocks_needed_after``."""
     bs, mml, n_run, free = cfg[K.BS], cfg[K.MML], k[N_RUN], k[FREE]
-    kf, need1, ctx0, proj, periodic = _decode_scan(cfg, rq, st, q, k, hist)
+    kf, need1, ctx0, proj, periodic, kind = _decode_scan(cfg, rq, st, q, k, hist, p)
     if kf < 2 or need1 > free:
-        return 0, 0, 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0, 0
     kmax = min(kf, min(cfg[K.MAX_STEPS], k[S.O_WINDOW_END]) - k[STEPS])
     if kmax < 2:
-        return 0, 0, 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0, 0
     # With caching the head may hit up to h cached blocks in use (only those
     # lower its need: hits still in the free queue cost a free block each), so
     # it stays refused if it is refused with h such hits (``_admission_test``).
@@ -475,7 +482,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
             np.int64(head), admission, rq.prompt, rq.max_tokens, k[S.O_STOP_LEN], mml, bs
         )
         if admission == VANILLA or proj + p_h <= k[S.O_USABLE]:
-            return 0, 0, 0, 0, 0, 0
+            return 0, 0, 0, 0, 0, 0, 0
     if periodic:
         # Each request needs one block per bs steps: after q whole periods q*n
         # blocks are gone, and the (rem+1)-th smallest first-need step fails.
@@ -527,8 +534,8 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
         prev = dt
         n += 1
     if n < 2:
-        return 0, 0, 0, 0, 0, 0
-    return n, elapsed, first, prev, gmax, kv_int
+        return 0, 0, 0, 0, 0, 0, 0
+    return n, elapsed, first, prev, gmax, kv_int, kind
 
 
 @njit(cache=True, inline="always")
@@ -583,35 +590,54 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
     return alloc, freed, n_fin, used, waste
 
 
+@njit(cache=True, inline="always")
+def _cache_run_kind(kind, r, bs, rq, st, p):
+    """How a decode run's prefix caching can be replayed (``_replay_cache_run``),
+    folded over the running requests from 1 (``_decode_scan``, before the run
+    is measured): 0, it cannot (r's first taking or hash does not fall in the
+    run's first bs steps); 1, the takings in step order and the hashes per
+    request after them (every block a running request can hash next has a
+    private key, ``PC.set_hash``); 2, both in step order (a request may hash a
+    block with a shared key, as a multi-turn session's output is: appends to
+    one key's list keep their order). For a request with c0 computed tokens,
+    ``held`` blocks and ``ncached`` hashed ones, step j (from 0) computes
+    token c0 + j + 1: a block is taken at j = held x bs - c0 and every bs
+    steps after, and blocks are hashed from j = (ncached + 1) x bs - c0 - 1,
+    every bs steps after."""
+    a = st.held[r] * bs - st.ncomp[r]
+    c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
+    if not (0 <= a < bs and 0 <= c < bs):
+        return 0
+    n_req, maxb = p.slot_of.shape[0], p.table.shape[1]
+    # keys only turn private along a request's blocks (``PC.block_key``)
+    if kind == 1 and PC.block_key(r, p.ncached[r], bs, rq, n_req, maxb) >= n_req * maxb:
+        return 2
+    return kind
+
+
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _replay_cache_run(n, cfg, rq, st, q, k, p, offs, ev):
-    """Prefix caching over an n-step decode run, in the order the one-by-one
-    engine takes it (``_schedule_running``: per step, per running request in
-    order, ``allocate_slots`` first takes a new block from the free queue's
-    front when the next token needs one, then hashes the blocks its tokens
-    have filled, ``cache_blocks``). For a request with c0 computed tokens,
-    ``held`` blocks and ``ncached`` hashed ones, step j (from 0) computes token
-    c0 + j + 1: a block is taken at j = held x bs - c0 and every bs steps
-    after, and blocks are hashed from j = max(0, (ncached + 1) x bs - c0 - 1),
-    every bs steps after. Both first steps fall below bs (a request decoding
-    holds its blocks tight and has hashed every full one), so each request's
-    events sit in two phases j mod bs; a counting sort by phase (``offs``,
-    (bs + 1,) int64; ``ev``, (2 x n_run,) int32 holding 2r + kind, kind 0 a
-    new block, 1 a hash, in running order) lets each step touch only its own
-    events. Updates the prefix cache only: ``_apply_decode_run`` then moves
-    the requests' counters. Returns False, touching nothing, when a request's
-    first events do not fall in the first bs steps (then no run is taken)."""
+def _replay_cache_run(n, kind, cfg, rq, st, q, k, p, offs, ev):
+    """Prefix caching over an n-step decode run of ``_cache_run_kind`` kind
+    (1 or 2), with the result of the one-by-one engine
+    (``_schedule_running``: per step, per running request in order,
+    ``allocate_slots`` first takes a new block from the free queue's front
+    when the next token needs one, then hashes the blocks its tokens have
+    filled, ``cache_blocks``). A counting sort by phase j mod bs (``offs``,
+    (bs + 1,) int64; ``ev``, (2 x n_run,) int32 holding 2r + e, e 0 a taking,
+    1 a hash, in running order) lets each step touch only its own events
+    (``_run_cache_events``). Kind 1 sorts only the takings: a hash touches
+    only its request's own blocks, which no taking reaches, and appends to no
+    list another request appends to, so the hashes are written per request
+    after (``PC.cache_blocks``). Updates the prefix cache only:
+    ``_apply_decode_run`` then moves the requests' counters."""
     bs, n_run = cfg[K.BS], k[N_RUN]
     for j in range(bs + 1):
         offs[j] = 0
     for i in range(n_run):
         r = q.run[i]
-        a = st.held[r] * bs - st.ncomp[r]
-        c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
-        if not (0 <= a < bs and 0 <= c < bs):
-            return False
-        offs[a + 1] += 1
-        offs[c + 1] += 1
+        offs[st.held[r] * bs - st.ncomp[r] + 1] += 1
+        if kind == 2:
+            offs[(p.ncached[r] + 1) * bs - st.ncomp[r]] += 1
     for j in range(bs):
         offs[j + 1] += offs[j]
     for i in range(n_run):  # a stable placement: running order within a phase
@@ -619,29 +645,37 @@ def _replay_cache_run(n, cfg, rq, st, q, k, p, offs, ev):
         a = st.held[r] * bs - st.ncomp[r]
         ev[offs[a]] = 2 * r
         offs[a] += 1
-        c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
-        ev[offs[c]] = 2 * r + 1
-        offs[c] += 1
+        if kind == 2:
+            c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
+            ev[offs[c]] = 2 * r + 1
+            offs[c] += 1
     for j in range(bs, 0, -1):  # offs[j] was the end of phase j: shift back to starts
         offs[j] = offs[j - 1]
     offs[0] = 0
     _run_cache_events(n, bs, rq, st, p, offs, ev)
-    return True
+    if kind == 1:
+        for i in range(n_run):  # hash what each request's run fills
+            r = q.run[i]
+            PC.cache_blocks(r, st.ncomp[r] + n, bs, rq, p)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _run_cache_events(n, bs, rq, st, p, offs, ev):
-    """The events ``_replay_cache_run`` sorted, step by step: a new block is
-    ``get_new_blocks(1)`` (the free queue's front, its old hash evicted) and a
-    hash is ``cache_blocks`` of the one block just filled, written out on the
-    prefix cache's arrays, then the cache's counters once for the run. Both
-    bodies are restated on purpose: calls with the whole record cost more than
-    the work, and an inlined shared helper measured about 8% slower here."""
-    n_req = p.slot_of.shape[0]
-    maxb = p.table.shape[1]
+    """The events ``_replay_cache_run`` sorted, step by step. A taking is
+    ``get_new_blocks(1)``: the free queue's front block, its old hash dropped
+    (``PC.drop_hash``). Nothing rejoins the free queue during a run, so the
+    takings are its first blocks in order, cut off at once. A hash is
+    ``cache_blocks`` of the one block just filled (``PC.set_hash``). The
+    cache's counters are updated once for the run. The bodies restate
+    ``PC.get_new_blocks`` and ``PC.cache_blocks`` on purpose: calls with the
+    whole record cost more than the work."""
+    n_req, maxb = p.slot_of.shape[0], p.table.shape[1]
+    private = n_req * maxb
     fq_next, fq_prev, ref = p.fq_next, p.fq_prev, p.ref
     hkey, hnext, hprev = p.hkey, p.hnext, p.hprev
     tkey, thead, ttail = p.tkey, p.thead, p.ttail
+    head = fq_next.shape[0] - 2
+    b = fq_next[head]
     taken = 0
     for j in range(n):
         ph = j % bs
@@ -649,18 +683,19 @@ def _run_cache_events(n, bs, rq, st, p, offs, ev):
             r = ev[e] >> 1
             s = p.slot_of[r]
             if ev[e] & 1 == 0:
-                b = fq_next[fq_next.shape[0] - 2]
-                PC._fq_unlink(b, fq_next, fq_prev)
                 if hkey[b] >= 0:
-                    PC._map_remove(b, hkey, hnext, hprev, tkey, thead, ttail)
+                    PC.drop_hash(b, hkey, hnext, hprev, tkey, thead, ttail)
                 ref[b] = 1
                 p.table[s, st.held[r] + (j - ph) // bs] = b
                 taken += 1
+                b = fq_next[b]
             else:
                 jb = (st.ncomp[r] + j + 1) // bs - 1  # the block just filled
                 key = PC.block_key(r, jb, bs, rq, n_req, maxb)
-                PC._map_insert(p.table[s, jb], key, hkey, hnext, hprev, tkey, thead, ttail)
+                PC.set_hash(p.table[s, jb], key, private, hkey, hnext, hprev, tkey, thead, ttail)
                 p.ncached[r] = jb + 1
+    fq_next[head] = b
+    fq_prev[b] = head
     p.pc[PC.FREE_LEN] -= taken
     p.pc[PC.IN_USE] += taken
     p.pc[PC.REFS] += taken
@@ -696,14 +731,13 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
         next_entry = min(next_entry, k[S.O_ROUTE_UNTIL])
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
-    n, elapsed, first_dt, last_dt, gmax, kv_int = _decode_run_length(
+    n, elapsed, first_dt, last_dt, gmax, kv_int, kind = _decode_run_length(
         cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p
     )
     if n < 2:
         return False
     if p is not None:
-        if not _replay_cache_run(n, cfg, rq, st, q, k, p, hist, sc.cache_ev):
-            return False
+        _replay_cache_run(n, kind, cfg, rq, st, q, k, p, hist, sc.cache_ev)
     alloc, freed, n_fin, used, w = _apply_decode_run(
         n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih, p
     )
@@ -832,6 +866,7 @@ def _evict(cfg, v, st, k, s, p):
         s[SWAP_NS] += h * cfg[K.SWAP_NS_PER_BLOCK]
         return
     if p is not None:
+        PC.publish(v, h, p)  # its lookup at re-admission may hit its own blocks
         k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0)
     else:
         k[FREE] += _pool_blocks(cfg, st, v)
