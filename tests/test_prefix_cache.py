@@ -143,14 +143,19 @@ def test_hash_table_matches_a_dict():
     # small table so probe runs wrap around and collide.
     from planner.kernel import prefix_cache as PC
 
+    # Half the rounds draw runs of consecutive keys far apart, as a request's
+    # blocks are keyed (``PC._home`` places runs of 8 side by side).
     rng = np.random.default_rng(5)
-    for _ in range(20):
+    for round_ in range(40):
         tkey = np.full(16, -1, np.int64)
         thead = np.full(16, -1, np.int32)
         ttail = np.full(16, -1, np.int32)
         model: dict[int, int] = {}
         for step in range(400):
-            k = int(rng.integers(0, 40))
+            if round_ % 2:
+                k = int(rng.integers(0, 4)) * 100_003 + int(rng.integers(0, 20))
+            else:
+                k = int(rng.integers(0, 40))
             i = PC.find(k, tkey)
             assert (i >= 0) == (k in model)
             if i >= 0:
