@@ -18,7 +18,7 @@ from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
 from planner.latency import LinearLatency
-from planner.workload import S1_OUTPUT, S1_PROMPT, synthetic
+from planner.workload import S1_OUTPUT, S1_PROMPT, Workload, synthetic
 
 
 def s1_workload(seed: int = 0):  # noqa: ANN201
@@ -55,7 +55,9 @@ def s1_grid(side: int, **options: bool) -> list[SchedulerConfig]:
 
 def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, float]:
     """Run the benchmark, print a report, return the figures. ``options`` as in
-    ``s1_grid`` (the decode fast path is off under either switch)."""
+    ``s1_grid``. With enable_prefix_caching it also times the same grid
+    without caching and prints the cost ratio (plain / caching output tokens
+    per CPU-second, issue 17's measure)."""
     wl = s1_workload()
     lat = LinearLatency()
     t0 = time.perf_counter()
@@ -63,11 +65,7 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
     compile_s = time.perf_counter() - t0
 
     cfgs = s1_grid(side, **options)
-    w0, c0 = time.perf_counter(), time.process_time()
-    res = simulate(cfgs, wl, lat, check_invariants=False)
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    tokens = float(res.state.out.counters[:, S.O_DECODE_TOKENS].sum())
-    steps = float(res.state.out.counters[:, S.O_STEPS].sum())
+    wall, cpu, tokens, steps = _time_grid(cfgs, wl, lat)
     fig = {
         "configs": len(cfgs),
         "compile_or_cache_load_s": compile_s,
@@ -89,6 +87,13 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
     print(f"simulated output tokens:       {tokens:14,.0f}")
     print(f"output tokens per CPU-second:  {fig['tokens_per_cpu_s'] / 1e6:10.1f} M")
     print(f"output tokens per wall-second: {fig['tokens_per_wall_s'] / 1e6:10.1f} M")
+    if options.get("enable_prefix_caching"):
+        plain = s1_grid(side, **{**options, "enable_prefix_caching": False})
+        _, p_cpu, p_tokens, _ = _time_grid(plain, wl, lat)
+        fig["plain_tokens_per_cpu_s"] = p_tokens / p_cpu
+        fig["caching_cost_ratio"] = fig["plain_tokens_per_cpu_s"] / fig["tokens_per_cpu_s"]
+        print(f"same grid without caching:     {fig['plain_tokens_per_cpu_s'] / 1e6:10.1f} M")
+        print(f"caching / plain CPU per token: {fig['caching_cost_ratio']:10.2f}x")
     if with_reference:
         from planner.reference import Engine
 
@@ -109,6 +114,17 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
             f"kernel on the same config: {k_tok / max(k_cpu, 1e-9) / 1e6:8.1f} M tokens/CPU-s"
         )
     return fig
+
+
+def _time_grid(
+    cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency
+) -> tuple[float, float, float, float]:
+    """One timed ``simulate`` of ``cfgs``: (wall s, CPU s, output tokens, steps)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(cfgs, wl, lat, check_invariants=False)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    k = res.state.out.counters
+    return wall, cpu, float(k[:, S.O_DECODE_TOKENS].sum()), float(k[:, S.O_STEPS].sum())
 
 
 # The SLOs of ``plan bench --max-rate`` (seconds).

@@ -1,0 +1,22 @@
+"""plan bench --enable-prefix-caching also times the plain grid and prints the
+cost ratio issue 17 asks for (no timing is asserted: only that the figures
+are measured and printed)."""
+
+from __future__ import annotations
+
+from helpers import run_cli
+from planner.bench import run_bench
+
+
+def test_caching_bench_prints_its_cost_against_the_plain_grid(capsys):
+    fig = run_bench(2, False, enable_prefix_caching=True)
+    out = capsys.readouterr().out
+    assert fig["sim_output_tokens"] > 0
+    assert fig["caching_cost_ratio"] == fig["plain_tokens_per_cpu_s"] / fig["tokens_per_cpu_s"]
+    assert f"caching / plain CPU per token: {fig['caching_cost_ratio']:10.2f}x" in out
+
+
+def test_plain_bench_prints_no_ratio(capsys):
+    code, out, err = run_cli(capsys, "bench", "--grid", "2", "--no-reference")
+    assert code == 0, err
+    assert "caching / plain" not in out
