@@ -152,7 +152,8 @@ def size(
     base = first.spec
     target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
     name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
-    dest = out if out is not None else Path("results") / f"size-{name}"
+    folder = name if name.startswith("size-") else f"size-{name}"  # not size-size-NAME
+    dest = out if out is not None else Path("results") / folder
     if dry_run:
         _print_plan(cands, as_json)
         return

@@ -5,7 +5,6 @@ monotone in the rate and the SLO; bad input exits 2 in one line."""
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -334,13 +333,20 @@ def test_serve_command_pins_the_scheduler_settings_the_spec_moved():
     assert "--long-prefill-token-threshold" not in cmd
 
 
-def test_default_output_folder_is_named_after_the_spec(capsys, tmp_path, monkeypatch):
-    """Without --out the files go under results/size-NAME, NAME the spec's
-    (it was the first candidate's, e.g. size-small.H100-tp1)."""
+@pytest.mark.parametrize(
+    ("spec_name", "folder"), [("small", "size-small"), ("size-small", "size-small")]
+)
+def test_default_output_folder_is_named_after_the_spec(
+    capsys, tmp_path, monkeypatch, spec_name, folder
+):
+    """Without --out the files go under results/size-NAME, NAME the spec's (it
+    was the first candidate's, e.g. size-small.H100-tp1); a spec already named
+    size-NAME is not prefixed twice (it gave results/size-size-small)."""
     monkeypatch.chdir(tmp_path)
-    spec = ROOT / "tests" / "data" / "size_small.toml"
+    text = (ROOT / "tests" / "data" / "size_small.toml").read_text()
+    assert 'name = "size-small"' in text
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text.replace('name = "size-small"', f'name = "{spec_name}"', 1))
     code, _, err = run_cli(capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "1")
     assert code in (0, 1), err
-    made = [p.name for p in (tmp_path / "results").iterdir()]
-    name = tomllib.loads(spec.read_text()).get("name", spec.stem)
-    assert made == [f"size-{name}"]
+    assert [p.name for p in (tmp_path / "results").iterdir()] == [folder]
