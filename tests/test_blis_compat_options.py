@@ -121,6 +121,21 @@ def test_spec_compat_axis_implies_the_fields(tmp_path):
     assert {k: getattr(by["blis"], k) for k in BLIS_IMPLIED} == BLIS_IMPLIED
 
 
+def test_spec_crossing_compat_with_an_implied_axis_says_how_to_sweep_it(tmp_path):
+    """compat x preemption_mode has contradicting rows (blis with recompute): the
+    one-line refusal says how to get the grid meant (tryout finding)."""
+    axes = 'compat = ["vllm", "blis"]\npreemption_mode = ["recompute", "restart"]'
+    with pytest.raises(SpecError) as e:
+        load_spec(_spec(tmp_path, "num_gpu_blocks = 200", axes))
+    msg = str(e.value)
+    assert "axes.preemption_mode: recompute contradicts --compat blis" in msg
+    assert "leave preemption_mode out of it" in msg and "\n" not in msg
+    # Without compat as an axis the refusal stays as it was.
+    with pytest.raises(SpecError) as e:
+        load_spec(_spec(tmp_path, 'compat = "blis"', 'preemption_mode = ["recompute"]'))
+    assert "leave" not in str(e.value)
+
+
 def test_spec_with_compat_and_a_non_linear_model_is_refused_at_load(tmp_path):
     """Before any work (a sweep used to start, then stop, leaving its folder)."""
     p = tmp_path / "s.toml"
