@@ -223,15 +223,6 @@ def _fq_unlink(b, fq_next, fq_prev):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _fq_insert_after(p, b, fq_next, fq_prev):
-    n = fq_next[p]
-    fq_next[p] = b
-    fq_prev[b] = p
-    fq_next[b] = n
-    fq_prev[n] = b
-
-
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     """Drop block b's hash (``_maybe_evict_cached_block``)."""
     i = find(hkey[b], tkey)
@@ -393,20 +384,47 @@ def free_blocks(s, n, p, blis):
     ``blis`` (compat blis): every block goes to the back, tail first
     (``KVCacheState.ReleaseKVBlocks``, ``sim/kv/cache.go``). Returns the
     blocks that rejoined the free queue."""
-    head = p.fq_next.shape[0] - 2
+    fq_next, fq_prev = p.fq_next, p.fq_prev
+    head = fq_next.shape[0] - 2
     tail = head + 1
-    front = head  # unhashed blocks go to the front, in freeing order
+    # Two chains, linked as they grow and spliced once: unhashed blocks for the
+    # front, hashed ones for the back, each in freeing order.
+    f_first, f_last, b_first, b_last = -1, -1, -1, -1
     freed = 0
     for i in range(n - 1, -1, -1):
         b = p.table[s, i]
         p.ref[b] -= 1
         if p.ref[b] == 0:
             if p.hkey[b] < 0 and not blis:
-                _fq_insert_after(front, b, p.fq_next, p.fq_prev)
-                front = b
+                if f_last >= 0:
+                    fq_next[f_last] = b
+                    fq_prev[b] = f_last
+                else:
+                    f_first = b
+                f_last = b
             else:
-                _fq_insert_after(np.int64(p.fq_prev[tail]), b, p.fq_next, p.fq_prev)
+                if b_last >= 0:
+                    fq_next[b_last] = b
+                    fq_prev[b] = b_last
+                else:
+                    b_first = b
+                b_last = b
             freed += 1
+    prev, old_first, old_last = head, fq_next[head], fq_prev[tail]
+    if f_first >= 0:
+        fq_next[prev] = f_first
+        fq_prev[f_first] = prev
+        prev = f_last
+    if old_first != tail:
+        fq_next[prev] = old_first
+        fq_prev[old_first] = prev
+        prev = old_last
+    if b_first >= 0:
+        fq_next[prev] = b_first
+        fq_prev[b_first] = prev
+        prev = b_last
+    fq_next[prev] = tail
+    fq_prev[tail] = prev
     p.pc[FREE_LEN] += freed
     p.pc[IN_USE] -= freed
     p.pc[REFS] -= n
