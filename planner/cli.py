@@ -629,19 +629,28 @@ def _print_run(
         console.print(f"note: {rejection_text(row)}", soft_wrap=True)
     if slo.given():
         console.print(slo_verdict(row, slo), soft_wrap=True)
-    if row["overloaded"]:  # the outcome class speaks of preemption only
-        what = (
-            "describes preemption only"
-            if row["outcome"] != "step_limit"
-            else "says the run was cut by --max-steps"
-        )
-        console.print(
+    if row["overloaded"]:
+        rates = (
             f"verdict: OVERLOADED - {row['offered_rps']:.3f} req/s offered, "
             f"{row['served_rps']:.3f} started per second over the arrival window (the queue "
-            f"grew through it); the outcome '{row['outcome']}' {what}, and no scheduler "
-            "setting fixes overload: more capacity or less traffic does",
-            soft_wrap=True,
+            "grew through it)"
         )
+        if row["outcome"] == LIVELOCKED:  # the livelock, not the traffic, stopped service
+            why = (
+                f"; the run stopped at {row['sim_end_s']:.3f} s on a proven livelock (below), "
+                "after which nothing finishes whatever the traffic: remove the livelock first"
+            )
+        else:  # the outcome class speaks of preemption only
+            what = (
+                "describes preemption only"
+                if row["outcome"] != "step_limit"
+                else "says the run was cut by --max-steps"
+            )
+            why = (
+                f"; the outcome '{row['outcome']}' {what}, and no scheduler setting fixes "
+                "overload: more capacity or less traffic does"
+            )
+        console.print(rates + why, soft_wrap=True)
 
 
 def _cache_rows(row: object) -> list[tuple[str, str]]:

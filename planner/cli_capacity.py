@@ -18,7 +18,7 @@ from rich.table import Table
 
 from planner import capacity, hardware, kv_cache, resolve
 from planner import cli_options as opt
-from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert
+from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert, spelled
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.slo import FIELDS
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
@@ -205,9 +205,10 @@ def check(
                 "(it sizes the activation term and sliding-window or chunked capacity)"
             )
     elif any(given(ctx, name) for name in hybrid_options):
+        named = [spelled(ctx, name) for name in hybrid_options if given(ctx, name)]
         raise InertOption(
-            "--enable-prefix-caching and --gdn-prefill-backend need --model in plan check "
-            "(they size a linear-attention hybrid's blocks)"
+            f"{' and '.join(named)} {'needs' if len(named) == 1 else 'need'} --model in plan "
+            "check (it sizes a linear-attention hybrid's blocks)"
         )
     check_vllm_args(max_num_seqs, max_num_batched_tokens)
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,

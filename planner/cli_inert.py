@@ -40,10 +40,13 @@ def given(ctx: typer.Context, name: str) -> bool:
     return src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def _flag(ctx: typer.Context, name: str) -> str:
+def spelled(ctx: typer.Context, name: str) -> str:
+    """The option ``name`` as the user spelled it on the command line: its first
+    flag, or ``--no-X`` for a switch the user set off."""
     for p in ctx.command.params:
         if p.name == name and p.opts:
-            return p.opts[0]
+            off = getattr(p, "secondary_opts", None) and ctx.params.get(name) is False
+            return p.secondary_opts[0] if off else p.opts[0]
     return "--" + name.replace("_", "-")
 
 
@@ -56,7 +59,7 @@ def reject_inert(ctx: typer.Context, rules: tuple[Rule, ...]) -> None:
             continue
         for name in rule.options:
             if name in params and given(ctx, name):
-                raise InertOption(f"{_flag(ctx, name)} {rule.reason}")
+                raise InertOption(f"{spelled(ctx, name)} {rule.reason}")
 
 
 def _value(v: object) -> object:

@@ -152,8 +152,9 @@ def size(
     base = first.spec
     target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
     name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
-    folder = name if name.startswith("size-") else f"size-{name}"  # not size-size-NAME
-    dest = out if out is not None else Path("results") / folder
+    # Always size-NAME, even for a spec named size-X: two specs never share a
+    # folder, and plan sweep's results/NAME is never plan size's.
+    dest = out if out is not None else Path("results") / f"size-{name}"
     if dry_run:
         _print_plan(cands, as_json)
         return

@@ -108,7 +108,8 @@ def overload(
         arrival_s: (C, R) float64 arrival times, seconds.
         first_s: (C, R) float64 first-token times, seconds; NaN = none by the end.
         end_s: (C,) float64 end of the run (horizon or last step), seconds.
-        offered: (C,) requests that arrived.
+        offered: (C,) requests offered in the arrival window (sent, arrived
+            or due), the numerator of ``offered_rps``.
         rejected: (C, R) bool, requests the front end refused (prompt >=
             max_model_len): they never wait for a first token, so neither rule
             counts them; None = none.
@@ -447,8 +448,15 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "step_limit_hit": oi[:, S.O_STEP_LIMIT].astype(bool),
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
         **replica_columns(res),
+        # The offered rate is the traffic's: every request sent in the arrival
+        # window, also those due after a run that stopped early (a proven
+        # livelock, the horizon, --max-steps) had ended.
         **overload(
-            arrival_s, first_s, end_s, offered, (st.req.status == S.REJECTED) | ~sent_mask(res)
+            arrival_s,
+            first_s,
+            end_s,
+            np.maximum(offered, sent_mask(res).sum(axis=1)),
+            (st.req.status == S.REJECTED) | ~sent_mask(res),
         ),
     }
     # Closed loop: when the cap held a request back, clients send only as

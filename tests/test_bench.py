@@ -20,3 +20,13 @@ def test_plain_bench_prints_no_ratio(capsys):
     code, out, err = run_cli(capsys, "bench", "--grid", "2", "--no-reference")
     assert code == 0, err
     assert "caching / plain" not in out
+
+
+def test_an_inert_switch_is_named_as_given(capsys):
+    """The refusal names the spelling the user typed: --no-reference, not
+    --reference (tryout finding)."""
+    for flag in ("--no-reference", "--reference"):
+        code, _, err = run_cli(capsys, "bench", flag, "--startup")
+        assert code == 2
+        why = "has no effect with --startup (it times fresh plan run processes)"
+        assert err.strip() == f"plan: error: {flag} {why}"

@@ -110,7 +110,7 @@ def _spec(tmp_path, scheduler: str, axes: str = "max_num_seqs = [4]"):
     ],
 )
 def test_spec_refuses_contrary_values(tmp_path, scheduler, axes, where):
-    with pytest.raises(SpecError, match=f": {where}: .*(contradicts|needs) --compat blis"):
+    with pytest.raises(SpecError, match=f': {where}: .*(contradicts|needs) compat "blis"'):
         load_spec(_spec(tmp_path, scheduler, axes))
 
 
@@ -128,8 +128,14 @@ def test_spec_crossing_compat_with_an_implied_axis_says_how_to_sweep_it(tmp_path
     with pytest.raises(SpecError) as e:
         load_spec(_spec(tmp_path, "num_gpu_blocks = 200", axes))
     msg = str(e.value)
-    assert "axes.preemption_mode: recompute contradicts --compat blis" in msg
+    assert 'axes.preemption_mode: recompute contradicts compat "blis"' in msg
     assert "leave preemption_mode out of it" in msg and "\n" not in msg
+    # A field compat blis needs but does not set: the hint keeps only the split.
+    axes = 'compat = ["vllm", "blis"]\nblis_full_hit_defect = [true, false]'
+    with pytest.raises(SpecError) as e:
+        load_spec(_spec(tmp_path, "num_gpu_blocks = 200", axes))
+    assert 'needs compat "blis"; a grid crossing compat with blis_full_hit_defect' in str(e.value)
+    assert "leave" not in str(e.value)
     # Without compat as an axis the refusal stays as it was.
     with pytest.raises(SpecError) as e:
         load_spec(_spec(tmp_path, 'compat = "blis"', 'preemption_mode = ["recompute"]'))

@@ -407,7 +407,8 @@ def test_plan_check_on_a_mamba2_hybrid(capsys):
     [
         (["--model", "llama-3.1-8b", "--num-gpu-blocks", "100", "--enable-prefix-caching"],
          "only linear-attention"),
-        (["--num-gpu-blocks", "100", "--gdn-prefill-backend", "triton"], "need --model"),
+        (["--num-gpu-blocks", "100", "--gdn-prefill-backend", "triton"],
+         "--gdn-prefill-backend needs --model"),
         (["--model", "qwen3.5-27b", "--num-gpu-blocks", "100", "--async-scheduling"],
          "no effect"),
         (["--model", "nemotron-h-8b", "--num-gpu-blocks", "100", "--gdn-prefill-backend",
@@ -435,3 +436,23 @@ def test_simulator_refuses_mamba2_hybrids_without_naming_mlp_layers(capsys):
         "--latency", "roofline",
     )  # fmt: skip
     assert code == 2 and "full and linear attention layers" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "given_flags,named",
+    [
+        (["--enable-prefix-caching"], "--enable-prefix-caching needs"),
+        (["--no-enable-prefix-caching"], "--no-enable-prefix-caching needs"),
+        (
+            ["--enable-prefix-caching", "--gdn-prefill-backend", "triton"],
+            "--enable-prefix-caching and --gdn-prefill-backend need",
+        ),
+    ],
+)
+def test_check_names_only_the_hybrid_options_given(capsys, given_flags, named):
+    """Without --model plan check refuses the hybrid-sizing options naming only
+    those the user gave, as spelled (tryout finding: it named
+    --gdn-prefill-backend for --enable-prefix-caching alone)."""
+    code, _, err = run_cli(capsys, "check", "--num-gpu-blocks", "7463", *given_flags)
+    assert code == 2
+    assert err.startswith(f"plan: error: {named} --model in plan check"), err

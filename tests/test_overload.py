@@ -3,6 +3,8 @@ the arrival window, beside the outcome class, with offered and served rates."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,27 @@ def test_run_table_never_leaves_ok_standing_alone_under_overload(capsys):
     assert "verdict: OVERLOADED" in out and "outcome 'ok' describes preemption only" in out
     code, out, _ = run_cli(capsys, "run", "--num-gpu-blocks", "60000", "--horizon", "120")
     assert "OVERLOADED" not in out
+
+
+def test_a_run_stopped_by_a_livelock_reports_the_traffic_and_its_cause(capsys, tmp_path):
+    """A pool one block short livelocks at the first request and the run stops
+    there: the offered rate is still the trace's (every request in the arrival
+    window, not only those that arrived before the stop), and the verdict names
+    the livelock as the cause instead of calling it traffic no setting fixes
+    (tryout finding: it printed 0.029 req/s for a 4.3 req/s trace)."""
+    arrivals = np.arange(20) * 0.5  # 20 requests over 9.5 s
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "arrival_time_s,prompt_tokens,output_tokens\n"
+        + "".join(f"{t},1000,500\n" for t in arrivals)
+    )
+    args = ["run", "--trace-file", str(trace), "--num-gpu-blocks", "64", "--block-size", "16"]
+    args += ["--max-model-len", "1024"]
+    code, out, err = run_cli(capsys, *args, "--json")
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["outcome"] == "livelocked" and row["sim_end_s"] < 1.0
+    assert row["offered_rps"] == pytest.approx(20 / 9.5)
+    code, out, err = run_cli(capsys, *args)
+    verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert "proven livelock" in verdict and "no scheduler setting" not in verdict

@@ -334,14 +334,15 @@ def test_serve_command_pins_the_scheduler_settings_the_spec_moved():
 
 
 @pytest.mark.parametrize(
-    ("spec_name", "folder"), [("small", "size-small"), ("size-small", "size-small")]
+    ("spec_name", "folder"), [("small", "size-small"), ("size-small", "size-size-small")]
 )
 def test_default_output_folder_is_named_after_the_spec(
     capsys, tmp_path, monkeypatch, spec_name, folder
 ):
     """Without --out the files go under results/size-NAME, NAME the spec's (it
-    was the first candidate's, e.g. size-small.H100-tp1); a spec already named
-    size-NAME is not prefixed twice (it gave results/size-size-small)."""
+    was the first candidate's, e.g. size-small.H100-tp1), also when NAME starts
+    with size-: dropping the prefix then made specs tiny and size-tiny share
+    results/size-tiny, and plan sweep and plan size of one spec too."""
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "tests" / "data" / "size_small.toml").read_text()
     assert 'name = "size-small"' in text

@@ -682,12 +682,15 @@ class Sweep:
             # SchedulerConfig names the CLI flag first: "--max-num-seqs must be ..."
             flag, _, rest = str(e).partition(" ")
             key = FLAG_FIELDS.get(flag, flag.lstrip("-").replace("-", "_"))
-            if "contradicts --compat blis" in rest and "compat" in self.axes:
-                rest += (
-                    f"; a grid crossing compat with {key} has such rows: leave {key} "
-                    "out of it (blis rows take what compat implies) or sweep blis in a "
-                    "spec of its own"
+            if "--compat blis" in rest and "compat" in self.axes:
+                leave = (
+                    f"leave {key} out of it (blis rows take what compat implies) or "
+                    if "contradicts" in rest
+                    else ""
                 )
+                rest += f"; a grid crossing compat with {key} has such rows: {leave}sweep "
+                rest += "blis in a spec of its own"
+            rest = rest.replace("--compat blis", 'compat "blis"')  # a spec's spelling
             raise SpecError(f"{_where(key, self)}: {rest}") from None
 
     def _workload(self, axis_values: dict[str, Any]) -> Workload:
