@@ -222,6 +222,29 @@ def _fq_unlink(b, fq_next, fq_prev):
     fq_prev[n] = p
 
 
+@njit(cache=True, inline="always")
+def _chain_append(first, last, b, fq_next, fq_prev):
+    """Link block b after ``last`` in a chain first..last (-1, -1: empty);
+    returns the chain's new (first, last)."""
+    if last >= 0:
+        fq_next[last] = b
+        fq_prev[b] = last
+    else:
+        first = b
+    return first, b
+
+
+@njit(cache=True, inline="always")
+def _splice(prev, first, last, fq_next, fq_prev):
+    """Link the chain first..last after ``prev`` (nothing when first is -1);
+    returns the new end."""
+    if first < 0:
+        return prev
+    fq_next[prev] = first
+    fq_prev[first] = prev
+    return last
+
+
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
     """Drop block b's hash (``_maybe_evict_cached_block``)."""
@@ -396,35 +419,15 @@ def free_blocks(s, n, p, blis):
         p.ref[b] -= 1
         if p.ref[b] == 0:
             if p.hkey[b] < 0 and not blis:
-                if f_last >= 0:
-                    fq_next[f_last] = b
-                    fq_prev[b] = f_last
-                else:
-                    f_first = b
-                f_last = b
+                f_first, f_last = _chain_append(f_first, f_last, b, fq_next, fq_prev)
             else:
-                if b_last >= 0:
-                    fq_next[b_last] = b
-                    fq_prev[b] = b_last
-                else:
-                    b_first = b
-                b_last = b
+                b_first, b_last = _chain_append(b_first, b_last, b, fq_next, fq_prev)
             freed += 1
-    prev, old_first, old_last = head, fq_next[head], fq_prev[tail]
-    if f_first >= 0:
-        fq_next[prev] = f_first
-        fq_prev[f_first] = prev
-        prev = f_last
-    if old_first != tail:
-        fq_next[prev] = old_first
-        fq_prev[old_first] = prev
-        prev = old_last
-    if b_first >= 0:
-        fq_next[prev] = b_first
-        fq_prev[b_first] = prev
-        prev = b_last
-    fq_next[prev] = tail
-    fq_prev[tail] = prev
+    old_first = fq_next[head] if fq_next[head] != tail else -1
+    prev = _splice(head, f_first, f_last, fq_next, fq_prev)
+    prev = _splice(prev, old_first, fq_prev[tail], fq_next, fq_prev)
+    prev = _splice(prev, b_first, b_last, fq_next, fq_prev)
+    _splice(prev, tail, tail, fq_next, fq_prev)
     p.pc[FREE_LEN] += freed
     p.pc[IN_USE] -= freed
     p.pc[REFS] -= n
