@@ -399,6 +399,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         st.out.floats[:, S.F_WASTE_NS], busy, out=np.zeros(len(busy)), where=busy > 0
     )
     offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
+    sent = sent_mask(res)
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
     arrival_s = np.broadcast_to(arr / 1e9, st.req.first_ns.shape)
     horizon = cfg[:, K.HORIZON_NS]
@@ -428,7 +429,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "unserved": q["ttft_censored"].sum(axis=1),
         "unfinished": q["e2e_censored"].sum(axis=1),
         # closed loop / sessions: requests whose client never sent them (no latency)
-        "never_sent": (~sent_mask(res)).sum(axis=1),
+        "never_sent": (~sent).sum(axis=1),
         **_stats("ttft_s", q["ttft"], q["ttft_censored"]),
         **_stats("tpot_s", q["tpot"], q["tpot_censored"]),
         **_stats("e2e_s", q["e2e"], q["e2e_censored"]),
@@ -455,8 +456,8 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             arrival_s,
             first_s,
             end_s,
-            np.maximum(offered, sent_mask(res).sum(axis=1)),
-            (st.req.status == S.REJECTED) | ~sent_mask(res),
+            np.maximum(offered, sent.sum(axis=1)),
+            (st.req.status == S.REJECTED) | ~sent,
         ),
     }
     # Closed loop: when the cap held a request back, clients send only as

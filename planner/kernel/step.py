@@ -414,10 +414,6 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
             f = min(rq.max_tokens[r] - st.nout[r], stop_len - ntok)
         if pro_rata and st.hw[r] > st.ncomp[r]:
             return 0, 0, 0, 0, False, 0  # re-decode waste is only attributed step by step
-        if p is not None:  # prefix caching
-            kind = _cache_run_kind(kind, r, bs, rq, st, p)
-            if kind == 0:
-                return 0, 0, 0, 0, False, 0
         ctx0 += st.ncomp[r]
         if admission != VANILLA:
             proj += projected_blocks(
@@ -432,6 +428,10 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
             hist[j1] += 1
         else:
             periodic = False
+        if p is not None:  # prefix caching
+            kind = _cache_run_kind(kind, r, j1 - 1, bs, rq, st, p)
+            if kind == 0:
+                return 0, 0, 0, 0, False, 0
     return kf, need1, ctx0, proj, periodic, kind
 
 
@@ -591,7 +591,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
 
 
 @njit(cache=True, inline="always")
-def _cache_run_kind(kind, r, bs, rq, st, p):
+def _cache_run_kind(kind, r, a, bs, rq, st, p):
     """How a decode run's prefix caching can be replayed (``_replay_cache_run``),
     folded over the running requests from 1 (``_decode_scan``, before the run
     is measured): 0, it cannot (r's first taking or hash does not fall in the
@@ -601,10 +601,9 @@ def _cache_run_kind(kind, r, bs, rq, st, p):
     block with a shared key, as a multi-turn session's output is: appends to
     one key's list keep their order). For a request with c0 computed tokens,
     ``held`` blocks and ``ncached`` hashed ones, step j (from 0) computes
-    token c0 + j + 1: a block is taken at j = held x bs - c0 and every bs
-    steps after, and blocks are hashed from j = (ncached + 1) x bs - c0 - 1,
-    every bs steps after."""
-    a = st.held[r] * bs - st.ncomp[r]
+    token c0 + j + 1: a block is taken at j = a = held x bs - c0 (the scan's
+    first need less one) and every bs steps after, and blocks are hashed
+    from j = (ncached + 1) x bs - c0 - 1, every bs steps after."""
     c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
     if not (0 <= a < bs and 0 <= c < bs):
         return 0
