@@ -167,3 +167,15 @@ def verdicts_around(capsys, args: list[str], scale: float) -> list[bool]:
         row = json.loads(out)
         out_verdicts.append(row["meets_slo"] and not row["overloaded"])
     return out_verdicts
+
+
+# The [workload] table of a small synthetic sweep spec (5 requests, prompts of
+# 200 tokens and outputs of 50 on average) for tests that build spec text.
+SMALL_SYNTHETIC = """[workload]
+kind = "synthetic"
+num_requests = 5
+[workload.prompt]
+mean = 200
+[workload.output]
+mean = 50
+"""

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from helpers import run_cli
+from helpers import SMALL_SYNTHETIC, run_cli
 from planner import hardware
 from planner.sweep.spec import load_spec_text
 
@@ -86,16 +86,10 @@ def test_max_rate_sizes_each_varied_configuration_and_names_the_window(capsys):
     assert f"num_gpu_blocks {expected('gemma-3-27b', 256, 2048):,} (derived from presets" in flat
 
 
-SPEC = """
-name = "pools"
-[workload]
-kind = "synthetic"
-num_requests = 5
-[workload.prompt]
-mean = 200
-[workload.output]
-mean = 50
-[hardware]
+SPEC = (
+    'name = "pools"\n'
+    + SMALL_SYNTHETIC
+    + """[hardware]
 model = "{model}"
 gpu = "H100"
 [latency]
@@ -105,6 +99,7 @@ max_num_batched_tokens = {mnbt}
 [axes]
 max_num_seqs = [64, {seqs}, 1024]
 """
+)
 
 
 @pytest.mark.parametrize("model,latency", MODELS)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from helpers import run_cli
+from helpers import SMALL_SYNTHETIC, run_cli
 from planner import api, cli
 from planner.sweep.spec import SpecError, load_spec_text
 
@@ -38,21 +38,16 @@ def test_the_budget_may_equal_max_num_seqs(capsys):
     assert code == 0, err
 
 
-SPEC = """
-name = "budget"
-[workload]
-kind = "synthetic"
-num_requests = 5
-[workload.prompt]
-mean = 200
-[workload.output]
-mean = 50
-[scheduler]
+SPEC = (
+    'name = "budget"\n'
+    + SMALL_SYNTHETIC
+    + """[scheduler]
 num_gpu_blocks = 2000
 max_num_batched_tokens = 512
 [axes]
 max_num_seqs = [256, 1024]
 """
+)
 
 
 def test_a_sweep_cell_vllm_refuses_names_the_config(tmp_path):
