@@ -414,24 +414,24 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
             f = min(rq.max_tokens[r] - st.nout[r], stop_len - ntok)
         if pro_rata and st.hw[r] > st.ncomp[r]:
             return 0, 0, 0, 0, False, 0  # re-decode waste is only attributed step by step
+        # First of the next steps that needs a new block; then one every bs steps.
+        j1 = st.held[r] * bs - st.ncomp[r] + 1
+        if p is not None:  # prefix caching
+            kind = _cache_run_kind(kind, r, j1 - 1, bs, rq, st, p)
+            if kind == 0:
+                return 0, 0, 0, 0, False, 0
         ctx0 += st.ncomp[r]
         if admission != VANILLA:
             proj += projected_blocks(
                 np.int64(r), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
             )
         kf = min(kf, f)
-        # First of the next steps that needs a new block; then one every bs steps.
-        j1 = st.held[r] * bs - st.ncomp[r] + 1
         if j1 == 1:
             need1 += 1
         if 1 <= j1 <= bs:
             hist[j1] += 1
         else:
             periodic = False
-        if p is not None:  # prefix caching
-            kind = _cache_run_kind(kind, r, j1 - 1, bs, rq, st, p)
-            if kind == 0:
-                return 0, 0, 0, 0, False, 0
     return kf, need1, ctx0, proj, periodic, kind
 
 
