@@ -18,9 +18,10 @@ from planner.block_hashes import chain_ids, check_block_sizes
 from planner.bounds import INT64_MAX
 from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
+from planner.kernel.arena import Arenas
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
-from planner.kernel.step import caching_marker, run_steps, simulate_one
+from planner.kernel.step import arena_bytes, caching_marker, run_steps, simulate_one
 from planner.kernel.warm import compile_ahead
 from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
@@ -500,10 +501,13 @@ def _run_kernel(
     run's compile on a 2-core machine. Raises
     KeyboardInterrupt within about 0.1 s of Ctrl-C (``_interruptible``)."""
     ctl = np.zeros(1, dtype=np.int64)
+    need = (arena_bytes(cfg[c], requests, caching_marker(cfg[c])) for c in range(cfg.shape[0]))
+    arenas = Arenas(max(need))
 
     def one(c: int) -> None:
         rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
-        simulate_one(cfg[c], cfgf[c], requests, *rows, ctl, fast_path, check_invariants)
+        arena = arenas.get()
+        simulate_one(cfg[c], cfgf[c], requests, *rows, ctl, fast_path, check_invariants, arena)
 
     _compile_ahead_if_cold(cfg, cfgf, requests, st, check_invariants)
 

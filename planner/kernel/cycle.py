@@ -53,6 +53,7 @@ from numba import njit
 from planner import config as K
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
+from planner.kernel.arena import take_i32
 from planner.kernel.arrivals import arrival_limit, may_receive
 from planner.kernel.state import CYCLE_DET as NDET
 from planner.kernel.state import CYCLE_FIELDS_IN_FLIGHT as FIELDS_IN_FLIGHT
@@ -71,12 +72,19 @@ Cycle = namedtuple("Cycle", "snap det")
 
 
 @njit(cache=True)
-def new_cycle(n_req, cache_entries):
-    """Detector state for ``n_req`` requests; the snapshot has
-    ``state.cycle_snapshot_len(n_req)`` entries plus ``cache_entries`` for the
-    prefix cache (``state.cycle_cache_entries``)."""
-    size = (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS + cache_entries
-    return Cycle(np.empty(size, dtype=np.int32), np.zeros(NDET, dtype=np.int64))
+def snapshot_len(n_req, cache_entries):
+    """int32 entries of the snapshot: ``state.cycle_snapshot_len(n_req)`` plus
+    ``cache_entries`` for the prefix cache (``state.cycle_cache_entries``)."""
+    return (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS + cache_entries
+
+
+@njit(cache=True)
+def new_cycle(n_req, cache_entries, arena, off):
+    """Detector state for ``n_req`` requests, its snapshot (``snapshot_len``,
+    written before it is compared) carved from ``arena`` at byte ``off``
+    (``arena.take_i32``). Returns (the ``Cycle``, the offset after it)."""
+    snap, off = take_i32(arena, off, snapshot_len(n_req, cache_entries))
+    return Cycle(snap, np.zeros(NDET, dtype=np.int64)), off
 
 
 @njit(cache=True, inline="always")

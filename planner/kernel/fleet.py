@@ -51,7 +51,14 @@ from planner.kernel.routers import (
     splitmix64,
 )
 from planner.kernel.rowview import row
-from planner.kernel.step import ENDED, _init, fast_path_allowed, new_prefix_cache, run_steps
+from planner.kernel.step import (
+    ENDED,
+    _init,
+    arena_bytes,
+    fast_path_allowed,
+    new_prefix_cache,
+    run_steps,
+)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -90,9 +97,11 @@ def _start(kx, lo, n_rep, n_keys, caching):
     prefix caches (``step.new_prefix_cache``) when ``caching`` is not None."""
     cfg, rq, o = kx[0], kx[2], kx[5]
     scs = List()
+    arenas = List()
     for i in range(n_rep):
         k = o.counters[lo + i]
-        scs.append(_init(cfg[lo + i], rq, k))
+        arenas.append(np.empty(arena_bytes(cfg[lo + i], rq, caching), dtype=np.uint8))
+        scs.append(_init(cfg[lo + i], rq, k, arenas[i]))
         k[S.O_ORDER_END] = 0
         k[S.O_ROUTE_UNTIL] = 0
         k[S.O_ROUTE_MORE] = 1
@@ -100,7 +109,7 @@ def _start(kx, lo, n_rep, n_keys, caching):
     if caching is not None:
         pcs = List()
         for i in range(n_rep):
-            pcs.append(new_prefix_cache(cfg[lo + i], rq))
+            pcs.append(new_prefix_cache(cfg[lo + i], rq, arenas[i]))
     owner = np.full(n_keys[0] if cfg[lo, K.ROUTER] == PREFIX_AFFINITY else 1, -1, np.int32)
     zeros = np.zeros(n_rep, dtype=np.int64)
     return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)

@@ -64,6 +64,8 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from planner.kernel.arena import aligned, take_i32, take_i64
+
 FREE_LEN, IN_USE, REFS, FREE_SLOTS = 0, 1, 2, 3
 PENDING = -2  # hprev of a hashed block whose private key is not in the map yet
 
@@ -85,16 +87,43 @@ def table_capacity(n_blocks):
 
 
 @njit(cache=True)
-def new_cache(n_blocks, null_block, n_slots, maxb, n_req):
+def cache_bytes(n_blocks, n_slots, maxb, n_req):
+    """Bytes ``new_cache`` carves from its arena (``arena.aligned`` each):
+    ``table`` (n_slots x maxb int32), ``slot_of``/``ncached`` (n_req int32),
+    ``ref``/``hnext``/``hprev`` (n_blocks int32), ``hkey`` (n_blocks int64),
+    ``fq_next``/``fq_prev`` (n_blocks + 2 int32), ``tkey`` (cap int64) and
+    ``thead``/``ttail`` (cap int32), cap = ``table_capacity(n_blocks)``."""
+    cap = table_capacity(n_blocks)
+    i32 = aligned(4 * n_slots * maxb) + 2 * aligned(4 * n_req) + 3 * aligned(4 * n_blocks)
+    i32 += 2 * aligned(4 * (n_blocks + 2)) + 2 * aligned(4 * cap)
+    return i32 + aligned(8 * n_blocks) + aligned(8 * cap)
+
+
+@njit(cache=True)
+def new_cache(n_blocks, null_block, n_slots, maxb, n_req, arena, off):
     """Fresh prefix-cache state (see the module docstring) for ``n_blocks`` blocks,
     ``n_slots`` block-table rows of ``maxb`` blocks and ``n_req`` requests;
-    block 0 is taken if null_block."""
-    ref = np.zeros(n_blocks, dtype=np.int32)
-    hkey = np.full(n_blocks, -1, dtype=np.int64)
-    hnext = np.full(n_blocks, -1, dtype=np.int32)
-    hprev = np.full(n_blocks, -1, dtype=np.int32)
-    fq_next = np.empty(n_blocks + 2, dtype=np.int32)
-    fq_prev = np.empty(n_blocks + 2, dtype=np.int32)
+    block 0 is taken if null_block. Its large arrays are carved from ``arena``
+    (uint8) at byte ``off`` (``cache_bytes`` of them) and initialized here,
+    except ``table``, whose entries are written before they are read."""
+    table, off = take_i32(arena, off, n_slots * maxb)
+    slot_of, off = take_i32(arena, off, n_req)
+    ncached, off = take_i32(arena, off, n_req)
+    ref, off = take_i32(arena, off, n_blocks)
+    hnext, off = take_i32(arena, off, n_blocks)
+    hprev, off = take_i32(arena, off, n_blocks)
+    fq_next, off = take_i32(arena, off, n_blocks + 2)
+    fq_prev, off = take_i32(arena, off, n_blocks + 2)
+    thead, off = take_i32(arena, off, table_capacity(n_blocks))
+    ttail, off = take_i32(arena, off, table_capacity(n_blocks))
+    hkey, off = take_i64(arena, off, n_blocks)
+    tkey, off = take_i64(arena, off, table_capacity(n_blocks))
+    for a in (slot_of, hnext, hprev, thead, ttail):
+        a[:] = -1
+    ncached[:] = 0
+    ref[:] = 0
+    hkey[:] = -1
+    tkey[:] = -1
     head = n_blocks
     tail = n_blocks + 1
     first = 1 if null_block else 0
@@ -108,12 +137,11 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req):
     pc = np.zeros(4, dtype=np.int64)
     pc[FREE_LEN] = n_blocks - first
     pc[FREE_SLOTS] = n_slots
-    cap = table_capacity(n_blocks)
     return PrefixCache(
-        np.empty((n_slots, maxb), dtype=np.int32),
+        table.reshape((n_slots, maxb)),
         np.arange(n_slots).astype(np.int32),
-        np.full(n_req, -1, dtype=np.int32),
-        np.zeros(n_req, dtype=np.int32),
+        slot_of,
+        ncached,
         np.empty(maxb, dtype=np.int32),
         ref,
         hkey,
@@ -122,9 +150,9 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req):
         fq_next,
         fq_prev,
         pc,
-        np.full(cap, -1, dtype=np.int64),
-        np.full(cap, -1, dtype=np.int32),
-        np.full(cap, -1, dtype=np.int32),
+        tkey,
+        thead,
+        ttail,
     )
 
 

@@ -321,8 +321,9 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct); a config allocates at most 22 arrays (4 in step._init itself, 2 in
-# cycle.new_cycle, with prefix caching 16 in prefix_cache.new_cache).
+# struct) or carves from the arena (at most 63 bytes of padding); a config has
+# at most 22 arrays (4 in step._init itself, 2 in cycle.new_cycle, with prefix
+# caching 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
 _SCRATCH_ARRAYS = 22
 
@@ -344,8 +345,12 @@ def kernel_scratch_bytes(
     caching: bool,
     async_scheduling: bool,
 ) -> int:
-    """Bytes ``step._init`` allocates for one config while it runs (freed
-    when it returns), so one per running thread. Counted from its allocations:
+    """Bytes of one config's scratch while it runs, so one per running
+    thread: the arrays ``step._init`` and ``step.new_prefix_cache`` allocate
+    (freed when the config ends) and those they carve from the thread's arena
+    (``kernel/arena.py``, kept for the batch and sized to its largest config;
+    each carved array is padded to 64 bytes, within ``_ARRAY_OVERHEAD``).
+    Counted from those arrays:
     the step's accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the
     decode fast path), ``skipbuf`` (R int32 when async), the livelock
     detector's snapshot (``_cycle_bytes``: 60 bytes per request without

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterator
 
 import numba
+import numpy as np
 
 from planner.kernel import cycle as CY
 from planner.kernel import step as ST
@@ -70,10 +71,11 @@ def phase_signatures(types: tuple) -> tuple[list, list]:
     phases."""
     cfg, cfgf, rq, st, q, o, check, caching = types
     k = _field(o, "counters")
-    sc = _returns(ST._init, (cfg, rq, k))
+    arena = numba.typeof(np.empty(1, dtype=np.uint8))
+    sc = _returns(ST._init, (cfg, rq, k, arena))
     p = caching  # None's type: no prefix caching (step.prefix_cache_of)
     if caching != numba.types.none:
-        p = _returns(ST.new_prefix_cache, (cfg, rq))
+        p = _returns(ST.new_prefix_cache, (cfg, rq, arena))
     s, cyc, dt = _field(sc, "step"), _field(sc, "cycle"), numba.types.int64
     child = [
         (ST._decode_fast_path, (cfg, cfgf, rq, st, q, o, sc, p, check)),
