@@ -21,7 +21,7 @@ from planner.kernel import state as S
 from planner.kernel.arena import Arenas
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
-from planner.kernel.step import arena_bytes, caching_marker, run_steps, simulate_one
+from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
 from planner.kernel.warm import compile_ahead
 from planner.latency import Latency, LinearLatency
 from planner.slo import SLO
@@ -501,13 +501,12 @@ def _run_kernel(
     run's compile on a 2-core machine. Raises
     KeyboardInterrupt within about 0.1 s of Ctrl-C (``_interruptible``)."""
     ctl = np.zeros(1, dtype=np.int64)
-    need = (arena_bytes(cfg[c], requests, caching_marker(cfg[c])) for c in range(cfg.shape[0]))
-    arenas = Arenas(max(need))
+    arenas = Arenas(*scratch_sizes(cfg, requests))
 
     def one(c: int) -> None:
         rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
-        arena = arenas.get()
-        simulate_one(cfg[c], cfgf[c], requests, *rows, ctl, fast_path, check_invariants, arena)
+        scratch = arenas.get()
+        simulate_one(cfg[c], cfgf[c], requests, *rows, ctl, fast_path, check_invariants, scratch)
 
     _compile_ahead_if_cold(cfg, cfgf, requests, st, check_invariants)
 
@@ -560,10 +559,17 @@ def _run_fleets(
     starts, sizes, conc, think = fleets
     _compile_ahead_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants)
 
+    entries, nbytes = scratch_sizes(kx[0], kx[2])
+    most = int(sizes.max())
+    arenas = Arenas(most * entries, most * nbytes)
+
     def one(f: int) -> None:
+        snap, cache = arenas.get()
+        n = int(sizes[f])
+        bufs = (snap[: n * entries].reshape(n, entries), cache[: n * nbytes].reshape(n, nbytes))
         simulate_fleet(
             kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants,
-            caching_marker(kx[0][starts[f]]),
+            caching_marker(kx[0][starts[f]]), bufs,
         )  # fmt: skip
 
     _interruptible(_pool, (one, _by_cost(sizes)), ctl)

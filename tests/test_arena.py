@@ -56,12 +56,14 @@ def _outcome(res) -> tuple:
 class _Dirty(Arenas):
     """Arenas whose buffers start full of noise instead of whatever malloc gave."""
 
-    def get(self) -> np.ndarray:
-        buf = super().get()
+    def get(self) -> tuple[np.ndarray, np.ndarray]:
+        bufs = super().get()
         if not getattr(self._local, "dirtied", False):
-            buf[:] = np.random.default_rng(7).integers(0, 256, buf.shape[0], dtype=np.uint8)
+            rng = np.random.default_rng(7)
+            for b in bufs:
+                b.view(np.uint8)[:] = rng.integers(0, 256, b.nbytes, dtype=np.uint8)
             self._local.dirtied = True
-        return buf
+        return bufs
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -82,29 +84,30 @@ def test_carved_arrays_fit_the_arena_without_overlap(monkeypatch):
     seen = []
     real = api.simulate_one
 
-    def spy(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, arena=None):
-        marker = ST.caching_marker(cfg)
-        need = ST.arena_bytes(cfg, rq, marker)
-        own = np.empty(need, dtype=np.uint8)
-        sc = ST._init(cfg, rq, o.counters.copy(), own)
+    def spy(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None):
+        entries, nbytes = ST.scratch_sizes(cfg[None, :], rq)
+        snap, own = Arenas(entries, nbytes).get()
+        sc = ST._init(cfg, rq, o.counters.copy(), snap)
         p = ST.prefix_cache_of(cfg, rq, own)
-        views = [sc.cycle.snap] + ([] if p is None else list(p))
-        seen.append((own, views, marker))
-        real(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, arena)
+        assert sc.cycle.snap.shape[0] == entries  # the snapshot takes the whole buffer
+        seen.append((own, [] if p is None else list(p), ST.caching_marker(cfg)))
+        real(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch)
 
     monkeypatch.setattr(api, "simulate_one", spy)
     api.simulate(_configs(), _workload(3), STEP_LATENCY)
     assert {m for _, _, m in seen} == {None, True}
     base_of = lambda a: a.__array_interface__["data"][0]  # noqa: E731
-    for own, views, _ in seen:
+    for own, views, marker in seen:
+        if marker is None:
+            continue
         lo, hi = base_of(own), base_of(own) + own.nbytes
         spans = sorted(
             (base_of(v), base_of(v) + v.nbytes)
             for v in views
             if v.size and lo <= base_of(v) < hi  # carved ones (small arrays are allocated)
         )
-        assert spans, "nothing was carved from the arena"
+        assert len(spans) == 12, "the prefix cache carves 12 arrays"
         assert all(a >= lo and b <= hi for a, b in spans)
         assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:], strict=False))
-        # the layout uses the arena to its end (arena_bytes is not padded)
+        # the layout uses the arena to its end (cache_bytes is not padded)
         assert hi - spans[-1][1] < 64

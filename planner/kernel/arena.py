@@ -11,11 +11,14 @@ S1 grid with prefix caching that was about a tenth of the run's CPU time
 keep freed memory, ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``,
 against 6.4-6.5 without).
 
-How: ``Arenas`` keeps one ``uint8`` buffer per thread, the size of the
-largest configuration of the batch. The kernel carves typed arrays from it
-(``take_i32``/``take_i64``), each starting at a multiple of ``ALIGN`` bytes,
-and writes every entry it later reads before reading it, so nothing depends
-on what an earlier configuration left in the buffer.
+How: ``Arenas`` keeps two buffers per thread, each the size the batch's
+largest configuration needs (``state.scratch_layout``): an int32 one whose
+front is the livelock snapshot, and a ``uint8`` one from which the prefix
+cache carves its typed arrays (``take_i32``/``take_i64``), each starting at
+a multiple of ``ALIGN`` bytes. The kernel writes every entry it later reads
+before reading it, so nothing depends on what an earlier configuration left
+in the buffers. The sizes are computed in plain Python, so sizing compiles
+nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def _span(arena: np.ndarray, off: int, nbytes: int) -> np.ndarray:
     """``arena[off:off + nbytes]``. Raises ValueError past the arena's end
     (Numba would clamp the slice, and the kernel write past the view)."""
     if off + nbytes > arena.shape[0]:
-        raise ValueError("kernel arena too small (step.arena_bytes)")
+        raise ValueError("kernel arena too small (state.scratch_layout)")
     return arena[off : off + nbytes]
 
 
@@ -58,22 +61,24 @@ def take_i64(arena: np.ndarray, off: int, n: int) -> tuple[np.ndarray, int]:
 
 
 class Arenas:
-    """One reusable scratch buffer per thread (module docstring).
+    """Reusable scratch buffers, one pair per thread (module docstring).
 
-    Create one per batch of configurations with the largest size any of them
-    needs (``api._run_kernel``), so a thread allocates once however the
-    batch's sizes are ordered; its buffers live as long as it does, at most
-    one per worker thread (``state.kernel_scratch_bytes`` counts one per
-    running thread)."""
+    Create one per batch of configurations with the largest sizes any of them
+    needs (``step.scratch_sizes``; ``api._run_kernel``), so a thread
+    allocates once however the batch's sizes are ordered. Its buffers live as
+    long as it does, one pair per worker thread (``state.kernel_scratch_bytes``
+    counts one config's scratch per running thread)."""
 
-    def __init__(self, nbytes: int) -> None:
-        self.nbytes = max(int(nbytes), ALIGN)
+    def __init__(self, snap_entries: int, cache_bytes: int) -> None:
+        self.sizes = (max(int(snap_entries), 1), max(int(cache_bytes), ALIGN))
         self._local = threading.local()
 
-    def get(self) -> np.ndarray:
-        """This thread's buffer, (``nbytes``,) uint8, allocated on first use."""
-        buf = getattr(self._local, "buf", None)
-        if buf is None:
-            buf = np.empty(self.nbytes, dtype=np.uint8)
-            self._local.buf = buf
-        return buf
+    def get(self) -> tuple[np.ndarray, np.ndarray]:
+        """This thread's (snapshot (entries,) int32, prefix-cache arena
+        (bytes,) uint8) buffers, allocated on first use."""
+        bufs = getattr(self._local, "bufs", None)
+        if bufs is None:
+            snap = np.empty(self.sizes[0], dtype=np.int32)
+            bufs = (snap, np.empty(self.sizes[1], dtype=np.uint8))
+            self._local.bufs = bufs
+        return bufs

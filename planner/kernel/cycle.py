@@ -53,7 +53,6 @@ from numba import njit
 from planner import config as K
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
-from planner.kernel.arena import take_i32
 from planner.kernel.arrivals import arrival_limit, may_receive
 from planner.kernel.state import CYCLE_DET as NDET
 from planner.kernel.state import CYCLE_FIELDS_IN_FLIGHT as FIELDS_IN_FLIGHT
@@ -72,19 +71,16 @@ Cycle = namedtuple("Cycle", "snap det")
 
 
 @njit(cache=True)
-def snapshot_len(n_req, cache_entries):
-    """int32 entries of the snapshot: ``state.cycle_snapshot_len(n_req)`` plus
-    ``cache_entries`` for the prefix cache (``state.cycle_cache_entries``)."""
-    return (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS + cache_entries
-
-
-@njit(cache=True)
-def new_cycle(n_req, cache_entries, arena, off):
-    """Detector state for ``n_req`` requests, its snapshot (``snapshot_len``,
-    written before it is compared) carved from ``arena`` at byte ``off``
-    (``arena.take_i32``). Returns (the ``Cycle``, the offset after it)."""
-    snap, off = take_i32(arena, off, snapshot_len(n_req, cache_entries))
-    return Cycle(snap, np.zeros(NDET, dtype=np.int64)), off
+def new_cycle(n_req, cache_entries, buf):
+    """Detector state for ``n_req`` requests. Its snapshot, of
+    ``state.cycle_snapshot_len(n_req)`` entries plus ``cache_entries`` for the
+    prefix cache (``state.cycle_cache_entries``), is the front of ``buf``, the
+    thread's reused int32 buffer (``kernel/arena.py``; every entry is written
+    before it is compared). Raises ValueError if ``buf`` is shorter."""
+    size = (FIELDS_PER_REQUEST + FIELDS_IN_FLIGHT) * n_req + SCALARS + cache_entries
+    if buf.shape[0] < size:
+        raise ValueError("livelock snapshot buffer too small (state.scratch_layout)")
+    return Cycle(buf[:size], np.zeros(NDET, dtype=np.int64))
 
 
 @njit(cache=True, inline="always")

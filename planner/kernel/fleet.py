@@ -54,7 +54,6 @@ from planner.kernel.rowview import row
 from planner.kernel.step import (
     ENDED,
     _init,
-    arena_bytes,
     fast_path_allowed,
     new_prefix_cache,
     run_steps,
@@ -92,16 +91,14 @@ OPEN, CLOSED = np.bool_(False), np.bool_(True)
 
 
 @njit(cache=True, inline="always")
-def _start(kx, lo, n_rep, n_keys, caching):
+def _start(kx, lo, n_rep, n_keys, caching, bufs):
     """``step._init`` every replica with routing open and nothing sent; their
     prefix caches (``step.new_prefix_cache``) when ``caching`` is not None."""
     cfg, rq, o = kx[0], kx[2], kx[5]
     scs = List()
-    arenas = List()
     for i in range(n_rep):
         k = o.counters[lo + i]
-        arenas.append(np.empty(arena_bytes(cfg[lo + i], rq, caching), dtype=np.uint8))
-        scs.append(_init(cfg[lo + i], rq, k, arenas[i]))
+        scs.append(_init(cfg[lo + i], rq, k, bufs[0][i]))
         k[S.O_ORDER_END] = 0
         k[S.O_ROUTE_UNTIL] = 0
         k[S.O_ROUTE_MORE] = 1
@@ -109,7 +106,7 @@ def _start(kx, lo, n_rep, n_keys, caching):
     if caching is not None:
         pcs = List()
         for i in range(n_rep):
-            pcs.append(new_prefix_cache(cfg[lo + i], rq, arenas[i]))
+            pcs.append(new_prefix_cache(cfg[lo + i], rq, bufs[1][i]))
     owner = np.full(n_keys[0] if cfg[lo, K.ROUTER] == PREFIX_AFFINITY else 1, -1, np.int32)
     zeros = np.zeros(n_rep, dtype=np.int64)
     return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)
@@ -187,12 +184,12 @@ def _finish(kx, lo, n_rep, rp, ctl, macro, check, caching):
 
 
 @njit(cache=True, inline="always")
-def _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching):
+def _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching, bufs):
     """Open loop: before each send (at its arrival) every replica advances to
     that time; then the router chooses (module docstring)."""
     cfg, rq, st = kx[0], kx[2], kx[3]
     stream = st.order[lo].copy()
-    rp = _start(kx, lo, n_rep, keys[3], caching)
+    rp = _start(kx, lo, n_rep, keys[3], caching, bufs)
     rng = np.uint64(cfg[lo, K.ROUTER_SEED])
     for j in range(rq.prompt.shape[0]):
         r = stream[j]
@@ -285,7 +282,7 @@ def _send_time(kx, lo, stream, j, conc, think, cl):
 
 
 @njit(cache=True, inline="always")
-def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching):
+def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching, bufs):
     """Closed-loop clients through the router: an answer in any replica
     frees a client, whose next request goes through the router. Send times
     depend on answers, so the replicas advance in lockstep: the replica that
@@ -298,7 +295,7 @@ def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching):
     cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
     R = rq.prompt.shape[0]
     stream = st.order[lo].copy()
-    rp = _start(kx, lo, n_rep, keys[3], caching)
+    rp = _start(kx, lo, n_rep, keys[3], caching, bufs)
     cl = Clients(
         np.empty(R, np.int64), np.empty(R, np.int64), np.empty(R, np.int64),
         np.empty(R, np.int64), np.zeros(3, np.int64),
@@ -338,7 +335,7 @@ def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching):
 
 
 @njit(cache=True, nogil=True)
-def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, caching):
+def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, caching, bufs):
     """Simulate one fleet: replicas on rows lo..lo+n_rep-1 of every array of
     ``kx`` = (cfg (C, NCOLS), cfgf, rq, st, q, o), the kernel's inputs and
     ``state.allocate`` records, rows identical per fleet. Row lo's ``order``
@@ -349,11 +346,13 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
     (R + 1,) int64, keys (H,) int64 dense prefix keys, key_tokens (H,) int64
     tokens each key covers, n_keys (1,) int64), for ``prefix_affinity``.
     ``caching``: None without prefix caching, else True (the step loop is
-    compiled for each: ``step.prefix_cache_of``)."""
+    compiled for each: ``step.prefix_cache_of``). ``bufs``: the thread's
+    reused scratch (``kernel/arena.py``), (n_rep, entries) int32 and
+    (n_rep, bytes) uint8, a row per replica (``step.scratch_sizes``)."""
     # ``macro`` stays a runtime bool (a literal False would make Numba compile
     # the whole step loop a second time for it).
     macro = fast_path_allowed(kx[0][lo], row(kx[5], lo), use_macro) and conc == 0
     if conc > 0:
-        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching)
+        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching, bufs)
         return
-    _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching)
+    _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching, bufs)

@@ -86,17 +86,18 @@ def table_capacity(n_blocks):
     return cap
 
 
-@njit(cache=True)
-def cache_bytes(n_blocks, n_slots, maxb, n_req):
+def cache_bytes(n_blocks: int, n_slots: int, maxb: int, n_req: int) -> int:
     """Bytes ``new_cache`` carves from its arena (``arena.aligned`` each):
     ``table`` (n_slots x maxb int32), ``slot_of``/``ncached`` (n_req int32),
     ``ref``/``hnext``/``hprev`` (n_blocks int32), ``hkey`` (n_blocks int64),
     ``fq_next``/``fq_prev`` (n_blocks + 2 int32), ``tkey`` (cap int64) and
-    ``thead``/``ttail`` (cap int32), cap = ``table_capacity(n_blocks)``."""
-    cap = table_capacity(n_blocks)
-    i32 = aligned(4 * n_slots * maxb) + 2 * aligned(4 * n_req) + 3 * aligned(4 * n_blocks)
-    i32 += 2 * aligned(4 * (n_blocks + 2)) + 2 * aligned(4 * cap)
-    return i32 + aligned(8 * n_blocks) + aligned(8 * cap)
+    ``thead``/``ttail`` (cap int32), cap = ``table_capacity(n_blocks)``.
+    Plain Python (the jitted helpers' own code): the caller sizes the arena
+    before anything is compiled."""
+    al, cap = aligned.py_func, int(table_capacity.py_func(n_blocks))
+    i32 = al(4 * n_slots * maxb) + 2 * al(4 * n_req) + 3 * al(4 * n_blocks)
+    i32 += 2 * al(4 * (n_blocks + 2)) + 2 * al(4 * cap)
+    return int(i32 + al(8 * n_blocks) + al(8 * cap))
 
 
 @njit(cache=True)

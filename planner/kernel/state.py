@@ -336,6 +336,34 @@ def pool_table_capacity(n_blocks: int) -> int:
     return int(table_capacity.py_func(n_blocks))
 
 
+def scratch_layout(
+    num_requests: int,
+    num_gpu_blocks: int,
+    block_size: int,
+    max_num_seqs: int,
+    longest_tokens: int,
+    caching: bool,
+) -> tuple[int, int]:
+    """(int32 entries of the livelock detector's snapshot, bytes the prefix
+    cache carves from its arena: ``prefix_cache.cache_bytes``, 0 without
+    caching) for one config: the two buffers a worker thread reuses
+    (``kernel/arena.py``). With caching the block tables have S = min(max_num_seqs,
+    R) rows of maxb = ceil(longest_tokens / block_size) + 1 blocks.
+    ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
+    workload's requests (``step._cache_shape``)."""
+    r = num_requests
+    if not caching:
+        return cycle_snapshot_len(r), 0
+    from planner.kernel.prefix_cache import cache_bytes
+
+    slots = min(max_num_seqs, r)
+    maxb = -(-longest_tokens // block_size) + 1
+    entries = cycle_snapshot_len(r) + int(
+        cycle_cache_entries.py_func(r, num_gpu_blocks, slots, maxb)
+    )
+    return entries, cache_bytes(num_gpu_blocks, slots, maxb, r)
+
+
 def kernel_scratch_bytes(
     num_requests: int,
     num_gpu_blocks: int,
@@ -346,37 +374,28 @@ def kernel_scratch_bytes(
     async_scheduling: bool,
 ) -> int:
     """Bytes of one config's scratch while it runs, so one per running
-    thread: the arrays ``step._init`` and ``step.new_prefix_cache`` allocate
-    (freed when the config ends) and those they carve from the thread's arena
-    (``kernel/arena.py``, kept for the batch and sized to its largest config;
-    each carved array is padded to 64 bytes, within ``_ARRAY_OVERHEAD``).
-    Counted from those arrays:
-    the step's accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the
-    decode fast path), ``skipbuf`` (R int32 when async), the livelock
-    detector's snapshot (``_cycle_bytes``: 60 bytes per request without
-    caching), and with prefix
-    caching the block tables ``table`` (S x maxb
-    int32, S = min(max_num_seqs, R), maxb = ceil(longest_tokens / block_size)
-    + 1), ``slots`` (S, built as int64 then int32), ``slot_of``/``ncached``
-    (R int32), ``hits`` (maxb int32) and the pool of ``prefix_cache.new_cache``
-    for num_gpu_blocks blocks N: ``ref``/``hnext``/``hprev`` (N int32), ``hkey``
-    (N int64), ``fq_next``/``fq_prev`` (N + 2 int32), ``pc`` (4 int64), ``tkey`` (cap int64),
-    ``thead``/``ttail`` (cap int32), and the decode fast path's block events
-    (2 S int32). Without caching those are 1-element arrays.
-    ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
-    workload's requests."""
+    thread: the buffers of ``scratch_layout`` (the livelock snapshot and the
+    prefix cache's large arrays, which a worker thread keeps for its batch,
+    sized to its largest config: ``kernel/arena.py``), and the small arrays
+    ``step._init`` and ``step.new_prefix_cache`` allocate: the step's
+    accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the decode
+    fast path), ``skipbuf`` (R int32 when async), the detector's counters
+    (CYCLE_DET int64), the decode fast path's block events (2 S int32, one
+    entry without caching), and with caching ``slots`` (S, built as int64
+    then int32), ``hits`` (maxb int32) and ``pc`` (4 int64).
+    Arguments as ``scratch_layout``'s."""
     r = num_requests
-    n = num_gpu_blocks if caching else 1
-    slots = min(max_num_seqs, r) if caching else 1
-    maxb = -(-longest_tokens // block_size) + 1 if caching else 1
-    per_req = r if caching else 1
-    cap = pool_table_capacity(n)
-    total = 8 * NSTEP + 8 * (block_size + 1) + 4 * (r if async_scheduling else 1)
-    total += 4 * slots * maxb + 12 * slots + 8 * per_req + 4 * maxb
-    total += 8 * slots if caching else 4  # the fast path's block events, 2 x S int32
-    total += 12 * n + 8 * n + 8 * (n + 2) + 32 + 16 * cap
-    cache_entries = cycle_cache_entries(r, n, slots, maxb) if caching else 0
-    total += _cycle_bytes(r, cache_entries)
+    entries, cache = scratch_layout(
+        r, num_gpu_blocks, block_size, max_num_seqs, longest_tokens, caching
+    )
+    total = 4 * entries + cache + 8 * NSTEP + 8 * (block_size + 1) + 8 * CYCLE_DET
+    total += 4 * (r if async_scheduling else 1)
+    if caching:
+        slots = min(max_num_seqs, r)
+        maxb = -(-longest_tokens // block_size) + 1
+        total += 12 * slots + 4 * maxb + 32 + 8 * slots
+    else:
+        total += 4
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS
 
 
@@ -409,10 +428,3 @@ def cycle_cache_entries(num_requests: int, num_gpu_blocks: int, slots: int, maxb
     Jitted: the kernel's ``step._init``, ``kernel_scratch_bytes`` and the
     reference engine all call this one definition."""
     return num_requests + slots * maxb + 4 * num_gpu_blocks
-
-
-def _cycle_bytes(num_requests: int, cache_entries: int = 0) -> int:
-    """The livelock detector's buffers (``cycle.new_cycle``): an int32 snapshot
-    and its counters; with caching also the pool's entries
-    (``cycle_cache_entries``)."""
-    return 4 * (cycle_snapshot_len(num_requests) + cache_entries) + 8 * CYCLE_DET

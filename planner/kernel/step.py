@@ -45,8 +45,8 @@ Python objects was about 13% of a first run's compile (16.8 against 14.6 CPU-s,
 alternating, 2026-12-01). Their helpers are ``inline="always"``, which keeps the call tree
 shallow: Numba re-optimizes every callee's IR inside each caller, so a deep
 tree compiles slower. Only ``_init`` and ``new_prefix_cache`` allocate, and
-they carve their large arrays from the caller's per-thread arena
-(``kernel/arena.py``: ``arena_bytes``), so a thread running many configs
+they take their large arrays from the caller's per-thread buffers
+(``kernel/arena.py``: ``scratch_sizes``), so a thread running many configs
 does not fault in fresh pages for each.
 
 Variants: the prefix cache ``p`` is None without prefix caching, and every
@@ -71,7 +71,7 @@ from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
-from planner.kernel.arena import aligned
+from planner.kernel.arena import Arenas
 from planner.kernel.arrivals import (
     answered,
     arrival_limit,
@@ -79,7 +79,7 @@ from planner.kernel.arrivals import (
     may_receive,
     routing_open,
 )
-from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle, snapshot_len
+from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.policies import (
     VANILLA,
     adaptive_cap_next,
@@ -128,12 +128,11 @@ Scratch = namedtuple("Scratch", "step hist skipbuf cycle cache_ev")
 
 
 @njit(cache=True)
-def _init(cfg, rq, k, arena):
+def _init(cfg, rq, k, snap):
     """Zero the counters, set the derived ones and allocate the scratch; the
-    livelock detector's snapshot is carved from ``arena`` (uint8, at least
-    ``arena_bytes`` long) at its start. Returns the ``Scratch``. The pool
-    starts with ``usable_blocks`` free (``BlockPool.__init__`` takes the null
-    block)."""
+    livelock detector's snapshot is the front of ``snap``, the thread's int32
+    buffer (``scratch_sizes``). Returns the ``Scratch``. The pool starts with
+    ``usable_blocks`` free (``BlockPool.__init__`` takes the null block)."""
     R = rq.prompt.shape[0]
     n, bs, mml = cfg[K.N], cfg[K.BS], cfg[K.MML]
     null_block = cfg[K.NULL] != 0
@@ -152,41 +151,36 @@ def _init(cfg, rq, k, arena):
     k[S.O_ROUTE_UNTIL] = -1  # a lone server; kernel/fleet.py opens routing for replicas
     caching = cfg[K.CACHING] != 0
     slots, maxb = _cache_shape(cfg, rq)
+    cache_entries = S.cycle_cache_entries(R, n, slots, maxb) if caching else 0
     return Scratch(
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(bs + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
-        new_cycle(R, _cycle_cache_entries(cfg, rq), arena, 0)[0],
+        new_cycle(R, cache_entries, snap),
         np.empty(2 * slots if caching else 1, dtype=np.int32),
     )
 
 
-@njit(cache=True)
-def _cycle_cache_entries(cfg, rq):
-    """The livelock snapshot's entries for the prefix cache (0 without caching)."""
-    if cfg[K.CACHING] == 0:
-        return 0
-    slots, maxb = _cache_shape(cfg, rq)
-    return S.cycle_cache_entries(rq.prompt.shape[0], cfg[K.N], slots, maxb)
-
-
-@njit(cache=True)
-def _cycle_end(cfg, rq):
-    """Byte offset in the arena where the prefix cache's part starts."""
-    return aligned(4 * snapshot_len(rq.prompt.shape[0], _cycle_cache_entries(cfg, rq)))
-
-
-@njit(cache=True)
-def arena_bytes(cfg, rq, caching):
-    """Bytes of the arena (``kernel/arena.py``) one config's ``_init`` and
-    ``new_prefix_cache`` carve: the livelock snapshot, then with caching the
-    prefix cache's arrays (``PC.cache_bytes``). ``caching`` is the config's
-    ``caching_marker``: for None, Numba compiles none of the caching code."""
-    end = _cycle_end(cfg, rq)
-    if caching is None:
-        return end
-    slots, maxb = _cache_shape(cfg, rq)
-    return end + PC.cache_bytes(cfg[K.N], slots, maxb, rq.prompt.shape[0])
+def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int]:
+    """The largest ``state.scratch_layout`` of the configs ``cfg`` (C, NCOLS)
+    (``config.pack_configs`` rows) on requests ``rq``: (int32 entries, bytes)
+    of the two buffers a worker thread reuses (``kernel/arena.py``). Plain
+    Python and NumPy, so sizing compiles nothing."""
+    tokens = rq.prompt.astype(np.int64) + rq.max_tokens
+    most = int(tokens.max()) if tokens.shape[0] else 0
+    R = rq.prompt.shape[0]
+    sizes = {
+        S.scratch_layout(
+            R,
+            int(c[K.N]),
+            int(c[K.BS]),
+            int(c[K.SEQS]),
+            min(most, int(c[K.MML])),
+            bool(c[K.CACHING] != 0),
+        )  # fmt: skip
+        for c in cfg
+    }
+    return max(e for e, _ in sizes), max(b for _, b in sizes)
 
 
 @njit(cache=True, inline="always")
@@ -206,10 +200,11 @@ def _cache_shape(cfg, rq):
 @njit(cache=True)
 def new_prefix_cache(cfg, rq, arena):
     """A fresh ``prefix_cache.PrefixCache`` for a config with prefix caching
-    (``_cache_shape``), carved from ``arena`` after the livelock snapshot."""
+    (``_cache_shape``), its large arrays carved from ``arena``, the thread's
+    uint8 buffer (``scratch_sizes``)."""
     slots, maxb = _cache_shape(cfg, rq)
     R = rq.prompt.shape[0]
-    return PC.new_cache(cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, arena, _cycle_end(cfg, rq))
+    return PC.new_cache(cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, arena, 0)
 
 
 def prefix_cache_of(cfg: np.ndarray, rq: tuple, arena: np.ndarray) -> tuple | None:
@@ -1550,7 +1545,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
     return ENDED
 
 
-def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, arena=None) -> None:
+def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None) -> None:
     """Simulate one configuration to the horizon, the end of its work, a proven
     livelock, ``max_steps`` or the caller's stop flag (``run_steps``).
 
@@ -1567,12 +1562,12 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, arena=None) -> 
     (the run then ends with ``O_INTERRUPTED`` = 1); ``use_macro`` allows the
     decode fast path (off while tracing or logging events); ``check`` counts
     steps that break block conservation (one pass over ``running`` per step);
-    ``arena`` a (>= ``arena_bytes``,) uint8 buffer for the large scratch
-    (``kernel/arena.py``; a new one when None).
+    ``scratch`` the thread's (int32, uint8) buffers for the large scratch
+    (``kernel/arena.py``, at least ``scratch_sizes``; new ones when None).
     """
-    if arena is None:
-        arena = np.empty(arena_bytes(cfg, rq, caching_marker(cfg)), dtype=np.uint8)
-    sc = _init(cfg, rq, o.counters, arena)
-    p = prefix_cache_of(cfg, rq, arena)
+    if scratch is None:
+        scratch = Arenas(*scratch_sizes(cfg[None, :], rq)).get()
+    sc = _init(cfg, rq, o.counters, scratch[0])
+    p = prefix_cache_of(cfg, rq, scratch[1])
     macro = bool(fast_path_allowed(cfg, o, use_macro))
     run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, bool(check))

@@ -71,8 +71,8 @@ def phase_signatures(types: tuple) -> tuple[list, list]:
     phases."""
     cfg, cfgf, rq, st, q, o, check, caching = types
     k = _field(o, "counters")
-    arena = numba.typeof(np.empty(1, dtype=np.uint8))
-    sc = _returns(ST._init, (cfg, rq, k, arena))
+    snap, arena = (numba.typeof(np.empty(1, dtype=t)) for t in (np.int32, np.uint8))
+    sc = _returns(ST._init, (cfg, rq, k, snap))
     p = caching  # None's type: no prefix caching (step.prefix_cache_of)
     if caching != numba.types.none:
         p = _returns(ST.new_prefix_cache, (cfg, rq, arena))
