@@ -496,10 +496,14 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
     h = 0
     if p is not None:  # prefix caching
         if head >= 0 and st.ncomp[head] == 0:
-            h = min(
-                PC.shareable_blocks(head, bs, rq),
-                PC.max_hit_blocks(st.nout[head] + rq.prompt[head], bs),
-            )
+            nmax = PC.max_hit_blocks(st.nout[head] + rq.prompt[head], bs)
+            if kind == 1:
+                # No block of a shared key is hashed in the run and none leaves
+                # use: the in-use hits of the head's lookup now can only fall.
+                nhit, evictable = PC.lookup(head, nmax, bs, rq, p)
+                h = nhit - evictable
+            else:
+                h = min(PC.shareable_blocks(head, bs, rq), nmax)
     if head >= 0 and not _head_blocked(
         head, rq.prompt[head] + st.nout[head], st.ncomp[head] + h * bs, n_run, free - need1 + h,
         k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
