@@ -14,7 +14,7 @@ import pandas as pd
 
 from planner import config as K
 from planner import replicas as RP
-from planner.block_hashes import chain_ids, check_block_sizes
+from planner.block_hashes import chain_ids, check_block_sizes, private_singletons
 from planner.bounds import INT64_MAX
 from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
@@ -298,9 +298,11 @@ def simulate(
         rcfg = rcfg.copy()
         rcfg[:, K.CONC] = 0
     hashes = hash_arrays(workload, configs)
+    kernel_hashes = (hashes[0], private_singletons(hashes[1]), hashes[2])
     requests = S.Requests(
-        prompt, max_tokens, priority, group, shared_len, *hashes, next_turn, pack_tables(lats)
-    )
+        prompt, max_tokens, priority, group, shared_len, *kernel_hashes, next_turn,
+        pack_tables(lats),
+    )  # fmt: skip
     if fleet:
         keys = RP.no_keys(r)
         if np.any(cfg[:, K.ROUTER] == PREFIX_AFFINITY):

@@ -68,6 +68,26 @@ def chain_ids(workload: Workload) -> np.ndarray:
     return out
 
 
+def private_singletons(chained: np.ndarray) -> np.ndarray:
+    """``chained`` (``chain_ids``) with -1 for every id that only one
+    request's blocks carry, as the kernel reads them (``state.Requests``).
+
+    No other request can look such a block up, so the kernel gives it its
+    request's private key (``prefix_cache.block_key``): hashing it then skips
+    the hash map until the request is preempted (``prefix_cache.publish``),
+    and what vLLM does is unchanged. A chained id occurs at most once per
+    request (its depth is its position), so its count is its request count;
+    every block after a singleton is a singleton too (its parent is unique).
+    Returns a new (H,) int64 array."""
+    out = np.array(chained, dtype=np.int64, copy=True)
+    used = out >= 0
+    if not used.any():
+        return out
+    counts = np.bincount(out[used])
+    out[used & (counts[np.maximum(out, 0)] == 1)] = -1
+    return out
+
+
 @dataclass(frozen=True)
 class IdealHits:
     """Prefix-cache tokens hit and queried over a workload (``ideal_hits``)."""

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import STEP_LATENCY, run_cli
 from planner.api import simulate
-from planner.block_hashes import ideal_hits
+from planner.block_hashes import chain_ids, ideal_hits, private_singletons
 from planner.config import SchedulerConfig
 from planner.traces import MOONCAKE_CONV, TraceOptions, load_trace, read_trace
 from planner.workload import Workload, WorkloadError
@@ -255,3 +255,22 @@ def test_kernel_matches_reference_on_hashed_workloads():
             hit += eng.sched.cache_stats[1] > 0
             preempted_hit += eng.sched.cache_stats_preempted[1] > 0
     assert hit >= 80 and preempted_hit >= 5, (hit, preempted_hit)
+
+
+def test_ids_no_other_request_carries_become_private():
+    # r0 and r1 share their first trace block only; r2 shares nothing; -1 (a
+    # partial block) stays -1. A block after a singleton is a singleton too.
+    wl = Workload(
+        np.array([0.0, 1.0, 2.0]),
+        np.array([20, 20, 20], np.int32),
+        np.array([2, 2, 2], np.int32),
+        hash_ids=np.array([1, 2, 3, 1, 9, 4, 5, 6, 7], np.int64),
+        hash_offsets=np.array([0, 3, 6, 9], np.int64),
+        hash_block_size=8,
+    )
+    chained = chain_ids(wl)
+    out = private_singletons(chained)
+    assert chained.tolist() == [0, 1, -1, 0, 2, -1, 3, 4, -1]
+    assert out.tolist() == [0, -1, -1, 0, -1, -1, -1, -1, -1]
+    assert chained.tolist() == [0, 1, -1, 0, 2, -1, 3, 4, -1]  # the input is not changed
+    assert private_singletons(np.full(3, -1, np.int64)).tolist() == [-1, -1, -1]

@@ -23,7 +23,8 @@ key is ``(R + group) * maxb + j`` or ``r * maxb + j``. With a block-hash trace
 j lies in trace block t = j * block_size // B; while that trace block is full
 it has the identity (hash id h of t, offset o = j - t * B / block_size), key
 ``R * maxb + h * (B / block_size) + o``, else (the partial last trace block,
-output tokens) it is unique to r. The trace ids are prefix-chained
+output tokens, or a trace block no other request carries:
+``planner.block_hashes.private_singletons``) it is unique to r. The trace ids are prefix-chained
 (``planner.block_hashes.chain_ids``), so one key names the whole prefix up to
 its block, as vLLM's chain hash (``hash_block_tokens`` of the parent hash and
 the block's tokens, ``vllm/v1/core/kv_cache_utils.py``) does; ``lookup``
@@ -226,7 +227,9 @@ def block_key(r, j, bs, rq, n_req, maxb):
         per = hb // bs
         t = j // per
         if t < rq.prompt[r] // hb:
-            return n_req * maxb + rq.hash_key[rq.hash_off[r] + t] * per + (j - t * per)
+            h = rq.hash_key[rq.hash_off[r] + t]
+            if h >= 0:  # -1: an id no other request carries (``private_singletons``)
+                return n_req * maxb + h * per + (j - t * per)
         return r * maxb + j
     if (j + 1) * bs <= rq.shared_len[r]:
         return (n_req + rq.group[r]) * maxb + j

@@ -165,7 +165,8 @@ Requests = namedtuple(
         # trace blocks are hash_key[hash_off[r]:hash_off[r + 1]], one per
         # hash_block[0] prompt tokens, each an int64 id of the whole prefix up
         # to that block's end (``planner.block_hashes.chain_ids``), -1 for a
-        # partial last block. hash_off (R + 1,) int64, hash_key (H,) int64,
+        # partial last block or an id no other request carries
+        # (``private_singletons``). hash_off (R + 1,) int64, hash_key (H,) int64,
         # hash_block (1,) int64 (0: the workload has no hash ids).
         "hash_off",
         "hash_key",
