@@ -364,15 +364,21 @@ def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def get_new_blocks(n, s, start, p):
-    """Pop n blocks from the front of the free queue into p.table[s, start:start+n]."""
-    head = p.fq_next.shape[0] - 2
+    """Pop n blocks from the front of the free queue into p.table[s, start:start+n]:
+    the queue's first n blocks in order, each's old hash dropped, and the
+    queue cut after them at once (a block out of the queue has stale links
+    until it rejoins: ``free_blocks`` links it afresh)."""
+    fq_next = p.fq_next
+    head = fq_next.shape[0] - 2
+    b = fq_next[head]
     for i in range(n):
-        b = p.fq_next[head]
-        _fq_unlink(b, p.fq_next, p.fq_prev)
         if p.hkey[b] >= 0:
             drop_hash(b, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
         p.ref[b] = 1
         p.table[s, start + i] = b
+        b = fq_next[b]
+    fq_next[head] = b
+    p.fq_prev[b] = head
     p.pc[FREE_LEN] -= n
     p.pc[IN_USE] += n
     p.pc[REFS] += n
