@@ -561,14 +561,13 @@ def _run_fleets(
     starts, sizes, conc, think = fleets
     _compile_ahead_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants)
 
-    entries, nbytes = scratch_sizes(kx[0], kx[2])
+    per = scratch_sizes(kx[0], kx[2])
     most = int(sizes.max())
-    arenas = Arenas(most * entries, most * nbytes)
+    arenas = Arenas(*(most * e for e in per))
 
     def one(f: int) -> None:
-        snap, cache = arenas.get()
         n = int(sizes[f])
-        bufs = (snap[: n * entries].reshape(n, entries), cache[: n * nbytes].reshape(n, nbytes))
+        bufs = tuple(b[: n * e].reshape(n, e) for b, e in zip(arenas.get(), per, strict=True))
         simulate_fleet(
             kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants,
             caching_marker(kx[0][starts[f]]), bufs,

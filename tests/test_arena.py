@@ -56,7 +56,7 @@ def _outcome(res) -> tuple:
 class _Dirty(Arenas):
     """Arenas whose buffers start full of noise instead of whatever malloc gave."""
 
-    def get(self) -> tuple[np.ndarray, np.ndarray]:
+    def get(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         bufs = super().get()
         if not getattr(self._local, "dirtied", False):
             rng = np.random.default_rng(7)
@@ -80,34 +80,33 @@ def test_results_do_not_depend_on_the_arena_contents(monkeypatch, seed):
         assert got[1][i] == alone[i][1][0], cfgs[i]
 
 
-def test_carved_arrays_fit_the_arena_without_overlap(monkeypatch):
+def test_cache_arrays_fill_the_arenas_without_overlap(monkeypatch):
     seen = []
     real = api.simulate_one
 
     def spy(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None):
-        entries, nbytes = ST.scratch_sizes(cfg[None, :], rq)
-        snap, own = Arenas(entries, nbytes).get()
+        snap, a32, a64 = Arenas(*ST.scratch_sizes(cfg[None, :], rq)).get()
         sc = ST._init(cfg, rq, o.counters.copy(), snap)
-        p = ST.prefix_cache_of(cfg, rq, own)
-        assert sc.cycle.snap.shape[0] == entries  # the snapshot takes the whole buffer
-        seen.append((own, [] if p is None else list(p), ST.caching_marker(cfg)))
+        p = ST.prefix_cache_of(cfg, rq, a32, a64)
+        assert sc.cycle.snap.shape[0] == snap.shape[0]  # the snapshot takes the whole buffer
+        seen.append((a32, a64, [] if p is None else list(p), ST.caching_marker(cfg)))
         real(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch)
 
     monkeypatch.setattr(api, "simulate_one", spy)
     api.simulate(_configs(), _workload(3), STEP_LATENCY)
-    assert {m for _, _, m in seen} == {None, True}
+    assert {m for *_, m in seen} == {None, True}
     base_of = lambda a: a.__array_interface__["data"][0]  # noqa: E731
-    for own, views, marker in seen:
+    for a32, a64, views, marker in seen:
         if marker is None:
             continue
-        lo, hi = base_of(own), base_of(own) + own.nbytes
-        spans = sorted(
-            (base_of(v), base_of(v) + v.nbytes)
-            for v in views
-            if v.size and lo <= base_of(v) < hi  # carved ones (small arrays are allocated)
-        )
-        assert len(spans) == 12, "the prefix cache carves 12 arrays"
-        assert all(a >= lo and b <= hi for a, b in spans)
-        assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:], strict=False))
-        # the layout uses the arena to its end (cache_bytes is not padded)
-        assert hi - spans[-1][1] < 64
+        for arena, n_arrays in ((a32, 10), (a64, 2)):
+            lo, hi = base_of(arena), base_of(arena) + arena.nbytes
+            spans = sorted(
+                (base_of(v), base_of(v) + v.nbytes)
+                for v in views
+                if v.size and lo <= base_of(v) < hi  # sliced ones (small arrays are allocated)
+            )
+            assert len(spans) == n_arrays
+            # back to back from the arena's start to its end: cache_entries is exact
+            assert spans[0][0] == lo and spans[-1][1] == hi
+            assert all(b1 == a2 for (_, b1), (a2, _) in zip(spans, spans[1:], strict=False))

@@ -106,7 +106,7 @@ def _start(kx, lo, n_rep, n_keys, caching, bufs):
     if caching is not None:
         pcs = List()
         for i in range(n_rep):
-            pcs.append(new_prefix_cache(cfg[lo + i], rq, bufs[1][i]))
+            pcs.append(new_prefix_cache(cfg[lo + i], rq, bufs[1][i], bufs[2][i]))
     owner = np.full(n_keys[0] if cfg[lo, K.ROUTER] == PREFIX_AFFINITY else 1, -1, np.int32)
     zeros = np.zeros(n_rep, dtype=np.int64)
     return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)
@@ -347,8 +347,8 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
     tokens each key covers, n_keys (1,) int64), for ``prefix_affinity``.
     ``caching``: None without prefix caching, else True (the step loop is
     compiled for each: ``step.prefix_cache_of``). ``bufs``: the thread's
-    reused scratch (``kernel/arena.py``), (n_rep, entries) int32 and
-    (n_rep, bytes) uint8, a row per replica (``step.scratch_sizes``)."""
+    reused scratch (``kernel/arena.py``), (n_rep, entries) int32, int32 and
+    int64 arrays, a row per replica (``step.scratch_sizes``)."""
     # ``macro`` stays a runtime bool (a literal False would make Numba compile
     # the whole step loop a second time for it).
     macro = fast_path_allowed(kx[0][lo], row(kx[5], lo), use_macro) and conc == 0

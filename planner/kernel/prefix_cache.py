@@ -65,8 +65,6 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from planner.kernel.arena import aligned, take_i32, take_i64
-
 FREE_LEN, IN_USE, REFS, FREE_SLOTS = 0, 1, 2, 3
 PENDING = -2  # hprev of a hashed block whose private key is not in the map yet
 
@@ -87,39 +85,45 @@ def table_capacity(n_blocks):
     return cap
 
 
-def cache_bytes(n_blocks: int, n_slots: int, maxb: int, n_req: int) -> int:
-    """Bytes ``new_cache`` carves from its arena (``arena.aligned`` each):
-    ``table`` (n_slots x maxb int32), ``slot_of``/``ncached`` (n_req int32),
-    ``ref``/``hnext``/``hprev`` (n_blocks int32), ``hkey`` (n_blocks int64),
-    ``fq_next``/``fq_prev`` (n_blocks + 2 int32), ``tkey`` (cap int64) and
-    ``thead``/``ttail`` (cap int32), cap = ``table_capacity(n_blocks)``.
-    Plain Python (the jitted helpers' own code): the caller sizes the arena
-    before anything is compiled."""
-    al, cap = aligned.py_func, int(table_capacity.py_func(n_blocks))
-    i32 = al(4 * n_slots * maxb) + 2 * al(4 * n_req) + 3 * al(4 * n_blocks)
-    i32 += 2 * al(4 * (n_blocks + 2)) + 2 * al(4 * cap)
-    return int(i32 + al(8 * n_blocks) + al(8 * cap))
+def cache_entries(n_blocks: int, n_slots: int, maxb: int, n_req: int) -> tuple[int, int]:
+    """(int32, int64) entries ``new_cache`` takes from its two arenas:
+    ``table`` (n_slots x maxb), ``slot_of``/``ncached`` (n_req),
+    ``ref``/``hnext``/``hprev`` (n_blocks), ``fq_next``/``fq_prev``
+    (n_blocks + 2) and ``thead``/``ttail`` (cap) int32; ``hkey`` (n_blocks)
+    and ``tkey`` (cap) int64, cap = ``table_capacity(n_blocks)``. Plain
+    Python (``table_capacity``'s own code): the caller sizes the arenas before
+    anything is compiled."""
+    cap = int(table_capacity.py_func(n_blocks))
+    i32 = n_slots * maxb + 2 * n_req + 3 * n_blocks + 2 * (n_blocks + 2) + 2 * cap
+    return int(i32), int(n_blocks + cap)
 
 
 @njit(cache=True)
-def new_cache(n_blocks, null_block, n_slots, maxb, n_req, arena, off):
+def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     """Fresh prefix-cache state (see the module docstring) for ``n_blocks`` blocks,
     ``n_slots`` block-table rows of ``maxb`` blocks and ``n_req`` requests;
-    block 0 is taken if null_block. Its large arrays are carved from ``arena``
-    (uint8) at byte ``off`` (``cache_bytes`` of them) and initialized here,
-    except ``table``, whose entries are written before they are read."""
-    table, off = take_i32(arena, off, n_slots * maxb)
-    slot_of, off = take_i32(arena, off, n_req)
-    ncached, off = take_i32(arena, off, n_req)
-    ref, off = take_i32(arena, off, n_blocks)
-    hnext, off = take_i32(arena, off, n_blocks)
-    hprev, off = take_i32(arena, off, n_blocks)
-    fq_next, off = take_i32(arena, off, n_blocks + 2)
-    fq_prev, off = take_i32(arena, off, n_blocks + 2)
-    thead, off = take_i32(arena, off, table_capacity(n_blocks))
-    ttail, off = take_i32(arena, off, table_capacity(n_blocks))
-    hkey, off = take_i64(arena, off, n_blocks)
-    tkey, off = take_i64(arena, off, table_capacity(n_blocks))
+    block 0 is taken if null_block. Its large arrays are consecutive slices
+    of the thread's arenas ``a32`` (int32) and ``a64`` (int64), as
+    ``cache_entries`` counts them, initialized here except ``table``, whose
+    entries are written before they are read. Raises ValueError if an arena
+    is too short (Numba would clamp the slices)."""
+    cap = table_capacity(n_blocks)
+    o = n_slots * maxb
+    if o + 2 * n_req + 5 * n_blocks + 4 + 2 * cap > a32.shape[0] or n_blocks + cap > a64.shape[0]:
+        raise ValueError("prefix-cache arena too small (state.scratch_layout)")
+    table = a32[:o].reshape((n_slots, maxb))
+    slot_of, ncached = a32[o : o + n_req], a32[o + n_req : o + 2 * n_req]
+    o += 2 * n_req
+    ref, hnext, hprev = (
+        a32[o : o + n_blocks],
+        a32[o + n_blocks : o + 2 * n_blocks],
+        a32[o + 2 * n_blocks : o + 3 * n_blocks],
+    )
+    o += 3 * n_blocks
+    fq_next, fq_prev = a32[o : o + n_blocks + 2], a32[o + n_blocks + 2 : o + 2 * n_blocks + 4]
+    o += 2 * n_blocks + 4
+    thead, ttail = a32[o : o + cap], a32[o + cap : o + 2 * cap]
+    hkey, tkey = a64[:n_blocks], a64[n_blocks : n_blocks + cap]
     for a in (slot_of, hnext, hprev, thead, ttail):
         a[:] = -1
     ncached[:] = 0
@@ -140,7 +144,7 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, arena, off):
     pc[FREE_LEN] = n_blocks - first
     pc[FREE_SLOTS] = n_slots
     return PrefixCache(
-        table.reshape((n_slots, maxb)),
+        table,
         np.arange(n_slots).astype(np.int32),
         slot_of,
         ncached,

@@ -344,25 +344,26 @@ def scratch_layout(
     max_num_seqs: int,
     longest_tokens: int,
     caching: bool,
-) -> tuple[int, int]:
-    """(int32 entries of the livelock detector's snapshot, bytes the prefix
-    cache carves from its arena: ``prefix_cache.cache_bytes``, 0 without
-    caching) for one config: the two buffers a worker thread reuses
+) -> tuple[int, int, int]:
+    """(int32 entries of the livelock detector's snapshot, int32 and int64
+    entries the prefix cache takes from its arenas: ``prefix_cache.
+    cache_entries``, 0 without caching) for one config: the buffers a worker
+    thread reuses
     (``kernel/arena.py``). With caching the block tables have S = min(max_num_seqs,
     R) rows of maxb = ceil(longest_tokens / block_size) + 1 blocks.
     ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
     workload's requests (``step._cache_shape``)."""
     r = num_requests
     if not caching:
-        return cycle_snapshot_len(r), 0
-    from planner.kernel.prefix_cache import cache_bytes
+        return cycle_snapshot_len(r), 0, 0
+    from planner.kernel.prefix_cache import cache_entries
 
     slots = min(max_num_seqs, r)
     maxb = -(-longest_tokens // block_size) + 1
     entries = cycle_snapshot_len(r) + int(
         cycle_cache_entries.py_func(r, num_gpu_blocks, slots, maxb)
     )
-    return entries, cache_bytes(num_gpu_blocks, slots, maxb, r)
+    return (entries, *cache_entries(num_gpu_blocks, slots, maxb, r))
 
 
 def kernel_scratch_bytes(
@@ -386,10 +387,10 @@ def kernel_scratch_bytes(
     then int32), ``hits`` (maxb int32) and ``pc`` (4 int64).
     Arguments as ``scratch_layout``'s."""
     r = num_requests
-    entries, cache = scratch_layout(
+    snap, i32, i64 = scratch_layout(
         r, num_gpu_blocks, block_size, max_num_seqs, longest_tokens, caching
     )
-    total = 4 * entries + cache + 8 * NSTEP + 8 * (block_size + 1) + 8 * CYCLE_DET
+    total = 4 * (snap + i32) + 8 * i64 + 8 * NSTEP + 8 * (block_size + 1) + 8 * CYCLE_DET
     total += 4 * (r if async_scheduling else 1)
     if caching:
         slots = min(max_num_seqs, r)

@@ -161,11 +161,11 @@ def _init(cfg, rq, k, snap):
     )
 
 
-def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int]:
+def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
     """The largest ``state.scratch_layout`` of the configs ``cfg`` (C, NCOLS)
-    (``config.pack_configs`` rows) on requests ``rq``: (int32 entries, bytes)
-    of the two buffers a worker thread reuses (``kernel/arena.py``). Plain
-    Python and NumPy, so sizing compiles nothing."""
+    (``config.pack_configs`` rows) on requests ``rq``: entries of the three
+    buffers a worker thread reuses (``kernel/arena.py``), each the largest
+    over the configs. Plain Python and NumPy, so sizing compiles nothing."""
     tokens = rq.prompt.astype(np.int64) + rq.max_tokens
     most = int(tokens.max()) if tokens.shape[0] else 0
     R = rq.prompt.shape[0]
@@ -180,7 +180,7 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int]:
         )  # fmt: skip
         for c in cfg
     }
-    return max(e for e, _ in sizes), max(b for _, b in sizes)
+    return tuple(max(x[i] for x in sizes) for i in range(3))  # type: ignore[return-value]
 
 
 @njit(cache=True, inline="always")
@@ -198,22 +198,22 @@ def _cache_shape(cfg, rq):
 
 
 @njit(cache=True)
-def new_prefix_cache(cfg, rq, arena):
+def new_prefix_cache(cfg, rq, a32, a64):
     """A fresh ``prefix_cache.PrefixCache`` for a config with prefix caching
-    (``_cache_shape``), its large arrays carved from ``arena``, the thread's
-    uint8 buffer (``scratch_sizes``)."""
+    (``_cache_shape``), its large arrays slices of ``a32``/``a64``, the
+    thread's int32 and int64 arenas (``scratch_sizes``)."""
     slots, maxb = _cache_shape(cfg, rq)
     R = rq.prompt.shape[0]
-    return PC.new_cache(cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, arena, 0)
+    return PC.new_cache(cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, a32, a64)
 
 
-def prefix_cache_of(cfg: np.ndarray, rq: tuple, arena: np.ndarray) -> tuple | None:
+def prefix_cache_of(cfg: np.ndarray, rq: tuple, a32: np.ndarray, a64: np.ndarray) -> tuple | None:
     """The prefix cache a config runs with: ``new_prefix_cache`` with prefix
     caching, else None. Every caching statement of the kernel sits under
     ``if p is not None``, so Numba compiles the step loop for None without
     any of them (a smaller first compile; ``warm.py``): the variant is
     chosen by the argument's type, never by a runtime flag."""
-    return None if caching_marker(cfg) is None else new_prefix_cache(cfg, rq, arena)
+    return None if caching_marker(cfg) is None else new_prefix_cache(cfg, rq, a32, a64)
 
 
 def caching_marker(cfg: np.ndarray) -> bool | None:
@@ -1566,12 +1566,12 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None) -
     (the run then ends with ``O_INTERRUPTED`` = 1); ``use_macro`` allows the
     decode fast path (off while tracing or logging events); ``check`` counts
     steps that break block conservation (one pass over ``running`` per step);
-    ``scratch`` the thread's (int32, uint8) buffers for the large scratch
+    ``scratch`` the thread's (int32, int32, int64) buffers for the large scratch
     (``kernel/arena.py``, at least ``scratch_sizes``; new ones when None).
     """
     if scratch is None:
         scratch = Arenas(*scratch_sizes(cfg[None, :], rq)).get()
     sc = _init(cfg, rq, o.counters, scratch[0])
-    p = prefix_cache_of(cfg, rq, scratch[1])
+    p = prefix_cache_of(cfg, rq, scratch[1], scratch[2])
     macro = bool(fast_path_allowed(cfg, o, use_macro))
     run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, bool(check))

@@ -71,11 +71,11 @@ def phase_signatures(types: tuple) -> tuple[list, list]:
     phases."""
     cfg, cfgf, rq, st, q, o, check, caching = types
     k = _field(o, "counters")
-    snap, arena = (numba.typeof(np.empty(1, dtype=t)) for t in (np.int32, np.uint8))
-    sc = _returns(ST._init, (cfg, rq, k, snap))
+    a32, a64 = (numba.typeof(np.empty(1, dtype=t)) for t in (np.int32, np.int64))
+    sc = _returns(ST._init, (cfg, rq, k, a32))
     p = caching  # None's type: no prefix caching (step.prefix_cache_of)
     if caching != numba.types.none:
-        p = _returns(ST.new_prefix_cache, (cfg, rq, arena))
+        p = _returns(ST.new_prefix_cache, (cfg, rq, a32, a64))
     s, cyc, dt = _field(sc, "step"), _field(sc, "cycle"), numba.types.int64
     child = [
         (ST._decode_fast_path, (cfg, cfgf, rq, st, q, o, sc, p, check)),
