@@ -91,17 +91,23 @@ def test_one_at_a_time_on_an_unbounded_pool_hits_the_ideal(block_size):
     assert off.prefill_tokens.iloc[0] - row.prefill_tokens == hits
 
 
-def test_blocks_share_exactly_where_prefixes_do():
-    # Three requests of 2 trace blocks (8 tokens each) + 4 tokens: r1 shares
-    # r0's first trace block only, r2 shares both; partial blocks never.
-    wl = Workload(
+def _three_requests(ids: list[int]) -> Workload:
+    """Three requests of 20 prompt tokens (two 8-token trace blocks and a
+    partial one) and 2 output tokens, with these 9 trace ids."""
+    return Workload(
         np.array([0.0, 1.0, 2.0]),
         np.array([20, 20, 20], np.int32),
         np.array([2, 2, 2], np.int32),
-        hash_ids=np.array([1, 2, 3, 1, 9, 4, 1, 2, 3], np.int64),
+        hash_ids=np.array(ids, np.int64),
         hash_offsets=np.array([0, 3, 6, 9], np.int64),
         hash_block_size=8,
     )
+
+
+def test_blocks_share_exactly_where_prefixes_do():
+    # Three requests of 2 trace blocks (8 tokens each) + 4 tokens: r1 shares
+    # r0's first trace block only, r2 shares both; partial blocks never.
+    wl = _three_requests([1, 2, 3, 1, 9, 4, 1, 2, 3])
     cfg = SchedulerConfig(num_gpu_blocks=100, block_size=4, max_model_len=64)
     res = simulate([replace(cfg, enable_prefix_caching=True)], wl, STEP_LATENCY)
     row = res.metrics().iloc[0]
@@ -260,14 +266,7 @@ def test_kernel_matches_reference_on_hashed_workloads():
 def test_ids_no_other_request_carries_become_private():
     # r0 and r1 share their first trace block only; r2 shares nothing; -1 (a
     # partial block) stays -1. A block after a singleton is a singleton too.
-    wl = Workload(
-        np.array([0.0, 1.0, 2.0]),
-        np.array([20, 20, 20], np.int32),
-        np.array([2, 2, 2], np.int32),
-        hash_ids=np.array([1, 2, 3, 1, 9, 4, 5, 6, 7], np.int64),
-        hash_offsets=np.array([0, 3, 6, 9], np.int64),
-        hash_block_size=8,
-    )
+    wl = _three_requests([1, 2, 3, 1, 9, 4, 5, 6, 7])
     chained = chain_ids(wl)
     out = private_singletons(chained)
     assert chained.tolist() == [0, 1, -1, 0, 2, -1, 3, 4, -1]
