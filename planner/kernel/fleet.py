@@ -51,13 +51,7 @@ from planner.kernel.routers import (
     splitmix64,
 )
 from planner.kernel.rowview import row
-from planner.kernel.step import (
-    ENDED,
-    _init,
-    fast_path_allowed,
-    new_prefix_cache,
-    run_steps,
-)
+from planner.kernel.step import ENDED, _init, fast_path_allowed, new_prefix_cache, run_steps
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)

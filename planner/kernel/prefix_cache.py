@@ -109,9 +109,7 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     is too short (Numba would clamp the slices)."""
     cap = table_capacity(n_blocks)
     o = n_slots * maxb
-    if o + 2 * n_req + 5 * n_blocks + 4 + 2 * cap > a32.shape[0] or n_blocks + cap > a64.shape[0]:
-        raise ValueError("prefix-cache arena too small (state.scratch_layout)")
-    table = a32[:o].reshape((n_slots, maxb))
+    flat_table = a32[:o]
     slot_of, ncached = a32[o : o + n_req], a32[o + n_req : o + 2 * n_req]
     o += 2 * n_req
     ref, hnext, hprev = (
@@ -124,6 +122,9 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     o += 2 * n_blocks + 4
     thead, ttail = a32[o : o + cap], a32[o + cap : o + 2 * cap]
     hkey, tkey = a64[:n_blocks], a64[n_blocks : n_blocks + cap]
+    if o + 2 * cap > a32.shape[0] or n_blocks + cap > a64.shape[0]:  # before any write
+        raise ValueError("prefix-cache arena too small (state.scratch_layout)")
+    table = flat_table.reshape((n_slots, maxb))
     for a in (slot_of, hnext, hprev, thead, ttail):
         a[:] = -1
     ncached[:] = 0

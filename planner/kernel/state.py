@@ -322,9 +322,9 @@ def bytes_per_config(num_requests: int) -> int:
 
 
 # Bytes per array object Numba allocates (its MemInfo header and the array
-# struct) or carves from the arena (at most 63 bytes of padding); a config has
-# at most 22 arrays (4 in step._init itself, 2 in cycle.new_cycle, with prefix
-# caching 16 in prefix_cache.new_cache).
+# struct; arrays sliced from a thread's arenas have no header, so this
+# overcounts them); a config has at most 22 arrays (4 in step._init itself,
+# 2 in cycle.new_cycle, with prefix caching 16 in prefix_cache.new_cache).
 _ARRAY_OVERHEAD = 128
 _SCRATCH_ARRAYS = 22
 
@@ -335,6 +335,15 @@ def pool_table_capacity(n_blocks: int) -> int:
     from planner.kernel.prefix_cache import table_capacity
 
     return int(table_capacity.py_func(n_blocks))
+
+
+def _table_shape(
+    num_requests: int, max_num_seqs: int, longest_tokens: int, block_size: int
+) -> tuple[int, int]:
+    """The prefix cache's block tables as ``step._cache_shape`` sizes them:
+    S = min(max_num_seqs, R) rows of maxb = ceil(longest_tokens / block_size)
+    + 1 blocks."""
+    return min(max_num_seqs, num_requests), -(-longest_tokens // block_size) + 1
 
 
 def scratch_layout(
@@ -348,18 +357,14 @@ def scratch_layout(
     """(int32 entries of the livelock detector's snapshot, int32 and int64
     entries the prefix cache takes from its arenas: ``prefix_cache.
     cache_entries``, 0 without caching) for one config: the buffers a worker
-    thread reuses
-    (``kernel/arena.py``). With caching the block tables have S = min(max_num_seqs,
-    R) rows of maxb = ceil(longest_tokens / block_size) + 1 blocks.
-    ``longest_tokens``: the largest min(prompt + output, max_model_len) of the
-    workload's requests (``step._cache_shape``)."""
+    thread reuses (``kernel/arena.py``). ``longest_tokens``: the largest
+    min(prompt + output, max_model_len) of the workload's requests."""
     r = num_requests
     if not caching:
         return cycle_snapshot_len(r), 0, 0
     from planner.kernel.prefix_cache import cache_entries
 
-    slots = min(max_num_seqs, r)
-    maxb = -(-longest_tokens // block_size) + 1
+    slots, maxb = _table_shape(r, max_num_seqs, longest_tokens, block_size)
     entries = cycle_snapshot_len(r) + int(
         cycle_cache_entries.py_func(r, num_gpu_blocks, slots, maxb)
     )
@@ -393,8 +398,7 @@ def kernel_scratch_bytes(
     total = 4 * (snap + i32) + 8 * i64 + 8 * NSTEP + 8 * (block_size + 1) + 8 * CYCLE_DET
     total += 4 * (r if async_scheduling else 1)
     if caching:
-        slots = min(max_num_seqs, r)
-        maxb = -(-longest_tokens // block_size) + 1
+        slots, maxb = _table_shape(r, max_num_seqs, longest_tokens, block_size)
         total += 12 * slots + 4 * maxb + 32 + 8 * slots
     else:
         total += 4

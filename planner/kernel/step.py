@@ -177,7 +177,7 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
             int(c[K.SEQS]),
             min(most, int(c[K.MML])),
             bool(c[K.CACHING] != 0),
-        )  # fmt: skip
+        )
         for c in cfg
     }
     return tuple(max(x[i] for x in sizes) for i in range(3))  # type: ignore[return-value]
