@@ -224,9 +224,11 @@ def max_hit_blocks(ntok, bs):
 
 
 @njit(cache=True, inline="always")
-def block_key(r, j, bs, rq, n_req, maxb):
-    """Hash key of block j of request r (see the module docstring); ``rq`` is
-    the workload's ``state.Requests``."""
+def key_run(r, j, bs, rq, n_req, maxb):
+    """(offset, end): blocks j..end-1 of request r have the hash keys offset + j
+    onwards (see the module docstring), so a loop over a request's blocks
+    pays one division per trace block, not per block. ``rq`` is the
+    workload's ``state.Requests``."""
     hb = rq.hash_block[0]
     if hb > 0:
         per = hb // bs
@@ -234,11 +236,19 @@ def block_key(r, j, bs, rq, n_req, maxb):
         if t < rq.prompt[r] // hb:
             h = rq.hash_key[rq.hash_off[r] + t]
             if h >= 0:  # -1: an id no other request carries (``private_singletons``)
-                return n_req * maxb + h * per + (j - t * per)
-        return r * maxb + j
-    if (j + 1) * bs <= rq.shared_len[r]:
-        return (n_req + rq.group[r]) * maxb + j
-    return r * maxb + j
+                return n_req * maxb + (h - t) * per, (t + 1) * per
+            return r * maxb, (t + 1) * per
+        return r * maxb, maxb
+    n_shared = rq.shared_len[r] // bs
+    if j < n_shared:
+        return (n_req + rq.group[r]) * maxb, n_shared
+    return r * maxb, maxb
+
+
+@njit(cache=True, inline="always")
+def block_key(r, j, bs, rq, n_req, maxb):
+    """Hash key of block j of request r (``key_run``)."""
+    return key_run(r, j, bs, rq, n_req, maxb)[0] + j
 
 
 @njit(cache=True, inline="always")
@@ -434,11 +444,15 @@ def cache_blocks(r, upto, bs, rq, p):
     maxb = p.table.shape[1]
     s = p.slot_of[r]
     n_full = upto // bs
-    for j in range(p.ncached[r], n_full):
-        k = block_key(r, j, bs, rq, n_req, maxb)
-        b = p.table[s, j]
-        if p.hkey[b] != k:
-            set_hash(b, k, n_req * maxb, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+    j = p.ncached[r]
+    while j < n_full:
+        off, end = key_run(r, j, bs, rq, n_req, maxb)
+        stop = min(end, n_full)
+        for i in range(j, stop):
+            b, k = p.table[s, i], off + i
+            if p.hkey[b] != k:
+                set_hash(b, k, n_req * maxb, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+        j = stop
     if n_full > p.ncached[r]:
         p.ncached[r] = n_full
 
