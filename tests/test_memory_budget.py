@@ -84,7 +84,8 @@ def test_prefix_cache_pool_grows_with_num_gpu_blocks_only_when_caching():
     assert scratch(num_gpu_blocks=5_000_000) == scratch(num_gpu_blocks=1000)
     small = scratch(num_gpu_blocks=1000, caching=True)
     big = scratch(num_gpu_blocks=5_000_000, caching=True)
-    # ref/hnext/hprev int32, hkey int64, fq_next/fq_prev int32, table of >= 2N slots
+    # ref/hnext/hprev/fpos int32, hkey int64, a free-queue ring of >= 2N int32,
+    # a table of >= 2N slots
     assert big - small >= (4 * 3 + 8 + 8) * (5_000_000 - 1000) + 16 * 2 * (5_000_000 - 1000)
     assert S.pool_table_capacity(5_000_000) == 2**24
     assert S.pool_table_capacity(1) == 4

@@ -209,3 +209,73 @@ def test_decode_fast_path_runs_while_a_head_waits_whose_prefix_is_not_cached():
     )
     assert plain[S.O_MACRO_STEPS] > 0.9 * plain[S.O_STEPS]
     assert cached[S.O_MACRO_STEPS] >= 0.99 * plain[S.O_MACRO_STEPS]
+
+
+def test_free_queue_ring_keeps_vllms_order():
+    # The free queue (a ring with gaps, ``PC.fq``) against a Python list
+    # standing for vLLM's linked list, under random takings, hits on free
+    # blocks and frees; 11 blocks in a ring of 32 slots, so hits leave enough
+    # gaps for ``_fq_compact`` to run many times.
+    from numba import njit
+
+    from planner.kernel import prefix_cache as PC
+
+    @njit
+    def take(p, s, n):
+        PC.get_new_blocks(n, s, 0, p)
+
+    @njit
+    def hit(p, s, b):
+        p.hits[0] = b
+        PC.touch(1, s, p)
+
+    @njit
+    def free(p, s, n):
+        return PC.free_blocks(s, n, p, False)
+
+    @njit
+    def queue(p):
+        mask = p.fq.shape[0] - 1
+        out = [np.int32(0) for _ in range(0)]
+        for c in range(p.pc[PC.FQ_HEAD], p.pc[PC.FQ_TAIL]):
+            if p.fq[c & mask] >= 0:
+                out.append(p.fq[c & mask])
+        return np.array(out, dtype=np.int64)
+
+    n_blocks, n_slots, maxb = 12, 6, 12
+    i32, i64 = PC.cache_entries(n_blocks, n_slots, maxb, 1)
+    p = PC.new_cache(
+        n_blocks, True, n_slots, maxb, 1, np.zeros(i32, np.int32), np.zeros(i64, np.int64)
+    )
+    model = list(range(1, n_blocks))
+    rows: dict[int, list[int]] = {}
+    rng = np.random.default_rng(11)
+    compactions = 0
+    for _ in range(3000):
+        idle = [s for s in range(n_slots) if s not in rows]
+        op = rng.choice(3, p=[0.1, 0.45, 0.45])  # few takings: gaps pile up
+        if op == 0 and idle and model:
+            s, n = idle[0], int(rng.integers(1, len(model) + 1))
+            take(p, s, n)
+            rows[s], model = model[:n], model[n:]
+        elif op == 1 and idle and model:
+            s, b = idle[0], model[int(rng.integers(0, len(model)))]
+            hit(p, s, b)
+            rows[s] = [b]
+            model.remove(b)
+        elif rows:
+            s = list(rows)[int(rng.integers(0, len(rows)))]
+            held = rows.pop(s)
+            for b in held:  # about half are hashed: those go to the back
+                p.hkey[b] = 7 if rng.random() < 0.5 else -1
+                p.hprev[b] = PC.PENDING if p.hkey[b] >= 0 else -1
+            p.table[s, : len(held)] = held
+            gaps = p.pc[PC.FQ_TAIL] - p.pc[PC.FQ_HEAD] - p.pc[PC.FREE_LEN]
+            free(p, s, len(held))
+            # only a compaction lowers the gaps while blocks join
+            compactions += p.pc[PC.FQ_TAIL] - p.pc[PC.FQ_HEAD] - p.pc[PC.FREE_LEN] < gaps
+            gone = held[::-1]  # tail first
+            model = [b for b in gone if p.hkey[b] < 0] + model + [b for b in gone if p.hkey[b] >= 0]
+        assert list(queue(p)) == model
+        assert p.pc[PC.FREE_LEN] == len(model)
+    assert compactions >= 5

@@ -177,11 +177,10 @@ def _walk_pool(st, q, k, p, mode, snap, pos):
             pos, same = _emit(p.table[s, j], mode, snap, pos, same)
         if not same:
             return False
-    head = p.fq_next.shape[0] - 2
-    b = p.fq_next[head]
-    while b != head + 1:
-        pos, same = _emit(b, mode, snap, pos, same)
-        b = p.fq_next[b]
+    mask = p.fq.shape[0] - 1
+    for c in range(p.pc[PC.FQ_HEAD], p.pc[PC.FQ_TAIL]):
+        if p.fq[c & mask] >= 0:  # the free queue in order (``prefix_cache``'s ring)
+            pos, same = _emit(p.fq[c & mask], mode, snap, pos, same)
     if not same:
         return False
     for b in range(p.hkey.shape[0]):

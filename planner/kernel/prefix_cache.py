@@ -10,7 +10,7 @@ group:
   back, so cached blocks are evicted in LRU order), ``BlockHashToBlockMap``
   (per hash, blocks in insertion order; a lookup returns the first).
 - ``vllm/v1/core/kv_cache_utils.py``: ``FreeKVCacheBlockQueue`` (a doubly
-  linked list; here ``fq_next``/``fq_prev`` with sentinels N and N+1).
+  linked list; here a ring ``fq`` of block ids in queue order, see below).
 - ``vllm/v1/core/single_type_kv_cache_manager.py``: ``FullAttentionManager``
   ``find_longest_cache_hit`` (the longest chain of cached full blocks, at most
   ``num_tokens - 1`` tokens, from ``KVCacheManager.get_computed_blocks``),
@@ -33,9 +33,10 @@ walks from block 0 and stops at the first miss.
 Per-config arrays, one ``PrefixCache`` record (built by ``new_cache``): ``ref``
 (N,) int32 reference counts;
 ``hkey`` (N,) int64 hash key or -1; ``hnext``/``hprev`` (N,) int32 links of
-the blocks sharing one key; ``fq_next``/``fq_prev`` (N+2,) int32; ``pc``
-(4,) int64 counters: free-queue length, blocks in use, total references,
-free block-table rows;
+the blocks sharing one key; ``fq`` (cap,) int32 the free queue, ``fpos`` (N,)
+int32 a queued block's slot in it; ``pc`` (6,) int64 counters: free-queue
+length, blocks in use, total references, free block-table rows, and the
+ring's head and tail positions;
 ``tkey``/``thead``/``ttail`` (cap,) the hash map, an open-addressing table
 (linear probing, backward-shift deletion; cap = a power of two >= 2N) from a
 key to the first and last block holding it.
@@ -56,6 +57,15 @@ would stand last in the key's list), and a hashed block, pending or not,
 rejoins the free queue at its back (``free_blocks``). The map operations
 skipped are an insert and a removal per private block, which are most of
 the cost on workloads without shared prefixes.
+
+The free queue is a ring rather than vLLM's linked list, with the same order
+and operations: the queue is ``fq[c & (cap - 1)]`` for positions c from
+``pc[FQ_HEAD]`` to ``pc[FQ_TAIL]``, skipping -1. A hit on a free block
+(``touch``) leaves a -1 where it stood (``fpos``); ``get_new_blocks`` pops
+from the head, ``free_blocks`` adds at either end. Popping n blocks then
+reads n consecutive entries instead of chasing n links through the pool;
+when the ring fills with gaps, ``_fq_compact`` closes them (cap >= 2N, so
+that happens at most once per N removals).
 """
 
 from __future__ import annotations
@@ -65,20 +75,22 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-FREE_LEN, IN_USE, REFS, FREE_SLOTS = 0, 1, 2, 3
+FREE_LEN, IN_USE, REFS, FREE_SLOTS, FQ_HEAD, FQ_TAIL = 0, 1, 2, 3, 4, 5
 PENDING = -2  # hprev of a hashed block whose private key is not in the map yet
 
 PrefixCache = namedtuple(
     "PrefixCache",
-    "table slots slot_of ncached hits ref hkey hnext hprev fq_next fq_prev pc tkey thead ttail",
+    "table slots slot_of ncached hits ref hkey hnext hprev fq fpos pc tkey thead ttail",
 )
 GOLDEN = np.uint64(11400714819323198485)  # 2**64 / golden ratio (Fibonacci hashing)
 
 
 @njit(cache=True)
 def table_capacity(n_blocks):
-    """Slots of the hash table for ``n_blocks`` blocks: the smallest power of two
-    >= max(4, 2 * n_blocks), so the open-addressing table stays at most half full."""
+    """Slots of the hash table and of the free-queue ring for ``n_blocks``
+    blocks: the smallest power of two >= max(4, 2 * n_blocks), so the
+    open-addressing table stays at most half full and the ring at most half
+    live."""
     cap = 4
     while cap < 2 * n_blocks:
         cap *= 2
@@ -88,13 +100,12 @@ def table_capacity(n_blocks):
 def cache_entries(n_blocks: int, n_slots: int, maxb: int, n_req: int) -> tuple[int, int]:
     """(int32, int64) entries ``new_cache`` takes from its two arenas:
     ``table`` (n_slots x maxb), ``slot_of``/``ncached`` (n_req),
-    ``ref``/``hnext``/``hprev`` (n_blocks), ``fq_next``/``fq_prev``
-    (n_blocks + 2) and ``thead``/``ttail`` (cap) int32; ``hkey`` (n_blocks)
-    and ``tkey`` (cap) int64, cap = ``table_capacity(n_blocks)``. Plain
-    Python (``table_capacity``'s own code): the caller sizes the arenas before
-    anything is compiled."""
+    ``ref``/``hnext``/``hprev``/``fpos`` (n_blocks) and ``fq``/``thead``/``ttail``
+    (cap) int32; ``hkey`` (n_blocks) and ``tkey`` (cap) int64, cap =
+    ``table_capacity(n_blocks)``. Plain Python (``table_capacity``'s own
+    code): the caller sizes the arenas before anything is compiled."""
     cap = int(table_capacity.py_func(n_blocks))
-    i32 = n_slots * maxb + 2 * n_req + 3 * n_blocks + 2 * (n_blocks + 2) + 2 * cap
+    i32 = n_slots * maxb + 2 * n_req + 4 * n_blocks + 3 * cap
     return int(i32), int(n_blocks + cap)
 
 
@@ -112,17 +123,16 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     flat_table = a32[:o]
     slot_of, ncached = a32[o : o + n_req], a32[o + n_req : o + 2 * n_req]
     o += 2 * n_req
-    ref, hnext, hprev = (
+    ref, hnext, hprev, fpos = (
         a32[o : o + n_blocks],
         a32[o + n_blocks : o + 2 * n_blocks],
         a32[o + 2 * n_blocks : o + 3 * n_blocks],
+        a32[o + 3 * n_blocks : o + 4 * n_blocks],
     )
-    o += 3 * n_blocks
-    fq_next, fq_prev = a32[o : o + n_blocks + 2], a32[o + n_blocks + 2 : o + 2 * n_blocks + 4]
-    o += 2 * n_blocks + 4
-    thead, ttail = a32[o : o + cap], a32[o + cap : o + 2 * cap]
+    o += 4 * n_blocks
+    fq, thead, ttail = a32[o : o + cap], a32[o + cap : o + 2 * cap], a32[o + 2 * cap : o + 3 * cap]
     hkey, tkey = a64[:n_blocks], a64[n_blocks : n_blocks + cap]
-    if o + 2 * cap > a32.shape[0] or n_blocks + cap > a64.shape[0]:  # before any write
+    if o + 3 * cap > a32.shape[0] or n_blocks + cap > a64.shape[0]:  # before any write
         raise ValueError("prefix-cache arena too small (state.scratch_layout)")
     table = flat_table.reshape((n_slots, maxb))
     for a in (slot_of, hnext, hprev, thead, ttail):
@@ -131,19 +141,14 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     ref[:] = 0
     hkey[:] = -1
     tkey[:] = -1
-    head = n_blocks
-    tail = n_blocks + 1
     first = 1 if null_block else 0
-    prev = head
     for b in range(first, n_blocks):
-        fq_next[prev] = b
-        fq_prev[b] = prev
-        prev = b
-    fq_next[prev] = tail
-    fq_prev[tail] = prev
-    pc = np.zeros(4, dtype=np.int64)
+        fq[b - first] = b
+        fpos[b] = b - first
+    pc = np.zeros(6, dtype=np.int64)
     pc[FREE_LEN] = n_blocks - first
     pc[FREE_SLOTS] = n_slots
+    pc[FQ_TAIL] = n_blocks - first
     return PrefixCache(
         table,
         np.arange(n_slots).astype(np.int32),
@@ -154,8 +159,8 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
         hkey,
         hnext,
         hprev,
-        fq_next,
-        fq_prev,
+        fq,
+        fpos,
         pc,
         tkey,
         thead,
@@ -262,34 +267,44 @@ def shareable_blocks(r, bs, rq):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _fq_unlink(b, fq_next, fq_prev):
-    p = fq_prev[b]
-    n = fq_next[b]
-    fq_next[p] = n
-    fq_prev[n] = p
+def _fq_compact(p):
+    """Close the ring's gaps (blocks ``touch`` took out), keeping the order."""
+    mask = p.fq.shape[0] - 1
+    out = p.pc[FQ_HEAD]
+    for c in range(p.pc[FQ_HEAD], p.pc[FQ_TAIL]):
+        b = p.fq[c & mask]
+        if b >= 0:
+            p.fq[out & mask] = b
+            p.fpos[b] = out & mask
+            out += 1
+    p.pc[FQ_TAIL] = out
 
 
 @njit(cache=True, inline="always")
-def _chain_append(first, last, b, fq_next, fq_prev):
-    """Link block b after ``last`` in a chain first..last (-1, -1: empty);
-    returns the chain's new (first, last)."""
-    if last >= 0:
-        fq_next[last] = b
-        fq_prev[b] = last
+def _fq_push(b, front, p):
+    """Block b joins the free queue at its front or its back
+    (``FreeKVCacheBlockQueue.append``; vLLM's front insertion is
+    ``free_blocks``' ordering of unhashed blocks)."""
+    mask = p.fq.shape[0] - 1
+    if p.pc[FQ_TAIL] - p.pc[FQ_HEAD] > mask:
+        _fq_compact(p)
+    if front:
+        c = p.pc[FQ_HEAD] - 1
+        p.pc[FQ_HEAD] = c
     else:
-        first = b
-    return first, b
+        c = p.pc[FQ_TAIL]
+        p.pc[FQ_TAIL] = c + 1
+    p.fq[c & mask] = b
+    p.fpos[b] = c & mask
 
 
 @njit(cache=True, inline="always")
-def _splice(prev, first, last, fq_next, fq_prev):
-    """Link the chain first..last after ``prev`` (nothing when first is -1);
-    returns the new end."""
-    if first < 0:
-        return prev
-    fq_next[prev] = first
-    fq_prev[first] = prev
-    return last
+def fq_next_live(c, fq):
+    """The first position >= c of the free-queue ring holding a block."""
+    mask = fq.shape[0] - 1
+    while fq[c & mask] < 0:
+        c += 1
+    return c
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -380,20 +395,18 @@ def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def get_new_blocks(n, s, start, p):
     """Pop n blocks from the front of the free queue into p.table[s, start:start+n]:
-    the queue's first n blocks in order, each's old hash dropped, and the
-    queue cut after them at once (a block out of the queue has stale links
-    until it rejoins: ``free_blocks`` links it afresh)."""
-    fq_next = p.fq_next
-    head = fq_next.shape[0] - 2
-    b = fq_next[head]
+    the queue's first n blocks in order, each's old hash dropped."""
+    mask = p.fq.shape[0] - 1
+    c = p.pc[FQ_HEAD]
     for i in range(n):
+        c = fq_next_live(c, p.fq)
+        b = p.fq[c & mask]
+        c += 1
         if p.hkey[b] >= 0:
             drop_hash(b, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
         p.ref[b] = 1
         p.table[s, start + i] = b
-        b = fq_next[b]
-    fq_next[head] = b
-    p.fq_prev[b] = head
+    p.pc[FQ_HEAD] = c
     p.pc[FREE_LEN] -= n
     p.pc[IN_USE] += n
     p.pc[REFS] += n
@@ -428,7 +441,7 @@ def touch(k, s, p):
     for i in range(k):
         b = p.hits[i]
         if p.ref[b] == 0:
-            _fq_unlink(b, p.fq_next, p.fq_prev)
+            p.fq[p.fpos[b]] = -1  # leaves the free queue (``remove``)
             p.pc[FREE_LEN] -= 1
             p.pc[IN_USE] += 1
         p.ref[b] += 1
@@ -460,31 +473,27 @@ def cache_blocks(r, upto, bs, rq, p):
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def free_blocks(s, n, p, blis):
     """``KVCacheManager.free``: release table[s, :n] tail first; unhashed
-    blocks rejoin the free queue at its front, hashed ones at its back.
-    ``blis`` (compat blis): every block goes to the back, tail first
-    (``KVCacheState.ReleaseKVBlocks``, ``sim/kv/cache.go``). Returns the
-    blocks that rejoined the free queue."""
-    fq_next, fq_prev = p.fq_next, p.fq_prev
-    head = fq_next.shape[0] - 2
-    tail = head + 1
-    # Two chains, linked as they grow and spliced once: unhashed blocks for the
-    # front, hashed ones for the back, each in freeing order.
-    f_first, f_last, b_first, b_last = -1, -1, -1, -1
+    blocks rejoin the free queue at its front, hashed ones at its back, each
+    group in freeing order. ``blis`` (compat blis): every block goes to the
+    back, tail first (``KVCacheState.ReleaseKVBlocks``, ``sim/kv/cache.go``).
+    The row's entries are scratch afterwards: the unhashed blocks are parked
+    at its top, which has already been read, until they go to the front.
+    Returns the blocks that rejoined the free queue."""
     freed = 0
+    u = 0  # unhashed blocks freed so far, parked at table[s, n - u:]
     for i in range(n - 1, -1, -1):
         b = p.table[s, i]
         p.ref[b] -= 1
         if p.ref[b] == 0:
-            if p.hkey[b] < 0 and not blis:
-                f_first, f_last = _chain_append(f_first, f_last, b, fq_next, fq_prev)
-            else:
-                b_first, b_last = _chain_append(b_first, b_last, b, fq_next, fq_prev)
             freed += 1
-    old_first = fq_next[head] if fq_next[head] != tail else -1
-    prev = _splice(head, f_first, f_last, fq_next, fq_prev)
-    prev = _splice(prev, old_first, fq_prev[tail], fq_next, fq_prev)
-    prev = _splice(prev, b_first, b_last, fq_next, fq_prev)
-    _splice(prev, tail, tail, fq_next, fq_prev)
+            if p.hkey[b] >= 0 or blis:
+                _fq_push(b, False, p)
+            else:
+                u += 1
+                p.table[s, n - u] = b  # n - u >= i: a read entry
+    # The first freed ends up first: push the others to the front before it.
+    for i in range(n - u, n):
+        _fq_push(p.table[s, i], True, p)
     p.pc[FREE_LEN] += freed
     p.pc[IN_USE] -= freed
     p.pc[REFS] -= n

@@ -696,18 +696,18 @@ def _run_cache_events(n, bs, rq, st, p, offs, ev):
     """The events ``_replay_cache_run`` sorted, step by step. A taking is
     ``get_new_blocks(1)``: the free queue's front block, its old hash dropped
     (``PC.drop_hash``). Nothing rejoins the free queue during a run, so the
-    takings are its first blocks in order, cut off at once. A hash is
+    takings are its first blocks in order, and its head moves once. A hash is
     ``cache_blocks`` of the one block just filled (``PC.set_hash``). The
     cache's counters are updated once for the run. The bodies restate
     ``PC.get_new_blocks`` and ``PC.cache_blocks`` on purpose: calls with the
     whole record cost more than the work."""
     n_req, maxb = p.slot_of.shape[0], p.table.shape[1]
     private = n_req * maxb
-    fq_next, fq_prev, ref = p.fq_next, p.fq_prev, p.ref
+    ref = p.ref
     hkey, hnext, hprev = p.hkey, p.hnext, p.hprev
     tkey, thead, ttail = p.tkey, p.thead, p.ttail
-    head = fq_next.shape[0] - 2
-    b = fq_next[head]
+    fq, mask = p.fq, p.fq.shape[0] - 1
+    c = p.pc[PC.FQ_HEAD]
     taken = 0
     for j in range(n):
         ph = j % bs
@@ -715,19 +715,20 @@ def _run_cache_events(n, bs, rq, st, p, offs, ev):
             r = ev[e] >> 1
             s = p.slot_of[r]
             if ev[e] & 1 == 0:
+                c = PC.fq_next_live(c, fq)
+                b = fq[c & mask]
+                c += 1
                 if hkey[b] >= 0:
                     PC.drop_hash(b, hkey, hnext, hprev, tkey, thead, ttail)
                 ref[b] = 1
                 p.table[s, st.held[r] + (j - ph) // bs] = b
                 taken += 1
-                b = fq_next[b]
             else:
                 jb = (st.ncomp[r] + j + 1) // bs - 1  # the block just filled
                 key = PC.block_key(r, jb, bs, rq, n_req, maxb)
                 PC.set_hash(p.table[s, jb], key, private, hkey, hnext, hprev, tkey, thead, ttail)
                 p.ncached[r] = jb + 1
-    fq_next[head] = b
-    fq_prev[b] = head
+    p.pc[PC.FQ_HEAD] = c
     p.pc[PC.FREE_LEN] -= taken
     p.pc[PC.IN_USE] += taken
     p.pc[PC.REFS] += taken
