@@ -20,7 +20,7 @@ from planner.config import SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.arena import Arenas
 from planner.kernel.fleet import simulate_fleet
-from planner.kernel.routers import PREFIX_AFFINITY
+from planner.kernel.routers import PREFIX_AFFINITY, ROUTERS
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
 from planner.kernel.warm import compile_ahead
 from planner.latency import Latency, LinearLatency
@@ -463,12 +463,15 @@ def hash_arrays(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``state.Requests`` block-hash fields: (hash_off (R + 1,) int64,
     hash_key (H,) int64 prefix-chained ids (``block_hashes.chain_ids``),
-    hash_block (1,) int64 tokens per trace block, 0 without hash ids).
+    hash_block (1,) int64 tokens per trace block, 0 without hash ids or when
+    no config reads them: only prefix caching and the ``prefix_affinity``
+    router do, so a run without either skips the chaining).
 
     Raises WorkloadError when a config with prefix caching has a block_size
     that does not divide the trace's hash block size (a vLLM block must lie in
     one trace block to take its identity)."""
-    if workload.hash_ids is None or workload.hash_offsets is None:
+    used = any(c.enable_prefix_caching or ROUTERS[c.router] == PREFIX_AFFINITY for c in configs)
+    if workload.hash_ids is None or workload.hash_offsets is None or not used:
         empty = np.zeros(0, dtype=np.int64)
         return np.zeros(workload.num_requests + 1, dtype=np.int64), empty, np.zeros(1, np.int64)
     check_block_sizes(workload, configs)

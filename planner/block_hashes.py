@@ -48,23 +48,41 @@ def chain_ids(workload: Workload) -> np.ndarray:
     """Prefix ids for the workload's full trace blocks.
 
     Returns (H,) int64 aligned with ``workload.hash_ids``: for request r's
-    trace block t, a dense id (0, 1, ...) shared by exactly the blocks whose
-    ids at positions 0..t are all equal, or -1 when the block is partial (it
-    ends past the prompt: unique to the request). Raises ValueError when the
-    workload has no hash ids.
+    trace block t, a dense id (0, 1, ... in order of first occurrence) shared
+    by exactly the blocks whose ids at positions 0..t are all equal, or -1
+    when the block is partial (it ends past the prompt: unique to the
+    request). Vectorized one depth at a time: the blocks at depth t take one
+    id per distinct (id at depth t - 1, raw id) pair. Raises ValueError when
+    the workload has no hash ids.
     """
     ids, off, hb = workload.hash_ids, workload.hash_offsets, workload.hash_block_size
     if ids is None or off is None:
         raise ValueError(f"{workload.name}: no block hash ids")
     out = np.full(len(ids), -1, dtype=np.int64)
-    dense: dict[tuple[int, int], int] = {}
-    raw = ids.tolist()
-    for r, prompt in enumerate(workload.prompt_tokens.tolist()):
-        start = int(off[r])
-        parent = -1
-        for t in range(prompt // hb):
-            parent = dense.setdefault((parent, raw[start + t]), len(dense))
-            out[start + t] = parent
+    n_full = np.asarray(workload.prompt_tokens, dtype=np.int64) // hb
+    if not n_full.any():
+        return out
+    starts = np.asarray(off, dtype=np.int64)[:-1]
+    depth = np.arange(n_full.sum()) - np.repeat(np.cumsum(n_full) - n_full, n_full)
+    pos = np.repeat(starts, n_full) + depth
+    pos = pos[np.argsort(depth, kind="stable")]  # depth by depth
+    bounds = np.searchsorted(np.sort(depth), np.arange(n_full.max() + 1))
+    _, raw = np.unique(ids, return_inverse=True)  # dense raw ids: pairs fit one int64
+    raw = raw.ravel().astype(np.int64)
+    width = int(raw.max()) + 1 if len(raw) else 1
+    next_id = 0
+    for d in range(n_full.max()):
+        at = pos[bounds[d] : bounds[d + 1]]
+        parent = out[at - 1] if d else np.full(len(at), -1, dtype=np.int64)
+        pairs, inverse = np.unique((parent + 1) * width + raw[at], return_inverse=True)
+        out[at] = next_id + inverse
+        next_id += len(pairs)
+    # Renumber in order of first occurrence.
+    full = out >= 0
+    _, first = np.unique(out[full], return_index=True)
+    rank = np.empty(next_id, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(next_id)
+    out[full] = rank[out[full]]
     return out
 
 

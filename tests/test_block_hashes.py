@@ -273,3 +273,55 @@ def test_ids_no_other_request_carries_become_private():
     assert out.tolist() == [0, -1, -1, 0, -1, -1, -1, -1, -1]
     assert chained.tolist() == [0, 1, -1, 0, 2, -1, 3, 4, -1]  # the input is not changed
     assert private_singletons(np.full(3, -1, np.int64)).tolist() == [-1, -1, -1]
+
+
+def _chained_by_dict(wl: Workload) -> list[int]:
+    """``chain_ids`` restated plainly: one id per distinct (parent id, raw id)
+    pair, in order of first occurrence; -1 for a partial trace block."""
+    dense: dict[tuple[int, int], int] = {}
+    out = [-1] * len(wl.hash_ids)
+    for r, (ids, p) in enumerate(zip(_lists(wl), wl.prompt_tokens.tolist(), strict=True)):
+        parent = -1
+        for t in range(p // wl.hash_block_size):
+            parent = dense.setdefault((parent, ids[t]), len(dense))
+            out[int(wl.hash_offsets[r]) + t] = parent
+    return out
+
+
+def test_chain_ids_match_a_plain_restatement():
+    # The vectorized chaining against a dict, on the Mooncake trace's first
+    # 600 s and on random traces whose ids repeat at different depths and
+    # under different parents (so only whole prefixes may share an id).
+    wl = read_trace(MOONCAKE_CONV, "mooncake", TraceOptions(duration_s=600.0))
+    assert chain_ids(wl).tolist() == _chained_by_dict(wl)
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n = int(rng.integers(1, 30))
+        prompt = rng.integers(1, 49, n)  # some end in a partial trace block
+        counts = -(-prompt // 8)
+        wl = Workload(
+            np.arange(n, dtype=np.float64),
+            prompt.astype(np.int32),
+            np.ones(n, np.int32),
+            hash_ids=rng.integers(0, 3, counts.sum()).astype(np.int64),
+            hash_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            hash_block_size=8,
+        )
+        assert chain_ids(wl).tolist() == _chained_by_dict(wl)
+
+
+def test_runs_that_read_no_block_hashes_skip_the_chaining(monkeypatch):
+    # Only prefix caching and the prefix_affinity router read the chained ids;
+    # a plain run gets the "no hash ids" fields and the same results.
+    import planner.api as api
+
+    wl = _three_requests([1, 2, 3, 1, 9, 4, 1, 2, 3])
+    plain = SchedulerConfig(num_gpu_blocks=100, block_size=4, max_model_len=64)
+    _, key, hb = api.hash_arrays(wl, [plain])
+    assert hb.tolist() == [0] and len(key) == 0
+    readers = (replace(plain, enable_prefix_caching=True), replace(plain, router="prefix_affinity"))
+    for on in readers:
+        assert api.hash_arrays(wl, [plain, on])[2].tolist() == [8]
+    before = simulate([plain], wl, STEP_LATENCY).metrics()
+    monkeypatch.setattr(api, "chain_ids", lambda _: pytest.fail("chained a plain run's ids"))
+    assert simulate([plain], wl, STEP_LATENCY).metrics().equals(before)
