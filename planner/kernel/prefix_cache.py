@@ -244,9 +244,8 @@ def key_run(r, j, bs, rq, n_req, maxb):
                 return n_req * maxb + (h - t) * per, (t + 1) * per
             return r * maxb, (t + 1) * per
         return r * maxb, maxb
-    n_shared = rq.shared_len[r] // bs
-    if j < n_shared:
-        return (n_req + rq.group[r]) * maxb, n_shared
+    if (j + 1) * bs <= rq.shared_len[r]:  # (no division on the private path)
+        return (n_req + rq.group[r]) * maxb, rq.shared_len[r] // bs
     return r * maxb, maxb
 
 
