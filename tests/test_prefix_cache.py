@@ -267,15 +267,15 @@ def test_free_queue_ring_keeps_vllms_order():
             s = list(rows)[int(rng.integers(0, len(rows)))]
             held = rows.pop(s)
             for b in held:  # about half are hashed: those go to the back
-                p.hkey[b] = 7 if rng.random() < 0.5 else -1
-                p.hprev[b] = PC.PENDING if p.hkey[b] >= 0 else -1
+                p.hkey[b] = PC.pending(7) if rng.random() < 0.5 else -1
             p.table[s, : len(held)] = held
             gaps = p.pc[PC.FQ_TAIL] - p.pc[PC.FQ_HEAD] - p.pc[PC.FREE_LEN]
             free(p, s, len(held))
             # only a compaction lowers the gaps while blocks join
             compactions += p.pc[PC.FQ_TAIL] - p.pc[PC.FQ_HEAD] - p.pc[PC.FREE_LEN] < gaps
             gone = held[::-1]  # tail first
-            model = [b for b in gone if p.hkey[b] < 0] + model + [b for b in gone if p.hkey[b] >= 0]
+            hashed = [b for b in gone if p.hkey[b] != -1]
+            model = [b for b in gone if b not in hashed] + model + hashed
         assert list(queue(p)) == model
         assert p.pc[PC.FREE_LEN] == len(model)
     assert compactions >= 5

@@ -184,7 +184,7 @@ def _walk_pool(st, q, k, p, mode, snap, pos):
     if not same:
         return False
     for b in range(p.hkey.shape[0]):
-        key = p.hkey[b]
+        key = PC.hash_of(b, p.hkey)  # pending or not: vLLM's view
         pos, same = _emit(key & 0xFFFFFFFF, mode, snap, pos, same)
         pos, same = _emit(key >> 32, mode, snap, pos, same)
         pos, same = _emit(PC.published_prev(b, p), mode, snap, pos, same)

@@ -32,7 +32,7 @@ walks from block 0 and stops at the first miss.
 
 Per-config arrays, one ``PrefixCache`` record (built by ``new_cache``): ``ref``
 (N,) int32 reference counts;
-``hkey`` (N,) int64 hash key or -1; ``hnext``/``hprev`` (N,) int32 links of
+``hkey`` (N,) int64 hash key, -1 (none) or ``pending(k)``; ``hnext``/``hprev`` (N,) int32 links of
 the blocks sharing one key; ``fq`` (cap,) int32 the free queue, ``fpos`` (N,)
 int32 a queued block's slot in it; ``pc`` (6,) int64 counters: free-queue
 length, blocks in use, total references, free block-table rows, and the
@@ -47,8 +47,9 @@ stack of free rows and ``hits`` (maxb,) int32 a lookup's result.
 Private keys are published lazily. A key below ``R * maxb`` names a block only
 request r can hold (``block_key``), so only r's own lookup can hit it, and r
 looks up only when it is admitted: first (nothing of its own is cached yet)
-or after a preemption. Hashing such a block sets ``hkey`` and marks it
-``PENDING`` in ``hprev`` without touching the map; ``publish`` enters r's
+or after a preemption. Hashing such a block stores ``pending(k)`` (a value
+below -1) in ``hkey`` without touching the map or the block's links, so the
+work is one write; ``publish`` enters r's
 pending blocks into the map when r is preempted (``step._evict``), and a
 block still pending when its owner finished is never entered, as no lookup
 can reach it. What vLLM does is unchanged: each lookup returns the block
@@ -76,7 +77,6 @@ import numpy as np
 from numba import njit
 
 FREE_LEN, IN_USE, REFS, FREE_SLOTS, FQ_HEAD, FQ_TAIL = 0, 1, 2, 3, 4, 5
-PENDING = -2  # hprev of a hashed block whose private key is not in the map yet
 
 PrefixCache = namedtuple(
     "PrefixCache",
@@ -328,24 +328,36 @@ def _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail):
 
 
 @njit(cache=True, inline="always")
+def pending(k):
+    """The ``hkey`` entry of a block holding private key k >= 0 that is not in
+    the map yet: -2 - k, so -1 (no hash) and every key stay apart. Its own
+    inverse: ``pending(pending(k)) == k``."""
+    return -2 - k
+
+
+@njit(cache=True, inline="always")
+def hash_of(b, hkey):
+    """Block b's content key (published or pending), or -1."""
+    return hkey[b] if hkey[b] >= -1 else pending(hkey[b])
+
+
+@njit(cache=True, inline="always")
 def drop_hash(b, hkey, hnext, hprev, tkey, thead, ttail):
     """Block b is taken from the free queue: forget its hash, leaving the map
-    alone when it was never published (``PENDING``)."""
-    if hprev[b] == PENDING:
+    alone when it was never published (``pending``)."""
+    if hkey[b] < -1:
         hkey[b] = -1
-        hprev[b] = -1
     else:
         _map_remove(b, hkey, hnext, hprev, tkey, thead, ttail)
 
 
 @njit(cache=True, inline="always")
 def set_hash(b, k, private, hkey, hnext, hprev, tkey, thead, ttail):
-    """Block b now holds content k: a private key (``k < R * maxb``) is marked
-    ``PENDING``, any other enters the map (``_map_insert``)."""
+    """Block b (holding no hash) now holds content k: a private key
+    (``k < R * maxb``) is stored ``pending``, any other enters the map
+    (``_map_insert``)."""
     if k < private:
-        hkey[b] = k
-        hnext[b] = -1
-        hprev[b] = PENDING
+        hkey[b] = pending(k)
     else:
         _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail)
 
@@ -357,8 +369,8 @@ def publish(r, held, p):
     s = p.slot_of[r]
     for j in range(held):
         b = p.table[s, j]
-        if p.hprev[b] == PENDING:
-            k = p.hkey[b]
+        if p.hkey[b] < -1:
+            k = pending(p.hkey[b])
             p.hkey[b] = -1
             _map_insert(b, k, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
 
@@ -367,9 +379,9 @@ def publish(r, held, p):
 def published_prev(b, p):
     """Block b's predecessor in its key's list as vLLM's map holds it: for a
     pending block, the last published block of its key (it would follow it)."""
-    if p.hprev[b] != PENDING:
+    if p.hkey[b] >= -1:
         return p.hprev[b]
-    i = find(p.hkey[b], p.tkey)
+    i = find(pending(p.hkey[b]), p.tkey)
     return p.ttail[i] if i >= 0 else -1
 
 
@@ -401,7 +413,7 @@ def get_new_blocks(n, s, start, p):
         c = fq_next_live(c, p.fq)
         b = p.fq[c & mask]
         c += 1
-        if p.hkey[b] >= 0:
+        if p.hkey[b] != -1:
             drop_hash(b, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
         p.ref[b] = 1
         p.table[s, start + i] = b
@@ -462,7 +474,7 @@ def cache_blocks(r, upto, bs, rq, p):
         stop = min(end, n_full)
         for i in range(j, stop):
             b, k = p.table[s, i], off + i
-            if p.hkey[b] != k:
+            if hash_of(b, p.hkey) != k:
                 set_hash(b, k, n_req * maxb, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
         j = stop
     if n_full > p.ncached[r]:
@@ -485,7 +497,7 @@ def free_blocks(s, n, p, blis):
         p.ref[b] -= 1
         if p.ref[b] == 0:
             freed += 1
-            if p.hkey[b] >= 0 or blis:
+            if p.hkey[b] != -1 or blis:
                 _fq_push(b, False, p)
             else:
                 u += 1

@@ -718,7 +718,7 @@ def _run_cache_events(n, bs, rq, st, p, offs, ev):
                 c = PC.fq_next_live(c, fq)
                 b = fq[c & mask]
                 c += 1
-                if hkey[b] >= 0:
+                if hkey[b] != -1:
                     PC.drop_hash(b, hkey, hnext, hprev, tkey, thead, ttail)
                 ref[b] = 1
                 p.table[s, st.held[r] + (j - ph) // bs] = b
