@@ -51,9 +51,11 @@ def chain_ids(workload: Workload) -> np.ndarray:
     trace block t, a dense id (0, 1, ... in order of first occurrence) shared
     by exactly the blocks whose ids at positions 0..t are all equal, or -1
     when the block is partial (it ends past the prompt: unique to the
-    request). Vectorized one depth at a time: the blocks at depth t take one
-    id per distinct (id at depth t - 1, raw id) pair. Raises ValueError when
-    the workload has no hash ids.
+    request). When the trace's own ids are chained already (each occurs at
+    one depth after one parent id, as Mooncake's do), they are those ids;
+    otherwise they are built one depth at a time, one per distinct (id at
+    depth t - 1, raw id) pair. Raises ValueError when the workload has no
+    hash ids.
     """
     ids, off, hb = workload.hash_ids, workload.hash_offsets, workload.hash_block_size
     if ids is None or off is None:
@@ -62,27 +64,42 @@ def chain_ids(workload: Workload) -> np.ndarray:
     n_full = np.asarray(workload.prompt_tokens, dtype=np.int64) // hb
     if not n_full.any():
         return out
-    starts = np.asarray(off, dtype=np.int64)[:-1]
     depth = np.arange(n_full.sum()) - np.repeat(np.cumsum(n_full) - n_full, n_full)
-    pos = np.repeat(starts, n_full) + depth
-    pos = pos[np.argsort(depth, kind="stable")]  # depth by depth
-    bounds = np.searchsorted(np.sort(depth), np.arange(n_full.max() + 1))
-    _, raw = np.unique(ids, return_inverse=True)  # dense raw ids: pairs fit one int64
-    raw = raw.ravel().astype(np.int64)
-    width = int(raw.max()) + 1 if len(raw) else 1
-    next_id = 0
-    for d in range(n_full.max()):
-        at = pos[bounds[d] : bounds[d + 1]]
-        parent = out[at - 1] if d else np.full(len(at), -1, dtype=np.int64)
-        pairs, inverse = np.unique((parent + 1) * width + raw[at], return_inverse=True)
-        out[at] = next_id + inverse
-        next_id += len(pairs)
+    pos = np.repeat(np.asarray(off, dtype=np.int64)[:-1], n_full) + depth  # in (r, t) order
+    raw = np.asarray(ids, dtype=np.int64)
+    parent = np.where(depth > 0, raw[pos - 1], -1)  # the raw id before (pos - 1 is full too)
+    _, first, inverse = np.unique(raw[pos], return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if (depth[first][inverse] == depth).all() and (parent[first][inverse] == parent).all():
+        out[pos] = inverse
+    else:
+        out[pos] = _chain_by_depth(raw[pos], depth)
+        _, first, inverse = np.unique(out[pos], return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
     # Renumber in order of first occurrence.
-    full = out >= 0
-    _, first = np.unique(out[full], return_index=True)
-    rank = np.empty(next_id, dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(next_id)
-    out[full] = rank[out[full]]
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    out[pos] = rank[inverse]
+    return out
+
+
+def _chain_by_depth(raw: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Chained ids (not yet dense in order) for full blocks given in (request,
+    depth) order, ``raw`` (B,) int64 trace ids and ``depth`` (B,) int64: the
+    blocks at depth t take one id per distinct (id at depth t - 1, raw id)."""
+    out = np.full(len(raw), -1, dtype=np.int64)
+    order = np.argsort(depth, kind="stable")  # depth by depth
+    bounds = np.searchsorted(depth[order], np.arange(depth.max() + 2))
+    _, dense = np.unique(raw, return_inverse=True)  # small raw ids: a pair fits one int64
+    dense = dense.ravel().astype(np.int64)
+    width = int(dense.max()) + 1
+    next_id = 0
+    for d in range(depth.max() + 1):
+        at = order[bounds[d] : bounds[d + 1]]
+        parent = out[at - 1] if d else np.full(len(at), -1, dtype=np.int64)
+        pairs, inverse = np.unique((parent + 1) * width + dense[at], return_inverse=True)
+        out[at] = next_id + inverse.ravel()
+        next_id += len(pairs)
     return out
 
 
