@@ -193,6 +193,66 @@ def run_max_rate_bench(side: int, **options: bool) -> dict[str, float]:
     return fig
 
 
+# ``plan bench --mooncake``: the shipped Mooncake trace's first 1,200 s on
+# Llama-3.1-8B/H100 (the README's Mooncake table), one config per run.
+MOONCAKE_SECONDS, MOONCAKE_MODEL, MOONCAKE_GPU = 1200.0, "llama-3.1-8b", "H100"
+MOONCAKE_MNBT = (2048, 8192)
+
+
+def run_mooncake_bench(repeats: int = 3, **options: bool) -> dict[str, float]:
+    """Time one config on the Mooncake trace's first 1,200 s with prefix caching
+    off and on, at each max_num_batched_tokens of ``MOONCAKE_MNBT``, and print
+    the CPU seconds of a whole ``simulate`` call (best of ``repeats`` warm
+    runs; hash chaining, kernel and bookkeeping) and their ratio, issue 17's
+    measure on a trace with real sharing. The pool is what the H100 preset
+    derives for Llama-3.1-8B at gpu_memory_utilization 0.9, max_num_seqs 256
+    and 2,048 batched tokens (``resolve.num_gpu_blocks``: 28,204 blocks), held
+    for both token budgets; max_model_len 131,072, linear step times of the
+    preset. ``options``: async_scheduling. Returns {"plain_<mnbt>_s",
+    "caching_<mnbt>_s", "ratio_<mnbt>"}."""
+    from planner import resolve
+    from planner.traces import MOONCAKE_CONV, TraceOptions, read_trace
+
+    wl = read_trace(MOONCAKE_CONV, "mooncake", TraceOptions(duration_s=MOONCAKE_SECONDS))
+    model, gpu = MOONCAKE_MODEL, MOONCAKE_GPU
+    lat = resolve.latency("linear", model, gpu)
+    blocks, _ = resolve.num_gpu_blocks(
+        None, model, gpu, 0.9, 16, 1, 0, max_num_seqs=256, max_num_batched_tokens=2048
+    )
+    print(f"Mooncake trace:                first {MOONCAKE_SECONDS:,.0f} s, "
+          f"{wl.num_requests:,} requests, {model} on {gpu}, {blocks:,} blocks")  # fmt: skip
+    sched = "async scheduling" if options.get("async_scheduling") else "sync scheduling"
+    print(f"options:                       {sched}; prefix caching off, then on")
+    fig: dict[str, float] = {}
+    for mnbt in MOONCAKE_MNBT:
+        cpu = {}
+        for caching in (False, True):
+            cfg = SchedulerConfig(
+                num_gpu_blocks=blocks,
+                max_num_seqs=256,
+                max_num_batched_tokens=mnbt,
+                max_model_len=131072,
+                enable_prefix_caching=caching,
+                **options,
+            )
+            simulate([cfg], wl, lat)  # compile or load, and warm
+            cpu[caching] = min(_cpu_of(cfg, wl, lat) for _ in range(repeats))
+        fig[f"plain_{mnbt}_s"], fig[f"caching_{mnbt}_s"] = cpu[False], cpu[True]
+        fig[f"ratio_{mnbt}"] = cpu[True] / cpu[False]
+        print(
+            f"max_num_batched_tokens {mnbt:>5}:  {cpu[False]:.3f} s without caching, "
+            f"{cpu[True]:.3f} s with it: {fig[f'ratio_{mnbt}']:.1f}x"
+        )
+    return fig
+
+
+def _cpu_of(cfg: SchedulerConfig, wl: Workload, lat: object) -> float:
+    """CPU seconds of one ``simulate`` call of ``cfg``."""
+    c0 = time.process_time()
+    simulate([cfg], wl, lat)
+    return time.process_time() - c0
+
+
 STARTUP_ARGS = ("run", "--num-requests", "20", "--json")
 
 

@@ -928,6 +928,13 @@ def bench(
             "sweep of it, and print the ratio."
         ),
     ] = False,
+    mooncake: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: time one config on the shipped Mooncake trace's first 1,200 s "
+            "with prefix caching off and on, and print the ratio."
+        ),
+    ] = False,
 ) -> None:
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
     from planner.bench import run_bench, run_startup_bench
@@ -937,6 +944,11 @@ def bench(
         run_startup_bench()
         return
 
+    if mooncake:
+        from planner.bench import run_mooncake_bench
+
+        run_mooncake_bench(async_scheduling=async_scheduling)
+        return
     if not 1 <= grid <= 1024:
         raise InputError(f"--grid must be in 1..1024 (grid x grid configs), got {grid}")
     if max_rate:

@@ -325,12 +325,18 @@ CALIBRATE_RULES: tuple[Rule, ...] = (
 )
 
 
-# ``plan bench``: --startup times fresh ``plan run`` processes, not the grid.
+# ``plan bench``: --startup times fresh ``plan run`` processes and --mooncake one
+# config on a trace, not the grid.
 BENCH_RULES: tuple[Rule, ...] = (
     Rule(
-        ("grid", "reference", "async_scheduling", "enable_prefix_caching", "max_rate"),
+        ("grid", "reference", "async_scheduling", "enable_prefix_caching", "max_rate", "mooncake"),
         lambda p: bool(p.get("startup")),
         "has no effect with --startup (it times fresh plan run processes)",
+    ),
+    Rule(
+        ("grid", "reference", "enable_prefix_caching", "max_rate"),
+        lambda p: bool(p.get("mooncake")),
+        "has no effect with --mooncake (it times one config on the trace, caching off and on)",
     ),
     Rule(
         ("reference",),

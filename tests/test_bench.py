@@ -30,3 +30,17 @@ def test_an_inert_switch_is_named_as_given(capsys):
         assert code == 2
         why = "has no effect with --startup (it times fresh plan run processes)"
         assert err.strip() == f"plan: error: {flag} {why}"
+
+
+def test_mooncake_bench_times_caching_off_and_on(capsys):
+    from planner.bench import MOONCAKE_MNBT, run_mooncake_bench
+
+    fig = run_mooncake_bench(repeats=1)
+    out = capsys.readouterr().out
+    assert "28,204 blocks" in out  # the H100 preset's pool for Llama-3.1-8B
+    for mnbt in MOONCAKE_MNBT:
+        plain, caching = fig[f"plain_{mnbt}_s"], fig[f"caching_{mnbt}_s"]
+        assert plain > 0 and caching > 0 and fig[f"ratio_{mnbt}"] == caching / plain
+        assert f"{plain:.3f} s without caching, {caching:.3f} s with it" in out
+    code, _, err = run_cli(capsys, "bench", "--mooncake", "--enable-prefix-caching")
+    assert code == 2 and "has no effect with --mooncake" in err
