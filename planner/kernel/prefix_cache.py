@@ -31,12 +31,12 @@ the block's tokens, ``vllm/v1/core/kv_cache_utils.py``) does; ``lookup``
 walks from block 0 and stops at the first miss.
 
 Per-config arrays, one ``PrefixCache`` record (built by ``new_cache``): ``ref``
-(N,) int32 reference counts;
-``hkey`` (N,) int64 hash key, -1 (none) or ``pending(k)``; ``hnext``/``hprev`` (N,) int32 links of
-the blocks sharing one key; ``fq`` (cap,) int32 the free queue, ``fpos`` (N,)
-int32 a queued block's slot in it; ``pc`` (6,) int64 counters: free-queue
-length, blocks in use, total references, free block-table rows, and the
-ring's head and tail positions;
+(N,) int32 reference counts; ``hkey`` (N,) int64 hash key, -1 (none) or
+``pending(k)``; ``hnext``/``hprev`` (N,) int32 links of the blocks sharing
+one key; ``fq`` (cap,) int32 the free queue, ``fpos`` (N,) int32 a queued
+block's slot in it; ``pc`` (6,) int64 counters: free-queue length, blocks in
+use, total references, free block-table rows, and the ring's head and tail
+positions;
 ``tkey``/``thead``/``ttail`` (cap,) the hash map, an open-addressing table
 (linear probing, backward-shift deletion; cap = a power of two >= 2N) from a
 key to the first and last block holding it.
@@ -62,8 +62,9 @@ the cost on workloads without shared prefixes.
 The free queue is a ring rather than vLLM's linked list, with the same order
 and operations: the queue is ``fq[c & (cap - 1)]`` for positions c from
 ``pc[FQ_HEAD]`` to ``pc[FQ_TAIL]``, skipping -1. A hit on a free block
-(``touch``) leaves a -1 where it stood (``fpos``); ``get_new_blocks`` pops
-from the head, ``free_blocks`` adds at either end. Popping n blocks then
+(``touch``; vLLM's ``remove``) leaves a -1 where it stood (``fpos``);
+``get_new_blocks`` pops from the head (``popleft_n``), ``free_blocks`` adds
+at either end (``prepend_n``/``append_n``). Popping n blocks then
 reads n consecutive entries instead of chasing n links through the pool;
 when the ring fills with gaps, ``_fq_compact`` closes them (cap >= 2N, so
 that happens at most once per N removals).
@@ -282,8 +283,8 @@ def _fq_compact(p):
 @njit(cache=True, inline="always")
 def _fq_push(b, front, p):
     """Block b joins the free queue at its front or its back
-    (``FreeKVCacheBlockQueue.append``; vLLM's front insertion is
-    ``free_blocks``' ordering of unhashed blocks)."""
+    (``FreeKVCacheBlockQueue.prepend_n``/``append_n``, one block at a time:
+    ``BlockPool.free_blocks`` prepends unhashed blocks, appends hashed ones)."""
     mask = p.fq.shape[0] - 1
     if p.pc[FQ_TAIL] - p.pc[FQ_HEAD] > mask:
         _fq_compact(p)
