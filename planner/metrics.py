@@ -90,7 +90,10 @@ OVERLOAD_MIN_GROWTH_S = 1.0
 # arrival). The backlog rule covers that case: requests waiting for a first
 # token grew by more than OVERLOAD_WINDOW_SHARE of the arrivals over the last
 # three quarters of the window (and by more than OVERLOAD_MIN_BACKLOG requests,
-# so that a request still in prefill at the last arrival is no verdict).
+# so that a request still in prefill at the last arrival is no verdict). The
+# backlog is taken just before the last arrival instant: requests arriving at
+# it cannot have started, and a trace with coarse timestamps (Mooncake's come
+# in 3 s steps) can end with a batch of them.
 OVERLOAD_MIN_BACKLOG = 2
 
 
@@ -117,8 +120,9 @@ def overload(
         ``queue_delay_growth_s``: median delay (first token - arrival; for a
         request never served, end - arrival, a lower bound) of the last quarter
         of arrivals minus that of the first quarter; ``backlog_growth``:
-        requests waiting for a first token at the last arrival minus those
-        waiting a quarter into the window; ``overloaded``: delay growth >
+        requests waiting for a first token just before the last arrival
+        instant (those arriving at it excluded) minus those waiting a quarter
+        into the window; ``overloaded``: delay growth >
         max(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE x window), or backlog
         growth > max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x arrivals
         after that quarter); and
@@ -143,7 +147,7 @@ def overload(
     t1 = arrival_s.min(axis=1) + window / 4
     waits = arrival_s if rejected is None else np.where(rejected, np.inf, arrival_s)
     backlog = _backlog_growth(waits, first_s, t1, last)
-    arrived_late = ((waits > t1[:, None]) & np.isfinite(waits)).sum(axis=1)
+    arrived_late = ((waits > t1[:, None]) & (waits < last[:, None])).sum(axis=1)
     backlogged = backlog > np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * arrived_late)
     with np.errstate(divide="ignore", invalid="ignore"):
         offered_rps = np.where(window > 0, offered / window, np.nan)
@@ -163,10 +167,12 @@ def overload(
 def _backlog_growth(
     arrival_s: np.ndarray, first_s: np.ndarray, t1: np.ndarray, t2: np.ndarray
 ) -> np.ndarray:
-    """Requests waiting for their first token at t2 minus those waiting at t1, per
-    config: arrivals minus first tokens in (t1, t2]. Shapes (C, R), (C, R), (C,), (C,)."""
+    """Requests waiting for their first token just before t2 minus those waiting
+    at t1, per config: arrivals in (t1, t2) minus first tokens in (t1, t2] (a
+    request arriving at t2 cannot start by then). Shapes (C, R), (C, R), (C,),
+    (C,)."""
     started = np.nan_to_num(first_s, nan=np.inf)
-    arrivals = ((arrival_s > t1[:, None]) & (arrival_s <= t2[:, None])).sum(axis=1)
+    arrivals = ((arrival_s > t1[:, None]) & (arrival_s < t2[:, None])).sum(axis=1)
     starts = ((started > t1[:, None]) & (started <= t2[:, None])).sum(axis=1)
     return arrivals - starts
 

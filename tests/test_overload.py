@@ -133,3 +133,17 @@ def test_a_run_stopped_by_a_livelock_reports_the_traffic_and_its_cause(capsys, t
     code, out, err = run_cli(capsys, *args)
     verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
     assert "proven livelock" in verdict and "no scheduler setting" not in verdict
+
+
+def test_a_batch_arriving_at_the_last_instant_is_no_backlog():
+    """Forty requests 3 s apart, each served 0.1 s after it arrives, and three
+    more at the last timestamp (a trace with coarse timestamps, as Mooncake's):
+    nothing queues, so it is not overloaded; the same batch left unserved
+    earlier in the window still is."""
+    arr = np.concatenate([np.arange(40) * 3.0, [117.0] * 3])[None, :]
+    first = arr + 0.1
+    out = overload(arr, first, np.array([200.0]), np.array([43]))
+    assert out["backlog_growth"][0] == 0 and not out["overloaded"][0]
+    stuck = first.copy()
+    stuck[0, 20:23] = np.nan  # three never served, a third of the way in
+    assert overload(arr, stuck, np.array([200.0]), np.array([43]))["overloaded"][0]
