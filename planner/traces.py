@@ -41,6 +41,7 @@ line number, header = 1) and the problem.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -434,18 +435,31 @@ def _hash_block_size(path: Path, fmt: str, has_ids: bool, o: TraceOptions) -> Tr
     return o
 
 
+# A hash-id list as text: integers separated by commas, semicolons or spaces
+# (no empty items), optionally in one pair of brackets.
+_HASH_TEXT = re.compile(
+    r"\s*(?P<open>\[)?\s*(?P<ids>-?\d+((\s*[,;]\s*|\s+)-?\d+)*)?\s*(?(open)\])\s*"
+)
+
+
+def _hash_text(v: str) -> list[int] | None:
+    """A hash-id list written as text (``_HASH_TEXT``), or None if it is not one."""
+    m = _HASH_TEXT.fullmatch(v)
+    if m is None:
+        return None
+    return [int(x) for x in re.split(r"[\s,;]+", m["ids"])] if m["ids"] else []
+
+
 def _hash_lists(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
     """Column ``col`` as one list of integer hash ids per row: JSON arrays in
-    JSONL, or text in CSV (``[1, 2]``, ``1 2`` or ``1;2``). Returns an (R,)
-    object array of int64 arrays. Raises WorkloadError naming the first bad row."""
+    JSONL, or text (``[1, 2]``, ``1 2`` or ``1;2``: integers separated by
+    commas, semicolons or spaces, in at most one pair of brackets). Returns
+    an (R,) object array of int64 arrays. Raises WorkloadError naming the
+    first bad row."""
     out = np.empty(len(df), dtype=object)
     for i, v in enumerate(df[col].tolist()):
         if isinstance(v, str):
-            parts = v.strip().strip("[]").replace(",", " ").replace(";", " ").split()
-            try:
-                v = [int(x) for x in parts]
-            except ValueError:
-                v = None
+            v = _hash_text(v)
         ok = isinstance(v, list) and all(
             isinstance(x, int) and not isinstance(x, bool) and abs(x) <= MAX_HASH_ID for x in v
         )

@@ -130,12 +130,18 @@ def test_bad_hash_input_is_one_line_exit_2(capsys, tmp_path):
     bad = _write(tmp_path, "bad.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     rows[1]["hash_ids"] = [1, 2.5, 5]
     frac = _write(tmp_path, "frac.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    rows[1]["hash_ids"] = "1 2 5 ]]]"  # text must be a whole list (tryout finding)
+    junk = _write(tmp_path, "junk.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    rows[1]["hash_ids"] = "1,,5"
+    gap = _write(tmp_path, "gap.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     rows[1]["hash_ids"] = [1, 2, 5]
     good = _write(tmp_path, "good.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     base = ["run", "--num-gpu-blocks", "200", "--enable-prefix-caching", "--trace-file"]
     cases = [
         ([bad, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
         ([frac, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
+        ([junk, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
+        ([gap, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
         ([good], "needs --trace-hash-block-size"),
         ([good, "--trace-hash-block-size", "4"], "hash ids for 20 prompt tokens"),
         ([good, "--trace-hash-block-size", "8", "--block-size", "16"], "does not divide"),
