@@ -213,7 +213,7 @@ _ACCEPTED = (
     "arrival={arrival} or timestamp={timestamp}, prompt={prompt}, output={output}, "
     "optional priority={priority}, prefix_group={prefix_group} with prefix_len={prefix_len}, "
     "hash_ids={hash_ids}"
-).format(**DEFAULT_COLUMNS)
+)  # .format(**names): the column names of the format being read
 MAX_PRIORITY = 2**31 - 1  # |priority| bound: exact in float64, far beyond any real use
 
 
@@ -294,7 +294,7 @@ def _resolve_columns(
                 what, hint = f"missing column {names[key]!r}", f"{key}=NAME"
             raise WorkloadError(
                 f"{path}: {what} (map yours with {hint}); columns found: "
-                f"{', '.join(found) or 'none'}; accepted: {_ACCEPTED}"
+                f"{', '.join(found) or 'none'}; accepted: {_ACCEPTED.format(**names)}"
             )
     for key, col in use.items():
         other = next((k for k, c in use.items() if c == col and k != key), None)

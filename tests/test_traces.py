@@ -357,3 +357,14 @@ def test_safe_limit_refuses_synthetic_options_with_a_trace(capsys, tmp_path):
     ):
         code, _, err = run_cli(capsys, *SAFE_LIMIT, "--trace-file", str(f), *extra)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_missing_column_names_the_formats_own_columns(capsys, tmp_path):
+    """The "accepted" list of a refusal is the one of the format read: Mooncake's
+    input_length/output_length, not the generic names (tryout finding)."""
+    f = tmp_path / "g.jsonl"
+    f.write_text('{"arrival_time_s": 0, "prompt_tokens": 20, "output_tokens": 3}\n')
+    code, _, err = run_cli(capsys, "run", "--trace-file", str(f), "--trace-format", "mooncake")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "missing column 'input_length'" in err
+    assert "prompt=input_length, output=output_length" in err and "prompt=prompt_tokens" not in err
