@@ -126,7 +126,8 @@ def _numbers(
     """Column ``col`` as float64 numbers in ``lo..hi`` (integers if ``integer``).
 
     Blank cells (empty text, JSON null) take ``blank``, or are an error when it
-    is None. Raises WorkloadError naming the first bad row (header = row 1).
+    is None. Raises WorkloadError naming the first bad row (``df.index``: the
+    file's row, ``load_trace``).
     """
     raw = df[col]
     text = raw.astype(str).str.strip()
@@ -141,7 +142,7 @@ def _numbers(
         row = int(np.argmax(bad.to_numpy()))
         want = f"an integer in {lo:g}..{hi:g}" if integer else f"seconds in {lo:g}..{hi:g}"
         raise WorkloadError(
-            f"{path}: row {row + 2}: bad {col} value {str(raw.iloc[row])!r} (want {want})"
+            f"{path}: row {raw.index[row]}: bad {col} value {str(raw.iloc[row])!r} (want {want})"
         )
     return v.to_numpy()
 
@@ -169,7 +170,7 @@ def _require_dates(path: Path, raw: pd.Series, col: str) -> None:
             continue  # pandas read it (ISO forms dateutil may not); they carry a date
         if a.date() != b.date():
             raise WorkloadError(
-                f"{path}: row {int(row) + 2}: {col} value {text!r} has no full date "
+                f"{path}: row {raw.index[int(row)]}: {col} value {text!r} has no full date "
                 "(day, month and year); give dates, or seconds in an arrival column"
             )
 
@@ -184,12 +185,12 @@ def _timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
         ts = pd.to_datetime(raw, errors="coerce", format="mixed")
         if ts.isna().any():
             row = int(np.argmax(ts.isna().to_numpy()))
-            raise WorkloadError(f"{path}: row {row + 2}: bad {col} value {raw.iloc[row]!r}")
+            raise WorkloadError(f"{path}: row {raw.index[row]}: bad {col} value {raw.iloc[row]!r}")
         _require_dates(path, raw, col)
         t = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     if not np.all(np.isfinite(t)):
         row = int(np.argmax(~np.isfinite(t)))
-        raise WorkloadError(f"{path}: row {row + 2}: bad {col} value {raw.iloc[row]!r}")
+        raise WorkloadError(f"{path}: row {raw.index[row]}: bad {col} value {raw.iloc[row]!r}")
     return t - t[0]
 
 
@@ -373,6 +374,9 @@ def load_trace(
     )
     df = _load(path, load_fmt)
     df.columns = [str(c) for c in df.columns]
+    # Index = the file's row number that errors name: a JSONL line, a CSV row
+    # counting the header as row 1.
+    df.index = np.arange(len(df)) + (1 if load_fmt == "jsonl" else 2)
     _check_shape(path, df, load_fmt)
     if fmt == "auto":
         fmt = "azure" if all(c in df.columns for c in AZURE_COLUMNS) else load_fmt
@@ -390,7 +394,7 @@ def load_trace(
     back = np.flatnonzero(np.diff(t) < 0)
     if len(back):
         time_col = use.get("arrival", use.get("timestamp"))
-        raise WorkloadError(f"{path}: row {back[0] + 3}: {time_col} goes backwards")
+        raise WorkloadError(f"{path}: row {df.index[back[0] + 1]}: {time_col} goes backwards")
     arrays = {
         key: _numbers(path, df, use[key], lo, hi, integer=True, blank=blank)
         for key, lo, hi, blank in (
@@ -465,7 +469,7 @@ def _hash_lists(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
         )
         if not ok:
             raise WorkloadError(
-                f"{path}: row {i + 2}: bad {col} value {str(df[col].iloc[i])[:60]!r} "
+                f"{path}: row {df.index[i]}: bad {col} value {str(df[col].iloc[i])[:60]!r} "
                 f"(want a list of integers, |id| <= 2**62)"
             )
         out[i] = np.array(v, dtype=np.int64)

@@ -138,10 +138,10 @@ def test_bad_hash_input_is_one_line_exit_2(capsys, tmp_path):
     good = _write(tmp_path, "good.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     base = ["run", "--num-gpu-blocks", "200", "--enable-prefix-caching", "--trace-file"]
     cases = [
-        ([bad, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
-        ([frac, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
-        ([junk, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
-        ([gap, "--trace-hash-block-size", "8", "--block-size", "4"], "row 3: bad hash_ids"),
+        ([bad, "--trace-hash-block-size", "8", "--block-size", "4"], "row 2: bad hash_ids"),
+        ([frac, "--trace-hash-block-size", "8", "--block-size", "4"], "row 2: bad hash_ids"),
+        ([junk, "--trace-hash-block-size", "8", "--block-size", "4"], "row 2: bad hash_ids"),
+        ([gap, "--trace-hash-block-size", "8", "--block-size", "4"], "row 2: bad hash_ids"),
         ([good], "needs --trace-hash-block-size"),
         ([good, "--trace-hash-block-size", "4"], "hash ids for 20 prompt tokens"),
         ([good, "--trace-hash-block-size", "8", "--block-size", "16"], "does not divide"),

@@ -368,3 +368,18 @@ def test_a_missing_column_names_the_formats_own_columns(capsys, tmp_path):
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "missing column 'input_length'" in err
     assert "prompt=input_length, output=output_length" in err and "prompt=prompt_tokens" not in err
+
+
+def test_errors_name_the_jsonl_line(capsys, tmp_path):
+    """A JSONL file has no header: its third line is row 3 (was row 4; tryout
+    finding). A CSV's third data row stays row 4 (the header is row 1)."""
+    rows = [{"arrival_time_s": t, "prompt_tokens": 20, "output_tokens": 3} for t in range(4)]
+    rows[2]["prompt_tokens"] = -5
+    f = tmp_path / "t.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = run_cli(capsys, "run", "--trace-file", str(f))
+    assert code == 2 and "t.jsonl: row 3: bad prompt_tokens value '-5'" in err, err
+    c = tmp_path / "t.csv"
+    c.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,20,3\n1,20,3\n2,-5,3\n")
+    code, _, err = run_cli(capsys, "run", "--trace-file", str(c))
+    assert code == 2 and "t.csv: row 4: bad prompt_tokens value '-5'" in err, err
