@@ -385,7 +385,7 @@ def run(
         else ""
     )
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
-    opt.say_compile([cfg])
+    opt.say_compile([cfg], wl)
     t0 = time.perf_counter()
     res = simulate([cfg], wl, lat)
     wall = time.perf_counter() - t0

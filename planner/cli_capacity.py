@@ -316,7 +316,7 @@ def check(
             horizon_s=horizon,
         )
         clock_bound(cfg, lat)
-        opt.say_compile([cfg])
+        opt.say_compile([cfg], wl)
         out["traffic"] = traffic_check(cfg, wl, lat, slo)
         safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
     out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
@@ -760,7 +760,7 @@ def safe_limit(
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
-    opt.say_compile([cfg])
+    opt.say_compile([cfg], wl)
     s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo)
     rec = recommend(s)
     if as_json:

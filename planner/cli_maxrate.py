@@ -206,7 +206,7 @@ def max_rate(
     for message in unused_field_warnings(wl, configs):
         warn(message)
     rps, tps = offered_rates(wl)
-    opt.say_compile(configs)
+    opt.say_compile(configs, wl)
     t0 = time.perf_counter()
     found = search_max_rate(configs, wl, lat, slo, rng)
     wall = time.perf_counter() - t0

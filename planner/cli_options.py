@@ -547,10 +547,16 @@ def check_run_options(
         raise ValueError("--address and --dask-workers need --executor dask")
 
 
-def say_compile(configs: Sequence[SchedulerConfig]) -> None:
+def say_compile(configs: Sequence[SchedulerConfig], workload: Workload | None = None) -> None:
     """Print ``api.compile_note_for`` on stderr when the kernel ``configs``
-    need will compile first (a first run), so a wait is not taken for a hang."""
+    need will compile first (a first run), so a wait is not taken for a hang.
+    With ``workload``, first raise what ``simulate`` would refuse about it
+    before compiling (``block_hashes.check_block_sizes``: WorkloadError), so a
+    refusal stays one line."""
     from planner.api import compile_note_for
+    from planner.block_hashes import check_block_sizes
 
+    if workload is not None:
+        check_block_sizes(workload, configs)
     if note := compile_note_for(configs):
         print(f"plan: {note}", file=sys.stderr, flush=True)

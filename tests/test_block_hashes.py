@@ -331,3 +331,23 @@ def test_runs_that_read_no_block_hashes_skip_the_chaining(monkeypatch):
     before = simulate([plain], wl, STEP_LATENCY).metrics()
     monkeypatch.setattr(api, "chain_ids", lambda _: pytest.fail("chained a plain run's ids"))
     assert simulate([plain], wl, STEP_LATENCY).metrics().equals(before)
+
+
+def test_a_block_size_refusal_on_a_cold_cache_is_one_line(tmp_path):
+    """On a first run the refusal comes before the compile notice, so stderr is
+    the one error line (fresh-clone finding)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    args = ["run", "--trace-file", MOONCAKE, "--max-requests", "5", "--block-size", "48"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner.cli", *args, "--enable-prefix-caching"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "plan: error: --block-size 48 does not divide the trace's hash block size 512: "
+        "a vLLM block would span two trace blocks"
+    ]
