@@ -78,6 +78,7 @@ import numpy as np
 from numba import njit
 
 FREE_LEN, IN_USE, REFS, FREE_SLOTS, FQ_HEAD, FQ_TAIL = 0, 1, 2, 3, 4, 5
+PC_FIELDS = 6  # the length of ``pc``
 
 PrefixCache = namedtuple(
     "PrefixCache",
@@ -146,7 +147,7 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     for b in range(first, n_blocks):
         fq[b - first] = b
         fpos[b] = b - first
-    pc = np.zeros(6, dtype=np.int64)
+    pc = np.zeros(PC_FIELDS, dtype=np.int64)
     pc[FREE_LEN] = n_blocks - first
     pc[FREE_SLOTS] = n_slots
     pc[FQ_TAIL] = n_blocks - first

@@ -389,7 +389,8 @@ def kernel_scratch_bytes(
     fast path), ``skipbuf`` (R int32 when async), the detector's counters
     (CYCLE_DET int64), the decode fast path's block events (2 S int32, one
     entry without caching), and with caching ``slots`` (S, built as int64
-    then int32), ``hits`` (maxb int32) and ``pc`` (4 int64).
+    then int32), ``hits`` (maxb int32) and ``pc`` (``prefix_cache.PC_FIELDS``
+    int64).
     Arguments as ``scratch_layout``'s."""
     r = num_requests
     snap, i32, i64 = scratch_layout(
@@ -398,8 +399,10 @@ def kernel_scratch_bytes(
     total = 4 * (snap + i32) + 8 * i64 + 8 * NSTEP + 8 * (block_size + 1) + 8 * CYCLE_DET
     total += 4 * (r if async_scheduling else 1)
     if caching:
+        from planner.kernel.prefix_cache import PC_FIELDS
+
         slots, maxb = _table_shape(r, max_num_seqs, longest_tokens, block_size)
-        total += 12 * slots + 4 * maxb + 32 + 8 * slots
+        total += 12 * slots + 4 * maxb + 8 * PC_FIELDS + 8 * slots
     else:
         total += 4
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS
