@@ -202,8 +202,9 @@ MOONCAKE_MNBT = (2048, 8192)
 def run_mooncake_bench(repeats: int = 3, **options: bool) -> dict[str, float]:
     """Time one config on the Mooncake trace's first 1,200 s with prefix caching
     off and on, at each max_num_batched_tokens of ``MOONCAKE_MNBT``, and print
-    the CPU seconds of a whole ``simulate`` call (best of ``repeats`` warm
-    runs; hash chaining, kernel and bookkeeping) and their ratio, issue 17's
+    the CPU seconds of a whole ``simulate`` call as ``plan run`` makes it
+    (best of ``repeats`` warm runs; hash chaining, kernel, invariant checks
+    and bookkeeping) and their ratio, issue 17's
     measure on a trace with real sharing. The pool is what the H100 preset
     derives for Llama-3.1-8B at gpu_memory_utilization 0.9, max_num_seqs 256
     and 2,048 batched tokens (``resolve.num_gpu_blocks``: 28,204 blocks), held
