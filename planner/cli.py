@@ -35,6 +35,7 @@ from planner.cli_size import register as register_size
 from planner.config import SchedulerConfig, check_compat_latency, clock_bound, compat_settings
 from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
+from planner.safelimit import started_text
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.workload import (
     Workload,
@@ -130,6 +131,7 @@ SUMMARY_ROWS = (
     ("preempted_requests", "{:.0f}"),
     ("overloaded", "{}"),
     ("offered_rps", "{:.3f}"),
+    ("accepted_rps", "{:.3f}"),
     ("served_rps", "{:.3f}"),
     ("queue_delay_growth_s", "{:.3f}"),
     ("throughput_rps", "{:.3f}"),
@@ -630,11 +632,7 @@ def _print_run(
     if slo.given():
         console.print(slo_verdict(row, slo), soft_wrap=True)
     if row["overloaded"]:
-        rates = (
-            f"verdict: OVERLOADED - {row['offered_rps']:.3f} req/s offered, "
-            f"{row['served_rps']:.3f} started per second over the arrival window (the queue "
-            "grew through it)"
-        )
+        rates = f"verdict: OVERLOADED - {started_text(row)} (the queue grew through it)"
         if row["outcome"] == LIVELOCKED:  # the livelock, not the traffic, stopped service
             why = (
                 f"; the run stopped at {row['sim_end_s']:.3f} s on a proven livelock (below), "

@@ -330,13 +330,21 @@ def check(
 def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) -> dict:
     """Simulate ``cfg`` on the workload and judge it: ``keeps_up`` (not
     ``metrics.overload``-ed), ``meets_slo`` (``metrics.slo_columns``), with the
-    p99s (and whether each is a lower bound), the offered and served rates and
+    p99s (and whether each is a lower bound), the offered, accepted and served rates and
     the goodput."""
     from planner.api import simulate
 
     row = simulate([cfg], wl, lat).metrics(slo).iloc[0]
     keys = [f"{m}_p99{b}" for m in FIELDS for b in ("", "_is_lower_bound")]
-    keys += ["offered_rps", "served_rps", "goodput_rps", "completed", "unserved", "outcome"]
+    keys += [
+        "offered_rps",
+        "accepted_rps",
+        "served_rps",
+        "goodput_rps",
+        "completed",
+        "unserved",
+        "outcome",
+    ]
     out = {k: _plain(row[k]) for k in keys}
     out["max_num_seqs"] = cfg.max_num_seqs
     out["keeps_up"] = not bool(row.overloaded)
@@ -353,15 +361,14 @@ def _plain(v: object) -> object:
 
 def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:
     """One line: the traffic verdict at max_num_seqs ``seqs`` with its p99s."""
-    from planner.safelimit import latency_text
+    from planner.safelimit import latency_text, started_text
 
     over, met = bool(row.overloaded), bool(row.meets_slo)
     fails = (["is OVERLOADED"] if over else []) + ([] if met else ["MISSES the SLOs"])
     state = " and ".join(fails) if fails else "keeps up and meets the SLOs"
     return (
         f"traffic at max_num_seqs {seqs}: {state} ({slo.describe()}): "
-        f"{latency_text(row, slo)}; {row.served_rps:.3f} of {row.offered_rps:.3f} req/s "
-        "offered started over the arrival window"
+        f"{latency_text(row, slo)}; {started_text(row)}"
     )
 
 
@@ -808,6 +815,7 @@ EVALUATED_COLUMNS = (
     "e2e_s_p99_is_lower_bound",
     "overloaded",
     "offered_rps",
+    "accepted_rps",
     "served_rps",
     "outcome",
 )

@@ -103,6 +103,7 @@ def overload(
     end_s: np.ndarray,
     offered: np.ndarray,
     rejected: np.ndarray | None = None,
+    refused: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per config: the growth of queueing delay over the arrival window and the
     overload verdict, with the offered and served rates.
@@ -116,6 +117,9 @@ def overload(
         rejected: (C, R) bool, requests the front end refused (prompt >=
             max_model_len): they never wait for a first token, so neither rule
             counts them; None = none.
+        refused: (C,) int, how many of ``offered`` the front end rejected
+            (vLLM's ``InputProcessor`` check against max_model_len, made before
+            the scheduler sees a request); None = none.
     Returns:
         ``queue_delay_growth_s``: median delay (first token - arrival; for a
         request never served, end - arrival, a lower bound) of the last quarter
@@ -126,9 +130,12 @@ def overload(
         max(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE x window), or backlog
         growth > max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x arrivals
         after that quarter); and
-        ``offered_rps`` (arrivals / window), ``served_rps`` (requests whose
-        first token came by the last arrival, / window), ``load_ratio``
-        (offered / served). A window of 0 (all at once) is never overloaded and
+        ``offered_rps`` (arrivals / window), ``accepted_rps`` (arrivals the
+        front end passed to the scheduler, offered - refused, / window),
+        ``served_rps`` (requests whose first token came by the last arrival,
+        / window), ``load_ratio`` (accepted / served: a rejected request asks
+        the scheduler for nothing, so it is no load that capacity could serve).
+        A window of 0 (all at once) is never overloaded and
         has NaN rates. All (C,).
     """
     delay = np.where(np.isnan(first_s), end_s[:, None] - arrival_s, first_s - arrival_s)
@@ -151,11 +158,14 @@ def overload(
     backlogged = backlog > np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * arrived_late)
     with np.errstate(divide="ignore", invalid="ignore"):
         offered_rps = np.where(window > 0, offered / window, np.nan)
+        accepted = offered if refused is None else offered - refused
+        accepted_rps = np.where(window > 0, accepted / window, np.nan)
         started = (first_s <= last[:, None]).sum(axis=1)
         served_rps = np.where(window > 0, started / window, np.nan)
-        ratio = offered_rps / served_rps
+        ratio = accepted_rps / served_rps
     return {
         "offered_rps": offered_rps,
+        "accepted_rps": accepted_rps,
         "served_rps": served_rps,
         "load_ratio": ratio,
         "queue_delay_growth_s": growth,
@@ -315,6 +325,14 @@ def sent_mask(res: SimResult) -> np.ndarray:
     return out
 
 
+def too_long(res: SimResult) -> np.ndarray:
+    """(C, R) bool: prompts the front end rejects, prompt >= max_model_len
+    (vLLM's ``InputProcessor``; ``step._arrivals`` rejects them on arrival),
+    also those of requests a run that stopped early never saw arrive."""
+    prompt = res.workload.prompt_tokens[None, :].astype(np.int64)
+    return prompt >= res.cfg[:, K.MML][:, None]
+
+
 def most_outputs(res: SimResult) -> np.ndarray:
     """(1 or C, R) int64: the most outputs each request can produce,
     min(max_tokens, max_model_len - prompt) (vLLM stops a request at either)."""
@@ -464,6 +482,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             end_s,
             np.maximum(offered, sent.sum(axis=1)),
             (st.req.status == S.REJECTED) | ~sent,
+            (too_long(res) & sent).sum(axis=1),
         ),
     }
     # Closed loop: when the cap held a request back, clients send only as

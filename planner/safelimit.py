@@ -255,14 +255,26 @@ def qualifies(s: SafeLimits) -> np.ndarray:
 class Recommendation:
     """One answer: ``max_num_seqs`` (None: nothing qualifies), the reason in
     words, and, when nothing qualifies, ``load_fraction``: the share of the
-    offered load that at best keeps up (served / offered req/s of the best
-    max_num_seqs, an upper bound on the load that can be served: NaN when the
-    failure is an SLO, not overload)."""
+    accepted load that at best keeps up (served / accepted req/s of the best
+    max_num_seqs, ``1 / load_ratio``, an upper bound on the load that can be
+    served; requests the front end rejects are no load: NaN when the failure
+    is an SLO, not overload)."""
 
     max_num_seqs: int | None
     reason: str
     text: str
     load_fraction: float = float("nan")
+
+
+def started_text(row: pd.Series) -> str:
+    """'S of O req/s offered started over the arrival window', with the rate
+    the front end rejected (prompt >= max_model_len) when it rejected any:
+    those never start, whatever the capacity (``metrics.overload``)."""
+    text = f"{row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started"
+    refused = row.offered_rps - row.accepted_rps
+    if refused > 0:
+        text += f" ({refused:.3f} req/s rejected by the front end)"
+    return text + " over the arrival window"
 
 
 def latency_text(row: pd.Series, slo: SLO) -> str:
@@ -320,8 +332,7 @@ def recommend(s: SafeLimits) -> Recommendation:
             f"{row.throughput_rps:.3f} req/s completed"
             + (f", goodput {row.goodput_rps:.3f} req/s" if s.slo.given() else "")
             + f", {latency_text(row, s.slo)}, {row.preemptions:.0f} preemptions, keeps up "
-            f"({row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started over the "
-            "arrival window)."
+            f"({started_text(row)})."
         )
         if seqs >= s.search_limit:
             text += (
@@ -340,12 +351,17 @@ def _nothing_qualifies(s: SafeLimits) -> Recommendation:
     span = f"from 1 to {s.search_limit:,}"
     if not keeps_up.any():
         best = t[alive].loc[t[alive].served_rps.idxmax()]
-        frac = float(best.served_rps / best.offered_rps)
+        frac = float(1 / best.load_ratio)
+        refused = best.offered_rps - best.accepted_rps
+        load, which = f"{best.offered_rps:.3f} req/s", "load"
+        if refused > 0:  # rejected requests never start: they are no load
+            load += f", of which the front end rejects {refused:.3f}"
+            which = f"accepted load ({best.accepted_rps:.3f} req/s)"
         text = (
             f"Nothing recommended: no max_num_seqs {span} keeps up with the offered load "
-            f"({best.offered_rps:.3f} req/s): every one is overloaded. The most any starts is "
+            f"({load}): every one is overloaded. The most any starts is "
             f"{best.served_rps:.3f} req/s (max_num_seqs {int(best.max_num_seqs)}), so the "
-            f"load must fall by at least {(1 - frac) * 100:.0f}% or the capacity grow at "
+            f"{which} must fall by at least {(1 - frac) * 100:.0f}% or the capacity grow at "
             f"least {1 / frac:.2f}x (blocks, GPUs, replicas); no scheduler setting fixes "
             "overload."
         )

@@ -4,8 +4,10 @@ the arrival window, beside the outcome class, with offered and served rates."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from helpers import run_cli
@@ -14,6 +16,7 @@ from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.metrics import overload
 from planner.traces import AZURE_CONV, TraceOptions, read_trace, s1_exact
+from planner.workload import Workload
 
 
 @pytest.mark.parametrize(
@@ -147,3 +150,73 @@ def test_a_batch_arriving_at_the_last_instant_is_no_backlog():
     stuck = first.copy()
     stuck[0, 20:23] = np.nan  # three never served, a third of the way in
     assert overload(arr, stuck, np.array([200.0]), np.array([43]))["overloaded"][0]
+
+
+def _half_too_long(rate: float) -> Workload:
+    """200 requests at ``rate`` req/s, every other one with a prompt of 5,000
+    tokens, which the front end rejects at max_model_len 4,096."""
+    n = 200
+    prompt = np.where(np.arange(n) % 2 == 0, 200, 5000).astype(np.int32)
+    return Workload(
+        arrival_s=np.arange(n) / rate,
+        prompt_tokens=prompt,
+        output_tokens=np.full(n, 50, dtype=np.int32),
+        name="half-too-long",
+    )
+
+
+def test_front_end_rejections_are_offered_but_no_load():
+    """A request the front end rejects is offered traffic (offered_rps) but asks
+    the scheduler for nothing: a light load that half of it is rejected keeps
+    load_ratio near 1 (tryout finding: Mooncake at max_model_len 4,096 showed
+    load_ratio 3.6 while not overloaded). Fails if load_ratio divides the
+    offered rate."""
+    cfg = SchedulerConfig(num_gpu_blocks=20000, max_num_seqs=64, max_model_len=4096)
+    m = simulate([cfg], _half_too_long(2.0)).metrics().iloc[0]
+    assert int(m.rejected) == 100 and not bool(m.overloaded)
+    assert m.accepted_rps == pytest.approx(m.offered_rps / 2)
+    assert m.load_ratio == pytest.approx(1.0, abs=0.02)
+    # A larger max_model_len accepts them all: nothing changes in offered_rps.
+    roomy = SchedulerConfig(num_gpu_blocks=20000, max_num_seqs=64, max_model_len=8192)
+    both = simulate([cfg, roomy], _half_too_long(2.0)).metrics()
+    assert both.offered_rps.iloc[0] == both.offered_rps.iloc[1]
+    assert both.accepted_rps.iloc[1] == both.offered_rps.iloc[1]
+
+
+def test_overload_text_names_the_rejected_rate(capsys, tmp_path):
+    """Overloaded with half the trace rejected: safe-limit's 'must fall by'
+    share is of the accepted load (1 / load_ratio), and plan run names the
+    rejected rate beside the started one."""
+    wl = _half_too_long(2000.0)
+    trace = tmp_path / "t.csv"
+    pd.DataFrame(
+        {
+            "TIMESTAMP": wl.arrival_s,
+            "ContextTokens": wl.prompt_tokens,
+            "GeneratedTokens": wl.output_tokens,
+        }
+    ).to_csv(trace, index=False)
+    args = ("--trace-file", str(trace), "--num-gpu-blocks", "200", "--max-model-len", "8192")
+    code, out, err = run_cli(capsys, "run", *args, "--max-num-seqs", "4", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["rejected"] == 0  # max_model_len 8192 takes every prompt
+    short = ("--trace-file", str(trace), "--num-gpu-blocks", "200", "--max-model-len", "4096")
+    code, out, err = run_cli(capsys, "run", *short, "--max-num-seqs", "4", "--json")
+    d = json.loads(out)
+    assert d["overloaded"] is True and d["rejected"] == 100
+    assert d["load_ratio"] == pytest.approx(d["accepted_rps"] / d["served_rps"])
+    code, out, err = run_cli(capsys, "run", *short, "--max-num-seqs", "4")
+    assert "req/s rejected by the front end" in out and "verdict: OVERLOADED" in out
+    code, out, err = run_cli(capsys, "safe-limit", *short)
+    assert code == 0, err
+    text = " ".join(out.split())
+    m = re.search(
+        r"of which the front end rejects ([\d.]+)\).* The most any starts is ([\d.]+) req/s"
+        r".* the accepted load \(([\d.]+) req/s\) must fall by at least (\d+)%",
+        text,
+    )
+    assert m, text
+    refused, started, accepted = (float(m.group(i)) for i in (1, 2, 3))
+    assert refused == pytest.approx(accepted, rel=1e-3)  # half the trace
+    assert int(m.group(4)) == round((1 - started / accepted) * 100)
