@@ -165,20 +165,21 @@ def check_spec(spec: object) -> None:
 
 def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame:
     """Add ``gpus``, ``usd_per_hour``, ``usd_per_million_output_tokens`` (at
-    the offered rate) and ``meets_target`` (``maxrate.passes``, and no request
-    rejected by the front end) to sweep rows carrying ``gpu`` and
-    ``tensor_parallel_size``."""
+    the accepted rate, ``metrics.overload``) and ``meets_target``
+    (``maxrate.passes``, and no request rejected by the front end) to sweep
+    rows carrying ``gpu`` and ``tensor_parallel_size``."""
     df = df.copy()
     df["gpus"] = df["tensor_parallel_size"] * df["replicas"]
     df["usd_per_gpu_hour"] = [prices.price(g) for g in df["gpu"]]
     df["usd_per_hour"] = df["usd_per_gpu_hour"] * df["gpus"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        # The offered traffic's output tokens per hour: offered requests/s x
-        # output tokens per completed request (a fleet that meets the target
-        # keeps up, so it serves that rate; the run's own output_tps would
-        # also divide by the drain after the last arrival).
+        # The accepted traffic's output tokens per hour: requests/s the front
+        # end passes on x output tokens per completed request (a fleet that
+        # meets the target keeps up, so it serves that rate; a rejected request
+        # yields no token; the run's own output_tps would also divide by the
+        # drain after the last arrival).
         per_request = df["output_tps"] / df["throughput_rps"]
-        tokens_per_hour = df["offered_rps"] * per_request * 3600.0
+        tokens_per_hour = df["accepted_rps"] * per_request * 3600.0
         df["usd_per_million_output_tokens"] = np.where(
             tokens_per_hour > 0, df["usd_per_hour"] / tokens_per_hour * 1e6, np.nan
         )
