@@ -24,6 +24,7 @@ Request-level calibration (TTFT/TPOT per request of a benchmark) is
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import warnings
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from planner.latency import (
     LinearLatency,
     MeasuredLatency,
     RooflineLatency,
+    hardware_options,
     step_time_ns,
 )
 
@@ -180,8 +182,9 @@ def _inputs(steps: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
 def fit_roofline(
     steps: dict[str, np.ndarray], base: RooflineLatency
 ) -> tuple[Fit, RooflineLatency]:
-    """MFU, MBU (grid) and overhead (closed form) of ``base``'s model and GPU."""
-    unit = RooflineLatency(base.model, base.gpu, base.tp, 1.0, 1.0)
+    """MFU, MBU (grid) and overhead (closed form) of ``base``'s model, GPU,
+    tensor parallelism, quantization and KV cache dtype."""
+    unit = dataclasses.replace(base, mfu=1.0, mbu=1.0)
     f0, f1, w, kvb, peak, bw, comm = unit.floats()
     p, d, att, kv = (a.astype(np.float64) for a in _inputs(steps))
     t_c = (f0 * (p + d) + f1 * att) / peak * 1e6  # us at MFU 1
@@ -200,13 +203,11 @@ def fit_roofline(
                 best = (res, float(mfu), float(mbu), oh)
     _, mfu, mbu, oh = best
     oh = round(oh, 1)
-    lat = RooflineLatency(
-        base.model, base.gpu, base.tp, mfu, mbu, oh, base.alpha, base.quantization,
-        base.kv_cache_dtype,
-    )  # fmt: skip
+    lat = dataclasses.replace(base, mfu=mfu, mbu=mbu, overhead_us=oh)
     pred = np.array([_ms(lat, *row) for row in zip(*_inputs(steps), strict=True)])
     rms, mean, mx = _error(pred, steps["step_ms"])
-    opts = f"--latency roofline --mfu {mfu:.2f} --mbu {mbu:.2f} --step-overhead-us {oh:g}"
+    opts = f"--latency roofline --mfu {mfu:.2f} --mbu {mbu:.2f} --step-overhead-us {oh:g} "
+    opts += hardware_options(lat)
     return Fit(opts, len(y), rms, mean, mx), lat
 
 
@@ -222,7 +223,6 @@ def fit_measured(
     steps: dict[str, np.ndarray], base: MeasuredLatency
 ) -> tuple[Fit, MeasuredLatency]:
     """The factor on ``base``'s table (its overhead kept) that best fits the steps."""
-    import dataclasses
 
     unit = dataclasses.replace(base, scale=1.0)
     rows = list(zip(*_inputs(steps), strict=True))
@@ -233,4 +233,5 @@ def fit_measured(
     lat = dataclasses.replace(base, scale=scale)
     pred = np.array([_ms(lat, *r) for r in rows])
     rms, mean, mx = _error(pred, steps["step_ms"])
-    return Fit(f"--latency measured --measured-scale {scale:g}", len(y), rms, mean, mx), lat
+    opts = f"--latency measured --measured-scale {scale:g} {hardware_options(lat)}"
+    return Fit(opts, len(y), rms, mean, mx), lat

@@ -46,7 +46,13 @@ import numpy as np
 from planner import bounds
 from planner.calibrate import CalibrationError
 from planner.config import SchedulerConfig
-from planner.latency import Latency, LinearLatency, MeasuredLatency, RooflineLatency
+from planner.latency import (
+    Latency,
+    LinearLatency,
+    MeasuredLatency,
+    RooflineLatency,
+    hardware_options,
+)
 from planner.workload import Workload
 
 BENCH_KEYS = ("start_times", "input_lens", "output_lens", "ttfts", "itls")
@@ -356,13 +362,15 @@ def _replay(
 
 
 def _options(lat: Latency) -> str:
-    """The command-line options that replay ``lat`` (the fitted parameters and
-    the ones the fit kept: alpha, the step overhead)."""
+    """The command-line options that replay ``lat`` (the fitted parameters, the
+    ones the fit kept: alpha, the step overhead, and what it prices:
+    ``latency.hardware_options``)."""
     a = ",".join(f"{v:.10g}" for v in lat.alpha)
     if isinstance(lat, LinearLatency):
         b = lat.beta
         return f"--latency linear --alpha-coeffs {a} --beta-coeffs {b[0]:.4g},{b[1]:.4g},{b[2]:.4g}"
     kept = f"--step-overhead-us {lat.overhead_us:.10g} --alpha-coeffs {a}"  # type: ignore[union-attr]
+    kept += f" {hardware_options(lat)}"  # type: ignore[arg-type]
     if isinstance(lat, RooflineLatency):
         return f"--latency roofline --mfu {lat.mfu:.4g} --mbu {lat.mbu:.4g} {kept}"
     return f"--latency measured --measured-scale {lat.scale:.4g} {kept}"  # type: ignore[union-attr]

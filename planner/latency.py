@@ -231,6 +231,22 @@ class MeasuredLatency:
 
 Latency = LinearLatency | RooflineLatency | MeasuredLatency
 
+
+def hardware_options(lat: RooflineLatency | MeasuredLatency) -> str:
+    """The command-line options naming what ``lat`` prices (``--model``,
+    ``--gpu``, and ``--tensor-parallel-size``, ``--quantization``,
+    ``--kv-cache-dtype`` when not the default), so that a fitted step time
+    printed with them replays as fitted (``plan calibrate``)."""
+    out = f"--model {lat.model} --gpu {lat.gpu}"
+    if lat.tp != 1:
+        out += f" --tensor-parallel-size {lat.tp}"
+    if lat.quantization is not None:
+        out += f" --quantization {lat.quantization}"
+    if lat.kv_cache_dtype != "auto":
+        out += f" --kv-cache-dtype {lat.kv_cache_dtype}"
+    return out
+
+
 # Step-time model kinds, as the kernel sees them.
 LINEAR, ROOFLINE, MEASURED = 0, 1, 2
 NO_TABLE = np.zeros((1, 4), dtype=np.float64)  # the stacked tables when no config has one

@@ -53,12 +53,22 @@ def _times(lat, df) -> np.ndarray:
     return np.array(out)
 
 
-def test_roofline_fit_recovers_mfu_mbu_and_overhead():
+@pytest.mark.parametrize(
+    "quant,kv", [(None, None), ("fp8", None), (None, "fp8"), ("fp8", "fp8"), (None, "auto")]
+)
+def test_roofline_fit_recovers_mfu_mbu_and_overhead(quant, kv):
+    """Also under --quantization / --kv-cache-dtype, which change the weight
+    and KV bytes the fit divides by (tryout finding: the grid search fitted the
+    bf16 model whatever was given, and only the printed error used them)."""
     rng = np.random.default_rng(2)
     df = random_steps(rng)
-    truth = RooflineLatency("llama-3.1-8b", "H100", 1, mfu=0.42, mbu=0.73, overhead_us=900.0)
-    base = RooflineLatency("llama-3.1-8b", "H100")
+    dtypes = {"quantization": quant, "kv_cache_dtype": kv or "auto"}
+    truth = RooflineLatency(
+        "llama-3.1-8b", "H100", 1, mfu=0.42, mbu=0.73, overhead_us=900.0, **dtypes
+    )
+    base = RooflineLatency("llama-3.1-8b", "H100", **dtypes)
     fit, lat = cal.fit_roofline(with_times(df, _times(truth, df), rng), base)
+    assert (lat.quantization, lat.kv_cache_dtype) == (quant, kv or "auto")
     assert lat.mfu == pytest.approx(0.42, abs=0.011)
     assert lat.mbu == pytest.approx(0.73, abs=0.011)
     assert lat.overhead_us == pytest.approx(900.0, abs=150.0)
@@ -110,3 +120,18 @@ def test_linear_takes_no_hardware_options(capsys):
     path = str(Path(__file__).parents[1] / "docs" / "calibrate_example.csv")
     code, out, err = run_cli(capsys, "calibrate", path, "--tensor-parallel-size", "2")
     assert code == 2 and "--tensor-parallel-size" in err and len(err.strip().splitlines()) == 1
+
+
+def test_printed_roofline_options_name_what_they_price(capsys):
+    """The printed line replays the fit: it carries the model, GPU, tensor
+    parallelism and dtypes it was fitted for (tryout finding: with
+    --tensor-parallel-size 2 they were left out), and plan run takes it."""
+    path = str(Path(__file__).parents[1] / "docs" / "calibrate_example.csv")
+    hw = ("--model", "llama-3.1-8b", "--gpu", "H100", "--tensor-parallel-size", "2")
+    hw += ("--quantization", "fp8", "--kv-cache-dtype", "fp8")
+    code, out, err = run_cli(capsys, "calibrate", path, "--latency", "roofline", *hw)
+    assert code == 0, err
+    line = out.splitlines()[0].split()
+    assert all(flag in line for flag in hw), line
+    code, out, err = run_cli(capsys, "run", *line, "--num-requests", "5", "--json")
+    assert code == 0, err
