@@ -149,7 +149,8 @@ def check(
     block at start-up; 0.28.0 and earlier start one block short.
 
     With an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput) and a
-    --trace-file, also simulates that traffic at --max-num-seqs: SAFE then
+    --trace-file, also simulates that traffic at --max-num-seqs (with
+    --enable-prefix-caching and --async-scheduling as given): SAFE then
     also needs the SLOs met (unserved requests count as misses) and no overload.
 
     A linear-attention hybrid (Gated DeltaNet: qwen3_next, qwen3_5) runs with a
@@ -176,10 +177,12 @@ def check(
         windowed = set(spec.layer_types) != {"full"}
         in_flight_kinds = {"sliding", "chunked"} & set(spec.layer_types)
         for name in hybrid_options:
-            if given(ctx, name) and "linear" not in spec.layer_types:
+            simulated = name == "enable_prefix_caching" and slo.given()  # the traffic's
+            if given(ctx, name) and "linear" not in spec.layer_types and not simulated:
                 raise InertOption(
                     f"--{name.replace('_', '-')} has no effect on {spec.name} in plan check: "
-                    "only linear-attention layers (Gated DeltaNet, Mamba2) are sized by it"
+                    "only linear-attention layers (Gated DeltaNet, Mamba2) are sized by it, "
+                    "and without an SLO no traffic is simulated"
                 )
         if given(ctx, "gdn_prefill_backend") and spec.state_kind == "mamba2":
             raise InertOption(
@@ -193,10 +196,11 @@ def check(
                     f"{what} has no effect on {spec.name}: the per-request figures and the "
                     "livelock analysis it feeds are for full-attention models"
                 )
-        if given(ctx, "async_scheduling") and not in_flight_kinds:
+        if given(ctx, "async_scheduling") and not in_flight_kinds and not slo.given():
             raise InertOption(
                 f"--async-scheduling has no effect on {spec.name}: only sliding-window and "
-                "chunked layers hold blocks for the batches in flight"
+                "chunked layers hold blocks for the batches in flight, and without an SLO "
+                "no traffic is simulated"
             )
         no_window = not in_flight_kinds
         if given(ctx, "max_num_batched_tokens") and no_window and num_gpu_blocks is not None:
@@ -204,8 +208,8 @@ def check(
                 f"--max-num-batched-tokens has no effect on {spec.name} with --num-gpu-blocks "
                 "(it sizes the activation term and sliding-window or chunked capacity)"
             )
-    elif any(given(ctx, name) for name in hybrid_options):
-        named = [spelled(ctx, name) for name in hybrid_options if given(ctx, name)]
+    elif any(given(ctx, name) for name in hybrid_options[slo.given() :]):
+        named = [spelled(ctx, name) for name in hybrid_options[slo.given() :] if given(ctx, name)]
         raise InertOption(
             f"{' and '.join(named)} {'needs' if len(named) == 1 else 'need'} --model in plan "
             "check (it sizes a linear-attention hybrid's blocks)"
@@ -284,14 +288,13 @@ def check(
         )  # fmt: skip
         read = read_trace_warned(trace_file, trace_format.value, window, trace_columns)
         wl = read.workload
-        unused = [
-            read.columns[k]
-            for k in ("priority", "prefix_group", "prefix_len", "hash_ids")
-            if k in read.columns
-        ]
+        caching = enable_prefix_caching and slo.given()  # read by the traffic's simulation
+        inert = ("priority",) + (() if caching else ("prefix_group", "prefix_len", "hash_ids"))
+        unused = [read.columns[k] for k in inert if k in read.columns]
         if unused:
+            what = "and prefix ids (with --enable-prefix-caching and an SLO)" if caching else ""
             warn(
-                f"{wl.name}: plan check reads request lengths only; column(s) "
+                f"{wl.name}: plan check reads request lengths {what or 'only'}; column(s) "
                 f"{', '.join(unused)} have no effect here"
             )
         final = wl.request_tokens(max_model_len)  # admitted requests, capped
@@ -305,7 +308,7 @@ def check(
         assert trace_file is not None  # CHECK_RULES
         lat = opt.step_time(
             latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-            step_overhead_us, measured_scale=measured_scale,
+            step_overhead_us, quantization, kv_cache_dtype, measured_scale,
         )  # fmt: skip
         cfg = SchedulerConfig(
             num_gpu_blocks=n,
@@ -314,6 +317,8 @@ def check(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             horizon_s=horizon,
+            enable_prefix_caching=enable_prefix_caching,
+            async_scheduling=async_scheduling,
         )
         clock_bound(cfg, lat)
         opt.say_compile([cfg], wl)

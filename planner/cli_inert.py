@@ -223,9 +223,16 @@ def _has_slo(p: dict) -> bool:
 CHECK_RULES: tuple[Rule, ...] = (
     *RUN_RULES,  # as defined above, without DTYPE_RULE (check reads --quantization itself)
     Rule(
-        ("async_scheduling", "quantization", "kv_cache_dtype"),
+        ("quantization", "kv_cache_dtype"),
         lambda p: p.get("model") is None,
         "needs --model (it sizes that model's KV cache)",
+    ),
+    Rule(
+        ("async_scheduling",),
+        lambda p: p.get("model") is None and not _has_slo(p),
+        "needs --model (it sizes that model's sliding-window KV cache) or an SLO "
+        "(--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput: plan check then "
+        "simulates the traffic)",
     ),
     Rule(
         ("max_num_batched_tokens",),

@@ -456,3 +456,36 @@ def test_check_names_only_the_hybrid_options_given(capsys, given_flags, named):
     code, _, err = run_cli(capsys, "check", "--num-gpu-blocks", "7463", *given_flags)
     assert code == 2
     assert err.startswith(f"plan: error: {named} --model in plan check"), err
+
+
+def _check_traffic(capsys, *flags: str) -> tuple[int, dict]:
+    from planner.traces import MOONCAKE_CONV
+
+    code, out, err = run_cli(
+        capsys, "check", "--trace-file", str(MOONCAKE_CONV), "--trace-duration", "120",
+        "--max-model-len", "131072", "--num-gpu-blocks", "12000", "--ttft-slo", "2", "--json",
+        *flags,
+    )  # fmt: skip
+    assert code in (0, 1), err
+    return code, json.loads(out)["traffic"]
+
+
+def test_check_simulates_traffic_with_caching_and_async_as_given(capsys):
+    """With an SLO plan check simulates the trace, so --enable-prefix-caching
+    and --async-scheduling take effect there (tryout finding: both were refused
+    as having no effect, and a caching server got the plain server's verdict)."""
+    _, plain = _check_traffic(capsys)
+    _, cached = _check_traffic(capsys, "--enable-prefix-caching")
+    _, both = _check_traffic(capsys, "--enable-prefix-caching", "--async-scheduling")
+    assert cached["ttft_s_p99"] < plain["ttft_s_p99"]  # Mooncake's shared prefixes hit
+    assert both["ttft_s_p99"] != cached["ttft_s_p99"]
+    # With --model, too (the hybrid rule refused it on a full-attention model).
+    _check_traffic(capsys, "--model", "llama-3.1-8b", "--gpu", "H100", "--enable-prefix-caching")
+    # Without an SLO nothing is simulated: still refused, in one line.
+    code, _, err = run_cli(
+        capsys, "check", "--model", "llama-3.1-8b", "--num-gpu-blocks", "7463",
+        "--enable-prefix-caching",
+    )  # fmt: skip
+    assert code == 2 and "without an SLO" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "check", "--num-gpu-blocks", "7463", "--async-scheduling")
+    assert code == 2 and "or an SLO" in err and len(err.strip().splitlines()) == 1
