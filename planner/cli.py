@@ -28,7 +28,7 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_calibrate import register as register_calibrate
 from planner.cli_capacity import command_workload, finite, warn
 from planner.cli_capacity import register as register_capacity_commands
-from planner.cli_inert import BENCH_RULES, RUN_RULES, given, reject_inert
+from planner.cli_inert import BENCH_RULES, RUN_RULES, given, reject_inert, reject_inert_hardware
 from planner.cli_maxrate import register as register_max_rate
 from planner.cli_models import register as register_model_commands
 from planner.cli_size import register as register_size
@@ -323,6 +323,7 @@ def run(
         sliding_window, model, quantization, kv_cache_dtype,
         (full_attention_groups, sliding_window_groups),
     )  # fmt: skip
+    reject_inert_hardware(ctx, attn, num_gpu_blocks is not None)
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
         block_size=block_size,

@@ -18,7 +18,15 @@ from rich.table import Table
 
 from planner import capacity, hardware, kv_cache, resolve
 from planner import cli_options as opt
-from planner.cli_inert import CHECK_RULES, RUN_RULES, InertOption, given, reject_inert, spelled
+from planner.cli_inert import (
+    CHECK_RULES,
+    RUN_RULES,
+    InertOption,
+    given,
+    reject_inert,
+    reject_inert_hardware,
+    spelled,
+)
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.slo import FIELDS
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
@@ -735,6 +743,9 @@ def safe_limit(
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     if num_gpu_blocks is None and model is None and gpu is None:
         raise ValueError("give --num-gpu-blocks, or --model and --gpu")
+    if model is not None:  # on a given pool too: the analysis is for full attention
+        resolve.full_attention_model(hardware.model(model, quantization, kv_cache_dtype))
+    reject_inert_hardware(ctx, {}, num_gpu_blocks is not None)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(

@@ -66,6 +66,33 @@ def _value(v: object) -> object:
     return getattr(v, "value", v)
 
 
+def reject_inert_hardware(ctx: typer.Context, attention: Mapping[str, int], pool: bool) -> None:
+    """Refuse --gpu, --model and --tensor-parallel-size where nothing reads
+    them: the pool is given (``pool``: --num-gpu-blocks, or a varied pool) and
+    the step time is linear from --beta-coeffs (no preset, roofline or table),
+    and, for the model and its split, its ``attention`` fields
+    (``resolve.attention``) are one full-attention group and no swap block
+    size is derived from it. Raises ``InertOption`` (one line)."""
+    p = ctx.params
+    linear = _value(p.get("latency", "linear")) == "linear" and p.get("beta_coeffs") is not None
+    if not (pool and linear):
+        return
+    full = (
+        attention.get("sliding_window", 0) == 0
+        and attention.get("sliding_window_groups", 0) == 0
+        and attention.get("full_attention_groups", 1) == 1
+    )
+    derives_bytes = _value(p.get("preemption_mode")) == "swap" and p.get("kv_block_bytes") is None
+    names = ["gpu"] + (["model", "tensor_parallel_size"] if full and not derives_bytes else [])
+    inert = [spelled(ctx, n) for n in names if n in p and given(ctx, n)]
+    if inert:
+        raise InertOption(
+            f"{' and '.join(inert)} {'has' if len(inert) == 1 else 'have'} no effect: the pool "
+            "is given and --beta-coeffs sets the linear step time (use --latency roofline or "
+            "measured, or drop --num-gpu-blocks to size the pool from the model and GPU)"
+        )
+
+
 SYNTHETIC_ONLY = (
     "num_requests",
     "rate",

@@ -20,7 +20,7 @@ from rich.console import Console
 from planner import bounds, resolve
 from planner import cli_options as opt
 from planner.cli_capacity import command_workload, finite, warn
-from planner.cli_inert import RUN_RULES, given, reject_inert
+from planner.cli_inert import RUN_RULES, given, reject_inert, reject_inert_hardware
 from planner.config import SchedulerConfig, clock_bound
 from planner.maxrate_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
 from planner.slo import FIELDS, NAMES, seconds_text
@@ -169,10 +169,12 @@ def max_rate(
             "--gpu-memory-utilization: no effect with --vary num_gpu_blocks (the pool sizes "
             "are given)"
         )
+    attn = resolve.attention(
+        sliding_window, model, groups=(full_attention_groups, sliding_window_groups)
+    )
+    reject_inert_hardware(ctx, attn, num_gpu_blocks is not None or "num_gpu_blocks" in varied)
     base = SchedulerConfig(
-        **resolve.attention(
-            sliding_window, model, groups=(full_attention_groups, sliding_window_groups)
-        ),
+        **attn,
         num_gpu_blocks=7463 if num_gpu_blocks is None else num_gpu_blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,

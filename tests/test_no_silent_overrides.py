@@ -228,3 +228,74 @@ def test_spec_setting_acting_in_some_configs_is_kept(tmp_path):
         '[axes]\npreemption_mode = ["recompute", "swap"]\n'
     )
     assert len(load_spec(p).configs) == 2
+
+
+LINEAR_POOL = ("--num-gpu-blocks", "7463", "--beta-coeffs", "5000,20,7", "--num-requests", "20")
+
+
+@pytest.mark.parametrize(
+    "command,flags,named",
+    [
+        ("run", ("--gpu", "A100-40GB"), "--gpu has"),
+        ("run", ("--model", "llama-3.1-70b", "--gpu", "B200"), "--gpu and --model have"),
+        ("run", ("--model", "gemma-3-27b", "--gpu", "H100"), "--gpu has"),  # its window acts
+        ("safe-limit", ("--model", "llama-3.1-8b"), "--model has"),
+        ("max-rate", ("--gpu", "H100"), "--gpu has"),
+    ],
+)
+def test_hardware_that_nothing_reads_is_refused(capsys, command, flags, named):
+    """A given pool and a linear step time from --beta-coeffs leave --gpu (and
+    a full-attention --model) nothing to do (tryout finding: the run was
+    identical with and without them)."""
+    code, out, err = run_cli(capsys, command, *LINEAR_POOL, *flags)
+    assert code == 2 and out == ""
+    assert err.startswith(f"plan: error: {named} no effect"), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_hardware_that_acts_is_taken(capsys):
+    """The same options where they act: a sliding-window model's window on a
+    given pool, swap's block size from the model, the roofline."""
+    win = _run_json(capsys, *LINEAR_POOL[2:], "--model", "gemma-3-27b")
+    full = _run_json(capsys, *LINEAR_POOL[2:])
+    assert win["sliding_window"] > 0 and full["sliding_window"] == 0
+    swap = ("--preemption-mode", "swap", "--cpu-swap-blocks", "100")
+    _run_json(capsys, *LINEAR_POOL[2:], *swap, "--model", "llama-3.1-8b")
+    _run_json(capsys, "--num-requests", "20", "--latency", "roofline", "--model",
+              "llama-3.1-8b", "--gpu", "H100")  # fmt: skip
+
+
+def test_safe_limit_refuses_a_windowed_model_on_a_given_pool(capsys):
+    """Its analysis holds for full attention only, pool given or derived
+    (tryout finding: with --num-gpu-blocks the model was never read)."""
+    code, _, err = run_cli(capsys, "safe-limit", *LINEAR_POOL, "--model", "gemma-3-27b")
+    assert code == 2 and "full attention only" in err
+
+
+SPEC_HW = """name = "hw"
+horizon_s = 120.0
+[workload]
+kind = "trace"
+path = "{trace}"
+[axes]
+num_gpu_blocks = [7463, 8000]
+[latency]
+beta = [5752.71, 17.25, 6.00]
+[hardware]
+model = "{model}"
+gpu = "H100"
+"""
+
+
+@pytest.mark.parametrize("model,refused", [("llama-3.1-8b", True), ("gemma-3-27b", False)])
+def test_spec_hardware_that_nothing_reads_is_refused(tmp_path, model, refused):
+    """A spec's [hardware] on given pools with latency.beta: a full-attention
+    model and its GPU only labelled the rows (tryout finding); a windowed
+    model's window acts."""
+    path = tmp_path / "hw.toml"
+    path.write_text(SPEC_HW.format(trace=S1_CSV, model=model))
+    if refused:
+        with pytest.raises(SpecError, match=r"hw.toml: hardware: llama-3.1-8b on H100 has no effect"):
+            load_spec(path)
+    else:
+        assert all(c.sliding_window > 0 for c in load_spec(path).configs)

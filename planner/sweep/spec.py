@@ -517,6 +517,7 @@ class Sweep:
         # Build every config and workload now, so that bad values fail before any run.
         self.configs = [self._config(row) for row in self._axis_rows()]
         self._reject_inert_settings()
+        self._reject_inert_hardware()
         if self.spec.workload.turns > 1 and any(c.max_concurrency > 0 for c in self.configs):
             raise SpecError(
                 "max_concurrency: sessions (workload.turns > 1) pace themselves; "
@@ -587,6 +588,27 @@ class Sweep:
                         "this grid (swap settings need preemption_mode swap with "
                         "cpu_swap_blocks > 0; adaptive settings need adaptive_window > 0)"
                     )
+
+    def _reject_inert_hardware(self) -> None:
+        """Refuse a ``[hardware]`` section that nothing reads: every pool
+        given, a linear step time from ``latency.beta`` and a model of one
+        full-attention group (``plan run``'s ``cli_inert.reject_inert_hardware``).
+        Raises SpecError."""
+        hw, lat = self.spec.hardware, self.spec.latency
+        if hw is None or lat.kind != "linear" or lat.beta is None:
+            return
+        if "num_gpu_blocks" not in self.axes and "num_gpu_blocks" not in self.spec.scheduler:
+            return
+        full = all(
+            c.sliding_window == 0 and c.sliding_window_groups == 0 and c.full_attention_groups == 1
+            for c in self.configs
+        )
+        if full:
+            raise SpecError(
+                f"hardware: {hw.model} on {hw.gpu} has no effect: num_gpu_blocks is given and "
+                "latency.beta sets the linear step time (remove [hardware], use latency kind "
+                '"roofline" or "measured", or size the pool from it without num_gpu_blocks)'
+            )
 
     def _axis_rows(self) -> list[dict[str, Any]]:
         return self.grid.drop(columns="config_id").to_dict("records")
