@@ -30,7 +30,7 @@ from planner.cli_inert import (
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.slo import FIELDS
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
-from planner.workload import Workload, unused_field_warnings, with_shared_prefixes
+from planner.workload import Workload, seed_acts, unused_field_warnings, with_shared_prefixes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,20 +73,24 @@ def command_workload(
     trace_options: dict,
     synthetic: tuple,
     prefix: tuple[int, int, float],
-    seed: int,
+    seed: int | None,
     turns: int = 1,
 ) -> Workload:
     """The workload a command's options describe: the ``--trace-file``
     (``read_trace_warned`` with ``TraceOptions(**trace_options)``, built only
     then: it checks them) if given, else the synthetic one
-    (``cli_options.synthetic_workload(*synthetic, seed, turns)``), then the
-    ``--prefix-*`` shared prefixes (``workload.with_shared_prefixes``)."""
+    (``cli_options.synthetic_workload(*synthetic, seed, turns, prefix)``), then
+    the ``--prefix-*`` shared prefixes (``workload.with_shared_prefixes``).
+    ``seed`` None: not given (0). Raises ValueError for a seed given where
+    nothing is drawn."""
     if trace_file is not None:
+        if seed is not None and not seed_acts(None, None, None, prefix[0], prefix[2]):
+            raise ValueError("--seed has no effect: the trace's prefix groups draw nothing")
         topts = TraceOptions(**trace_options)
         wl = read_trace_warned(trace_file, trace_format, topts, trace_columns).workload
     else:
-        wl = opt.synthetic_workload(*synthetic, seed, turns)
-    return with_shared_prefixes(wl, *prefix, seed)
+        wl = opt.synthetic_workload(*synthetic, seed, turns, prefix)
+    return with_shared_prefixes(wl, *prefix, seed or 0)
 
 
 def _pool(
@@ -707,7 +711,7 @@ def safe_limit(
     output_tokens_stdev: opt.Stdev = None,
     output_tokens_min: opt.Min = None,
     output_tokens_max: opt.Max = None,
-    seed: opt.Seed = 0,
+    seed: opt.Seed = None,
     horizon: opt.Horizon = math.inf,
     percentile: Annotated[
         list[float] | None,

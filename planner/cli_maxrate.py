@@ -125,7 +125,7 @@ def max_rate(
     output_tokens_stdev: opt.Stdev = None,
     output_tokens_min: opt.Min = None,
     output_tokens_max: opt.Max = None,
-    seed: opt.Seed = 0,
+    seed: opt.Seed = None,
     prefix_groups: opt.PrefixGroups = 0,
     prefix_len: opt.PrefixLen = 0,
     prefix_share: opt.PrefixShare = 0.0,

@@ -31,6 +31,7 @@ from planner.workload import (
     Workload,
     drawn_mean_warning,
     length_from_options,
+    seed_acts,
     sessions,
 )
 
@@ -204,7 +205,13 @@ OutputTokens = Annotated[float | None, typer.Option(help=OUTPUT_HELP)]
 Stdev = Annotated[float | None, typer.Option(help=STDEV_HELP)]
 Min = Annotated[int | None, typer.Option(help=MIN_HELP)]
 Max = Annotated[int | None, typer.Option(help=MAX_HELP)]
-Seed = Annotated[int, typer.Option(help="Synthetic workload seed.")]
+Seed = Annotated[
+    int | None,
+    typer.Option(
+        help="Workload seed: synthetic draws and --prefix-groups members (refused where nothing is "
+        "drawn) [default: 0]."
+    ),
+]
 PrefixGroups = Annotated[
     int, typer.Option(help="Shared-prefix groups (with --prefix-len, --prefix-share).")
 ]
@@ -223,8 +230,9 @@ def synthetic_workload(
     length_dist: LengthKind,
     prompt: Lengths,
     output: Lengths,
-    seed: int,
+    seed: int | None,
     turns: int = 1,
+    prefix: tuple[int, int, float] = (0, 0, 0.0),
 ) -> Workload:
     """The synthetic workload of the options above (``workload.synthetic``;
     lengths by ``workload.length_from_options``, S1's shapes by default); with
@@ -233,8 +241,13 @@ def synthetic_workload(
     Warns on stderr when clamping moved the drawn mean of lengths the user
     chose (``drawn_mean_warning``; S1's own shape is clamped by design).
 
-    Raises ValueError (one line, naming --num-requests and --rate) when the
-    arrivals would span more than ``bounds.MAX_ARRIVAL_S``."""
+    ``seed`` None is 0, not given; a seed given where nothing is drawn
+    (``workload.seed_acts``, with the ``prefix`` (groups, len, share) applied
+    after) is refused.
+
+    Raises ValueError (one line): a seed that changes nothing; arrivals that
+    would span more than ``bounds.MAX_ARRIVAL_S`` (naming --num-requests and
+    --rate)."""
     span = (num_requests - 1) / rate if arrival != Arrival.offline else 0.0
     if span > bounds.MAX_ARRIVAL_S:
         raise ValueError(
@@ -244,7 +257,12 @@ def synthetic_workload(
     kind = length_dist.value
     p = length_from_options(kind, *prompt, S1_PROMPT, "--prompt-tokens")
     o = length_from_options(kind, *output, S1_OUTPUT, "--output-tokens")
-    wl = sessions(num_requests, turns, rate, p, o, arrival=arrival.value, seed=seed)
+    if seed is not None and not seed_acts(arrival.value, p, o, prefix[0], prefix[2]):
+        raise ValueError(
+            f"--seed has no effect: {arrival.value} arrivals and lengths that draw nothing "
+            "(constant, or no stdev) and no random prefix groups"
+        )
+    wl = sessions(num_requests, turns, rate, p, o, arrival=arrival.value, seed=seed or 0)
     new_messages = wl.prompt_tokens if wl.session is None else wl.prompt_tokens[::turns]
     for dist, drawn, given in ((p, new_messages, prompt), (o, wl.output_tokens, output)):
         if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):

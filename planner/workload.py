@@ -233,6 +233,14 @@ class LengthDist:
                 f"{field_name(lb, 'max')})"
             )
 
+    @property
+    def random(self) -> bool:
+        """Whether ``sample`` draws anything: not for ``constant``, a stdev of
+        0, bounds that leave one length, or one distinct empirical value."""
+        if self.kind == "empirical":
+            return len(set(self.values)) > 1
+        return self.kind != "constant" and self.stdev > 0 and self.min < self.max
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw n lengths: shape (n,), int32."""
         if self.kind == "empirical":
@@ -413,6 +421,19 @@ def sessions(
         name=name,
         session=np.repeat(np.arange(num_sessions, dtype=np.int32), turns),
     )
+
+
+def seed_acts(
+    arrival: str | None, prompt: LengthDist | None, output: LengthDist | None,
+    groups: int, share: float,
+) -> bool:  # fmt: skip
+    """Whether a workload seed changes anything: poisson or gamma
+    ``arrival``s, a ``random`` prompt or output length (None: a trace's own),
+    or a prefix draw that is not all one group (``with_shared_prefixes``:
+    0 < ``share`` < 1, or more than one of ``groups``)."""
+    lengths = any(d is not None and d.random for d in (prompt, output))
+    prefixes = groups > 0 and share > 0 and (share < 1 or groups > 1)
+    return arrival in ("poisson", "gamma") or lengths or prefixes
 
 
 def with_shared_prefixes(

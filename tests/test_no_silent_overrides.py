@@ -295,7 +295,83 @@ def test_spec_hardware_that_nothing_reads_is_refused(tmp_path, model, refused):
     path = tmp_path / "hw.toml"
     path.write_text(SPEC_HW.format(trace=S1_CSV, model=model))
     if refused:
-        with pytest.raises(SpecError, match=r"hw.toml: hardware: llama-3.1-8b on H100 has no effect"):
+        with pytest.raises(
+            SpecError, match=r"hw.toml: hardware: llama-3.1-8b on H100 has no effect"
+        ):
             load_spec(path)
     else:
         assert all(c.sliding_window > 0 for c in load_spec(path).configs)
+
+
+CONSTANT = ("--arrival", "constant", "--length-dist", "constant")
+CONSTANT += ("--prompt-tokens", "100", "--output-tokens", "100", "--num-requests", "20")
+
+
+@pytest.mark.parametrize(
+    "extra,refused",
+    [
+        ((), True),
+        (("--length-dist", "gaussian"), True),  # a mean and no stdev: nothing drawn
+        (("--arrival", "poisson"), False),
+        (("--prompt-tokens-stdev", "10", "--length-dist", "gaussian"), False),
+        (("--prefix-groups", "1", "--prefix-len", "50", "--prefix-share", "1"), True),
+        (
+            ("--prefix-groups", "2", "--prefix-len", "64", "--prefix-share", "1")
+            + ("--enable-prefix-caching", "--rate", "1000"),
+            False,
+        ),
+    ],
+)
+def test_seed_where_nothing_is_drawn_is_refused(capsys, extra, refused):
+    """--seed on a workload that draws nothing (tryout finding: seeds 0 and 5
+    gave the same run); the last option of a kind wins (Click)."""
+    code, out, err = run_cli(capsys, "run", *CONSTANT, *extra, "--seed", "5", "--json")
+    if refused:
+        assert code == 2 and err.startswith("plan: error: --seed has no effect"), err
+        assert len(err.strip().splitlines()) == 1
+    else:
+        assert code == 0, err
+
+
+@pytest.mark.parametrize("arrival", ["constant", "offline", "poisson", "gamma"])
+@pytest.mark.parametrize("kind,stdev", [("constant", 0), ("gaussian", 0), ("gaussian", 30),
+                                        ("lognormal", 0), ("lognormal", 30)])  # fmt: skip
+@pytest.mark.parametrize("groups,share", [(0, 0.0), (1, 1.0), (1, 0.5), (3, 1.0)])
+def test_seed_acts_exactly_when_two_seeds_differ(arrival, kind, stdev, groups, share):
+    """``seed_acts`` against the draws themselves: two seeds give different
+    workloads exactly when it says the seed acts."""
+    from planner.workload import LengthDist, seed_acts, synthetic, with_shared_prefixes
+
+    p = LengthDist(kind, 200.0, stdev)
+    o = LengthDist(kind, 100.0, stdev)
+    draws = []
+    for seed in (1, 2):
+        wl = synthetic(50, 5.0, p, o, arrival, seed)
+        wl = with_shared_prefixes(wl, groups, 64 if groups else 0, share, seed)
+        g = wl.prefix_group if wl.prefix_group is not None else np.zeros(0)
+        draws.append(np.concatenate([wl.arrival_s, wl.prompt_tokens, wl.output_tokens, g]))
+    differ = not np.array_equal(*draws)
+    assert differ == seed_acts(arrival, p, o, groups, share)
+
+
+SPEC_SEED = """name = "seed"
+[workload]
+kind = "synthetic"
+num_requests = 20
+arrival = "{arrival}"
+prompt = {{ kind = "constant", mean = 100 }}
+output = {{ kind = "constant", mean = 100 }}
+[axes]
+seed = [0, 1, 2]
+"""
+
+
+@pytest.mark.parametrize("arrival,refused", [("constant", True), ("poisson", False)])
+def test_spec_seed_axis_where_nothing_is_drawn_is_refused(tmp_path, arrival, refused):
+    path = tmp_path / "seed.toml"
+    path.write_text(SPEC_SEED.format(arrival=arrival))
+    if refused:
+        with pytest.raises(SpecError, match=r"axes.seed: no effect"):
+            load_spec(path)
+    else:
+        assert len(load_spec(path).configs) == 3

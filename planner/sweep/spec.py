@@ -51,6 +51,7 @@ from planner.workload import (
     LengthDist,
     Workload,
     WorkloadError,
+    seed_acts,
     sessions,
     unused_field_warnings,
     with_shared_prefixes,
@@ -737,6 +738,10 @@ class Sweep:
                 columns = check_columns(w.columns, "workload.columns")
                 read = load_trace(path, w.format, opts, columns)
                 self._warn(read.warning())
+                if "seed" in w.model_fields_set and not seed_acts(
+                    None, None, None, w.prefix_groups, w.prefix_share
+                ):
+                    raise SpecError("workload.seed: no effect: the prefix groups draw nothing")
                 return with_shared_prefixes(
                     read.workload, w.prefix_groups, w.prefix_len, w.prefix_share, w.seed
                 )
@@ -744,6 +749,13 @@ class Sweep:
             p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
             o = LengthDist(**w.output.model_dump(), label="workload.output")
             seed = int(axis_values.get("seed", w.seed))
+            where = "axes.seed" if "seed" in axis_values else "workload.seed"
+            seeded = "seed" in axis_values or "seed" in w.model_fields_set
+            if seeded and not seed_acts(w.arrival, p, o, w.prefix_groups, w.prefix_share):
+                raise SpecError(
+                    f"{where}: no effect: {w.arrival} arrivals and lengths that draw nothing "
+                    "(constant, or no stdev) and no random prefix groups"
+                )
             wl = sessions(
                 w.num_requests,
                 w.turns,
