@@ -28,7 +28,14 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli_calibrate import register as register_calibrate
 from planner.cli_capacity import command_workload, finite, warn
 from planner.cli_capacity import register as register_capacity_commands
-from planner.cli_inert import BENCH_RULES, RUN_RULES, given, reject_inert, reject_inert_hardware
+from planner.cli_inert import (
+    BENCH_RULES,
+    RUN_RULES,
+    InertOption,
+    given,
+    reject_inert,
+    reject_inert_hardware,
+)
 from planner.cli_maxrate import register as register_max_rate
 from planner.cli_models import register as register_model_commands
 from planner.cli_size import register as register_size
@@ -40,6 +47,7 @@ from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.workload import (
     Workload,
     WorkloadError,
+    priorities_unread,
     unused_field_warnings,
 )
 
@@ -368,6 +376,12 @@ def run(
          (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
         (prefix_groups, prefix_len, prefix_share), seed, turns,
     )  # fmt: skip
+    for name in ("policy", "victim"):
+        if given(ctx, name) and getattr(cfg, name) == "priority" and priorities_unread(wl):
+            raise InertOption(
+                f"--{name} priority has no effect: the workload carries no distinct "
+                "priorities, and equal ones order every queue by arrival, as fcfs does"
+            )
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     if compat == opt.Compat.blis and _finer_than_ns(lat):

@@ -487,6 +487,17 @@ def with_shared_prefixes(
     )
 
 
+def priorities_unread(wl: Workload) -> bool:
+    """Whether policy or victim ``priority`` acts as fcfs on ``wl``: no
+    priorities, or all equal. Then (priority, arrival) orders ``waiting`` by
+    arrival, as FCFS does, and ``running``, where FCFS appends admissions and
+    re-admits the preempted first (``Scheduler.schedule``), stays in arrival
+    order, so the largest (priority, arrival) is its tail, FCFS's victim
+    (checked on random runs in ``tests/test_no_silent_overrides.py``)."""
+    p = wl.priority
+    return p is None or len(p) == 0 or bool(np.all(p == p[0]))
+
+
 def unused_field_warnings(wl: Workload, configs: Sequence[SchedulerConfig]) -> list[str]:
     """One-line warnings (without the ``plan: warning:`` prefix) for workload
     fields that no config in ``configs`` uses, so that they are not silent no-ops.

@@ -375,3 +375,60 @@ def test_spec_seed_axis_where_nothing_is_drawn_is_refused(tmp_path, arrival, ref
             load_spec(path)
     else:
         assert len(load_spec(path).configs) == 3
+
+
+@pytest.mark.parametrize("flag", ["--policy", "--victim"])
+def test_priority_without_priorities_is_refused(capsys, flag, tmp_path):
+    """Tryout finding: --policy/--victim priority on a workload without
+    priorities ran as fcfs, silently. A trace with distinct priorities takes it."""
+    code, out, err = run_cli(capsys, "run", "--num-requests", "20", flag, "priority")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"plan: error: {flag} priority has no effect"), err
+    trace = tmp_path / "p.csv"
+    trace.write_text(
+        "arrival_time_s,prompt_tokens,output_tokens,priority\n0,100,50,1\n0.1,100,50,0\n"
+    )
+    code, _, err = run_cli(capsys, "run", "--trace-file", str(trace), flag, "priority")
+    assert code == 0, err
+
+
+def test_equal_priorities_act_as_fcfs():
+    """The ground of the refusal (``workload.priorities_unread``): with no
+    priorities, policy priority and victim priority give fcfs's run, step for
+    step in every counter, on random pools, budgets, caching and async runs."""
+    import dataclasses
+
+    from planner.api import simulate
+    from planner.config import SchedulerConfig
+    from planner.workload import LengthDist, synthetic
+
+    rng = np.random.default_rng(7)
+    cols = ["preemptions", "completed", "steps", "ttft_s_p99", "e2e_s_p99", "prefill_tokens"]
+    preempting = 0
+    for _ in range(12):
+        n = int(rng.integers(20, 120))
+        p = LengthDist("lognormal", float(rng.integers(50, 800)), float(rng.integers(10, 400)))
+        o = LengthDist("lognormal", float(rng.integers(20, 600)), float(rng.integers(10, 400)))
+        wl = synthetic(n, float(rng.uniform(1, 50)), p, o, "poisson", int(rng.integers(0, 999)))
+        base = SchedulerConfig(
+            num_gpu_blocks=int(rng.integers(150, 1500)),
+            max_num_seqs=int(rng.integers(2, 128)),
+            max_num_batched_tokens=512,
+            max_model_len=2048,
+            horizon_s=600.0,
+            enable_prefix_caching=bool(rng.integers(0, 2)),
+            async_scheduling=bool(rng.integers(0, 2)),
+        )
+        cfgs = [base, dataclasses.replace(base, policy="priority")]
+        cfgs.append(dataclasses.replace(base, victim="priority"))
+        m = simulate(cfgs, wl).metrics()[cols]
+        assert (m.iloc[1] == m.iloc[0]).all() and (m.iloc[2] == m.iloc[0]).all(), m
+        preempting += int(m.preemptions.iloc[0] > 0)
+    assert preempting >= 4  # the victim rule was exercised
+
+
+def test_spec_priority_without_priorities_is_refused(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(SPEC_SEED.format(arrival="poisson") + 'policy = ["fcfs", "priority"]\n')
+    with pytest.raises(SpecError, match=r"axes.policy: priority has no effect"):
+        load_spec(path)

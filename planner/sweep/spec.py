@@ -51,6 +51,7 @@ from planner.workload import (
     LengthDist,
     Workload,
     WorkloadError,
+    priorities_unread,
     seed_acts,
     sessions,
     unused_field_warnings,
@@ -543,6 +544,7 @@ class Sweep:
             self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
             for message in unused_field_warnings(self.workloads[key], self.configs):
                 self._warn(message)
+            self._reject_unread_priority(self.workloads[key])
             try:  # block_size must divide a block-hash trace's hash block size
                 check_block_sizes(self.workloads[key], self.configs)
             except WorkloadError as e:
@@ -589,6 +591,20 @@ class Sweep:
                         "this grid (swap settings need preemption_mode swap with "
                         "cpu_swap_blocks > 0; adaptive settings need adaptive_window > 0)"
                     )
+
+    def _reject_unread_priority(self, wl: Workload) -> None:
+        """Refuse policy or victim ``priority`` (fixed or an axis value) on a
+        workload without distinct priorities (``workload.priorities_unread``:
+        it acts as fcfs there). Raises SpecError."""
+        given = set(self.spec.scheduler) | set(self.axes)
+        for name in ("policy", "victim"):
+            used = any(getattr(c, name) == "priority" for c in self.configs)
+            if name in given and used and priorities_unread(wl):
+                raise SpecError(
+                    f"{_where(name, self)}: priority has no effect: the workload carries no "
+                    "distinct priorities, and equal ones order every queue by arrival, as "
+                    "fcfs does"
+                )
 
     def _reject_inert_hardware(self) -> None:
         """Refuse a ``[hardware]`` section that nothing reads: every pool
