@@ -225,9 +225,8 @@ def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) ->
     cid = int(row["config_id"])
     key = next(k for k, ids in sweep.ids_by_workload().items() if cid in set(ids.tolist()))
     try:
-        found = search_max_rate(
-            [sweep.configs[cid]], sweep.workloads[key], sweep.latency, slo, SearchRange()
-        )
+        rng = sweep.search if sweep.search is not None else SearchRange()  # the spec's [search]
+        found = search_max_rate([sweep.configs[cid]], sweep.workloads[key], sweep.latency, slo, rng)
     except SearchError as e:
         return {"note": str(e)}
     t = found.table.iloc[0]
@@ -235,6 +234,7 @@ def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) ->
         "max_rate_scale": float(t["max_rate_scale"]),
         "max_rps": float(t["max_rps"]),
         "limit": str(t["max_rate_limit"]),
+        "slo": slo.given(),
     }
 
 
@@ -365,9 +365,10 @@ def _headroom_text(h: dict | None) -> str:
     if math.isnan(h["max_rate_scale"]):
         return "headroom: none found at the search's low end"
     bound = " (at least: the search's top)" if h["limit"] == "at_search_max" else ""
+    held = "at the SLOs" if h["slo"] else "without overload"
     return (
         f"headroom: sustains up to {h['max_rate_scale']:.2f}x this traffic "
-        f"({h['max_rps']:.2f} req/s) at the SLOs{bound}"
+        f"({h['max_rps']:.2f} req/s) {held}{bound}"
     )
 
 

@@ -351,3 +351,20 @@ def test_default_output_folder_is_named_after_the_spec(
     code, _, err = run_cli(capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "1")
     assert code in (0, 1), err
     assert [p.name for p in (tmp_path / "results").iterdir()] == [folder]
+
+
+def test_headroom_searches_the_specs_own_range(capsys, tmp_path):
+    """The headroom line searches the spec's [search] range, as its rows do
+    (tryout finding: size.parquet said 'at_search_max 1.1' while the text
+    said 'up to 1.31x'); without an SLO it says 'without overload'."""
+    text = SYNTHETIC.format(rate=5) + "[search]\nrate_scale_max = 1.1\n"
+    code, rep, err = _size(capsys, tmp_path, _spec(tmp_path, text), "--gpus", "H100")
+    assert code == 0, err
+    h = rep["answer"]["headroom"]
+    assert h["limit"] == "at_search_max" and h["max_rate_scale"] <= 1.1
+    code, out, err = run_cli(
+        capsys, "size", str(_spec(tmp_path, text)), "--out", str(tmp_path / "t"), "--gpus", "H100"
+    )
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("headroom:"))
+    assert "without overload (at least: the search's top)" in line, line
