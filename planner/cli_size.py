@@ -297,6 +297,7 @@ def _report(
         "tpot_s_p99": float(row["tpot_s_p99"]),
         "itl_s_p99": float(row["itl_s_p99"]),
         "offered_rps": float(row["offered_rps"]),
+        "max_concurrency": int(row["max_concurrency"]),
         "step_time_model": row["latency_model"],
         "vllm_serve": sizing.serve_command(row, model),
         "headroom": headroom,
@@ -333,8 +334,9 @@ def _print(rep: dict, paths: list[Path]) -> None:
         c.print(f"answer: none. {rep['bound']}")
     else:
         c.print(
-            f"answer: {a['replicas']} x {a['gpu']} replica(s) at tensor parallelism "
-            f"{a['tensor_parallel_size']} ({a['gpus']} GPUs), router {a['router']}, "
+            f"answer: {a['replicas']} x {a['gpu']} replica{'s' * (a['replicas'] != 1)} at "
+            f"tensor parallelism {a['tensor_parallel_size']} ({a['gpus']} "
+            f"GPU{'s' * (a['gpus'] != 1)}), router {a['router']}, "
             f"max_num_seqs {a['max_num_seqs']}, max_num_batched_tokens "
             f"{a['max_num_batched_tokens']}, gpu_memory_utilization "
             f"{a['gpu_memory_utilization']:g} ({a['num_gpu_blocks']:,} blocks per replica)"
@@ -347,11 +349,18 @@ def _print(rep: dict, paths: list[Path]) -> None:
         c.print(
             f"at this traffic: TTFT p99 {a['ttft_s_p99']:.3f} s, TPOT p99 "
             f"{a['tpot_s_p99'] * 1000:.1f} ms, ITL p99 {a['itl_s_p99'] * 1000:.1f} ms, "
-            f"{a['offered_rps']:.2f} req/s offered and kept up with"
+            + (
+                f"{a['offered_rps']:.2f} req/s offered and kept up with"
+                if a["max_concurrency"] == 0  # closed loop: the clients' pace, not the trace's
+                else f"{a['max_concurrency']:,} closed-loop clients reaching "
+                f"{a['offered_rps']:.2f} req/s (they send as answers come: no traffic of its "
+                "own to keep up with)"
+            )
         )
         c.print(_headroom_text(a["headroom"]))
         if a["one_fewer_replica_meets_target"] is False:
-            c.print(f"with {a['replicas'] - 1} replica(s) and the same flags it does not")
+            fewer = a["replicas"] - 1
+            c.print(f"with {fewer} replica{'s' * (fewer != 1)} and the same flags it does not")
         c.print(f"step time: {a['step_time_model']}")
         c.print(a["vllm_serve"])
     c.print(f"wrote {', '.join(str(p) for p in paths)}")

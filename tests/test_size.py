@@ -368,3 +368,17 @@ def test_headroom_searches_the_specs_own_range(capsys, tmp_path):
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("headroom:"))
     assert "without overload (at least: the search's top)" in line, line
+
+
+def test_closed_loop_answer_says_clients_not_traffic_kept_up_with(capsys, tmp_path):
+    """With closed-loop clients the offered rate is the clients' pace, so the
+    answer names them instead of claiming to keep up with the trace's rate
+    (tryout finding: '6.88 req/s offered and kept up with' for 37.7 offered)."""
+    text = SYNTHETIC.format(rate=20).replace("[axes]\n", "[axes]\nmax_concurrency = [8]\n")
+    code, out, err = run_cli(
+        capsys, "size", str(_spec(tmp_path, text)), "--out", str(tmp_path / "o"), "--gpus", "H100"
+    )
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("at this traffic:"))
+    assert "8 closed-loop clients reaching" in line and "kept up with" not in line, line
+    assert "answer: 1 x H100 replica at" in out and "(1 GPU)" in out
