@@ -121,9 +121,17 @@ def _load(path: Path, fmt: str) -> pd.DataFrame:
 
 
 def _numbers(
-    path: Path, df: pd.DataFrame, col: str, lo: float, hi: float, integer: bool, blank: float | None
+    path: Path,
+    df: pd.DataFrame,
+    col: str,
+    lo: float,
+    hi: float,
+    integer: bool,
+    blank: float | None,
+    unit: str = "seconds",
 ) -> np.ndarray:
-    """Column ``col`` as float64 numbers in ``lo..hi`` (integers if ``integer``).
+    """Column ``col`` as float64 numbers in ``lo..hi`` (integers if
+    ``integer``; else in ``unit``, as the error message says).
 
     Blank cells (empty text, JSON null) take ``blank``, or are an error when it
     is None. Raises WorkloadError naming the first bad row (``df.index``: the
@@ -140,7 +148,7 @@ def _numbers(
         bad |= v != np.floor(v)
     if bad.any():
         row = int(np.argmax(bad.to_numpy()))
-        want = f"an integer in {lo:g}..{hi:g}" if integer else f"seconds in {lo:g}..{hi:g}"
+        want = f"an integer in {lo:,.0f}..{hi:,.0f}" if integer else f"{unit} in {lo:g}..{hi:g}"
         raise WorkloadError(
             f"{path}: row {raw.index[row]}: bad {col} value {str(raw.iloc[row])!r} (want {want})"
         )
@@ -182,7 +190,13 @@ def _timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
     if as_num.notna().all():
         t = as_num.to_numpy(dtype=np.float64)
     else:
-        ts = pd.to_datetime(raw, errors="coerce", format="mixed")
+        try:
+            ts = pd.to_datetime(raw, errors="coerce", format="mixed")
+        except ValueError as e:  # e.g. mixed time zones: pandas names neither file nor row
+            raise WorkloadError(
+                f"{path}: column {col}: timestamps pandas cannot read together ({e}); give "
+                "one time zone, or seconds in an arrival column"
+            ) from None
         if ts.isna().any():
             row = int(np.argmax(ts.isna().to_numpy()))
             raise WorkloadError(f"{path}: row {raw.index[row]}: bad {col} value {raw.iloc[row]!r}")
@@ -388,7 +402,8 @@ def load_trace(
     if "arrival" in use:  # already seconds from the start
         t = _numbers(path, df, use["arrival"], 0, MAX_ARRIVAL_S, integer=False, blank=None)
     elif fmt == "mooncake" and "timestamp" not in mapping:  # milliseconds from the start
-        t = _numbers(path, df, use["timestamp"], 0, MAX_ARRIVAL_S * 1e3, False, None) / 1e3
+        ms = MAX_ARRIVAL_S * 1e3
+        t = _numbers(path, df, use["timestamp"], 0, ms, False, None, "milliseconds") / 1e3
     else:
         t = _timestamps(path, df, use["timestamp"])
     back = np.flatnonzero(np.diff(t) < 0)

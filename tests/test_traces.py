@@ -109,6 +109,15 @@ BAD = [
     ("", "empty"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,4,44,9\n", "more fields"),
+    (  # tryout finding: pandas' own message, naming neither file nor column
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46+00:00,4,44\n"
+        "2023-11-16 18:15:47+05:00,4,44\n",
+        "column TIMESTAMP: timestamps pandas cannot read together",
+    ),
+    (  # integers bounds in full, as every other message writes them
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,0,44\n",
+        r"want an integer in 1\.\.2,147,483,647\)",
+    ),
 ]
 
 
@@ -383,3 +392,13 @@ def test_errors_name_the_jsonl_line(capsys, tmp_path):
     c.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,20,3\n1,20,3\n2,-5,3\n")
     code, _, err = run_cli(capsys, "run", "--trace-file", str(c))
     assert code == 2 and "t.csv: row 4: bad prompt_tokens value '-5'" in err, err
+
+
+def test_mooncake_timestamp_bounds_are_in_milliseconds(capsys, tmp_path):
+    """Its timestamps are milliseconds, and the refusal says so (tryout
+    finding: 'want seconds in 0..1e+12')."""
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"timestamp": -5, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n')
+    code, _, err = run_cli(capsys, "run", "--trace-file", str(f), "--trace-format", "mooncake")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "want milliseconds in 0..1e+12" in err
