@@ -93,10 +93,6 @@ class InputError(Exception):
     """Bad user input, reported as one line."""
 
 
-class Interrupted(Exception):
-    """Ctrl-C during a long command; work done so far is on disk."""
-
-
 class PreemptionMode(StrEnum):
     recompute = "recompute"
     restart = "restart"
@@ -829,7 +825,7 @@ def sweep(
             executor.value, address, dask_workers,
         )  # fmt: skip
     except KeyboardInterrupt:
-        raise Interrupted(
+        raise opt.Interrupted(
             f"interrupted; finished chunks are in {dest}; rerun with --resume to continue"
         ) from None
     wall = time.perf_counter() - t0
@@ -1013,7 +1009,7 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("plan: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Interrupted as e:
+    except opt.Interrupted as e:
         print(f"plan: {e}", file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as e:  # usage errors: unknown option, malformed value

@@ -530,6 +530,13 @@ MemoryLimit = Annotated[
     str, typer.Option(help="Cap on the whole process's peak memory, e.g. 4GiB.")
 ]
 Resume = Annotated[bool, typer.Option(help="Continue an interrupted sweep.")]
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a long command; work done so far is on disk (the message
+    says where and how to resume; ``cli.main`` prints it, exit 130)."""
+
+
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing sweep's output.")]
 ExecutorOpt = Annotated[
     Executor, typer.Option(help="local (this process) or dask (one task per chunk).")

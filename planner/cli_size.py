@@ -165,10 +165,16 @@ def size(
         if c.spec is None:
             continue
         sweep = c.spec.sweep  # type: ignore[attr-defined]
-        df, _ = driver.run_sweep(
-            sweep, dest / "sweeps" / f"{c.gpu}-tp{c.tp}", None, limit, workers, resume,
-            overwrite, console, executor.value, address, dask_workers,
-        )  # fmt: skip
+        try:
+            df, _ = driver.run_sweep(
+                sweep, dest / "sweeps" / f"{c.gpu}-tp{c.tp}", None, limit, workers, resume,
+                overwrite, console, executor.value, address, dask_workers,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            raise opt.Interrupted(
+                f"interrupted; finished chunks are in {dest / 'sweeps'}; rerun with --resume "
+                "to continue"
+            ) from None
         df = df.assign(candidate=i, gpu=c.gpu, tensor_parallel_size=c.tp)
         if "gpu_memory_utilization" not in df:
             df["gpu_memory_utilization"] = sweep.spec.hardware.gpu_memory_utilization

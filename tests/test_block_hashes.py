@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -351,3 +352,18 @@ def test_a_block_size_refusal_on_a_cold_cache_is_one_line(tmp_path):
         "plan: error: --block-size 48 does not divide the trace's hash block size 512: "
         "a vLLM block would span two trace blocks"
     ]
+
+
+def test_spec_errors_name_spec_fields(tmp_path):
+    """A spec's workload error names its own field, not the CLI flag (tryout
+    finding: 'workload: --trace-hash-block-size has no effect')."""
+    from planner.sweep.spec import SpecError, load_spec
+
+    trace = Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv"
+    path = tmp_path / "hb.toml"
+    path.write_text(
+        f'name = "hb"\n[workload]\nkind = "trace"\npath = "{trace}"\nhash_block_size = 16\n'
+        "[axes]\nmax_num_seqs = [8]\n"
+    )
+    with pytest.raises(SpecError, match=r"workload: workload.hash_block_size has no effect"):
+        load_spec(path)

@@ -382,3 +382,19 @@ def test_closed_loop_answer_says_clients_not_traffic_kept_up_with(capsys, tmp_pa
     line = next(x for x in out.splitlines() if x.startswith("at this traffic:"))
     assert "8 closed-loop clients reaching" in line and "kept up with" not in line, line
     assert "answer: 1 x H100 replica at" in out and "(1 GPU)" in out
+
+
+def test_ctrl_c_says_how_to_resume(capsys, tmp_path, monkeypatch):
+    """As plan sweep does (tryout finding: plan size said only 'interrupted')."""
+    from planner.sweep import driver
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "run_sweep", interrupted)
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=5))
+    code, _, err = run_cli(
+        capsys, "size", str(spec), "--out", str(tmp_path / "o"), "--gpus", "H100"
+    )
+    assert code == 130 and len(err.strip().splitlines()) == 1, err
+    assert "rerun with --resume to continue" in err and str(tmp_path / "o" / "sweeps") in err

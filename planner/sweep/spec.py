@@ -784,7 +784,7 @@ class Sweep:
             )
             return with_shared_prefixes(wl, w.prefix_groups, w.prefix_len, w.prefix_share, seed)
         except WorkloadError as e:
-            raise SpecError(f"workload: {e}") from None
+            raise SpecError(spec_names(f"workload: {e}")) from None
 
     def _latency(self) -> Latency:
         lat, hw = self.spec.latency, self.spec.hardware
@@ -848,6 +848,14 @@ SPEC_FIELD_NAMES = {
     "--model": "hardware.model",
     "--gpu": "hardware.gpu",
     "--sliding-window": "sliding_window",
+    "--trace-hash-block-size": "workload.hash_block_size",
+    "--trace-format": "workload.format",
+    "--trace-start": "workload.start_s",
+    "--trace-duration": "workload.duration_s",
+    "--rate-scale": "workload.rate_scale",
+    "--prefix-groups": "workload.prefix_groups",
+    "--prefix-len": "workload.prefix_len",
+    "--prefix-share": "workload.prefix_share",
 }
 
 
