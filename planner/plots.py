@@ -7,6 +7,7 @@ the facet axis. Every other axis that varies must be pinned with ``where``.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -425,7 +426,9 @@ def heatmap(
         )
     if recommend and len(notes) < len(panels):
         handles.append(plt.Line2D([], [], color="red", marker="D", ls="", label="recommended"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    # One row up to 4 entries; more wrap into two rows, so the figure keeps them all.
+    ncols = len(handles) if len(handles) <= 4 else math.ceil(len(handles) / 2)
+    fig.legend(handles=handles, loc="outside lower center", ncols=max(ncols, 1), frameon=False)
     title = _title(df, spec, z)
     if constant is not None:
         title += f"\n{z} is constant: {constant:,.6g} in every cell with data"

@@ -508,3 +508,25 @@ def test_an_axis_implied_by_another_needs_no_pin():
     with pytest.raises(PlotError, match=r"pin compat with --where axis=value \(that also fixes"):
         select(df, "max_num_seqs", "num_gpu_blocks", None, [])
     assert len(select(df, "max_num_seqs", "num_gpu_blocks", None, ["compat=blis"])) == 4
+
+
+def test_legend_stays_inside_the_figure(slo_results, tmp_path, monkeypatch):
+    """Many legend entries wrap into rows instead of running off both edges
+    (tryout finding: --slo-contour --recommend clipped 'churning' and
+    'recommended' at 1,400 px; drawn at 1,000 here, where one row overflows)."""
+    import matplotlib.pyplot as plt
+
+    from planner import plots
+
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    plots.heatmap(slo_results, tmp_path / "l.png", z="goodput_rps", slo_contour=True,
+                  recommend=True, width=1000)  # fmt: skip
+    fig = figures[-1]
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    assert len(legend.legend_handles) >= 5
+    box = legend.get_window_extent()
+    width, height = fig.canvas.get_width_height()
+    assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0, (box, width)
+    plt.close(fig)
