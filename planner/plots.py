@@ -57,6 +57,7 @@ NO_DATA = "0.85"
 # (matplotlib.transforms.nonsingular, expander=0.1).
 CONSTANT_EXPANDER = 0.1
 LOG_UNDER = "white"  # log colour scale: cells at or below 0
+BOUND_MARKER = r"$\geq$"  # a cell whose value is only a lower bound (``_lower_bounds``)
 # The SLO contour (boundary of the cells that meet the sweep's [slo] and keep up)
 # and the recommended configuration's marker.
 CONTOUR_COLOUR = "red"
@@ -374,6 +375,7 @@ def heatmap(
         part = df if value is None else df[df[facet] == value]
         ax.pcolormesh(xe, ye, np.ma.masked_invalid(grid), cmap=cmap, norm=norm)
         _overlay(ax, part, x, y, xs, ys, xe, ye)
+        _lower_bounds(ax, part, x, y, z)
         _safe_curve(ax, part, x, y)
         if slo_contour:
             _contour(ax, part, x, y, xs, ys, xe, ye)
@@ -416,6 +418,11 @@ def heatmap(
         handles.append(Patch(facecolor=NO_DATA, edgecolor="0.5", label="no data"))
     if color_scale == "log" and bool((every <= 0).any()):
         handles.append(Patch(facecolor=LOG_UNDER, edgecolor="0.5", label="<= 0 (log scale)"))
+    if _bounded(df, z).any():  # as _lower_bounds
+        handles.append(
+            plt.Line2D([], [], color="white", markeredgecolor="black", marker=BOUND_MARKER,
+                       ls="", markersize=9, label=f"{z} only a lower bound (unserved)")
+        )  # fmt: skip
     if "kv_safe_max_num_seqs" in df.columns and "max_num_seqs" in (x, y):  # as _safe_curve
         handles.append(
             plt.Line2D([], [], color="orange", lw=2, label="analytic KV-safe max_num_seqs")
@@ -497,6 +504,25 @@ def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
             ax.add_collection(
                 PatchCollection(rects, facecolor="none", edgecolor=color, hatch=hatch, lw=0)
             )
+
+
+def _bounded(part: pd.DataFrame, z: str) -> pd.Series:
+    """(rows,) bool: cells whose ``z`` is only a lower bound (its
+    ``{z}_is_lower_bound`` column, ``metrics._stats``: requests unserved by
+    the end of the run); all False for a metric without one."""
+    col = f"{z}_is_lower_bound"
+    if col not in part.columns:
+        return pd.Series(False, index=part.index)
+    return part[col].fillna(False).astype(bool)
+
+
+def _lower_bounds(ax, part, x, y, z) -> None:  # noqa: ANN001
+    """A '≥' on every cell whose value is only a lower bound (cells are
+    centred on their axis values, ``_edges``)."""
+    cells = part[_bounded(part, z)]
+    if not cells.empty:
+        ax.plot(cells[x], cells[y], ls="", marker=BOUND_MARKER, color="white",
+                markeredgecolor="black", markersize=9)  # fmt: skip
 
 
 def _safe_curve(ax, part, x, y) -> None:  # noqa: ANN001

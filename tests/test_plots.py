@@ -530,3 +530,25 @@ def test_legend_stays_inside_the_figure(slo_results, tmp_path, monkeypatch):
     width, height = fig.canvas.get_width_height()
     assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0, (box, width)
     plt.close(fig)
+
+
+def test_lower_bound_cells_carry_a_mark(slo_results, tmp_path, monkeypatch):
+    """A p99 that is only a lower bound (requests unserved by the end) gets a
+    '≥' on its cell and a legend entry (tryout finding: nothing told such a
+    cell from a measured one); a metric without bounds gets none."""
+    import pandas as pd
+
+    from planner import plots
+
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    df = pd.read_parquet(slo_results / "data.parquet")
+    bounded = int(df["ttft_s_p99_is_lower_bound"].sum())
+    assert 0 < bounded < len(df)  # the fixture has both kinds
+    for z, expected in (("ttft_p99", bounded), ("completed", 0)):
+        plots.heatmap(slo_results, tmp_path / f"{z}.png", z=z, facet=None)
+        fig = figures.pop()
+        marks = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == plots.BOUND_MARKER]
+        assert sum(len(ln.get_xdata()) for ln in marks) == expected, z
+        legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+        assert any("only a lower bound" in t for t in legend) is (expected > 0)
