@@ -41,6 +41,7 @@ from planner.latency import (
     hardware_options,
     step_time_ns,
 )
+from planner.text import count
 
 COLUMNS = ("prefill_tokens", "decode_requests", "kv_tokens", "step_ms")
 GRID_STEP = 0.01  # roofline efficiency grid
@@ -137,7 +138,8 @@ def read_steps(path: Path) -> dict[str, np.ndarray]:
         raise CalibrationError(f"{path}: a row with no prefill tokens and no decode requests")
     if len(df) < MIN_ROWS:
         raise CalibrationError(
-            f"{path}: {len(df)} rows; a fit of up to 3 coefficients needs at least {MIN_ROWS}"
+            f"{path}: {count(len(df), 'row')}; a fit of up to 3 coefficients needs at least "
+            f"{MIN_ROWS}"
         )
     return out
 

@@ -44,6 +44,7 @@ from planner.latency import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
 from planner.safelimit import started_text
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
+from planner.text import count
 from planner.workload import (
     Workload,
     WorkloadError,
@@ -513,7 +514,7 @@ def _print_stuck(outcome: str, stuck: list[int], preempted: list[int]) -> None:
     """One line naming the requests that were waiting or running and never finished."""
     pre = f"; preempted among them: {_ids(preempted)}" if preempted else ""
     Console(markup=False).print(
-        f"{outcome}: {len(stuck):,} requests entered the scheduler and never finished "
+        f"{outcome}: {count(len(stuck), 'request')} entered the scheduler and never finished "
         f"(request ids, 0-based in arrival order): {_ids(stuck)}{pre}",
         soft_wrap=True,
     )
@@ -567,7 +568,7 @@ def _print_run(
     when it is not full attention); with an SLO, its verdict
     (``metrics.slo_columns``)."""
     console = Console(markup=False)
-    console.print(f"plan run: {wl.name}, {wl.num_requests:,} requests", soft_wrap=True)
+    console.print(f"plan run: {wl.name}, {count(wl.num_requests, 'request')}", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
     if cfg is not None and (line := cfg.attention_line()):
         console.print(line, soft_wrap=True)
@@ -633,9 +634,10 @@ def _print_run(
             if wl.session is not None
             else "the run ended while its client waited for a free slot"
         )
+        unsent = int(row["never_sent"])  # type: ignore[index]
         console.print(
-            f"note: {int(row['never_sent']):,} requests were never sent: {why}; they count in "  # type: ignore[index]
-            "no latency",
+            f"note: {count(unsent, 'request')} {'was' if unsent == 1 else 'were'} never sent: "
+            f"{why}; {'it counts' if unsent == 1 else 'they count'} in no latency",
             soft_wrap=True,
         )
     if int(row["rejected"]) > 0:  # type: ignore[index]
@@ -830,7 +832,7 @@ def sweep(
         ) from None
     wall = time.perf_counter() - t0
     if not ran:
-        report.print(f"{dest / 'data.parquet'} is already complete ({len(df):,} configs)")
+        report.print(f"{dest / 'data.parquet'} is already complete ({count(len(df), 'config')})")
         return
     over = int((df.max_num_seqs > df.kv_safe_max_num_seqs).sum())
     if over:
@@ -841,7 +843,7 @@ def sweep(
     counts = df["outcome"].value_counts().to_dict()
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     report.print(
-        f"wrote {len(df):,} configs to {dest / 'data.parquet'} in {wall:.1f} s ({summary})"
+        f"wrote {count(len(df), 'config')} to {dest / 'data.parquet'} in {wall:.1f} s ({summary})"
     )
     hw = sw.spec.hardware
     if hw is not None and "num_gpu_blocks" not in (*sw.axes, *sw.spec.scheduler):

@@ -24,6 +24,7 @@ from planner.cli_inert import RUN_RULES, given, reject_inert, reject_inert_hardw
 from planner.config import SchedulerConfig, clock_bound
 from planner.maxrate_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
 from planner.slo import FIELDS, NAMES, seconds_text
+from planner.text import count
 from planner.workload import unused_field_warnings
 
 # Scheduler settings ``--vary`` may list (integers, SchedulerConfig fields).
@@ -234,7 +235,7 @@ def max_rate(
         return
     c = Console(markup=False)
     c.print(
-        f"plan max-rate: {wl.name}, {wl.num_requests:,} requests offered at {rps:.3f} req/s "
+        f"plan max-rate: {wl.name}, {count(wl.num_requests, 'request')} offered at {rps:.3f} req/s "
         f"({tps:,.0f} output tokens/s) at scale 1; step time: {lat.describe()}",
         soft_wrap=True,
     )

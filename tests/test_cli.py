@@ -149,7 +149,7 @@ S3_POOL = ("--num-gpu-blocks", "64", "--block-size", "16", "--max-model-len", "1
 def test_livelock_names_the_stuck_request_and_fail_on_sets_the_exit(capsys, tmp_path):
     args = ("run", *S3_POOL, "--requests-csv", _s3_csv(tmp_path, 24))
     code, out, _ = run_cli(capsys, *args)
-    assert code == 0 and "livelocked: 1 requests" in out and "ids, 0-based" in out
+    assert code == 0 and "livelocked: 1 request entered" in out and "ids, 0-based" in out
     assert "preempted among them: 0" in out
     assert "fix: --num-gpu-blocks 65 or --max-model-len 1,008" in " ".join(out.split())
     code, out, _ = run_cli(capsys, *args, "--json")

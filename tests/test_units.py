@@ -148,3 +148,12 @@ def test_request_length_is_capped_at_max_model_len(capsys):
     )  # fmt: skip
     assert code == 0, err
     assert "mean request 1,024 tokens" in err  # S1's 3,500-token outputs stop at 1,024
+
+
+def test_counts_take_the_number_of_their_noun():
+    from planner.text import count
+
+    assert count(1, "request") == "1 request"
+    assert count(0, "request") == "0 requests"
+    assert count(1024, "config") == "1,024 configs"
+    assert count(2, "replica", "replicas") == "2 replicas"

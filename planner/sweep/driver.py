@@ -43,6 +43,7 @@ from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scrat
 from planner.sweep import executors, store
 from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
 from planner.sweep.spec import Sweep
+from planner.text import count
 
 DEFAULT_CHUNK_SIZE = 1024
 # The per-request temporaries of metrics.summarize (C x R float64 arrays), per
@@ -766,7 +767,7 @@ def dry_run(
         "threads": threads,
     }
     axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
-    console.print(f"spec {sweep.name}: {plan.num_configs:,} configs over {axes}")
+    console.print(f"spec {sweep.name}: {count(plan.num_configs, 'config')} over {axes}")
     console.print(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
     console.print(f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs")
     console.print(
