@@ -31,7 +31,6 @@ from planner.cli_capacity import register as register_capacity_commands
 from planner.cli_inert import (
     BENCH_RULES,
     RUN_RULES,
-    InertOption,
     given,
     reject_inert,
     reject_inert_hardware,
@@ -48,7 +47,6 @@ from planner.text import count
 from planner.workload import (
     Workload,
     WorkloadError,
-    priorities_unread,
     unused_field_warnings,
 )
 
@@ -352,7 +350,9 @@ def run(
         adaptive_step=adaptive_step,
         cpu_swap_blocks=cpu_swap_blocks,
         swap_bandwidth_gbps=swap_bandwidth_gbps,
-        kv_block_bytes=_block_bytes(kv_block_bytes, model, block_size, tensor_parallel_size),
+        kv_block_bytes=resolve.kv_block_bytes(
+            kv_block_bytes, model, block_size, tensor_parallel_size, quantization, kv_cache_dtype
+        ),
         max_concurrency=max_concurrency,
         think_time_s=think_time,
         replicas=replicas,
@@ -373,12 +373,6 @@ def run(
          (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
         (prefix_groups, prefix_len, prefix_share), seed, turns,
     )  # fmt: skip
-    for name in ("policy", "victim"):
-        if given(ctx, name) and getattr(cfg, name) == "priority" and priorities_unread(wl):
-            raise InertOption(
-                f"--{name} priority has no effect: the workload carries no distinct "
-                "priorities, and equal ones order every queue by arrival, as fcfs does"
-            )
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     if compat == opt.Compat.blis and _finer_than_ns(lat):
@@ -691,20 +685,23 @@ def _cache_rows(row: object) -> list[tuple[str, str]]:
 LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50", "_p90", "_p99")))
 
 
-def rejection_text(row: object) -> str:
-    """What the front end's rejections mean, for a row with ``rejected`` > 0."""
+def rejection_text(row: object, as_misses: bool = False) -> str:
+    """What the front end's rejections mean, for a row with ``rejected`` > 0;
+    ``as_misses``: in an SLO verdict, where they count as misses
+    (``metrics.slo_columns``)."""
     n, arrived = int(row["rejected"]), int(row["arrived"])  # type: ignore[index]
     mml = int(row["max_model_len"])  # type: ignore[index]
+    counted = ", so they count as misses" if as_misses else "; they count in no latency"
     return (
         f"{n:,} of {arrived:,} requests rejected by the front end (prompt >= max_model_len "
-        f"{mml:,}: vLLM refuses them; they count in no latency): raise --max-model-len"
+        f"{mml:,}: vLLM refuses them{counted}): raise --max-model-len"
     )
 
 
 def slo_verdict(row: object, slo: SLO) -> str:
     """One line: whether ``row`` (a ``summarize`` row with SLO columns) meets
     ``slo``, naming each metric that misses (a lower bound printed as '>= X')
-    and overload, which also denies the claim."""
+    overload and front-end rejections, which also deny the claim."""
     misses = []
     for field, limit in slo.items():
         key = f"{field}_p{SLO_PERCENTILE}"
@@ -719,15 +716,12 @@ def slo_verdict(row: object, slo: SLO) -> str:
         elif p > limit:
             misses.append(f"{key} {seconds_text(float(p))} > {seconds_text(limit)}")
     over = bool(row["overloaded"])  # type: ignore[index]
+    if int(row["rejected"]) > 0:  # type: ignore[index]  # failed requests: misses
+        misses.append(rejection_text(row, as_misses=True))
     if row["outcome"] == "step_limit":  # type: ignore[index]
         return (
             f"verdict: NONE for SLO ({slo.describe()}): the run stopped at --max-steps before "
             "its work ended (outcome step_limit)"
-        )
-    if not misses and not over and int(row["rejected"]) > 0:  # type: ignore[index]
-        return (
-            f"verdict: MEETS SLO ({slo.describe()}) only for the requests it serves: "
-            + rejection_text(row)
         )
     if not misses and not over and bool(row["concurrency_bound"]):  # type: ignore[index]
         n = int(row["max_concurrency"])  # type: ignore[index]
@@ -736,17 +730,6 @@ def slo_verdict(row: object, slo: SLO) -> str:
         return f"verdict: MEETS SLO ({slo.describe()}) and keeps up with the offered load"
     parts = misses + (["overloaded"] if over else [])
     return f"verdict: MISSES SLO ({slo.describe()}): " + "; ".join(parts)
-
-
-def _block_bytes(explicit: int | None, model: str | None, bs: int, tp: int) -> int:
-    """Bytes of one KV block: explicit, else from the model preset, else 2 MiB."""
-    if explicit is not None:
-        return explicit
-    if model is not None:
-        from planner import hardware
-
-        return hardware.kv_page_bytes(hardware.model(model), bs, tp)
-    return 2 * 2**20
 
 
 def _json_default(v: object) -> object:

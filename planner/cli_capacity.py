@@ -29,6 +29,7 @@ from planner.cli_inert import (
 )
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.slo import FIELDS
+from planner.text import count
 from planner.traces import TraceOptions, TraceRead, load_trace, parse_columns
 from planner.workload import Workload, seed_acts, unused_field_warnings, with_shared_prefixes
 
@@ -338,7 +339,7 @@ def check(
         safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
     out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
     if as_json:
-        print(json.dumps(out))
+        print(json.dumps(finite(out)))
     else:
         _print_check(out, gap)
     raise typer.Exit(EXIT_SAFE if safe else EXIT_UNSAFE)
@@ -383,8 +384,10 @@ def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:
     over, met = bool(row.overloaded), bool(row.meets_slo)
     fails = (["is OVERLOADED"] if over else []) + ([] if met else ["MISSES the SLOs"])
     state = " and ".join(fails) if fails else "keeps up and meets the SLOs"
+    rejected = int(row.rejected)
+    why = f" ({count(rejected, 'request')} rejected by the front end count as misses)"
     return (
-        f"traffic at max_num_seqs {seqs}: {state} ({slo.describe()}): "
+        f"traffic at max_num_seqs {seqs}: {state} ({slo.describe()}){why * (rejected > 0)}: "
         f"{latency_text(row, slo)}; {started_text(row)}"
     )
 

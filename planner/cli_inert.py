@@ -82,7 +82,7 @@ def reject_inert_hardware(ctx: typer.Context, attention: Mapping[str, int], pool
         and attention.get("sliding_window_groups", 0) == 0
         and attention.get("full_attention_groups", 1) == 1
     )
-    derives_bytes = _value(p.get("preemption_mode")) == "swap" and p.get("kv_block_bytes") is None
+    derives_bytes = _derives_swap_bytes(p)
     names = ["gpu"] + (["model", "tensor_parallel_size"] if full and not derives_bytes else [])
     inert = [spelled(ctx, n) for n in names if n in p and given(ctx, n)]
     if inert:
@@ -238,6 +238,12 @@ def _derives_pool(p: dict) -> bool:
     return derived and p.get("model") is not None and p.get("gpu") is not None
 
 
+def _derives_swap_bytes(p: Mapping[str, Any]) -> bool:
+    """Whether swap preemption's block bytes come from --model
+    (``resolve.kv_block_bytes``: no --kv-block-bytes)."""
+    return _value(p.get("preemption_mode")) == "swap" and p.get("kv_block_bytes") is None
+
+
 def _has_slo(p: dict) -> bool:
     return any(p.get(k) for k in SLO_OPTIONS)
 
@@ -305,10 +311,11 @@ DTYPE_RULE = Rule(
         or (
             p.get("num_gpu_blocks") is not None
             and _value(p.get("latency", "linear")) not in ("roofline", "measured")
+            and not _derives_swap_bytes(p)
         )
     ),
-    "only sizes the pool from --model and --gpu (without --num-gpu-blocks) or the roofline's "
-    "and measured step times' weight and KV dtypes",
+    "only sizes the pool from --model and --gpu (without --num-gpu-blocks), the roofline's "
+    "and measured step times' weight and KV dtypes, or swap's block bytes",
 )
 RUN_RULES = (*RUN_RULES, DTYPE_RULE)
 

@@ -155,7 +155,14 @@ def max_rate(
     it), also given in requests and output tokens per second. Exit code 0: the
     search ran; 2: bad input.
     """
-    from planner.maxrate import AT_MAX, BELOW_MIN, SearchRange, offered_rates, search_max_rate
+    from planner.maxrate import (
+        AT_MAX,
+        BELOW_MIN,
+        REJECTS,
+        SearchRange,
+        offered_rates,
+        search_max_rate,
+    )
 
     reject_inert(ctx, RUN_RULES)
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
@@ -250,6 +257,14 @@ def max_rate(
         row = table.iloc[i]
         scale, rps_t, tps_t = _answer(row, rng.lo, AT_MAX, BELOW_MIN)
         name = ", ".join(f"{k} {v}" for k, v in combo.items()) or "this configuration"
+        if row.max_rate_limit == REJECTS:
+            c.print(
+                f"{name}: none: at every rate the front end rejects "
+                f"{count(int(row.rejected_requests), 'request')} (prompt >= max_model_len "
+                f"{configs[i].max_model_len:,}), which never run: raise --max-model-len",
+                soft_wrap=True,
+            )
+            continue
         rates = "" if rps_t == "-" else f" ({rps_t} req/s, {tps_t} output tokens/s)"
         at = f"; at it: {_at_rate(row)}" if rps_t != "-" else "; nothing in the range passes"
         c.print(f"{name}: max_rate_scale {scale}{rates}{at}", soft_wrap=True)

@@ -376,11 +376,12 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     exact (no unserved request reaches it: they count as +inf) and at or below
     the SLO, or no request has that metric; and ``slo_margin`` (C,) float, the
     largest p99 / SLO ratio (at most 1 when met; a lower bound when a p99 is).
-    Overload is not part of it: callers combine it with ``overloaded``; nor
-    are requests the front end rejected (``rejected``: they have no latency),
-    which callers name beside any verdict (``plan run``) or refuse (``plan
-    size``)."""
-    meets = np.ones(len(df), dtype=bool)
+    A request the front end rejected (``rejected``, prompt >= max_model_len)
+    has no latency but failed, as vLLM returns it an error: like an unserved
+    one it counts as a miss, so a run with any is not ``meets_slo`` (a run
+    that rejects everything has no p99 at all). Overload is not part of it:
+    callers combine it with ``overloaded``."""
+    meets = df["rejected"].to_numpy() == 0 if "rejected" in df else np.ones(len(df), bool)
     margin = np.zeros(len(df))
     for field, limit in slo.items():
         p = df[f"{field}_p{SLO_PERCENTILE}"].to_numpy(dtype=float)

@@ -87,6 +87,27 @@ def latency(
     return LinearLatency(alpha or a, b)  # type: ignore[arg-type]
 
 
+def kv_block_bytes(
+    explicit: int | None,
+    model: str | None,
+    block_size: int,
+    tp: int = 1,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+) -> int:
+    """Bytes of one KV block, what swap preemption moves per block: ``explicit``
+    if given, else the model's under its KV cache dtype and tensor parallelism
+    (``hardware.kv_page_bytes``), else ``SchedulerConfig``'s default, 2 MiB
+    (Llama-3.1-8B at block size 16). Raises ValueError for an unknown model."""
+    if explicit is not None:
+        return explicit
+    if model is None:
+        return 2 * 2**20
+    return hardware.kv_page_bytes(
+        hardware.model(model, quantization, kv_cache_dtype), block_size, tp
+    )
+
+
 def num_gpu_blocks(
     explicit: int | None,
     model: str | None,

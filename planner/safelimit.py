@@ -27,6 +27,7 @@ from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.config import SchedulerConfig
 from planner.latency import Latency
 from planner.slo import FIELDS, NAMES, SLO, seconds_text
+from planner.text import count
 from planner.workload import Workload
 
 COARSE_POINTS = 40
@@ -197,7 +198,8 @@ def find_safe_limits(
         table=df,
         search_limit=upper,
     )
-    if not qualifies(out).any() and df.completed.max() > 0:
+    # Rejections fail at every rate and max_num_seqs (``recommend`` says so): no search.
+    if not qualifies(out).any() and df.completed.max() > 0 and df.rejected.min() == 0:
         _closest_rate(out, wl, cfg, lat)
     return out
 
@@ -242,10 +244,12 @@ def search_limit_text(s: SafeLimits) -> str:
 def qualifies(s: SafeLimits) -> np.ndarray:
     """(rows,) bool over ``s.table``: max_num_seqs values that may be recommended:
     something completed, no livelock or step limit, not overloaded
-    (``metrics.overload``) and, with SLOs, every SLO met (``meets_slo``:
-    unserved requests count as misses)."""
+    (``metrics.overload``), no request rejected by the front end (prompt >=
+    max_model_len: it fails whatever max_num_seqs is) and, with SLOs, every
+    SLO met (``meets_slo``: unserved requests count as misses)."""
     t = s.table
     ok = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit & ~t.overloaded.astype(bool)
+    ok &= t.rejected == 0
     if s.slo.given():
         ok &= t.meets_slo.astype(bool)
     return ok.to_numpy()
@@ -290,7 +294,7 @@ def latency_text(row: pd.Series, slo: SLO) -> str:
             continue
         bound = "≥ " if bool(row.get(f"{key}_p99_is_lower_bound", False)) else ""
         parts.append(f"{name} p99 {bound}{seconds_text(float(v))}")
-    return ", ".join(parts)
+    return ", ".join(parts) or "no latency (no request served)"
 
 
 def recommend(s: SafeLimits) -> Recommendation:
@@ -307,6 +311,14 @@ def recommend(s: SafeLimits) -> Recommendation:
             "or the horizon is too small for this workload. Nothing recommended."
         )
         return Recommendation(None, "nothing completes", text)
+    if (rejected := int(t.rejected.min())) > 0:  # the same at every max_num_seqs
+        text = (
+            f"Nothing recommended: at every max_num_seqs the front end rejects "
+            f"{count(rejected, 'request')} of the workload (prompt >= max_model_len "
+            f"{int(t.max_model_len.iloc[0]):,}), and they fail whatever the scheduler does: "
+            "raise --max-model-len."
+        )
+        return Recommendation(None, "rejects requests", text)
     ok = qualifies(s)
     crit = (
         "no preemption"
@@ -351,19 +363,14 @@ def _nothing_qualifies(s: SafeLimits) -> Recommendation:
     span = f"from 1 to {s.search_limit:,}"
     if not keeps_up.any():
         best = t[alive].loc[t[alive].served_rps.idxmax()]
-        frac = float(1 / best.load_ratio)
-        refused = best.offered_rps - best.accepted_rps
-        load, which = f"{best.offered_rps:.3f} req/s", "load"
-        if refused > 0:  # rejected requests never start: they are no load
-            load += f", of which the front end rejects {refused:.3f}"
-            which = f"accepted load ({best.accepted_rps:.3f} req/s)"
+        frac = float(1 / best.load_ratio)  # no rejections here (``recommend``)
         text = (
             f"Nothing recommended: no max_num_seqs {span} keeps up with the offered load "
-            f"({load}): every one is overloaded. The most any starts is "
+            f"({best.offered_rps:.3f} req/s): every one is overloaded. The most any starts is "
             f"{best.served_rps:.3f} req/s (max_num_seqs {int(best.max_num_seqs)}), so the "
-            f"{which} must fall by at least {(1 - frac) * 100:.0f}% or the capacity grow at "
-            f"least {1 / frac:.2f}x (blocks, GPUs, replicas); no scheduler setting fixes "
-            "overload."
+            f"load would have to fall by about {(1 - frac) * 100:.0f}% or the capacity grow "
+            f"about {1 / frac:.2f}x (blocks, GPUs, replicas; an estimate from the rate started "
+            "while overloaded); no scheduler setting fixes overload."
         )
         text += _rate_text(s)
         return Recommendation(None, "overloaded", text, frac)

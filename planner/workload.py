@@ -488,12 +488,15 @@ def with_shared_prefixes(
 
 
 def priorities_unread(wl: Workload) -> bool:
-    """Whether policy or victim ``priority`` acts as fcfs on ``wl``: no
-    priorities, or all equal. Then (priority, arrival) orders ``waiting`` by
-    arrival, as FCFS does, and ``running``, where FCFS appends admissions and
-    re-admits the preempted first (``Scheduler.schedule``), stays in arrival
-    order, so the largest (priority, arrival) is its tail, FCFS's victim
-    (checked on random runs in ``tests/test_no_silent_overrides.py``)."""
+    """Whether ``wl`` carries no distinct priorities (none, or all equal).
+    Policy or victim ``priority`` then orders by arrival alone: with distinct
+    arrival times, ``waiting`` is in arrival order as under FCFS, and
+    ``running``, where FCFS appends admissions and re-admits the preempted
+    first (``Scheduler.schedule``), stays in arrival order, so the largest
+    (priority, arrival) is its tail, FCFS's victim (checked on random runs in
+    ``tests/test_no_silent_overrides.py``); tied arrivals (offline, coarse
+    timestamps) or dynamic sends (closed loop, sessions) can differ, so this
+    is a warning, not a refusal (``unused_field_warnings``)."""
     p = wl.priority
     return p is None or len(p) == 0 or bool(np.all(p == p[0]))
 
@@ -503,9 +506,18 @@ def unused_field_warnings(wl: Workload, configs: Sequence[SchedulerConfig]) -> l
     fields that no config in ``configs`` uses, so that they are not silent no-ops.
 
     Priorities matter only under policy ``priority`` or victim ``priority``
-    (``SchedulerConfig.victim_rule``); shared prefixes only with prefix caching.
+    (``SchedulerConfig.victim_rule``), and those only with distinct
+    priorities (``priorities_unread``); shared prefixes only with prefix
+    caching.
     """
     out = []
+    if priorities_unread(wl) and any(
+        c.policy == "priority" or c.victim_rule == "priority" for c in configs
+    ):
+        out.append(
+            f"{wl.name}: policy or victim priority without distinct request priorities orders "
+            "by arrival, as fcfs does (the same run unless arrivals tie)"
+        )
     if wl.priority is not None and not any(
         c.policy == "priority" or c.victim_rule == "priority" for c in configs
     ):

@@ -69,6 +69,12 @@ def test_azure_conversation_answer_holds():
     cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
     wl = read_trace(AZURE_CONV, "auto", TraceOptions(max_model_len=4096))
     slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    # 416 of its prompts are >= 4,096: they fail at every rate.
+    found = search_max_rate([cfg], wl, lat, slo).table
+    assert found.max_rate_limit[0] == "rejects_requests" and found.rejected_requests[0] == 416
+    assert np.isnan(found.max_rate_scale[0])
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256, max_model_len=16384)
+    wl = read_trace(AZURE_CONV, "auto", TraceOptions(max_model_len=16384))
     s = search_max_rate([cfg], wl, lat, slo).table.max_rate_scale[0]
     assert 2 < s < 8  # not overloaded at 2x, overloaded at 8x (tests/test_overload.py)
     _check_answer(cfg, wl, lat, slo, s)
@@ -107,15 +113,16 @@ def test_bounds_of_the_range_are_reported_as_bounds():
 def test_the_predicate_is_the_slo_verdict_and_overload():
     df = pd.DataFrame(
         {
-            "completed": [1, 1, 1, 0],
-            "livelocked": [False] * 4,
-            "step_limit_hit": [False] * 4,
-            "overloaded": [False, True, False, False],
-            "meets_slo": [True, True, False, True],
+            "completed": [1, 1, 1, 0, 1],
+            "livelocked": [False] * 5,
+            "step_limit_hit": [False] * 5,
+            "overloaded": [False, True, False, False, False],
+            "meets_slo": [True, True, False, True, True],
+            "rejected": [0, 0, 0, 0, 3],  # a request the front end rejects fails
         }
     )
-    assert passes(df, SLO_2S).tolist() == [True, False, False, False]
-    assert passes(df, SLO()).tolist() == [True, False, True, False]
+    assert passes(df, SLO_2S).tolist() == [True, False, False, False, False]
+    assert passes(df, SLO()).tolist() == [True, False, True, False, False]
 
 
 def test_max_rate_command_one_and_a_list(capsys):

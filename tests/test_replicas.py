@@ -368,8 +368,9 @@ def test_rejected_requests_qualify_the_slo_verdict(capsys):
     ]  # fmt: skip
     code, out, err = run_cli(capsys, *args)
     assert code == 0, err
-    assert "verdict: MEETS SLO (TTFT p99 <= 5 s) only for the requests it serves" in out
-    assert "keeps up" not in out and "note: " in out and "rejected by the front end" in out
+    # A rejected request fails (vLLM answers it with an error): a miss.
+    assert "verdict: MISSES SLO (TTFT p99 <= 5 s): " in out and "count as misses" in out
+    assert "MEETS" not in out and "note: " in out and "rejected by the front end" in out
 
 
 def test_prefix_affinity_without_a_cache_is_refused(capsys):

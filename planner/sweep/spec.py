@@ -51,7 +51,6 @@ from planner.workload import (
     LengthDist,
     Workload,
     WorkloadError,
-    priorities_unread,
     seed_acts,
     sessions,
     unused_field_warnings,
@@ -544,7 +543,6 @@ class Sweep:
             self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
             for message in unused_field_warnings(self.workloads[key], self.configs):
                 self._warn(message)
-            self._reject_unread_priority(self.workloads[key])
             try:  # block_size must divide a block-hash trace's hash block size
                 check_block_sizes(self.workloads[key], self.configs)
             except WorkloadError as e:
@@ -591,20 +589,6 @@ class Sweep:
                         "this grid (swap settings need preemption_mode swap with "
                         "cpu_swap_blocks > 0; adaptive settings need adaptive_window > 0)"
                     )
-
-    def _reject_unread_priority(self, wl: Workload) -> None:
-        """Refuse policy or victim ``priority`` (fixed or an axis value) on a
-        workload without distinct priorities (``workload.priorities_unread``:
-        it acts as fcfs there). Raises SpecError."""
-        given = set(self.spec.scheduler) | set(self.axes)
-        for name in ("policy", "victim"):
-            used = any(getattr(c, name) == "priority" for c in self.configs)
-            if name in given and used and priorities_unread(wl):
-                raise SpecError(
-                    f"{_where(name, self)}: priority has no effect: the workload carries no "
-                    "distinct priorities, and equal ones order every queue by arrival, as "
-                    "fcfs does"
-                )
 
     def _reject_inert_hardware(self) -> None:
         """Refuse a ``[hardware]`` section that nothing reads: every pool
@@ -704,6 +688,13 @@ class Sweep:
                 if k != "sliding_window" and values.get(k, v) != v:
                     raise SpecError(f"{_where(k, self)}: {hw.model} has {v} (hardware.model)")
             values |= attn
+            if values.get("preemption_mode") == "swap" and "kv_block_bytes" not in values:
+                values["kv_block_bytes"] = resolve.kv_block_bytes(  # as plan run derives it
+                    None,
+                    hw.model,
+                    int(values.get("block_size", _default("block_size"))),
+                    hw.tensor_parallel_size,
+                )
         for k, v in values.items():
             if k in INT_AXES and not (isinstance(v, int) and not isinstance(v, bool)):
                 raise SpecError(f"{_where(k, self)}: expected an integer, got {v!r}")
