@@ -154,6 +154,12 @@ def check_spec(spec: object) -> None:
                 f"{key}: plan size sets it (the pool from each GPU's memory, replicas and "
                 "routers from --max-replicas and --routers); remove it from the spec"
             )
+    if len({c.max_concurrency for c in sweep.configs}) > 1:
+        raise SizingError(
+            "max_concurrency: the number of closed-loop clients is the traffic, not a setting "
+            "to choose: the cheapest answer would be the fewest clients; size one count per "
+            "spec"
+        )
     for key, vllm in NOT_VLLM.items():
         values = {getattr(c, key) for c in sweep.configs}
         if values != {vllm}:
@@ -165,7 +171,7 @@ def check_spec(spec: object) -> None:
 
 def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame:
     """Add ``gpus``, ``usd_per_hour``, ``usd_per_million_output_tokens`` (at
-    the accepted rate, ``metrics.overload``) and ``meets_target``
+    the rate served, ``metrics.overload``; closed loop, the run's) and ``meets_target``
     (``maxrate.passes``, and no request rejected by the front end) to sweep
     rows carrying ``gpu`` and ``tensor_parallel_size``."""
     df = df.copy()
@@ -173,13 +179,17 @@ def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame
     df["usd_per_gpu_hour"] = [prices.price(g) for g in df["gpu"]]
     df["usd_per_hour"] = df["usd_per_gpu_hour"] * df["gpus"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        # The accepted traffic's output tokens per hour: requests/s the front
-        # end passes on x output tokens per completed request (a fleet that
-        # meets the target keeps up, so it serves that rate; a rejected request
-        # yields no token; the run's own output_tps would also divide by the
-        # drain after the last arrival).
+        # Output tokens per hour the fleet serves: open loop, the accepted
+        # rate when it keeps up (a rejected request yields no token), else the
+        # rate it started requests over the arrival window (what it served),
+        # x output tokens per completed request; the run's own output_tps
+        # would also divide by the drain after the last arrival. Closed loop,
+        # the clients' pace is the run's own: its output_tps.
         per_request = df["output_tps"] / df["throughput_rps"]
-        tokens_per_hour = df["accepted_rps"] * per_request * 3600.0
+        served = np.where(df["overloaded"].astype(bool), df["served_rps"], df["accepted_rps"])
+        open_loop = served * per_request * 3600.0
+        closed = df["max_concurrency"] > 0
+        tokens_per_hour = np.where(closed, df["output_tps"] * 3600.0, open_loop)
         df["usd_per_million_output_tokens"] = np.where(
             tokens_per_hour > 0, df["usd_per_hour"] / tokens_per_hour * 1e6, np.nan
         )

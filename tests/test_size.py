@@ -398,3 +398,40 @@ def test_ctrl_c_says_how_to_resume(capsys, tmp_path, monkeypatch):
     )
     assert code == 130 and len(err.strip().splitlines()) == 1, err
     assert "rerun with --resume to continue" in err and str(tmp_path / "o" / "sweeps") in err
+
+
+def test_a_client_count_axis_is_refused(capsys, tmp_path):
+    """The number of closed-loop clients is the traffic: ranking fleets across
+    counts picks the fewest clients (second tryout finding)."""
+    text = SYNTHETIC.format(rate=20).replace("[axes]\n", "[axes]\nmax_concurrency = [4, 64]\n")
+    code, _, err = run_cli(capsys, "size", str(_spec(tmp_path, text)), "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "max_concurrency: the number of closed-loop clients is the traffic" in err
+
+
+def test_cost_per_token_is_charged_on_what_was_served():
+    """Overloaded rows pay per token served, not per token offered; closed
+    loop rows per the run's own output rate (second tryout finding)."""
+    from planner.prices import load
+    from planner.sizing import cost_columns
+    from planner.slo import SLO
+
+    base = {"gpu": "H100", "tensor_parallel_size": 1, "replicas": 1, "output_tps": 500.0,
+            "throughput_rps": 2.0, "completed": 10, "livelocked": False,
+            "step_limit_hit": False, "rejected": 0, "meets_slo": True}  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {**base, "overloaded": False, "accepted_rps": 4.0, "served_rps": 3.9,
+             "max_concurrency": 0},
+            {**base, "overloaded": True, "accepted_rps": 4.0, "served_rps": 1.0,
+             "max_concurrency": 0},
+            {**base, "overloaded": False, "accepted_rps": 40.0, "served_rps": 40.0,
+             "max_concurrency": 8},
+        ]
+    )  # fmt: skip
+    out = cost_columns(rows, load(None), SLO())
+    per_hour = out["usd_per_hour"].iloc[0]
+    tokens = [4.0 * 250 * 3600, 1.0 * 250 * 3600, 500.0 * 3600]
+    assert out["usd_per_million_output_tokens"].tolist() == pytest.approx(
+        [per_hour / t * 1e6 for t in tokens]
+    )
