@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -142,6 +143,7 @@ def _calibrate_requests(path: Path, o: dict) -> None:
     cfg.check_vllm_starts()
     opt.say_compile([cfg])
     fit = creq.fit_requests(run, cfg, base, f"bench {path.name}")
+    fit = dataclasses.replace(fit, options=f"{fit.options}{_replayed_on(cfg, o)}")
     if o["as_json"]:
         finite = {"ttft": fit.ttft_err, "tpot": fit.tpot_err}
         finite = {k: (v if math.isfinite(v) else None) for k, v in finite.items()}
@@ -162,6 +164,20 @@ def _calibrate_requests(path: Path, o: dict) -> None:
     print(fit.options)  # first: the line to copy
     print(f"num_gpu_blocks {blocks:,} ({f'derived from presets; {at}' if derived else 'given'})")
     print(fit.describe())
+
+
+def _replayed_on(cfg: object, o: dict) -> str:
+    """The scheduler options the replay ran with where they differ from
+    ``plan run``'s defaults (and a given --num-gpu-blocks), so that the printed
+    line, pasted into ``plan run``, replays the fit."""
+    from planner.config import SchedulerConfig
+
+    default = SchedulerConfig()
+    out = "" if o["num_gpu_blocks"] is None else f" --num-gpu-blocks {cfg.num_gpu_blocks}"  # type: ignore[attr-defined]
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
+        if getattr(cfg, name) != getattr(default, name):
+            out += f" --{name.replace('_', '-')} {getattr(cfg, name)}"
+    return out + (" --async-scheduling" if cfg.async_scheduling else "")  # type: ignore[attr-defined]
 
 
 def register(app: typer.Typer) -> None:

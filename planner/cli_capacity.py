@@ -223,9 +223,11 @@ def check(
             )
     elif any(given(ctx, name) for name in hybrid_options[slo.given() :]):
         named = [spelled(ctx, name) for name in hybrid_options[slo.given() :] if given(ctx, name)]
+        slo_too = " or, with --trace-file, an SLO (plan check then simulates the traffic)"
         raise InertOption(
             f"{' and '.join(named)} {'needs' if len(named) == 1 else 'need'} --model in plan "
             "check (it sizes a linear-attention hybrid's blocks)"
+            + (slo_too if named == ["--enable-prefix-caching"] else "")
         )
     check_vllm_args(max_num_seqs, max_num_batched_tokens)
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,

@@ -244,3 +244,19 @@ def test_a_json_named_otherwise_gets_a_hint(capsys, tmp_path):
     txt.write_text(path.read_text())
     code, _, err = run_cli(capsys, "calibrate", str(txt))
     assert code == 2 and "looks like JSON" in err
+
+
+def test_printed_line_carries_the_server_options_of_the_replay(capsys, tmp_path):
+    """The replay's pool and non-default scheduler options are on the printed
+    line, so it pastes into plan run as it is (second tryout: the bench-JSON
+    fit left out --max-num-batched-tokens 8192)."""
+    path = bench_json(tmp_path / "r.json", workload(20), BASE)
+    args = ("--num-gpu-blocks", "4000", "--max-num-batched-tokens", "8192")
+    code, out, err = run_cli(capsys, "calibrate", str(path), *args, "--async-scheduling")
+    assert code == 0, err
+    line = out.splitlines()[0].split()
+    for flag in (*args, "--async-scheduling"):
+        assert flag in line, line
+    assert "--max-num-seqs" not in line  # the default is not repeated
+    code, _, err = run_cli(capsys, "run", *line, "--num-requests", "5", "--json")
+    assert code == 0, err
