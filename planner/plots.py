@@ -88,9 +88,23 @@ def load(results: str | Path) -> tuple[pd.DataFrame, dict]:
 
 
 def column(df: pd.DataFrame, name: str, flag: str) -> str:
+    """The column ``name`` names: itself, an ``ALIASES`` short name, or a
+    latency statistic without its unit (``itl_p99`` for ``itl_s_p99``,
+    ``queue_delay_p50``, ``ttft_mean``). Raises PlotError naming the closest
+    numeric columns (``difflib``)."""
+    import difflib
+
     name = ALIASES.get(name, name)
+    base, _, stat = name.rpartition("_")
+    if name not in df.columns and f"{base}_s_{stat}" in df.columns:
+        name = f"{base}_s_{stat}"
     if name not in df.columns:
-        raise PlotError(f"{flag}: no column {name!r} (try: {', '.join(_numeric(df))})")
+        numeric = _numeric(df)
+        near = difflib.get_close_matches(name, numeric, n=6, cutoff=0.5) or numeric[:6]
+        raise PlotError(
+            f"{flag}: no column {name!r} (closest: {', '.join(near)}; {len(numeric)} numeric "
+            "columns in all)"
+        )
     return name
 
 
@@ -420,8 +434,9 @@ def heatmap(
         handles.append(Patch(facecolor=LOG_UNDER, edgecolor="0.5", label="<= 0 (log scale)"))
     if _bounded(df, z).any():  # as _lower_bounds
         handles.append(
-            plt.Line2D([], [], color="white", markeredgecolor="black", marker=BOUND_MARKER,
-                       ls="", markersize=9, label=f"{z} only a lower bound (unserved)")
+            plt.Line2D([], [], markerfacecolor="white", markeredgecolor="black",
+                       markeredgewidth=0.6, marker=BOUND_MARKER, ls="", markersize=10,
+                       label=f"{z} only a lower bound (unserved)")
         )  # fmt: skip
     if "kv_safe_max_num_seqs" in df.columns and "max_num_seqs" in (x, y):  # as _safe_curve
         handles.append(
@@ -521,8 +536,8 @@ def _lower_bounds(ax, part, x, y, z) -> None:  # noqa: ANN001
     centred on their axis values, ``_edges``)."""
     cells = part[_bounded(part, z)]
     if not cells.empty:
-        ax.plot(cells[x], cells[y], ls="", marker=BOUND_MARKER, color="white",
-                markeredgecolor="black", markersize=9)  # fmt: skip
+        ax.plot(cells[x], cells[y], ls="", marker=BOUND_MARKER, markerfacecolor="white",
+                markeredgecolor="black", markeredgewidth=0.6, markersize=10)  # fmt: skip
 
 
 def _safe_curve(ax, part, x, y) -> None:  # noqa: ANN001

@@ -552,3 +552,21 @@ def test_lower_bound_cells_carry_a_mark(slo_results, tmp_path, monkeypatch):
         assert sum(len(ln.get_xdata()) for ln in marks) == expected, z
         legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
         assert any("only a lower bound" in t for t in legend) is (expected > 0)
+
+
+def test_latency_statistics_without_their_unit_and_short_errors():
+    """--z itl_p99 / queue_delay_p99 / ttft_mean name the *_s_* columns as
+    ttft_p99 does; a wrong name lists the closest columns, not all ~100
+    (second tryout finding)."""
+    import pandas as pd
+
+    from planner.plots import PlotError, column
+
+    df = pd.DataFrame({"itl_s_p99": [1.0], "queue_delay_s_p99": [1.0], "ttft_s_mean": [1.0]})
+    df = df.assign(**{f"m{i}": [0.0] for i in range(60)})
+    assert column(df, "itl_p99", "--z") == "itl_s_p99"
+    assert column(df, "queue_delay_p99", "--z") == "queue_delay_s_p99"
+    assert column(df, "ttft_mean", "--z") == "ttft_s_mean"
+    with pytest.raises(PlotError, match=r"closest: itl_s_p99") as e:
+        column(df, "itl_s_p9", "--z")
+    assert len(str(e.value)) < 200
