@@ -89,7 +89,7 @@ def reject_inert_hardware(ctx: typer.Context, attention: Mapping[str, int], pool
         raise InertOption(
             f"{' and '.join(inert)} {'has' if len(inert) == 1 else 'have'} no effect: the pool "
             "is given and --beta-coeffs sets the linear step time (use --latency roofline or "
-            "measured, or drop --num-gpu-blocks to size the pool from the model and GPU)"
+            "measured, or let the model and GPU size the pool)"
         )
 
 
