@@ -379,6 +379,11 @@ def _headroom_text(h: dict | None) -> str:
         return f"headroom: not searched ({h['note']})"
     if math.isnan(h["max_rate_scale"]):
         return "headroom: none found at the search's low end"
+    if h["limit"] == "at_search_max" and h["max_rate_scale"] < 1:  # the answer meets 1x
+        return (
+            f"headroom: not measured: the spec's [search] range ends at "
+            f"{h['max_rate_scale']:.2f}x, below this traffic"
+        )
     bound = " (at least: the search's top)" if h["limit"] == "at_search_max" else ""
     held = "at the SLOs" if h["slo"] else "without overload"
     return (

@@ -435,3 +435,14 @@ def test_cost_per_token_is_charged_on_what_was_served():
     assert out["usd_per_million_output_tokens"].tolist() == pytest.approx(
         [per_hour / t * 1e6 for t in tokens]
     )
+
+
+def test_headroom_text_for_a_search_range_below_the_traffic():
+    """An answer meets 1x; a [search] that stops below it measured no headroom
+    (second tryout: 'sustains up to 0.80x ... (at least)' read as a shortfall)."""
+    from planner.cli_size import _headroom_text
+
+    low = {"max_rate_scale": 0.8, "max_rps": 3.0, "limit": "at_search_max", "slo": True}
+    assert _headroom_text(low).startswith("headroom: not measured: the spec's [search] range")
+    high = {**low, "max_rate_scale": 1.3}
+    assert "at least: the search's top" in _headroom_text(high)
