@@ -122,10 +122,10 @@ def read_steps(path: Path) -> dict[str, np.ndarray]:
         )
         if bad.size:
             what = "an integer" if integral else "a number of ms"
-            cell = df[c].iloc[bad[0]]
+            cell = df[c].iloc[bad[0]]  # row: the file's, the header being row 1 (as traces)
             shown = "a blank cell" if pd.isna(cell) else repr(str(cell))
             raise CalibrationError(
-                f"{path}: column {c}, row {int(bad[0]) + 1}: {shown} is not {what} in 0..{top:,.0f}"
+                f"{path}: column {c}, row {int(bad[0]) + 2}: {shown} is not {what} in 0..{top:,.0f}"
             )
         out[c] = v
     if np.any(out["step_ms"] < MIN_STEP_MS):

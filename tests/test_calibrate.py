@@ -102,8 +102,8 @@ def test_cli_prints_the_options_and_the_error(capsys, tmp_path):
     "text,needle",
     [
         ("prefill_tokens,decode_requests,step_ms\n1,2,3\n", "missing column kv_tokens"),
-        ("prefill_tokens,decode_requests,kv_tokens,step_ms\n1,2,x,3\n", "column kv_tokens, row 1"),
-        ("prefill_tokens,decode_requests,kv_tokens,step_ms\n1,,3,3\n", "row 1: a blank cell is"),
+        ("prefill_tokens,decode_requests,kv_tokens,step_ms\n1,2,x,3\n", "column kv_tokens, row 2"),
+        ("prefill_tokens,decode_requests,kv_tokens,step_ms\n1,,3,3\n", "row 2: a blank cell is"),
         ("prefill_tokens,decode_requests,kv_tokens,step_ms\n", "no rows"),
         ("", "not a CSV"),
         ("prefill_tokens,decode_requests,kv_tokens,step_ms\n0,0,0,3\n", "no prefill tokens"),
