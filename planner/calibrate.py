@@ -100,7 +100,7 @@ def read_steps(path: Path) -> dict[str, np.ndarray]:
         pd.errors.ParserWarning,
     ) as e:
         raise CalibrationError(
-            f"{path}: not a CSV with columns {', '.join(COLUMNS)} ({e})"
+            f"{path}: not a CSV with columns {', '.join(COLUMNS)} ({str(e).strip()})"
         ) from None
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:

@@ -1005,7 +1005,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plan: error: {message}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except (InputError, WorkloadError, ValueError) as e:
-        print(f"plan: error: {e}", file=sys.stderr)
+        # One line whatever a library put in its message (pandas ends some in "\n").
+        print(f"plan: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except OSError as e:
         print(f"plan: error: {os_error_line(e)}", file=sys.stderr)

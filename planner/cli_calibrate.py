@@ -143,7 +143,7 @@ def _calibrate_requests(path: Path, o: dict) -> None:
     cfg.check_vllm_starts()
     opt.say_compile([cfg])
     fit = creq.fit_requests(run, cfg, base, f"bench {path.name}")
-    fit = dataclasses.replace(fit, options=f"{fit.options}{_replayed_on(cfg, o)}")
+    fit = dataclasses.replace(fit, options=f"{fit.options}{_replayed_on(cfg)}")
     if o["as_json"]:
         finite = {"ttft": fit.ttft_err, "tpot": fit.tpot_err}
         finite = {k: (v if math.isfinite(v) else None) for k, v in finite.items()}
@@ -166,14 +166,14 @@ def _calibrate_requests(path: Path, o: dict) -> None:
     print(fit.describe())
 
 
-def _replayed_on(cfg: object, o: dict) -> str:
-    """The scheduler options the replay ran with where they differ from
-    ``plan run``'s defaults (and a given --num-gpu-blocks), so that the printed
-    line, pasted into ``plan run``, replays the fit."""
+def _replayed_on(cfg: object) -> str:
+    """The replay's pool (given or sized) and its scheduler options where they
+    differ from ``plan run``'s defaults, so that the printed line, pasted into
+    ``plan run``, replays the fit on the same server."""
     from planner.config import SchedulerConfig
 
     default = SchedulerConfig()
-    out = "" if o["num_gpu_blocks"] is None else f" --num-gpu-blocks {cfg.num_gpu_blocks}"  # type: ignore[attr-defined]
+    out = f" --num-gpu-blocks {cfg.num_gpu_blocks}"  # type: ignore[attr-defined]
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
         if getattr(cfg, name) != getattr(default, name):
             out += f" --{name.replace('_', '-')} {getattr(cfg, name)}"

@@ -318,6 +318,8 @@ def check(
         out["workload_requests"] = wl.num_requests
         out["workload_in_gap"] = n_gap
         out["workload_in_gap_share"] = n_gap / wl.num_requests
+        # The front end's refusal (prompt >= max_model_len) is no pool matter, but said.
+        out["workload_rejected"] = int((wl.prompt_tokens >= max_model_len).sum())
     safe = starts and gap is None
     if slo.given():
         assert trace_file is not None  # CHECK_RULES
@@ -639,6 +641,11 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
             f"workload {o['workload']}: {o['workload_in_gap']:,} of {o['workload_requests']:,} "
             f"requests ({o['workload_in_gap_share']:.2%}) fall in the gap"
         )
+        if n := o["workload_rejected"]:
+            c.print(
+                f"note: the front end rejects {count(n, 'request')} of it (prompt >= "
+                f"max_model_len {mml:,}): vLLM answers them with an error; raise --max-model-len"
+            )
     t = o["tokens_per_request"]
     c.print(
         f"Maximum concurrency for {t:,} tokens per request: vLLM logs "

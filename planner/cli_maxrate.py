@@ -203,8 +203,13 @@ def max_rate(
     for cfg in configs:
         cfg.check_vllm_starts()
         clock_bound(cfg, lat)
+    # The trace's max_tokens cap (max_model_len - prompt) at the largest
+    # max_model_len searched: each configuration's own is applied by the
+    # kernel, which stops a request at its max_model_len (a varied one would
+    # otherwise run on outputs cut at the base --max-model-len).
+    longest = max(c.max_model_len for c in configs)
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
-             "max_requests": max_requests, "max_model_len": max_model_len,
+             "max_requests": max_requests, "max_model_len": longest,
              "hash_block_size": trace_hash_block_size}  # fmt: skip
     wl = command_workload(
         trace_file, trace_format.value, trace_columns, topts,

@@ -375,7 +375,8 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     bool, True when for each given metric its p99 (``slo.SLO_PERCENTILE``) is
     exact (no unserved request reaches it: they count as +inf) and at or below
     the SLO, or no request has that metric; and ``slo_margin`` (C,) float, the
-    largest p99 / SLO ratio (at most 1 when met; a lower bound when a p99 is).
+    largest p99 / SLO ratio (at most 1 when met; a lower bound when a p99 is;
+    +inf with a rejected request).
     A request the front end rejected (``rejected``, prompt >= max_model_len)
     has no latency but failed, as vLLM returns it an error: like an unserved
     one it counts as a miss, so a run with any is not ``meets_slo`` (a run
@@ -388,6 +389,10 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
         bound = df[f"{field}_p{SLO_PERCENTILE}_is_lower_bound"].to_numpy(dtype=bool)
         meets &= np.isnan(p) | (~bound & (p <= limit))
         margin = np.fmax(margin, p / limit)
+    # A rejection is a miss no p99 shows: no margin (+inf), so that sorting
+    # by it never ranks such a run first.
+    if "rejected" in df:
+        margin = np.where(df["rejected"].to_numpy() > 0, np.inf, margin)
     return {"meets_slo": meets, "slo_margin": margin}
 
 

@@ -305,12 +305,6 @@ def recommend(s: SafeLimits) -> Recommendation:
     no value is recommended, and the text says what fails and by how much the
     load must fall or the capacity grow."""
     t = s.table
-    if t.completed.max() == 0:
-        text = (
-            "No max_num_seqs completes any request on this pool within the horizon: the pool "
-            "or the horizon is too small for this workload. Nothing recommended."
-        )
-        return Recommendation(None, "nothing completes", text)
     if (rejected := int(t.rejected.min())) > 0:  # the same at every max_num_seqs
         text = (
             f"Nothing recommended: at every max_num_seqs the front end rejects "
@@ -319,6 +313,12 @@ def recommend(s: SafeLimits) -> Recommendation:
             "raise --max-model-len."
         )
         return Recommendation(None, "rejects requests", text)
+    if t.completed.max() == 0:
+        text = (
+            "No max_num_seqs completes any request on this pool within the horizon: the pool "
+            "or the horizon is too small for this workload. Nothing recommended."
+        )
+        return Recommendation(None, "nothing completes", text)
     ok = qualifies(s)
     crit = (
         "no preemption"

@@ -231,6 +231,7 @@ def finish(
     df = df[(df["replicas"] > 1) | (df["router"] == first)].reset_index(drop=True)
     df = cost_columns(df, prices, slo)
     served = ~df["overloaded"].astype(bool) & ~df["livelocked"] & ~df["step_limit_hit"]
+    served &= df["rejected"] == 0  # a fleet that rejects requests serves less than the traffic
     cost = df["usd_per_hour"].to_numpy(float)
     df["pareto_ttft"] = pareto(cost, df["ttft_s_p99"].to_numpy(float), served.to_numpy())
     df["pareto_tpot"] = pareto(cost, df["tpot_s_p99"].to_numpy(float), served.to_numpy())

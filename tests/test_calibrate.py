@@ -106,6 +106,7 @@ def test_cli_prints_the_options_and_the_error(capsys, tmp_path):
         ("prefill_tokens,decode_requests,kv_tokens,step_ms\n1,,3,3\n", "row 2: a blank cell is"),
         ("prefill_tokens,decode_requests,kv_tokens,step_ms\n", "no rows"),
         ("", "not a CSV"),
+        ("a\nb\nc,d,e\n", "Expected 1 fields"),  # pandas ends this message in a newline
         ("prefill_tokens,decode_requests,kv_tokens,step_ms\n0,0,0,3\n", "no prefill tokens"),
     ],
 )

@@ -260,3 +260,20 @@ def test_printed_line_carries_the_server_options_of_the_replay(capsys, tmp_path)
     assert "--max-num-seqs" not in line  # the default is not repeated
     code, _, err = run_cli(capsys, "run", *line, "--num-requests", "5", "--json")
     assert code == 0, err
+
+
+def test_a_sized_pool_is_printed_as_blocks(capsys, tmp_path):
+    """A pool sized from --model/--gpu (and --gpu-memory-utilization) is
+    printed as the --num-gpu-blocks the replay ran on (third tryout: pasted,
+    the line sized another pool)."""
+    path = bench_json(tmp_path / "r.json", workload(20), BASE)
+    args = ("--latency", "roofline", "--model", "llama-3.1-8b", "--gpu", "H100")
+    code, out, err = run_cli(
+        capsys, "calibrate", str(path), *args, "--gpu-memory-utilization", "0.8"
+    )
+    assert code == 0, err
+    line = out.splitlines()[0].split()
+    blocks = int(line[line.index("--num-gpu-blocks") + 1])
+    assert f"num_gpu_blocks {blocks:,} (derived" in out
+    code, out, err = run_cli(capsys, "run", *line, "--num-requests", "5", "--json")
+    assert code == 0 and json.loads(out)["num_gpu_blocks"] == blocks, err

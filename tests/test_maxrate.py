@@ -209,3 +209,27 @@ def test_plan_run_at_the_reported_rate(capsys):
     assert code == 0, err
     s = json.loads(out)["configs"][0]["max_rate_scale"]
     assert verdicts_around(capsys, [*pool, *slo], s) == [True, False]
+
+
+def test_a_varied_max_model_len_runs_on_its_own_outputs(capsys, tmp_path):
+    """--vary max_model_len: each configuration caps outputs at its own
+    max_model_len (the kernel stops there), not at the base --max-model-len the
+    trace was read with (third tryout: 16,384 and 32,768 gave the same answer,
+    below the one --max-model-len 16384 gives)."""
+    rows = [(i * 0.5, 3000, 3000) for i in range(30)]  # capped at 4,096 - 3,000 by default
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "arrival_time_s,prompt_tokens,output_tokens\n"
+        + "".join(f"{a},{p},{o}\n" for a, p, o in rows)
+    )
+    base = ["max-rate", "--trace-file", str(trace), "--num-gpu-blocks", "20000", "--json"]
+    code, out, err = run_cli(capsys, *base, "--vary", "max_model_len=8192")
+    assert code == 0, err
+    varied = json.loads(out)["configs"][0]
+    code, out, err = run_cli(capsys, *base, "--max-model-len", "8192")
+    assert code == 0, err
+    given = json.loads(out)["configs"][0]
+    assert varied["max_rate_scale"] == pytest.approx(given["max_rate_scale"])
+    assert varied["throughput_rps_at_max_rate"] == pytest.approx(
+        given["throughput_rps_at_max_rate"]
+    )

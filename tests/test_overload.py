@@ -232,3 +232,45 @@ def test_check_is_not_safe_when_every_request_is_rejected(capsys, tmp_path):
     d = json.loads(out)
     assert d["verdict"] == "unsafe" and d["traffic"]["meets_slo"] is False
     assert "no request served" in d["traffic"]["verdict_line"]
+
+
+def test_safe_limit_names_rejections_when_every_request_is_rejected(capsys, tmp_path):
+    """Not 'the pool or the horizon is too small' (third tryout finding)."""
+    trace = tmp_path / "all.csv"
+    pd.DataFrame(
+        {"TIMESTAMP": np.arange(3) / 2.0, "ContextTokens": 5000, "GeneratedTokens": 50}
+    ).to_csv(trace, index=False)
+    code, out, err = run_cli(
+        capsys, "safe-limit", "--trace-file", str(trace), "--num-gpu-blocks", "7463",
+        "--ttft-slo", "2",
+    )  # fmt: skip
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "the front end rejects 3 requests" in text and "raise --max-model-len" in text
+    assert "too small" not in text
+
+
+def test_rejections_are_named_by_check_and_have_no_margin(capsys, tmp_path):
+    """plan check without an SLO notes the front end's rejections (a pool
+    verdict, but vLLM will answer them with errors); a rejecting run's
+    slo_margin is +inf, never ranked first (third tryout findings)."""
+    wl = _half_too_long(2.0)
+    trace = tmp_path / "t.csv"
+    pd.DataFrame(
+        {"arrival_time_s": wl.arrival_s, "prompt_tokens": wl.prompt_tokens,
+         "output_tokens": wl.output_tokens}
+    ).to_csv(trace, index=False)  # fmt: skip
+    code, out, err = run_cli(
+        capsys, "check", "--num-gpu-blocks", "20000", "--trace-file", str(trace)
+    )
+    assert code == 0, err
+    assert "note: the front end rejects 100 requests of it" in " ".join(out.split())
+    code, out, err = run_cli(
+        capsys, "check", "--num-gpu-blocks", "20000", "--trace-file", str(trace), "--json"
+    )
+    assert json.loads(out)["workload_rejected"] == 100
+    from planner.slo import SLO
+
+    cfg = SchedulerConfig(num_gpu_blocks=20000, max_num_seqs=64, max_model_len=4096)
+    m = simulate([cfg], wl).metrics(SLO(ttft_s=100.0)).iloc[0]
+    assert not m.meets_slo and np.isinf(m.slo_margin)

@@ -446,3 +446,24 @@ def test_headroom_text_for_a_search_range_below_the_traffic():
     assert _headroom_text(low).startswith("headroom: not measured: the spec's [search] range")
     high = {**low, "max_rate_scale": 1.3}
     assert "at least: the search's top" in _headroom_text(high)
+
+
+def test_fleets_that_reject_requests_are_off_the_pareto_front():
+    """A fleet that rejects the longest prompts looks faster on the rest; it is
+    not a served fleet (third tryout: such rows sat on the TTFT front and pushed
+    the answer off it)."""
+    from planner.prices import load
+    from planner.sizing import finish
+    from planner.slo import SLO
+
+    base = {"gpu": "H100", "tensor_parallel_size": 1, "replicas": 1, "output_tps": 500.0,
+            "throughput_rps": 2.0, "completed": 10, "livelocked": False,
+            "step_limit_hit": False, "meets_slo": True, "overloaded": False,
+            "accepted_rps": 2.0, "served_rps": 2.0, "max_concurrency": 0, "router": "round_robin",
+            "tpot_s_p99": 0.02, "candidate": 0, "config_id": 0, "max_num_seqs": 64}  # fmt: skip
+    rows = pd.DataFrame(
+        [{**base, "rejected": 0, "ttft_s_p99": 0.29}, {**base, "rejected": 416, "ttft_s_p99": 0.25}]
+    )
+    table = finish([rows], load(None), SLO(), []).table
+    assert table["pareto_ttft"].tolist() == [True, False]
+    assert table["meets_target"].tolist() == [True, False]
