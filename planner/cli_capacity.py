@@ -319,7 +319,7 @@ def check(
         out["workload_in_gap"] = n_gap
         out["workload_in_gap_share"] = n_gap / wl.num_requests
         # The front end's refusal (prompt >= max_model_len) is no pool matter, but said.
-        out["workload_rejected"] = int((wl.prompt_tokens >= max_model_len).sum())
+        out["workload_rejected"] = int(wl.rejected(max_model_len).sum())
     safe = starts and gap is None
     if slo.given():
         assert trace_file is not None  # CHECK_RULES

@@ -127,7 +127,7 @@ def search_max_rate(
     runs = [dataclasses.replace(cfg, horizon_s=math.inf) for cfg in configs]
     good = np.full(c, np.nan)  # largest passing scale
     bad = np.full(c, np.nan)  # smallest failing scale
-    refused = np.array([int((wl.prompt_tokens >= cfg.max_model_len).sum()) for cfg in configs])
+    refused = np.array([int(wl.rejected(cfg.max_model_len).sum()) for cfg in configs])
     cand = np.where(refused > 0, np.nan, min(max(1.0, rng.lo), rng.hi))
     at_max = np.full((c, len(AT_MAX_COLUMNS)), np.nan)
     rounds = evaluations = 0

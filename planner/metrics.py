@@ -329,8 +329,7 @@ def too_long(res: SimResult) -> np.ndarray:
     """(C, R) bool: prompts the front end rejects, prompt >= max_model_len
     (vLLM's ``InputProcessor``; ``step._arrivals`` rejects them on arrival),
     also those of requests a run that stopped early never saw arrive."""
-    prompt = res.workload.prompt_tokens[None, :].astype(np.int64)
-    return prompt >= res.cfg[:, K.MML][:, None]
+    return res.workload.rejected(res.cfg[:, K.MML])
 
 
 def most_outputs(res: SimResult) -> np.ndarray:

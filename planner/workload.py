@@ -160,6 +160,14 @@ class Workload:
     def num_requests(self) -> int:
         return len(self.arrival_s)
 
+    def rejected(self, max_model_len: int | np.ndarray) -> np.ndarray:
+        """Requests the front end refuses, prompt >= ``max_model_len`` (vLLM's
+        ``InputProcessor``; the kernel's ``step._arrivals``): (R,) bool for
+        an int, (C, R) for a (C,) array of them."""
+        mml = np.asarray(max_model_len, dtype=np.int64)
+        prompt = self.prompt_tokens.astype(np.int64)
+        return prompt >= mml if mml.ndim == 0 else prompt[None, :] >= mml[:, None]
+
     def request_tokens(self, max_model_len: int | None = None) -> np.ndarray:
         """Tokens each request reaches, shape (R',) int64: prompt + output, capped
         at ``max_model_len`` (``check_stop`` ends a request there), over the
@@ -168,7 +176,7 @@ class Workload:
         total = self.prompt_tokens.astype(np.int64) + self.output_tokens
         if max_model_len is None:
             return total
-        return np.minimum(total[self.prompt_tokens < max_model_len], max_model_len)
+        return np.minimum(total[~self.rejected(max_model_len)], max_model_len)
 
     def mean_request_tokens(self, max_model_len: int | None = None) -> float:
         """The L of the analytic KV-safe limit: mean of ``request_tokens``
