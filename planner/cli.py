@@ -389,7 +389,9 @@ def run(
         f"plan: warning: max_num_seqs {max_num_seqs} exceeds the KV-safe limit {safe} for "
         f"this workload (mean request {mean_len:,.0f} tokens on {blocks:,} blocks): "
         "requests admitted together cannot all grow to full length without preemption"
-        if max_num_seqs > safe and not 0 < max_concurrency <= safe  # clients cap the batch
+        if max_num_seqs > safe
+        and not 0 < max_concurrency <= safe  # clients cap the batch
+        and not wl.rejected(max_model_len).all()  # nothing admitted: no batch at all
         else ""
     )
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap

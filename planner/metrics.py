@@ -229,7 +229,8 @@ def outcome(
     a frozen pool or a repeating cycle), ``step_limit`` (the run stopped at
     max_steps with requests unfinished and nothing proven: its counts are a
     truncated run's, so no other verdict is claimed), ``starved`` (requests
-    were offered, none completed), ``thrashing`` (waste share >=
+    were offered, none completed: also when the front end rejected them all,
+    since such a configuration serves nothing), ``thrashing`` (waste share >=
     THRASHING_WASTE_SHARE), ``churning`` (preempted, below that share), else
     ``ok``. All arguments have shape (C,); ``step_limit`` is the kernel's
     O_STEP_LIMIT flag (None: no run hit it).
@@ -502,7 +503,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     df["outcome"] = outcome(
         oi[:, S.O_LIVELOCKED],
         completed,
-        offered,
+        offered,  # rejected ones included: a run that completes nothing is never ok
         oi[:, S.O_PREEMPTIONS],
         waste_share,
         oi[:, S.O_STEP_LIMIT],

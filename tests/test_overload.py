@@ -274,3 +274,22 @@ def test_rejections_are_named_by_check_and_have_no_margin(capsys, tmp_path):
     cfg = SchedulerConfig(num_gpu_blocks=20000, max_num_seqs=64, max_model_len=4096)
     m = simulate([cfg], wl).metrics(SLO(ttft_s=100.0)).iloc[0]
     assert not m.meets_slo and np.isinf(m.slo_margin)
+
+
+def test_an_all_rejected_run_warns_of_no_batch(capsys, tmp_path):
+    """Nothing admitted: no KV-safe warning speaks of requests admitted
+    together (third tryout). The outcome stays 'starved': the configuration
+    serves nothing, and 'ok' would claim it does (tests/test_cli.py)."""
+    trace = tmp_path / "all.csv"
+    pd.DataFrame(
+        {"TIMESTAMP": np.arange(5) / 2.0, "ContextTokens": 5000, "GeneratedTokens": 50}
+    ).to_csv(trace, index=False)
+    code, out, err = run_cli(capsys, "run", "--trace-file", str(trace), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["rejected"] == 5 and d["outcome"] == "starved"
+    assert "KV-safe" not in err
+    # One admitted request that cannot finish in the horizon is still starved.
+    trace.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,5000,50\n0,100,4000\n")
+    code, out, err = run_cli(capsys, "run", "--trace-file", str(trace), "--horizon", "1", "--json")
+    assert json.loads(out)["outcome"] == "starved", out
