@@ -326,7 +326,6 @@ def run(
         sliding_window, model, quantization, kv_cache_dtype,
         (full_attention_groups, sliding_window_groups),
     )  # fmt: skip
-    reject_inert_hardware(ctx, attn, num_gpu_blocks is not None)
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
         block_size=block_size,
@@ -361,6 +360,7 @@ def run(
         horizon_s=horizon,
         max_steps=max_steps,
     )
+    reject_inert_hardware(ctx, cfg.one_full_attention_group, num_gpu_blocks is not None)
     cfg.check_vllm_starts()
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,

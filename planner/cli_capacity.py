@@ -761,7 +761,7 @@ def safe_limit(
         raise ValueError("give --num-gpu-blocks, or --model and --gpu")
     if model is not None:  # on a given pool too: the analysis is for full attention
         resolve.full_attention_model(hardware.model(model, quantization, kv_cache_dtype))
-    reject_inert_hardware(ctx, {}, num_gpu_blocks is not None)
+    reject_inert_hardware(ctx, True, num_gpu_blocks is not None)  # full attention only
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(

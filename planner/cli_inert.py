@@ -66,24 +66,20 @@ def _value(v: object) -> object:
     return getattr(v, "value", v)
 
 
-def reject_inert_hardware(ctx: typer.Context, attention: Mapping[str, int], pool: bool) -> None:
+def reject_inert_hardware(ctx: typer.Context, full: bool, pool: bool) -> None:
     """Refuse --gpu, --model and --tensor-parallel-size where nothing reads
     them: the pool is given (``pool``: --num-gpu-blocks, or a varied pool) and
     the step time is linear from --beta-coeffs (no preset, roofline or table),
-    and, for the model and its split, its ``attention`` fields
-    (``resolve.attention``) are one full-attention group and no swap block
-    size is derived from it. Raises ``InertOption`` (one line)."""
+    and, for the model and its split, its attention is plain (``full``:
+    ``SchedulerConfig.one_full_attention_group``) and no swap block size is
+    derived from it. Raises ``InertOption`` (one line)."""
     p = ctx.params
     linear = _value(p.get("latency", "linear")) == "linear" and p.get("beta_coeffs") is not None
     if not (pool and linear):
         return
-    full = (
-        attention.get("sliding_window", 0) == 0
-        and attention.get("sliding_window_groups", 0) == 0
-        and attention.get("full_attention_groups", 1) == 1
+    names = ["gpu"] + (
+        ["model", "tensor_parallel_size"] if full and not _derives_swap_bytes(p) else []
     )
-    derives_bytes = _derives_swap_bytes(p)
-    names = ["gpu"] + (["model", "tensor_parallel_size"] if full and not derives_bytes else [])
     inert = [spelled(ctx, n) for n in names if n in p and given(ctx, n)]
     if inert:
         raise InertOption(
@@ -240,7 +236,7 @@ def _derives_pool(p: dict) -> bool:
 
 def _derives_swap_bytes(p: Mapping[str, Any]) -> bool:
     """Whether swap preemption's block bytes come from --model
-    (``resolve.kv_block_bytes``: no --kv-block-bytes)."""
+    (``resolve.kv_block_bytes``: swap, and no --kv-block-bytes)."""
     return _value(p.get("preemption_mode")) == "swap" and p.get("kv_block_bytes") is None
 
 

@@ -177,12 +177,10 @@ def max_rate(
             "--gpu-memory-utilization: no effect with --vary num_gpu_blocks (the pool sizes "
             "are given)"
         )
-    attn = resolve.attention(
-        sliding_window, model, groups=(full_attention_groups, sliding_window_groups)
-    )
-    reject_inert_hardware(ctx, attn, num_gpu_blocks is not None or "num_gpu_blocks" in varied)
     base = SchedulerConfig(
-        **attn,
+        **resolve.attention(
+            sliding_window, model, groups=(full_attention_groups, sliding_window_groups)
+        ),
         num_gpu_blocks=7463 if num_gpu_blocks is None else num_gpu_blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,
@@ -191,6 +189,8 @@ def max_rate(
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
     )
+    given_pool = num_gpu_blocks is not None or "num_gpu_blocks" in varied
+    reject_inert_hardware(ctx, base.one_full_attention_group, given_pool)
     combos = [dict(zip(varied, vals, strict=True)) for vals in itertools.product(*varied.values())]
     configs = [dataclasses.replace(base, **combo) for combo in combos]
     derived = num_gpu_blocks is None and "num_gpu_blocks" not in varied

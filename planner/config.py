@@ -279,6 +279,12 @@ class SchedulerConfig:
             raise ValueError("--full-attention-groups 0 needs sliding-window groups")
 
     @property
+    def one_full_attention_group(self) -> bool:
+        """Plain full attention: no sliding window, one KV cache group (what a
+        model's attention fields amount to when they change nothing)."""
+        return self.sliding_window == 0 and self.kv_groups == 1
+
+    @property
     def kv_groups(self) -> int:
         """KV cache groups sharing the pool: a request takes one block per
         group for each block of tokens (``KVCacheCoordinator``)."""

@@ -299,6 +299,10 @@ def test_spec_hardware_that_nothing_reads_is_refused(tmp_path, model, refused):
             SpecError, match=r"hw.toml: hardware: llama-3.1-8b on H100 has no effect"
         ):
             load_spec(path)
+        # Swap takes its block bytes from the model: there [hardware] acts.
+        swap = '[scheduler]\npreemption_mode = "swap"\ncpu_swap_blocks = 100\n'
+        path.write_text(path.read_text() + swap)
+        assert {c.preemption_mode for c in load_spec(path).configs} == {"swap"}  # not refused
     else:
         assert all(c.sliding_window > 0 for c in load_spec(path).configs)
 

@@ -592,19 +592,17 @@ class Sweep:
 
     def _reject_inert_hardware(self) -> None:
         """Refuse a ``[hardware]`` section that nothing reads: every pool
-        given, a linear step time from ``latency.beta`` and a model of one
-        full-attention group (``plan run``'s ``cli_inert.reject_inert_hardware``).
-        Raises SpecError."""
+        given, a linear step time from ``latency.beta``, and in every config
+        plain full attention with no swap block size to derive (``plan run``'s
+        ``cli_inert.reject_inert_hardware``). Raises SpecError."""
         hw, lat = self.spec.hardware, self.spec.latency
         if hw is None or lat.kind != "linear" or lat.beta is None:
             return
-        if "num_gpu_blocks" not in self.axes and "num_gpu_blocks" not in self.spec.scheduler:
+        if not _given("num_gpu_blocks", self):
             return
-        full = all(
-            c.sliding_window == 0 and c.sliding_window_groups == 0 and c.full_attention_groups == 1
-            for c in self.configs
-        )
-        if full:
+        swap = any(c.preemption_mode == "swap" for c in self.configs)
+        derives_bytes = swap and not _given("kv_block_bytes", self)  # from the model (_config)
+        if all(c.one_full_attention_group for c in self.configs) and not derives_bytes:
             raise SpecError(
                 f"hardware: {hw.model} on {hw.gpu} has no effect: num_gpu_blocks is given and "
                 "latency.beta sets the linear step time (remove [hardware], use latency kind "
