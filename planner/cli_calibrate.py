@@ -8,12 +8,15 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from planner import cli_options as opt
 from planner.cli_inert import CALIBRATE_RULES, reject_inert
+
+if TYPE_CHECKING:
+    from planner.config import SchedulerConfig
 
 
 def calibrate(
@@ -166,18 +169,18 @@ def _calibrate_requests(path: Path, o: dict) -> None:
     print(fit.describe())
 
 
-def _replayed_on(cfg: object) -> str:
+def _replayed_on(cfg: SchedulerConfig) -> str:
     """The replay's pool (given or sized) and its scheduler options where they
     differ from ``plan run``'s defaults, so that the printed line, pasted into
     ``plan run``, replays the fit on the same server."""
     from planner.config import SchedulerConfig
 
     default = SchedulerConfig()
-    out = f" --num-gpu-blocks {cfg.num_gpu_blocks}"  # type: ignore[attr-defined]
+    out = f" --num-gpu-blocks {cfg.num_gpu_blocks}"
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
         if getattr(cfg, name) != getattr(default, name):
             out += f" --{name.replace('_', '-')} {getattr(cfg, name)}"
-    return out + (" --async-scheduling" if cfg.async_scheduling else "")  # type: ignore[attr-defined]
+    return out + (" --async-scheduling" if cfg.async_scheduling else "")
 
 
 def register(app: typer.Typer) -> None:

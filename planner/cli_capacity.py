@@ -221,8 +221,11 @@ def check(
                 f"--max-num-batched-tokens has no effect on {spec.name} with --num-gpu-blocks "
                 "(it sizes the activation term and sliding-window or chunked capacity)"
             )
-    elif any(given(ctx, name) for name in hybrid_options[slo.given() :]):
-        named = [spelled(ctx, name) for name in hybrid_options[slo.given() :] if given(ctx, name)]
+    elif named := [
+        spelled(ctx, name)
+        for name in hybrid_options
+        if given(ctx, name) and not (name == "enable_prefix_caching" and slo.given())
+    ]:  # without a model: caching acts only in the traffic's simulation
         slo_too = " or, with --trace-file, an SLO (plan check then simulates the traffic)"
         raise InertOption(
             f"{' and '.join(named)} {'needs' if len(named) == 1 else 'need'} --model in plan "

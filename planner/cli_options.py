@@ -36,6 +36,11 @@ from planner.workload import (
 )
 
 
+class Interrupted(Exception):
+    """Ctrl-C during a long command; work done so far is on disk (the message
+    says where and how to resume; ``cli.main`` prints it, exit 130)."""
+
+
 class BoundedCommand(typer.core.TyperCommand):
     """A ``plan`` command whose numeric options are checked against
     ``planner.bounds.OPTION_BOUNDS`` after parsing and before the command runs."""
@@ -530,11 +535,6 @@ MemoryLimit = Annotated[
     str, typer.Option(help="Cap on the whole process's peak memory, e.g. 4GiB.")
 ]
 Resume = Annotated[bool, typer.Option(help="Continue an interrupted sweep.")]
-
-
-class Interrupted(Exception):
-    """Ctrl-C during a long command; work done so far is on disk (the message
-    says where and how to resume; ``cli.main`` prints it, exit 130)."""
 
 
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing sweep's output.")]

@@ -16,6 +16,7 @@ from rich.console import Console
 from planner import cli_options as opt
 from planner import sizing
 from planner.slo import SLO
+from planner.text import count, noun
 
 DEFAULT_MAX_REPLICAS = 8
 
@@ -340,9 +341,9 @@ def _print(rep: dict, paths: list[Path]) -> None:
         c.print(f"answer: none. {rep['bound']}")
     else:
         c.print(
-            f"answer: {a['replicas']} x {a['gpu']} replica{'s' * (a['replicas'] != 1)} at "
-            f"tensor parallelism {a['tensor_parallel_size']} ({a['gpus']} "
-            f"GPU{'s' * (a['gpus'] != 1)}), router {a['router']}, "
+            f"answer: {a['replicas']} x {a['gpu']} {noun(a['replicas'], 'replica')} at "
+            f"tensor parallelism {a['tensor_parallel_size']} ({count(a['gpus'], 'GPU')}), "
+            f"router {a['router']}, "
             f"max_num_seqs {a['max_num_seqs']}, max_num_batched_tokens "
             f"{a['max_num_batched_tokens']}, gpu_memory_utilization "
             f"{a['gpu_memory_utilization']:g} ({a['num_gpu_blocks']:,} blocks per replica)"
@@ -365,8 +366,8 @@ def _print(rep: dict, paths: list[Path]) -> None:
         )
         c.print(_headroom_text(a["headroom"]))
         if a["one_fewer_replica_meets_target"] is False:
-            fewer = a["replicas"] - 1
-            c.print(f"with {fewer} replica{'s' * (fewer != 1)} and the same flags it does not")
+            fewer = count(a["replicas"] - 1, "replica")
+            c.print(f"with {fewer} and the same flags it does not")
         c.print(f"step time: {a['step_time_model']}")
         c.print(a["vllm_serve"])
     c.print(f"wrote {', '.join(str(p) for p in paths)}")

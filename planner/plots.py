@@ -7,6 +7,7 @@ the facet axis. Every other axis that varies must be pinned with ``where``.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import tomllib
@@ -92,8 +93,6 @@ def column(df: pd.DataFrame, name: str, flag: str) -> str:
     latency statistic without its unit (``itl_p99`` for ``itl_s_p99``,
     ``queue_delay_p50``, ``ttft_mean``). Raises PlotError naming the closest
     numeric columns (``difflib``)."""
-    import difflib
-
     name = ALIASES.get(name, name)
     base, _, stat = name.rpartition("_")
     if name not in df.columns and f"{base}_s_{stat}" in df.columns:

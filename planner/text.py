@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` with thousands separators and ``noun`` in the number it takes
-    (``plural``, default ``noun + "s"``, for every n but 1)."""
-    word = noun if n == 1 else (plural or noun + "s")
-    return f"{n:,} {word}"
+def noun(n: int, word: str, plural: str | None = None) -> str:
+    """``word`` in the number ``n`` takes (``plural``, default ``word + "s"``,
+    for every n but 1)."""
+    return word if n == 1 else (plural or word + "s")
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` with thousands separators and ``word`` in its number (``noun``)."""
+    return f"{n:,} {noun(n, word, plural)}"
