@@ -326,13 +326,6 @@ def sent_mask(res: SimResult) -> np.ndarray:
     return out
 
 
-def too_long(res: SimResult) -> np.ndarray:
-    """(C, R) bool: prompts the front end rejects, prompt >= max_model_len
-    (vLLM's ``InputProcessor``; ``step._arrivals`` rejects them on arrival),
-    also those of requests a run that stopped early never saw arrive."""
-    return res.workload.rejected(res.cfg[:, K.MML])
-
-
 def most_outputs(res: SimResult) -> np.ndarray:
     """(1 or C, R) int64: the most outputs each request can produce,
     min(max_tokens, max_model_len - prompt) (vLLM stops a request at either)."""
@@ -488,7 +481,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             end_s,
             np.maximum(offered, sent.sum(axis=1)),
             (st.req.status == S.REJECTED) | ~sent,
-            (too_long(res) & sent).sum(axis=1),
+            (res.workload.rejected(cfg[:, K.MML]) & sent).sum(axis=1),  # the front end's
         ),
     }
     # Closed loop: when the cap held a request back, clients send only as
