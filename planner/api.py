@@ -14,18 +14,19 @@ import pandas as pd
 
 from planner import config as K
 from planner import replicas as RP
-from planner.block_hashes import chain_ids, check_block_sizes, private_singletons
 from planner.bounds import INT64_MAX
-from planner.config import SchedulerConfig, pack_configs, pack_tables
+from planner.config import ROUTERS, SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.arena import Arenas
 from planner.kernel.fleet import simulate_fleet
-from planner.kernel.routers import PREFIX_AFFINITY, ROUTERS
+from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
 from planner.kernel.warm import compile_ahead
-from planner.latency import Latency, LinearLatency
+from planner.latency.step_time import Latency, LinearLatency
 from planner.slo import SLO
-from planner.workload import MAX_ARRIVAL_S, Workload
+from planner.workload.arrays import MAX_ARRIVAL_S, Workload
+from planner.workload.block_hashes import chain_ids, private_singletons
+from planner.workload_checks import check_block_sizes
 
 
 @dataclass(frozen=True)
@@ -172,26 +173,36 @@ def kernels_status(fleet: bool, caching: Iterable[bool]) -> str:
     return "loaded"
 
 
-# First-run compile times on 2 cores, measured with ``plan bench --startup``
-# and cold ``plan run --replicas 2`` on 2026-12-01 (README: the first run).
-COMPILE_S = {(False, False): 10, (False, True): 14, (True, False): 22, (True, True): 44}
-
-
 def compile_note(fleet: bool = False, caching: Iterable[bool] = (False,)) -> str:
     """A one-line note when a kernel variant ``simulate`` will use is neither
     compiled in this process nor in Numba's on-disk cache
     (``kernels_status`` is ``'cold'``; the next call then compiles it first),
-    else ''. The time is ``COMPILE_S``'s for the costliest variant needed."""
+    else ''. It quotes no time: how long a compile takes depends on the
+    machine, so the caller measures it and says it after (``compiled_note``)."""
     caching = set(caching)
     if kernels_status(fleet, caching) != "cold":
         return ""
     which = "replicas' " if fleet else ""
-    key = (fleet, True in caching)  # the costliest variant needed
-    about = f"about {COMPILE_S[key]} s"
     both = " (each prefix-caching setting compiles its own)" if len(caching) > 1 else ""
     return (
-        f"compiling the {which}simulation kernel for this machine{both}: once, {about} on "
-        "2 cores; later runs load it from Numba's cache"
+        f"compiling the {which}simulation kernel for this machine{both}: once; "
+        "later runs load it from Numba's cache"
+    )
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and its waited-for children
+    (``os.times``), so a compile-ahead child (``kernel.warm``) counts."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def compiled_note(wall_s: float, cpu_s: float) -> str:
+    """The line said after a first (compiling) call: its measured wall and CPU
+    seconds (compile and the run together; ``cpu_seconds`` differences)."""
+    return (
+        f"first run on this machine: {wall_s:.0f} s wall, {cpu_s:.0f} CPU-s "
+        "(compile included; measured)"
     )
 
 
@@ -206,7 +217,7 @@ def entry_times_ns(
 ) -> np.ndarray:
     """When each request becomes visible to the scheduler: arrival + alpha0 + alpha1*prompt.
 
-    Shapes (R,) int64 in, (R,) int64 out; BLIS queueing delay (planner.latency).
+    Shapes (R,) int64 in, (R,) int64 out; BLIS queueing delay (planner.latency.step_time).
     ``blis`` (compat blis): the delay truncated to whole microseconds
     (``latency.blis_queue_ns``, BLIS's ``QueueingTime``).
     """

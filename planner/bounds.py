@@ -1,10 +1,10 @@
 """Bounds of every numeric input, derived from what the kernel can represent.
 
-One module, used by the command line (``planner.cli``: every numeric option of
+One module, used by the command line (``planner.cli.commands``: every numeric option of
 every command is checked against ``OPTION_BOUNDS`` before any work), by
 ``SchedulerConfig`` (``planner.config``), by sweep specs (``planner.sweep.spec``:
-fields and axes), by the step-time models (``planner.latency``) and by trace
-reading (``planner.traces``). Each error is one line naming the option (or
+fields and axes), by the step-time models (``planner.latency.step_time``) and by trace
+reading (``planner.workload.traces``). Each error is one line naming the option (or
 spec field / axis) and the bound.
 
 Why these bounds:

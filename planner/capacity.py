@@ -22,7 +22,7 @@ import math
 
 from numba import njit
 
-from planner import hardware
+from planner.models import hardware
 
 
 @njit(cache=True, inline="always")

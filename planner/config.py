@@ -14,9 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planner import bounds
-from planner.kernel.policies import ADMISSIONS, VICTIMS
-from planner.kernel.routers import ROUTERS
-from planner.latency import (
+from planner.latency.step_time import (
     LINEAR,
     MEASURED,
     NO_TABLE,
@@ -35,6 +33,17 @@ POLICIES = {"fcfs": 0, "priority": 1}
 # ``compat``: "vllm" (vLLM 0.33's rules, the default) or "blis", BLIS b563c440's
 # rules (docs/blis-compat.md), a named setting that implies these fields.
 COMPATS = {"vllm": 0, "blis": 1}
+# Mitigations (``planner/kernel/policies.py``; off by default = vLLM 0.33) and
+# fleet routers (``planner/kernel/routers.py``, which names each code).
+VICTIMS = {"youngest": 0, "priority": 1, "least_progress": 2, "most_blocks": 3}
+ADMISSIONS = {"vanilla": 0, "projected": 1, "projected_oracle": 2}
+ROUTERS = {
+    "round_robin": 0,
+    "random": 1,
+    "least_outstanding": 2,
+    "least_kv": 3,
+    "prefix_affinity": 4,
+}
 BLIS_IMPLIED = {
     "preemption_mode": "restart",
     "null_block": False,

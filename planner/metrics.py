@@ -10,7 +10,7 @@ Latency definitions (BLIS conventions, ``shared/docs/semantics.md``), seconds:
 - ITL  = the gap between two consecutive output tokens of a request + alpha2
   (``vllm/benchmarks/serve.py``: one sample per gap, percentiles over every
   gap of every request). Percentiles come from the kernel's per-config
-  histogram (``planner.token_gaps``: exact integer bins, 16 per octave; a
+  histogram (``planner.kernel.token_gaps``: exact integer bins, 16 per octave; a
   percentile is its bin's midpoint, within 3.1 % of the exact gap). Gaps a
   request that arrived still owed at the end of the run count as +inf
   (``itl_columns``; the ITL SLO, ``planner.slo``).
@@ -36,9 +36,9 @@ from planner import config as K
 from planner import replicas as RP
 from planner.capacity import usable_blocks
 from planner.kernel import state as S
+from planner.kernel.token_gaps import gap_bins, percentiles_s
 from planner.slo import SLO, SLO_PERCENTILE
-from planner.token_gaps import gap_bins, percentiles_s
-from planner.workload import Workload
+from planner.workload.arrays import Workload
 
 
 class SimResult(Protocol):
@@ -530,7 +530,7 @@ def _prefix_cache_stats(res: SimResult) -> dict[str, np.ndarray]:
     ``ideal_prefix_cache_hit_rate``: the workload's hit rate with an unbounded
     cache, one request at a time (``block_hashes.ideal_hits``), for block-hash
     workloads only (else NaN). Each (C,)."""
-    from planner.block_hashes import ideal_hit_rate
+    from planner.workload.block_hashes import ideal_hit_rate
 
     oi = res.state.out.counters
     queries, hits = oi[:, S.O_PC_QUERIES], oi[:, S.O_PC_HITS]
@@ -603,7 +603,7 @@ def missing_gaps(res: SimResult) -> tuple[np.ndarray, np.ndarray]:
 def itl_columns(res: SimResult) -> dict[str, np.ndarray]:
     """ITL percentiles per config, (C,) each: ``itl_s_p50``/``_p90``/``_p99``
     (float64 seconds) over every gap between two consecutive output tokens of
-    every request + alpha2, from the kernel's histogram (``planner.token_gaps``:
+    every request + alpha2, from the kernel's histogram (``planner.kernel.token_gaps``:
     bin midpoints, within 3.1 % of the exact gap), with every gap owed at the
     end of the run (``missing_gaps``) counted as +inf (a miss: ``planner.slo``).
     When that puts the percentile at +inf (more than 100 - p % of the gaps are

@@ -41,7 +41,8 @@ import numpy as np
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, lat_kind, pack_tables
 from planner.kernel.cycle import QUIET_STEPS
-from planner.latency import (
+from planner.kernel.token_gaps import NBINS, SUB, SUB_BITS
+from planner.latency.step_time import (
     LINEAR,
     Latency,
     blis_alpha2_ns,
@@ -49,7 +50,6 @@ from planner.latency import (
     blis_step_ns,
     step_time_ns,
 )
-from planner.token_gaps import NBINS, SUB, SUB_BITS
 
 
 @dataclass
@@ -348,7 +348,7 @@ class KVCacheManager:
 
 
 def gap_bin(gap_ns: int) -> int:
-    """The ITL histogram bin of a token gap (``planner.token_gaps``'s rule,
+    """The ITL histogram bin of a token gap (``planner.kernel.token_gaps``'s rule,
     written independently: 16 linear bins per octave above 16 ns)."""
     if gap_ns < SUB:
         return max(gap_ns, 0)

@@ -5,8 +5,8 @@ Shared by ``plan run`` and sweep specs, so both resolve the same way.
 
 from __future__ import annotations
 
-from planner import hardware, kv_cache
-from planner.latency import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
+from planner.latency.step_time import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
+from planner.models import hardware, kv_cache
 
 LATENCY_KINDS = ("linear", "roofline", "measured")
 
@@ -29,7 +29,7 @@ def latency(
     ``linear``: explicit alpha/beta if given, else the preset for (model, GPU),
     else (no model or GPU named) the S1 seed coefficients. ``roofline``: needs
     a model and a GPU. ``measured``: aiconfigurator-core tables
-    (``planner.measured``; the optional extra ``aic``), a model and a GPU it
+    (``planner.latency.measured``; the optional extra ``aic``), a model and a GPU it
     has data for. Raises ValueError (one line) otherwise.
     """
     if kind not in LATENCY_KINDS:
@@ -41,7 +41,7 @@ def latency(
             raise ValueError("--latency measured needs --model and --gpu")
         if beta is not None or mfu is not None or mbu is not None:
             raise ValueError("--latency measured takes no --beta-coeffs, --mfu or --mbu")
-        from planner import measured
+        from planner.latency import measured
 
         return measured.build(
             model,

@@ -24,7 +24,7 @@ ITL (inter-token latency, the gap between two consecutive output tokens of a
 request + alpha2; ``planner.metrics``):
 
 - per run, the SLO is on the ITL p99 over **every token gap** of the run (the
-  kernel's histogram, ``planner.token_gaps``), as vLLM bench reports ITL p99
+  kernel's histogram, ``planner.kernel.token_gaps``), as vLLM bench reports ITL p99
   over all ITL samples. A request that arrived and had not finished by the end
   of the run still owes gaps: with ``m`` its most outputs (max_tokens, capped
   by max_model_len) and ``n`` its outputs so far, ``m - max(n, 1)`` gaps were

@@ -13,9 +13,9 @@ from helpers import STEP_LATENCY
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
-from planner.latency import LinearLatency
+from planner.latency.step_time import LinearLatency
 from planner.reference import Engine
-from planner.workload import Workload
+from planner.workload.arrays import Workload
 
 GOLDEN = Path(__file__).parent / "golden"
 MAX_STEPS = 30_000

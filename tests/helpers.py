@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from planner.api import simulate
-from planner.cli import main
+from planner.cli.commands import main
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
-from planner.latency import LinearLatency
+from planner.latency.step_time import LinearLatency
 from planner.reference import Engine
-from planner.workload import Workload
+from planner.workload.arrays import Workload
 
 STEP_LATENCY = LinearLatency(alpha=(0, 0, 0), beta=(1, 0, 0))  # 1 us per step, no delays
 

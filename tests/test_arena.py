@@ -14,7 +14,7 @@ from helpers import STEP_LATENCY
 from planner.config import SchedulerConfig
 from planner.kernel import step as ST
 from planner.kernel.arena import Arenas
-from planner.workload import LengthDist, synthetic, with_shared_prefixes
+from planner.workload.arrays import LengthDist, synthetic, with_shared_prefixes
 
 
 def _workload(seed: int):

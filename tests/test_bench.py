@@ -5,7 +5,7 @@ are measured and printed)."""
 from __future__ import annotations
 
 from helpers import run_cli
-from planner.bench import run_bench
+from planner.answers.bench import run_bench
 
 
 def test_caching_bench_prints_its_cost_against_the_plain_grid(capsys):
@@ -33,7 +33,7 @@ def test_an_inert_switch_is_named_as_given(capsys):
 
 
 def test_mooncake_bench_times_caching_off_and_on(capsys):
-    from planner.bench import MOONCAKE_MNBT, run_mooncake_bench
+    from planner.answers.bench import MOONCAKE_MNBT, run_mooncake_bench
 
     fig = run_mooncake_bench(repeats=1)
     out = capsys.readouterr().out

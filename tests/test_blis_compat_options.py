@@ -11,7 +11,7 @@ import pytest
 
 from helpers import run_cli
 from planner.config import BLIS_IMPLIED, SchedulerConfig, blis_config, compat_settings
-from planner.latency import RooflineLatency
+from planner.latency.step_time import RooflineLatency
 from planner.sweep.spec import SpecError, load_spec
 
 SYN = 'kind = "synthetic"\nnum_requests = 4\nprompt = { kind = "constant", mean = 64 }\n'
@@ -88,7 +88,7 @@ def test_config_checks_the_implied_fields():
 
 def test_compat_needs_the_linear_model():
     from planner.api import simulate
-    from planner.traces import s1_exact
+    from planner.workload.traces import s1_exact
 
     roof = RooflineLatency("llama-3.1-8b", "H100")
     with pytest.raises(ValueError, match="needs the linear step-time model"):

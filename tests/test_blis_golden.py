@@ -23,8 +23,8 @@ import pytest
 from planner.api import simulate
 from planner.config import SchedulerConfig, blis_config
 from planner.kernel import state as S
-from planner.latency import SEED_ALPHA_US, SEED_BETA_US
-from planner.traces import s1_exact
+from planner.latency.step_time import SEED_ALPHA_US, SEED_BETA_US
+from planner.workload.traces import s1_exact
 
 GOLDEN = Path(__file__).parent / "golden" / "blis"
 META = json.loads((GOLDEN / "meta.json").read_text())

@@ -8,8 +8,8 @@ import pytest
 
 from planner.api import entry_times_ns, simulate
 from planner.config import SchedulerConfig, blis_config
-from planner.latency import LinearLatency, blis_queue_ns, blis_step_ns
-from planner.workload import Workload
+from planner.latency.step_time import LinearLatency, blis_queue_ns, blis_step_ns
+from planner.workload.arrays import Workload
 
 SEED_NS = np.array([5_752_710, 17_250, 6_000], dtype=np.int64)
 

@@ -13,10 +13,10 @@ import pytest
 
 from helpers import STEP_LATENCY, run_cli
 from planner.api import simulate
-from planner.block_hashes import chain_ids, ideal_hits, private_singletons
 from planner.config import SchedulerConfig
-from planner.traces import MOONCAKE_CONV, TraceOptions, load_trace, read_trace
-from planner.workload import Workload, WorkloadError
+from planner.workload.arrays import Workload, WorkloadError
+from planner.workload.block_hashes import chain_ids, ideal_hits, private_singletons
+from planner.workload.traces import MOONCAKE_CONV, TraceOptions, load_trace, read_trace
 
 MOONCAKE = str(MOONCAKE_CONV)
 

@@ -12,13 +12,14 @@ import pytest
 import typer
 
 from helpers import run_cli
-from planner import bounds, cli_options
-from planner.cli import app
+from planner import bounds
+from planner.cli import options as cli_options
+from planner.cli.commands import app
 from planner.config import SchedulerConfig, pack_configs
-from planner.latency import LinearLatency
+from planner.latency.step_time import LinearLatency
 from planner.sweep.spec import SpecError, load_spec
-from planner.traces import read_trace
-from planner.workload import WorkloadError
+from planner.workload.arrays import WorkloadError
+from planner.workload.traces import read_trace
 
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 # Positional arguments each command needs to parse (the bound check comes first).

@@ -11,8 +11,8 @@ import pytest
 from test_measured import synthetic_latency
 
 from helpers import run_cli
-from planner import calibrate as cal
-from planner.latency import ROOFLINE, RooflineLatency, step_time_ns
+from planner.latency import fit as cal
+from planner.latency.step_time import ROOFLINE, RooflineLatency, step_time_ns
 
 COLS = list(cal.COLUMNS)
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from helpers import run_cli
-from planner import calibrate_requests as creq
+from planner.answers import calibrate as creq
 from planner.api import simulate
-from planner.calibrate import CalibrationError
 from planner.config import SchedulerConfig
-from planner.latency import LinearLatency, RooflineLatency
+from planner.latency.fit import CalibrationError
+from planner.latency.step_time import LinearLatency, RooflineLatency
 from planner.metrics import per_request
-from planner.workload import LengthDist, Workload, synthetic
+from planner.workload.arrays import LengthDist, Workload, synthetic
 
 CFG = SchedulerConfig(num_gpu_blocks=4000, max_num_seqs=64, max_num_batched_tokens=2048)
 TRUE_BETA = (7000.0, 30.0, 9.0)  # us: not a grid point of the fit

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import STEP_LATENCY, run_cli, uniform
-from planner import hardware
+from planner.answers.safelimit import find_safe_limits, qualifies, recommend, recommendation
 from planner.api import simulate
 from planner.capacity import (
     analytic_safe_max_num_seqs,
@@ -21,10 +21,10 @@ from planner.capacity import (
     vllm_starts,
 )
 from planner.config import SchedulerConfig
-from planner.latency import LinearLatency
-from planner.safelimit import find_safe_limits, qualifies, recommend, recommendation
+from planner.latency.step_time import LinearLatency
+from planner.models import hardware
 from planner.slo import SLO, seconds_text
-from planner.traces import s1_exact
+from planner.workload.traces import s1_exact
 
 S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
 
@@ -459,7 +459,7 @@ def test_check_names_only_the_hybrid_options_given(capsys, given_flags, named):
 
 
 def _check_traffic(capsys, *flags: str) -> tuple[int, dict]:
-    from planner.traces import MOONCAKE_CONV
+    from planner.workload.traces import MOONCAKE_CONV
 
     code, out, err = run_cli(
         capsys, "check", "--trace-file", str(MOONCAKE_CONV), "--trace-duration", "120",

@@ -15,9 +15,9 @@ from helpers import run_cli
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
-from planner.latency import LinearLatency
+from planner.latency.step_time import LinearLatency
 from planner.sweep.spec import SpecError, load_spec_text
-from planner.workload import Workload
+from planner.workload.arrays import Workload
 
 LAT = LinearLatency(alpha=(300.0, 2.0, 0.0), beta=(5000.0, 20.0, 8.0))
 

@@ -26,8 +26,8 @@ SCRIPT = textwrap.dedent(
     from planner import api
     from planner.config import SchedulerConfig
     from planner.kernel import warm
-    from planner.latency import LinearLatency
-    from planner.traces import s1_exact
+    from planner.latency.step_time import LinearLatency
+    from planner.workload.traces import s1_exact
 
     assert api.kernel_status(1) == "cold"
     res = api.simulate([SchedulerConfig(num_gpu_blocks=7463)], s1_exact(), LinearLatency())
@@ -83,8 +83,8 @@ def test_the_phases_are_every_jitted_call_of_run_steps(monkeypatch):
     ``simulate`` hands to ``compile_ahead`` on a cold cache (captured)."""
     from planner import api
     from planner.config import SchedulerConfig
-    from planner.latency import LinearLatency
-    from planner.workload import LengthDist, synthetic
+    from planner.latency.step_time import LinearLatency
+    from planner.workload.arrays import LengthDist, synthetic
 
     captured = []
     monkeypatch.setattr(api, "kernel_status", lambda *a, **k: "cold")

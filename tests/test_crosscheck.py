@@ -24,10 +24,10 @@ from helpers import (
     run_both,
 )
 from planner.config import BLIS_IMPLIED, SchedulerConfig
-from planner.hardware import GPUS, MODELS
 from planner.kernel import state as S
-from planner.latency import LinearLatency, RooflineLatency
-from planner.workload import Workload
+from planner.latency.step_time import LinearLatency, RooflineLatency
+from planner.models.hardware import GPUS, MODELS
+from planner.workload.arrays import Workload
 
 MAX_STEPS = 3000
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from planner.cli import main
+from planner.cli.commands import main
 from planner.sweep.executors import FAIL_CHUNK_ENV
 
 S1_CSV = Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv"

@@ -21,9 +21,14 @@ import pytest
 import typer
 
 from helpers import run_cli
-from planner import cli_options, hardware, resolve, safelimit, traces, workload
-from planner.cli import app
-from planner.cli_capacity import _pool
+from planner import resolve
+from planner.answers import safelimit
+from planner.cli import options as cli_options
+from planner.cli.capacity import _pool
+from planner.cli.commands import app
+from planner.models import hardware
+from planner.workload import arrays as workload
+from planner.workload import traces
 
 ROOT = Path(__file__).parents[1]
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.hardware import GIB, GPUS, MODELS, HardwareError, gpu, model, num_gpu_blocks
-from planner.latency import (
+from planner.latency.step_time import (
     LINEAR,
     NO_TABLE,
     ROOFLINE,
@@ -14,6 +13,7 @@ from planner.latency import (
     RooflineLatency,
     step_time_ns,
 )
+from planner.models.hardware import GIB, GPUS, MODELS, HardwareError, gpu, model, num_gpu_blocks
 from planner.resolve import latency
 
 

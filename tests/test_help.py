@@ -13,7 +13,8 @@ import click
 import pytest
 import typer
 
-from planner.cli import app, main
+from helpers import run_cli
+from planner.cli.commands import app, main
 
 ROOT = typer.main.get_command(app)
 COMMANDS = [[]] + [[name] for name in ROOT.commands]  # type: ignore[attr-defined]
@@ -72,7 +73,7 @@ def test_help_through_a_pipe_in_a_fresh_process():
     """The installed entry point, stdout a pipe, COLUMNS unset."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
     proc = subprocess.run(
-        [sys.executable, "-c", "from planner.cli import main; main()", "run", "--help"],
+        [sys.executable, "-c", "from planner.cli.commands import main; main()", "run", "--help"],
         capture_output=True,
         text=True,
         env=env,
@@ -80,3 +81,36 @@ def test_help_through_a_pipe_in_a_fresh_process():
     )
     assert proc.returncode == 0, proc.stderr
     _check(proc.stdout, _command(["run"]))
+
+
+def test_an_option_shared_by_commands_is_one_definition():
+    """Issue 31: an option several commands take has one definition (the
+    same help everywhere); ``--out`` names a different thing per command."""
+    import typer
+
+    from planner.cli.commands import app
+
+    helps: dict[str, set[str]] = {}
+    for cmd in typer.main.get_command(app).commands.values():
+        for p in cmd.params:
+            helps.setdefault(p.name, set()).add(getattr(p, "help", "") or "")
+    assert {n for n, h in helps.items() if len(h) > 1} <= {"out"}
+
+
+def test_plan_run_is_a_few_calls_and_its_help_has_panels(capsys):
+    """Issue 31: ``plan run``'s body stays short (its options are a table in
+    help panels), and every option of the table reaches the command."""
+    import inspect
+
+    from planner.cli import run as run_cli_module
+
+    assert len(inspect.getsource(run_cli_module.run).splitlines()) <= 60
+    code, out, _ = run_cli(capsys, "run", "--help")
+    assert code == 0
+    panels = ("Server (vLLM flags):", "Model and hardware:", "Workload: a trace:", "Step time:",
+              "SLOs:", "Output:")  # fmt: skip
+    positions = [out.index(p) for p in panels]
+    assert positions == sorted(positions)
+    names = [p.name for p in run_cli_module.RUN_OPTIONS]
+    for name in names:
+        assert f"--{name.replace('_', '-')}" in out or name in ("as_json",), name

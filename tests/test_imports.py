@@ -1,8 +1,11 @@
-"""No import cycles inside ``planner`` (issue 14, item 5).
+"""The package's layering: stages that follow the data flow, no cycles.
 
-Data flows one way: spec/options -> workload + config arrays -> kernel ->
-metrics -> storage -> plots/CLI. Every import counts, including imports inside
-functions and under ``TYPE_CHECKING``.
+Data flows one way: workload -> models and hardware -> latency -> scheduler
+configuration -> kernel -> api and metrics -> max-rate search -> sweep ->
+answers -> plots -> cli (``STAGES``; docs/architecture.md). A module imports
+only from its own stage and the stages before it, no two modules import each
+other, and only ``planner.cli`` imports Typer or rich. Every import counts,
+including imports inside functions and under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -80,4 +83,95 @@ def test_no_import_cycles():
 
 def test_the_checker_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert "planner.api" in import_graph()["planner.cli"] | import_graph()["planner.sweep.chunk"]
+    assert (
+        "planner.api"
+        in import_graph()["planner.cli.commands"] | import_graph()["planner.sweep.chunk"]
+    )
+
+
+# The stages, in data-flow order; a module belongs to the first prefix it matches
+# (a package or a module). ``planner/__init__.py`` (the lazy public facade) is
+# outside the stages.
+STAGES: tuple[tuple[str, ...], ...] = (
+    ("planner.text", "planner.bounds", "planner.install_check"),
+    ("planner.workload",),
+    ("planner.models",),
+    ("planner.latency",),
+    (
+        "planner.config",
+        "planner.capacity",
+        "planner.slo",
+        "planner.resolve",
+        "planner.inert",
+        "planner.workload_checks",
+    ),
+    ("planner.kernel", "planner.reference"),
+    ("planner.api", "planner.metrics", "planner.replicas"),
+    ("planner.maxrate",),
+    ("planner.sweep",),
+    ("planner.answers",),
+    ("planner.plots",),
+    ("planner.cli",),
+)
+
+
+def stage_of(module: str) -> int:
+    """The index in ``STAGES`` of ``module``; KeyError for a module in none."""
+    for i, prefixes in enumerate(STAGES):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    raise KeyError(module)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """'a -> b' for every import of a later stage by an earlier one."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, deps in graph.items()
+        if a != "planner"
+        for b in deps
+        if b != "planner" and stage_of(b) > stage_of(a)
+    )
+
+
+def test_every_module_has_a_stage():
+    unplaced = []
+    for m in import_graph():
+        if m == "planner":
+            continue
+        try:
+            stage_of(m)
+        except KeyError:
+            unplaced.append(m)
+    assert unplaced == []
+
+
+def test_no_module_imports_a_later_stage():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layering_check_finds_an_upward_import():
+    graph = import_graph()
+    graph["planner.kernel.step"] = graph["planner.kernel.step"] | {"planner.sweep.driver"}
+    assert upward_imports(graph) == ["planner.kernel.step -> planner.sweep.driver"]
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """Top-level names of every package ``path`` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+    return found
+
+
+def test_only_the_cli_imports_typer_or_rich():
+    outside = sorted(
+        str(p.relative_to(PKG.parent))
+        for p in PKG.rglob("*.py")
+        if "cli" not in p.relative_to(PKG).parts[:1]
+        and third_party_imports(p) & {"typer", "rich", "click"}
+    )
+    assert outside == []

@@ -13,12 +13,12 @@ import pytest
 from helpers import run_cli, verdicts_around
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.latency import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
-from planner.maxrate import FOUND, search_max_rate
+from planner.latency.step_time import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
+from planner.maxrate.search import FOUND, search_max_rate
 from planner.metrics import missing_gaps
 from planner.slo import SLO, from_options
-from planner.traces import s1_exact
-from planner.workload import Workload
+from planner.workload.arrays import Workload
+from planner.workload.traces import s1_exact
 
 S1_LAT = LinearLatency(alpha=SEED_ALPHA_US, beta=SEED_BETA_US)
 B0, B1, B2, _A0, _A1, A2 = S1_LAT.ns()
@@ -217,7 +217,7 @@ def test_heatmap_contour_label_names_the_itl_slo():
     test above) and names the sweep's SLOs from its columns."""
     import pandas as pd
 
-    from planner.plots import _slo
+    from planner.plots.heatmap import _slo
 
     nan = float("nan")
     df = pd.DataFrame({"ttft_slo_s": [2.0], "tpot_slo_s": [nan], "itl_slo_s": [0.015]})

@@ -1,4 +1,4 @@
-"""KV capacity per attention type (issue 16, item 3): planner.kv_cache against
+"""KV capacity per attention type (issue 16, item 3): planner.models.kv_cache against
 figures recorded from vLLM 0.33.0's own functions by tools/record_vllm_capacity.py
 (tests/data/vllm_capacity_0_33.json), and the issue's public figures."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog, hardware, kv_cache
+from planner.models import catalog, hardware, kv_cache
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "vllm_capacity_0_33.json").read_text())
 

@@ -22,9 +22,9 @@ from planner.capacity import cdiv
 from planner.config import SchedulerConfig
 from planner.kernel import cycle
 from planner.kernel import state as S
-from planner.latency import LinearLatency
+from planner.latency.step_time import LinearLatency
 from planner.reference import Engine
-from planner.workload import Workload
+from planner.workload.arrays import Workload
 
 LAT = LinearLatency(alpha=(0, 0, 0), beta=(1000, 10, 10))
 MAX_STEPS = 200_000

@@ -8,15 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import planner.maxrate as maxrate
+import planner.maxrate.search as maxrate
 from helpers import run_cli, verdicts_around
 from planner import resolve
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.latency import LinearLatency
-from planner.maxrate import AT_MAX, BELOW_MIN, FOUND, SearchRange, passes, search_max_rate
+from planner.latency.step_time import LinearLatency
+from planner.maxrate.search import AT_MAX, BELOW_MIN, FOUND, SearchRange, passes, search_max_rate
 from planner.slo import SLO
-from planner.traces import AZURE_CONV, TraceOptions, read_trace, s1_exact
+from planner.workload.traces import AZURE_CONV, TraceOptions, read_trace, s1_exact
 
 S1_CSV = "planner/data/s1_seed7.csv"
 SLO_2S = SLO(ttft_s=2.0, tpot_s=0.05)

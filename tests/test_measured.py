@@ -11,8 +11,8 @@ from test_crosscheck import _linear_for_compat, _random_case
 
 from helpers import compare_final, kernel_trace_rows, reference_trace_rows, run_both, run_cli
 from planner.kernel import state as S
-from planner.latency import MEASURED, MeasuredLatency, measured_table_ns, step_time_ns
-from planner.measured import AIC_SYSTEMS, GRID
+from planner.latency.measured import AIC_SYSTEMS, GRID
+from planner.latency.step_time import MEASURED, MeasuredLatency, measured_table_ns, step_time_ns
 
 # A function multilinear in each input (P, D, a, Cp), in ns: multilinear
 # interpolation reproduces it exactly, also beyond the grid's ends.
@@ -120,7 +120,7 @@ def test_table_matches_direct_estimates():
     them the interpolation stays within 6% (README: median 0.3-0.6%, p95
     about 2%, max 5.7% on 400 random steps of each kind)."""
     pytest.importorskip("aiconfigurator_core")
-    from planner import measured
+    from planner.latency import measured
 
     lat = measured.build("llama-3.1-8b", "H100", quiet=True)
     est = measured.Estimator("meta-llama/Meta-Llama-3.1-8B", "h100_sxm", 1, None, "auto")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner import hardware, memory_profile
+from planner.models import hardware, memory_profile
 
 GIB = 2**30
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from planner import catalog, hardware, model_config, quantization
-from planner.model_config import ModelConfigError
+from planner.models import catalog, hardware, quantization
+from planner.models import config_json as model_config
+from planner.models.config_json import ModelConfigError
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 
 # Parameter counts stated on each model card (independent of the config.json
-# formula in planner.model_config), in billions.
+# formula in planner.models.config_json), in billions.
 MODEL_CARD_PARAMS = {
     "meta-llama/Llama-3.1-8B-Instruct": 8.03,
     "meta-llama/Llama-3.1-70B-Instruct": 70.6,

@@ -14,7 +14,7 @@ import pytest
 
 from helpers import run_cli
 from planner.sweep.spec import SpecError, load_spec
-from planner.workload import (
+from planner.workload.arrays import (
     MAX_TOKENS,
     S1_OUTPUT,
     S1_PROMPT,
@@ -344,7 +344,7 @@ def test_seed_where_nothing_is_drawn_is_refused(capsys, extra, refused):
 def test_seed_acts_exactly_when_two_seeds_differ(arrival, kind, stdev, groups, share):
     """``seed_acts`` against the draws themselves: two seeds give different
     workloads exactly when it says the seed acts."""
-    from planner.workload import LengthDist, seed_acts, synthetic, with_shared_prefixes
+    from planner.workload.arrays import LengthDist, seed_acts, synthetic, with_shared_prefixes
 
     p = LengthDist(kind, 200.0, stdev)
     o = LengthDist(kind, 100.0, stdev)
@@ -406,7 +406,7 @@ def test_equal_priorities_act_as_fcfs():
 
     from planner.api import simulate
     from planner.config import SchedulerConfig
-    from planner.workload import LengthDist, synthetic
+    from planner.workload.arrays import LengthDist, synthetic
 
     rng = np.random.default_rng(7)
     cols = ["preemptions", "completed", "steps", "ttft_s_p99", "e2e_s_p99", "prefill_tokens"]

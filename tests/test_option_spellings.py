@@ -12,7 +12,7 @@ from collections import defaultdict
 import typer
 
 from helpers import run_cli
-from planner.cli import app
+from planner.cli.commands import app
 from planner.sweep.spec import (
     SCHEDULER_AXES,
     WORKLOAD_AXES,

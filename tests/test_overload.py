@@ -14,8 +14,8 @@ from planner import resolve
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.metrics import overload
-from planner.traces import AZURE_CONV, TraceOptions, read_trace, s1_exact
-from planner.workload import Workload
+from planner.workload.arrays import Workload
+from planner.workload.traces import AZURE_CONV, TraceOptions, read_trace, s1_exact
 
 
 @pytest.mark.parametrize(

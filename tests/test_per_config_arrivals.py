@@ -23,7 +23,7 @@ from helpers import compare_final
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.reference import Engine
-from planner.workload import Workload
+from planner.workload.arrays import Workload
 
 
 def _reference(cfg, wl: Workload, lat, arrival_s: np.ndarray) -> Engine:

@@ -13,7 +13,7 @@ import pytest
 from nbclient import NotebookClient
 
 from helpers import run_cli
-from planner.cli import main
+from planner.cli.commands import main
 
 ROOT = Path(__file__).parents[1]
 S1_CSV = ROOT / "planner" / "data" / "s1_seed7.csv"
@@ -156,12 +156,12 @@ def _dataset(tmp_path: Path, z: list[float], **axes: list) -> Path:
 
 
 def _draw(folder: Path, tmp_path: Path, **kw):
-    """Draw with planner.plots.heatmap and return the figure's panels' meshes and title,
+    """Draw with planner.plots.heatmap.heatmap and return the figure's panels' meshes and title,
     by keeping the figure open (plt.close is patched out)."""
     import matplotlib.pyplot as plt
     from matplotlib.collections import QuadMesh
 
-    from planner import plots
+    from planner.plots import heatmap as plots
 
     closed = []
     orig = plt.close
@@ -225,7 +225,7 @@ def test_equal_values_equal_colours_across_panels(tmp_path):
 def test_nan_and_infinite_cells_are_drawn_as_no_data(tmp_path):
     from matplotlib.colors import to_rgba
 
-    from planner import plots
+    from planner.plots import heatmap as plots
 
     z = [np.nan, 1, 2, np.inf, 4, 5] + [5, 20, -np.inf, 60, 80, 100]
     folder = _dataset(tmp_path, z, rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS, max_num_seqs=SEQS)
@@ -243,7 +243,7 @@ def test_missing_configurations_are_drawn_as_no_data(tmp_path):
     import pandas as pd
     from matplotlib.colors import to_rgba
 
-    from planner import plots
+    from planner.plots import heatmap as plots
     from planner.sweep.store import DATA, write_table
 
     folder = _dataset(tmp_path, list(range(12)), rate_scale=[1.0, 2.0], num_gpu_blocks=BLOCKS,
@@ -313,13 +313,15 @@ def test_default_heatmap_lands_beside_the_dataset_and_readers_still_work(capsys,
 
 
 def test_readme_names_the_default_picture_and_the_readable_path():
-    from planner.plots import default_out
+    from planner.plots.heatmap import default_out
 
     readme = (ROOT / "README.md").read_text()
     main_job = readme.split("```bash", 1)[1].split("```", 1)[0]
     assert str(default_out(Path("results/quick"))) in main_job
     assert "results/quick/data.parquet" in main_job
-    output = readme[readme.index("Output (`results/NAME/`)") :].split("\n\n", 1)[0]
+    sweeps = (ROOT / "docs" / "sweeps.md").read_text()  # the page the README links for sweeps
+    assert "docs/sweeps.md" in readme
+    output = sweeps[sweeps.index("Output (`results/NAME/`)") :].split("\n\n", 1)[0]
     for reader in ('pd.read_parquet("results/NAME/data.parquet")',
                    'pl.read_parquet("results/NAME/data.parquet")',
                    "duckdb.sql(\"select * from 'results/NAME/data.parquet'\")"):  # fmt: skip
@@ -336,7 +338,7 @@ def test_heatmap_out_inside_the_sweep_folder_is_refused(capsys, results):
 
 
 def test_default_out_is_beside_the_dataset(tmp_path, monkeypatch):
-    from planner.plots import default_out
+    from planner.plots.heatmap import default_out
     from planner.sweep.store import DATA
 
     (tmp_path / "results" / "quick").mkdir(parents=True)
@@ -376,7 +378,7 @@ def test_overloaded_cells_get_their_own_hatch(tmp_path):
     import pandas as pd
     from matplotlib.collections import PatchCollection
 
-    from planner.plots import OVERLOAD_HATCH
+    from planner.plots.heatmap import OVERLOAD_HATCH
     from planner.sweep.store import DATA, write_table
 
     folder = _dataset(tmp_path, [1.0] * 6, num_gpu_blocks=[1000, 4000], max_num_seqs=SEQS)
@@ -385,7 +387,7 @@ def test_overloaded_cells_get_their_own_hatch(tmp_path):
     write_table(df, folder / DATA)
     import matplotlib.pyplot as plt
 
-    from planner import plots
+    from planner.plots import heatmap as plots
 
     kept, orig = [], plt.close
     plt.close = kept.append
@@ -435,7 +437,7 @@ def slo_results(tmp_path_factory):
 def test_recommended_cell_by_hand():
     import pandas as pd
 
-    from planner.plots import qualifying, recommended
+    from planner.plots.heatmap import qualifying, recommended
 
     df = pd.DataFrame(
         {
@@ -456,7 +458,7 @@ def test_recommended_cell_by_hand():
 
 
 def test_log_colour_scale_spans_the_positive_values():
-    from planner.plots import PlotError, log_colour_scale
+    from planner.plots.heatmap import PlotError, log_colour_scale
 
     norm = log_colour_scale(np.array([0.0, 0.12, 340.0, np.nan, np.inf]))
     assert norm.vmin == 0.12 and norm.vmax == 340.0
@@ -467,7 +469,7 @@ def test_log_colour_scale_spans_the_positive_values():
 def test_heatmap_draws_slo_contour_recommendation_and_log_scale(capsys, slo_results, tmp_path):
     import pandas as pd
 
-    from planner.plots import recommended
+    from planner.plots.heatmap import recommended
 
     out = tmp_path / "slo.png"
     code, _, err = run_cli(
@@ -497,7 +499,7 @@ def test_an_axis_implied_by_another_needs_no_pin():
     is enough, and the message says so."""
     import pandas as pd
 
-    from planner.plots import PlotError, select
+    from planner.plots.heatmap import PlotError, select
 
     rows = [
         {"max_num_seqs": s, "num_gpu_blocks": b, "compat": c, "null_block": c == "vllm",
@@ -516,7 +518,7 @@ def test_legend_stays_inside_the_figure(slo_results, tmp_path, monkeypatch):
     'recommended' at 1,400 px; drawn at 1,000 here, where one row overflows)."""
     import matplotlib.pyplot as plt
 
-    from planner import plots
+    from planner.plots import heatmap as plots
 
     figures = []
     monkeypatch.setattr(plots.plt, "close", figures.append)
@@ -538,7 +540,7 @@ def test_lower_bound_cells_carry_a_mark(slo_results, tmp_path, monkeypatch):
     cell from a measured one); a metric without bounds gets none."""
     import pandas as pd
 
-    from planner import plots
+    from planner.plots import heatmap as plots
 
     figures = []
     monkeypatch.setattr(plots.plt, "close", figures.append)
@@ -560,7 +562,7 @@ def test_latency_statistics_without_their_unit_and_short_errors():
     (second tryout finding)."""
     import pandas as pd
 
-    from planner.plots import PlotError, column
+    from planner.plots.heatmap import PlotError, column
 
     df = pd.DataFrame({"itl_s_p99": [1.0], "queue_delay_s_p99": [1.0], "ttft_s_mean": [1.0]})
     df = df.assign(**{f"m{i}": [0.0] for i in range(60)})
@@ -570,3 +572,60 @@ def test_latency_statistics_without_their_unit_and_short_errors():
     with pytest.raises(PlotError, match=r"closest: itl_s_p99") as e:
         column(df, "itl_s_p9", "--z")
     assert len(str(e.value)) < 200
+
+
+def test_recommended_looks_the_same_on_the_plot_and_in_the_legend(
+    slo_results, tmp_path, monkeypatch
+):
+    """Issue 31: the legend drew 'recommended' filled while the plot drew it
+    hollow; both now come from one style."""
+    from planner.plots import heatmap as plots
+
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    plots.heatmap(slo_results, tmp_path / "r.png", z="goodput_rps", recommend=True, facet=None)
+    fig = figures[-1]
+    (legend,) = fig.legends
+    (entry,) = [h for h in legend.legend_handles if h.get_label() == "recommended"]
+    drawn = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_marker() == "D"]
+    assert drawn
+    for line in [entry, *drawn]:
+        assert line.get_markerfacecolor() == "none" and line.get_markeredgecolor() == "red"
+
+
+def test_the_slo_contour_does_not_run_along_the_frame():
+    """Issue 31: a qualifying region that touches the frame is closed by the
+    frame, not by a dashed line drawn over it; interior edges are drawn."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    from planner.plots.heatmap import _contour
+
+    xs, ys = [1, 2, 3], [10, 20, 30]
+    ok = {(1, 10), (2, 10), (1, 20)}  # the lower-left corner: touches two sides
+    df = pd.DataFrame(
+        [{"x": a, "y": b, "meets_slo": (a, b) in ok, "overloaded": False} for a in xs for b in ys]
+    ).assign(completed=1, livelocked=False, step_limit_hit=False)
+    xe, ye = np.array([0.5, 1.5, 2.5, 3.5]), np.array([5, 15, 25, 35])
+    fig, ax = plt.subplots()
+    _contour(ax, df, "x", "y", xs, ys, xe, ye)
+    (lines,) = ax.collections
+    segs = [np.asarray(s) for s in lines.get_segments()]
+    plt.close(fig)
+    on_frame = [s for s in segs if (s[:, 0] == xe[0]).all() or (s[:, 1] == ye[0]).all()]
+    assert not on_frame
+    assert len(segs) == 4  # right of (2,10), above (2,10), right of (1,20), above (1,20)
+
+
+def test_a_column_like_nothing_names_the_shorthands_not_the_first_columns():
+    import pandas as pd
+
+    from planner.plots.heatmap import ALIASES, PlotError, column
+
+    df = pd.DataFrame({c: [1.0] for c in ("completed", "max_num_seqs", "ttft_s_p99", "a0", "a1")})
+    with pytest.raises(PlotError) as e:
+        column(df, "nosuch", "--z")
+    assert "closest" not in str(e.value) and all(k in str(e.value) for k in ALIASES)
+    with pytest.raises(PlotError, match=r"closest: ttft_s_p99\b"):
+        column(df, "ttft", "--z")

@@ -15,10 +15,10 @@ from helpers import (
     run_both,
 )
 from planner.api import simulate
-from planner.config import SchedulerConfig
-from planner.kernel.policies import VICTIMS, pick_victim
-from planner.traces import s1_exact
-from planner.workload import Workload
+from planner.config import VICTIMS, SchedulerConfig
+from planner.kernel.policies import pick_victim
+from planner.workload.arrays import Workload
+from planner.workload.traces import s1_exact
 
 S1 = dict(num_gpu_blocks=7463, max_model_len=4096, horizon_s=120.0)
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from helpers import SMALL_SYNTHETIC, run_cli
-from planner import hardware
+from planner.models import hardware
 from planner.sweep.spec import load_spec_text
 
 SEQS, MNBT = 128, 4096

@@ -16,7 +16,13 @@ from helpers import STEP_LATENCY, run_cli
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
-from planner.workload import LengthDist, Workload, WorkloadError, synthetic, with_shared_prefixes
+from planner.workload.arrays import (
+    LengthDist,
+    Workload,
+    WorkloadError,
+    synthetic,
+    with_shared_prefixes,
+)
 
 
 def _admissions(res) -> list[tuple[int, int]]:

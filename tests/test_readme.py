@@ -1,9 +1,13 @@
-"""Issue 18, case 7: every ``plan`` command the README shows is one that works.
+"""The README and the documentation site say what the code does (issues 18 and 31).
 
-Each command in the README's shell blocks must parse against the real command
-(every option exists, every value converts). Commands that take seconds run
-for real, in a temporary folder where they would write; a trailing
-``# ... exit N`` comment gives the exit status the README promises.
+Every ``plan`` command in a shell block of README.md or docs/*.md must parse
+against the real command (every option exists, every value converts). Commands
+that take seconds run for real, page by page in the order shown, in a
+temporary folder where they would write; a trailing ``# ... exit N`` comment
+gives the exit status the page promises. The README's shape (length, the two
+fresh-machine commands and the question table in its first 30 lines), its
+links, and the figures it and the docs quote (catalog size, GPU presets, the
+compile note, the quick sweep's time) are checked against the code.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from pathlib import Path
 
 import pytest
 import typer
+import yaml
 
 from helpers import run_cli
-from planner.cli import app
+from planner.cli.commands import app
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 # Commands that take minutes, need a cluster or stand for the user's own file:
 # parsed, not run.
 SLOW = (
@@ -30,12 +37,14 @@ SLOW = (
     "results/seed-",
     "log.csv",
     "--latency measured",  # needs the optional extra aic (tests/test_measured.py runs it)
+    "AzureLLMInferenceTrace_conv.csv",  # the full Azure trace: tests/test_traces.py runs it
+    "conversation_trace.jsonl",  # the Mooncake trace: tests/test_prefix_cache.py runs it
 )
 
 
-def readme_commands() -> list[tuple[list[str], int]]:
-    """(argv after ``plan``, expected exit code) for each README ``plan`` command."""
-    blocks = re.findall(r"```(?:bash|sh|console)?\n(.*?)```", README.read_text(), flags=re.S)
+def page_commands(page: Path) -> list[tuple[list[str], int]]:
+    """(argv after ``plan``, expected exit code) for each ``plan`` command in ``page``."""
+    blocks = re.findall(r"```(?:bash|sh|console)?\n(.*?)```", page.read_text(), flags=re.S)
     found = []
     for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
@@ -48,17 +57,23 @@ def readme_commands() -> list[tuple[list[str], int]]:
     return found
 
 
-COMMANDS = readme_commands()
+COMMANDS = [(page.name, argv, code) for page in PAGES for argv, code in page_commands(page)]
 
 
-def test_readme_has_commands():
-    names = {argv[0] for argv, _ in COMMANDS}
-    assert {"run", "sweep", "heatmap", "check", "safe-limit"} <= names
-
-
-@pytest.mark.parametrize("argv,_code", COMMANDS, ids=[" ".join(a)[:60] for a, _ in COMMANDS])
-def test_readme_command_parses(argv, _code):
+def test_the_pages_show_every_command():
+    names = {argv[0] for _, argv, _ in COMMANDS if argv}
     group = typer.main.get_command(app)
+    assert names >= set(group.commands) - {"bench"}, set(group.commands) - names
+
+
+@pytest.mark.parametrize(
+    "argv", [a for _, a, _ in COMMANDS], ids=[f"{p}: {' '.join(a)[:50]}" for p, a, _ in COMMANDS]
+)
+def test_every_shown_command_parses(capsys, argv):
+    group = typer.main.get_command(app)
+    if not argv or argv[0].startswith("-"):  # plan --help
+        assert run_cli(capsys, *argv)[0] == 0
+        return
     cmd = group.commands[argv[0]]
     cmd.make_context(argv[0], list(argv[1:]))  # raises on an unknown option or a bad value
 
@@ -76,13 +91,102 @@ def _redirect(argv: list[str], tmp: Path) -> list[str]:
     return argv
 
 
-RUNNABLE = [(a, c) for a, c in COMMANDS if not any(s in " ".join(a) for s in SLOW)]
+def _runnable(page: Path) -> list[tuple[list[str], int]]:
+    return [
+        (a, c)
+        for a, c in page_commands(page)
+        if a and not a[0].startswith("-") and not any(s in " ".join(a) for s in SLOW)
+    ]
 
 
-def test_readme_commands_run(capsys, tmp_path, monkeypatch):
-    """Run the fast commands in README order (the sweep before its heatmap)."""
+RUN_PAGES = [p for p in PAGES if _runnable(p)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUN_PAGES, ids=[p.name for p in RUN_PAGES])
+def test_shown_commands_run(capsys, tmp_path, monkeypatch, page):
+    """Run a page's fast commands in its order (a sweep before its heatmap)."""
     monkeypatch.chdir(ROOT)
-    assert RUNNABLE, "no runnable README command found"
-    for argv, expected in RUNNABLE:
+    for argv, expected in _runnable(page):
         code, out, err = run_cli(capsys, *_redirect(argv, tmp_path))
-        assert code == expected, f"plan {' '.join(argv)}: exit {code}\n{err}"
+        assert code == expected, f"{page.name}: plan {' '.join(argv)}: exit {code}\n{err}"
+
+
+# --- The README's shape and links -------------------------------------------------
+
+
+def test_the_readme_fits_on_two_screens():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 160
+    head = "\n".join(lines[:30])
+    assert "pip install ." in head and "plan sweep sweeps/quick.toml" in head  # the main job
+    assert "pip install '.[test]'" in head and "-m pytest" in head  # the tests
+    assert "| your question | the command |" in head
+    fence = head.split("```bash", 1)[1].split("```", 1)[0]
+    assert max(len(x) for x in fence.splitlines()) < 100
+
+
+def _nav_pages() -> set[str]:
+    text = (ROOT / "mkdocs.yml").read_text()
+    config = yaml.load(text, Loader=yaml.BaseLoader)  # BaseLoader: skips mkdocs' !tags
+
+    def walk(node: object) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, dict):
+            return [p for v in node.values() for p in walk(v)]
+        return [p for v in node for p in walk(v)]
+
+    return set(walk(config["nav"]))
+
+
+def test_every_question_links_a_page_the_site_builds():
+    text = README.read_text()
+    table = [x for x in text.splitlines() if x.startswith("| ") and "](docs/" in x]
+    assert len(table) >= 8
+    nav = _nav_pages()
+    for row in table:
+        for target in re.findall(r"\]\(docs/([^)#]+)", row):
+            assert (DOCS / target).is_file(), row
+            assert target in nav, f"{target} is not in mkdocs.yml's nav"
+
+
+def test_every_docs_page_is_in_the_nav():
+    assert {p.name for p in DOCS.glob("*.md")} == _nav_pages()
+
+
+# --- Quoted figures come from the code ----------------------------------------------
+
+
+def _docs_text() -> str:
+    return "\n".join(p.read_text() for p in PAGES)
+
+
+def test_the_quoted_catalog_and_gpu_counts_are_the_catalogs():
+    from planner.models.catalog import entries
+    from planner.models.hardware import GPUS
+
+    text = _docs_text()
+    quoted = [int(n) for n in re.findall(r"catalog of (\d+)", text)]
+    assert quoted and set(quoted) == {len(entries())}
+    gpus = [int(n) for n in re.findall(r"(\d+)\s+GPU presets", text)]
+    assert gpus and set(gpus) == {len(GPUS)}
+
+
+def test_no_page_quotes_a_compile_time_the_code_does_not_measure():
+    """Compile and sweep times are printed by the code that measured them
+    (``api.compiled_note``, the sweep's ``--dry-run`` estimate); the pages and
+    the quick spec name those, they do not type in a figure."""
+    quick = (ROOT / "sweeps" / "quick.toml").read_text()
+    comments = "\n".join(x for x in quick.splitlines() if x.lstrip().startswith("#"))
+    assert not re.search(r"\d+\s*s\b|minute", comments), comments
+    assert "--dry-run" in comments
+    assert not re.search(r"about \d+ s on 2 cores", _docs_text())
+
+
+def test_the_quick_sweep_prints_its_measured_estimate(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, _ = run_cli(capsys, "sweep", "sweeps/quick.toml", "--dry-run")
+    assert code == 0
+    m = re.search(r"estimated run time: ~([\d.]+) s .*measured just now", out)
+    assert m and float(m.group(1)) > 0, out

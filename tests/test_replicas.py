@@ -17,11 +17,10 @@ from hypothesis import strategies as st
 from test_crosscheck import _linear_for_compat, configs, latencies, workloads
 
 from planner.api import simulate
-from planner.config import SchedulerConfig
+from planner.config import ROUTERS, SchedulerConfig
 from planner.kernel import state as S
-from planner.kernel.routers import ROUTERS
 from planner.metrics import sent_mask
-from planner.workload import LengthDist, Workload, synthetic
+from planner.workload.arrays import LengthDist, Workload, synthetic
 
 # Kernel-only counters: the fast path's step count (decode runs stop at every
 # send on the replica path), the router's bookkeeping, and the length of
@@ -270,7 +269,7 @@ def test_bad_fleet_options_name_their_flag(kwargs, needle):
 
 
 def test_session_fleets_are_refused_in_one_line():
-    from planner.workload import sessions
+    from planner.workload.arrays import sessions
 
     wl = sessions(5, 3, 1.0, LengthDist("constant", 50), LengthDist("constant", 20))
     with pytest.raises(ValueError, match="--replicas") as e:

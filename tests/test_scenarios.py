@@ -9,8 +9,8 @@ from helpers import STEP_LATENCY, uniform
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.metrics import CHURNING, LIVELOCKED, OK, THRASHING
-from planner.traces import s1_exact
-from planner.workload import LengthDist, synthetic
+from planner.workload.arrays import LengthDist, synthetic
+from planner.workload.traces import s1_exact
 
 S1_POOL = dict(num_gpu_blocks=7463, block_size=16, max_num_batched_tokens=2048, max_model_len=4096)
 BLIS = dict(preemption_mode="restart", null_block=False, scheduler_reserve_full_isl=False)

@@ -12,9 +12,9 @@ from helpers import run_cli
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
-from planner.latency import LinearLatency
+from planner.latency.step_time import LinearLatency
 from planner.sweep.spec import SpecError, load_spec_text
-from planner.workload import LengthDist, WorkloadError, sessions, synthetic
+from planner.workload.arrays import LengthDist, WorkloadError, sessions, synthetic
 
 LAT = LinearLatency(alpha=(200.0, 1.0, 0.0), beta=(4000.0, 15.0, 6.0))
 MSG = LengthDist("gaussian", 120, 60, 1, 400)

@@ -311,7 +311,7 @@ def test_dask_executor_gives_the_local_table(capsys, tmp_path):
 
 
 def test_serve_command_pins_the_scheduler_settings_the_spec_moved():
-    from planner import sizing
+    from planner.answers import sizing
 
     row = pd.Series(
         {
@@ -412,8 +412,8 @@ def test_a_client_count_axis_is_refused(capsys, tmp_path):
 def test_cost_per_token_is_charged_on_what_was_served():
     """Overloaded rows pay per token served, not per token offered; closed
     loop rows per the run's own output rate (second tryout finding)."""
-    from planner.prices import load
-    from planner.sizing import cost_columns
+    from planner.answers.sizing import cost_columns
+    from planner.models.prices import load
     from planner.slo import SLO
 
     base = {"gpu": "H100", "tensor_parallel_size": 1, "replicas": 1, "output_tps": 500.0,
@@ -440,7 +440,7 @@ def test_cost_per_token_is_charged_on_what_was_served():
 def test_headroom_text_for_a_search_range_below_the_traffic():
     """An answer meets 1x; a [search] that stops below it measured no headroom
     (second tryout: 'sustains up to 0.80x ... (at least)' read as a shortfall)."""
-    from planner.cli_size import _headroom_text
+    from planner.cli.size import _headroom_text
 
     low = {"max_rate_scale": 0.8, "max_rps": 3.0, "limit": "at_search_max", "slo": True}
     assert _headroom_text(low).startswith("headroom: not measured: the spec's [search] range")
@@ -452,8 +452,8 @@ def test_fleets_that_reject_requests_are_off_the_pareto_front():
     """A fleet that rejects the longest prompts looks faster on the rest; it is
     not a served fleet (third tryout: such rows sat on the TTFT front and pushed
     the answer off it)."""
-    from planner.prices import load
-    from planner.sizing import finish
+    from planner.answers.sizing import finish
+    from planner.models.prices import load
     from planner.slo import SLO
 
     base = {"gpu": "H100", "tensor_parallel_size": 1, "replicas": 1, "output_tps": 500.0,
@@ -467,3 +467,27 @@ def test_fleets_that_reject_requests_are_off_the_pareto_front():
     table = finish([rows], load(None), SLO(), []).table
     assert table["pareto_ttft"].tolist() == [True, False]
     assert table["meets_target"].tolist() == [True, False]
+
+
+def test_progress_on_a_non_terminal_is_plain_lines(tmp_path):
+    """Issue 31: ``plan size ... 2>log`` leaves whole, readable progress lines
+    (start, every ~10%, end), not a bar cut to 'configs 0:... ETA 0:00...'."""
+    import re
+    import subprocess
+    import sys
+
+    spec = _spec(tmp_path, SYNTHETIC.format(rate=4))
+    log = tmp_path / "log"
+    with log.open("w") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "planner.cli", "size", str(spec), "--out", str(tmp_path / "o"),
+             "--gpus", "H100", "--max-replicas", "2"],
+            stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, check=False,
+        )  # fmt: skip
+    text = log.read_text()
+    assert done.returncode in (0, 1), text
+    assert "\x1b[" not in text and "\r" not in text and "ETA" not in text
+    progress = re.findall(r"^size-synthetic\.H100-tp1: (\d+)/(\d+) configs \((\d+)%\)", text, re.M)
+    assert progress, text
+    assert progress[0][0] == "0" and progress[-1][0] == progress[-1][1]
+    assert progress[-1][2] == "100"

@@ -279,8 +279,8 @@ def test_several_full_groups_without_a_window_keep_the_pool_balanced():
     the kernel drifted from the reference engine. It now steps such configs
     one by one, and both end with the whole pool free."""
     from helpers import compare_final, run_reference
-    from planner.latency import LinearLatency
-    from planner.workload import LengthDist, synthetic
+    from planner.latency.step_time import LinearLatency
+    from planner.workload.arrays import LengthDist, synthetic
 
     wl = synthetic(40, 2.0, LengthDist("constant", 500), LengthDist("constant", 100))
     lat = LinearLatency()

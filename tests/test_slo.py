@@ -12,7 +12,7 @@ from helpers import run_cli
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.slo import SLO, SLOError, from_options, parse_goodput
-from planner.traces import s1_exact
+from planner.workload.traces import s1_exact
 
 
 def test_goodput_form_is_milliseconds_and_matches_the_options():

@@ -76,7 +76,7 @@ def test_edited_spec_runs_like_plan_sweep_on_the_same_toml(capsys, tmp_path):
 
 def test_run_sweep_writes_and_resumes_in_out(tmp_path):
     from planner import load_spec, run_sweep
-    from planner.sweep_api import SweepError
+    from planner.sweep.api import SweepError
 
     spec = (
         load_spec(QUICK)
@@ -121,7 +121,7 @@ def test_edits_keep_relative_paths_and_the_unedited_text(tmp_path):
 )
 def test_bad_edits_raise_one_line(edit, needle):
     from planner import load_spec
-    from planner.sweep_api import SpecError
+    from planner.sweep.api import SpecError
 
     with pytest.raises(SpecError) as e:
         edit(load_spec(QUICK))
@@ -141,7 +141,7 @@ def test_bad_edits_raise_one_line(edit, needle):
 )
 def test_bad_run_arguments_raise_one_line(kwargs, needle):
     from planner import load_spec, run_sweep
-    from planner.sweep_api import SweepError
+    from planner.sweep.api import SweepError
 
     with pytest.raises(SweepError) as e:
         run_sweep(load_spec(QUICK), **kwargs)

@@ -79,7 +79,7 @@ def other_spec(spec) -> Path:
 def reference(spec) -> str:
     """sha256 of data.parquet from an uninterrupted run."""
     out = spec.parent / "ref"
-    from planner.cli import main
+    from planner.cli.commands import main
 
     main(["sweep", str(spec), "--out", str(out), *CHUNK])
     return sha(out / store.DATA)
@@ -139,7 +139,7 @@ def assert_finished(out: Path, reference: str) -> None:
     assert json.loads((out / store.MANIFEST).read_text())["complete"] is True
 
 
-# A process that imports planner.cli once, then forks one child per request to
+# A process that imports planner.cli.commands once, then forks one child per request to
 # run the CLI's entry point (what ``python -m planner.cli`` runs), its output
 # in a log file: kills then cost no interpreter start-up. It imports but runs
 # nothing before forking (no kernel threads yet). Requests and replies are
@@ -147,7 +147,7 @@ def assert_finished(out: Path, reference: str) -> None:
 # ["wait", pid] -> exit code.
 LAUNCHER = r"""
 import json, os, sys, traceback
-import planner.cli
+import planner.cli.commands
 for line in sys.stdin:
     op, arg = json.loads(line)
     if op == "run":
@@ -158,7 +158,7 @@ for line in sys.stdin:
             os.dup2(fd, 2)
             code = 1
             try:
-                planner.cli.main(arg[0])
+                planner.cli.commands.main(arg[0])
                 code = 0
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1

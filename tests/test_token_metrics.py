@@ -10,9 +10,9 @@ import pytest
 from helpers import STEP_LATENCY, run_reference
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.latency import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
-from planner.token_gaps import NBINS, bin_edges_ns, gap_bin, percentiles_s
-from planner.workload import Workload
+from planner.kernel.token_gaps import NBINS, bin_edges_ns, gap_bin, percentiles_s
+from planner.latency.step_time import SEED_ALPHA_US, SEED_BETA_US, LinearLatency
+from planner.workload.arrays import Workload
 
 S1_LAT = LinearLatency(alpha=SEED_ALPHA_US, beta=SEED_BETA_US)
 B0, B1, B2, _A0, _A1, A2 = S1_LAT.ns()

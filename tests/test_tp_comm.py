@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.hardware import GPUS, model
-from planner.latency import ROOFLINE, RooflineLatency, step_time_ns
+from planner.latency.step_time import ROOFLINE, RooflineLatency, step_time_ns
+from planner.models.hardware import GPUS, model
 
 
 def _step_ns(lat: RooflineLatency, prefill: int, decode: int, attended: int, kv: int) -> int:

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from helpers import run_cli
-from planner import hardware
-from planner.cli import main
-from planner.traces import (
+from planner.cli.commands import main
+from planner.models import hardware
+from planner.workload.arrays import WorkloadError
+from planner.workload.traces import (
     AZURE_CODE,
     AZURE_CONV,
     TraceOptions,
@@ -21,7 +22,6 @@ from planner.traces import (
     parse_columns,
     read_trace,
 )
-from planner.workload import WorkloadError
 
 SLICE = Path(__file__).parent / "data" / "azure_conv_head50.csv"
 
@@ -402,3 +402,27 @@ def test_mooncake_timestamp_bounds_are_in_milliseconds(capsys, tmp_path):
     code, _, err = run_cli(capsys, "run", "--trace-file", str(f), "--trace-format", "mooncake")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "want milliseconds in 0..1e+12" in err
+
+
+def test_date_times_mapped_as_arrival_name_the_timestamp_mapping(capsys, tmp_path):
+    """Issue 31: ``--trace-columns arrival=ts`` on ISO times says to map
+    ``timestamp=ts``; that mapping reads the file, and numbers out of range
+    get no such hint."""
+    iso = tmp_path / "iso.csv"
+    iso.write_text("ts,p,o\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:50.99,396,109\n")
+    code, _, err = run_cli(
+        capsys, "run", "--trace-file", str(iso), "--trace-columns", "arrival=ts,prompt=p,output=o"
+    )
+    assert code == 2 and err.count("\n") == 1 and "map it with timestamp=ts" in err
+    cols = "timestamp=ts,prompt=p,output=o"
+    code, out, err = run_cli(
+        capsys, "run", "--trace-file", str(iso), "--trace-columns", cols, "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["completed"] == 2
+    neg = tmp_path / "neg.csv"
+    neg.write_text("ts,p,o\n-1,374,44\n")
+    code, _, err = run_cli(
+        capsys, "run", "--trace-file", str(neg), "--trace-columns", "arrival=ts,prompt=p,output=o"
+    )
+    assert code == 2 and "timestamp=" not in err

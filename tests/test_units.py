@@ -16,7 +16,7 @@ from planner.capacity import (
     usable_blocks,
 )
 from planner.config import SchedulerConfig
-from planner.workload import LengthDist, Workload, WorkloadError, synthetic
+from planner.workload.arrays import LengthDist, Workload, WorkloadError, synthetic
 
 
 @pytest.mark.parametrize("n,null,usable", [(64, True, 63), (64, False, 64), (2, True, 1)])
@@ -117,7 +117,7 @@ def test_bad_synthetic_parameters(kw):
 def test_a_run_cut_at_max_steps_is_step_limit_not_starved(capsys):
     """Issue 19: a truncated run claims no verdict (it was 'starved' before)."""
     from helpers import run_cli
-    from planner.traces import s1_exact
+    from planner.workload.traces import s1_exact
 
     m = simulate([SchedulerConfig(max_steps=10)], s1_exact()).metrics().iloc[0]
     assert m.completed == 0 and m.step_limit_hit

@@ -4,11 +4,13 @@ around a first run say what is true (found by a new-user tryout)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+import planner.cli.commands as cli
 from helpers import SMALL_SYNTHETIC, run_cli
-from planner import api, cli
+from planner import api
 from planner.sweep.spec import SpecError, load_spec_text
 
 REFUSAL = "vLLM 0.33 refuses to start (max_num_batched_tokens must be >= max_num_seqs)"
@@ -77,9 +79,9 @@ def test_no_room_names_the_activation_peak(capsys):
 @pytest.mark.parametrize(
     ("fleet", "caching", "needle"),
     [
-        (False, {False}, "about 10 s"),
-        (False, {True}, "about 14 s"),
-        (True, {False}, "about 22 s"),
+        (False, {False}, "compiling the simulation kernel"),
+        (False, {True}, "compiling the simulation kernel"),
+        (True, {False}, "compiling the replicas' simulation kernel"),
         (False, {False, True}, "each prefix-caching setting compiles its own"),
     ],
 )
@@ -87,8 +89,31 @@ def test_the_compile_note_follows_the_kernel_that_compiles(monkeypatch, fleet, c
     monkeypatch.setattr(api, "kernels_status", lambda f, c: "cold")
     note = api.compile_note(fleet, caching)
     assert needle in note and ("replicas'" in note) == fleet
+    assert not re.search(r"\d", note), "a typed-in time would go stale; the caller measures it"
     monkeypatch.setattr(api, "kernels_status", lambda f, c: "cached")
     assert api.compile_note(fleet, caching) == ""
+
+
+@pytest.mark.parametrize("status", ["cold", "cached"])
+def test_the_first_run_says_its_measured_time(capsys, monkeypatch, status):
+    """Issue 31: the compile time a first run prints is the one it measured
+    (here a fake clock of 42 s and 77 CPU-s), and a warm run says nothing."""
+    from planner.cli import options as opt
+    from planner.config import SchedulerConfig
+
+    monkeypatch.setattr(api, "kernels_status", lambda f, c: status)
+    clock = iter([100.0, 142.0])
+    cpu = iter([3.0, 80.0])
+    monkeypatch.setattr(opt.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(api, "cpu_seconds", lambda: next(cpu))
+    with opt.say_compile([SchedulerConfig(max_num_seqs=4, num_gpu_blocks=100)]):
+        pass
+    err = capsys.readouterr().err
+    if status == "cold":
+        assert "compiling the simulation kernel" in err
+        assert "first run on this machine: 42 s wall, 77 CPU-s" in err
+    else:
+        assert err == ""
 
 
 def test_ctrl_c_inside_the_compiler_is_an_interruption(capsys, monkeypatch):

@@ -17,9 +17,9 @@ import numpy as np
 from planner import resolve
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.latency import RooflineLatency
+from planner.latency.step_time import RooflineLatency
 from planner.metrics import per_request
-from planner.workload import LengthDist, synthetic
+from planner.workload.arrays import LengthDist, synthetic
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "calibrate_bench_example.json"
 MFU, MBU = 0.35, 0.60

@@ -1,5 +1,5 @@
 """Write docs/calibrate_example.csv: 120 steps of aiconfigurator-core's direct
-estimates (``planner.measured.Estimator``, not GPU measurements) for
+estimates (``planner.latency.measured.Estimator``, not GPU measurements) for
 Llama-3.1-8B on one H100, for the README's ``plan calibrate`` example.
 Needs the ``aic`` extra. Usage: python tools/calibrate_example.py"""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from planner import measured
+from planner.latency import measured
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "calibrate_example.csv"
 
@@ -30,7 +30,7 @@ def main() -> None:
 
 def measured_columns() -> tuple[str, ...]:
     """The CSV columns plan calibrate reads."""
-    from planner.calibrate import COLUMNS
+    from planner.latency.fit import COLUMNS
 
     return COLUMNS
 

@@ -17,11 +17,12 @@ import dataclasses
 
 import numpy as np
 
-from planner import hardware, resolve
+from planner import resolve
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.latency import RooflineLatency
-from planner.workload import Workload
+from planner.latency.step_time import RooflineLatency
+from planner.models import hardware
+from planner.workload.arrays import Workload
 
 COLUMNS = [
     "num_gpu_blocks", "completed", "preemptions", "preempted_requests", "decodes_per_step",

@@ -35,7 +35,7 @@ PROBE = """
 import sys
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.workload import LengthDist, synthetic
+from planner.workload.arrays import LengthDist, synthetic
 d = LengthDist("constant", 8)
 wl = synthetic(2, 1.0, d, d)
 if sys.argv[1] == "1":

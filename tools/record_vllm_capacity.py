@@ -10,7 +10,7 @@ as vLLM sees them), and calls vLLM's
 ``get_kv_cache_groups``, ``get_kv_cache_config_from_groups``,
 ``get_max_concurrency_for_kv_cache_config`` and ``check_enough_kv_cache_memory``.
 It writes ``tests/data/vllm_capacity_0_33.json``; ``tests/test_kv_cache.py``
-replays every case through ``planner.kv_cache`` and requires equal figures.
+replays every case through ``planner.models.kv_cache`` and requires equal figures.
 
 Hybrid (Gated DeltaNet linear attention + full attention) cases, in
 ``HYBRID_CASES``, add the prefix-caching mode ("none" = prefix caching off,

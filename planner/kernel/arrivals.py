@@ -28,7 +28,7 @@ from numba import njit
 from planner import config as K
 from planner.bounds import INT64_MAX
 from planner.kernel import state as S
-from planner.latency import blis_queue_ns
+from planner.latency.step_time import blis_queue_ns
 
 NXT = S.O_NEXT_ARRIVAL
 

@@ -36,8 +36,7 @@ from numba import njit
 
 from planner.capacity import blocks_for_tokens
 
-VICTIMS = {"youngest": 0, "priority": 1, "least_progress": 2, "most_blocks": 3}
-ADMISSIONS = {"vanilla": 0, "projected": 1, "projected_oracle": 2}
+# The codes of planner.config.VICTIMS and planner.config.ADMISSIONS.
 YOUNGEST, PRIORITY, LEAST_PROGRESS, MOST_BLOCKS = 0, 1, 2, 3
 VANILLA, PROJECTED, PROJECTED_ORACLE = 0, 1, 2
 

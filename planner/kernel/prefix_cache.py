@@ -24,8 +24,9 @@ j lies in trace block t = j * block_size // B; while that trace block is full
 it has the identity (hash id h of t, offset o = j - t * B / block_size), key
 ``R * maxb + h * (B / block_size) + o``, else (the partial last trace block,
 output tokens, or a trace block no other request carries:
-``planner.block_hashes.private_singletons``) it is unique to r. The trace ids are prefix-chained
-(``planner.block_hashes.chain_ids``), so one key names the whole prefix up to
+``planner.workload.block_hashes.private_singletons``) it is unique to r. The
+trace ids are prefix-chained
+(``planner.workload.block_hashes.chain_ids``), so one key names the whole prefix up to
 its block, as vLLM's chain hash (``hash_block_tokens`` of the parent hash and
 the block's tokens, ``vllm/v1/core/kv_cache_utils.py``) does; ``lookup``
 walks from block 0 and stops at the first miss.

@@ -30,13 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-ROUTERS = {
-    "round_robin": 0,
-    "random": 1,
-    "least_outstanding": 2,
-    "least_kv": 3,
-    "prefix_affinity": 4,
-}
+# The codes of planner.config.ROUTERS.
 ROUND_ROBIN, RANDOM, LEAST_OUTSTANDING, LEAST_KV, PREFIX_AFFINITY = range(5)
 
 # SGLang Model Gateway's cache-aware defaults (docs/getting-started/load-balancing.md).

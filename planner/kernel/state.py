@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from planner.token_gaps import NBINS
+from planner.kernel.token_gaps import NBINS
 
 # Request status codes (C x R int8).
 FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
@@ -164,7 +164,7 @@ Requests = namedtuple(
         # Block-hash traces (prefix caching), CSR per request: request r's
         # trace blocks are hash_key[hash_off[r]:hash_off[r + 1]], one per
         # hash_block[0] prompt tokens, each an int64 id of the whole prefix up
-        # to that block's end (``planner.block_hashes.chain_ids``), -1 for a
+        # to that block's end (``planner.workload.block_hashes.chain_ids``), -1 for a
         # partial last block or an id no other request carries
         # (``private_singletons``). hash_off (R + 1,) int64, hash_key (H,) int64,
         # hash_block (1,) int64 (0: the workload has no hash ids).
@@ -239,7 +239,8 @@ Out = namedtuple(
         "floats",  # (C, NOUT_F) float64
         "trace",  # (C, T, NTRACE) int64 per-step trace, T = 0 disables
         "events",  # (C, L, 4) int64 event log (step, request, value, EV_*), L = 0 disables
-        "itl_hist",  # (C, token_gaps.NBINS) int64 counts of inter-token gaps (planner.token_gaps)
+        # (C, token_gaps.NBINS) int64 counts of inter-token gaps (planner.kernel.token_gaps)
+        "itl_hist",
     ],
 )
 

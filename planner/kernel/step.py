@@ -104,8 +104,8 @@ from planner.kernel.state import (
     SWAP_NS,
     THR_NOW,
 )
-from planner.latency import LINEAR, blis_step_ns, step_time_ns
-from planner.token_gaps import gap_bin
+from planner.kernel.token_gaps import gap_bin
+from planner.latency.step_time import LINEAR, blis_step_ns, step_time_ns
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -363,7 +363,7 @@ def _adapt_cap(cfg, k):
 def _token_gap(r, t, st, ih, memo):
     """An output token of r at t (ns): the gap since its previous token updates
     its largest gap and gap count and goes to the ITL histogram ``ih``
-    (``planner.token_gaps``; vLLM bench's ITL, ``vllm/benchmarks/serve.py``).
+    (``planner.kernel.token_gaps``; vLLM bench's ITL, ``vllm/benchmarks/serve.py``).
     ``memo`` is the last (gap, bin) computed: a step's decodes mostly share
     their gap. Returns the new memo."""
     if st.last_ns[r] >= 0:
@@ -1246,7 +1246,7 @@ def _begin_step(cfg, k, s):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _step_time(cfg, cfgf, rq, k, s):
-    """Advance the clock by the step's duration (``planner.latency``; an empty
+    """Advance the clock by the step's duration (``planner.latency.step_time``; an empty
     step runs no model; ``rq.lat_tables`` holds the measured tables; compat
     blis: ``latency.blis_step_ns``, whole microseconds, docs/blis-compat.md
     rule 3) plus its KV swap time, and count the step. Returns the duration (ns)."""

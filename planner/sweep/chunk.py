@@ -14,7 +14,7 @@ import pandas as pd
 
 from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs
-from planner.maxrate import search_max_rate
+from planner.maxrate.search import search_max_rate
 from planner.slo import SLO
 from planner.sweep.spec import Sweep
 

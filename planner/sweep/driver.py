@@ -24,24 +24,16 @@ from pathlib import Path
 import numba
 import numpy as np
 import pandas as pd
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
-from planner.api import compile_note_for, kernels_status, simulate
+from planner.api import compile_note_for, compiled_note, cpu_seconds, kernels_status, simulate
 from planner.capacity import usable_blocks
 from planner.config import SchedulerConfig
-from planner.distribution import VERSION
+from planner.install_check import VERSION
 from planner.kernel import warm
 from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
 from planner.sweep import executors, store
 from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
+from planner.sweep.report import Reporter
 from planner.sweep.spec import Sweep
 from planner.text import count
 
@@ -407,7 +399,7 @@ def run_sweep(
     workers: int | None,
     resume: bool,
     overwrite: bool,
-    console: Console,
+    reporter: Reporter,
     executor: str = "local",
     address: str | None = None,
     dask_workers: int | None = None,
@@ -435,7 +427,7 @@ def run_sweep(
         if executor == "dask":  # connect before anything is written
             client = stack.enter_context(executors.dask_client(address, dask_workers, workers or 1))
         return _run(
-            sweep, out, chunk_size, memory_limit, workers, overwrite, console, manifest, client
+            sweep, out, chunk_size, memory_limit, workers, overwrite, reporter, manifest, client
         )
 
 
@@ -464,7 +456,7 @@ def _run(
     memory_limit: int,
     workers: int | None,
     overwrite: bool,
-    console: Console,
+    reporter: Reporter,
     manifest: store.Manifest | None,
     client: object | None,
 ) -> tuple[pd.DataFrame, bool]:
@@ -472,7 +464,7 @@ def _run(
     budget = chunk_budget(memory_limit, workers, has_fleets(sweep), caching_values(sweep))
     plan = plan_chunks(sweep, chunk_size, budget, fixed)
     if manifest is not None:
-        todo = _verify_chunks(out, plan, manifest, console)
+        todo = _verify_chunks(out, plan, manifest, reporter)
     else:
         if overwrite:
             clear_output(out)
@@ -484,8 +476,8 @@ def _run(
     # A cold compile runs half its work in a child process (kernel.warm) only
     # when the planned peak leaves room for it under the limit.
     with warm.allowed(plan.peak_bytes + warm.CHILD_BYTES <= memory_limit):
-        _run_chunks(sweep, out, plan, todo, manifest, console, client)
-    df = _merge(sweep, out, plan, manifest, console, client)
+        _run_chunks(sweep, out, plan, todo, manifest, reporter, client)
+    df = _merge(sweep, out, plan, manifest, reporter, client)
     if len(df) != plan.num_configs or df.config_id.duplicated().any():
         raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
     return df, True
@@ -497,46 +489,36 @@ def _run_chunks(
     plan: ChunkPlan,
     todo: list[Chunk],
     manifest: store.Manifest,
-    console: Console,
+    reporter: Reporter,
     client: object | None,
 ) -> int:
-    """Run ``todo`` with a progress bar; record each written chunk's checksum
+    """Run ``todo``, reporting progress to ``reporter``; record each written chunk's checksum
     and row count in the manifest (rewritten atomically after each chunk).
     Returns the number of configs run."""
     done_configs = plan.num_configs - sum(len(c.config_ids) for c in todo)
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("configs"),
-        TextColumn("{task.fields[rate]:>8} configs/s"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-    )
     note = compile_note_for(sweep.configs) if client is None else ""
     if todo and note:
-        console.print(f"plan: {note}")
-    t0 = time.perf_counter()
+        reporter.line(f"plan: {note}")
+    t0, c0 = time.perf_counter(), cpu_seconds()
     ran = 0
-    with progress:
-        task = progress.add_task(
-            sweep.name, total=plan.num_configs, completed=done_configs, rate="-"
-        )
+    reporter.start(sweep.name, plan.num_configs, done_configs)
 
-        def done(chunk: Chunk, record: store.ChunkRecord) -> None:
-            nonlocal ran
-            manifest.chunks[chunk.index] = record
-            store.write_manifest(out, manifest)
-            ran += len(chunk.config_ids)
-            rate = ran / max(time.perf_counter() - t0, 1e-9)
-            progress.update(task, advance=len(chunk.config_ids), rate=f"{rate:,.0f}")
+    def done(chunk: Chunk, record: store.ChunkRecord) -> None:
+        nonlocal ran
+        manifest.chunks[chunk.index] = record
+        store.write_manifest(out, manifest)
+        ran += len(chunk.config_ids)
+        reporter.advance(len(chunk.config_ids), ran / max(time.perf_counter() - t0, 1e-9))
 
+    try:
         if client is not None:
             executors.run_dask(sweep, out, todo, done, client)
         else:
             executors.run_local(sweep, out, todo, done)
+    finally:
+        reporter.stop()
+    if todo and note:
+        reporter.line(f"plan: {compiled_note(time.perf_counter() - t0, cpu_seconds() - c0)}")
     return ran
 
 
@@ -545,7 +527,7 @@ def _merge(
     out: Path,
     plan: ChunkPlan,
     manifest: store.Manifest,
-    console: Console,
+    reporter: Reporter,
     client: object | None,
 ) -> pd.DataFrame:
     """Verify and merge the chunk files into ``data.parquet``, recomputing (once)
@@ -563,21 +545,20 @@ def _merge(
                     f"({_describe(e.problems)}); check the disk"
                 ) from None
             bad = [c for c in plan.chunks if c.index in e.problems]
-            _discard(out, bad, manifest, e.problems, console)
-            _run_chunks(sweep, out, plan, bad, manifest, console, client)
+            _discard(out, bad, manifest, e.problems, reporter)
+            _run_chunks(sweep, out, plan, bad, manifest, reporter, client)
     manifest.complete = True
     manifest.data_sha256 = sha
     store.write_manifest(out, manifest)
     if not store.remove_chunks(out):
-        console.print(
-            f"plan: warning: left {out / store.CHUNKS}: it holds files a sweep does not write",
-            soft_wrap=True,
+        reporter.line(
+            f"plan: warning: left {out / store.CHUNKS}: it holds files a sweep does not write"
         )
     return df
 
 
 def _verify_chunks(
-    out: Path, plan: ChunkPlan, manifest: store.Manifest, console: Console
+    out: Path, plan: ChunkPlan, manifest: store.Manifest, reporter: Reporter
 ) -> list[Chunk]:
     """On resume: the chunks still to run. A chunk file that fails verification
     against the manifest (checksum, row count) is removed and rerun, and said so
@@ -602,7 +583,7 @@ def _verify_chunks(
             raise SweepError(f"{path}: does not match the chunk plan; use --overwrite")
     if problems:
         bad = [c for c in plan.chunks if c.index in problems]
-        _discard(out, bad, manifest, problems, console)
+        _discard(out, bad, manifest, problems, reporter)
     return todo
 
 
@@ -611,18 +592,17 @@ def _discard(
     chunks: list[Chunk],
     manifest: store.Manifest,
     problems: dict[int, str],
-    console: Console,
+    reporter: Reporter,
 ) -> None:
     """Remove chunk files that failed verification (and their records), saying
-    so in one line on the console."""
+    so in one line on the reporter."""
     for chunk in chunks:
         store.chunk_path(out, chunk.index).unlink(missing_ok=True)
         manifest.chunks.pop(chunk.index, None)
     store.write_manifest(out, manifest)
-    console.print(
+    reporter.line(
         f"plan: recomputing {len(chunks)} chunk(s) whose files in {out / store.CHUNKS} fail "
-        f"verification: {_describe(problems)}",
-        soft_wrap=True,
+        f"verification: {_describe(problems)}"
     )
 
 
@@ -736,10 +716,11 @@ def estimate(
 
 
 def dry_run(
-    sweep: Sweep, chunk_size: int | None, memory_limit: int, workers: int | None, console: Console
+    sweep: Sweep, chunk_size: int | None, memory_limit: int, workers: int | None, reporter: Reporter
 ) -> dict:
-    """Print the grid, the chunk plan and an estimated wall time (``estimate``;
-    compile time reported separately). Returns the figures."""
+    """Report the grid, the chunk plan and an estimated wall time (``estimate``;
+    compile time reported separately), a line each to ``reporter``. Returns the
+    figures."""
     threads = workers if workers is not None else numba.get_num_threads()
     budget = chunk_budget(memory_limit, threads, has_fleets(sweep), caching_values(sweep))
     plan = plan_chunks(sweep, chunk_size, budget)
@@ -767,22 +748,22 @@ def dry_run(
         "threads": threads,
     }
     axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
-    console.print(f"spec {sweep.name}: {count(plan.num_configs, 'config')} over {axes}")
-    console.print(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
-    console.print(f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs")
-    console.print(
+    reporter.line(f"spec {sweep.name}: {count(plan.num_configs, 'config')} over {axes}")
+    reporter.line(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
+    reporter.line(f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs")
+    reporter.line(
         f"memory: peak about {_mib(plan.peak_bytes)} of the {_mib(memory_limit)} limit: "
         f"{budget.describe()}, then the larger of the biggest chunk {_mib(peak)} (state, "
         f"metrics, the scratch of {threads} running configs) and the final merge "
         f"{_mib(budget.dataset)}"
     )
-    console.print(f"JIT compile / cache load: {compile_s:.1f} s")
-    console.print(f"estimated run time: {est.describe()}")
+    reporter.line(f"JIT compile / cache load: {compile_s:.1f} s")
+    reporter.line(f"estimated run time: {est.describe()}")
     if sweep.search is not None:
-        console.print(
+        reporter.line(
             "[search]: not in the estimate; each chunk then runs the highest-rate search, "
             "about 10 more kernel calls over its configs, each run to completion "
-            "(planner.maxrate)"
+            "(planner.maxrate.search)"
         )
     return fig
 

@@ -70,7 +70,7 @@ def _warm_up(threads: int) -> bool:
 
     from planner.api import simulate
     from planner.config import SchedulerConfig
-    from planner.workload import LengthDist, synthetic
+    from planner.workload.arrays import LengthDist, synthetic
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     d = LengthDist("constant", 8)

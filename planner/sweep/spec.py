@@ -26,8 +26,6 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner import bounds, resolve
-from planner.block_hashes import check_block_sizes
-from planner.cli_inert import SCHEDULER_RULES
 from planner.config import (
     FIELD_FLAGS,
     PREEMPTION_MODES,
@@ -36,26 +34,27 @@ from planner.config import (
     clock_bound,
     compat_settings,
 )
-from planner.hardware import HardwareError
-from planner.latency import Latency
-from planner.maxrate_range import (
+from planner.inert import SCHEDULER_RULES
+from planner.latency.step_time import Latency
+from planner.maxrate.search_range import (
     DEFAULT_MAX_SCALE,
     DEFAULT_MIN_SCALE,
     DEFAULT_REL_TOL,
     SearchRange,
 )
+from planner.models.hardware import HardwareError
 from planner.slo import SLO, from_options
-from planner.traces import TraceOptions, check_columns, load_trace
-from planner.workload import (
+from planner.workload.arrays import (
     MAX_TURNS,
     LengthDist,
     Workload,
     WorkloadError,
     seed_acts,
     sessions,
-    unused_field_warnings,
     with_shared_prefixes,
 )
+from planner.workload.traces import TraceOptions, check_columns, load_trace
+from planner.workload_checks import check_block_sizes, unused_field_warnings
 
 # A grid larger than this is refused: at ~1 ms per config it would take hours
 # on one machine; split it into several specs (or use the Dask executor).
@@ -234,24 +233,24 @@ class WorkloadSpec(_Strict):
     seed: Annotated[int, Field(ge=0)] = 0
     prompt: LengthSpec | None = None
     output: LengthSpec | None = None
-    # trace (path relative to the spec file); see planner.traces
+    # trace (path relative to the spec file); see planner.workload.traces
     path: str | None = None
     format: Literal["auto", "azure", "csv", "jsonl", "mooncake"] = "auto"
-    # tokens per hash id of a hash_ids column (planner.traces; 512 for mooncake)
+    # tokens per hash id of a hash_ids column (planner.workload.traces; 512 for mooncake)
     hash_block_size: Annotated[int, Field(ge=1, le=2**31 - 1, strict=True)] | None = None
     start_s: Annotated[float, Field(ge=0)] = 0.0
     duration_s: Annotated[float, Field(gt=0)] = math.inf
     rate_scale: Annotated[float, Field(gt=0)] = 1.0
     max_requests: Annotated[int, Field(ge=1)] | None = None
-    # key -> the file's column name (planner.traces.DEFAULT_COLUMNS), e.g.
+    # key -> the file's column name (planner.workload.traces.DEFAULT_COLUMNS), e.g.
     # columns = { arrival = "ts", output = "completion_tokens" }
     columns: dict[str, str] = {}
-    # shared prompt prefixes (planner.workload.with_shared_prefixes)
+    # shared prompt prefixes (planner.workload.arrays.with_shared_prefixes)
     # (strict: true is not 1 group, "0.5" is not a share)
     prefix_groups: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
     prefix_len: Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)] = 0
     prefix_share: Annotated[float, Field(ge=0, le=1, strict=True)] = 0.0
-    # multi-turn sessions (planner.workload.sessions): num_requests sessions of
+    # multi-turn sessions (planner.workload.arrays.sessions): num_requests sessions of
     # this many turns; prompt is each turn's new message
     turns: Annotated[int, Field(ge=1, le=MAX_TURNS, strict=True)] = 1
 
@@ -365,7 +364,7 @@ class SloSpec(_Strict):
 
 class SearchSpec(_Strict):
     """``[search]``: the highest sustainable rate of every configuration
-    (``planner.maxrate``) at the spec's ``[slo]`` (none: overload only), adding
+    (``planner.maxrate.search``) at the spec's ``[slo]`` (none: overload only), adding
     the columns ``max_rate_scale``, ``max_rps``, ``max_output_tps``,
     ``max_rate_limit``, ``max_rate_fail_scale``. Fields as ``plan max-rate``'s
     options. Every search candidate runs to completion: ``horizon_s`` applies
@@ -577,7 +576,7 @@ class Sweep:
 
     def _reject_inert_settings(self) -> None:
         """Refuse a scheduler setting that has no effect in any configuration
-        (the rules of ``plan run``, ``planner.cli_inert.SCHEDULER_RULES``)."""
+        (the rules of ``plan run``, ``planner.inert.SCHEDULER_RULES``)."""
         given = set(self.spec.scheduler) | set(self.axes)
         params = [dataclasses.asdict(c) for c in self.configs]
         for rule in SCHEDULER_RULES:
@@ -594,7 +593,7 @@ class Sweep:
         """Refuse a ``[hardware]`` section that nothing reads: every pool
         given, a linear step time from ``latency.beta``, and in every config
         plain full attention with no swap block size to derive (``plan run``'s
-        ``cli_inert.reject_inert_hardware``). Raises SpecError."""
+        ``planner.cli.inert.reject_inert_hardware``). Raises SpecError."""
         hw, lat = self.spec.hardware, self.spec.latency
         if hw is None or lat.kind != "linear" or lat.beta is None:
             return

@@ -16,7 +16,7 @@ dataset path: pyarrow and pandas skip the ``_``- and ``.``-prefixed entries,
 but polars refuses a folder holding ``_manifest.json``, and duckdb reads
 ``_chunks/`` too (duplicate rows while a sweep runs). Nothing else belongs in
 the folder; ``plan heatmap`` writes its picture beside it
-(planner.plots.default_out).
+(planner.plots.heatmap.default_out).
 
 Every file is written to a ``.NAME.<random>.tmp`` beside it and renamed into
 place, so a killed write leaves at most such a temp file (removed by the next

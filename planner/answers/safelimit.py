@@ -1,0 +1,415 @@
+"""``plan safe-limit``: the largest KV-safe max_num_seqs, three ways.
+
+1. Analytic (``capacity.analytic_safe_max_num_seqs``): ``floor((N-1) /
+   cdiv(L, bs))`` with L the mean prompt + mean output, and L at percentiles
+   of prompt + output.
+2. Simulation-verified: the largest max_num_seqs such that it and every
+   smaller value keep the preemption rate (preemptions per completed request)
+   at or below a threshold, 0 by default. Found with the batch kernel: a
+   log-spaced pass over 1..upper, then every integer between the last passing
+   and the first failing value.
+3. Throughput- and goodput-optimal: the smallest max_num_seqs within 1%
+   (``KNEE_TOLERANCE``) of the best completions per second, and of the best
+   completions per second that meet the TTFT and TPOT SLOs (goodput). Both are
+   refined over every integer below the coarse knee.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from planner.api import simulate
+from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
+from planner.config import SchedulerConfig
+from planner.latency.step_time import Latency
+from planner.slo import FIELDS, NAMES, SLO, seconds_text
+from planner.text import count
+from planner.workload.arrays import Workload
+
+COARSE_POINTS = 40
+# Past its knee the throughput curve is flat within noise (S1-exact: 262-266
+# completions from max_num_seqs 60 to 300), so "optimal" is the smallest
+# max_num_seqs within 1% of the best: more buys preemptions, not throughput.
+KNEE_TOLERANCE = 0.01
+
+
+@dataclass
+class SafeLimits:
+    """Results; ``table`` has one row per evaluated max_num_seqs (sorted)."""
+
+    mean_prompt: float
+    mean_output: float
+    mean_request: float  # L: Workload.mean_request_tokens(max_model_len)
+    analytic: int
+    analytic_at: dict[str, int]  # "p50" ... "max" -> limit at that request length
+    length_at: dict[str, float]
+    usable_blocks: int
+    preemption_threshold: float
+    simulated: int | None  # None: even max_num_seqs 1 preempts above the threshold
+    throughput_optimal: int
+    goodput_optimal: int | None
+    slo: SLO
+    table: pd.DataFrame
+    search_limit: int = 1024  # the largest max_num_seqs evaluated (min(upper, requests))
+    # When no value qualifies (``qualifies``): the highest rate scale at which the
+    # closest value does (``planner.maxrate.search``, run to completion), and that value.
+    closest: int | None = None
+    closest_rate_scale: float = float("nan")
+    closest_rate_limit: str = ""
+
+    def row(self, seqs: int | None) -> pd.Series | None:
+        if seqs is None:
+            return None
+        return self.table.loc[self.table.max_num_seqs == seqs].iloc[0]
+
+
+def analytic_limits(
+    wl: Workload, cfg: SchedulerConfig, percentiles: tuple[float, ...]
+) -> tuple[int, dict[str, int], dict[str, float]]:
+    """Analytic limit at the mean and at each percentile of the request length
+    (prompt + output, capped at max_model_len, admitted requests:
+    ``Workload.request_tokens``)."""
+    mean_len = wl.mean_request_tokens(cfg.max_model_len)
+    total = wl.request_tokens(cfg.max_model_len)
+    if len(total) == 0:
+        total = np.array([cfg.max_model_len])
+    at, lengths = {}, {}
+    for p in percentiles:
+        key = "max" if p == 100 else f"p{p:g}"
+        lengths[key] = float(np.percentile(total, p))
+        at[key] = analytic_safe_max_num_seqs(
+            cfg.num_gpu_blocks, cfg.block_size, lengths[key], cfg.null_block
+        )
+    return (
+        analytic_safe_max_num_seqs(cfg.num_gpu_blocks, cfg.block_size, mean_len, cfg.null_block),
+        at,
+        lengths,
+    )
+
+
+def _evaluate(
+    seqs: list[int],
+    wl: Workload,
+    cfg: SchedulerConfig,
+    lat: Latency,
+    slo: SLO,
+) -> pd.DataFrame:
+    """``summarize`` rows (with the SLO columns when ``slo`` sets any) for
+    ``cfg`` at each max_num_seqs in ``seqs``, in one kernel call."""
+    configs = [dataclasses.replace(cfg, max_num_seqs=int(s)) for s in seqs]
+    df = simulate(configs, wl, lat, check_invariants=False).metrics(slo)
+    if "goodput_rps" not in df:
+        df["goodput_rps"] = np.nan
+    return df
+
+
+def _passes(df: pd.DataFrame, threshold: float) -> np.ndarray:
+    rate = df.preemptions / np.maximum(df.completed, 1)
+    return ((rate <= threshold) & ~df.livelocked).to_numpy()
+
+
+def _knee(df: pd.DataFrame, col: str) -> int:
+    """Index of the smallest max_num_seqs within KNEE_TOLERANCE of the column's best."""
+    v = df[col].fillna(0).to_numpy()
+    return int(np.argmax(v >= (1 - KNEE_TOLERANCE) * v.max()))
+
+
+SEARCH_CEILING = 1024  # vLLM 0.33's default max_num_seqs on an H100-class GPU
+
+
+def search_upper(wl: Workload, max_num_batched_tokens: int, ceiling: int = SEARCH_CEILING) -> int:
+    """The largest max_num_seqs the search evaluates: ``ceiling``, at most the
+    workload's request count (more slots than requests change nothing) and
+    max_num_batched_tokens (vLLM 0.33 refuses a larger max_num_seqs:
+    ``SchedulerConfig.verify_max_model_len``)."""
+    return max(1, min(ceiling, wl.num_requests, max_num_batched_tokens))
+
+
+def find_safe_limits(
+    wl: Workload,
+    cfg: SchedulerConfig,
+    lat: Latency,
+    percentiles: tuple[float, ...] = (50, 90, 99, 100),
+    preemption_threshold: float = 0.0,
+    slo: SLO | None = None,
+    upper: int | None = None,
+) -> SafeLimits:
+    """Compute all three limits for ``wl`` on ``cfg``'s pool (its max_num_seqs is ignored).
+
+    Raises ValueError for a percentile outside 0..100 or a negative threshold
+    (``SLO`` itself refuses a non-positive objective).
+    """
+    slo = slo if slo is not None else SLO()
+    for p in percentiles:
+        if not (0 <= p <= 100):
+            raise ValueError(f"--percentile must be in 0..100, got {p:g}")
+    if not (preemption_threshold >= 0):
+        raise ValueError(f"--preemption-threshold must be >= 0, got {preemption_threshold}")
+    mnbt = cfg.max_num_batched_tokens
+    upper = search_upper(wl, mnbt, SEARCH_CEILING if upper is None else upper)
+    analytic, at, lengths = analytic_limits(wl, cfg, percentiles)
+    coarse = sorted({int(round(x)) for x in np.geomspace(1, upper, COARSE_POINTS)} | {analytic})
+    coarse = [s for s in coarse if 1 <= s <= upper]
+    df = _evaluate(coarse, wl, cfg, lat, slo)
+    ok = _passes(df, preemption_threshold)
+    first_bad = int(np.argmin(ok)) if not ok.all() else len(ok)
+    if 0 < first_bad < len(ok):
+        lo, hi = coarse[first_bad - 1], coarse[first_bad]
+        fine = list(range(lo + 1, hi))
+        if fine:
+            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
+    # Refine where each curve first comes within KNEE_TOLERANCE of its maximum.
+    cols = ["throughput_rps"]
+    if slo.given():
+        cols.append("goodput_rps")
+    for col in cols:
+        df = df.sort_values("max_num_seqs").reset_index(drop=True)
+        j = _knee(df, col)
+        if j > 0:
+            lo, hi = int(df.max_num_seqs[j - 1]), int(df.max_num_seqs[j])
+            fine = [x for x in range(lo + 1, hi) if x not in set(df.max_num_seqs)]
+            if fine:
+                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
+    df = df.sort_values("max_num_seqs").reset_index(drop=True)
+    ok = _passes(df, preemption_threshold)
+    n_ok = int(np.argmin(ok)) if not ok.all() else len(ok)
+    simulated = int(df.max_num_seqs[n_ok - 1]) if n_ok > 0 else None
+    best = int(df.max_num_seqs[_knee(df, "throughput_rps")])
+    good = None
+    if len(cols) == 2:
+        good = int(df.max_num_seqs[_knee(df, "goodput_rps")])
+    out = SafeLimits(
+        mean_prompt=float(wl.prompt_tokens.mean()),
+        mean_output=float(wl.output_tokens.mean()),
+        mean_request=wl.mean_request_tokens(cfg.max_model_len),
+        analytic=analytic,
+        analytic_at=at,
+        length_at=lengths,
+        usable_blocks=usable_blocks(cfg.num_gpu_blocks, cfg.null_block),
+        preemption_threshold=preemption_threshold,
+        simulated=simulated,
+        throughput_optimal=best,
+        goodput_optimal=good,
+        slo=slo,
+        table=df,
+        search_limit=upper,
+    )
+    # Rejections fail at every rate and max_num_seqs (``recommend`` says so): no search.
+    if not qualifies(out).any() and df.completed.max() > 0 and df.rejected.min() == 0:
+        _closest_rate(out, wl, cfg, lat)
+    return out
+
+
+def _closest_rate(s: SafeLimits, wl: Workload, cfg: SchedulerConfig, lat: Latency) -> None:
+    """Nothing qualifies: find the value that comes closest (the most started
+    per second when all are overloaded, else the smallest p99 / SLO ratio among
+    those that keep up) and the highest rate scale at which it qualifies
+    (``maxrate.search_max_rate``, below 1). Sets ``s.closest*``; an offline
+    workload (no rate to scale) leaves them unset."""
+    from planner.maxrate.search import SearchRange, search_max_rate
+
+    t = s.table
+    alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
+    keeps_up = alive & ~t.overloaded.astype(bool)
+    sub = t[keeps_up] if keeps_up.any() else t[alive]
+    col, pick = ("slo_margin", "idxmin") if keeps_up.any() else ("served_rps", "idxmax")
+    seqs = int(sub.loc[getattr(sub[col], pick)()].max_num_seqs)
+    try:
+        found = search_max_rate(
+            [dataclasses.replace(cfg, max_num_seqs=seqs)], wl, lat, s.slo, SearchRange(hi=1.0)
+        )
+    except ValueError:  # every request arrives at once: no rate to scale
+        return
+    s.closest = seqs
+    s.closest_rate_scale = float(found.table.max_rate_scale[0])
+    s.closest_rate_limit = str(found.table.max_rate_limit[0])
+
+
+def simulated_is_bound(s: SafeLimits) -> bool:
+    """True when the simulation-verified limit is the search limit: every value
+    tried passed, so the true limit is at least that (a bound, not a finding)."""
+    return s.simulated is not None and s.simulated >= s.search_limit
+
+
+def search_limit_text(s: SafeLimits) -> str:
+    """Why the search stopped where it did, for '≥ N (search limit ...)'."""
+    why = "the workload's request count" if s.search_limit < 1024 else "the search cap"
+    return f"search limit: {why}"
+
+
+def qualifies(s: SafeLimits) -> np.ndarray:
+    """(rows,) bool over ``s.table``: max_num_seqs values that may be recommended:
+    something completed, no livelock or step limit, not overloaded
+    (``metrics.overload``), no request rejected by the front end (prompt >=
+    max_model_len: it fails whatever max_num_seqs is) and, with SLOs, every
+    SLO met (``meets_slo``: unserved requests count as misses)."""
+    t = s.table
+    ok = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit & ~t.overloaded.astype(bool)
+    ok &= t.rejected == 0
+    if s.slo.given():
+        ok &= t.meets_slo.astype(bool)
+    return ok.to_numpy()
+
+
+@dataclass
+class Recommendation:
+    """One answer: ``max_num_seqs`` (None: nothing qualifies), the reason in
+    words, and, when nothing qualifies, ``load_fraction``: the share of the
+    accepted load that at best keeps up (served / accepted req/s of the best
+    max_num_seqs, ``1 / load_ratio``, an upper bound on the load that can be
+    served; requests the front end rejects are no load: NaN when the failure
+    is an SLO, not overload)."""
+
+    max_num_seqs: int | None
+    reason: str
+    text: str
+    load_fraction: float = float("nan")
+
+
+def started_text(row: pd.Series) -> str:
+    """'S of O req/s offered started over the arrival window', with the rate
+    the front end rejected (prompt >= max_model_len) when it rejected any:
+    those never start, whatever the capacity (``metrics.overload``)."""
+    text = f"{row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started"
+    refused = row.offered_rps - row.accepted_rps
+    if refused > 0:
+        text += f" ({refused:.3f} req/s rejected by the front end)"
+    return text + " over the arrival window"
+
+
+def latency_text(row: pd.Series, slo: SLO) -> str:
+    """TTFT, TPOT, ITL and E2E p99 of ``row`` (ITL only when ``slo`` sets an
+    ITL SLO), a lower bound printed as '≥ X'."""
+    parts = []
+    for key in FIELDS:
+        if key == "itl_s" and slo.itl_s is None:
+            continue
+        name = NAMES[key]
+        v = row[f"{key}_p99"]
+        if isinstance(v, float) and np.isnan(v):
+            continue
+        bound = "≥ " if bool(row.get(f"{key}_p99_is_lower_bound", False)) else ""
+        parts.append(f"{name} p99 {bound}{seconds_text(float(v))}")
+    return ", ".join(parts) or "no latency (no request served)"
+
+
+def recommend(s: SafeLimits) -> Recommendation:
+    """The one recommended max_num_seqs and why (``qualifies``): among the
+    values that keep up with the offered load and meet the SLOs, those within
+    the preemption threshold if any, the smallest within KNEE_TOLERANCE of the
+    best goodput (SLOs given) or completions per second. When none qualifies,
+    no value is recommended, and the text says what fails and by how much the
+    load must fall or the capacity grow."""
+    t = s.table
+    if (rejected := int(t.rejected.min())) > 0:  # the same at every max_num_seqs
+        text = (
+            f"Nothing recommended: at every max_num_seqs the front end rejects "
+            f"{count(rejected, 'request')} of the workload (prompt >= max_model_len "
+            f"{int(t.max_model_len.iloc[0]):,}), and they fail whatever the scheduler does: "
+            "raise --max-model-len."
+        )
+        return Recommendation(None, "rejects requests", text)
+    if t.completed.max() == 0:
+        text = (
+            "No max_num_seqs completes any request on this pool within the horizon: the pool "
+            "or the horizon is too small for this workload. Nothing recommended."
+        )
+        return Recommendation(None, "nothing completes", text)
+    ok = qualifies(s)
+    crit = (
+        "no preemption"
+        if s.preemption_threshold == 0
+        else f"at most {s.preemption_threshold:g} preemptions per completed request"
+    )
+    slo_part = f", meet the SLOs ({s.slo.describe()})" if s.slo.given() else ""
+    if ok.any():
+        kv_safe = ok & _passes(t, s.preemption_threshold)
+        pool = kv_safe if kv_safe.any() else ok
+        col = "goodput_rps" if s.slo.given() else "throughput_rps"
+        sub = t[pool].reset_index(drop=True)
+        row = sub.iloc[_knee(sub, col)]
+        seqs = int(row.max_num_seqs)
+        what = "goodput" if s.slo.given() else "completions per second"
+        reason = (
+            f"the smallest max_num_seqs within 1% of the best {what} among those that keep up "
+            f"with the offered load{slo_part}"
+            + (f" and have {crit}" if kv_safe.any() else f"; none of those has {crit}")
+        )
+        text = (
+            f"Recommended: max_num_seqs {seqs}, {reason}. At it: "
+            f"{row.throughput_rps:.3f} req/s completed"
+            + (f", goodput {row.goodput_rps:.3f} req/s" if s.slo.given() else "")
+            + f", {latency_text(row, s.slo)}, {row.preemptions:.0f} preemptions, keeps up "
+            f"({started_text(row)})."
+        )
+        if seqs >= s.search_limit:
+            text += (
+                f" It is the largest value tried ({search_limit_text(s)}): larger ones may "
+                "do better."
+            )
+        return Recommendation(seqs, reason, text)
+    return _nothing_qualifies(s)
+
+
+def _nothing_qualifies(s: SafeLimits) -> Recommendation:
+    """Nothing recommended: say what fails at every max_num_seqs, and how far off it is."""
+    t = s.table
+    alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
+    keeps_up = alive & ~t.overloaded.astype(bool)
+    span = f"from 1 to {s.search_limit:,}"
+    if not keeps_up.any():
+        best = t[alive].loc[t[alive].served_rps.idxmax()]
+        frac = float(1 / best.load_ratio)  # no rejections here (``recommend``)
+        text = (
+            f"Nothing recommended: no max_num_seqs {span} keeps up with the offered load "
+            f"({best.offered_rps:.3f} req/s): every one is overloaded. The most any starts is "
+            f"{best.served_rps:.3f} req/s (max_num_seqs {int(best.max_num_seqs)}), so the "
+            f"load would have to fall by about {(1 - frac) * 100:.0f}% or the capacity grow "
+            f"about {1 / frac:.2f}x (blocks, GPUs, replicas; an estimate from the rate started "
+            "while overloaded); no scheduler setting fixes overload."
+        )
+        text += _rate_text(s)
+        return Recommendation(None, "overloaded", text, frac)
+    sub = t[keeps_up]
+    best = sub.loc[sub.slo_margin.idxmin()]
+    text = (
+        f"Nothing recommended: no max_num_seqs {span} keeps up and meets the SLOs "
+        f"({s.slo.describe()}). Closest: "
+        f"max_num_seqs {int(best.max_num_seqs)} keeps up, with {latency_text(best, s.slo)}: "
+        f"{'at least ' if _any_bound(best) else ''}{best.slo_margin:.2f}x its tightest SLO."
+        + _rate_text(s)
+    )
+    return Recommendation(None, "misses the SLOs", text, s.closest_rate_scale)
+
+
+def _rate_text(s: SafeLimits) -> str:
+    """What the highest-rate search of the closest value found (``_closest_rate``)."""
+    if s.closest is None:
+        return ""
+    cond = "meets the SLOs and keeps up" if s.slo.given() else "keeps up"
+    if s.closest_rate_limit == "below_search_min":
+        return (
+            f" Even at 0.001x the offered rate, max_num_seqs {s.closest} never {cond} "
+            "(run to completion): less load alone does not help; the SLOs need faster steps "
+            "(hardware, model) or a larger pool."
+        )
+    r = s.closest_rate_scale
+    return (
+        f" Run to completion, max_num_seqs {s.closest} {cond} up to {r:.3g}x the offered "
+        f"rate (plan max-rate): the load must fall by {(1 - r) * 100:.0f}% or the capacity "
+        f"grow {1 / r:.2f}x (replicas)."
+    )
+
+
+def _any_bound(row: pd.Series) -> bool:
+    return any(bool(row.get(f"{k}_p99_is_lower_bound", False)) for k in FIELDS)
+
+
+def recommendation(s: SafeLimits) -> str:
+    """One paragraph: the one recommended max_num_seqs (``recommend``) and what
+    it gives, or why nothing is recommended."""
+    return recommend(s).text

@@ -1,0 +1,665 @@
+"""Command-line options shared by several ``plan`` commands, each defined once.
+
+A command declares a parameter with one of these types and the option has the
+same name, help and parsing everywhere, so an error message that names it
+(``resolve.latency``: "pass --beta-coeffs ...") is true for every command that
+can print it. ``tests/test_error_flags.py`` checks that for all commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import inspect
+import sys
+import time
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import click
+import typer
+
+from planner import bounds, resolve
+from planner.config import ADMISSIONS, COMPATS, ROUTERS, VICTIMS, SchedulerConfig
+from planner.latency.step_time import Latency
+from planner.slo import SLO, from_options
+from planner.workload.arrays import (
+    S1_OUTPUT,
+    S1_PROMPT,
+    Workload,
+    drawn_mean_warning,
+    length_from_options,
+    seed_acts,
+    sessions,
+)
+from planner.workload.traces import DEFAULT_COLUMNS
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a long command; work done so far is on disk (the message
+    says where and how to resume; ``cli.main`` prints it, exit 130)."""
+
+
+class BoundedCommand(typer.core.TyperCommand):
+    """A ``plan`` command whose numeric options are checked against
+    ``planner.bounds.OPTION_BOUNDS`` after parsing and before the command runs;
+    its help lists the options under their panels (``panel``)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Check every numeric option given or defaulted, then run the command.
+
+        Raises ValueError (one line naming the option and its bound)."""
+        check_numeric_options(ctx)
+        return super().invoke(ctx)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Options grouped by help panel (each option's ``rich_help_panel``, in
+        the order the panels first appear), each laid out by Click's own
+        formatter (full option names at any width); ungrouped ones under "Options"."""
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                title = getattr(param, "rich_help_panel", None) or "Options"
+                groups.setdefault(title, []).append(record)
+        for title, rows in groups.items():
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One option of a command whose options are a table (``takes``): the
+    Python name (the flag is ``--`` + name with dashes, unless its
+    ``typer.Option`` names one), its ``Annotated[type, typer.Option(...)]``
+    and its default."""
+
+    name: str
+    kind: object
+    default: object = None
+
+
+def panel(title: str, *params: Param) -> tuple[Param, ...]:
+    """``params`` listed under ``title`` in the command's help: each
+    ``typer.Option`` copied with ``rich_help_panel=title``."""
+    out = []
+    for p in params:
+        base, *meta = typing.get_args(p.kind)
+        meta = [copy.copy(m) for m in meta]
+        for m in meta:
+            if isinstance(m, typer.models.OptionInfo):
+                m.rich_help_panel = title
+        out.append(dataclasses.replace(p, kind=Annotated[(base, *meta)]))
+    return tuple(out)
+
+
+def takes(*params: Param) -> Callable[[F], F]:
+    """Give a command written as ``def cmd(ctx, **o)`` the signature Typer
+    reads: ``ctx: typer.Context`` then ``params`` in order, keyword-only.
+    The option definitions stay in one table; the body reads ``o[name]``."""
+    names = [p.name for p in params]
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"an option is listed twice: {sorted(n for n in names if names.count(n) > 1)}"
+        )
+
+    def give(fn: F) -> F:
+        ctx = inspect.Parameter(
+            "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+        )
+        kw = inspect.Parameter.KEYWORD_ONLY
+        rest = [inspect.Parameter(p.name, kw, default=p.default, annotation=p.kind) for p in params]
+        fn.__signature__ = inspect.Signature([ctx, *rest], return_annotation=None)  # type: ignore[attr-defined]
+        return fn
+
+    return give
+
+
+NUMERIC_TYPES = frozenset({"int", "float", "list[int]", "list[float]"})
+
+
+def numeric_params(command: click.Command) -> list[typer.core.TyperOption]:
+    """The command's parameters annotated int or float (lists of them included)."""
+    return [
+        p
+        for p in command.params
+        if isinstance(p, typer.core.TyperOption | typer.core.TyperArgument)
+        and p.bare_type() in NUMERIC_TYPES
+    ]
+
+
+def check_numeric_options(ctx: click.Context) -> None:
+    """Each numeric parameter's value (each element of a list) against its bound."""
+    for p in numeric_params(ctx.command):
+        value = ctx.params.get(p.name or "")
+        name = bounds.flag(p.name or "")
+        label = name if name in p.opts or not p.opts else p.opts[0]
+        for v in value if isinstance(value, list | tuple) else [value]:
+            if v is not None:
+                bounds.check_option(p.name or "", v, label)
+
+
+class LatencyKind(StrEnum):
+    """Step-time models (``planner.latency.step_time``; ``resolve.LATENCY_KINDS``)."""
+
+    linear = "linear"
+    roofline = "roofline"
+    measured = "measured"
+
+
+LatencyOpt = Annotated[LatencyKind, typer.Option(help="Step-time model.")]
+
+
+class GdnPrefillBackendKind(StrEnum):
+    """vLLM's Gated DeltaNet prefill kernels that change KV sizing
+    (``planner.models.kv_cache.GDN_PREFILL_BACKENDS``)."""
+
+    flashinfer = "flashinfer"
+    triton = "triton"
+
+
+GdnPrefillBackend = Annotated[
+    GdnPrefillBackendKind,
+    typer.Option(
+        help="Gated DeltaNet prefill kernel of a linear-attention hybrid, which sizes its "
+        "blocks when prefix caching is on: flashinfer (vLLM's choice on Hopper, and on "
+        "Blackwell with CUDA >= 13) or triton (elsewhere)."
+    ),
+]
+AlphaCoeffs = Annotated[
+    str | None,
+    typer.Option(
+        help="alpha0,alpha1,alpha2 in microseconds [default: preset or S1 seed; 0,0,0 when "
+        "--beta-coeffs is given, which then describes another fit]."
+    ),
+]
+BetaCoeffs = Annotated[
+    str | None,
+    typer.Option(help="beta0,beta1,beta2 in microseconds [default: preset or S1 seed]."),
+]
+Mfu = Annotated[float | None, typer.Option(help="Roofline: model FLOP utilisation.")]
+Mbu = Annotated[float | None, typer.Option(help="Roofline: memory bandwidth use.")]
+StepOverheadUs = Annotated[
+    float, typer.Option(help="Roofline or measured: fixed per step, microseconds.")
+]
+MeasuredScale = Annotated[
+    float | None,
+    typer.Option(help="Measured: factor on the table's step times (plan calibrate fits it)."),
+]
+
+
+def coeffs(text: str, flag: str) -> tuple[float, float, float]:
+    """Parse ``a,b,c`` (three numbers, microseconds) given to ``flag``.
+
+    Raises ValueError (one line, naming ``flag``) otherwise.
+    """
+    try:
+        vals = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag}: expected three comma-separated numbers, got {text!r}") from None
+    if len(vals) != 3:
+        raise ValueError(f"{flag}: expected three comma-separated numbers, got {text!r}")
+    return vals  # type: ignore[return-value]
+
+
+def step_time(
+    latency: LatencyKind,
+    model: str | None,
+    gpu: str | None,
+    tp: int,
+    alpha_coeffs: str | None,
+    beta_coeffs: str | None,
+    mfu: float | None,
+    mbu: float | None,
+    step_overhead_us: float,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    measured_scale: float | None = None,
+) -> Latency:
+    """The step-time model from the latency options above (``resolve.latency``
+    picks it and states the defaults); the roofline reads the model's weight
+    and KV bytes under ``--quantization`` and ``--kv-cache-dtype``."""
+    if measured_scale is not None and latency != LatencyKind.measured:
+        raise ValueError("--measured-scale needs --latency measured")
+    lat = resolve.latency(
+        latency.value,
+        model,
+        gpu,
+        tp,
+        None if alpha_coeffs is None else coeffs(alpha_coeffs, "--alpha-coeffs"),
+        None if beta_coeffs is None else coeffs(beta_coeffs, "--beta-coeffs"),
+        mfu,
+        mbu,
+        step_overhead_us,
+        quantization,
+        kv_cache_dtype,
+    )
+    if measured_scale is not None:
+        lat = dataclasses.replace(lat, scale=measured_scale)  # type: ignore[type-var]
+    return lat
+
+
+# Synthetic workloads (``planner.workload.arrays.synthetic``); S1's shapes are the defaults.
+class Arrival(StrEnum):
+    """Arrival processes (``workload.ARRIVALS``)."""
+
+    constant = "constant"
+    poisson = "poisson"
+    gamma = "gamma"
+    offline = "offline"
+
+
+class LengthKind(StrEnum):
+    """Length laws of a synthetic workload (``workload.LENGTH_KINDS``)."""
+
+    gaussian = "gaussian"
+    lognormal = "lognormal"
+    constant = "constant"
+
+
+PROMPT_HELP = "Synthetic prompt mean, tokens [default: S1's 300, stdev 200, 200..400]."
+OUTPUT_HELP = "Synthetic output mean, tokens [default: S1's 3,500, stdev 3,200, 3,200..3,596]."
+STDEV_HELP = "Standard deviation, tokens [default: S1's when no length option is given, else 0]."
+MIN_HELP = "Lower clamp, tokens [default: S1's when no length option is given, else 1]."
+MAX_HELP = "Upper clamp, tokens [default: S1's when no length option is given, else none]."
+
+NumRequests = Annotated[int, typer.Option(help="Synthetic: request count.")]
+Rate = Annotated[float, typer.Option(help="Synthetic: requests per second.")]
+ArrivalOpt = Annotated[Arrival, typer.Option(help="Synthetic arrival process.")]
+LengthDistOpt = Annotated[LengthKind, typer.Option(help="Synthetic length law.")]
+PromptTokens = Annotated[float | None, typer.Option(help=PROMPT_HELP)]
+OutputTokens = Annotated[float | None, typer.Option(help=OUTPUT_HELP)]
+Stdev = Annotated[float | None, typer.Option(help=STDEV_HELP)]
+Min = Annotated[int | None, typer.Option(help=MIN_HELP)]
+Max = Annotated[int | None, typer.Option(help=MAX_HELP)]
+Seed = Annotated[
+    int | None,
+    typer.Option(
+        help="Workload seed: synthetic draws and --prefix-groups members (refused where nothing is "
+        "drawn) [default: 0]."
+    ),
+]
+PrefixGroups = Annotated[
+    int, typer.Option(help="Shared-prefix groups (with --prefix-len, --prefix-share).")
+]
+PrefixLen = Annotated[int, typer.Option(help="Tokens of each group's shared prefix.")]
+PrefixShare = Annotated[
+    float, typer.Option(help="Share of requests in a shared-prefix group, 0..1.")
+]
+
+Lengths = tuple[float | None, float | None, int | None, int | None]  # mean, stdev, min, max
+
+
+def synthetic_workload(
+    num_requests: int,
+    rate: float,
+    arrival: Arrival,
+    length_dist: LengthKind,
+    prompt: Lengths,
+    output: Lengths,
+    seed: int | None,
+    turns: int = 1,
+    prefix: tuple[int, int, float] = (0, 0, 0.0),
+) -> Workload:
+    """The synthetic workload of the options above (``workload.synthetic``;
+    lengths by ``workload.length_from_options``, S1's shapes by default); with
+    ``turns`` > 1, ``num_requests`` sessions of that many turns, the prompt
+    lengths being each turn's new message (``workload.sessions``).
+    Warns on stderr when clamping moved the drawn mean of lengths the user
+    chose (``drawn_mean_warning``; S1's own shape is clamped by design).
+
+    ``seed`` None is 0, not given; a seed given where nothing is drawn
+    (``workload.seed_acts``, with the ``prefix`` (groups, len, share) applied
+    after) is refused.
+
+    Raises ValueError (one line): a seed that changes nothing; arrivals that
+    would span more than ``bounds.MAX_ARRIVAL_S`` (naming --num-requests and
+    --rate)."""
+    span = (num_requests - 1) / rate if arrival != Arrival.offline else 0.0
+    if span > bounds.MAX_ARRIVAL_S:
+        raise ValueError(
+            f"--num-requests {num_requests:,} at --rate {rate:g}/s arrive over {span:.3g} s, "
+            f"beyond {bounds.MAX_ARRIVAL_S:g} s (arrivals are int64 ns; bounds.MAX_ARRIVAL_S)"
+        )
+    kind = length_dist.value
+    p = length_from_options(kind, *prompt, S1_PROMPT, "--prompt-tokens")
+    o = length_from_options(kind, *output, S1_OUTPUT, "--output-tokens")
+    if seed is not None and not seed_acts(arrival.value, p, o, prefix[0], prefix[2]):
+        raise ValueError(
+            f"--seed has no effect: {arrival.value} arrivals and lengths that draw nothing "
+            "(constant, or no stdev) and no random prefix groups"
+        )
+    wl = sessions(num_requests, turns, rate, p, o, arrival=arrival.value, seed=seed or 0)
+    new_messages = wl.prompt_tokens if wl.session is None else wl.prompt_tokens[::turns]
+    for dist, drawn, given in ((p, new_messages, prompt), (o, wl.output_tokens, output)):
+        if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):
+            print(f"plan: warning: {msg}", file=sys.stderr)
+    return wl
+
+
+# Pool, hardware, scheduler and trace options shared by run, check, safe-limit
+# and bench. Names and meanings follow vLLM's flags (vllm/engine/arg_utils.py,
+# EngineArgs) where vLLM has the setting.
+NumGpuBlocks = Annotated[
+    int | None,
+    typer.Option(
+        "--num-gpu-blocks",
+        "--num-gpu-blocks-override",
+        help="KV pool size N in blocks (vLLM's --num-gpu-blocks-override) [default: sized "
+        "from --model and --gpu; plan run without them: S1's 7,463].",
+    ),
+]
+BlockSize = Annotated[int, typer.Option(help="Tokens per KV block (vLLM's --block-size).")]
+MaxNumSeqs = Annotated[
+    int,
+    typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
+]
+MaxModelLen = Annotated[int, typer.Option(help="Context length limit, tokens (vLLM's).")]
+MaxNumBatchedTokens = Annotated[
+    int, typer.Option(help="Token budget per step (vLLM's --max-num-batched-tokens).")
+]
+Model = Annotated[
+    str | None,
+    typer.Option(
+        help="Model: a catalog id (e.g. meta-llama/Llama-3.1-8B-Instruct), a preset alias "
+        "(llama-3.1-8b) or a path to a folder or file with a config.json (sizes the KV pool).",
+    ),
+]
+Gpu = Annotated[
+    str | None,
+    typer.Option(
+        help="GPU preset: H100, H200, A100-80GB, A100-40GB, L40S, B200, RTX-4090, MI300X."
+    ),
+]
+Quantization = Annotated[
+    str | None,
+    typer.Option(
+        help="vLLM's --quantization (fp8, awq, gptq, compressed-tensors, modelopt_fp4, mxfp4, "
+        "...) [default: the checkpoint's quantization_config, else none].",
+    ),
+]
+KvCacheDtype = Annotated[
+    str,
+    typer.Option(help="vLLM's --kv-cache-dtype: auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16."),
+]
+GpuMemoryUtilization = Annotated[
+    float, typer.Option(help="vLLM's --gpu-memory-utilization (sizes the pool with --model).")
+]
+TensorParallelSize = Annotated[int, typer.Option(help="GPUs per replica (vLLM's).")]
+Horizon = Annotated[
+    float, typer.Option(help="Simulated seconds; default: until every request ends.")
+]
+AsyncScheduling = Annotated[
+    bool,
+    typer.Option(help="Schedule step N+1 before step N's output lands (vLLM default on)."),
+]
+EnablePrefixCaching = Annotated[
+    bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
+]
+MaxConcurrency = Annotated[
+    int,
+    typer.Option(
+        help="Closed loop: at most N requests in the system, each sent when one ends (vLLM "
+        "bench's --max-concurrency; with --arrival offline, N clients). 0 = open loop."
+    ),
+]
+ThinkTime = Annotated[
+    float,
+    typer.Option(
+        help="Seconds a client waits after an answer before its next request (closed loop, "
+        "or between session turns)."
+    ),
+]
+Turns = Annotated[
+    int,
+    typer.Option(
+        help="Multi-turn sessions: each of --num-requests sessions (arriving at --rate) has this "
+        "many turns; a turn's prompt is the history plus a new --prompt-tokens message, sent "
+        "--think-time after the previous answer. 1 = single requests."
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+# Service-level objectives (planner.slo): on the p99 of each metric, unserved
+# requests counting as misses; seconds, or vLLM bench's goodput form in ms.
+TtftSlo = Annotated[
+    float | None, typer.Option(help="SLO on TTFT p99, seconds (unserved requests miss it).")
+]
+TpotSlo = Annotated[
+    float | None, typer.Option(help="SLO on TPOT p99, seconds (unserved requests miss it).")
+]
+ItlSlo = Annotated[
+    float | None,
+    typer.Option(
+        help="SLO on ITL p99 over every token gap, seconds (tokens never produced miss it)."
+    ),
+]
+E2eSlo = Annotated[
+    float | None,
+    typer.Option(help="SLO on E2E latency p99, seconds (unserved requests miss it)."),
+]
+Goodput = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar='"ttft:MS tpot:MS e2el:MS"',
+        help="SLOs in vLLM bench's --goodput form, milliseconds (instead of --ttft-slo, "
+        "--tpot-slo, --e2e-slo; itl:MS for --itl-slo is this planner's extension).",
+    ),
+]
+
+
+def slo_from(
+    ttft_slo: float | None,
+    tpot_slo: float | None,
+    itl_slo: float | None,
+    e2e_slo: float | None,
+    goodput: list[str] | None,
+) -> SLO:
+    """The SLO of the options above (``planner.slo.from_options``); raises
+    ``slo.SLOError`` (a ValueError, one line) on a value <= 0 or a metric given twice."""
+    return from_options(ttft_slo, tpot_slo, e2e_slo, goodput, itl_slo=itl_slo)
+
+
+class TraceFormat(StrEnum):
+    """Trace file formats (``planner.workload.traces.read_trace``)."""
+
+    auto = "auto"
+    azure = "azure"
+    csv = "csv"
+    jsonl = "jsonl"
+    mooncake = "mooncake"
+
+
+TraceFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace-file",
+        "--requests-csv",
+        help="Request trace (Azure CSV, or CSV/JSONL with columns arrival_time_s, "
+        "prompt_tokens, output_tokens and optionally priority, prefix_group, prefix_len, "
+        "hash_ids; a Mooncake JSONL trace; "
+        "other names with --trace-columns); else a synthetic workload.",
+    ),
+]
+TraceFormatOpt = Annotated[TraceFormat, typer.Option(help="Trace file format.")]
+TraceColumns = Annotated[
+    str | None,
+    typer.Option(
+        help="Trace column names as key=column,... (keys with their default names: "
+        + ", ".join(f"{k}={v}" for k, v in DEFAULT_COLUMNS.items())
+        + "), e.g. arrival=ts,output=completion_tokens.",
+    ),
+]
+TraceHashBlockSize = Annotated[
+    int | None,
+    typer.Option(
+        help="Tokens per hash id of the trace's hash_ids column (prefix caching: blocks "
+        "share KV where their prefix's ids agree); --block-size must divide it "
+        "[default: 512 for --trace-format mooncake].",
+    ),
+]
+TraceStart = Annotated[float, typer.Option(help="Trace window start, seconds.")]
+TraceDuration = Annotated[float, typer.Option(help="Trace window length, seconds.")]
+RateScale = Annotated[float, typer.Option(help="Trace replay speed: 2 = twice as fast.")]
+MaxRequests = Annotated[int | None, typer.Option(help="Keep the trace's first N requests.")]
+
+
+# Choices come from the kernel's own tables, so they are defined once.
+Victim = StrEnum("Victim", {k: k for k in VICTIMS})  # config.VICTIMS
+Admission = StrEnum("Admission", {k: k for k in ADMISSIONS})  # config.ADMISSIONS
+VictimOpt = Annotated[
+    Victim | None,
+    typer.Option(help="Mitigation: preemption victim [default: vLLM's rule for the policy]."),
+]
+AdmissionOpt = Annotated[Admission, typer.Option(help="Mitigation: admission rule.")]
+Compat = StrEnum("Compat", {k: k for k in COMPATS})  # config.COMPATS
+CompatOpt = Annotated[
+    Compat,
+    typer.Option(
+        help="Scheduler rules: vllm (vLLM 0.33), or blis (BLIS b563c440: implies "
+        "--preemption-mode restart --no-null-block --no-scheduler-reserve-full-isl "
+        "--enable-prefix-caching; docs/blis-compat.md)."
+    ),
+]
+BlisFullHitDefect = Annotated[
+    bool,
+    typer.Option(
+        help="With --compat blis: also BLIS's defect, a fully cached prompt of k x "
+        "block_size tokens holds no prompt blocks."
+    ),
+]
+FullAttentionGroups = Annotated[
+    int | None,
+    typer.Option(
+        help="KV cache groups of full-attention layers sharing the pool with the "
+        "sliding-window ones (a hybrid model) [default: from --model, else 1 without "
+        "a window, 0 with one].",
+        show_default=False,
+    ),
+]
+SlidingWindowGroups = Annotated[
+    int | None,
+    typer.Option(
+        help="KV cache groups of sliding-window layers [default: from --model, else 1 "
+        "with a window, 0 without].",
+        show_default=False,
+    ),
+]
+SlidingWindow = Annotated[
+    int | None,
+    typer.Option(
+        help="Every attention layer slides over this many tokens (HF config.json's "
+        "sliding_window; vLLM frees blocks outside it); 0 = full attention "
+        "[default: from --model, else 0].",
+        show_default=False,
+    ),
+]
+Router = StrEnum("Router", {k: k for k in ROUTERS})  # config.ROUTERS
+Replicas = Annotated[
+    int,
+    typer.Option(
+        help="Identical vLLM servers behind a router, each with this pool and these flags, fed "
+        "from one stream; metrics are the fleet's."
+    ),
+]
+RouterOpt = Annotated[
+    Router,
+    typer.Option(
+        help="How the router picks a replica (with --replicas > 1): round_robin, random, "
+        "least_outstanding (fewest requests in flight), least_kv (fewest KV blocks in use), "
+        "prefix_affinity (SGLang's cache-aware policy)."
+    ),
+]
+RouterSeed = Annotated[int, typer.Option(help="Seed of --router random.")]
+
+
+# How a sweep runs (``plan sweep`` and ``plan size``, which runs one sweep per
+# candidate): ``sweep.driver.run_sweep``'s arguments.
+class Executor(StrEnum):
+    """Where chunks run: this process, or Dask tasks."""
+
+    local = "local"
+    dask = "dask"
+
+
+SweepSpecArg = Annotated[
+    Path, typer.Argument(help="Sweep spec (TOML), e.g. sweeps/quick.toml.", show_default=False)
+]
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        help="Print what would run (plan sweep: the grid, chunk plan and time estimate; plan "
+        "size: the candidates and their fleets); run nothing."
+    ),
+]
+Workers = Annotated[int | None, typer.Option(help="Kernel threads (default: all cores).")]
+MemoryLimit = Annotated[
+    str, typer.Option(help="Cap on the whole process's peak memory, e.g. 4GiB.")
+]
+Resume = Annotated[bool, typer.Option(help="Continue an interrupted sweep.")]
+
+
+Overwrite = Annotated[bool, typer.Option(help="Replace an existing sweep's output.")]
+ExecutorOpt = Annotated[
+    Executor, typer.Option(help="local (this process) or dask (one task per chunk).")
+]
+DaskAddress = Annotated[
+    str | None,
+    typer.Option(help="Dask scheduler, e.g. tcp://host:8786 [default: LocalCluster]."),
+]
+DaskWorkers = Annotated[
+    int | None, typer.Option(help="LocalCluster worker processes [default: cores].")
+]
+
+
+def check_run_options(
+    workers: int | None,
+    resume: bool,
+    overwrite: bool,
+    executor: Executor,
+    address: str | None,
+    dask_workers: int | None,
+) -> None:
+    """The sweep-running options together. Raises ValueError (one line)."""
+    from numba import config
+
+    threads = config.NUMBA_NUM_THREADS
+    if workers is not None and not (1 <= workers <= threads):
+        raise ValueError(f"--workers must be in 1..{threads}, got {workers}")
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    if dask_workers is not None and not 1 <= dask_workers <= 256:
+        raise ValueError(f"--dask-workers must be in 1..256, got {dask_workers}")
+    if executor != Executor.dask and (address is not None or dask_workers is not None):
+        raise ValueError("--address and --dask-workers need --executor dask")
+
+
+@contextlib.contextmanager
+def say_compile(
+    configs: Sequence[SchedulerConfig], workload: Workload | None = None
+) -> Iterator[None]:
+    """Around the simulation of ``configs``: print ``api.compile_note_for`` on
+    stderr when their kernel will compile first (a first run), so a wait is not
+    taken for a hang, and after it the measured time (``api.compiled_note``).
+    With ``workload``, first raise what ``simulate`` would refuse about it
+    before compiling (``workload_checks.check_block_sizes``: WorkloadError), so a
+    refusal stays one line."""
+    from planner.api import compile_note_for, compiled_note, cpu_seconds
+    from planner.workload_checks import check_block_sizes
+
+    if workload is not None:
+        check_block_sizes(workload, configs)
+    note = compile_note_for(configs)
+    if note:
+        print(f"plan: {note}", file=sys.stderr, flush=True)
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    yield
+    if note:
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        print(f"plan: {compiled_note(wall, cpu)}", file=sys.stderr, flush=True)

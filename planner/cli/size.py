@@ -1,0 +1,411 @@
+"""``plan size``: the cheapest deployment (GPU, tensor parallelism, replicas,
+vLLM flags) that serves a spec's workload within its SLOs (``planner.answers.sizing``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich.console import Console
+
+from planner.answers import sizing
+from planner.cli import options as opt
+from planner.cli.progress import stderr_reporter
+from planner.slo import SLO
+from planner.text import count, noun
+
+DEFAULT_MAX_REPLICAS = 8
+
+
+def _split(text: str, flag: str) -> list[str]:
+    """A comma-separated list: no empty item, none twice. Raises ValueError."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise ValueError(
+            f"{flag}: expected a comma-separated list with no empty item, got {text!r}"
+        )
+    for t in items:
+        if items.count(t) > 1:
+            raise ValueError(f"{flag}: {t!r} is listed twice")
+    return items
+
+
+def _gpus(text: str | None, prices: object) -> list[str]:
+    """Candidate GPUs (canonical names): the option's, else every priced GPU."""
+    from planner.models.hardware import HardwareError, gpu
+
+    if text is None:
+        return list(prices.usd_per_gpu_hour)  # type: ignore[attr-defined]
+    try:
+        names = [gpu(g).name for g in _split(text, "--gpus")]
+    except HardwareError as e:
+        raise ValueError(f"--gpus: {str(e).removeprefix('--gpu: ')}") from None
+    if len(set(names)) < len(names):
+        raise ValueError(f"--gpus: {text!r} names one GPU twice")
+    return names
+
+
+def _tps(text: str) -> list[int]:
+    from planner.bounds import check_option
+
+    out = []
+    for t in _split(text, "--tensor-parallel-sizes"):
+        try:
+            v = int(t)
+        except ValueError:
+            raise ValueError(f"--tensor-parallel-sizes: {t!r} is not an integer") from None
+        check_option("tensor_parallel_size", v, "--tensor-parallel-sizes")
+        out.append(v)
+    return out
+
+
+def _slo_fields(options: SLO) -> dict | None:
+    """The SLO options as ``[slo]`` fields: each one given replaces the
+    spec's value for that metric, the spec's others stay. None when no SLO
+    option was given."""
+    from planner.slo import FIELDS
+
+    given = {f"{k.removesuffix('_s')}_slo": getattr(options, k) for k in FIELDS}
+    given = {k: v for k, v in given.items() if v is not None}
+    return given or None
+
+
+def size(
+    spec: opt.SweepSpecArg,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="Candidate GPUs (plan models lists them), comma-separated [default: every GPU "
+            "with a price]."
+        ),
+    ] = None,
+    tensor_parallel_sizes: Annotated[
+        str, typer.Option(help="Candidate tensor-parallel sizes, comma-separated, e.g. 1,2,4.")
+    ] = "1",
+    max_replicas: Annotated[
+        int, typer.Option(help="Search 1..N replicas of each candidate.")
+    ] = DEFAULT_MAX_REPLICAS,
+    routers: Annotated[
+        str,
+        typer.Option(help="Routers to search, comma-separated (plan run --router lists them)."),
+    ] = "round_robin",
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            help="GPU price table (CSV: gpu,usd_per_gpu_hour,source) [default: the shipped "
+            "planner/data/gpu_prices.csv]."
+        ),
+    ] = None,
+    ttft_slo: opt.TtftSlo = None,
+    tpot_slo: opt.TpotSlo = None,
+    itl_slo: opt.ItlSlo = None,
+    e2e_slo: opt.E2eSlo = None,
+    goodput: opt.Goodput = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Output directory [default: results/size-NAME]."),
+    ] = None,
+    workers: opt.Workers = None,
+    memory_limit: opt.MemoryLimit = "4GiB",
+    resume: opt.Resume = False,
+    overwrite: opt.Overwrite = False,
+    executor: opt.ExecutorOpt = opt.Executor.local,
+    address: opt.DaskAddress = None,
+    dask_workers: opt.DaskWorkers = None,
+    dry_run: opt.DryRun = False,
+    as_json: opt.AsJson = False,
+) -> None:
+    """The cheapest deployment that meets the SLOs without overload: GPU,
+    tensor parallelism, replicas, router and vLLM flags, with its cost, its
+    headroom and the vllm serve command for one replica.
+
+    The spec gives the workload, the [hardware] model (its gpu is replaced by
+    each of --gpus), [latency] roofline or measured, the SLOs ([slo], or the
+    SLO options) and the scheduler settings or axes to search (e.g.
+    max_num_seqs).
+
+    Exit status: 0 an answer; 1 no candidate within the search meets the
+    target; 2 bad input.
+    """
+    from planner.config import ROUTERS
+    from planner.models import prices as price_tables
+    from planner.sweep import driver
+
+    slo_opts = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
+    opt.check_run_options(workers, resume, overwrite, executor, address, dask_workers)
+    names = _split(routers, "--routers")
+    for r in names:
+        if r not in ROUTERS:
+            raise ValueError(f"--routers: unknown router {r!r} (known: {', '.join(ROUTERS)})")
+    limit = driver.parse_memory(memory_limit)
+    table = price_tables.load(prices)
+    names_gpu, tps = _gpus(gpus, table), _tps(tensor_parallel_sizes)
+    for g in names_gpu:
+        table.price(g)  # every candidate needs a price
+    if max_replicas == 1 and names != ["round_robin"]:
+        raise ValueError("--routers needs --max-replicas > 1 (one server has nothing to route)")
+    cands = sizing.candidates(spec, names_gpu, tps, max_replicas, names, _slo_fields(slo_opts))
+    first = next(c for c in cands if c.spec is not None)
+    base = first.spec
+    target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
+    name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
+    # Always size-NAME, even for a spec named size-X: two specs never share a
+    # folder, and plan sweep's results/NAME is never plan size's.
+    dest = out if out is not None else Path("results") / f"size-{name}"
+    if dry_run:
+        _print_plan(cands, as_json)
+        return
+    reporter = stderr_reporter()
+    t0 = time.perf_counter()
+    frames = []
+    for i, c in enumerate(cands):
+        if c.spec is None:
+            continue
+        sweep = c.spec.sweep  # type: ignore[attr-defined]
+        try:
+            df, _ = driver.run_sweep(
+                sweep, dest / "sweeps" / f"{c.gpu}-tp{c.tp}", None, limit, workers, resume,
+                overwrite, reporter, executor.value, address, dask_workers,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            raise opt.Interrupted(
+                f"interrupted; finished chunks are in {dest / 'sweeps'}; rerun with --resume "
+                "to continue"
+            ) from None
+        df = df.assign(candidate=i, gpu=c.gpu, tensor_parallel_size=c.tp)
+        if "gpu_memory_utilization" not in df:
+            df["gpu_memory_utilization"] = sweep.spec.hardware.gpu_memory_utilization
+        frames.append(df)
+    wall = time.perf_counter() - t0
+    result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])
+    headroom = _headroom(result, cands, target)
+    paths = sizing.write(result, dest)
+    png = _plot(result, target, dest)
+    report = _report(result, cands, base, table, target, wall, headroom)
+    if as_json:
+        print(json.dumps(report, default=_plain))
+    else:
+        _print(report, [*paths, png])
+    if result.best is None:
+        raise typer.Exit(1)
+
+
+def _print_plan(cands: list[sizing.Candidate], as_json: bool) -> None:
+    """--dry-run: each candidate's fleets, or why it is skipped."""
+    plan = {}
+    for cand in cands:
+        name = f"{cand.gpu} x{cand.tp}"
+        if cand.spec is None:
+            plan[name] = {"skipped": cand.skipped}
+            continue
+        sweep = cand.spec.sweep  # type: ignore[attr-defined]
+        runs = sum(cfg.replicas for cfg in sweep.configs)
+        plan[name] = {"fleets": len(sweep.configs), "replica_runs": runs}
+    if as_json:
+        print(json.dumps(plan))
+        return
+    c = Console(markup=False, soft_wrap=True)
+    for name, p in plan.items():
+        if "skipped" in p:
+            c.print(f"{name}: skipped ({p['skipped']})")
+        else:
+            c.print(f"{name}: {p['fleets']:,} fleets, {p['replica_runs']:,} replica runs")
+    total = sum(p.get("fleets", 0) for p in plan.values())
+    c.print(f"{total:,} fleets in all; nothing run (--dry-run)")
+
+
+def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) -> dict | None:
+    """The chosen deployment's highest sustainable rate (``maxrate``), or None."""
+    from planner.maxrate.search import search_max_rate
+    from planner.maxrate.search_range import SearchError, SearchRange
+
+    if result.best is None:
+        return None
+    row = result.table.loc[result.best]
+    if int(row["max_concurrency"]) > 0:
+        return {"note": "closed-loop clients set their own rate; the search is for open loop"}
+    sweep = cands[int(row["candidate"])].spec.sweep  # type: ignore[union-attr]
+    cid = int(row["config_id"])
+    key = next(k for k, ids in sweep.ids_by_workload().items() if cid in set(ids.tolist()))
+    try:
+        rng = sweep.search if sweep.search is not None else SearchRange()  # the spec's [search]
+        found = search_max_rate([sweep.configs[cid]], sweep.workloads[key], sweep.latency, slo, rng)
+    except SearchError as e:
+        return {"note": str(e)}
+    t = found.table.iloc[0]
+    return {
+        "max_rate_scale": float(t["max_rate_scale"]),
+        "max_rps": float(t["max_rps"]),
+        "limit": str(t["max_rate_limit"]),
+        "slo": slo.given(),
+    }
+
+
+def _report(
+    result: sizing.Sizing,
+    cands: list[sizing.Candidate],
+    spec: object,
+    table: object,
+    slo: SLO,
+    wall: float,
+    headroom: dict | None,
+) -> dict:
+    """Everything ``plan size`` says, as one dict (the --json output)."""
+    df = result.table
+    sweep = spec.sweep  # type: ignore[attr-defined]
+    model = sweep.spec.hardware.model
+    rep: dict = {
+        "workload": next(iter(sweep.workloads.values())).name,
+        "model": model,
+        "slo": slo.describe() if slo.given() else "none (not overloaded only)",
+        "price_table": table.label,  # type: ignore[attr-defined]
+        "searched_fleets": len(df),
+        "replica_runs": int(df["replicas"].sum()),
+        "candidates": [f"{c.gpu} x{c.tp}" for c in cands if c.spec is not None],
+        "skipped": {f"{c.gpu} x{c.tp}": c.skipped for c in result.skipped},
+        "wall_s": wall,
+        "answer": None,
+    }
+    if result.best is None and bool((df["rejected"] > 0).all()):
+        rep["bound"] = (
+            f"every fleet rejects {int(df['rejected'].max()):,} requests at the front end "
+            f"(prompt >= max_model_len {int(df['max_model_len'].max()):,}): raise max_model_len "
+            "in the spec"
+        )
+        return rep
+    if result.best is None:
+        biggest = int(df["replicas"].max())
+        rep["bound"] = (
+            f"no deployment searched meets the target; the largest fleets tried "
+            f"({biggest} replicas) are a bound, not an answer: raise --max-replicas or add "
+            "GPUs or tensor-parallel sizes"
+        )
+        return rep
+    row = df.loc[result.best]
+    fewer = _one_fewer(df, result.best)
+    rep["answer"] = {
+        "gpu": row["gpu"],
+        "tensor_parallel_size": int(row["tensor_parallel_size"]),
+        "replicas": int(row["replicas"]),
+        "gpus": int(row["gpus"]),
+        "router": row["router"],
+        "max_num_seqs": int(row["max_num_seqs"]),
+        "max_num_batched_tokens": int(row["max_num_batched_tokens"]),
+        "gpu_memory_utilization": float(row["gpu_memory_utilization"]),
+        "num_gpu_blocks": int(row["num_gpu_blocks"]),
+        "usd_per_hour": float(row["usd_per_hour"]),
+        "usd_per_gpu_hour": float(row["usd_per_gpu_hour"]),
+        "usd_per_million_output_tokens": float(row["usd_per_million_output_tokens"]),
+        "ttft_s_p99": float(row["ttft_s_p99"]),
+        "tpot_s_p99": float(row["tpot_s_p99"]),
+        "itl_s_p99": float(row["itl_s_p99"]),
+        "offered_rps": float(row["offered_rps"]),
+        "max_concurrency": int(row["max_concurrency"]),
+        "step_time_model": row["latency_model"],
+        "vllm_serve": sizing.serve_command(row, model),
+        "headroom": headroom,
+        "one_fewer_replica_meets_target": fewer,
+    }
+    return rep
+
+
+def _one_fewer(df: pd.DataFrame, best: int) -> bool | None:
+    """Whether the same deployment with one replica fewer also meets the
+    target (it never does when the search is exhaustive and R > 1); None at R = 1."""
+    row = df.loc[best]
+    if int(row["replicas"]) == 1:
+        return None
+    same = (df["candidate"] == row["candidate"]) & (df["replicas"] == row["replicas"] - 1)
+    for col in ("max_num_seqs", "max_num_batched_tokens", "router", "gpu_memory_utilization"):
+        same &= df[col] == row[col]
+    hit = df[same]
+    return None if hit.empty else bool(hit["meets_target"].iloc[0])
+
+
+def _print(rep: dict, paths: list[Path]) -> None:
+    """The human-readable answer."""
+    c = Console(markup=False, soft_wrap=True)
+    c.print(f"plan size: {rep['workload']}, model {rep['model']}, SLO {rep['slo']}")
+    c.print(
+        f"searched {rep['searched_fleets']:,} fleets ({rep['replica_runs']:,} replica runs) "
+        f"on {', '.join(rep['candidates'])} in {rep['wall_s']:.1f} s"
+    )
+    for name, why in rep["skipped"].items():
+        c.print(f"skipped {name}: {why}")
+    a = rep["answer"]
+    if a is None:
+        c.print(f"answer: none. {rep['bound']}")
+    else:
+        c.print(
+            f"answer: {a['replicas']} x {a['gpu']} {noun(a['replicas'], 'replica')} at "
+            f"tensor parallelism {a['tensor_parallel_size']} ({count(a['gpus'], 'GPU')}), "
+            f"router {a['router']}, "
+            f"max_num_seqs {a['max_num_seqs']}, max_num_batched_tokens "
+            f"{a['max_num_batched_tokens']}, gpu_memory_utilization "
+            f"{a['gpu_memory_utilization']:g} ({a['num_gpu_blocks']:,} blocks per replica)"
+        )
+        c.print(
+            f"cost: ${a['usd_per_hour']:.2f}/h ({a['gpus']} x ${a['usd_per_gpu_hour']:.3f} per "
+            f"GPU-hour from {rep['price_table']}), ${a['usd_per_million_output_tokens']:.3f} "
+            "per million output tokens at this traffic"
+        )
+        c.print(
+            f"at this traffic: TTFT p99 {a['ttft_s_p99']:.3f} s, TPOT p99 "
+            f"{a['tpot_s_p99'] * 1000:.1f} ms, ITL p99 {a['itl_s_p99'] * 1000:.1f} ms, "
+            + (
+                f"{a['offered_rps']:.2f} req/s offered and kept up with"
+                if a["max_concurrency"] == 0  # closed loop: the clients' pace, not the trace's
+                else f"{a['max_concurrency']:,} closed-loop clients reaching "
+                f"{a['offered_rps']:.2f} req/s (they send as answers come: no traffic of its "
+                "own to keep up with)"
+            )
+        )
+        c.print(_headroom_text(a["headroom"]))
+        if a["one_fewer_replica_meets_target"] is False:
+            fewer = count(a["replicas"] - 1, "replica")
+            c.print(f"with {fewer} and the same flags it does not")
+        c.print(f"step time: {a['step_time_model']}")
+        c.print(a["vllm_serve"])
+    c.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+def _headroom_text(h: dict | None) -> str:
+    if h is None:
+        return "headroom: -"
+    if "note" in h:
+        return f"headroom: not searched ({h['note']})"
+    if math.isnan(h["max_rate_scale"]):
+        return "headroom: none found at the search's low end"
+    if h["limit"] == "at_search_max" and h["max_rate_scale"] < 1:  # the answer meets 1x
+        return (
+            f"headroom: not measured: the spec's [search] range ends at "
+            f"{h['max_rate_scale']:.2f}x, below this traffic"
+        )
+    bound = " (at least: the search's top)" if h["limit"] == "at_search_max" else ""
+    held = "at the SLOs" if h["slo"] else "without overload"
+    return (
+        f"headroom: sustains up to {h['max_rate_scale']:.2f}x this traffic "
+        f"({h['max_rps']:.2f} req/s) {held}{bound}"
+    )
+
+
+def _plot(result: sizing.Sizing, slo: SLO, dest: Path) -> Path:
+    from planner.plots.pareto import pareto_png
+
+    return pareto_png(result.table, result.best, slo, dest / "pareto.png")
+
+
+def _plain(v: object) -> object:
+    if hasattr(v, "item"):
+        return v.item()  # type: ignore[attr-defined]
+    return str(v)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``size`` to the ``plan`` app."""
+    app.command("size", cls=opt.BoundedCommand)(size)

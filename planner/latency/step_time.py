@@ -1,0 +1,373 @@
+"""Step-time models. Today: BLIS's linear "blackbox" alpha/beta model.
+
+Source: BLIS (inference-sim), ``sim/latency`` blackbox model, as summarised in
+``shared/docs/semantics.md``. All coefficients are in microseconds:
+
+- step time      = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens
+- queueing delay = alpha0 + alpha1 * prompt_tokens   (before a request enters ``waiting``)
+- per-token overhead alpha2, added to TTFT and to each ITL sample, not to the clock.
+
+The kernel works in integer nanoseconds, so each coefficient is rounded to the
+nearest nanosecond (``round(us * 1000)``). The seed coefficients have two decimals
+in microseconds, so this rounding is exact for them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from planner import bounds
+
+# Seed coefficients: llama-3.1-8b on H100 (BLIS defaults, shared/docs/semantics.md).
+SEED_ALPHA_US: tuple[float, float, float] = (232.46, 1.75, 3357.44)
+SEED_BETA_US: tuple[float, float, float] = (5752.71, 17.25, 6.00)
+
+# Fitted linear coefficients per (model, GPU): (alpha, beta) in microseconds.
+# Source: BLIS (inference-sim) blackbox defaults, as quoted for scenario S1.
+LINEAR_PRESETS: dict[tuple[str, str], tuple[tuple[float, ...], tuple[float, ...]]] = {
+    ("llama-3.1-8b", "H100"): (SEED_ALPHA_US, SEED_BETA_US),
+}
+
+
+MAX_COEFF_US = bounds.MAX_COEFF_US  # 1,000 s; bounds.clock_bound checks the whole run
+
+
+@dataclass(frozen=True)
+class LinearLatency:
+    """BLIS alpha/beta coefficients in microseconds (see module docstring).
+
+    Raises:
+        ValueError: if a coefficient is outside 0..MAX_COEFF_US us or not finite
+            (``bounds.coeff``), or beta0 + beta2 is 0
+            (a decode step that costs no time would let the clock stand still).
+    """
+
+    alpha: tuple[float, float, float] = SEED_ALPHA_US
+    beta: tuple[float, float, float] = SEED_BETA_US
+
+    def __post_init__(self) -> None:
+        for name, coeffs in (("alpha", self.alpha), ("beta", self.beta)):
+            if len(coeffs) != 3:
+                raise ValueError(f"--{name}-coeffs needs 3 values, got {len(coeffs)}")
+            for x in coeffs:
+                bounds.coeff(f"--{name}-coeffs", x)
+        if self.beta[0] + self.beta[2] <= 0 or self.beta[0] + self.beta[1] <= 0:
+            raise ValueError("--beta-coeffs: a step must take time (beta0 + beta1/beta2 > 0)")
+
+    def ns(self) -> tuple[int, int, int, int, int, int]:
+        """(b0, b1, b2, a0, a1, a2) in integer nanoseconds."""
+        return tuple(int(round(x * 1000.0)) for x in (*self.beta, *self.alpha))  # type: ignore[return-value]
+
+    def floats(self) -> tuple[float, ...]:
+        """Roofline floats: unused by the linear model (ones, to avoid 0/0)."""
+        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0)
+
+    def describe(self) -> str:
+        a, b = self.alpha, self.beta
+        return f"linear alpha=({a[0]:g}, {a[1]:g}, {a[2]:g}) beta=({b[0]:g}, {b[1]:g}, {b[2]:g}) us"
+
+
+# Default efficiencies of the roofline model. MFU 0.5 is the usual planning
+# figure for large dense GEMMs on H100/A100 (prefill); MBU 0.8 is the share of
+# peak HBM bandwidth decode kernels typically reach. Both are parameters.
+DEFAULT_MFU = 0.5
+DEFAULT_MBU = 0.8
+
+
+def overhead_ns(
+    overhead_us: float, alpha: tuple[float, float, float]
+) -> tuple[int, int, int, int, int, int]:
+    """The kernel's integer coefficients (b0, b1, b2, a0, a1, a2), ns, of a
+    model whose only beta is a fixed per-step overhead (roofline, measured):
+    each microsecond figure rounded to the nearest nanosecond."""
+    return tuple(  # type: ignore[return-value]
+        int(round(x * 1000.0)) for x in (overhead_us, 0.0, 0.0, *alpha)
+    )
+
+
+@dataclass(frozen=True)
+class RooflineLatency:
+    """Per-step roofline: max(compute time, memory time) + a fixed overhead.
+
+    - compute = (2 x params/tp x tokens + 4 x layers x heads/tp x head_dim x
+      attended pairs) / (bf16 peak x MFU), where a chunk of n tokens after c
+      cached ones attends n*c + n(n+1)/2 (query, key) pairs.
+    - memory = (weights/tp + KV bytes/token/tp x tokens of KV touched) /
+      (HBM bandwidth x MBU); a request's step touches c + n tokens of KV.
+    - tensor-parallel communication, added (vLLM runs the all-reduces on the
+      critical path): per token, 2 all-reduces per layer of hidden_size
+      activations in the model dtype (Megatron-LM's split: one after
+      attention, one after the MLP; Shoeybi et al., 2019), each moving
+      2 (tp - 1) / tp of its bytes over every GPU's link (ring all-reduce;
+      Patarasuk and Yuan, JPDC 2009), at the GPU's link bandwidth
+      (``hardware.GpuSpec.link_bytes_per_s``). Zero at tp = 1. A bound: it
+      leaves out each all-reduce's latency (a few microseconds) and any
+      overlap; ``--step-overhead-us`` can carry the former.
+
+    The roofline idea: Williams et al., CACM 2009; its use for LLM inference:
+    Yuan et al., "LLM Inference Unveiled" (2024). alpha (queueing delay,
+    per-token overhead) as in ``LinearLatency``, default zero.
+
+    Raises:
+        ValueError: for efficiencies outside (0, 1], tp outside 1..MAX_TP or an
+            overhead outside 0..MAX_COEFF_US (``planner.bounds``).
+    """
+
+    model: str
+    gpu: str
+    tp: int = 1
+    mfu: float = DEFAULT_MFU
+    mbu: float = DEFAULT_MBU
+    overhead_us: float = 0.0
+    alpha: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    quantization: str | None = None  # vLLM's --quantization: weight bytes
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: KV bytes
+
+    def __post_init__(self) -> None:
+        from planner.models.hardware import gpu, model
+
+        model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
+        bounds.check_option("mfu", self.mfu)
+        bounds.check_option("mbu", self.mbu)
+        bounds.check_option("tensor_parallel_size", self.tp)
+        bounds.check_option("step_overhead_us", self.overhead_us)
+        LinearLatency(self.alpha, (1.0, 0.0, 0.0))  # validates alpha
+
+    def ns(self) -> tuple[int, int, int, int, int, int]:
+        """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
+        return overhead_ns(self.overhead_us, self.alpha)
+
+    def floats(self) -> tuple[float, ...]:
+        """(FLOPs/token, FLOPs/attended pair, weight bytes, KV bytes/token,
+        effective FLOP/s, effective bytes/s, all-reduce seconds/token) on one
+        GPU (``config.NFLOAT`` floats)."""
+        from planner.models.hardware import gpu, model
+
+        m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
+        heads = m.num_heads / self.tp
+        return (
+            2.0 * m.params / self.tp,
+            4.0 * m.num_layers * heads * m.head_dim,
+            m.weight_bytes(self.tp),
+            float(m.kv_bytes_per_token(self.tp)),
+            g.bf16_flops * self.mfu,
+            g.hbm_bytes_per_s * self.mbu,
+            self.comm_s_per_token(),
+        )
+
+    def comm_s_per_token(self) -> float:
+        """Seconds of tensor-parallel all-reduce per token (class docstring)."""
+        from planner.models.hardware import gpu, model
+
+        if self.tp == 1:
+            return 0.0
+        m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
+        ring = 2.0 * (self.tp - 1) / self.tp
+        return 2.0 * m.num_layers * ring * m.hidden_size * m.dtype_bytes / g.link_bytes_per_s
+
+    def describe(self) -> str:
+        dtypes = f", quantization {self.quantization}" if self.quantization else ""
+        if self.kv_cache_dtype != "auto":
+            dtypes += f", KV {self.kv_cache_dtype}"
+        return (
+            f"roofline {self.model} on {self.tp} x {self.gpu} "
+            f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us{dtypes}"
+            + (f", all-reduce {self.comm_s_per_token() * 1e6:.3g} us/token" if self.tp > 1 else "")
+            + ")"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredLatency:
+    """Step times interpolated in a table of aiconfigurator-core estimates
+    (built by ``planner.latency.measured.build``; the table layout is
+    ``measured_table_ns``'s). ``scale`` multiplies every table value (the
+    correction factor ``plan calibrate`` fits); ``overhead_us`` is added per
+    step; alpha as in ``LinearLatency``.
+
+    Raises:
+        ValueError: for a scale outside (0, 1000] or an overhead or alpha
+            outside ``planner.bounds``.
+    """
+
+    model: str
+    gpu: str
+    tp: int
+    table: np.ndarray  # (L,) float64, see measured_table_ns
+    source: str  # e.g. "aiconfigurator-core 0.12.0, h100_sxm vLLM 0.24.0 data"
+    scale: float = 1.0
+    overhead_us: float = 0.0
+    alpha: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        bounds.check_option("measured_scale", self.scale)
+        bounds.check_option("step_overhead_us", self.overhead_us)
+        LinearLatency(self.alpha, (1.0, 0.0, 0.0))  # validates alpha
+
+    def ns(self) -> tuple[int, int, int, int, int, int]:
+        """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
+        return overhead_ns(self.overhead_us, self.alpha)
+
+    def floats(self) -> tuple[float, ...]:
+        """(scale, 0, 0, 0, 1, 1, 0): the kernel's float params of the measured kind."""
+        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0)
+
+    def describe(self) -> str:
+        dtypes = f", quantization {self.quantization}" if self.quantization else ""
+        if self.kv_cache_dtype != "auto":
+            dtypes += f", KV {self.kv_cache_dtype}"
+        scale = f", x{self.scale:g}" if self.scale != 1.0 else ""
+        return (
+            f"measured {self.model} on {self.tp} x {self.gpu} ({self.source}{scale}, "
+            f"overhead {self.overhead_us:g} us{dtypes})"
+        )
+
+
+Latency = LinearLatency | RooflineLatency | MeasuredLatency
+
+
+def hardware_options(lat: RooflineLatency | MeasuredLatency) -> str:
+    """The command-line options naming what ``lat`` prices (``--model``,
+    ``--gpu``, and ``--tensor-parallel-size``, ``--quantization``,
+    ``--kv-cache-dtype`` when not the default), so that a fitted step time
+    printed with them replays as fitted (``plan calibrate``)."""
+    out = f"--model {lat.model} --gpu {lat.gpu}"
+    if lat.tp != 1:
+        out += f" --tensor-parallel-size {lat.tp}"
+    if lat.quantization is not None:
+        out += f" --quantization {lat.quantization}"
+    if lat.kv_cache_dtype != "auto":
+        out += f" --kv-cache-dtype {lat.kv_cache_dtype}"
+    return out
+
+
+# Step-time model kinds, as the kernel sees them.
+LINEAR, ROOFLINE, MEASURED = 0, 1, 2
+NO_TABLE = np.zeros((1, 4), dtype=np.float64)  # the stacked tables when no config has one
+
+
+@njit(cache=True)
+def _segment(g, x):  # noqa: ANN001, ANN202
+    """(j, t): x lies at g[j] + t (g[j+1] - g[j]) on the ascending grid g, the
+    first or last segment extended beyond the grid's ends (t < 0 or t > 1)."""
+    n = g.shape[0]
+    j = 0
+    while j < n - 2 and x >= g[j + 1]:
+        j += 1
+    return j, (x - g[j]) / (g[j + 1] - g[j])
+
+
+@njit(cache=True)
+def measured_table_ns(tab, prefill, decode, attended, kv_tokens):  # noqa: ANN001, ANN201
+    """Multilinear interpolation of a measured step-time table, in float ns.
+
+    ``tab`` (float64, 1-D): sizes (n0, n1, n2, n3), then the ascending grids
+    of prefill tokens P, decode requests D, mean decode context a (KV tokens
+    per decode request, its new token included) and prefill context Cp (the
+    prefill's computed tokens before the chunk: cached prefix or earlier
+    chunks), then the n0*n1*n2*n3 step times in ns, C order. Every grid has at
+    least 2 points; beyond a grid's ends the nearest segment is extended.
+
+    The step's KV inputs are split as if its prefill tokens were one request's
+    chunk of P tokens after Cp computed ones: the step's (query, key) pairs
+    less its KV tokens are (P - 1) Cp + P (P - 1) / 2 for that chunk (decodes
+    add as many pairs as KV tokens), so Cp = (attended - kv_tokens - P (P - 1)
+    / 2) / (P - 1), clipped to [0, kv_tokens - P]; the decodes' KV is the
+    rest. Exact when a step holds at most one prefill with computed tokens
+    (several fresh prefills give Cp = 0, also exact); otherwise the context
+    is shared between Cp and the decodes.
+    """
+    p = float(prefill)
+    d = float(decode)
+    rest = float(kv_tokens) - p
+    cp = 0.0
+    if prefill > 1:
+        cp = (float(attended) - float(kv_tokens) - p * (p - 1.0) / 2.0) / (p - 1.0)
+        cp = min(max(cp, 0.0), rest)
+    a = max((rest - cp) / d, 1.0) if decode > 0 else 1.0
+    n0, n1, n2, n3 = int(tab[0]), int(tab[1]), int(tab[2]), int(tab[3])
+    o1 = 4 + n0
+    o2 = o1 + n1
+    o3 = o2 + n2
+    ov = o3 + n3
+    j0, t0 = _segment(tab[4:o1], p)
+    j1, t1 = _segment(tab[o1:o2], d)
+    j2, t2 = _segment(tab[o2:o3], a)
+    j3, t3 = _segment(tab[o3:ov], cp)
+    out = 0.0
+    for b0 in range(2):
+        w0 = t0 if b0 else 1.0 - t0
+        for b1 in range(2):
+            w1 = t1 if b1 else 1.0 - t1
+            for b2 in range(2):
+                w2 = t2 if b2 else 1.0 - t2
+                for b3 in range(2):
+                    w3 = t3 if b3 else 1.0 - t3
+                    i = (((j0 + b0) * n1 + j1 + b1) * n2 + j2 + b2) * n3 + j3 + b3
+                    out += w0 * w1 * w2 * w3 * tab[ov + i]
+    return out
+
+
+# ---- BLIS compatibility (``compat="blis"``, docs/blis-compat.md, rule 3) ----
+# BLIS b563c440 works in whole microseconds: ``BlackboxLatencyModel``
+# (``sim/latency/latency.go``) sums its float64 coefficients and converts the
+# sum to int64 (``clampToInt64``), which truncates. The kernel's coefficients
+# are integer ns; ns / 1000.0 is the nearest float64 to the microsecond figure
+# whenever that has at most three decimals (IEEE division rounds correctly),
+# so these reproduce BLIS's float64 arithmetic for such coefficients.
+
+
+@njit(cache=True)
+def blis_step_ns(ip, prefill, decode):  # noqa: ANN001, ANN201
+    """``BlackboxLatencyModel.StepTime``: max(1, int64(beta0 + beta1 x prefill +
+    beta2 x decode)) us, added in that order in float64, as ns. ``ip``: (b0,
+    b1, b2) ns. Unlike ``step_time_ns`` a step that scheduled nothing still
+    costs beta0 (BLIS runs the step)."""
+    t = ip[0] / 1000.0
+    t += (ip[1] / 1000.0) * float(prefill)
+    t += (ip[2] / 1000.0) * float(decode)
+    return max(1, int(t)) * 1000
+
+
+@njit(cache=True)
+def blis_queue_ns(a0, a1, prompt):  # noqa: ANN001, ANN201
+    """``BlackboxLatencyModel.QueueingTime``: int64(alpha0 + alpha1 x prompt) us,
+    as ns (``a0``/``a1`` in ns)."""
+    t = a0 / 1000.0
+    t += (a1 / 1000.0) * float(prompt)
+    return int(t) * 1000
+
+
+def blis_alpha2_ns(a2: int) -> int:
+    """``BlackboxLatencyModel.OutputTokenProcessingTime``: int64(alpha2) us, as ns."""
+    return int(a2) // 1000 * 1000
+
+
+@njit(cache=True)
+def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # noqa: ANN001, ANN201
+    """Duration of one step in integer ns; 0 for a step that scheduled nothing.
+
+    ``ip``: int params (b0, b1, b2) in ns; ``fp``: the roofline floats of
+    ``RooflineLatency.floats`` (measured: ``fp[0]`` scales the table).
+    ``attended``: (query, key) pairs of the step; ``kv_tokens``: KV tokens
+    read or written; ``tab``: the config's measured table (``MEASURED`` only,
+    ``measured_table_ns``), a step taking at least 1 ns. Shared by the kernel
+    and the reference engine.
+    """
+    if prefill + decode == 0:
+        return 0
+    if kind == LINEAR:
+        return ip[0] + ip[1] * prefill + ip[2] * decode
+    if kind == MEASURED:
+        t_ns = fp[0] * measured_table_ns(tab, prefill, decode, attended, kv_tokens)
+        return ip[0] + max(int(math.ceil(t_ns)), 1)
+    flops = fp[0] * (prefill + decode) + fp[1] * attended
+    nbytes = fp[2] + fp[3] * kv_tokens
+    t = max(flops / fp[4], nbytes / fp[5]) + fp[6] * (prefill + decode)
+    return ip[0] + int(math.ceil(t * 1e9))

@@ -1,0 +1,106 @@
+"""The memory vLLM's start-up profile leaves for the KV cache, term by term.
+
+vLLM 0.33.0, ``vllm/v1/worker/gpu_worker.py``, ``Worker.determine_available_memory``:
+
+    available = total x gpu_memory_utilization
+                - weights - peak activation - non-torch memory   (non_kv_cache_memory)
+                - CUDA graph memory estimate   (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
+                                                 on by default since 0.21)
+
+vLLM measures the last three on the GPU; here each is a stated estimate:
+
+- weights per GPU: ``ModelSpec.weight_bytes(tp)`` (parameter count from
+  config.json x bits of the quantization, ``planner.models.config_json``).
+- peak activation, the larger of the two passes of ``profile_run``:
+  the dummy forward over max_num_batched_tokens tokens T,
+  ``T x (4 x hidden + 3 x intermediate / tp) x 2 B`` (residual, hidden and
+  attention output; the MLP's gate/up output and its activation, bf16), and
+  the dummy sampler over S = min(max_num_seqs, max_num_batched_tokens) rows
+  (``GPUModelRunner._dummy_run`` spreads its T tokens over that many requests
+  and ``_dummy_sampler_run`` samples one row per request),
+  ``S x vocab x 3 x 4 B`` (fp32 logits, probabilities and log-probabilities).
+  Both terms follow the server's own max_num_batched_tokens and max_num_seqs,
+  so the pool does too: every command sizes a configuration's pool at that
+  configuration's two values (``planner.resolve.num_gpu_blocks``).
+- non-torch memory (CUDA context, cuBLAS/NCCL workspaces): 0.5 GiB at TP 1,
+  as vLLM's start-up log for Llama-3.1-8B on one H100 reports; 1.0 GiB with
+  TP > 1 for NCCL's buffers (an allowance, not a measurement).
+- CUDA graphs: 0.36 GiB, the "Estimated CUDA graph memory" of a public vLLM
+  0.27 start-up log (gpustack/runner PR #251, a TP 2 run whose model the
+  excerpt does not name; other public logs show 0.17 to 1.4 GiB), an
+  allowance; 0 for engines before 0.21, which captured graphs after sizing the
+  pool (``cudagraphs=False``).
+
+Each term is an estimate of a measured quantity: when you have your server's
+log, pass ``--num-gpu-blocks`` from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.models.config_json import ModelSpec
+
+GIB = 2**30
+NON_TORCH_TP1_GIB = 0.5
+NON_TORCH_TP_GIB = 1.0
+CUDA_GRAPH_GIB = 0.36
+ACT_BYTES = 2  # bf16 activations
+LOGIT_BYTES = 4 * 3  # fp32 logits, probs, logprobs per (row, vocab entry)
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    """Bytes of each term on one GPU (see the module docstring)."""
+
+    requested: float  # total x gpu_memory_utilization
+    weights: float
+    activation: float
+    non_torch: float
+    cuda_graphs: float
+
+    @property
+    def available(self) -> float:
+        """Bytes left for the KV cache."""
+        return self.requested - self.weights - self.activation - self.non_torch - self.cuda_graphs
+
+    def describe(self) -> str:
+        """One line, GiB."""
+        g = [x / GIB for x in (self.requested, self.weights, self.activation)]
+        return (
+            f"memory per GPU: {g[0]:.2f} GiB requested - weights {g[1]:.2f} - activation peak "
+            f"{g[2]:.2f} - non-torch {self.non_torch / GIB:.2f} - CUDA graphs "
+            f"{self.cuda_graphs / GIB:.2f} = {self.available / GIB:.2f} GiB for the KV cache"
+        )
+
+
+def activation_bytes(
+    m: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int
+) -> float:
+    """Peak activation estimate, bytes (module docstring): the larger of the
+    forward pass over T tokens and the sampler over min(S, T) rows."""
+    t, s = max_num_batched_tokens, min(max_num_seqs, max_num_batched_tokens)
+    forward = t * (4 * m.hidden_size + 3 * m.intermediate_size / tp) * ACT_BYTES
+    sampler = s * m.vocab_size * LOGIT_BYTES
+    return float(max(forward, sampler))
+
+
+def terms(
+    m: ModelSpec,
+    memory_gib: float,
+    gpu_memory_utilization: float,
+    tp: int = 1,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 1024,
+    cudagraphs: bool = True,
+) -> MemoryTerms:
+    """The memory terms for one GPU. Defaults: vLLM 0.33's for an OpenAI
+    server on an H100-class GPU (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``:
+    8,192 batched tokens, 1,024 sequences)."""
+    return MemoryTerms(
+        requested=memory_gib * GIB * gpu_memory_utilization,
+        weights=m.weight_bytes(tp),
+        activation=activation_bytes(m, max_num_batched_tokens, max_num_seqs, tp),
+        non_torch=(NON_TORCH_TP1_GIB if tp == 1 else NON_TORCH_TP_GIB) * GIB,
+        cuda_graphs=CUDA_GRAPH_GIB * GIB if cudagraphs else 0.0,
+    )

@@ -1,0 +1,100 @@
+"""GPU prices for sizing: a shipped, editable table (``data/gpu_prices.csv``,
+whose header names the public price list and the date of every default) or
+the user's own file with the same columns (``gpu``, ``usd_per_gpu_hour``,
+``source``; ``#`` lines are comments)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+DEFAULT_PRICES = "gpu_prices.csv"
+COLUMNS = ("gpu", "usd_per_gpu_hour", "source")
+MAX_PRICE = 1e6  # US dollars per GPU-hour: far above any list price, keeps costs finite
+
+
+class PriceError(ValueError):
+    """A price table that cannot be used; the message is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """US dollars per GPU per hour by canonical GPU name (``hardware.GPUS``),
+    with each price's source and the file they came from (``label``)."""
+
+    label: str
+    usd_per_gpu_hour: dict[str, float]
+    sources: dict[str, str]
+
+    def price(self, gpu: str) -> float:
+        """The hourly price of one ``gpu`` (a canonical name). Raises PriceError."""
+        if gpu not in self.usd_per_gpu_hour:
+            raise PriceError(
+                f"--prices: {self.label} has no price for {gpu}; add a row "
+                f"'{gpu},<US dollars per GPU-hour>,<source>' or leave {gpu} out of --gpus"
+            )
+        return self.usd_per_gpu_hour[gpu]
+
+
+def load(path: Path | None = None) -> PriceTable:
+    """Read a price table: ``path``, or the shipped default when None.
+
+    Raises PriceError (one line) for an unreadable file, missing columns, an
+    unknown GPU, a duplicate row or a price that is not a positive number."""
+    import pandas as pd
+
+    from planner.models.hardware import HardwareError, gpu
+
+    if path is None:
+        ref = resources.files("planner") / "data" / DEFAULT_PRICES
+        label, source = f"planner/data/{DEFAULT_PRICES}", ref
+    else:
+        label, source = str(path), path
+    try:
+        with resources.as_file(source) if path is None else contextlib.nullcontext(path) as f:
+            df = pd.read_csv(f, comment="#", dtype=str, skipinitialspace=True)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        reason = getattr(e, "strerror", None) or " ".join(str(e).split())
+        raise PriceError(f"--prices {label}: cannot read it ({reason})") from None
+    missing = [c for c in COLUMNS[:2] if c not in df.columns]
+    if missing:
+        raise PriceError(f"--prices {label}: missing column(s) {', '.join(missing)}")
+    extra = [c for c in df.columns if c not in COLUMNS]
+    if extra:
+        raise PriceError(
+            f"--prices {label}: unknown column(s) {', '.join(map(str, extra))} "
+            f"(columns: {', '.join(COLUMNS)})"
+        )
+    prices: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    for i, row in enumerate(df.itertuples(index=False), start=1):
+        name = str(row.gpu).strip()
+        try:
+            canon = gpu(name).name
+        except HardwareError as e:
+            why = str(e).removeprefix("--gpu: ")
+            raise PriceError(f"--prices {label}: row {i}: {why}") from None
+        value = _number(row.usd_per_gpu_hour)
+        if not (math.isfinite(value) and 0 < value <= MAX_PRICE):
+            raise PriceError(
+                f"--prices {label}: row {i} ({name}): usd_per_gpu_hour must be a number > 0 "
+                f"and <= {MAX_PRICE:,.0f}, got {row.usd_per_gpu_hour!r}"
+            )
+        if canon in prices:
+            raise PriceError(f"--prices {label}: {canon} is listed twice")
+        prices[canon] = value
+        src = getattr(row, "source", "")
+        sources[canon] = "" if not isinstance(src, str) else src
+    if not prices:
+        raise PriceError(f"--prices {label}: no rows")
+    return PriceTable(label, prices, sources)
+
+
+def _number(text: object) -> float:
+    try:
+        return float(str(text))
+    except ValueError:
+        return math.nan
