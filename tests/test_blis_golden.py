@@ -249,6 +249,7 @@ def test_nearest_vllm_settings_preempt_less_than_blis(planner_grid):
 # ---- compat blis against BLIS ------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seqs,blocks", PREEMPTING, ids=[_key(*k) for k in PREEMPTING])
 def test_compat_matches_blis_where_it_preempts(compat_grid, seqs, blocks):
     ours = compat_grid[

@@ -245,6 +245,7 @@ def _hashed_case(rng: np.random.Generator):
     return cfgs, wl
 
 
+@pytest.mark.slow
 def test_kernel_matches_reference_on_hashed_workloads():
     from helpers import (
         compare_final,
@@ -334,6 +335,7 @@ def test_runs_that_read_no_block_hashes_skip_the_chaining(monkeypatch):
     assert simulate([plain], wl, STEP_LATENCY).metrics().equals(before)
 
 
+@pytest.mark.slow
 def test_a_block_size_refusal_on_a_cold_cache_is_one_line(tmp_path):
     """On a first run the refusal comes before the compile notice, so stderr is
     the one error line (fresh-clone finding)."""

@@ -72,6 +72,7 @@ def hostile_cases() -> list[tuple[str, str, str]]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,flag,value", hostile_cases())
 def test_hostile_numbers_are_refused_naming_the_option(
     capsys, tmp_path, monkeypatch, name, flag, value

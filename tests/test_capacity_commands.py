@@ -335,6 +335,7 @@ def test_a_search_limit_is_printed_as_a_bound(capsys):
     assert o["simulated"] == 300 and o["simulated_is_lower_bound"] and o["search_limit"] == 300
 
 
+@pytest.mark.slow
 def test_70b_example_claims_nothing_while_overloaded(capsys):
     """Issue 13's example: it printed "Safe: max_num_seqs 363 (0 preemptions,
     9.883 req/s ...)" with 11.06 req/s offered and no word of overload."""
@@ -470,6 +471,7 @@ def _check_traffic(capsys, *flags: str) -> tuple[int, dict]:
     return code, json.loads(out)["traffic"]
 
 
+@pytest.mark.slow
 def test_check_simulates_traffic_with_caching_and_async_as_given(capsys):
     """With an SLO plan check simulates the trace, so --enable-prefix-caching
     and --async-scheduling take effect there (tryout finding: both were refused

@@ -16,6 +16,7 @@ import textwrap
 
 import numba
 import numpy as np
+import pytest
 
 from planner.kernel import step as ST
 from planner.kernel import warm
@@ -45,6 +46,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_run_steps_loads_every_child_phase_from_the_cache(tmp_path):
     """On an empty cache: the child compiled its phases; this process loaded
     each of them (a hit, no miss) and the run completed as usual."""

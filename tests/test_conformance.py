@@ -24,6 +24,7 @@ NAMES = golden_names()
 ENGINES = {"kernel": kernel_steps, "reference": reference_steps}
 
 
+@pytest.mark.slow
 def test_golden_scenarios_cover_the_issue():
     assert len(NAMES) >= 30
     golds = [load(n) for n in NAMES]
@@ -45,6 +46,7 @@ def test_golden_scenarios_cover_the_issue():
     assert any(load(n)["scenario"]["async_scheduling"] for n in hits)
 
 
+@pytest.mark.slow
 def test_golden_sliding_window_scenarios_cover_the_issue():
     """Sliding-window goldens: sync and async, step and time mode, windows on
     and off a block boundary, the gate on and off, preemption under pressure,
@@ -73,8 +75,23 @@ def test_golden_sliding_window_scenarios_cover_the_issue():
     assert any(sum(r["num_preemptions"] for r in g["requests"]) for g in hybrid)
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
-@pytest.mark.parametrize("name", NAMES)
+# The fast subset (-m "not slow") keeps the kernel on the short goldens; the
+# reference engine and the long S1-length traces run in the full suite.
+LONG = ("s1_exact", "swa_s1_time", "hyb_s1_time")
+CASES = [
+    pytest.param(
+        name,
+        engine,
+        marks=[pytest.mark.slow] if engine != "kernel" or name.startswith(LONG) else [],
+    )
+    for name in NAMES
+    for engine in sorted(ENGINES)
+]
+
+
+@pytest.mark.parametrize(
+    "name,engine", CASES, ids=[f"{n}-{e}" for n, e in (c.values for c in CASES)]
+)
 def test_matches_vllm(name, engine):
     gold = load(name)
     scn = gold["scenario"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -172,6 +173,7 @@ latencies = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cfgs=st.lists(configs(), min_size=2, max_size=2), wl=workloads(), lat=latencies)
 def test_kernel_matches_reference(cfgs, wl, lat):
@@ -324,6 +326,7 @@ def _blis_case(rng: np.random.Generator) -> SchedulerConfig:
     )
 
 
+@pytest.mark.slow
 def test_seeded_random_cases_cover_every_path():
     """320 seeded cases x 4 configs: kernel == reference, and the cases really
     exercise preemption, livelock, the horizon, rejection and the fast path."""
@@ -412,6 +415,7 @@ def test_seeded_random_cases_cover_every_path():
         assert count >= 20, f"random cases rarely reach {path}: {seen}"
 
 
+@pytest.mark.slow
 def test_priority_victim_refund_under_tight_budgets():
     """Priority preemption of a request that already ran this step refunds its
     tokens: tight token budgets and pools make that refund visible."""
@@ -469,6 +473,7 @@ def test_priority_victim_skipped_by_async_is_not_refunded():
     assert eng.preemptions > 0 and eng.sched.refunds == 0
 
 
+@pytest.mark.slow
 def test_preempted_requests_rehit_their_own_blocks():
     """With prefix caching and no shared prefixes, a request's blocks are
     private: the kernel enters them into its hash map only when the request

@@ -36,6 +36,7 @@ def local_blob(tmp_path_factory):
     return spec, (d / "out" / "data.parquet").read_bytes()
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_matches_local_executor(capsys, tmp_path, local_blob):
     spec, blob = local_blob
     out = tmp_path / "dask"
@@ -47,6 +48,7 @@ def test_dask_local_cluster_matches_local_executor(capsys, tmp_path, local_blob)
     assert (out / "data.parquet").read_bytes() == blob
 
 
+@pytest.mark.slow
 def test_failing_chunk_is_named_and_resume_completes(capsys, tmp_path, local_blob, monkeypatch):
     spec, blob = local_blob
     out = tmp_path / "dask"
@@ -69,6 +71,7 @@ def test_failing_chunk_is_named_and_resume_completes(capsys, tmp_path, local_blo
     assert (out / "data.parquet").read_bytes() == blob
 
 
+@pytest.mark.slow
 def test_unreachable_scheduler_is_one_line(capsys, tmp_path, local_blob):
     spec, _ = local_blob
     code, _, err = run_cli(

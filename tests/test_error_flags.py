@@ -155,6 +155,7 @@ def test_corpus_covers_every_command():
     assert {name for name, _ in corpus()} == set(COMMANDS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,args", corpus(), ids=lambda x: x if isinstance(x, str) else None)
 def test_errors_name_only_options_of_their_command(capsys, tmp_path, monkeypatch, name, args):
     monkeypatch.chdir(tmp_path)  # files a case may write land in tmp_path

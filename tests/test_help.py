@@ -58,6 +58,7 @@ def _check(out: str, command: click.Command) -> None:
         assert _squash(summary) in squashed, f"summary of {name} cut: {summary!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [None, "40", "80"])
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "plan")
 def test_help_prints_every_option_and_help_in_full(capsys, monkeypatch, path, columns):
@@ -69,6 +70,7 @@ def test_help_prints_every_option_and_help_in_full(capsys, monkeypatch, path, co
     _check(_help(capsys, path), _command(path))
 
 
+@pytest.mark.slow
 def test_help_through_a_pipe_in_a_fresh_process():
     """The installed entry point, stdout a pipe, COLUMNS unset."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 PLAN = [sys.executable, "-m", "planner.cli"]
 # Overloaded, with prefix caching, for up to 2e9 steps: about 13 s of kernel
 # time on a 2-core machine (measured 2026-12-01; 200,000 requests took 4.5 s,
@@ -21,6 +23,7 @@ LONG_RUN = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_long_run_within_seconds(tmp_path: Path) -> None:
     env = dict(os.environ)
     # Warm the Numba cache first, so the signal lands while the kernel runs.

@@ -179,6 +179,7 @@ def test_check_and_safe_limit_honour_the_itl_slo(capsys):
     assert "Nothing recommended" in flat and "ITL p99" in flat and "Recommended:" not in flat
 
 
+@pytest.mark.slow
 def test_sweep_slo_section_takes_itl_slo():
     from planner import load_spec, run_sweep
 

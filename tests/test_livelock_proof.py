@@ -13,6 +13,7 @@ finish, never be called livelocked (with distinct priorities: see ``cases``).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,6 +105,7 @@ def _reference(cfg: SchedulerConfig, wl: Workload) -> Engine:
     return Engine(cfg, LAT, arr, prompt, out, wl.priority.tolist(), group, plen).run()
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(doomed=True))
 def test_every_known_livelock_is_proven(case):

@@ -59,6 +59,7 @@ def test_s1_answers_hold_at_0_9_and_fail_at_1_1():
     assert t.max_output_tps.tolist() == pytest.approx((t.max_rate_scale * out_tokens).tolist())
 
 
+@pytest.mark.slow
 def test_azure_conversation_answer_holds():
     """Llama-3.1-8B on one H100 with the issue's 27,967-block pool (the fixed
     activation allowance's figure; the stated memory terms now derive 27,640),
@@ -125,6 +126,7 @@ def test_the_predicate_is_the_slo_verdict_and_overload():
     assert passes(df, SLO()).tolist() == [True, False, True, False, False]
 
 
+@pytest.mark.slow
 def test_max_rate_command_one_and_a_list(capsys):
     base = ["max-rate", "--trace-file", S1_CSV, "--goodput", "ttft:2000 tpot:50"]
     code, out, err = run_cli(capsys, *base, "--num-gpu-blocks", "60000")

@@ -189,6 +189,7 @@ def test_plan_refuses_saying_how_much_is_needed(tmp_path):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_final_merge_grows_with_the_grid_and_can_refuse(tmp_path):
     """The merge of all rows needs room beside the fixed part, not beside a chunk."""
     axes = "max_num_seqs = { start = 1, stop = 10000, num = 10000 }\n"

@@ -49,6 +49,7 @@ def _reference(cfg, wl: Workload, lat, arrival_s: np.ndarray) -> Engine:
     lat=latencies,
     data=st.data(),
 )
+@pytest.mark.slow
 def test_each_config_sees_its_own_arrivals(cfgs, wl, lat, data):
     cfgs = _linear_for_compat(_open_loop_for_sessions(cfgs, wl), lat)
     r = wl.num_requests

@@ -42,6 +42,7 @@ def results(tmp_path_factory):
     return d / "out"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("w,h", [(1200, 600), (640, 480)])
 def test_heatmap_png_has_the_asked_size(capsys, results, tmp_path, w, h):
     out = tmp_path / "h.png"
@@ -104,6 +105,7 @@ def test_heatmap_missing_results(capsys, tmp_path):
         ("mitigations.ipynb", True),
     ],
 )
+@pytest.mark.slow
 def test_notebooks_execute_on_small_grids(name, draws, monkeypatch, tmp_path):
     monkeypatch.setenv("PLANNER_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' sweeps and pictures
@@ -194,6 +196,7 @@ SEQS, BLOCKS = [8, 64, 256], [1000, 4000]
         ({}, {"facet": None}),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_constant_metric_one_colour_everywhere_and_said_in_the_title(tmp_path, axes, kw):
     n = int(np.prod([len(v) for v in axes.values()])) * len(SEQS) * len(BLOCKS)
     z = [2000.0] * n

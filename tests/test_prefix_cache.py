@@ -217,6 +217,7 @@ def test_decode_fast_path_runs_while_a_head_waits_whose_prefix_is_not_cached():
     assert cached[S.O_MACRO_STEPS] >= 0.99 * plain[S.O_MACRO_STEPS]
 
 
+@pytest.mark.slow
 def test_free_queue_ring_keeps_vllms_order():
     # The free queue (a ring with gaps, ``PC.fq``) against a Python list
     # standing for vLLM's linked list, under random takings, hits on free

@@ -69,6 +69,7 @@ def test_the_pages_show_every_command():
 @pytest.mark.parametrize(
     "argv", [a for _, a, _ in COMMANDS], ids=[f"{p}: {' '.join(a)[:50]}" for p, a, _ in COMMANDS]
 )
+@pytest.mark.slow
 def test_every_shown_command_parses(capsys, argv):
     group = typer.main.get_command(app)
     if not argv or argv[0].startswith("-"):  # plan --help

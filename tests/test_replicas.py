@@ -43,6 +43,7 @@ def assert_same_results(a, b, skip: tuple[str, ...] = ()) -> None:
     assert np.array_equal(a.state.out.itl_hist, b.state.out.itl_hist)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", golden_names())
 def test_golden_scenarios_through_the_replica_path(name):
     gold = load(name)
@@ -66,6 +67,7 @@ def test_golden_scenarios_through_the_replica_path(name):
 @given(
     cfgs=st.lists(configs(), min_size=2, max_size=2), wl=workloads(), lat=latencies, data=st.data()
 )
+@pytest.mark.slow
 def test_one_replica_equals_the_lone_server(cfgs, wl, lat, data):
     routers = data.draw(st.lists(st.sampled_from(sorted(ROUTERS)), min_size=2, max_size=2))
     cfgs = [
@@ -81,6 +83,7 @@ def test_one_replica_equals_the_lone_server(cfgs, wl, lat, data):
         assert_same_results(lone, fleet)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cfgs=st.lists(configs(), min_size=2, max_size=2), wl=workloads(), lat=latencies)
 def test_one_replica_serves_closed_loop_clients_as_the_lone_server(cfgs, wl, lat):
@@ -300,6 +303,7 @@ def _fleet_verdict(capsys, replicas: int, router: str = "round_robin") -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow
 def test_azure_conversation_at_8x_needs_four_h100_replicas(capsys):
     """Llama-3.1-8B on H100 (roofline, vLLM's default flags), the Azure
     conversation trace at 8x, TTFT p99 <= 2 s and TPOT p99 <= 50 ms: four

@@ -60,6 +60,7 @@ def _size(capsys, tmp_path: Path, spec: Path, *args: str) -> tuple[int, dict, st
 CANDIDATES = ("--gpus", "H100,A100-80GB,L40S", "--max-replicas", "6")
 
 
+@pytest.mark.slow
 def test_sizing_is_monotone_in_rate_and_slo(capsys, tmp_path):
     """Doubling the rate never lowers the cost; a tighter SLO never lowers it;
     for one GPU type neither lowers the GPU count."""
@@ -83,6 +84,7 @@ def test_sizing_is_monotone_in_rate_and_slo(capsys, tmp_path):
     assert gpus["tight"] >= gpus["base"]
 
 
+@pytest.mark.slow
 def test_the_answer_is_the_cheapest_row_that_meets_the_target(capsys, tmp_path):
     spec = _spec(tmp_path, SYNTHETIC.format(rate=15))
     out = tmp_path / "o"
@@ -115,6 +117,7 @@ def test_the_answer_is_the_cheapest_row_that_meets_the_target(capsys, tmp_path):
     assert table["pareto_ttft"].any() and table["pareto_tpot"].any()
 
 
+@pytest.mark.slow
 def test_azure_conversation_at_8x_names_the_replicas_plan_run_confirms(capsys, tmp_path):
     """The issue's case: Llama-3.1-8B on H100, the Azure conversation trace at
     8x, TTFT p99 <= 2 s and TPOT p99 <= 50 ms. plan size names R; plan run
@@ -296,6 +299,7 @@ def test_a_spec_that_is_not_toml_names_its_file(capsys, tmp_path):
     assert code == 2 and str(spec) in err and "TOML" in err and err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 def test_dask_executor_gives_the_local_table(capsys, tmp_path):
     """plan size hands each candidate's sweep to the sweep engine: with
     --executor dask (a LocalCluster) the table is the local one."""
@@ -336,6 +340,7 @@ def test_serve_command_pins_the_scheduler_settings_the_spec_moved():
 @pytest.mark.parametrize(
     ("spec_name", "folder"), [("small", "size-small"), ("size-small", "size-size-small")]
 )
+@pytest.mark.slow
 def test_default_output_folder_is_named_after_the_spec(
     capsys, tmp_path, monkeypatch, spec_name, folder
 ):
@@ -353,6 +358,7 @@ def test_default_output_folder_is_named_after_the_spec(
     assert [p.name for p in (tmp_path / "results").iterdir()] == [folder]
 
 
+@pytest.mark.slow
 def test_headroom_searches_the_specs_own_range(capsys, tmp_path):
     """The headroom line searches the spec's [search] range, as its rows do
     (tryout finding: size.parquet said 'at_search_max 1.1' while the text
@@ -469,6 +475,7 @@ def test_fleets_that_reject_requests_are_off_the_pareto_front():
     assert table["meets_target"].tolist() == [True, False]
 
 
+@pytest.mark.slow
 def test_progress_on_a_non_terminal_is_plain_lines(tmp_path):
     """Issue 31: ``plan size ... 2>log`` leaves whole, readable progress lines
     (start, every ~10%, end), not a bar cut to 'configs 0:... ETA 0:00...'."""

@@ -273,6 +273,7 @@ def test_run_takes_group_counts_without_a_model(capsys):
     assert code == 2 and "contradicts --model gemma-3-27b (it has 6)" in err
 
 
+@pytest.mark.slow
 def test_several_full_groups_without_a_window_keep_the_pool_balanced():
     """Two full-attention groups and no window (found by a new-user tryout):
     the decode fast path counted one table's blocks and leaked the rest, so

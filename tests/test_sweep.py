@@ -72,6 +72,7 @@ def test_int_range_gives_distinct_log_spaced_integers():
         int_range(1, 5, 10, "linear")
 
 
+@pytest.mark.slow
 def test_shipped_specs_validate():
     for spec in sorted((ROOT / "sweeps").glob("*.toml")):
         sw = load_spec(spec)
@@ -152,6 +153,7 @@ def test_pandas_polars_duckdb_read_the_dataset(capsys, tmp_path):
     assert list(a.completed) == b["completed"].to_list() == list(c.completed)
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes_to_the_same_dataset(capsys, tmp_path):
     spec = write(tmp_path, SPEC)
     ref = tmp_path / "ref"

@@ -212,6 +212,7 @@ class Real(subprocess.Popen):
             super().__init__(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_gives_the_same_bytes(spec, tmp_path, reference):
     """24 SIGKILLs, each at a random moment after the sweep took its folder;
     every run after the first is a --resume of the killed one, until one
@@ -274,6 +275,7 @@ def test_stale_temp_file_from_a_killed_chunk_write_is_removed_on_resume(
     assert_finished(interrupted, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_flipped_byte_in_a_chunk_never_changes_the_dataset_silently(
     capsys, spec, interrupted, reference, tmp_path, seed
@@ -369,6 +371,7 @@ def test_damaged_dataset_of_a_finished_sweep_is_refused(capsys, spec, tmp_path, 
     assert code == 2 and "checksum" in one_line(err) and "--overwrite" in err
 
 
+@pytest.mark.slow
 def test_second_sweep_into_a_busy_folder_refuses_naming_the_holder(
     capsys, spec, other_spec, tmp_path, reference
 ):

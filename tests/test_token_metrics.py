@@ -69,6 +69,7 @@ def test_a_long_prefill_stalls_the_decoding_request_by_one_chunk_step(long_promp
         assert row[p] == pytest.approx(decode_s, rel=1 / 33)
 
 
+@pytest.mark.slow
 def test_the_reference_engine_agrees_on_the_long_prompt_case(long_prompt):
     res, _, _ = long_prompt
     cfg, wl = _long_prompt_case()
