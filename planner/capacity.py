@@ -105,6 +105,19 @@ def vllm_starts(num_gpu_blocks: int, max_model_len: int, block_size: int, count_
     return num_gpu_blocks >= min_startup_blocks(max_model_len, block_size, count_null)
 
 
+def mamba_max_num_seqs(num_gpu_blocks: int) -> int:
+    """The largest max_num_seqs vLLM 0.33 starts with on a model with
+    Mamba-style state layers (Gated DeltaNet, Mamba2: every decode sequence
+    holds one Mamba cache block while the full CUDA graphs are captured):
+    ``kv_cache_config.num_blocks``, the whole pool, null block included
+    (``CompilationConfig.resolve_cudagraph_mode_and_sizes``,
+    ``vllm/config/compilation.py``: "max_num_seqs (M) exceeds available Mamba
+    cache blocks (N)"). It assumes vLLM's default CUDA graph mode
+    (FULL_AND_PIECEWISE); ``--enforce-eager`` lifts the rule, and the planner
+    does not model eager step times."""
+    return num_gpu_blocks
+
+
 def livelock_gap(
     num_gpu_blocks: int, block_size: int, max_model_len: int, null_block: bool = True
 ) -> tuple[int, int] | None:

@@ -185,6 +185,21 @@ def derives_swap_bytes(p: Mapping[str, Any]) -> bool:
     return option_value(p.get("preemption_mode")) == "swap" and p.get("kv_block_bytes") is None
 
 
+def _has_state_layers(p: dict) -> bool:
+    """Whether --model names a hybrid with Mamba-style state layers, whose
+    max_num_seqs vLLM checks at start-up (``capacity.mamba_max_num_seqs``).
+    A model that cannot be read counts as none: the command then reports it."""
+    if p.get("model") is None:
+        return False
+    from planner.models import hardware
+
+    try:
+        spec = hardware.model(p["model"], p.get("quantization"), p.get("kv_cache_dtype", "auto"))
+    except (ValueError, OSError):
+        return False
+    return "linear" in spec.layer_types
+
+
 def _has_slo(p: dict) -> bool:
     return any(p.get(k) for k in SLO_OPTIONS)
 
@@ -223,10 +238,11 @@ CHECK_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         ("max_num_seqs",),
-        lambda p: not _has_slo(p) and not _derives_pool(p),
+        lambda p: not _has_slo(p) and not _derives_pool(p) and not _has_state_layers(p),
         "needs --model and --gpu without --num-gpu-blocks (it sizes the pool's activation "
-        "term) or an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput: plan "
-        "check then simulates the traffic)",
+        "term), a --model with Mamba-style state layers (vLLM checks it against the pool "
+        "at start-up) or an SLO (--ttft-slo, --tpot-slo, --itl-slo, --e2e-slo or --goodput: "
+        "plan check then simulates the traffic)",
     ),
     Rule(
         (

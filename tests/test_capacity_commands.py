@@ -491,3 +491,30 @@ def test_check_simulates_traffic_with_caching_and_async_as_given(capsys):
     assert code == 2 and "without an SLO" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(capsys, "check", "--num-gpu-blocks", "7463", "--async-scheduling")
     assert code == 2 and "or an SLO" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_hybrid_with_more_seqs_than_mamba_blocks_does_not_start(capsys):
+    """Issue 32, item 4: vLLM refuses max_num_seqs above the Mamba cache blocks
+    (``CompilationConfig.resolve_cudagraph_mode_and_sizes``; logged as
+    "max_num_seqs (1024) exceeds available Mamba cache blocks (939)"): plan
+    check exits 1 and names the largest max_num_seqs that starts; at that
+    value it starts; on a model without state layers the option stays inert."""
+    import json
+
+    args = ("check", "--model", "qwen3.5-27b", "--num-gpu-blocks", "365")
+    code, out, err = run_cli(capsys, *args, "--max-num-seqs", "1024")
+    assert code == 1, err
+    assert "exceeds available Mamba cache blocks (365)" in out and "--max-num-seqs 365" in out
+    code, out, _ = run_cli(capsys, *args, "--max-num-seqs", "1024", "--json")
+    o = json.loads(out)
+    assert (o["mamba_max_num_seqs"], o["mamba_starts"], o["verdict"]) == (365, False, "unsafe")
+    assert o["kv_other_mode"]["starts"] is False  # 343 blocks with caching on: also refused
+    code, out, _ = run_cli(capsys, *args, "--max-num-seqs", "365", "--json")
+    o = json.loads(out)
+    assert code == 0 and o["mamba_starts"] and o["verdict"] == "starts"
+    assert o["kv_other_mode"]["starts"] is False  # 365 > the 343 blocks of the caching pool
+    code, _, err = run_cli(
+        capsys, "check", "--model", "llama-3.1-8b", "--num-gpu-blocks", "365",
+        "--max-num-seqs", "1024",
+    )  # fmt: skip
+    assert code == 2 and "--max-num-seqs" in err and err.count("\n") == 1

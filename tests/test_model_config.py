@@ -339,3 +339,21 @@ def test_mamba2_fields_are_named_when_missing(change, field):
     cfg = {k: v for k, v in {**NEMOTRON, **change}.items() if v is not None}
     with pytest.raises(ModelConfigError, match=field):
         model_config.from_config(cfg, "x")
+
+
+def test_a_config_without_a_dtype_is_sized_as_vllm_serves_it(capsys, tmp_path):
+    """Issue 32, item 7: gpt-oss-20b's own config.json names no torch_dtype;
+    vLLM reads float32 and serves it in bfloat16 under --dtype auto, so it is
+    sized as the same config with bfloat16, with the note saying so."""
+    cfg = catalog.entries()["openai/gpt-oss-20b"]["config"]
+    assert "torch_dtype" not in cfg and "dtype" not in cfg  # as published
+    plain = model_config.from_config(dict(cfg), "x")
+    named = model_config.from_config({**cfg, "torch_dtype": "bfloat16"}, "x")
+    assert plain.params == named.params and plain.kv_bytes == named.kv_bytes == 2
+    assert plain.weight_bits == named.weight_bits
+    assert model_config.NO_DTYPE_NOTE in plain.note and named.note == ""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, err = run_cli(capsys, "check", "--model", str(path), "--gpu", "H100", "--json")
+    assert code in (0, 1), err
+    assert "names no torch_dtype" in json.loads(out)["model_source"]

@@ -4,6 +4,7 @@ the arrival window, beside the outcome class, with offered and served rates."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -108,7 +109,10 @@ def test_run_table_never_leaves_ok_standing_alone_under_overload(capsys):
         capsys, "run", "--num-gpu-blocks", "7463", "--max-num-seqs", "32", "--num-requests", "600"
     )
     assert code == 0, err
-    assert "verdict: OVERLOADED" in out and "outcome 'ok' describes preemption only" in out
+    assert "verdict: OVERLOADED" in out and "nothing was preempted" in out
+    # Issue 32, item 8: no line says ok while the run is overloaded.
+    assert not re.search(r"\bok\b", out), out
+    assert re.search(r"outcome\s+│ overloaded \(no preemption\)", out), out
     code, out, _ = run_cli(capsys, "run", "--num-gpu-blocks", "60000", "--horizon", "120")
     assert "OVERLOADED" not in out
 

@@ -288,8 +288,15 @@ def check(
             )  # fmt: skip
         )
         n = out["num_gpu_blocks"] = out.get("kv_num_gpu_blocks", n)
+        if "linear" in spec.layer_types:  # one Mamba cache block per decode sequence
+            out["mamba_max_num_seqs"] = capacity.mamba_max_num_seqs(n)
+            out["mamba_starts"] = max_num_seqs <= out["mamba_max_num_seqs"]
+            out["max_num_seqs"] = max_num_seqs
+            alt = out["kv_other_mode"]  # the other prefix-caching mode's pool
+            alt["mamba_max_num_seqs"] = capacity.mamba_max_num_seqs(alt["num_gpu_blocks"])
+            alt["starts"] = alt["starts"] and max_num_seqs <= alt["mamba_max_num_seqs"]
         if not full_only:  # the per-type figures replace the full-attention ones
-            starts = out["kv_starts"]
+            starts = out["kv_starts"] and out.get("mamba_starts", True)
             gap = None
             for key in FULL_ATTENTION_KEYS:
                 out.pop(key)
@@ -603,10 +610,20 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
         _print_model(c, o)
     if not o["full_attention_only"]:
         c.print(f"pool: {n:,} blocks x {o.get('kv_block_size', bs):,} tokens{_sized(o)}")
+        if "mamba_max_num_seqs" in o:
+            _print_mamba_rule(c, o)
         if o["verdict"] == "starts":
             c.print(
                 "verdict: STARTS - vLLM 0.33 starts on this pool; the livelock analysis "
                 "covers full-attention models only, so no SAFE verdict is given"
+            )
+        elif not o.get("mamba_starts", True):
+            c.print(
+                f"verdict: UNSAFE - vLLM 0.33 refuses to start: max_num_seqs "
+                f"({o['max_num_seqs']:,}) exceeds available Mamba cache blocks ({n:,}); fix: "
+                f"--max-num-seqs {o['mamba_max_num_seqs']:,} or a larger pool "
+                "(--gpu-memory-utilization, fewer weights per GPU)",
+                soft_wrap=True,
             )
         else:
             c.print("verdict: UNSAFE - vLLM 0.33 refuses to start on this pool")
@@ -687,6 +704,18 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
     if not pool_safe:
         _print_fix(c, o)
         c.print(f"note: {o['startup_check_history']}")
+
+
+def _print_mamba_rule(c: Console, o: dict) -> None:
+    """The start-up rule of models with Mamba-style state layers
+    (``capacity.mamba_max_num_seqs``)."""
+    c.print(
+        f"Mamba cache blocks (one per decode sequence under CUDA graphs; vLLM's "
+        f"CompilationConfig.resolve_cudagraph_mode_and_sizes): max_num_seqs "
+        f"{o['max_num_seqs']:,} against {o['mamba_max_num_seqs']:,} blocks: "
+        + ("passes" if o["mamba_starts"] else "REFUSES to start"),
+        soft_wrap=True,
+    )
 
 
 def safe_limit(

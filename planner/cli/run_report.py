@@ -13,7 +13,7 @@ from planner import capacity
 from planner.answers.safelimit import started_text
 from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
-from planner.metrics import LIVELOCKED
+from planner.metrics import LIVELOCKED, OK
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.text import count
 from planner.workload.arrays import Workload
@@ -140,6 +140,18 @@ def print_gap_fix(cfg: SchedulerConfig) -> None:
     )
 
 
+def outcome_text(row: object) -> str:
+    """The outcome row of ``plan run``'s table, which cannot contradict the
+    overload verdict: the outcome class (``metrics.outcome``, about preemption
+    and progress) with ", overloaded" when the queue grew
+    (``metrics.overloaded``); an overloaded run without preemption trouble
+    reads "overloaded (no preemption)", never "ok"."""
+    cls, over = str(row["outcome"]), bool(row["overloaded"])  # type: ignore[index]
+    if not over:
+        return cls
+    return "overloaded (no preemption)" if cls == OK else f"{cls}, overloaded"
+
+
 def value_text(row: object, key: str, fmt: str) -> str:
     """``row[key]`` formatted for people: '-' for NaN, and "≥ X" when the row
     says the value is only a lower bound (``{key}_is_lower_bound``: requests not
@@ -209,7 +221,8 @@ def print_run(
         )
     table = Table(show_header=False)
     for key, fmt in SUMMARY_ROWS:
-        table.add_row(key, value_text(row, key, fmt))
+        text = outcome_text(row) if key == "outcome" else value_text(row, key, fmt)
+        table.add_row(key, text)
     if slo.given():
         table.add_row("goodput_rps", value_text(row, "goodput_rps", "{:.3f}"))
         table.add_row("meets_slo", str(bool(row["meets_slo"])))  # type: ignore[index]
@@ -251,14 +264,15 @@ def print_run(
                 "after which nothing finishes whatever the traffic: remove the livelock first"
             )
         else:  # the outcome class speaks of preemption only
-            what = (
-                "describes preemption only"
-                if row["outcome"] != "step_limit"
-                else "says the run was cut by --max-steps"
-            )
+            if row["outcome"] == OK:
+                what = "nothing was preempted"
+            elif row["outcome"] == "step_limit":
+                what = "the run was cut by --max-steps"
+            else:
+                what = f"the outcome '{row['outcome']}' describes preemption only"
             why = (
-                f"; the outcome '{row['outcome']}' {what}, and no scheduler setting fixes "
-                "overload: more capacity or less traffic does"
+                f"; {what}, and no scheduler setting fixes overload: more capacity or less "
+                "traffic does"
             )
         console.print(rates + why, soft_wrap=True)
 

@@ -59,7 +59,9 @@ KV fields (``vllm/config/model.py``: ``get_head_size``, ``get_num_kv_heads``,
   plamo2, lfm2, minimax_text_01, ...) and any other layer kind are refused,
   naming the field.
 - ``torch_dtype`` (or ``dtype``): float32 checkpoints run in bfloat16
-  (``_resolve_auto_dtype``), 2 bytes; ``quantization_config`` as in
+  (``_resolve_auto_dtype``), 2 bytes; none named reads as float32, as vLLM's
+  ``_get_config_dtype`` does without safetensors metadata, with a note
+  (``NO_DTYPE_NOTE``); ``quantization_config`` as in
   ``planner.models.quantization``.
 
 Parameter count (weights), from the same file; norms and biases are left out
@@ -152,6 +154,26 @@ GRANITE_LAYER_TYPES = {
 }  # fmt: skip
 STATE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+# What the planner says when config.json names no dtype (``_config_dtype``).
+NO_DTYPE_NOTE = (
+    "config.json names no torch_dtype: vLLM then reads the checkpoint's safetensors "
+    "dtypes, else float32 (ModelConfig's _get_config_dtype), and its default dtype auto "
+    "serves float32 in bfloat16 (_resolve_auto_dtype, vllm/config/model.py): sized at 2 bytes"
+)
+
+
+def _config_dtype(cfg: dict, outer: dict) -> tuple[str, str]:
+    """The checkpoint dtype config.json names (``torch_dtype``, or ``dtype`` as
+    newer transformers write it; the text config's first, then the outer
+    config's) and a note. None named: "float32" with ``NO_DTYPE_NOTE`` (vLLM's
+    fallback; both serve in 2 bytes under vLLM's default dtype auto)."""
+    for c in (cfg, outer):
+        for key in ("torch_dtype", "dtype"):
+            if c.get(key) is not None:
+                return str(c[key]), ""
+    return "float32", NO_DTYPE_NOTE
+
+
 NON_GATED_MLP = frozenset({"starcoder2", "gpt_bigcode", "gpt2"})
 # model_types whose transformers config class leaves layer_types unset, so that a
 # bare sliding_window windows every layer in vLLM 0.33: EngineArgs.create_engine_config
@@ -690,7 +712,7 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         raise ModelConfigError(
             f"{where}: attention_chunk_size is needed for chunked_attention layers"
         )
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or outer.get("torch_dtype") or "")
+    dtype, dtype_note = _config_dtype(cfg, outer)
     if dtype not in DTYPE_BYTES:
         raise ModelConfigError(
             f"{where}: torch_dtype is {dtype or 'missing'!s} (sized: {', '.join(DTYPE_BYTES)})"
@@ -745,7 +767,7 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         vocab_size=int(cfg["vocab_size"]),
         intermediate_size=_mlp_per_token(cfg),
         source=str(outer.get("_source", where)),
-        note=str(outer.get("_note", "")),
+        note="; ".join(n for n in (str(outer.get("_note", "")), dtype_note) if n),
         quantization_config=qcfg,
         ssm_state_bytes=ssm_bytes,
         state_kind="mamba2" if mamba2 else "gdn",
