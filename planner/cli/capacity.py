@@ -604,7 +604,7 @@ def _sized(o: dict) -> str:
 
 
 def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
-    c = Console(markup=False)
+    c = Console(markup=False, soft_wrap=True)
     n, bs, mml = o["num_gpu_blocks"], o["block_size"], o["max_model_len"]
     if "model" in o:
         _print_model(c, o)
@@ -968,7 +968,7 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
             f"{s.slo.describe(per_request=True)}: {g.goodput_rps:.3f} req/s"
             + _state(s, s.goodput_optimal),
         )
-    c = Console(markup=False)
+    c = Console(markup=False, soft_wrap=True)
     c.print(table)
     c.print(f"recommendation: {rec}")
 

@@ -106,7 +106,7 @@ def sweep(
     sw = load_spec(spec)
     for message in sw.warnings:
         warn(message)
-    console = Console(stderr=True, markup=False)  # warnings
+    console = Console(stderr=True, markup=False, soft_wrap=True)  # warnings
     report = Console(markup=False, soft_wrap=True)  # results: stdout, pipeable
     if dry_run:
         driver.dry_run(sw, chunk_size, limit, workers, Lines(sys.stdout))
@@ -134,6 +134,8 @@ def sweep(
         )
     counts = df["outcome"].value_counts().to_dict()
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    if "overloaded" in df.columns:  # a verdict beside the outcome class: said with it
+        summary += f"; overloaded {int(df['overloaded'].astype(bool).sum()):,}"
     report.print(
         f"wrote {count(len(df), 'config')} to {dest / 'data.parquet'} in {wall:.1f} s ({summary})"
     )

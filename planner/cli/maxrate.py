@@ -246,7 +246,7 @@ def max_rate(
         }
         print(json.dumps(finite(out), default=_plain))
         return
-    c = Console(markup=False)
+    c = Console(markup=False, soft_wrap=True)
     c.print(
         f"plan max-rate: {wl.name}, {count(wl.num_requests, 'request')} offered at {rps:.3f} req/s "
         f"({tps:,.0f} output tokens/s) at scale 1; step time: {lat.describe()}",
