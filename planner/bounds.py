@@ -104,7 +104,13 @@ MAX_REPLICAS = 1024  # replicas of one fleet: each is a full state row of the ke
 COUNTS = Bound(1, INT32_MAX, integer=True, why=COUNT)
 COUNTS0 = Bound(0, INT32_MAX, integer=True, why=COUNT)
 SHARE = Bound(0.0, 1.0)
-EFFICIENCY = Bound(0.0, 1.0, lo_open=True)
+# An efficiency (--mfu, --mbu) divides a roofline time: below 0.1% of the GPU's peak
+# a step of a large model takes hours and its int64-ns step time can overflow
+# (issue 35: --mfu 1e-320 made it infinite). Measured MFU/MBU are 0.2-0.9.
+MIN_EFFICIENCY = 1e-3
+EFFICIENCY = Bound(
+    MIN_EFFICIENCY, 1.0, why="share of the GPU's peak; below 0.001 a step takes hours"
+)
 
 # Bounds by parameter name: CLI options (Python names; the flag is the same with
 # dashes), SchedulerConfig fields and sweep axes share names and so share bounds.

@@ -684,7 +684,11 @@ def _mlp_per_token(cfg: Mapping[str, Any]) -> int:
 
 def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -> ModelSpec:
     """A ModelSpec from a parsed config.json (dict). Raises ModelConfigError
-    naming the field that is missing or not sizable."""
+    naming the field that is missing or not sizable, or whose type or range is
+    wrong (``config_fields.check``, before anything is read)."""
+    from planner.models import config_fields
+
+    config_fields.check(cfg, where)
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal: the language model's config
         cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
@@ -700,6 +704,11 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         hd = int(cfg["head_dim"])
     else:
         hd = _need(cfg, "hidden_size", where) // heads
+        if hd == 0:
+            raise ModelConfigError(
+                f"{where}: hidden_size {cfg['hidden_size']:,} / num_attention_heads {heads:,} "
+                "gives a head size of 0; expected hidden_size >= num_attention_heads"
+            )
     types = _layer_types(cfg, layers, where)
     mamba2 = cfg.get("model_type") in MAMBA2_MODEL_TYPES
     m2 = _mamba2_fields(cfg, _need(cfg, "hidden_size", where), where) if mamba2 else {}

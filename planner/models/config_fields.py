@@ -1,0 +1,147 @@
+"""config.json checked as data before it is sized (issue 35, item 1).
+
+One typed model (pydantic) of the fields ``planner.models.config_json`` reads,
+applied to a config.json and to its nested ``text_config``. Fields the planner
+does not read pass through untouched (``extra="allow"``); a field it reads
+must have the type and range below, else ``check`` raises ``ModelConfigError``
+in one line naming the file, the field, the value and what is expected.
+
+The rules follow what vLLM and transformers accept where they say it: layer,
+head, expert and dimension counts are integers (transformers'
+``PretrainedConfig`` keeps a JSON string as a string, and vLLM's arithmetic on
+it fails), intervals and patterns are positive integers (vLLM divides by
+``interleave_moe_layer_step``, ``no_rope_layer_interval``,
+``full_attention_interval`` and ``sliding_window_pattern``), flags are booleans
+and ``quantization_config`` is a mapping (``QuantizationConfig.from_config``
+reads it by key). The upper bounds are the planner's: they keep every derived
+quantity (bytes per token, parameter counts, per-layer tuples) finite and
+small enough to build, far above any published model (the largest catalog
+model has 61 layers and a 129,280-token vocabulary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+MAX_LAYERS = 4_096  # layer counts (and per-layer lists): builds tuples of this length
+MAX_DIM = 1 << 24  # widths, head sizes, vocabulary: products stay within int64 bytes
+MAX_COUNT = 1 << 16  # heads, experts, groups, intervals
+
+Layers = Annotated[StrictInt, Field(gt=0, le=MAX_LAYERS)]
+Dim = Annotated[StrictInt, Field(gt=0, le=MAX_DIM)]
+Count = Annotated[StrictInt, Field(gt=0, le=MAX_COUNT)]
+CountOrZero = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
+DimOrZero = Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]
+LayerIndex = Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)]
+Text = Annotated[str, Field(max_length=256)]
+
+
+class ConfigFields(BaseModel):
+    """The fields of a config.json (or of its ``text_config``) the planner reads."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model_type: Text | None = None
+    num_hidden_layers: Layers | None = None
+    hidden_size: Dim | None = None
+    num_attention_heads: Count | None = None
+    num_key_value_heads: Count | None = None
+    head_dim: Dim | None = None
+    vocab_size: Dim | None = None
+    intermediate_size: Dim | None = None
+    intermediate_size_mlp: Dim | None = None
+    moe_intermediate_size: Dim | None = None
+    shared_expert_intermediate_size: DimOrZero | None = None
+    shared_intermediate_size: DimOrZero | None = None
+    moe_shared_expert_intermediate_size: DimOrZero | None = None
+    moe_latent_size: Dim | None = None
+    num_local_experts: Count | None = None
+    num_experts: Count | None = None
+    n_routed_experts: Count | None = None
+    n_shared_experts: CountOrZero | None = None
+    num_experts_per_tok: Count | None = None
+    experts_per_token: Count | None = None
+    first_k_dense_replace: LayerIndex | None = None
+    interleave_moe_layer_step: Count | None = None
+    kv_lora_rank: Dim | None = None
+    q_lora_rank: Dim | None = None
+    qk_nope_head_dim: Dim | None = None
+    qk_rope_head_dim: Dim | None = None
+    v_head_dim: Dim | None = None
+    sliding_window: Dim | None = None
+    sliding_window_pattern: Count | None = None
+    use_sliding_window: StrictBool | None = None
+    max_window_layers: LayerIndex | None = None
+    attention_chunk_size: Dim | None = None
+    no_rope_layer_interval: Count | None = None
+    no_rope_layers: (
+        Annotated[list[Annotated[StrictInt, Field(ge=0, le=1)]], Field(max_length=MAX_LAYERS)]
+        | None
+    ) = None
+    full_attention_interval: Count | None = None
+    layer_types: Annotated[list[Text], Field(max_length=MAX_LAYERS)] | None = None
+    layers_block_type: Annotated[list[Text], Field(max_length=MAX_LAYERS)] | None = None
+    hybrid_override_pattern: Annotated[str, Field(max_length=MAX_LAYERS)] | None = None
+    attn_output_gate: StrictBool | None = None
+    tie_word_embeddings: StrictBool | None = None
+    linear_conv_kernel_dim: Count | None = None
+    linear_key_head_dim: Dim | None = None
+    linear_value_head_dim: Dim | None = None
+    linear_num_key_heads: Count | None = None
+    linear_num_value_heads: Count | None = None
+    mamba_head_dim: Dim | None = None
+    mamba_num_heads: Count | None = None
+    mamba_expand: Count | None = None
+    n_groups: Count | None = None
+    ssm_state_size: Dim | None = None
+    conv_kernel: Count | None = None
+    mamba_ssm_dtype: Text | None = None
+    mamba_ssm_cache_dtype: Text | None = None
+    torch_dtype: Text | None = None
+    dtype: Text | None = None
+    quantization_config: dict[str, Any] | None = None
+    text_config: dict[str, Any] | None = None
+
+
+def _expected(error: Mapping[str, Any]) -> str:
+    """pydantic's reason for one field, shortened to what the field needs."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if "gt" in ctx or "ge" in ctx or "le" in ctx:
+        lo = f"> {ctx['gt']}" if "gt" in ctx else f">= {ctx['ge']}" if "ge" in ctx else ""
+        hi = f"<= {ctx['le']:,}" if "le" in ctx else ""
+        return "a number " + " and ".join(p for p in (lo, hi) if p)
+    if "max_length" in ctx:
+        return f"at most {ctx['max_length']:,} items or characters"
+    return {
+        "int_type": "an integer",
+        "bool_type": "true or false",
+        "string_type": "a string",
+        "dict_type": "a mapping (a JSON object)",
+        "list_type": "a list",
+    }.get(kind, str(error["msg"]).lower())
+
+
+def check(cfg: object, where: str) -> None:
+    """Raise ``ModelConfigError`` (one line) unless ``cfg`` is a JSON object whose
+    read fields, and those of a nested ``text_config``, have ``ConfigFields``'s
+    types and ranges. ``where`` names the file in the message."""
+    from planner.models.config_json import ModelConfigError
+
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    for part, fields in (("", cfg), ("text_config.", cfg.get("text_config"))):
+        if part and fields is None:
+            continue
+        try:
+            ConfigFields.model_validate(dict(fields))
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = part + ".".join(str(x) for x in err["loc"])
+            value = repr(err.get("input"))
+            value = value if len(value) <= 40 else value[:37] + "..."
+            raise ModelConfigError(
+                f"{where}: {field} is {value}; expected {_expected(err)}"
+            ) from None
