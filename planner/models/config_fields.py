@@ -39,6 +39,11 @@ LayerIndex = Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)]
 Text = Annotated[str, Field(max_length=256)]
 
 
+class ModelConfigError(ValueError):
+    """A config.json the planner cannot size exactly; one line naming the field
+    (raised here and by ``planner.models.config_json``, which re-exports it)."""
+
+
 class ConfigFields(BaseModel):
     """The fields of a config.json (or of its ``text_config``) the planner reads."""
 
@@ -128,8 +133,6 @@ def check(cfg: object, where: str) -> None:
     """Raise ``ModelConfigError`` (one line) unless ``cfg`` is a JSON object whose
     read fields, and those of a nested ``text_config``, have ``ConfigFields``'s
     types and ranges. ``where`` names the file in the message."""
-    from planner.models.config_json import ModelConfigError
-
     if not isinstance(cfg, Mapping):
         raise ModelConfigError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
     for part, fields in (("", cfg), ("text_config.", cfg.get("text_config"))):

@@ -109,7 +109,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.models import quantization
+from planner.models import config_fields, quantization
+from planner.models.config_fields import ModelConfigError
 
 FULL, SLIDING, CHUNKED, LINEAR = "full", "sliding", "chunked", "linear"
 MLP = "mlp"  # a layer without attention or state (nemotron_h "-" / "E"): no KV
@@ -180,10 +181,6 @@ NON_GATED_MLP = frozenset({"starcoder2", "gpt_bigcode", "gpt2"})
 # sets CacheConfig.sliding_window when layer_types is None, and each Attention
 # layer without a per-layer window falls back to it.
 ALL_SLIDING_WITHOUT_LAYER_TYPES = frozenset({"llama", "mistral", "mixtral", "phi3", "starcoder2"})
-
-
-class ModelConfigError(ValueError):
-    """A config.json the planner cannot size exactly; one line naming the field."""
 
 
 @dataclass(frozen=True)
@@ -686,8 +683,6 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
     """A ModelSpec from a parsed config.json (dict). Raises ModelConfigError
     naming the field that is missing or not sizable, or whose type or range is
     wrong (``config_fields.check``, before anything is read)."""
-    from planner.models import config_fields
-
     config_fields.check(cfg, where)
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal: the language model's config
