@@ -37,8 +37,6 @@ SLOW = (
     "results/seed-",
     "log.csv",
     "--latency measured",  # needs the optional extra aic (tests/test_measured.py runs it)
-    "AzureLLMInferenceTrace_conv.csv",  # the full Azure trace: tests/test_traces.py runs it
-    "conversation_trace.jsonl",  # the Mooncake trace: tests/test_prefix_cache.py runs it
 )
 
 
