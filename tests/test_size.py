@@ -498,3 +498,71 @@ def test_progress_on_a_non_terminal_is_plain_lines(tmp_path):
     assert progress, text
     assert progress[0][0] == "0" and progress[-1][0] == progress[-1][1]
     assert progress[-1][2] == "100"
+
+
+SMALL = str(ROOT / "tests" / "data" / "size_small.toml")
+
+
+def _size_json(capsys, out: Path, *args: str) -> tuple[int, dict, str]:
+    code, stdout, err = run_cli(capsys, "size", SMALL, "--out", str(out), "--json", *args)
+    return code, (json.loads(stdout) if stdout.strip().startswith("{") else {}), err
+
+
+def _answer(rep: dict) -> dict:
+    """The answer JSON without what differs from run to run (wall time, paths)."""
+    return {k: v for k, v in rep.items() if "wall" not in k and k not in ("files", "out")}
+
+
+@pytest.mark.slow
+def test_a_folder_of_another_search_is_refused_and_overwrite_replaces_it(capsys, tmp_path):
+    """Issue 35, item 4: plan size into a folder that holds another search is
+    one line, exit 2, with or without --resume; --overwrite removes the old
+    files; the same search needs --resume or --overwrite."""
+    out = tmp_path / "o"
+    code, _, err = _size_json(capsys, out, "--gpus", "H100", "--max-replicas", "1")
+    assert code in (0, 1), err
+    other = ("--gpus", "L40S", "--max-replicas", "2")
+    for extra in ((), ("--resume",)):
+        code, _, err = _size_json(capsys, out, *other, *extra)
+        assert code == 2 and err.count("\n") == 1 and "holds another plan size search" in err
+    code, _, err = _size_json(capsys, out, "--gpus", "H100", "--max-replicas", "1")
+    assert code == 2 and "already holds this search" in err
+    code, rep, err = _size_json(capsys, out, *other, "--overwrite")
+    assert code in (0, 1), err
+    assert [p.name for p in (out / "sweeps").iterdir()] == ["L40S-tp1"]  # H100's is gone
+    fresh = tmp_path / "fresh"
+    _, rep_fresh, _ = _size_json(capsys, fresh, *other)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "size.parquet"), pd.read_parquet(fresh / "size.parquet")
+    )
+    assert _answer(rep) == _answer(rep_fresh)
+
+
+@pytest.mark.slow
+def test_resume_after_an_interruption_gives_the_uninterrupted_answer(capsys, tmp_path, monkeypatch):
+    """Issue 35, item 4: interrupted after its first candidate, a --resume of
+    the same search ends with the tables and answer of an uninterrupted run."""
+    from planner.sweep import driver
+
+    args = ("--gpus", "H100,L40S", "--max-replicas", "2")
+    whole = tmp_path / "whole"
+    _, rep_whole, _ = _size_json(capsys, whole, *args)
+    real, calls = driver.run_sweep, []
+
+    def interrupted_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(driver, "run_sweep", interrupted_second)
+    cut = tmp_path / "cut"
+    code, _, err = _size_json(capsys, cut, *args)
+    assert code == 130, err
+    monkeypatch.setattr(driver, "run_sweep", real)
+    code, rep, err = _size_json(capsys, cut, *args, "--resume")
+    assert code in (0, 1), err
+    for name in ("size.parquet", "size.csv"):
+        read = pd.read_parquet if name.endswith("parquet") else pd.read_csv
+        pd.testing.assert_frame_equal(read(cut / name), read(whole / name))
+    assert _answer(rep) == _answer(rep_whole)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Annotated
@@ -160,6 +161,18 @@ def size(
     if dry_run:
         _print_plan(cands, as_json)
         return
+    from planner.sweep import store
+
+    search = {
+        "spec": str(spec),
+        "spec_sha256": store.sha256_file(spec),
+        "candidates": [[c.gpu, c.tp] for c in cands],
+        "max_replicas": max_replicas,
+        "routers": names,
+        "slo": _slo_fields(slo_opts),
+        "prices": None if prices is None else store.sha256_file(prices),
+    }
+    claim_folder(dest, search, resume, overwrite)
     reporter = stderr_reporter()
     t0 = time.perf_counter()
     frames = []
@@ -193,6 +206,52 @@ def size(
         _print(report, [*paths, png])
     if result.best is None:
         raise typer.Exit(1)
+
+
+SEARCH_FILE = "search.json"  # what a plan size folder holds: the search that wrote it
+SIZE_OUTPUTS = ("sweeps", "size.parquet", "size.csv", "pareto.png", SEARCH_FILE)
+
+
+def claim_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> None:
+    """Make ``dest`` hold this search before anything runs. A folder with
+    another search's results is refused (ValueError, one line) unless
+    ``overwrite`` (its plan size outputs are removed first) or ``resume`` of the
+    same search (``SEARCH_FILE`` equal to ``search``); a folder with this
+    search's results needs one of the two, as ``plan sweep``'s does. Then
+    ``SEARCH_FILE`` is written (atomically)."""
+    from planner.sweep import store
+
+    held = [dest / n for n in SIZE_OUTPUTS if (dest / n).exists()]
+    if held and overwrite:
+        for path in held:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    elif held:
+        try:
+            old = json.loads((dest / SEARCH_FILE).read_text())
+        except (OSError, ValueError):
+            old = None
+        if old != search:
+            what = "another plan size search" if old is not None else "results of unknown origin"
+            raise ValueError(
+                f"{dest} holds {what} ({_search_text(old)}); pass --overwrite to replace it "
+                "or --out another folder"
+            )
+        if not resume:
+            raise ValueError(
+                f"{dest} already holds this search; pass --resume to continue it or "
+                "--overwrite to redo it"
+            )
+    text = json.dumps(search, indent=1)
+    store.atomic_write_bytes(dest / SEARCH_FILE, lambda tmp: Path(tmp).write_text(text))
+
+
+def _search_text(search: dict | None) -> str:
+    """A search record in a few words: its spec and candidate GPUs."""
+    if not search:
+        return f"no readable {SEARCH_FILE}"
+    gpus = ", ".join(f"{g} TP {tp}" for g, tp in search.get("candidates", []))
+    spec = Path(str(search.get("spec", "?"))).name
+    return f"{spec}: {gpus}, up to {count(int(search.get('max_replicas') or 0), 'replica')}"
 
 
 def _print_plan(cands: list[sizing.Candidate], as_json: bool) -> None:
