@@ -1,0 +1,53 @@
+"""Hostile sweep specs (issue 35, item 5): one line (``SpecError``) or a spec,
+never a traceback.
+
+Each shipped spec has one ``key = value`` line's value replaced by a hostile
+TOML literal (wrong type, sign, zero, huge, non-finite, empty, nested), with a
+fixed seed and a bounded number of examples; loading it (``load_spec_text``,
+what every command that reads a spec calls, pool sizing from ``[hardware]``
+included) must give a spec or one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.sweep.spec import SpecError, load_spec_text
+
+SWEEPS = Path(__file__).parents[1] / "sweeps"
+SPECS = sorted(SWEEPS.glob("*.toml"))
+LITERALS = [
+    '"x"', '""', "-1", "0", "1", "0.5", "-0.0", "1e400", "-1e400", "nan", "inf", "true",
+    "99999999999999999999", "9223372036854775807", "[]", "[0]", '[1, "a"]', "[[1]]", "{}",
+    '{ kind = "x" }', "1979-05-27", '"../nowhere.csv"', '"H100"', '"recompute"',
+]  # fmt: skip
+
+
+def _assignments(text: str) -> list[int]:
+    return [
+        i for i, line in enumerate(text.splitlines()) if " = " in line and not line.startswith("#")
+    ]
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_a_mutated_spec_loads_or_is_one_line(data):
+    path = data.draw(st.sampled_from(SPECS), label="spec")
+    lines = path.read_text().splitlines()
+    i = data.draw(st.sampled_from(_assignments(path.read_text())), label="line")
+    key = lines[i].split(" = ", 1)[0]
+    lines[i] = f"{key} = {data.draw(st.sampled_from(LITERALS), label='value')}"
+    try:
+        load_spec_text("\n".join(lines) + "\n", path.parent, path.name)
+    except SpecError as e:
+        assert "\n" not in str(e) and str(e).startswith(path.name), str(e)
