@@ -65,7 +65,7 @@ def _mutated(model_id: str, data: st.DataObject) -> dict:
 
 @pytest.mark.slow
 @settings(
-    max_examples=400,
+    max_examples=200,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -35,7 +35,7 @@ def _assignments(text: str) -> list[int]:
 
 @pytest.mark.slow
 @settings(
-    max_examples=300,
+    max_examples=200,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -31,7 +31,7 @@ CELLS = st.one_of(
     st.text(max_size=8),
 )  # fmt: skip
 SETTINGS = settings(
-    max_examples=150,
+    max_examples=60,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
