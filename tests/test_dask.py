@@ -72,7 +72,10 @@ def test_failing_chunk_is_named_and_resume_completes(capsys, tmp_path, local_blo
 
 
 @pytest.mark.slow
-def test_unreachable_scheduler_is_one_line(capsys, tmp_path, local_blob):
+def test_unreachable_scheduler_is_one_line(capsys, tmp_path, local_blob, monkeypatch):
+    from planner.sweep import executors
+
+    monkeypatch.setattr(executors, "CONNECT_TIMEOUT", "1s")  # the refusal, not the wait
     spec, _ = local_blob
     code, _, err = run_cli(
         capsys, "sweep", str(spec), "--out", str(tmp_path / "o"),

@@ -31,6 +31,9 @@ from planner.sweep.spec import Sweep, load_spec_text
 FAIL_CHUNK_ENV = "PLANNER_TEST_FAIL_CHUNK"
 
 
+CONNECT_TIMEOUT = "10s"  # how long --address gets to answer before a one-line refusal
+
+
 class ExecutorError(ValueError):
     """A chunk failed for good, or the cluster cannot be reached; one line."""
 
@@ -104,7 +107,7 @@ def dask_client(address: str | None, n_workers: int | None, threads_per_worker: 
             )
             client = Client(cluster)
         else:
-            client = Client(address, timeout="10s")
+            client = Client(address, timeout=CONNECT_TIMEOUT)
     except OSError as e:
         if scratch is not None:
             scratch.cleanup()
