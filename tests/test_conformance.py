@@ -78,6 +78,13 @@ def test_golden_sliding_window_scenarios_cover_the_issue():
 # The fast subset (-m "not slow") keeps the kernel on the short goldens; the
 # reference engine and the long S1-length traces run in the full suite.
 LONG = ("s1_exact", "swa_s1_time", "hyb_s1_time")
+# The plain-Python reference engine takes 7-19 s on each long golden. It runs on
+# one long golden per attention kind (full, sliding window, hybrid); on the
+# other long ones (S1 at max_num_seqs 256, with async and caching; the windowed
+# S1 with async) only the kernel is checked against vLLM, and the reference is
+# checked against the kernel on randomized cases with async and caching
+# (tests/test_crosscheck.py). This keeps the suite under 10 minutes on 2 cores.
+REFERENCE_LONG = ("s1_exact_seqs32", "swa_s1_time", "hyb_s1_time")
 CASES = [
     pytest.param(
         name,
@@ -86,6 +93,7 @@ CASES = [
     )
     for name in NAMES
     for engine in sorted(ENGINES)
+    if engine == "kernel" or not name.startswith(LONG) or name in REFERENCE_LONG
 ]
 
 
