@@ -164,7 +164,7 @@ def size(
     from planner.sweep import store
 
     search = {
-        "spec": str(spec),
+        "spec": spec.name,  # the file's name and bytes: another path to it is the same search
         "spec_sha256": store.sha256_file(spec),
         "candidates": [[c.gpu, c.tp] for c in cands],
         "max_replicas": max_replicas,
@@ -250,7 +250,7 @@ def _search_text(search: dict | None) -> str:
     if not search:
         return f"no readable {SEARCH_FILE}"
     gpus = ", ".join(f"{g} TP {tp}" for g, tp in search.get("candidates", []))
-    spec = Path(str(search.get("spec", "?"))).name
+    spec = search.get("spec", "?")
     return f"{spec}: {gpus}, up to {count(int(search.get('max_replicas') or 0), 'replica')}"
 
 

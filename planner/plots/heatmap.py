@@ -115,12 +115,11 @@ def _similar(name: str, columns: list[str], n: int = 6) -> list[str]:
     ``ttft_s_p99``); none when nothing is alike (never simply the first ones)."""
     words = set(name.lower().split("_")) - {"s", ""}
 
-    def score(c: str) -> float:
-        ratio = difflib.SequenceMatcher(None, name, c).ratio()
-        return ratio + (0.5 if words & set(c.split("_")) else 0.0)
-
-    ranked = sorted(columns, key=score, reverse=True)
-    return [c for c in ranked if score(c) >= 0.6][:n]
+    score = {
+        c: difflib.SequenceMatcher(None, name, c).ratio() + 0.5 * bool(words & set(c.split("_")))
+        for c in columns
+    }
+    return [c for c in sorted(columns, key=score.__getitem__, reverse=True) if score[c] >= 0.6][:n]
 
 
 def _numeric(df: pd.DataFrame) -> list[str]:

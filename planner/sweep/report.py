@@ -94,8 +94,8 @@ class Lines:
 
     def _progress(self) -> None:
         pct = 100 * self.done / self.total if self.total else 100.0
-        rate = f"{self.rate:{',.0f' if self.rate >= 10 else '.2g'}} configs/s" if self.rate else ""
-        rate = rate or "- configs/s"
+        shown = f"{self.rate:,.0f}" if self.rate >= 10 else f"{self.rate:.2g}" if self.rate else "-"
+        rate = f"{shown} configs/s"
         self._write(
             f"{self.name}: {self.done:,}/{self.total:,} configs ({pct:.0f}%), {rate}, "
             f"{time.perf_counter() - self.t0:.0f} s"
