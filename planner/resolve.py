@@ -5,8 +5,11 @@ Shared by ``plan run`` and sweep specs, so both resolve the same way.
 
 from __future__ import annotations
 
+from typing import Any
+
 from planner.latency.step_time import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
-from planner.models import hardware, kv_cache
+from planner.models import hardware, kv_cache, vllm_defaults
+from planner.models.vllm_defaults import Setting
 
 LATENCY_KINDS = ("linear", "roofline", "measured")
 
@@ -255,3 +258,70 @@ def attention(
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} {v} contradicts --model {m.name} (it has {fields[name]})")
     return fields
+
+
+def server(
+    given: dict[str, Any],
+    model: str | None,
+    gpu: str | None,
+    *,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    usage: str = vllm_defaults.SERVE,
+    preemption_mode: str = "recompute",
+    compat: str = "vllm",
+) -> dict[str, Setting]:
+    """The server settings a command runs (``vllm_defaults.settings``: given,
+    else vLLM 0.33's default for the model and GPU, else scenario S1's), with
+    the planner's deliberate differences applied to defaults only, each
+    marked ``vllm_defaults.DIFFERS`` with its reason:
+
+    - prefix caching off for a model with sliding-window or chunked layers
+      (vLLM's ``SlidingWindowManager.find_longest_cache_hit`` is not simulated);
+    - prefix caching and async scheduling off under a named preemption mode
+      other than recompute (they are modelled with recompute only);
+    - async scheduling off under ``--compat blis`` (BLIS schedules in sync).
+
+    ``given``: field -> value or None (not given), for ``vllm_defaults.FIELDS``.
+    Raises ValueError (one line) for an unknown model, GPU or usage context.
+    """
+    m = None if model is None else hardware.model(model, quantization, kv_cache_dtype)
+    g = None if gpu is None else hardware.gpu(gpu)
+    out = vllm_defaults.settings(given, m, g, usage)
+    cache, run_async = "enable_prefix_caching", "async_scheduling"
+    if m is not None and set(m.layer_types) & {"sliding", "chunked"}:
+        out[cache] = vllm_defaults.differs(
+            out[cache], False, "prefix caching with sliding-window layers is not simulated"
+        )
+    if preemption_mode != "recompute" and compat == "vllm":
+        why = f"modelled with recompute preemption only, not {preemption_mode}"
+        out[cache] = vllm_defaults.differs(out[cache], False, why)
+        out[run_async] = vllm_defaults.differs(out[run_async], False, why)
+    if compat == "blis":
+        out[run_async] = vllm_defaults.differs(
+            out[run_async], False, "--compat blis schedules in sync"
+        )
+    return out
+
+
+def server_lines(settings: dict[str, Setting]) -> list[str]:
+    """One line per setting that was not given: ``name value (source: why)``."""
+    return [
+        f"{name} {_shown(s.value)} {s.text()}"
+        for name, s in settings.items()
+        if s.source != vllm_defaults.GIVEN
+    ]
+
+
+def server_json(settings: dict[str, Setting]) -> dict[str, dict[str, Any]]:
+    """The ``server_settings`` field of a command's ``--json``."""
+    return {
+        name: {"value": s.value, "source": s.source, "from": s.why} for name, s in settings.items()
+    }
+
+
+def _shown(v: Any) -> str:
+    """A setting's value as printed: on/off, thousands separators."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return f"{v:,}" if isinstance(v, int) else f"{v:g}"

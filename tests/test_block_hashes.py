@@ -165,7 +165,7 @@ RUN += ["--model", "llama-3.1-8b", "--gpu", "H100", "--max-model-len", "131072",
 def test_mooncake_runs_end_to_end_with_caching_on_and_off(capsys):
     code, on, err = run_cli(capsys, *RUN, "--enable-prefix-caching")
     assert code == 0, err
-    code, off, err2 = run_cli(capsys, *RUN)
+    code, off, err2 = run_cli(capsys, *RUN, "--no-enable-prefix-caching")  # vLLM's default: on
     assert code == 0, err2
     assert "hash ids change nothing" in err2 or "change nothing without prefix caching" in err2
     on, off = json.loads(on), json.loads(off)

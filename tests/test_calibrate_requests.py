@@ -257,7 +257,9 @@ def test_printed_line_carries_the_server_options_of_the_replay(capsys, tmp_path)
     line = out.splitlines()[0].split()
     for flag in (*args, "--async-scheduling"):
         assert flag in line, line
-    assert "--max-num-seqs" not in line  # the default is not repeated
+    # every setting the replay ran with is stated: plan run's defaults vary with --model/--gpu
+    for flag in ("--max-num-seqs", "--max-model-len", "--block-size"):
+        assert flag in line, line
     code, _, err = run_cli(capsys, "run", *line, "--num-requests", "5", "--json")
     assert code == 0, err
 

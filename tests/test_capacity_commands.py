@@ -80,8 +80,9 @@ def test_plan_check_states_the_fix_and_the_versions(capsys):
     o = json.loads(out)
     assert code == 1 and o["min_safe_num_gpu_blocks"] == 8193
     u = o["min_safe_gpu_memory_utilization"]
-    # sized at plan check's own --max-num-seqs and --max-num-batched-tokens (256, 2,048)
-    at = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+    # sized at vLLM 0.33's defaults on an H100 (1,024 sequences, 8,192 tokens), which
+    # plan check takes when they are not given (planner.models.vllm_defaults)
+    at = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
     assert u == min_gpu_memory_utilization(8193, "llama-3.1-8b", "H100", 16, **at)
     code, out, _ = run_cli(capsys, *args, "--gpu-memory-utilization", str(u), "--json")
     assert code == 0 and json.loads(out)["verdict"] == "safe"
@@ -261,7 +262,8 @@ def test_safe_limit_json_and_run_warning(capsys):
 def test_safe_limit_takes_the_latency_options_its_errors_name(capsys):
     """safe-limit used to say "pass --beta-coeffs" without accepting it."""
     base = ["safe-limit", "--model", "llama-3.1-70b", "--gpu", "H100",
-            "--tensor-parallel-size", "2", "--num-requests", "20", "--horizon", "30"]  # fmt: skip
+            "--tensor-parallel-size", "2", "--num-requests", "20", "--horizon", "30",
+            "--max-num-batched-tokens", "2048"]  # fmt: skip
     code, _, err = run_cli(capsys, *base)
     assert code == 2 and "--beta-coeffs" in err
     rps = []
@@ -360,7 +362,7 @@ def test_plan_check_on_the_issue_hybrid(capsys):
     and FlashInfer's GDN prefill, the same bytes hold 1,401 blocks of 832 tokens
     and a request holds 40 + 3 x 3 of them: 28.59x."""
     args = ["check", "--model", "qwen3.5-27b", "--max-model-len", "32768"]
-    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "1487")
+    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "1487", "--no-enable-prefix-caching")
     text = " ".join(out.split())
     assert code == 0 and "verdict: STARTS" in text
     assert "vLLM raises the block to 784 tokens (prefix caching off" in text
@@ -388,7 +390,7 @@ def test_plan_check_on_a_mamba2_hybrid(capsys):
     caching off, + 3 per group with it on: 1,000 blocks give 1,000 / 14 and
     1,000 / 26."""
     args = ["check", "--model", "nemotron-h-8b", "--max-model-len", "8192"]
-    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "1000")
+    code, out, _ = run_cli(capsys, *args, "--num-gpu-blocks", "1000", "--no-enable-prefix-caching")
     text = " ".join(out.split())
     assert code == 0 and "verdict: STARTS" in text
     assert "Mamba2 state 4,255,744 B per request and layer" in text
@@ -501,7 +503,8 @@ def test_a_hybrid_with_more_seqs_than_mamba_blocks_does_not_start(capsys):
     value it starts; on a model without state layers the option stays inert."""
     import json
 
-    args = ("check", "--model", "qwen3.5-27b", "--num-gpu-blocks", "365")
+    args = ("check", "--model", "qwen3.5-27b", "--num-gpu-blocks", "365",
+            "--no-enable-prefix-caching")  # fmt: skip
     code, out, err = run_cli(capsys, *args, "--max-num-seqs", "1024")
     assert code == 1, err
     assert "exceeds available Mamba cache blocks (365)" in out and "--max-num-seqs 365" in out

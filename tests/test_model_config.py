@@ -193,7 +193,8 @@ def test_plan_check_with_a_config_json_tp4_fp8(capsys):
     o = json.loads(js)
     # KV per block: 16 tokens x 80 layers x 2 KV heads x 2 x 128 x 1 B
     assert o["kv_bytes_per_block"] == 16 * 80 * 2 * 2 * 128
-    assert o["kv_max_concurrency"] == o["num_gpu_blocks"] / (4096 // 16)
+    # max_model_len: vLLM's default, the config.json's max_position_embeddings
+    assert o["kv_max_concurrency"] == o["num_gpu_blocks"] / (o["max_model_len"] // 16)
 
 
 @pytest.mark.parametrize(
@@ -275,8 +276,9 @@ def test_run_and_safe_limit_take_the_dtypes(capsys):
     )  # fmt: skip
     o = json.loads(out)
     m, g = hardware.model("llama-3.1-70b", "fp8"), hardware.gpu("H100")
+    # sized at vLLM 0.33's H100 defaults (8,192 tokens, 1,024 sequences)
     assert code == 0 and o["num_gpu_blocks"] == hardware.num_gpu_blocks(
-        m, g, 0.95, 16, 1, 2048, 256
+        m, g, 0.95, 16, 1, 8192, 1024
     )
     assert "quantization fp8" in o["latency_model"]
     code, _, err = run_cli(

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from helpers import SMALL_SYNTHETIC, run_cli
-from planner.models import hardware
+from planner.models import hardware, vllm_defaults
 from planner.sweep.spec import load_spec_text
 
 SEQS, MNBT = 128, 4096
@@ -21,7 +21,8 @@ MODELS = [("llama-3.1-8b", "linear"), ("gemma-3-27b", "roofline")]
 
 def expected(model: str, seqs: int = SEQS, mnbt: int = MNBT, bs: int = 16) -> int:
     m, g = hardware.model(model), hardware.gpu("H100")
-    return hardware.num_gpu_blocks(m, g, 0.9, bs, 1, mnbt, seqs)
+    util = vllm_defaults.GPU_MEMORY_UTILIZATION  # vLLM 0.33's default, which each takes
+    return hardware.num_gpu_blocks(m, g, util, bs, 1, mnbt, seqs)
 
 
 def flags(model: str, latency: str | None, seqs: int = SEQS) -> list[str]:
@@ -83,7 +84,8 @@ def test_max_rate_sizes_each_varied_configuration_and_names_the_window(capsys):
     )  # fmt: skip
     flat = " ".join(out.split())
     assert "attention: sliding window of 1,024 tokens" in flat
-    assert f"num_gpu_blocks {expected('gemma-3-27b', 256, 2048):,} (derived from presets" in flat
+    # vLLM 0.33's H100 defaults: 1,024 sequences, 8,192 tokens
+    assert f"num_gpu_blocks {expected('gemma-3-27b', 1024, 8192):,} (derived from presets" in flat
 
 
 SPEC = (

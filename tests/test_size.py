@@ -107,8 +107,8 @@ def test_the_answer_is_the_cheapest_row_that_meets_the_target(capsys, tmp_path):
     assert rep["price_table"] == "planner/data/gpu_prices.csv"
     for flag in (
         f"--max-num-seqs {a['max_num_seqs']}",
-        "--no-enable-prefix-caching",
-        "--no-async-scheduling",
+        "--enable-prefix-caching",  # vLLM 0.33's defaults: the spec leaves them out
+        "--async-scheduling",
         f"--tensor-parallel-size {a['tensor_parallel_size']}",
     ):
         assert flag in a["vllm_serve"]

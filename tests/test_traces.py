@@ -157,9 +157,9 @@ def test_plan_run_on_azure_with_presets(capsys):
         raise SystemExit(0)
     out = json.loads(capsys.readouterr().out)
     assert exc.value.code == 0
-    # sized with this run's max_num_batched_tokens (2,048) and max_num_seqs (256)
+    # sized with this run's max_num_seqs (256) and vLLM's H100 default max_num_batched_tokens
     m, g = hardware.model("llama-3.1-8b"), hardware.gpu("H100")
-    assert out["num_gpu_blocks"] == hardware.num_gpu_blocks(m, g, 0.9, 16, 1, 2048, 256)
+    assert out["num_gpu_blocks"] == hardware.num_gpu_blocks(m, g, 0.9, 16, 1, 8192, 256)
     assert out["num_gpu_blocks"] == pytest.approx(27967, rel=0.02)  # the README's figure
     assert out["num_gpu_blocks_derived"] is True
     assert out["latency_model"].startswith("linear alpha=(232.46")

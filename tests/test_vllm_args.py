@@ -21,7 +21,17 @@ REFUSAL = "vLLM 0.33 refuses to start (max_num_batched_tokens must be >= max_num
     [
         ["run", "--max-num-batched-tokens", "128", "--num-requests", "5"],
         ["run", "--max-num-seqs", "4096", "--num-requests", "5"],
-        ["check", "--model", "llama-3.1-8b", "--gpu", "H100", "--max-num-seqs", "4096"],
+        [
+            "check",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "H100",
+            "--max-num-seqs",
+            "4096",
+            "--max-num-batched-tokens",
+            "2048",
+        ],
         ["max-rate", "--num-requests", "5", "--vary", "max_num_seqs=64,4096"],
     ],
 )

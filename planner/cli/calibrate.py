@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from planner.cli import options as opt
+from planner.cli import server
 from planner.cli.inert import reject_inert
 from planner.inert import CALIBRATE_RULES
+from planner.models import vllm_defaults
 
 if TYPE_CHECKING:
     from planner.config import SchedulerConfig
@@ -41,12 +43,13 @@ def calibrate(
     alpha_coeffs: opt.AlphaCoeffs = None,
     beta_coeffs: opt.BetaCoeffs = None,
     num_gpu_blocks: opt.NumGpuBlocks = None,
-    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
-    block_size: opt.BlockSize = 16,
-    max_num_seqs: opt.MaxNumSeqs = 256,
-    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
-    max_model_len: opt.MaxModelLen = 4096,
-    async_scheduling: opt.AsyncScheduling = False,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = None,
+    usage_context: opt.UsageContextOpt = vllm_defaults.SERVE,
+    block_size: opt.BlockSize = None,
+    max_num_seqs: opt.MaxNumSeqs = None,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
+    max_model_len: opt.MaxModelLen = None,
+    async_scheduling: opt.AsyncScheduling = None,
     as_json: opt.AsJson = False,
 ) -> None:
     """Fit a step-time model to measurements and print its options.
@@ -66,7 +69,7 @@ def calibrate(
 
     reject_inert(ctx, CALIBRATE_RULES)
     if is_bench_result(measurements):
-        _calibrate_requests(measurements, ctx.params)
+        _calibrate_requests(ctx, measurements, ctx.params)
         return
     if step_overhead_us and latency != opt.LatencyKind.measured:
         raise ValueError("--step-overhead-us is fitted here; give it only with --latency measured")
@@ -114,12 +117,19 @@ def is_bench_result(path: Path) -> bool:
     return path.suffix.lower() == ".json"
 
 
-def _calibrate_requests(path: Path, o: dict) -> None:
+def _calibrate_requests(ctx: typer.Context, path: Path, o: dict) -> None:
     """The request-level fit (``planner.answers.calibrate``) for ``calibrate``'s
-    parameters ``o`` (``click.Context.params``)."""
+    parameters ``o`` (``click.Context.params``), on the server they describe
+    (``server.resolve_server``: given, else vLLM's defaults for --model/--gpu)."""
     from planner import resolve
     from planner.answers import calibrate as creq
     from planner.config import SchedulerConfig
+
+    srv = server.resolve_server(
+        ctx, o, o["model"], o["gpu"], quantization=o["quantization"],
+        kv_cache_dtype=o["kv_cache_dtype"], usage=o["usage_context"],
+    )  # fmt: skip
+    o = {**o, **server.values(srv)}
 
     run = creq.read_bench_result(path)
     base = opt.step_time(
@@ -143,6 +153,7 @@ def _calibrate_requests(path: Path, o: dict) -> None:
         max_num_batched_tokens=o["max_num_batched_tokens"],
         max_model_len=o["max_model_len"],
         async_scheduling=o["async_scheduling"],
+        enable_prefix_caching=o["enable_prefix_caching"],
     )
     cfg.check_vllm_starts()
     with opt.say_compile([cfg]):
@@ -162,26 +173,26 @@ def _calibrate_requests(path: Path, o: dict) -> None:
         out["num_gpu_blocks_sized_at"] = resolve.sized_at_json(
             o["max_num_seqs"], o["max_num_batched_tokens"], derived
         )
+        out["server_settings"] = resolve.server_json(srv)
         print(json.dumps(out))
         return
     at = resolve.sized_at(o["max_num_seqs"], o["max_num_batched_tokens"])
     print(fit.options)  # first: the line to copy
     print(f"num_gpu_blocks {blocks:,} ({f'derived from presets; {at}' if derived else 'given'})")
+    server.print_settings(srv)
     print(fit.describe())
 
 
 def _replayed_on(cfg: SchedulerConfig) -> str:
-    """The replay's pool (given or sized) and its scheduler options where they
-    differ from ``plan run``'s defaults, so that the printed line, pasted into
-    ``plan run``, replays the fit on the same server."""
-    from planner.config import SchedulerConfig
-
-    default = SchedulerConfig()
+    """The replay's pool (given or sized) and every scheduler option it ran
+    with, so that the printed line, pasted into ``plan run``, replays the fit
+    on the same server whatever defaults ``plan run`` would pick."""
     out = f" --num-gpu-blocks {cfg.num_gpu_blocks}"
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
-        if getattr(cfg, name) != getattr(default, name):
-            out += f" --{name.replace('_', '-')} {getattr(cfg, name)}"
-    return out + (" --async-scheduling" if cfg.async_scheduling else "")
+        out += f" --{name.replace('_', '-')} {getattr(cfg, name)}"
+    for name in ("async_scheduling", "enable_prefix_caching"):
+        out += f" --{'' if getattr(cfg, name) else 'no-'}{name.replace('_', '-')}"
+    return out
 
 
 def register(app: typer.Typer) -> None:

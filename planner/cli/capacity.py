@@ -18,10 +18,11 @@ from rich.table import Table
 
 from planner import capacity, resolve
 from planner.cli import options as opt
+from planner.cli import server
 from planner.cli.inert import given, reject_inert, reject_inert_hardware, spelled
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.inert import CHECK_RULES, RUN_RULES, InertOption
-from planner.models import hardware, kv_cache
+from planner.models import hardware, kv_cache, vllm_defaults
 from planner.slo import FIELDS
 from planner.text import count
 from planner.workload.arrays import Workload, seed_acts, with_shared_prefixes
@@ -111,17 +112,18 @@ def _pool(
 def check(
     ctx: typer.Context,
     num_gpu_blocks: opt.NumGpuBlocks = None,
-    block_size: opt.BlockSize = 16,
-    max_model_len: opt.MaxModelLen = 4096,
+    block_size: opt.BlockSize = None,
+    max_model_len: opt.MaxModelLen = None,
     model: opt.Model = None,
     gpu: opt.Gpu = None,
-    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = None,
+    usage_context: opt.UsageContextOpt = vllm_defaults.SERVE,
     tensor_parallel_size: opt.TensorParallelSize = 1,
     quantization: opt.Quantization = None,
     kv_cache_dtype: opt.KvCacheDtype = "auto",
-    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
-    async_scheduling: opt.AsyncScheduling = False,
-    enable_prefix_caching: opt.EnablePrefixCaching = False,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
+    async_scheduling: opt.AsyncScheduling = None,
+    enable_prefix_caching: opt.EnablePrefixCaching = None,
     gdn_prefill_backend: opt.GdnPrefillBackend = opt.GdnPrefillBackendKind.flashinfer,
     tokens_per_request: Annotated[
         int | None, typer.Option(help="T for the concurrency figure [default: max_model_len].")
@@ -138,7 +140,7 @@ def check(
     itl_slo: opt.ItlSlo = None,
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
-    max_num_seqs: opt.MaxNumSeqs = 256,
+    max_num_seqs: opt.MaxNumSeqs = None,
     horizon: opt.Horizon = math.inf,
     latency: opt.LatencyOpt = opt.LatencyKind.linear,
     alpha_coeffs: opt.AlphaCoeffs = None,
@@ -173,6 +175,20 @@ def check(
     pool, or (with an SLO) the traffic is overloaded or misses it; 2: bad input.
     """
     reject_inert(ctx, CHECK_RULES)
+    srv = server.resolve_server(
+        ctx, dict(block_size=block_size, max_model_len=max_model_len,
+                  gpu_memory_utilization=gpu_memory_utilization,
+                  max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching),
+        model, gpu, quantization=quantization, kv_cache_dtype=kv_cache_dtype, usage=usage_context,
+    )  # fmt: skip
+    v = server.values(srv)
+    block_size, max_model_len, max_num_seqs = v["block_size"], v["max_model_len"], v["max_num_seqs"]
+    max_num_batched_tokens, gpu_memory_utilization = (
+        v["max_num_batched_tokens"],
+        v["gpu_memory_utilization"],
+    )
+    async_scheduling, enable_prefix_caching = v["async_scheduling"], v["enable_prefix_caching"]
     hybrid_options = ("enable_prefix_caching", "gdn_prefill_backend")
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     if max_model_len < 1:
@@ -347,9 +363,11 @@ def check(
             out["traffic"] = traffic_check(cfg, wl, lat, slo)
         safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
     out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
+    out["server_settings"] = resolve.server_json(srv)
     if as_json:
         print(json.dumps(finite(out)))
     else:
+        server.print_settings(srv)
         _print_check(out, gap)
     raise typer.Exit(EXIT_SAFE if safe else EXIT_UNSAFE)
 
@@ -721,12 +739,13 @@ def _print_mamba_rule(c: Console, o: dict) -> None:
 def safe_limit(
     ctx: typer.Context,
     num_gpu_blocks: opt.NumGpuBlocks = None,
-    block_size: opt.BlockSize = 16,
-    max_model_len: opt.MaxModelLen = 4096,
-    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
+    block_size: opt.BlockSize = None,
+    max_model_len: opt.MaxModelLen = None,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     model: opt.Model = None,
     gpu: opt.Gpu = None,
-    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = None,
+    usage_context: opt.UsageContextOpt = vllm_defaults.SERVE,
     tensor_parallel_size: opt.TensorParallelSize = 1,
     quantization: opt.Quantization = None,
     kv_cache_dtype: opt.KvCacheDtype = "auto",
@@ -771,8 +790,8 @@ def safe_limit(
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
     measured_scale: opt.MeasuredScale = None,
-    enable_prefix_caching: opt.EnablePrefixCaching = False,
-    async_scheduling: opt.AsyncScheduling = False,
+    enable_prefix_caching: opt.EnablePrefixCaching = None,
+    async_scheduling: opt.AsyncScheduling = None,
     prefix_groups: opt.PrefixGroups = 0,
     prefix_len: opt.PrefixLen = 0,
     prefix_share: opt.PrefixShare = 0.0,
@@ -783,6 +802,21 @@ def safe_limit(
     from planner.answers.safelimit import find_safe_limits, recommend, search_upper
 
     reject_inert(ctx, RUN_RULES)
+    srv = server.resolve_server(
+        ctx, dict(block_size=block_size, max_model_len=max_model_len,
+                  gpu_memory_utilization=gpu_memory_utilization,
+                  max_num_batched_tokens=max_num_batched_tokens,
+                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching),
+        model, gpu, quantization=quantization, kv_cache_dtype=kv_cache_dtype, usage=usage_context,
+    )  # fmt: skip
+    srv.pop("max_num_seqs")  # searched, not set
+    v = server.values(srv)
+    block_size, max_model_len = v["block_size"], v["max_model_len"]
+    max_num_batched_tokens, gpu_memory_utilization = (
+        v["max_num_batched_tokens"],
+        v["gpu_memory_utilization"],
+    )
+    async_scheduling, enable_prefix_caching = v["async_scheduling"], v["enable_prefix_caching"]
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     if num_gpu_blocks is None and model is None and gpu is None:
         raise ValueError("give --num-gpu-blocks, or --model and --gpu")
@@ -834,8 +868,10 @@ def safe_limit(
         out["num_gpu_blocks_sized_at"] = resolve.sized_at_json(
             at_seqs, max_num_batched_tokens, num_gpu_blocks is None
         )
+        out["server_settings"] = resolve.server_json(srv)
         print(json.dumps(finite(out), default=float))
         return
+    server.print_settings(srv)
     _print_limits(s, wl.name, n, block_size, rec.text)
     if num_gpu_blocks is None:
         print(

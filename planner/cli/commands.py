@@ -104,6 +104,8 @@ def sweep(
         raise InputError(f"--chunk-size must be >= 1, got {chunk_size}")
     opt.check_run_options(workers, resume, overwrite, executor, address, dask_workers)
     sw = load_spec(spec)
+    for line in sw.server_notes:
+        print(f"plan: server setting not in the spec: {line}", file=sys.stderr)
     for message in sw.warnings:
         warn(message)
     console = Console(stderr=True, markup=False, soft_wrap=True)  # warnings
@@ -220,8 +222,8 @@ def bench(
     reference: Annotated[
         bool, typer.Option(help="Also time the plain-Python reference on one config.")
     ] = True,
-    async_scheduling: opt.AsyncScheduling = False,
-    enable_prefix_caching: opt.EnablePrefixCaching = False,
+    async_scheduling: opt.AsyncScheduling = None,
+    enable_prefix_caching: opt.EnablePrefixCaching = None,
     startup: Annotated[
         bool,
         typer.Option(help="Instead: time a first plan run (empty Numba cache) and a warm one."),
@@ -245,6 +247,9 @@ def bench(
     from planner.answers.bench import run_bench, run_startup_bench
 
     reject_inert(ctx, BENCH_RULES)
+    # scenario S1's server, no model or GPU: the planner's defaults (off, off)
+    async_scheduling = bool(async_scheduling)
+    enable_prefix_caching = bool(enable_prefix_caching)
     if startup:
         run_startup_bench()
         return

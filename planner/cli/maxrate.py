@@ -19,11 +19,13 @@ from rich.console import Console
 
 from planner import bounds, resolve
 from planner.cli import options as opt
+from planner.cli import server
 from planner.cli.capacity import command_workload, finite, warn
 from planner.cli.inert import given, reject_inert, reject_inert_hardware
 from planner.config import SchedulerConfig, clock_bound
 from planner.inert import RUN_RULES
 from planner.maxrate.search_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
+from planner.models import vllm_defaults
 from planner.slo import FIELDS, NAMES, seconds_text
 from planner.text import count
 from planner.workload_checks import unused_field_warnings
@@ -94,18 +96,19 @@ def parse_vary(ctx: typer.Context, items: list[str] | None) -> dict[str, list[in
 def max_rate(
     ctx: typer.Context,
     num_gpu_blocks: opt.NumGpuBlocks = None,
-    block_size: opt.BlockSize = 16,
-    max_num_seqs: opt.MaxNumSeqs = 256,
-    max_num_batched_tokens: opt.MaxNumBatchedTokens = 2048,
-    max_model_len: opt.MaxModelLen = 4096,
-    async_scheduling: opt.AsyncScheduling = False,
-    enable_prefix_caching: opt.EnablePrefixCaching = False,
+    block_size: opt.BlockSize = None,
+    max_num_seqs: opt.MaxNumSeqs = None,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
+    max_model_len: opt.MaxModelLen = None,
+    async_scheduling: opt.AsyncScheduling = None,
+    enable_prefix_caching: opt.EnablePrefixCaching = None,
     sliding_window: opt.SlidingWindow = None,
     full_attention_groups: opt.FullAttentionGroups = None,
     sliding_window_groups: opt.SlidingWindowGroups = None,
     model: opt.Model = None,
     gpu: opt.Gpu = None,
-    gpu_memory_utilization: opt.GpuMemoryUtilization = 0.9,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = None,
+    usage_context: opt.UsageContextOpt = vllm_defaults.SERVE,
     tensor_parallel_size: opt.TensorParallelSize = 1,
     trace_file: opt.TraceFile = None,
     trace_format: opt.TraceFormatOpt = opt.TraceFormat.auto,
@@ -166,6 +169,20 @@ def max_rate(
     )
 
     reject_inert(ctx, RUN_RULES)
+    srv = server.resolve_server(
+        ctx, dict(block_size=block_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                  gpu_memory_utilization=gpu_memory_utilization,
+                  max_num_batched_tokens=max_num_batched_tokens,
+                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching),
+        model, gpu, usage=usage_context,
+    )  # fmt: skip
+    v = server.values(srv)
+    block_size, max_model_len, max_num_seqs = v["block_size"], v["max_model_len"], v["max_num_seqs"]
+    max_num_batched_tokens, gpu_memory_utilization = (
+        v["max_num_batched_tokens"],
+        v["gpu_memory_utilization"],
+    )
+    async_scheduling, enable_prefix_caching = v["async_scheduling"], v["enable_prefix_caching"]
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     rng = SearchRange(rate_scale_min, rate_scale_max, rate_tolerance)
     varied = parse_vary(ctx, vary)
@@ -243,9 +260,11 @@ def max_rate(
                 {"config": dataclasses.asdict(c), **r, "num_gpu_blocks_sized_at": _at(c, source)}
                 for c, r in zip(configs, table.to_dict("records"), strict=True)
             ],
+            "server_settings": resolve.server_json(srv),
         }
         print(json.dumps(finite(out), default=_plain))
         return
+    server.print_settings(srv)
     c = Console(markup=False, soft_wrap=True)
     c.print(
         f"plan max-rate: {wl.name}, {count(wl.num_requests, 'request')} offered at {rps:.3f} req/s "

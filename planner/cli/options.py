@@ -355,14 +355,41 @@ NumGpuBlocks = Annotated[
         "from --model and --gpu; plan run without them: S1's 7,463].",
     ),
 ]
-BlockSize = Annotated[int, typer.Option(help="Tokens per KV block (vLLM's --block-size).")]
-MaxNumSeqs = Annotated[
-    int,
-    typer.Option("--max-num-seqs", "--max-num-running-reqs", help="Cap on running requests."),
+# The server settings vLLM defaults per model and GPU (planner.models.vllm_defaults):
+# None = not given, resolved by resolve.server and printed with its source.
+VLLM_DEFAULT = "[default: vLLM 0.33's for --model/--gpu; without them S1's {}]"
+BlockSize = Annotated[
+    int | None,
+    typer.Option(help="Tokens per KV block (vLLM's --block-size). " + VLLM_DEFAULT.format(16)),
 ]
-MaxModelLen = Annotated[int, typer.Option(help="Context length limit, tokens (vLLM's).")]
+MaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs",
+        "--max-num-running-reqs",
+        help="Cap on running requests (vLLM's). " + VLLM_DEFAULT.format(256),
+    ),
+]
+MaxModelLen = Annotated[
+    int | None,
+    typer.Option(
+        help="Context length limit, tokens (vLLM's) [default: the --model config.json's, "
+        "as vLLM derives it; without --model 4,096]."
+    ),
+]
 MaxNumBatchedTokens = Annotated[
-    int, typer.Option(help="Token budget per step (vLLM's --max-num-batched-tokens).")
+    int | None,
+    typer.Option(
+        help="Token budget per step (vLLM's --max-num-batched-tokens). "
+        + VLLM_DEFAULT.format("2,048")
+    ),
+]
+UsageContextOpt = Annotated[
+    str,
+    typer.Option(
+        help="Whose defaults: serve (vllm serve, UsageContext.OPENAI_API_SERVER) or llm "
+        "(the offline LLM class); they differ in the token budget per step."
+    ),
 ]
 Model = Annotated[
     str | None,
@@ -389,18 +416,27 @@ KvCacheDtype = Annotated[
     typer.Option(help="vLLM's --kv-cache-dtype: auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16."),
 ]
 GpuMemoryUtilization = Annotated[
-    float, typer.Option(help="vLLM's --gpu-memory-utilization (sizes the pool with --model).")
+    float | None,
+    typer.Option(
+        help="vLLM's --gpu-memory-utilization (sizes the pool with --model) [default: "
+        "vLLM 0.33's 0.92]."
+    ),
 ]
 TensorParallelSize = Annotated[int, typer.Option(help="GPUs per replica (vLLM's).")]
 Horizon = Annotated[
     float, typer.Option(help="Simulated seconds; default: until every request ends.")
 ]
 AsyncScheduling = Annotated[
-    bool,
-    typer.Option(help="Schedule step N+1 before step N's output lands (vLLM default on)."),
+    bool | None,
+    typer.Option(
+        help="Schedule step N+1 before step N's output lands. "
+        + VLLM_DEFAULT.format("off")
+        + " (vLLM's: on)"
+    ),
 ]
 EnablePrefixCaching = Annotated[
-    bool, typer.Option(help="Prefix caching (vLLM default on; planner default off).")
+    bool | None,
+    typer.Option(help="Prefix caching. " + VLLM_DEFAULT.format("off") + " (vLLM's: on)"),
 ]
 MaxConcurrency = Annotated[
     int,

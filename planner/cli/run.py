@@ -22,6 +22,7 @@ from planner import resolve
 from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli import options as opt
 from planner.cli import run_report as report
+from planner.cli import server
 from planner.cli.capacity import command_workload, finite, warn
 from planner.cli.errors import InputError, os_error_reason
 from planner.cli.inert import given, reject_inert, reject_inert_hardware
@@ -29,6 +30,7 @@ from planner.config import SchedulerConfig, check_compat_latency, clock_bound, c
 from planner.inert import RUN_RULES
 from planner.latency.step_time import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
+from planner.models import vllm_defaults
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 from planner.workload_checks import unused_field_warnings
@@ -69,13 +71,13 @@ RUN_OPTIONS = (
     *opt.panel(
         "Server (vLLM flags)",
         P("num_gpu_blocks", opt.NumGpuBlocks),
-        P("block_size", opt.BlockSize, 16),
-        P("max_num_seqs", opt.MaxNumSeqs, 256),
-        P("max_num_batched_tokens", opt.MaxNumBatchedTokens, 2048),
-        P("max_model_len", opt.MaxModelLen, 4096),
+        P("block_size", opt.BlockSize),
+        P("max_num_seqs", opt.MaxNumSeqs),
+        P("max_num_batched_tokens", opt.MaxNumBatchedTokens),
+        P("max_model_len", opt.MaxModelLen),
         P("long_prefill_token_threshold", _option(int, "0 = off."), 0),
-        P("async_scheduling", opt.AsyncScheduling, False),
-        P("enable_prefix_caching", opt.EnablePrefixCaching, False),
+        P("async_scheduling", opt.AsyncScheduling),
+        P("enable_prefix_caching", opt.EnablePrefixCaching),
         P(
             "policy",
             _option(Policy, "fcfs, or priority (the trace's priority column, else all 0)."),
@@ -86,7 +88,8 @@ RUN_OPTIONS = (
         "Model and hardware",
         P("model", opt.Model),
         P("gpu", opt.Gpu),
-        P("gpu_memory_utilization", opt.GpuMemoryUtilization, 0.9),
+        P("gpu_memory_utilization", opt.GpuMemoryUtilization),
+        P("usage_context", opt.UsageContextOpt, vllm_defaults.SERVE),
         P("tensor_parallel_size", opt.TensorParallelSize, 1),
         P("quantization", opt.Quantization),
         P("kv_cache_dtype", opt.KvCacheDtype, "auto"),
@@ -229,6 +232,8 @@ def run(ctx: typer.Context, **o: Any) -> None:
 
     fail_classes = _fail_on(o["fail_on"])
     slo = opt.slo_from(o["ttft_slo"], o["tpot_slo"], o["itl_slo"], o["e2e_slo"], o["goodput"])
+    srv = _server(ctx, o)
+    o = {**o, **server.values(srv)}
     cfg, lat, derived = _config(ctx, o)
     wl = _workload(o)
     warnings = _warnings(cfg, wl, lat, o)
@@ -253,11 +258,35 @@ def run(ctx: typer.Context, **o: Any) -> None:
             "(held + free != usable blocks): these figures are wrong; please report it"
         )
     if o["as_json"]:
-        print(json.dumps(finite(_json(res, row, cfg, slo, derived)), default=report.json_default))
+        out = _json(res, row, cfg, slo, derived)
+        out["server_settings"] = resolve.server_json(srv)
+        print(json.dumps(finite(out), default=report.json_default))
     else:
+        server.print_settings(srv, also=_s1_assumes(o))
         _table(res, row, cfg, wl, lat, slo, wall, o["num_gpu_blocks"] is not None, derived)
     if row["outcome"] in fail_classes or (OVERLOADED in fail_classes and row["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
+
+
+def _server(ctx: typer.Context, o: dict[str, Any]) -> dict[str, Any]:
+    """The server settings of this run (``server.resolve_server``): given,
+    else vLLM 0.33's defaults for --model/--gpu, else scenario S1's."""
+    return server.resolve_server(
+        ctx, o, o["model"], o["gpu"], quantization=o["quantization"],
+        kv_cache_dtype=o["kv_cache_dtype"], usage=o["usage_context"],
+        preemption_mode=o["preemption_mode"].value, compat=o["compat"].value,
+    )  # fmt: skip
+
+
+def _s1_assumes(o: dict[str, Any]) -> str:
+    """What a run without --model and --gpu assumes besides the settings: the
+    step time and pool, where not given (scenario S1's)."""
+    parts = []
+    if o["beta_coeffs"] is None and o["latency"] == opt.LatencyKind.linear:
+        parts.append("step time S1's fitted linear coefficients")
+    if o["num_gpu_blocks"] is None:
+        parts.append(f"pool S1's {DEFAULT_NUM_GPU_BLOCKS:,} blocks")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Latency, bool]:

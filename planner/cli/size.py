@@ -192,7 +192,7 @@ def size(
             ) from None
         df = df.assign(candidate=i, gpu=c.gpu, tensor_parallel_size=c.tp)
         if "gpu_memory_utilization" not in df:
-            df["gpu_memory_utilization"] = sweep.spec.hardware.gpu_memory_utilization
+            df["gpu_memory_utilization"] = sweep.gpu_memory_utilization
         frames.append(df)
     wall = time.perf_counter() - t0
     result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])

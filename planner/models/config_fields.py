@@ -37,6 +37,9 @@ CountOrZero = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
 DimOrZero = Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]
 LayerIndex = Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS)]
 Text = Annotated[str, Field(max_length=256)]
+# Context lengths (max_position_embeddings and vLLM's other length keys): the
+# planner's token counts are int32 (planner.bounds), as is any max_model_len.
+Length = Annotated[StrictInt, Field(gt=0, le=(1 << 31) - 1)]
 
 
 class ModelConfigError(ValueError):
@@ -105,6 +108,18 @@ class ConfigFields(BaseModel):
     conv_kernel: Count | None = None
     mamba_ssm_dtype: Text | None = None
     mamba_ssm_cache_dtype: Text | None = None
+    max_position_embeddings: Length | None = None
+    n_positions: Length | None = None
+    max_seq_len: Length | None = None
+    seq_length: Length | None = None
+    model_max_length: Length | None = None
+    max_target_positions: Length | None = None
+    max_sequence_length: Length | None = None
+    max_seq_length: Length | None = None
+    seq_len: Length | None = None
+    original_max_position_embeddings: Length | None = None
+    rope_scaling: dict[str, Any] | None = None
+    rope_parameters: dict[str, Any] | None = None
     torch_dtype: Text | None = None
     dtype: Text | None = None
     quantization_config: dict[str, Any] | None = None

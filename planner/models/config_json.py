@@ -109,7 +109,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.models import config_fields, quantization
+from planner.models import config_fields, max_len, quantization
 from planner.models.config_fields import ModelConfigError
 
 FULL, SLIDING, CHUNKED, LINEAR = "full", "sliding", "chunked", "linear"
@@ -234,6 +234,10 @@ class ModelSpec:
     mamba_state_size: int = 0
     mamba_n_groups: int = 0
     mamba_conv_kernel: int = 0
+    # vLLM's default --max-model-len for this config (``max_len.derived_max_model_len``)
+    # and the key it comes from; 0 when not derived.
+    max_model_len: int = 0
+    max_model_len_key: str = ""
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -750,6 +754,10 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
             f"{where}: quantization_config.kv_cache_quant_algo stores the KV cache as "
             f"{kv_dtype}, which the planner does not size"
         )
+    mml, mml_key = max_len.derived_max_model_len(
+        {**cfg, "model_type": outer.get("model_type") or cfg.get("model_type")},
+        outer.get("_tokenizer_max_length"),
+    )
     return ModelSpec(
         name=name,
         num_layers=layers,
@@ -775,6 +783,8 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         quantization_config=qcfg,
         ssm_state_bytes=ssm_bytes,
         state_kind="mamba2" if mamba2 else "gdn",
+        max_model_len=mml,
+        max_model_len_key=mml_key,
         **gdn,
         **m2,
     )
@@ -837,4 +847,24 @@ def load(path: Path, name: str | None = None) -> ModelSpec:
         raise ModelConfigError(f"--model {path}: {p} is not JSON ({e.msg})") from None
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"--model {path}: {p} is not a JSON object")
+    tok = _tokenizer_max_length(p.parent / "tokenizer_config.json")
+    if tok is not None:
+        cfg = {**cfg, "_tokenizer_max_length": tok}
     return from_config(cfg, name or str(path), str(p))
+
+
+def _tokenizer_max_length(p: Path) -> int | None:
+    """``model_max_length`` of the tokenizer_config.json beside a config.json,
+    which lowers vLLM's default max_model_len (``_get_and_verify_max_len``);
+    None when there is no such file or field. Raises ModelConfigError (one
+    line) for a file that is there but not a JSON object."""
+    if not p.is_file():
+        return None
+    try:
+        tok = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelConfigError(f"{p}: cannot read it as JSON ({e})") from None
+    if not isinstance(tok, dict):
+        raise ModelConfigError(f"{p}: expected a JSON object")
+    v = tok.get("model_max_length")
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v >= 1 else None

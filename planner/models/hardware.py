@@ -132,13 +132,6 @@ def gpu(name: str) -> GpuSpec:
     return g
 
 
-def vllm_default_max_num_seqs(g: GpuSpec) -> int:
-    """vLLM 0.33's default max_num_seqs for an OpenAI server on this GPU
-    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``): 1,024 with
-    >= 70 GiB of memory except A100s, else 256. Sizes the sampler's activation."""
-    return 1024 if g.memory_gib >= 70 and not g.name.startswith("A100") else 256
-
-
 def kv_page_bytes(m: ModelSpec, block_size: int, tp: int = 1) -> int:
     """Bytes one block id takes in the pool on one GPU (``kv_cache.bytes_per_block``:
     block_size x KV bytes per token over the largest group's layers; every

@@ -42,6 +42,7 @@ from planner.maxrate.search_range import (
     DEFAULT_REL_TOL,
     SearchRange,
 )
+from planner.models import vllm_defaults
 from planner.models.hardware import HardwareError
 from planner.slo import SLO, from_options
 from planner.workload.arrays import (
@@ -296,7 +297,9 @@ class HardwareSpec(_Strict):
     model: str
     gpu: str
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    # None: vLLM 0.33's default (planner.models.vllm_defaults)
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    usage_context: Literal["serve", "llm"] = "serve"
 
 
 class LatencySpec(_Strict):
@@ -515,6 +518,8 @@ class Sweep:
         self.grid = pd.DataFrame(rows, columns=list(self.axes))
         self.grid.insert(0, "config_id", np.arange(len(self.grid), dtype=np.int64))
         # Build every config and workload now, so that bad values fail before any run.
+        self._servers: dict[tuple, dict] = {}
+        self.server_notes: list[str] = []  # the settings vLLM's defaults gave (first row)
         self.configs = [self._config(row) for row in self._axis_rows()]
         self._reject_inert_settings()
         self._reject_inert_hardware()
@@ -568,6 +573,16 @@ class Sweep:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def gpu_memory_utilization(self) -> float | None:
+        """[hardware]'s gpu_memory_utilization, else vLLM 0.33's default
+        (``vllm_defaults.GPU_MEMORY_UTILIZATION``); None without [hardware]."""
+        hw = self.spec.hardware
+        if hw is None:
+            return None
+        given = hw.gpu_memory_utilization
+        return vllm_defaults.GPU_MEMORY_UTILIZATION if given is None else given
 
     def _warn(self, message: str) -> None:
         """Record a warning once (a trace is read once per workload key)."""
@@ -651,11 +666,40 @@ class Sweep:
             out.setdefault(k, []).append(i)
         return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
 
+    def _server(self, values: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+        """The row's server settings not in ``values`` (the spec's): vLLM 0.33's
+        defaults for [hardware]'s model and GPU, with the planner's differences
+        (``resolve.server``); the first row's are kept in ``server_notes``."""
+        hw = self.spec.hardware
+        assert hw is not None
+        given = {k: values.get(k) for k in vllm_defaults.FIELDS}
+        given["gpu_memory_utilization"] = row.get(
+            "gpu_memory_utilization", hw.gpu_memory_utilization
+        )
+        key = (tuple(given.items()), values.get("preemption_mode"), values.get("compat"))
+        if key not in self._servers:
+            try:
+                self._servers[key] = resolve.server(
+                    given, hw.model, hw.gpu, usage=hw.usage_context,
+                    preemption_mode=str(values.get("preemption_mode", "recompute")),
+                    compat=str(values.get("compat", "vllm")),
+                )  # fmt: skip
+            except (HardwareError, ValueError) as e:
+                raise SpecError(spec_names(f"hardware: {e}")) from None
+        srv = self._servers[key]
+        if not self.server_notes:
+            self.server_notes = resolve.server_lines(srv)
+        return {k: s.value for k, s in srv.items()}
+
     def _config(self, row: dict[str, Any]) -> SchedulerConfig:
         values = {**self.spec.scheduler, **{k: v for k, v in row.items() if k in SCHEDULER_AXES}}
         hw = self.spec.hardware
+        util = None
+        if hw is not None:
+            srv = self._server(values, row)
+            util = srv.pop("gpu_memory_utilization")
+            values = {**srv, **values}
         if hw is not None and "num_gpu_blocks" not in values:
-            util = float(row.get("gpu_memory_utilization", hw.gpu_memory_utilization))
             try:
                 values["num_gpu_blocks"], _ = resolve.num_gpu_blocks(
                     None,

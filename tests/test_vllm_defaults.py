@@ -1,0 +1,173 @@
+"""Issue 32, item 1: with a model or GPU, every server setting left out takes
+vLLM 0.33's default for them (``planner.models.vllm_defaults``), printed with
+its source; without either, a run says it simulates scenario S1's server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import SMALL_SYNTHETIC, run_cli
+from planner.models import catalog, hardware, vllm_defaults
+from planner.models.max_len import derived_max_model_len
+from planner.sweep.spec import load_spec_text
+
+
+@pytest.mark.parametrize(
+    ("gpu", "serve", "llm"),
+    [
+        ("H100", (8192, 1024), (16384, 1024)),
+        ("H200", (8192, 1024), (16384, 1024)),
+        ("B200", (16384, 1024), (16384, 1024)),
+        ("A100-80GB", (2048, 256), (8192, 256)),  # excluded by name (vLLM PR #17885)
+        ("L40S", (2048, 256), (8192, 256)),
+        (None, (2048, 256), (8192, 256)),  # a device vLLM cannot read
+    ],
+)
+def test_batch_defaults_follow_get_batch_defaults(gpu, serve, llm):
+    g = None if gpu is None else hardware.gpu(gpu)
+    assert vllm_defaults.batch_defaults(g, vllm_defaults.SERVE)[:2] == serve
+    assert vllm_defaults.batch_defaults(g, vllm_defaults.LLM_CLASS)[:2] == llm
+
+
+def test_defaulted_batch_sizes_are_capped_as_vllm_caps_them():
+    """max_num_batched_tokens <= max_num_seqs x max_model_len, then a defaulted
+    max_num_seqs <= max_num_batched_tokens
+    (``_set_default_max_num_seqs_and_batched_tokens_args``)."""
+    m, g = hardware.model("llama-3.1-8b"), hardware.gpu("H100")
+    s = vllm_defaults.settings({"max_model_len": 4, "max_num_seqs": 2}, m, g)
+    assert s["max_num_batched_tokens"].value == 8 and s["max_num_seqs"].source == "given"
+    s = vllm_defaults.settings({"max_model_len": 4}, m, g)
+    assert (s["max_num_batched_tokens"].value, s["max_num_seqs"].value) == (4096, 1024)
+    s = vllm_defaults.settings({"max_num_batched_tokens": 512}, m, g)
+    assert s["max_num_seqs"].value == 512 and s["max_model_len"].value == 131072
+
+
+@pytest.mark.parametrize(
+    ("cfg", "tok", "want"),
+    [
+        (
+            {
+                "max_position_embeddings": 131072,
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+            },
+            None,
+            131072,
+        ),  # fmt: skip
+        (
+            {"max_position_embeddings": 4096, "rope_scaling": {"type": "dynamic", "factor": 2}},
+            None,
+            8192,
+        ),  # fmt: skip
+        (
+            {
+                "max_position_embeddings": 4096,
+                "rope_parameters": {"rope_type": "linear", "factor": 4},
+                "model_type": "gemma3",
+            },
+            None,
+            4096,
+        ),  # fmt: skip
+        ({"max_position_embeddings": 8192, "n_positions": 2048}, None, 2048),
+        ({"max_position_embeddings": 8192, "model_max_length": 16384}, None, 16384),
+        ({"max_position_embeddings": 131072}, 4096, 4096),
+        ({"hidden_size": 8}, None, 2048),
+        (
+            {
+                "max_position_embeddings": 131072,
+                "original_max_position_embeddings": 4096,
+                "rope_scaling": {"type": "longrope", "factor": 32},
+            },
+            None,
+            4096,
+        ),  # fmt: skip
+    ],
+)
+def test_max_model_len_is_derived_as_vllm_derives_it(cfg, tok, want):
+    assert derived_max_model_len(cfg, tok)[0] == want
+
+
+def test_plan_run_reports_vllms_defaults_for_the_model_and_gpu(capsys):
+    code, out, err = run_cli(
+        capsys, "run", "--model", "llama-3.1-8b", "--gpu", "H100", "--num-requests", "20",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    s = json.loads(out)["server_settings"]
+    want = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 131072,
+            "enable_prefix_caching": True, "async_scheduling": True, "block_size": 16,
+            "gpu_memory_utilization": 0.92}  # fmt: skip
+    assert {k: v["value"] for k, v in s.items()} == want
+    assert {v["source"] for v in s.values()} == {vllm_defaults.VLLM}
+    assert "get_batch_defaults" in s["max_num_seqs"]["from"]
+    code, out, _ = run_cli(
+        capsys, "run", "--model", "llama-3.1-8b", "--gpu", "H100", "--num-requests", "20",
+        "--max-num-seqs", "64", "--usage-context", "llm", "--json",
+    )  # fmt: skip
+    s = json.loads(out)["server_settings"]
+    assert s["max_num_seqs"] == {"value": 64, "source": "given", "from": ""}
+    assert s["max_num_batched_tokens"]["value"] == 16384  # the offline LLM class's
+
+
+def test_a_run_without_model_or_gpu_names_s1s_server_and_step_time(capsys):
+    code, out, _ = run_cli(capsys, "run", "--num-requests", "5")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("server:"))
+    assert "scenario S1's" in line and "step time S1's fitted linear" in line
+    assert "pool S1's 7,463 blocks" in line and "enable_prefix_caching off" in line
+
+
+def test_the_planner_says_where_it_differs_from_vllms_default(capsys):
+    """gemma-3's sliding-window layers: vLLM caches them by default, the
+    simulator does not yet, so the default turns off and says why."""
+    code, out, err = run_cli(
+        capsys, "run", "--model", "gemma-3-27b", "--gpu", "H100", "--latency", "roofline",
+        "--num-requests", "5", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    cache = json.loads(out)["server_settings"]["enable_prefix_caching"]
+    assert cache["value"] is False and cache["source"] == vllm_defaults.DIFFERS
+    assert "sliding-window" in cache["from"] and "vLLM's default is True" in cache["from"]
+
+
+def test_usage_context_without_model_or_gpu_is_refused(capsys):
+    code, _, err = run_cli(capsys, "run", "--usage-context", "llm", "--num-requests", "5")
+    assert code == 2 and "--usage-context" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(
+        capsys, "check", "--model", "llama-3.1-8b", "--gpu", "H100", "--usage-context", "x"
+    )
+    assert code == 2 and "--usage-context" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_tokenizer_config_beside_the_config_lowers_max_model_len(tmp_path):
+    cfg = json.loads((catalog.CATALOG_DIR / "qwen3-8b.json").read_text())["config"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert hardware.model(str(tmp_path)).max_model_len == 40960
+    (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": 8192}')
+    assert hardware.model(str(tmp_path)).max_model_len == 8192
+
+
+def test_a_length_field_of_the_wrong_type_is_one_line(capsys, tmp_path):
+    cfg = json.loads((catalog.CATALOG_DIR / "qwen3-8b.json").read_text())["config"]
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": "4k"}))
+    code, _, err = run_cli(capsys, "check", "--model", str(tmp_path), "--gpu", "H100")
+    assert code == 2 and "max_position_embeddings" in err and err.count("\n") == 1
+
+
+def test_a_sweep_with_hardware_takes_vllms_defaults_and_says_so(tmp_path):
+    text = (
+        'name = "d"\n'
+        + SMALL_SYNTHETIC
+        + (
+            '[hardware]\nmodel = "llama-3.1-8b"\ngpu = "L40S"\n'
+            '[latency]\nkind = "roofline"\n[axes]\nmax_num_seqs = [16, 32]\n'
+        )
+    )
+    sweep = load_spec_text(text, tmp_path)
+    c = sweep.configs[0]
+    assert (c.max_num_batched_tokens, c.max_model_len) == (2048, 131072)
+    assert c.enable_prefix_caching and c.async_scheduling
+    notes = sweep.server_notes
+    assert any(line.startswith("max_model_len 131,072 (vLLM default") for line in notes)
+    assert sweep.gpu_memory_utilization == vllm_defaults.GPU_MEMORY_UTILIZATION
