@@ -143,3 +143,83 @@ def test_plan_sweep_says_where_its_pools_were_sized(capsys, tmp_path):
     lo, hi = expected("llama-3.1-8b", 1024), expected("llama-3.1-8b", 64)
     flat = " ".join(out.split())
     assert f"num_gpu_blocks {lo:,} to {hi:,} (derived from llama-3.1-8b on 1 x H100;" in flat
+
+
+# Issue 32, item 2: one (model, GPU, TP, utilization, max_num_seqs,
+# max_num_batched_tokens), one num_gpu_blocks, whichever command sizes it.
+# Sliding-window (mistral-7b-v0.1, every layer) and hybrid KV models (gemma-3:
+# sliding + full groups; gpt-oss-20b: the same, MoE) included; plan safe-limit's
+# analysis holds for full attention only, so it refuses those in one line.
+SAME = [
+    ("llama-3.1-8b", True),
+    ("qwen3-8b", True),
+    ("mistral-7b-v0.1", False),
+    ("google/gemma-3-27b-it", False),
+    ("openai/gpt-oss-20b", False),
+]
+POOL = ["--gpu", "H100", "--gpu-memory-utilization", "0.85", "--max-num-batched-tokens", "4096",
+        "--max-model-len", "8192"]  # fmt: skip
+ONE = [*POOL, "--max-num-seqs", "24"]
+TRAFFIC = ["--num-requests", "24", "--latency", "roofline"]
+
+
+def _size_blocks(capsys, tmp_path, model: str) -> set[int]:
+    spec = tmp_path / "one.toml"
+    spec.write_text(
+        'name = "one"\n' + SMALL_SYNTHETIC + f'[hardware]\nmodel = "{model}"\ngpu = "H100"\n'
+        'gpu_memory_utilization = 0.85\n[latency]\nkind = "roofline"\n[scheduler]\n'
+        "max_num_batched_tokens = 4096\nmax_model_len = 8192\n[axes]\nmax_num_seqs = [24]\n"
+    )
+    out = tmp_path / "size"
+    code, _, err = run_cli(
+        capsys, "size", str(spec), "--out", str(out), "--gpus", "H100", "--max-replicas", "1",
+        "--ttft-slo", "100", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    sweep = load_spec_text(spec.read_text(), tmp_path)
+    import pandas as pd
+
+    table = pd.read_parquet(out / "size.parquet")
+    return set(table.num_gpu_blocks) | {c.num_gpu_blocks for c in sweep.configs}
+
+
+@pytest.mark.parametrize("model,full", SAME)
+def test_every_command_sizes_one_pool_for_one_set_of_inputs(capsys, tmp_path, model, full):
+    got = {}
+    code, out, err = run_cli(capsys, "check", "--model", model, *ONE, "--json")
+    got["check"] = json.loads(out)["num_gpu_blocks"]
+    code, out, err = run_cli(capsys, "run", "--model", model, *ONE, *TRAFFIC, "--json")
+    assert code == 0, err
+    got["run"] = json.loads(out)["num_gpu_blocks"]
+    code, out, err = run_cli(
+        capsys, "max-rate", "--model", model, *ONE, *TRAFFIC, "--rate-scale-max", "2", "--json"
+    )
+    assert code == 0, err
+    got["max-rate"] = json.loads(out)["configs"][0]["config"]["num_gpu_blocks"]
+    code, out, err = run_cli(capsys, "safe-limit", "--model", model, *POOL, *TRAFFIC, "--json")
+    if full:
+        assert code == 0, err
+        rows = json.loads(out)["evaluated"]
+        got["safe-limit"] = next(r["num_gpu_blocks"] for r in rows if r["max_num_seqs"] == 24)
+    else:
+        assert code == 2 and "full attention only" in err and err.count("\n") == 1
+    (got["size and sweep"],) = _size_blocks(capsys, tmp_path, model)
+    assert len(set(got.values())) == 1, got
+    assert got["run"] == hardware.num_gpu_blocks(
+        hardware.model(model), hardware.gpu("H100"), 0.85, 16, 1, 4096, 24
+    )
+
+
+def test_safe_limit_runs_each_max_num_seqs_on_its_own_pool():
+    """``find_safe_limits(pool=...)``: every evaluated row on the pool sized at
+    its own max_num_seqs (a pool that moves with it, so a shared one would show)."""
+    from planner.answers.safelimit import find_safe_limits
+    from planner.config import SchedulerConfig
+    from planner.latency.step_time import LinearLatency
+    from planner.workload.arrays import S1_OUTPUT, S1_PROMPT, synthetic
+
+    wl = synthetic(60, 10.0, S1_PROMPT, S1_OUTPUT, seed=1)
+    cfg = SchedulerConfig(num_gpu_blocks=3000, max_model_len=4096)
+    s = find_safe_limits(wl, cfg, LinearLatency(), pool=lambda seqs: 3000 + seqs)
+    t = s.table
+    assert len(t) > 3 and (t.num_gpu_blocks == 3000 + t.max_num_seqs).all()

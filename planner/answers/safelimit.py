@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,16 +92,28 @@ def analytic_limits(
     )
 
 
+Pool = Callable[[int], int]  # max_num_seqs -> num_gpu_blocks vLLM's profile sizes at it
+
+
+def _at(cfg: SchedulerConfig, seqs: int, pool: Pool | None) -> SchedulerConfig:
+    """``cfg`` at max_num_seqs ``seqs``, on the pool ``pool`` sizes at it (None:
+    ``cfg``'s own, a given pool)."""
+    blocks = cfg.num_gpu_blocks if pool is None else pool(seqs)
+    return dataclasses.replace(cfg, max_num_seqs=int(seqs), num_gpu_blocks=blocks)
+
+
 def _evaluate(
     seqs: list[int],
     wl: Workload,
     cfg: SchedulerConfig,
     lat: Latency,
     slo: SLO,
+    pool: Pool | None = None,
 ) -> pd.DataFrame:
     """``summarize`` rows (with the SLO columns when ``slo`` sets any) for
-    ``cfg`` at each max_num_seqs in ``seqs``, in one kernel call."""
-    configs = [dataclasses.replace(cfg, max_num_seqs=int(s)) for s in seqs]
+    ``cfg`` at each max_num_seqs in ``seqs`` (each on its own pool when
+    ``pool`` sizes it), in one kernel call."""
+    configs = [_at(cfg, int(s), pool) for s in seqs]
     df = simulate(configs, wl, lat, check_invariants=False).metrics(slo)
     if "goodput_rps" not in df:
         df["goodput_rps"] = np.nan
@@ -137,8 +150,15 @@ def find_safe_limits(
     preemption_threshold: float = 0.0,
     slo: SLO | None = None,
     upper: int | None = None,
+    pool: Pool | None = None,
 ) -> SafeLimits:
     """Compute all three limits for ``wl`` on ``cfg``'s pool (its max_num_seqs is ignored).
+
+    ``pool``: for a pool sized from a model and GPU, the num_gpu_blocks vLLM's
+    start-up profile gives at each max_num_seqs (``resolve.num_gpu_blocks``):
+    each evaluated value runs on its own pool, and the table's
+    ``num_gpu_blocks`` column records it; the analytic limits use ``cfg``'s
+    pool (the caller sizes it at the largest value searched: the smallest pool).
 
     Raises ValueError for a percentile outside 0..100 or a negative threshold
     (``SLO`` itself refuses a non-positive objective).
@@ -154,14 +174,14 @@ def find_safe_limits(
     analytic, at, lengths = analytic_limits(wl, cfg, percentiles)
     coarse = sorted({int(round(x)) for x in np.geomspace(1, upper, COARSE_POINTS)} | {analytic})
     coarse = [s for s in coarse if 1 <= s <= upper]
-    df = _evaluate(coarse, wl, cfg, lat, slo)
+    df = _evaluate(coarse, wl, cfg, lat, slo, pool)
     ok = _passes(df, preemption_threshold)
     first_bad = int(np.argmin(ok)) if not ok.all() else len(ok)
     if 0 < first_bad < len(ok):
         lo, hi = coarse[first_bad - 1], coarse[first_bad]
         fine = list(range(lo + 1, hi))
         if fine:
-            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
+            df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo, pool)])
     # Refine where each curve first comes within KNEE_TOLERANCE of its maximum.
     cols = ["throughput_rps"]
     if slo.given():
@@ -173,7 +193,7 @@ def find_safe_limits(
             lo, hi = int(df.max_num_seqs[j - 1]), int(df.max_num_seqs[j])
             fine = [x for x in range(lo + 1, hi) if x not in set(df.max_num_seqs)]
             if fine:
-                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo)])
+                df = pd.concat([df, _evaluate(fine, wl, cfg, lat, slo, pool)])
     df = df.sort_values("max_num_seqs").reset_index(drop=True)
     ok = _passes(df, preemption_threshold)
     n_ok = int(np.argmin(ok)) if not ok.all() else len(ok)
@@ -200,11 +220,13 @@ def find_safe_limits(
     )
     # Rejections fail at every rate and max_num_seqs (``recommend`` says so): no search.
     if not qualifies(out).any() and df.completed.max() > 0 and df.rejected.min() == 0:
-        _closest_rate(out, wl, cfg, lat)
+        _closest_rate(out, wl, cfg, lat, pool)
     return out
 
 
-def _closest_rate(s: SafeLimits, wl: Workload, cfg: SchedulerConfig, lat: Latency) -> None:
+def _closest_rate(
+    s: SafeLimits, wl: Workload, cfg: SchedulerConfig, lat: Latency, pool: Pool | None = None
+) -> None:
     """Nothing qualifies: find the value that comes closest (the most started
     per second when all are overloaded, else the smallest p99 / SLO ratio among
     those that keep up) and the highest rate scale at which it qualifies
@@ -219,9 +241,7 @@ def _closest_rate(s: SafeLimits, wl: Workload, cfg: SchedulerConfig, lat: Latenc
     col, pick = ("slo_margin", "idxmin") if keeps_up.any() else ("served_rps", "idxmax")
     seqs = int(sub.loc[getattr(sub[col], pick)()].max_num_seqs)
     try:
-        found = search_max_rate(
-            [dataclasses.replace(cfg, max_num_seqs=seqs)], wl, lat, s.slo, SearchRange(hi=1.0)
-        )
+        found = search_max_rate([_at(cfg, seqs, pool)], wl, lat, s.slo, SearchRange(hi=1.0))
     except ValueError:  # every request arrives at once: no rate to scale
         return
     s.closest = seqs

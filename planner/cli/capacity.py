@@ -5,6 +5,7 @@ before deploying. Parsing and printing only; the math is in ``capacity`` and
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -860,8 +861,16 @@ def safe_limit(
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)
+    pool = None
+    if num_gpu_blocks is None:  # each max_num_seqs on the pool vLLM's profile gives it
+
+        @functools.cache
+        def pool(seqs: int) -> int:
+            return _pool(None, model, gpu, gpu_memory_utilization, block_size,
+                         tensor_parallel_size, {**sizing, "max_num_seqs": seqs})  # fmt: skip
+
     with opt.say_compile([cfg], wl):
-        s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo)
+        s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo, pool=pool)
     rec = recommend(s)
     if as_json:
         out = _limits_json(s, wl.name, n, rec)
@@ -874,10 +883,13 @@ def safe_limit(
     server.print_settings(srv)
     _print_limits(s, wl.name, n, block_size, rec.text)
     if num_gpu_blocks is None:
+        blocks = s.table.num_gpu_blocks
         print(
-            f"num_gpu_blocks {n:,} derived from presets; "
-            f"{resolve.sized_at(at_seqs, max_num_batched_tokens)} (the largest searched, so the "
-            "smallest pool of the search)"
+            f"num_gpu_blocks derived from presets for each max_num_seqs evaluated, at vLLM's "
+            f"start-up profile with it and max_num_batched_tokens {max_num_batched_tokens:,}: "
+            f"{int(blocks.min()):,} to {int(blocks.max()):,} (column num_gpu_blocks of --json's "
+            f"evaluated rows); the analytic limits use {n:,}, the pool at max_num_seqs "
+            f"{at_seqs:,} (the largest searched, so the smallest pool)"
         )
     else:
         print(f"num_gpu_blocks {n:,} (given)")
@@ -896,6 +908,7 @@ def finite(obj: object) -> object:
 
 EVALUATED_COLUMNS = (
     "max_num_seqs",
+    "num_gpu_blocks",
     "completed",
     "preemptions",
     "throughput_rps",
