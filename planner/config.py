@@ -99,7 +99,7 @@ BLIS_IMPLIED = {
 ) = range(43)
 NCOLS = 43
 MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
-NFLOAT = 7  # roofline floats per config (latency.RooflineLatency.floats)
+NFLOAT = 9  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
 MAX_INT = bounds.INT32_MAX  # sizes and counts fit int32 arrays in the kernel
@@ -456,7 +456,7 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
     else:
         fp = lat.floats()
         flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
-        nbytes = fp[2] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
+        nbytes = fp[2] + fp[7] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
         t = b0 + math.ceil((max(flops / fp[4], nbytes / fp[5]) + fp[6] * tokens) * 1e9)
     if cfg.preemption_mode == "swap":
         t += float(cfg.swap_ns_per_block) * 2 * cfg.num_gpu_blocks

@@ -64,7 +64,7 @@ class LinearLatency:
 
     def floats(self) -> tuple[float, ...]:
         """Roofline floats: unused by the linear model (ones, to avoid 0/0)."""
-        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0)
+        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0)
 
     def describe(self) -> str:
         a, b = self.alpha, self.beta
@@ -89,15 +89,35 @@ def overhead_ns(
     )
 
 
+IDLE_LOG_ALL_BUSY = -745.0  # ln of the smallest positive double: k = E reads every expert
+
+
+def idle_log(k: int, experts: int) -> float:
+    """ln(1 - k/E), the log-probability that one token leaves a given routed
+    expert idle under uniform top-k routing; 0 for a dense model (E = 0)."""
+    if experts <= 0:
+        return 0.0
+    if k >= experts:
+        return IDLE_LOG_ALL_BUSY
+    return math.log1p(-k / experts)
+
+
 @dataclass(frozen=True)
 class RooflineLatency:
     """Per-step roofline: max(compute time, memory time) + a fixed overhead.
 
-    - compute = (2 x params/tp x tokens + 4 x layers x heads/tp x head_dim x
-      attended pairs) / (bf16 peak x MFU), where a chunk of n tokens after c
-      cached ones attends n*c + n(n+1)/2 (query, key) pairs.
+    - compute = (2 x active params/tp x tokens + 4 x layers x heads/tp x
+      head_dim x attended pairs) / (bf16 peak x MFU), where a chunk of n
+      tokens after c cached ones attends n*c + n(n+1)/2 (query, key) pairs.
+      Active params: a mixture of experts runs each token through its top-k
+      of E routed experts only (``ModelSpec.active_params``; Shazeer et al.,
+      2017; Fedus et al., 2022); dense models run every parameter.
     - memory = (weights/tp + KV bytes/token/tp x tokens of KV touched) /
       (HBM bandwidth x MBU); a request's step touches c + n tokens of KV.
+      Routed experts' weights are read only for the experts the step's T
+      tokens pick: under uniform routing an expert is idle with probability
+      (1 - k/E)^T, so a step reads the fraction 1 - (1 - k/E)^T of them
+      (k/E at T = 1, nearly all for a large batch).
     - tensor-parallel communication, added (vLLM runs the all-reduces on the
       critical path): per token, 2 all-reduces per layer of hidden_size
       activations in the model dtype (Megatron-LM's split: one after
@@ -142,21 +162,25 @@ class RooflineLatency:
         return overhead_ns(self.overhead_us, self.alpha)
 
     def floats(self) -> tuple[float, ...]:
-        """(FLOPs/token, FLOPs/attended pair, weight bytes, KV bytes/token,
-        effective FLOP/s, effective bytes/s, all-reduce seconds/token) on one
-        GPU (``config.NFLOAT`` floats)."""
+        """(FLOPs/token, FLOPs/attended pair, weight bytes read every step,
+        KV bytes/token, effective FLOP/s, effective bytes/s, all-reduce
+        seconds/token, routed expert weight bytes, ln(1 - k/E)) on one GPU
+        (``config.NFLOAT`` floats); the last two are 0 for a dense model."""
         from planner.models.hardware import gpu, model
 
         m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         heads = m.num_heads / self.tp
+        experts = m.expert_weight_bytes(self.tp)
         return (
-            2.0 * m.params / self.tp,
+            2.0 * m.active_params() / self.tp,
             4.0 * m.num_layers * heads * m.head_dim,
-            m.weight_bytes(self.tp),
+            m.weight_bytes(self.tp) - experts,
             float(m.kv_bytes_per_token(self.tp)),
             g.bf16_flops * self.mfu,
             g.hbm_bytes_per_s * self.mbu,
             self.comm_s_per_token(),
+            experts,
+            idle_log(m.experts_per_token, m.num_experts),
         )
 
     def comm_s_per_token(self) -> float:
@@ -215,8 +239,8 @@ class MeasuredLatency:
         return overhead_ns(self.overhead_us, self.alpha)
 
     def floats(self) -> tuple[float, ...]:
-        """(scale, 0, 0, 0, 1, 1, 0): the kernel's float params of the measured kind."""
-        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0)
+        """(scale, 0, 0, 0, 1, 1, 0, 0, 0): the kernel's float params of the measured kind."""
+        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0)
 
     def describe(self) -> str:
         dtypes = f", quantization {self.quantization}" if self.quantization else ""
@@ -368,6 +392,7 @@ def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # no
         t_ns = fp[0] * measured_table_ns(tab, prefill, decode, attended, kv_tokens)
         return ip[0] + max(int(math.ceil(t_ns)), 1)
     flops = fp[0] * (prefill + decode) + fp[1] * attended
-    nbytes = fp[2] + fp[3] * kv_tokens
+    touched = 1.0 - math.exp(fp[8] * (prefill + decode))  # routed experts read (class doc)
+    nbytes = fp[2] + fp[7] * touched + fp[3] * kv_tokens
     t = max(flops / fp[4], nbytes / fp[5]) + fp[6] * (prefill + decode)
     return ip[0] + int(math.ceil(t * 1e9))

@@ -238,6 +238,12 @@ class ModelSpec:
     # and the key it comes from; 0 when not derived.
     max_model_len: int = 0
     max_model_len_key: str = ""
+    # Mixture of experts (``_routed_experts``): routed expert parameters over
+    # all MoE layers (shared experts are always active and not counted), the
+    # routed experts per layer and how many each token runs (top-k). 0: dense.
+    routed_expert_params: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -301,6 +307,19 @@ class ModelSpec:
             * self.ssm_state_bytes
         )
         return conv + ssm
+
+    def active_params(self) -> float:
+        """Parameters one token runs through: all but the routed experts it
+        does not pick (top-k of E per MoE layer); every parameter when dense."""
+        if not self.num_experts:
+            return self.params
+        idle = self.routed_expert_params * (1.0 - self.experts_per_token / self.num_experts)
+        return self.params - idle
+
+    def expert_weight_bytes(self, tp: int = 1) -> float:
+        """Bytes of the routed experts' weights on one GPU (at ``weight_bits``,
+        an even split across tp ranks); 0 for a dense model."""
+        return self.routed_expert_params * self.weight_bits / 8 / tp
 
     def weight_bytes(self, tp: int = 1) -> float:
         """Weight bytes on one GPU (an even split across tp ranks): linear
@@ -674,6 +693,30 @@ def _params(cfg: Mapping[str, Any], layers: int, heads: int, kv: int, hd: int, w
     return float(linear + embed), float(linear), float(layers * attn)
 
 
+def _routed_experts(cfg: Mapping[str, Any], layers: int) -> tuple[float, int, int]:
+    """(routed expert parameters over all MoE layers, experts E, top-k) as
+    ``_params`` counts them: 3 x hidden x moe_intermediate_size per expert
+    (gate, up, down), on every layer but DeepSeek's first_k_dense_replace
+    ones and, for Llama 4, every interleave_moe_layer_step-th; (0, 0, 0) for
+    a dense model."""
+    experts = next(
+        (cfg[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)),
+        0,
+    )
+    if not experts:
+        return 0.0, 0, 0
+    k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1)
+    moe_i = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
+    n_moe = layers - int(cfg.get("first_k_dense_replace", 0) or 0)
+    if cfg.get("model_type") in ("llama4", "llama4_text"):
+        n_moe = layers // int(cfg.get("interleave_moe_layer_step", 1))
+    return (
+        float(n_moe * experts * 3 * int(cfg["hidden_size"]) * moe_i),
+        int(experts),
+        min(k, experts),
+    )
+
+
 def _mlp_per_token(cfg: Mapping[str, Any]) -> int:
     """Intermediate width one token's MLP computes: dense, or top-k experts."""
     experts = any(cfg.get(k) for k in ("n_routed_experts", "num_local_experts", "num_experts"))
@@ -754,6 +797,7 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
             f"{where}: quantization_config.kv_cache_quant_algo stores the KV cache as "
             f"{kv_dtype}, which the planner does not size"
         )
+    routed, n_experts, top_k = _routed_experts(cfg, layers)
     mml, mml_key = max_len.derived_max_model_len(
         {**cfg, "model_type": outer.get("model_type") or cfg.get("model_type")},
         outer.get("_tokenizer_max_length"),
@@ -785,6 +829,9 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         state_kind="mamba2" if mamba2 else "gdn",
         max_model_len=mml,
         max_model_len_key=mml_key,
+        routed_expert_params=routed,
+        num_experts=n_experts,
+        experts_per_token=top_k,
         **gdn,
         **m2,
     )
