@@ -207,6 +207,7 @@ def min_gpu_memory_utilization(
     *,
     max_num_batched_tokens: int,
     max_num_seqs: int,
+    disable_hybrid_kv_cache_manager: bool | None = None,
 ) -> float | None:
     """Smallest ``gpu_memory_utilization`` (a multiple of 0.001, in (0, 1]) at
     which vLLM's pool sizing (``hardware.num_gpu_blocks``, same allowances)
@@ -215,7 +216,8 @@ def min_gpu_memory_utilization(
     Found by bisection over the sizing function itself, which grows with the
     utilisation, so the sizing formula lives in one place only.
     """
-    m, g = hardware.model(model, quantization, kv_cache_dtype), hardware.gpu(gpu)
+    m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
+    g = hardware.gpu(gpu)
     seqs, mnbt = max_num_seqs, max_num_batched_tokens
 
     def enough(k: int) -> bool:

@@ -97,6 +97,7 @@ def kv_block_bytes(
     tp: int = 1,
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
+    disable_hybrid_kv_cache_manager: bool | None = None,
 ) -> int:
     """Bytes of one KV block, what swap preemption moves per block: ``explicit``
     if given, else the model's under its KV cache dtype and tensor parallelism
@@ -106,9 +107,8 @@ def kv_block_bytes(
         return explicit
     if model is None:
         return 2 * 2**20
-    return hardware.kv_page_bytes(
-        hardware.model(model, quantization, kv_cache_dtype), block_size, tp
-    )
+    m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
+    return hardware.kv_page_bytes(m, block_size, tp)
 
 
 def num_gpu_blocks(
@@ -126,6 +126,7 @@ def num_gpu_blocks(
     kv_cache_dtype: str = "auto",
     full_attention_only: bool = True,
     simulated: bool = False,
+    disable_hybrid_kv_cache_manager: bool | None = None,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
@@ -156,7 +157,7 @@ def num_gpu_blocks(
             f"sizing the pool from {given} needs {missing} too, or give --num-gpu-blocks"
         )
     g = hardware.gpu(gpu)
-    m = hardware.model(model, quantization, kv_cache_dtype)
+    m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
     if full_attention_only:
         full_attention_model(m)
     elif simulated:
@@ -232,6 +233,7 @@ def attention(
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
     groups: tuple[int | None, int | None] = (None, None),
+    disable_hybrid_kv_cache_manager: bool | None = None,
 ) -> dict[str, int]:
     """The attention fields of a run's ``SchedulerConfig``: the model's
     (``simulated_model``) when ``--model`` is given, else ``sliding_window``
@@ -247,7 +249,7 @@ def attention(
     if model is None:
         given = {k: v for k, v in zip(names, groups, strict=True) if v is not None}
         return {"sliding_window": 0 if explicit is None else explicit, **given}
-    m = hardware.model(model, quantization, kv_cache_dtype)
+    m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
     fields = simulated_model(m)
     window = fields["sliding_window"]
     if explicit is not None and explicit != window:
@@ -285,7 +287,8 @@ def server(
     ``given``: field -> value or None (not given), for ``vllm_defaults.FIELDS``.
     Raises ValueError (one line) for an unknown model, GPU or usage context.
     """
-    m = None if model is None else hardware.model(model, quantization, kv_cache_dtype)
+    hybrid = given.get("disable_hybrid_kv_cache_manager")
+    m = None if model is None else hardware.model(model, quantization, kv_cache_dtype, hybrid)
     g = None if gpu is None else hardware.gpu(gpu)
     out = vllm_defaults.settings(given, m, g, usage)
     cache, run_async = "enable_prefix_caching", "async_scheduling"
@@ -323,5 +326,5 @@ def server_json(settings: dict[str, Setting]) -> dict[str, dict[str, Any]]:
 def _shown(v: Any) -> str:
     """A setting's value as printed: on/off, thousands separators."""
     if isinstance(v, bool):
-        return "on" if v else "off"
+        return "true" if v else "false"
     return f"{v:,}" if isinstance(v, int) else f"{v:g}"

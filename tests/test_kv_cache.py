@@ -39,6 +39,8 @@ def test_matches_vllm_0_33(case):
     if name.endswith(".json"):  # a config.json fixture, relative to the repository
         name = str(Path(__file__).parents[1] / name)
     m = hardware.model(name, None, case["kv_cache_dtype"])
+    if "chunked" in m.promoted_layers:  # recorded from vLLM's functions with the manager on
+        m = hardware.model(name, None, case["kv_cache_dtype"], False)
     modes = {}
     if "mamba_cache_mode" in case:
         modes = {k: case[k] for k in ("mamba_cache_mode", "gdn_prefill_backend") if k in case}
@@ -194,9 +196,17 @@ def test_mla_page_is_one_latent_shared_by_tp_ranks():
 def test_chunked_local_attention_blocks_per_request():
     """Llama 4 Scout: 36 chunked (8,192) + 12 NoPE full layers -> 3 + 1 groups; a
     request holds cdiv(min(8,192 + 8,192, mml), 16) = 1,024 blocks per chunked
-    group and cdiv(131,072, 16) = 8,192 in the full one."""
-    m = hardware.model("llama-4-scout")
+    group and cdiv(131,072, 16) = 8,192 in the full one, with the hybrid KV cache
+    manager on (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1). vLLM 0.33's
+    default turns it off for chunked local attention (``VllmConfig.__post_init__``):
+    every layer then stores every token, one full group of 48 layers."""
+    m = hardware.model("llama-4-scout", disable_hybrid_kv_cache_manager=False)
     cap = kv_cache.capacity(m, 16, 131072, 8192, False, tp=4, num_gpu_blocks=163840)
     assert [g.kind for g in cap.groups] == ["chunked"] * 3 + ["full"]
     assert cap.blocks_per_request == 3 * 1024 + 8192
     assert round(cap.max_concurrency, 2) == 14.55
+    off = hardware.model("llama-4-scout")  # vLLM's default: the manager off
+    assert off.layer_types == ("full",) * 48 and off.promoted_layers.count("chunked") == 36
+    cap = kv_cache.capacity(off, 16, 131072, 8192, False, tp=4, num_gpu_blocks=40960)
+    assert [g.kind for g in cap.groups] == ["full"] and cap.blocks_per_request == 8192
+    assert hardware.kv_page_bytes(off, 16, 4) == 16 * 48 * 2 * 2 * 128 * 2  # 2 KV heads per rank

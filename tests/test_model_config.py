@@ -253,10 +253,13 @@ def test_check_on_a_sliding_window_model_gives_no_full_attention_claims(capsys):
 
 def test_simulator_refuses_chunked_models_and_safe_limit_sliding_ones(capsys):
     """plan run simulates sliding-window models and hybrids with full
-    attention (tests/test_sliding_window.py) but not chunked local attention;
-    safe-limit's analytic limit is for full attention only."""
+    attention (tests/test_sliding_window.py) but not chunked local attention,
+    which it meets only with the hybrid KV cache manager on (vLLM's default
+    stores Llama 4's chunked layers as full attention); safe-limit's analytic
+    limit is for full attention only."""
+    llama4_tp8 = ["--tensor-parallel-size", "8", "--no-disable-hybrid-kv-cache-manager"]
     for cmd, model, message in (
-        (["run"], "llama-4-scout", "full-attention and sliding-window layers only"),
+        (["run", *llama4_tp8], "llama-4-scout", "full-attention and sliding-window layers only"),
         (["safe-limit"], "starcoder2-3b", "full attention only"),
     ):
         code, _, err = run_cli(

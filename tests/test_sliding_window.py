@@ -129,7 +129,16 @@ def test_run_simulates_an_all_sliding_model(capsys):
     ("args", "message"),
     [
         (["--model", "starcoder2-3b", "--sliding-window", "100"], "contradicts --model"),
-        (["--model", "llama-4-scout"], "full-attention and sliding-window layers only"),
+        (
+            [
+                "--model",
+                "llama-4-scout",
+                "--tensor-parallel-size",
+                "8",
+                "--no-disable-hybrid-kv-cache-manager",
+            ],
+            "full-attention and sliding-window layers only",
+        ),  # fmt: skip
         (["--sliding-window", "64", "--compat", "blis"], "not simulated with --compat blis"),
         (["--sliding-window", "64", "--enable-prefix-caching"], "not simulated with"),
     ],
@@ -186,9 +195,13 @@ def test_sweep_takes_the_window_from_the_model_or_an_axis(tmp_path):
         for c in spec(SWEEP + hw.replace("starcoder2-3b", "gemma-3-27b")).configs
     }
     assert gemma == {(1024, 1, 6)}  # plan check's "6 groups (52 layers), full: 1 group"
-    chunked = hw.replace("starcoder2-3b", "llama-4-scout")
-    with pytest.raises(SpecError, match="full-attention and sliding-window layers only"):
-        spec(SWEEP + chunked).configs  # noqa: B018
+    # Llama 4's chunked layers: vLLM 0.33's default (hybrid KV cache manager off)
+    # stores them as full attention, so the rows run full attention
+    chunked = hw.replace("starcoder2-3b", "llama-4-scout").replace(
+        'gpu = "H100"', 'gpu = "H100"\ntensor_parallel_size = 8'
+    )
+    rows = {(c.sliding_window, c.kv_groups) for c in spec(SWEEP + chunked).configs}
+    assert rows == {(0, 1)}
 
 
 def test_hybrid_holds_full_tables_and_windowed_ones_in_one_pool():

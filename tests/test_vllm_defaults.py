@@ -115,7 +115,7 @@ def test_a_run_without_model_or_gpu_names_s1s_server_and_step_time(capsys):
     assert code == 0
     line = next(x for x in out.splitlines() if x.startswith("server:"))
     assert "scenario S1's" in line and "step time S1's fitted linear" in line
-    assert "pool S1's 7,463 blocks" in line and "enable_prefix_caching off" in line
+    assert "pool S1's 7,463 blocks" in line and "enable_prefix_caching false" in line
 
 
 def test_the_planner_says_where_it_differs_from_vllms_default(capsys):
@@ -171,3 +171,61 @@ def test_a_sweep_with_hardware_takes_vllms_defaults_and_says_so(tmp_path):
     notes = sweep.server_notes
     assert any(line.startswith("max_model_len 131,072 (vLLM default") for line in notes)
     assert sweep.gpu_memory_utilization == vllm_defaults.GPU_MEMORY_UTILIZATION
+
+
+SCOUT = ["--model", "llama-4-scout", "--gpu", "H100", "--tensor-parallel-size", "8",
+         "--max-model-len", "131072"]  # fmt: skip
+
+
+def test_llama4_runs_with_the_hybrid_kv_cache_manager_off_by_default(capsys):
+    """Issue 32, item 6: vLLM 0.33 turns the manager off for chunked local
+    attention (``VllmConfig.__post_init__``), so its 36 chunked layers store
+    every token, as full attention (``_promote_local_kv_cache_specs``); with
+    it on (the --no- form) the chunked groups hold a window each."""
+    code, out, err = run_cli(capsys, "check", *SCOUT, "--json")
+    off = json.loads(out)
+    setting = off["server_settings"]["disable_hybrid_kv_cache_manager"]
+    assert (setting["value"], setting["source"]) == (True, vllm_defaults.VLLM)
+    assert [(g["kind"], g["layers"]) for g in off["kv_groups"]] == [("full", 48)]
+    code, out, err = run_cli(capsys, "check", *SCOUT, "--no-disable-hybrid-kv-cache-manager",
+                             "--json")  # fmt: skip
+    on = json.loads(out)
+    assert on["server_settings"]["disable_hybrid_kv_cache_manager"]["source"] == "given"
+    assert on["num_gpu_blocks"] > 3 * off["num_gpu_blocks"]  # smaller blocks, windowed groups
+    code, out, err = run_cli(
+        capsys, "run", *SCOUT, "--latency", "roofline", "--num-requests", "10", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["num_gpu_blocks"] == off["num_gpu_blocks"]
+
+
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [
+        ("llama-3.1-8b", "has no effect on llama-3.1-8b"),
+        ("mistral-7b-v0.1", "has no effect"),  # every layer sliding: one type
+        ("qwen3.5-27b", "recurrent-state layers need the hybrid KV cache manager"),
+    ],
+)
+def test_disable_hybrid_kv_cache_manager_where_it_cannot_act_is_one_line(capsys, model, needle):
+    code, _, err = run_cli(
+        capsys, "check", "--model", model, "--gpu", "H100", "--disable-hybrid-kv-cache-manager"
+    )
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_gemma3_with_the_manager_off_is_full_attention_with_prefix_caching(capsys):
+    """Off, every gemma-3 layer stores every token: the simulator then runs it
+    as full attention, and vLLM's default prefix caching stays on."""
+    code, out, err = run_cli(
+        capsys, "run", "--model", "google/gemma-3-27b-it", "--gpu", "H100",
+        "--disable-hybrid-kv-cache-manager", "--latency", "roofline", "--num-requests", "10",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    o = json.loads(out)
+    assert o["server_settings"]["enable_prefix_caching"]["value"] is True
+    m = hardware.model("google/gemma-3-27b-it", disable_hybrid_kv_cache_manager=True)
+    assert set(m.layer_types) == {"full"}
+    want = hardware.num_gpu_blocks(m, hardware.gpu("H100"), 0.92, 16, 1, 8192, 1024)
+    assert o["num_gpu_blocks"] == want

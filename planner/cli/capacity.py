@@ -119,6 +119,7 @@ def check(
     gpu: opt.Gpu = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = None,
     usage_context: opt.UsageContextOpt = vllm_defaults.SERVE,
+    disable_hybrid_kv_cache_manager: opt.DisableHybridKvCacheManager = None,
     tensor_parallel_size: opt.TensorParallelSize = 1,
     quantization: opt.Quantization = None,
     kv_cache_dtype: opt.KvCacheDtype = "auto",
@@ -180,7 +181,8 @@ def check(
         ctx, dict(block_size=block_size, max_model_len=max_model_len,
                   gpu_memory_utilization=gpu_memory_utilization,
                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching),
+                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching,
+                  disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager),
         model, gpu, quantization=quantization, kv_cache_dtype=kv_cache_dtype, usage=usage_context,
     )  # fmt: skip
     v = server.values(srv)
@@ -197,7 +199,7 @@ def check(
     tp = tensor_parallel_size
     spec = None
     if model is not None:
-        spec = hardware.model(model, quantization, kv_cache_dtype)
+        spec = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
         spec.check_tensor_parallel(tp)
         windowed = set(spec.layer_types) != {"full"}
         in_flight_kinds = {"sliding", "chunked"} & set(spec.layer_types)
@@ -247,7 +249,8 @@ def check(
     check_vllm_args(max_num_seqs, max_num_batched_tokens)
     sizing = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
               "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
-              "full_attention_only": False}  # fmt: skip
+              "full_attention_only": False,
+              "disable_hybrid_kv_cache_manager": disable_hybrid_kv_cache_manager}  # fmt: skip
     n = _pool(num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tp, sizing)
     t = max_model_len if tokens_per_request is None else tokens_per_request
     if t < 1:

@@ -384,6 +384,15 @@ MaxNumBatchedTokens = Annotated[
         + VLLM_DEFAULT.format("2,048")
     ),
 ]
+DisableHybridKvCacheManager = Annotated[
+    bool | None,
+    typer.Option(
+        help="vLLM's --disable-hybrid-kv-cache-manager: store sliding-window and chunked "
+        "layers beside full attention as full attention [default: vLLM 0.33's, off for "
+        "chunked local attention (Llama 4), else on]; the --no- form with chunked layers "
+        "stands for VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1."
+    ),
+]
 UsageContextOpt = Annotated[
     str,
     typer.Option(

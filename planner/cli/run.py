@@ -90,6 +90,7 @@ RUN_OPTIONS = (
         P("gpu", opt.Gpu),
         P("gpu_memory_utilization", opt.GpuMemoryUtilization),
         P("usage_context", opt.UsageContextOpt, vllm_defaults.SERVE),
+        P("disable_hybrid_kv_cache_manager", opt.DisableHybridKvCacheManager),
         P("tensor_parallel_size", opt.TensorParallelSize, 1),
         P("quantization", opt.Quantization),
         P("kv_cache_dtype", opt.KvCacheDtype, "auto"),
@@ -233,7 +234,8 @@ def run(ctx: typer.Context, **o: Any) -> None:
     fail_classes = _fail_on(o["fail_on"])
     slo = opt.slo_from(o["ttft_slo"], o["tpot_slo"], o["itl_slo"], o["e2e_slo"], o["goodput"])
     srv = _server(ctx, o)
-    o = {**o, **server.values(srv)}
+    given_hybrid = o["disable_hybrid_kv_cache_manager"]
+    o = {**o, **server.values(srv), "disable_hybrid_kv_cache_manager_given": given_hybrid}
     cfg, lat, derived = _config(ctx, o)
     wl = _workload(o)
     warnings = _warnings(cfg, wl, lat, o)
@@ -309,6 +311,7 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
     model, tp, quant, kv_dtype = (
         o[k] for k in ("model", "tensor_parallel_size", "quantization", "kv_cache_dtype")
     )
+    hybrid = o["disable_hybrid_kv_cache_manager_given"]
     lat = opt.step_time(
         o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
         o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
@@ -317,12 +320,12 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         o["num_gpu_blocks"], model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
         DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,
         max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=o["max_num_seqs"],
-        full_attention_only=False, simulated=True,
+        full_attention_only=False, simulated=True, disable_hybrid_kv_cache_manager=hybrid,
     )  # fmt: skip
     groups = (o["full_attention_groups"], o["sliding_window_groups"])
-    attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups)
+    attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid)
     kv_block_bytes = resolve.kv_block_bytes(
-        o["kv_block_bytes"], model, o["block_size"], tp, quant, kv_dtype
+        o["kv_block_bytes"], model, o["block_size"], tp, quant, kv_dtype, hybrid
     )
     same = ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
             "long_prefill_token_threshold", "watermark", "async_scheduling",

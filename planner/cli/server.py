@@ -46,7 +46,8 @@ def resolve_server(
                 "--usage-context has no effect with both --max-num-seqs and "
                 "--max-num-batched-tokens given (it picks their defaults)"
             )
-    return resolve.server({k: values.get(k) for k in vllm_defaults.FIELDS}, model, gpu, **kw)
+    names = (*vllm_defaults.FIELDS, vllm_defaults.HYBRID)
+    return resolve.server({k: values.get(k) for k in names}, model, gpu, **kw)
 
 
 def values(settings: dict[str, Setting]) -> dict[str, Any]:

@@ -244,6 +244,10 @@ class ModelSpec:
     routed_expert_params: float = 0.0
     num_experts: int = 0
     experts_per_token: int = 0
+    # Local-attention layers (sliding, chunked) whose KV the pool stores as
+    # full attention because the hybrid KV cache manager is off
+    # (``without_hybrid_kv_cache_manager``); their compute stays local.
+    promoted_layers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -402,6 +406,42 @@ class ModelSpec:
                     f"{self.name} (vLLM splits the Mamba2 state evenly)"
                 )
 
+    def hybrid_kv(self) -> bool:
+        """Whether vLLM's hybrid KV cache manager changes this model's pool:
+        full-attention layers beside sliding-window or chunked ones, or
+        recurrent-state (linear) layers beside attention."""
+        kinds = set(self.layer_types) - {MLP}
+        return (FULL in kinds and bool(kinds & {SLIDING, CHUNKED})) or (
+            LINEAR in kinds and len(kinds) > 1
+        )
+
+    def without_hybrid_kv_cache_manager(self) -> ModelSpec:
+        """This model as vLLM 0.33 stores it with the hybrid KV cache manager
+        off (``unify_hybrid_kv_cache_specs`` and ``_promote_local_kv_cache_specs``
+        in ``vllm/v1/core/kv_cache_planning.py``): beside full attention, every
+        sliding-window and chunked layer allocates blocks for all its tokens,
+        as full attention; a model of one attention type is unchanged.
+
+        Raises:
+            ModelConfigError: recurrent-state (linear) layers, which vLLM
+                cannot unify into one type ("Failed to promote local KV cache
+                specs"): such a model does not start without the manager.
+        """
+        if LINEAR in self.layer_types and len(set(self.layer_types) - {MLP}) > 1:
+            raise ModelConfigError(
+                f"{self.name}: vLLM 0.33 does not start with --disable-hybrid-kv-cache-manager: "
+                "its recurrent-state layers need the hybrid KV cache manager"
+            )
+        if not self.hybrid_kv():
+            return self
+        local = (SLIDING, CHUNKED)
+        types = tuple(FULL if t in local else t for t in self.layer_types)
+        return replace(
+            self,
+            layer_types=types,
+            promoted_layers=tuple(t for t in self.layer_types if t in local),
+        )
+
     def describe(self) -> str:
         """One line: layers by attention type, KV layout, dtypes."""
         kinds = {k: self.layer_types.count(k) for k in KINDS}
@@ -418,6 +458,12 @@ class ModelSpec:
             chunk += (
                 f", {what} state {self.linear_state_bytes():,} B per request and "
                 f"layer (SSM {self.ssm_state_bytes} B/element)"
+            )
+        if self.promoted_layers:
+            n_local = len(self.promoted_layers)
+            kind = "chunked" if CHUNKED in self.promoted_layers else "sliding-window"
+            parts.append(
+                f"of them {n_local} {kind} stored as full attention: hybrid KV cache manager off"
             )
         q = self.quantization or "none"
         return (

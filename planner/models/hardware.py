@@ -94,10 +94,16 @@ class HardwareError(ValueError):
     """Unknown preset or impossible sizing; one line."""
 
 
-def model(name: str, quantization: str | None = None, kv_cache_dtype: str = "auto") -> ModelSpec:
+def model(
+    name: str,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    disable_hybrid_kv_cache_manager: bool | None = None,
+) -> ModelSpec:
     """A catalog model (Hugging Face id or preset alias, case-insensitive) or a
-    path to a folder/file with a config.json, under ``--quantization`` and
-    ``--kv-cache-dtype``. Raises HardwareError (one line)."""
+    path to a folder/file with a config.json, under ``--quantization``,
+    ``--kv-cache-dtype`` and ``--disable-hybrid-kv-cache-manager``
+    (``hybrid_kv_cache_manager_off``). Raises HardwareError (one line)."""
     try:
         m = catalog.lookup(name)
         if m is None:
@@ -111,9 +117,36 @@ def model(name: str, quantization: str | None = None, kv_cache_dtype: str = "aut
             m = model_config_load(p)
         if quantization is not None or kv_cache_dtype != "auto":
             m = m.with_options(quantization, kv_cache_dtype)
+        if hybrid_kv_cache_manager_off(m, disable_hybrid_kv_cache_manager):
+            m = m.without_hybrid_kv_cache_manager()
         return m
     except (ModelConfigError, QuantizationError) as e:
         raise HardwareError(str(e)) from None
+
+
+CHUNKED_WITH_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+
+
+def hybrid_kv_cache_manager_off(m: ModelSpec, given: bool | None) -> bool:
+    """Whether vLLM 0.33 runs ``m`` with its hybrid KV cache manager off:
+    ``given`` (``--disable-hybrid-kv-cache-manager`` or its ``--no-`` form), else
+    vLLM's default (``VllmConfig.__post_init__``, ``vllm/config/vllm.py``): off
+    for a model with chunked local attention (a latency regression, unless
+    ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``; the ``--no-``
+    form stands for that), on otherwise.
+
+    Raises:
+        HardwareError: the flag given for a model whose pool it cannot change
+            (one attention type, no recurrent state).
+    """
+    if given is not None and not m.hybrid_kv():
+        raise HardwareError(
+            f"--{'' if given else 'no-'}disable-hybrid-kv-cache-manager has no effect on "
+            f"{m.name}: its KV layers are all one type"
+        )
+    if given is not None:
+        return given
+    return "chunked" in m.layer_types
 
 
 def model_config_load(p: Path) -> ModelSpec:

@@ -64,6 +64,9 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "block_size": 16,
     "gpu_memory_utilization": 0.92,
 }
+# Only for a model whose pool the hybrid KV cache manager changes
+# (``ModelSpec.hybrid_kv``); its value follows hardware.hybrid_kv_cache_manager_off.
+HYBRID = "disable_hybrid_kv_cache_manager"
 BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 GPU_MEMORY_UTILIZATION = 0.92  # CacheConfig.gpu_memory_utilization
 
@@ -164,7 +167,13 @@ def settings(
     pick("async_scheduling", True, "VllmConfig.__post_init__")
     pick("block_size", BLOCK_SIZE, "CacheConfig.DEFAULT_BLOCK_SIZE")
     pick("gpu_memory_utilization", GPU_MEMORY_UTILIZATION, "CacheConfig.gpu_memory_utilization")
-    return {name: out[name] for name in FIELDS}
+    if model is not None and (model.hybrid_kv() or model.promoted_layers):
+        pick(
+            HYBRID,
+            bool(model.promoted_layers),
+            "VllmConfig.__post_init__: off for chunked local attention, else on",
+        )
+    return {name: out[name] for name in (*FIELDS, HYBRID) if name in out}
 
 
 def differs(s: Setting, value: Any, why: str) -> Setting:

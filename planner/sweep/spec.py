@@ -689,7 +689,9 @@ class Sweep:
         srv = self._servers[key]
         if not self.server_notes:
             self.server_notes = resolve.server_lines(srv)
-        return {k: s.value for k, s in srv.items()}
+        # The hybrid KV cache manager follows vLLM's default inside the model's
+        # sizing (hardware.hybrid_kv_cache_manager_off); a spec does not set it.
+        return {k: s.value for k, s in srv.items() if k != vllm_defaults.HYBRID}
 
     def _config(self, row: dict[str, Any]) -> SchedulerConfig:
         values = {**self.spec.scheduler, **{k: v for k, v in row.items() if k in SCHEDULER_AXES}}
