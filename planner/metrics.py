@@ -310,6 +310,38 @@ def per_request(res: SimResult) -> dict[str, np.ndarray]:
     }
 
 
+def requests_table(res: SimResult, config: int = 0) -> pd.DataFrame:
+    """One row per request of config ``config`` (``plan run --requests-out``):
+    ``request`` (0-based, arrival order), ``arrival_s``, ``prompt_tokens``,
+    ``max_tokens``, ``output_tokens`` (generated), ``first_scheduled_s``, ``first_token_s``,
+    ``finish_s`` (seconds from the run's start, NaN if it never happened),
+    ``ttft_s``, ``tpot_s``, ``e2e_s``, ``queue_delay_s`` (``per_request``: NaN
+    where not measured; the ``*_censored`` columns mark lower bounds for
+    requests the run did not finish) and ``preemptions``."""
+    st = res.state.req
+    pr = per_request(res)
+    arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
+
+    def at(ns: np.ndarray) -> np.ndarray:
+        return np.where(ns >= 0, ns / 1e9, np.nan)
+
+    out = {
+        "request": np.arange(arr.shape[1]),
+        "arrival_s": arr[config] / 1e9,
+        "prompt_tokens": res.workload.prompt_tokens,
+        "max_tokens": res.workload.output_tokens,
+        "output_tokens": st.nout[config],
+        "first_scheduled_s": at(st.sched_ns[config]),
+        "first_token_s": at(st.first_ns[config]),
+        "finish_s": at(st.finish_ns[config]),
+    }
+    for k in ("ttft", "tpot", "e2e", "queue_delay"):
+        out[f"{k}_s"] = pr[k][config]
+        out[f"{k}_censored"] = pr[f"{k}_censored"][config]
+    out["preemptions"] = st.npre[config]
+    return pd.DataFrame(out)
+
+
 def sent_mask(res: SimResult) -> np.ndarray:
     """(C, R) bool: requests their client sent during the run. All of an
     open-loop workload; closed loop, the first N and one per answer; sessions,

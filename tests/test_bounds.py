@@ -28,6 +28,7 @@ ARGS = {
     "heatmap": ["no-such-results"],
     "calibrate": ["no-such-steps.csv"],
     "size": ["no-such-spec.toml"],
+    "validate": ["no-such-run"],
 }
 HOSTILE = ("0", "-1", "1e308", "nan", "inf", str(2**63), str(2**64))
 

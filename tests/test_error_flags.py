@@ -70,6 +70,10 @@ BASE = {
         str(ROOT / "tests" / "data" / "size_small.toml"), "--gpus", "H100", "--max-replicas", "2",
         "--dry-run",
     ],
+    "validate": [
+        str(ROOT / "planner" / "data" / "real-runs-llmservingsim" / "RTX4090_Llama-3.1-8B"),
+        "--model", "llama-3.1-8b", "--latency", "roofline",
+    ],
 }  # fmt: skip
 
 # Cross-option mistakes a new user makes, per command.

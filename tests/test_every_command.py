@@ -68,6 +68,14 @@ CASES = {
     "calibrate": ["calibrate", CALIBRATE_CSV],
     "size": ["size", SIZE_SPEC, "--gpus", "H100", "--max-replicas", "1", "--json"],
     "bench": ["bench", "--grid", "2", "--no-reference"],
+    "validate": [
+        "validate",
+        str(ROOT / "planner" / "data" / "real-runs-llmservingsim" / "RTX4090_Llama-3.1-8B"),
+        "--model",
+        "llama-3.1-8b",
+        "--latency",
+        "roofline",
+    ],
 }
 EXPECTED = {"check": 1}  # a 64-block pool at max_model_len 1024 is unsafe: exit 1
 

@@ -28,6 +28,7 @@ from planner.cli.models import register as register_model_commands
 from planner.cli.progress import stderr_reporter
 from planner.cli.run import register as register_run
 from planner.cli.size import register as register_size
+from planner.cli.validate import register as register_validate
 from planner.inert import BENCH_RULES
 from planner.sweep.report import Lines
 from planner.text import count
@@ -281,6 +282,7 @@ register_max_rate(app)
 register_model_commands(app)
 register_calibrate(app)
 register_size(app)
+register_validate(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -389,8 +389,9 @@ DisableHybridKvCacheManager = Annotated[
     typer.Option(
         help="vLLM's --disable-hybrid-kv-cache-manager: store sliding-window and chunked "
         "layers beside full attention as full attention [default: vLLM 0.33's, off for "
-        "chunked local attention (Llama 4), else on]; the --no- form with chunked layers "
-        "stands for VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1."
+        "chunked local attention (Llama 4), else on]; --no-disable-hybrid-kv-cache-manager "
+        "with chunked layers stands for vLLM's environment switch that allows them with the "
+        "manager (docs: models and KV)."
     ),
 ]
 UsageContextOpt = Annotated[
@@ -410,7 +411,8 @@ Model = Annotated[
 Gpu = Annotated[
     str | None,
     typer.Option(
-        help="GPU preset: H100, H200, A100-80GB, A100-40GB, L40S, B200, RTX-4090, MI300X."
+        help="GPU preset: H100, H200, A100-80GB, A100-40GB, L40S, B200, RTX-4090, MI300X, "
+        "RTX-PRO-6000."
     ),
 ]
 Quantization = Annotated[

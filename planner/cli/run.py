@@ -212,6 +212,16 @@ RUN_OPTIONS = (
         P("as_json", opt.AsJson, False),
         P("trace", _option(Path | None, "Write one row per step to this Parquet file."), None),
         P(
+            "requests_out",
+            _option(
+                Path | None,
+                "Write one row per request (arrival, first scheduled, first token, finish, "
+                "tokens, TTFT/TPOT/E2E, preemptions) to this file: CSV, or Parquet when its "
+                "name ends in parquet.",
+            ),
+            None,
+        ),
+        P(
             "fail_on",
             Annotated[list[str] | None, typer.Option(metavar="CLASSES", help=FAIL_ON_HELP)],
             None,
@@ -249,6 +259,8 @@ def run(ctx: typer.Context, **o: Any) -> None:
     row["latency_model"] = lat.describe()
     row["wall_s"] = wall
     row["sim_tokens_per_s"] = (row.prefill_tokens + row.decode_tokens) / max(wall, 1e-9)
+    if o["requests_out"] is not None:
+        _write_requests(o["requests_out"], res)
     if o["trace"] is not None:
         _write_trace(o["trace"], cfg, wl, lat, int(row.steps))
         print(f"plan: wrote {int(row.steps)} steps to {o['trace']}", file=sys.stderr)
@@ -462,6 +474,26 @@ def _atomic_parquet(df: object, path: Path) -> None:
         write_table(df, path)  # type: ignore[arg-type]
     except OSError as e:
         raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
+
+
+def _write_requests(path: Path, res: Any) -> None:
+    """``metrics.requests_table`` to ``path`` (.csv or .parquet), atomically."""
+    from planner.metrics import requests_table
+    from planner.sweep.store import atomic_write_bytes
+
+    if path.suffix not in (".csv", ".parquet"):
+        raise InputError(
+            f"--requests-out: expected a .csv or .parquet file name, got {str(path)!r}"
+        )
+    df = requests_table(res)
+    if path.suffix == ".parquet":
+        _atomic_parquet(df, path)
+    else:
+        try:
+            atomic_write_bytes(path, lambda tmp: df.to_csv(tmp, index=False))
+        except OSError as e:
+            raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
+    print(f"plan: wrote {len(df):,} requests to {path}", file=sys.stderr)
 
 
 MAX_TRACE_LOG_ENTRIES = 8_000_000

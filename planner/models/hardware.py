@@ -55,6 +55,10 @@ GPU_SOURCES: dict[str, str] = {
     "RTX-4090": "https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/ "
     "(NVIDIA Ada Lovelace architecture whitepaper: 165.2 TFLOP/s bf16 dense, fp32 accumulate)",
     "MI300X": "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
+    "RTX-PRO-6000": "ai-dynamo/aiconfigurator (Apache-2.0) commit 095f58a5, "
+    "aic-core/src/aiconfigurator_core/systems/rtx_pro_6000_server.yaml (Server Edition: "
+    "97,887 MiB from nvidia-smi, 467.8 TFLOP/s bf16 dense at its observed 2,430 MHz, 1.792 TB/s "
+    "GDDR7, PCIe Gen5 x16 64 GB/s each way; recorded 2026-12-04)",
 }
 GPU_SOURCES_RECORDED = "2026-11-30"
 # GPU-to-GPU links (``link_bytes_per_s``) from the same pages, recorded
@@ -82,12 +86,16 @@ GPUS: dict[str, GpuSpec] = {
         # AMD Instinct MI300X 192GB: 1,307.4 TFLOP/s bf16 dense, 5.3 TB/s HBM3;
         # 192 GiB of HBM, ~191.98 GiB visible to ROCm torch
         GpuSpec("MI300X", 191.98, 1307.4e12, 5.3e12, 448e9),  # Infinity Fabric 896 GB/s both ways
+        # RTX PRO 6000 Blackwell (Server Edition's figures, GPU_SOURCES): 96 GB GDDR7,
+        # 97,887 MiB = 95.59 GiB visible, 467.8 TFLOP/s bf16 dense, 1.792 TB/s
+        GpuSpec("RTX-PRO-6000", 95.59, 467.8e12, 1.792e12, 64e9),  # PCIe Gen5 x16
     )
 }
 GPU_ALIASES = {"h100": "H100", "h100-80gb": "H100", "h200": "H200", "a100": "A100-80GB",
                "a100-80gb": "A100-80GB", "a100-40gb": "A100-40GB", "l40s": "L40S",
                "b200": "B200", "rtx-4090": "RTX-4090", "rtx4090": "RTX-4090",
-               "4090": "RTX-4090", "mi300x": "MI300X"}  # fmt: skip
+               "4090": "RTX-4090", "mi300x": "MI300X", "rtx-pro-6000": "RTX-PRO-6000",
+               "rtxpro6000": "RTX-PRO-6000"}  # fmt: skip
 
 
 class HardwareError(ValueError):

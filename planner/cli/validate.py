@@ -1,0 +1,183 @@
+"""``plan validate RUN``: replay a real run and print predicted against measured.
+
+The run's own engine settings take effect (``planner.answers.validate``);
+an option the run also states must agree with it (no silent overrides), and
+what neither states takes vLLM 0.33's default (``server.resolve_server``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from planner import resolve
+from planner.cli import options as opt
+from planner.cli import server
+from planner.cli.capacity import finite
+from planner.cli.inert import given
+from planner.config import SchedulerConfig
+from planner.models import vllm_defaults
+
+# Settings a run may state (meta.json's engine_kwargs and kv_cache), by field.
+STATED = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "block_size",
+    "enable_prefix_caching",
+    "async_scheduling",
+    "gpu_memory_utilization",
+    "num_gpu_blocks",
+    "tensor_parallel_size",
+    "kv_cache_dtype",
+)
+
+
+def validate(
+    ctx: typer.Context,
+    run: Annotated[
+        Path,
+        typer.Argument(
+            help="A run folder (meta.json + requests.jsonl, as LLMServingSim records real vLLM "
+            "runs) or a vllm bench serve --save-result --save-detailed JSON.",
+            show_default=False,
+        ),
+    ],
+    model: opt.Model = None,
+    gpu: opt.Gpu = None,
+    tensor_parallel_size: opt.TensorParallelSize = 1,
+    num_gpu_blocks: opt.NumGpuBlocks = None,
+    max_num_seqs: opt.MaxNumSeqs = None,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
+    max_model_len: opt.MaxModelLen = None,
+    block_size: opt.BlockSize = None,
+    enable_prefix_caching: opt.EnablePrefixCaching = None,
+    async_scheduling: opt.AsyncScheduling = None,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = None,
+    latency: opt.LatencyOpt = opt.LatencyKind.linear,
+    alpha_coeffs: opt.AlphaCoeffs = None,
+    beta_coeffs: opt.BetaCoeffs = None,
+    mfu: opt.Mfu = None,
+    mbu: opt.Mbu = None,
+    step_overhead_us: opt.StepOverheadUs = 0.0,
+    measured_scale: opt.MeasuredScale = None,
+    as_json: opt.AsJson = False,
+) -> None:
+    """Replay a real benchmark run and print predicted against measured TTFT,
+    TPOT and E2E (mean, p50, p90, p99) and throughput, with signed errors.
+
+    The run's recorded engine settings and KV pool are used as they are; an
+    option the run also states must agree with it. Exit status: 0 compared;
+    2 bad input (a run without per-request timings, settings the planner
+    cannot express, a GPU it has no specs for).
+    """
+    from planner.answers import validate as v
+    from planner.api import simulate
+    from planner.metrics import per_request
+
+    r = v.read_run(run)
+    eng = r.engine
+    for k in ("data_parallel_size", "pipeline_parallel_size"):
+        if int(eng.get(k) or 1) > 1:
+            raise v.RunError(
+                f"{run}: {k} {eng[k]} is not modelled (one engine per replica, tensor parallelism "
+                "only); no replay"
+            )
+    if eng.get("enable_expert_parallel"):
+        raise v.RunError(f"{run}: expert parallelism is not modelled yet; no replay")
+    o = dict(ctx.params)
+    for k in STATED:
+        mine = given(ctx, k)
+        if eng.get(k) is not None and mine and o[k] != eng[k]:
+            flag = "--" + k.replace("_", "-")
+            raise v.RunError(f"{flag} {o[k]} contradicts the run, which states {eng[k]}")
+        if not mine and eng.get(k) is not None:
+            o[k] = eng[k]
+    name = model or eng.get("model")
+    if name is None:
+        raise v.RunError(f"{run}: names no model; pass --model")
+    gpu_name = gpu or v.gpu_preset(r.gpu_name)
+    if gpu_name is None and r.gpu_name:
+        raise v.RunError(
+            f"{run}: no GPU preset for {r.gpu_name!r}; pass --gpu with a preset whose specs match"
+        )
+    if gpu_name is None and latency != opt.LatencyKind.linear:
+        raise v.RunError(
+            f"{run}: names no GPU; pass --gpu (the {latency.value} step time needs it)"
+        )
+    tp = int(o.get("tensor_parallel_size") or 1)
+    kv_dtype = str(o.get("kv_cache_dtype") or "auto")
+    srv = server.resolve_server(ctx, o, name, gpu_name, kv_cache_dtype=kv_dtype)
+    s = server.values(srv)
+    lat = opt.step_time(
+        latency, name, gpu_name, tp, alpha_coeffs, beta_coeffs, mfu, mbu, step_overhead_us,
+        None, kv_dtype, measured_scale,
+    )  # fmt: skip
+    blocks, derived = resolve.num_gpu_blocks(
+        o.get("num_gpu_blocks"), name, gpu_name, s["gpu_memory_utilization"], s["block_size"], tp,
+        None, max_num_seqs=s["max_num_seqs"], max_num_batched_tokens=s["max_num_batched_tokens"],
+        kv_cache_dtype=kv_dtype, full_attention_only=False, simulated=True,
+    )  # fmt: skip
+    attn = resolve.attention(None, name, None, kv_dtype)
+    fields = {k: s[k] for k in vllm_defaults.FIELDS if k != "gpu_memory_utilization"}
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, **fields, **attn)
+    cfg.check_vllm_starts()
+    wl = r.workload()
+    with opt.say_compile([cfg], wl):
+        res = simulate([cfg], wl, lat)
+    pr = per_request(res)
+    # lower bounds (requests the replay did not finish) are not predictions
+    predicted = {k: np.where(pr[f"{k[:-2]}_censored"][0], np.nan, pr[k[:-2]][0]) for k in v.METRICS}
+    table = v.compare(r, predicted)
+    pool = f"{blocks:,} blocks ({'the run logged' if not derived else 'sized from the presets'})"
+    if as_json:
+        out = {
+            "run": str(run),
+            "requests": int(len(r.prompt)),
+            "model": name,
+            "gpu": gpu_name,
+            "num_gpu_blocks": blocks,
+            "latency_model": lat.describe(),
+            "server_settings": resolve.server_json(srv),
+            "comparison": table.to_dict("records"),
+        }
+        print(json.dumps(finite(out)))
+        return
+    _print(r, table, name, gpu_name, tp, pool, lat.describe(), srv)
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:+.1%}"
+
+
+def _print(
+    r: Any, table: Any, name: str, gpu: str | None, tp: int, pool: str, lat: str, srv: dict
+) -> None:
+    c = Console(markup=False, soft_wrap=True)
+    c.print(f"plan validate: {r.name}, {len(r.prompt):,} requests ({r.source})")
+    ver = r.engine.get("vllm_version")
+    c.print(
+        f"server: {name} on {tp} x {gpu or 'no GPU'}, pool {pool}"
+        + (f"; the run used vLLM {ver}" if ver else "")
+    )
+    server.print_settings(srv)
+    c.print(f"step time: {lat}")
+    t = Table("metric", "stat", "measured", "predicted", "error")
+    for row in table.itertuples():
+        unit = "" if row.metric == "throughput_rps" else " s"
+        t.add_row(row.metric, row.stat, f"{row.measured:.4g}{unit}",
+                  f"{row.predicted:.4g}{unit}", _pct(row.error))  # fmt: skip
+    c.print(t)
+    c.print("error = predicted / measured - 1; nothing was fitted to this run")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plan validate`` to ``app``."""
+    app.command("validate", cls=opt.BoundedCommand)(validate)
