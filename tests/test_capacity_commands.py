@@ -346,6 +346,9 @@ def test_70b_example_claims_nothing_while_overloaded(capsys):
         "--tensor-parallel-size", "4", "--max-model-len", "32768", "--trace-file",
         "planner/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv", "--rate-scale", "2",
         "--latency", "roofline",
+        # the example's server (the planner's defaults then), not vLLM 0.33's
+        "--max-num-batched-tokens", "2048", "--gpu-memory-utilization", "0.9",
+        "--no-enable-prefix-caching", "--no-async-scheduling",
     )  # fmt: skip
     assert code == 0, err
     flat = " ".join(out.replace("│", " ").split())

@@ -40,6 +40,7 @@ class GpuSpec:
     bf16_flops: float  # dense bf16 tensor-core peak, FLOP/s
     hbm_bytes_per_s: float  # memory bandwidth, bytes/s
     link_bytes_per_s: float  # GPU-to-GPU bandwidth, each direction, bytes/s
+    sm: int = 0  # CUDA compute capability x 10 (kernel choices); 0: ROCm
 
 
 # Sources (dense, i.e. without sparsity, FLOP/s and bandwidth), recorded
@@ -69,26 +70,26 @@ GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
         # H100 SXM5 80GB: 989.4 TFLOP/s bf16 dense, 3.35 TB/s HBM3; vLLM logs 79.19 GiB total
-        GpuSpec("H100", 79.19, 989.4e12, 3.35e12, 450e9),  # NVLink 900 GB/s both ways
+        GpuSpec("H100", 79.19, 989.4e12, 3.35e12, 450e9, 90),  # NVLink 900 GB/s both ways
         # H200 SXM 141GB: 989.4 TFLOP/s bf16 dense, 4.8 TB/s HBM3e; ~139.8 GiB visible
-        GpuSpec("H200", 139.8, 989.4e12, 4.8e12, 450e9),  # NVLink 900 GB/s both ways
+        GpuSpec("H200", 139.8, 989.4e12, 4.8e12, 450e9, 90),  # NVLink 900 GB/s both ways
         # A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 2.039 TB/s HBM2e; ~79.15 GiB visible
-        GpuSpec("A100-80GB", 79.15, 312e12, 2.039e12, 300e9),  # NVLink 600 GB/s both ways
+        GpuSpec("A100-80GB", 79.15, 312e12, 2.039e12, 300e9, 80),  # NVLink 600 GB/s both ways
         # A100 SXM4 40GB: 312 TFLOP/s bf16 dense, 1.555 TB/s HBM2; ~39.39 GiB visible
-        GpuSpec("A100-40GB", 39.39, 312e12, 1.555e12, 300e9),  # NVLink 600 GB/s both ways
+        GpuSpec("A100-40GB", 39.39, 312e12, 1.555e12, 300e9, 80),  # NVLink 600 GB/s both ways
         # L40S 48GB: 362.05 TFLOP/s bf16 dense, 864 GB/s GDDR6; ~44.4 GiB visible
-        GpuSpec("L40S", 44.4, 362.05e12, 0.864e12, 32e9),  # PCIe Gen4 x16
+        GpuSpec("L40S", 44.4, 362.05e12, 0.864e12, 32e9, 89),  # PCIe Gen4 x16
         # B200 180GB: 2.25 PFLOP/s bf16 dense, 8 TB/s HBM3e; 180e9 B = 167.6 GiB
-        GpuSpec("B200", 167.6, 2250e12, 8.0e12, 900e9),  # NVLink 1.8 TB/s both ways
+        GpuSpec("B200", 167.6, 2250e12, 8.0e12, 900e9, 100),  # NVLink 1.8 TB/s both ways
         # GeForce RTX 4090 24GB (consumer): 165.2 TFLOP/s bf16 dense with fp32
         # accumulate, 1.008 TB/s GDDR6X; ~23.65 GiB visible
-        GpuSpec("RTX-4090", 23.65, 165.2e12, 1.008e12, 32e9),  # PCIe Gen4 x16
+        GpuSpec("RTX-4090", 23.65, 165.2e12, 1.008e12, 32e9, 89),  # PCIe Gen4 x16
         # AMD Instinct MI300X 192GB: 1,307.4 TFLOP/s bf16 dense, 5.3 TB/s HBM3;
         # 192 GiB of HBM, ~191.98 GiB visible to ROCm torch
         GpuSpec("MI300X", 191.98, 1307.4e12, 5.3e12, 448e9),  # Infinity Fabric 896 GB/s both ways
         # RTX PRO 6000 Blackwell (Server Edition's figures, GPU_SOURCES): 96 GB GDDR7,
         # 97,887 MiB = 95.59 GiB visible, 467.8 TFLOP/s bf16 dense, 1.792 TB/s
-        GpuSpec("RTX-PRO-6000", 95.59, 467.8e12, 1.792e12, 64e9),  # PCIe Gen5 x16
+        GpuSpec("RTX-PRO-6000", 95.59, 467.8e12, 1.792e12, 64e9, 120),  # PCIe Gen5 x16
     )
 }
 GPU_ALIASES = {"h100": "H100", "h100-80gb": "H100", "h200": "H200", "a100": "A100-80GB",
@@ -251,7 +252,7 @@ def memory_terms(
 ) -> memory_profile.MemoryTerms:  # fmt: skip
     """``memory_profile.terms`` for a GPU preset."""
     return memory_profile.terms(
-        m, g.memory_gib, util, tp, max_num_batched_tokens, max_num_seqs, cudagraphs
+        m, g.memory_gib, util, tp, max_num_batched_tokens, max_num_seqs, cudagraphs, g.sm
     )
 
 

@@ -10,7 +10,9 @@ vLLM 0.33.0, ``vllm/v1/worker/gpu_worker.py``, ``Worker.determine_available_memo
 vLLM measures the last three on the GPU; here each is a stated estimate:
 
 - weights per GPU: ``ModelSpec.weight_bytes(tp)`` (parameter count from
-  config.json x bits of the quantization, ``planner.models.config_json``).
+  config.json x bits of the quantization, ``planner.models.config_json``),
+  plus the padding MXFP4 expert kernels add when they load the weights
+  (``mxfp4_padding_bytes``).
 - peak activation, the larger of the two passes of ``profile_run``:
   the dummy forward over max_num_batched_tokens tokens T,
   ``T x (4 x hidden + 3 x intermediate / tp) x 2 B`` (residual, hidden and
@@ -49,15 +51,47 @@ ACT_BYTES = 2  # bf16 activations
 LOGIT_BYTES = 4 * 3  # fp32 logits, probs, logprobs per (row, vocab entry)
 
 
+# vLLM 0.33's MXFP4 MoE kernel for each CUDA architecture (compute capability
+# x 10) and the multiples it rounds (hidden, intermediate per partition) up to:
+# ``select_mxfp4_moe_backend`` walks ``_get_priority_backends_for_gpt_oss`` and
+# ``mxfp4_round_up_hidden_size_and_intermediate_size`` pads
+# (``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``). SM90 runs the
+# OpenAI Triton kernels (intermediate to 64, hidden as is); SM100 FlashInfer's
+# TRT-LLM kernels and SM8x / SM120 Marlin (hidden to 256, intermediate to 128).
+MXFP4_ROUNDING = {80: (256, 128), 86: (256, 128), 89: (256, 128), 90: (1, 64),
+                  100: (256, 128), 120: (256, 128)}  # fmt: skip
+
+
+def _round_up(x: int, k: int) -> int:
+    return -(-x // k) * k
+
+
+def mxfp4_padding_bytes(m: ModelSpec, sm: int, tp: int = 1) -> float:
+    """Bytes the MXFP4 MoE kernel's padding adds to the routed experts on one
+    GPU: each expert's gate/up/down hold hidden' x intermediate' instead of
+    hidden x intermediate (``MXFP4_ROUNDING``; intermediate per tensor-parallel
+    rank), at the checkpoint's bits. 0 for other quantizations, dense models,
+    and ROCm or unknown architectures (``sm`` 0: not modelled)."""
+    if m.quantization != "mxfp4" or not m.num_experts or sm not in MXFP4_ROUNDING:
+        return 0.0
+    h_k, i_k = MXFP4_ROUNDING[sm]
+    hidden = m.hidden_size
+    inter = m.intermediate_size // max(m.experts_per_token, 1) // tp
+    grown = _round_up(hidden, h_k) * _round_up(inter, i_k) / (hidden * inter) - 1.0
+    return m.expert_weight_bytes(tp) * grown
+
+
 @dataclass(frozen=True)
 class MemoryTerms:
-    """Bytes of each term on one GPU (see the module docstring)."""
+    """Bytes of each term on one GPU (see the module docstring); ``weights``
+    includes ``weight_padding``."""
 
     requested: float  # total x gpu_memory_utilization
     weights: float
     activation: float
     non_torch: float
     cuda_graphs: float
+    weight_padding: float = 0.0
 
     @property
     def available(self) -> float:
@@ -67,8 +101,13 @@ class MemoryTerms:
     def describe(self) -> str:
         """One line, GiB."""
         g = [x / GIB for x in (self.requested, self.weights, self.activation)]
+        pad = (
+            f" (of them {self.weight_padding / GIB:.2f} MXFP4 kernel padding)"
+            if self.weight_padding
+            else ""
+        )
         return (
-            f"memory per GPU: {g[0]:.2f} GiB requested - weights {g[1]:.2f} - activation peak "
+            f"memory per GPU: {g[0]:.2f} GiB requested - weights {g[1]:.2f}{pad} - activation peak "
             f"{g[2]:.2f} - non-torch {self.non_torch / GIB:.2f} - CUDA graphs "
             f"{self.cuda_graphs / GIB:.2f} = {self.available / GIB:.2f} GiB for the KV cache"
         )
@@ -93,13 +132,17 @@ def terms(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 1024,
     cudagraphs: bool = True,
+    sm: int = 0,
 ) -> MemoryTerms:
-    """The memory terms for one GPU. Defaults: vLLM 0.33's for an OpenAI
+    """The memory terms for one GPU of CUDA architecture ``sm`` (compute
+    capability x 10; 0: ROCm or unknown). Defaults: vLLM 0.33's for an OpenAI
     server on an H100-class GPU (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``:
     8,192 batched tokens, 1,024 sequences)."""
+    pad = mxfp4_padding_bytes(m, sm, tp)
     return MemoryTerms(
         requested=memory_gib * GIB * gpu_memory_utilization,
-        weights=m.weight_bytes(tp),
+        weight_padding=pad,
+        weights=m.weight_bytes(tp) + pad,
         activation=activation_bytes(m, max_num_batched_tokens, max_num_seqs, tp),
         non_torch=(NON_TORCH_TP1_GIB if tp == 1 else NON_TORCH_TP_GIB) * GIB,
         cuda_graphs=CUDA_GRAPH_GIB * GIB if cudagraphs else 0.0,
