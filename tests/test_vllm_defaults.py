@@ -229,3 +229,15 @@ def test_gemma3_with_the_manager_off_is_full_attention_with_prefix_caching(capsy
     assert set(m.layer_types) == {"full"}
     want = hardware.num_gpu_blocks(m, hardware.gpu("H100"), 0.92, 16, 1, 8192, 1024)
     assert o["num_gpu_blocks"] == want
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq", "modelopt_fp4", "compressed-tensors"])
+def test_a_method_that_needs_a_quantized_checkpoint_is_refused_on_a_bf16_one(capsys, method):
+    """vLLM 0.33's ``get_quant_config`` raises "Cannot find the config file"
+    for a method that reads the checkpoint's config when it has none; online
+    methods (fp8, ...) quantize an unquantized checkpoint."""
+    base = ["check", "--model", "llama-3.1-8b", "--gpu", "H100", "--quantization"]
+    code, _, err = run_cli(capsys, *base, method)
+    assert code == 2 and "no quantization_config" in err and err.count("\n") == 1
+    code, out, err = run_cli(capsys, *base, "fp8", "--json")
+    assert code == 0 and "weights 8 bit" in json.loads(out)["model"]

@@ -50,6 +50,19 @@ SCALE_BITS: dict[str, float] = {
 # Methods whose width lives in the checkpoint's quantization_config.
 FROM_CHECKPOINT = tuple(m for m in VLLM_METHODS if m not in FIXED_BITS)
 
+# Methods vLLM 0.33 applies to an unquantized checkpoint (online quantization):
+# their configs need no file (``get_config_filenames`` returns []) and build
+# without the checkpoint's quantization_config, or they are online shorthands
+# (``_ONLINE_SHORTHANDS``, ``vllm/config/quantization.py``). Every other method
+# reads the checkpoint's config; without one, ``get_quant_config``
+# (``vllm/model_executor/model_loader/weight_utils.py``) raises "Cannot find the
+# config file".
+ONLINE_METHODS = frozenset({
+    "fp8", "fbgemm_fp8", "experts_int8", "fp_quant", "online", "fp8_per_tensor",
+    "fp8_per_block", "fp8_per_channel", "mxfp8", "mxfp4", "int8_per_channel_weight_only",
+    "nvfp4_per_token",
+})  # fmt: skip
+
 # Same format, different kernel: vLLM accepts these as overrides.
 COMPATIBLE = {"gptq_marlin": "gptq", "awq_marlin": "awq", "auto_gptq": "gptq", "auto_awq": "awq"}
 
@@ -116,8 +129,10 @@ def _method_of(qcfg: Mapping[str, Any]) -> str:
 
 def resolve_method(flag: str | None, qcfg: Mapping[str, Any] | None) -> str | None:
     """The quantization method in effect: the checkpoint's, or ``--quantization``
-    for an unquantized checkpoint (vLLM's online quantization). A flag that
-    names a different format than the checkpoint is refused, as vLLM does.
+    for an unquantized checkpoint (vLLM's online quantization, ``ONLINE_METHODS``
+    only). A flag that names a different format than the checkpoint, or a
+    method that needs a quantized checkpoint on an unquantized one, is refused
+    (QuantizationError, one line), as vLLM does.
     """
     if flag is not None and flag not in VLLM_METHODS:
         raise QuantizationError(
@@ -125,6 +140,12 @@ def resolve_method(flag: str | None, qcfg: Mapping[str, Any] | None) -> str | No
             f"(vLLM 0.33 methods: {', '.join(VLLM_METHODS)})"
         )
     if qcfg is None:
+        if flag is not None and flag not in ONLINE_METHODS:
+            raise QuantizationError(
+                f"--quantization {flag}: the checkpoint has no quantization_config, and vLLM "
+                f"0.33 quantizes online only with {', '.join(sorted(ONLINE_METHODS))} "
+                f"('Cannot find the config file for {flag}')"
+            )
         return flag
     method = _method_of(qcfg)
     if flag is not None and COMPATIBLE.get(flag, flag) != COMPATIBLE.get(method, method):
