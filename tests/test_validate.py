@@ -124,3 +124,13 @@ def test_plan_run_writes_one_row_per_request(capsys, tmp_path, suffix):
     assert df.ttft_s[done].mean() == pytest.approx(o["ttft_s_mean"], rel=1e-9)
     code, _, err = run_cli(capsys, "run", "--num-requests", "3", "--requests-out", "x.txt")
     assert code == 2 and "--requests-out" in err and err.count("\n") == 1
+
+
+def test_the_picture_is_drawn_and_a_bad_name_is_one_line(capsys, tmp_path):
+    args = ["validate", str(RTX4090), "--model", "llama-3.1-8b", "--latency", "roofline"]
+    png = tmp_path / "v.png"
+    code, _, err = run_cli(capsys, *args, "--plot", str(png))
+    assert code == 0, err
+    assert png.stat().st_size > 20_000 and png.read_bytes()[:4] == b"\x89PNG"
+    code, _, err = run_cli(capsys, *args, "--plot", str(tmp_path / "v.jpg"))
+    assert code == 2 and "--plot" in err and err.count("\n") == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -68,6 +69,13 @@ def validate(
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
     measured_scale: opt.MeasuredScale = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also draw predicted against measured per request (E2E, TTFT) and TTFT over "
+            "the run to this PNG file."
+        ),
+    ] = None,
     as_json: opt.AsJson = False,
 ) -> None:
     """Replay a real benchmark run and print predicted against measured TTFT,
@@ -136,6 +144,8 @@ def validate(
     # lower bounds (requests the replay did not finish) are not predictions
     predicted = {k: np.where(pr[f"{k[:-2]}_censored"][0], np.nan, pr[k[:-2]][0]) for k in v.METRICS}
     table = v.compare(r, predicted)
+    if plot is not None:
+        _plot(plot, r, predicted, f"plan validate: {r.name} on {tp} x {gpu_name}, {lat.describe()}")
     pool = f"{blocks:,} blocks ({'the run logged' if not derived else 'sized from the presets'})"
     if as_json:
         out = {
@@ -151,6 +161,21 @@ def validate(
         print(json.dumps(finite(out)))
         return
     _print(r, table, name, gpu_name, tp, pool, lat.describe(), srv)
+
+
+def _plot(path: Path, r: Any, predicted: dict, title: str) -> None:
+    """``plots.validate.validate_png`` for this run; a bad path is one line."""
+    from planner.cli.errors import InputError, os_error_reason
+    from planner.plots.validate import validate_png
+
+    if path.suffix.lower() != ".png":
+        raise InputError(f"--plot: expected a .png file name, got {str(path)!r}")
+    measured = {"ttft_s": r.ttft_s, "e2e_s": r.e2e_s}
+    try:
+        validate_png(r.arrival_s, measured, predicted, title, path)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
+    print(f"plan: drew {path}", file=sys.stderr)
 
 
 def _pct(x: float) -> str:
