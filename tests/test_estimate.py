@@ -45,14 +45,20 @@ def test_estimate_is_request_steps_over_measured_rate(small):
     assert est.sample_request_steps == res.state.out.counters[:, S.O_DECODE_TOKENS].sum() > 0
     assert est.rate == pytest.approx(est.sample_request_steps / est.sample_seconds)
     assert est.grid_request_steps == pytest.approx(est.sample_request_steps / 4 * 12)
-    assert est.seconds == pytest.approx(est.grid_request_steps / (est.rate * 2))
+    # the threads' speed-up is measured on the same sample, within 1..threads
+    assert est.parallel_seconds is not None and 1.0 <= est.speedup <= 2.0
+    assert est.speedup == pytest.approx(min(max(est.sample_seconds / est.parallel_seconds, 1), 2))
+    assert est.seconds == pytest.approx(est.grid_request_steps / (est.rate * est.speedup))
     assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS  # restored
 
 
 def test_estimate_without_decode_tokens_uses_time_per_config():
     est = driver.Estimate(sample=4, sample_request_steps=0.0, sample_seconds=2.0, grid_configs=8,
                           threads=2)  # fmt: skip
-    assert est.seconds == pytest.approx(2.0)
+    assert est.seconds == pytest.approx(2.0)  # no parallel measurement: an even split
+    slow = driver.Estimate(sample=4, sample_request_steps=0.0, sample_seconds=2.0, grid_configs=8,
+                           threads=2, parallel_seconds=1.6)  # fmt: skip
+    assert slow.speedup == pytest.approx(1.25) and slow.seconds == pytest.approx(4.0 / 1.25)
 
 
 def test_dry_run_states_what_the_estimate_is_based_on(capsys):

@@ -627,8 +627,11 @@ class Estimate:
     (``rate``, request-steps per second on one thread, kernel and metrics) is
     measured on this machine by simulating ``sample`` configs spread over the
     grid's cost order on one thread; the grid's request-steps are extrapolated
-    from the same sample. ``seconds = grid_request_steps / (rate * threads)``: it
-    assumes idle cores and threads that share the work evenly (``thread_order``).
+    from the same sample. The threads' speed-up is measured too: the same sample
+    run again on all ``threads`` (``parallel_seconds``), so that cores shared
+    with other work, hyperthreads and uneven configs count (a perfect split was
+    assumed before and made the estimate ~2x short on a 2-core machine).
+    ``seconds = grid_request_steps / (rate * speedup)``.
     """
 
     sample: int  # configs simulated
@@ -637,6 +640,15 @@ class Estimate:
     grid_configs: int
     threads: int
     load: float = 0.0  # 1-minute load average when measured (os.getloadavg)
+    parallel_seconds: float | None = None  # the sample again on ``threads`` threads
+
+    @property
+    def speedup(self) -> float:
+        """Measured speed-up of ``threads`` threads over one, within 1..threads
+        (``threads`` when not measured)."""
+        if self.parallel_seconds is None or self.parallel_seconds <= 0:
+            return float(self.threads)
+        return min(max(self.sample_seconds / self.parallel_seconds, 1.0), float(self.threads))
 
     @property
     def rate(self) -> float:
@@ -656,8 +668,8 @@ class Estimate:
         When the sample schedules no decode token at all, the sample's time per
         config is extrapolated instead (the same figure when there are some)."""
         if self.sample_request_steps == 0:
-            return self.sample_seconds / self.sample * self.grid_configs / self.threads
-        return self.grid_request_steps / (self.rate * self.threads)
+            return self.sample_seconds / self.sample * self.grid_configs / self.speedup
+        return self.grid_request_steps / (self.rate * self.speedup)
 
     def describe(self) -> str:
         """One line: the estimate and the figures it comes from."""
@@ -665,8 +677,9 @@ class Estimate:
             f"~{_human(self.seconds)} on {self.threads} thread(s): "
             f"{self.grid_request_steps / 1e6:,.1f} M request-steps at "
             f"{self.rate / 1e6:,.1f} M request-steps/s per thread, both measured just now "
-            f"on {self.sample} of the {self.grid_configs:,} configs run on one thread; "
-            f"assumes idle cores (load average {self.load:.1f} on {os.cpu_count()} cores)"
+            f"on {self.sample} of the {self.grid_configs:,} configs run on one thread, and "
+            f"{self.threads} thread(s) {self.speedup:.2f}x as fast on the same sample "
+            f"(load average {self.load:.1f} on {os.cpu_count()} cores)"
         )
 
 
@@ -700,19 +713,28 @@ def estimate(
         for i in range(0, len(ids), plan.sizes[k])
     ]
     before = numba.get_num_threads()
-    numba.set_num_threads(1)
     steps = 0.0
     seconds = 0.0
+    parallel = None
     try:
+        numba.set_num_threads(1)
         for k, ids in pieces:
             t = time.perf_counter()
             res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
             res.metrics()  # a chunk's work includes its metrics
             seconds += time.perf_counter() - t
             steps += float(res.state.out.counters[:, O_DECODE_TOKENS].sum())
+        if threads > 1:
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            t = time.perf_counter()
+            for k, ids in pieces:
+                simulate(
+                    [sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency
+                ).metrics()
+            parallel = time.perf_counter() - t
     finally:
         numba.set_num_threads(before)
-    return Estimate(n, steps, seconds, plan.num_configs, threads, os.getloadavg()[0])
+    return Estimate(n, steps, seconds, plan.num_configs, threads, os.getloadavg()[0], parallel)
 
 
 def dry_run(
