@@ -48,11 +48,13 @@ def test_a_run_folder_is_read_with_the_servers_timestamps(tmp_path):
     [
         (
             lambda rows: [{k: x for k, x in rows[0].items() if k != "first_token_ts"}],
-            "no number 'first_token_ts'",
+            "'first_token_ts' must be a number",
         ),  # fmt: skip
-        (lambda rows: [{**rows[0], "first_token_ts": 4.0}], "out of order"),
+        (lambda rows: [{**rows[0], "first_token_ts": 4.0}], "first_token_ts is before"),
+        (lambda rows: [{**rows[0], "input_toks": 1e300}], "'input_toks' must be a number"),
+        (lambda rows: [{**rows[0], "input_toks": 12.5}], "must be a whole number"),
         (lambda rows: [], "holds no requests"),
-        (lambda rows: [{**rows[0], "output_toks": "11"}], "no number 'output_toks'"),
+        (lambda rows: [{**rows[0], "output_toks": "11"}], "'output_toks' must be a number"),
     ],
 )
 def test_a_malformed_run_is_one_line(capsys, tmp_path, edit, needle):
@@ -134,3 +136,27 @@ def test_the_picture_is_drawn_and_a_bad_name_is_one_line(capsys, tmp_path):
     assert png.stat().st_size > 20_000 and png.read_bytes()[:4] == b"\x89PNG"
     code, _, err = run_cli(capsys, *args, "--plot", str(tmp_path / "v.jpg"))
     assert code == 2 and "--plot" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("meta", "needle"),
+    [
+        ({"hardware": "string"}, "hardware: input should be a valid dictionary"),
+        ({"engine_kwargs": {"tensor_parallel_size": 0}}, "tensor_parallel_size: input should be"),
+        ({"engine_kwargs": {"max_num_seqs": "256"}}, "max_num_seqs: input should be a valid"),
+        ({"kv_cache": {"gpu_memory_utilization": 5}}, "gpu_memory_utilization: input should"),
+        ({"resolved_config": {"scheduler_config": [1]}}, "resolved_config.scheduler_config"),
+    ],
+)
+def test_a_malformed_meta_json_is_one_line_naming_the_field(capsys, tmp_path, meta, needle):
+    d = _folder(tmp_path, [ROW], {"engine_kwargs": {"model": "llama-3.1-8b"}} | meta)
+    code, _, err = run_cli(capsys, "validate", str(d), "--gpu", "H100", "--latency", "roofline")
+    assert code == 2 and needle in err and "meta.json" in err and err.count("\n") == 1, err
+
+
+def test_a_gpu_that_contradicts_the_run_is_refused(capsys):
+    code, _, err = run_cli(
+        capsys, "validate", str(RTX4090), "--model", "llama-3.1-8b", "--gpu", "H100",
+        "--latency", "roofline",
+    )  # fmt: skip
+    assert code == 2 and "contradicts the run, which ran on NVIDIA GeForce RTX 4090" in err

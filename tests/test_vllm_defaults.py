@@ -241,3 +241,20 @@ def test_a_method_that_needs_a_quantized_checkpoint_is_refused_on_a_bf16_one(cap
     assert code == 2 and "no quantization_config" in err and err.count("\n") == 1
     code, out, err = run_cli(capsys, *base, "fp8", "--json")
     assert code == 0 and "weights 8 bit" in json.loads(out)["model"]
+
+
+@pytest.mark.parametrize("value", ['"4096"', "-1", "0", "true", "1000.5"])
+def test_a_bad_tokenizer_model_max_length_is_one_line(capsys, tmp_path, value):
+    cfg = json.loads((catalog.CATALOG_DIR / "qwen3-8b.json").read_text())["config"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": ' + value + "}")
+    code, _, err = run_cli(capsys, "check", "--model", str(tmp_path), "--gpu", "H100")
+    assert code == 2 and "model_max_length" in err and err.count("\n") == 1
+
+
+def test_usage_context_with_the_token_budget_given_is_refused(capsys):
+    code, _, err = run_cli(
+        capsys, "check", "--model", "llama-3.1-8b", "--gpu", "H100", "--usage-context", "llm",
+        "--max-num-batched-tokens", "4096",
+    )  # fmt: skip
+    assert code == 2 and "--usage-context has no effect" in err and err.count("\n") == 1

@@ -26,11 +26,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from planner import bounds
 from planner.answers.calibrate import CalibrationError, read_bench_result
 from planner.workload.arrays import Workload
 
@@ -105,6 +107,112 @@ def read_run(path: Path) -> RealRun:
 
 
 REQUEST_KEYS = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
+MAX_SECONDS = bounds.MAX_ARRIVAL_S  # a timestamp the int64 ns clock holds
+
+Count = Annotated[StrictInt, Field(ge=1, le=bounds.INT32_MAX)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _Engine(_Strict):
+    model: str | None = None
+    tensor_parallel_size: Annotated[StrictInt, Field(ge=1, le=bounds.MAX_TP)] | None = None
+    data_parallel_size: Count | None = None
+    pipeline_parallel_size: Count | None = None
+    enable_expert_parallel: StrictBool | None = None
+    max_num_seqs: Count | None = None
+    max_num_batched_tokens: Count | None = None
+    max_model_len: Count | None = None
+    kv_cache_dtype: str | None = None
+
+
+class _KvCache(_Strict):
+    num_gpu_blocks: Count | None = None
+    block_size: Count | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, strict=False)] | None = None
+    enable_prefix_caching: StrictBool | None = None
+
+
+class _Scheduler(_Strict):
+    async_scheduling: StrictBool | None = None
+
+
+class _ModelConfig(_Strict):
+    max_model_len: Count | None = None
+
+
+class _Resolved(_Strict):
+    scheduler_config: _Scheduler | None = None
+    model_cfg: _ModelConfig | None = Field(None, alias="model_config")  # pydantic's own name
+
+
+class _Hardware(_Strict):
+    device_name: str | None = None
+
+
+class _Meta(_Strict):
+    """The fields of LLMServingSim's meta.json this module reads."""
+
+    vllm_version: str | None = None
+    engine_kwargs: _Engine | None = None
+    kv_cache: _KvCache | None = None
+    resolved_config: _Resolved | None = None
+    hardware: _Hardware | None = None
+
+
+def _meta(p: Path) -> _Meta:
+    """meta.json checked as data; RunError (one line) naming the field."""
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise RunError(f"{p}: not readable JSON ({type(e).__name__})") from None
+    if not isinstance(doc, dict):
+        raise RunError(f"{p}: expected a JSON object")
+    try:
+        return _Meta.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].lower().split(" or instance of")[0]
+        raise RunError(f"{p}: {where}: {msg}, got {err.get('input')!r}") from None
+
+
+def _requests(p: Path) -> dict[str, np.ndarray]:
+    """requests.jsonl's five columns, (R,) float64, in file order; RunError
+    (one line, naming the line and key) for a line that is not a JSON object,
+    a value that is not a finite JSON number in range, or token counts that
+    are not whole numbers in 1..INT32_MAX."""
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunError(f"{p}: cannot read it ({type(e).__name__})") from None
+    cols: dict[str, list[float]] = {k: [] for k in REQUEST_KEYS}
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise RunError(f"{p}: line {n} is not JSON") from None
+        if not isinstance(row, dict):
+            raise RunError(f"{p}: line {n} is not a JSON object")
+        for k in REQUEST_KEYS:
+            v = row.get(k)
+            top = bounds.INT32_MAX if k.endswith("_toks") else MAX_SECONDS
+            low = 1 if k.endswith("_toks") else 0
+            if type(v) not in (int, float) or not (low <= v <= top):
+                raise RunError(
+                    f"{p}: line {n}: '{k}' must be a number in {low}..{top:,.0f}, got {v!r} "
+                    "(per-request timings)"
+                )
+            if k.endswith("_toks") and v != int(v):
+                raise RunError(f"{p}: line {n}: '{k}' must be a whole number, got {v!r}")
+            cols[k].append(float(v))
+    if not cols["queued_ts"]:
+        raise RunError(f"{p}: holds no requests")
+    return {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
 
 
 def _read_folder(path: Path) -> RealRun:
@@ -112,46 +220,39 @@ def _read_folder(path: Path) -> RealRun:
     for p in (meta_p, req_p):
         if not p.is_file():
             raise RunError(f"{path}: no {p.name} (a run folder holds meta.json and requests.jsonl)")
-    try:
-        meta = json.loads(meta_p.read_text(encoding="utf-8"))
-        rows = [json.loads(line) for line in req_p.read_text(encoding="utf-8").splitlines() if line]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(meta, dict) or not all(isinstance(r, dict) for r in rows):
-        raise RunError(f"{path}: meta.json and each line of requests.jsonl must be JSON objects")
-    if not rows:
-        raise RunError(f"{req_p}: holds no requests")
-    cols = {}
-    for k in REQUEST_KEYS:
-        vals = [r.get(k) for r in rows]
-        bad = next((i for i, v in enumerate(vals) if type(v) not in (int, float)), None)
-        if bad is not None:
-            raise RunError(f"{req_p}: request {bad} has no number '{k}' (per-request timings)")
-        cols[k] = np.asarray(vals, dtype=np.float64)
-    if (cols["input_toks"] < 1).any() or (cols["output_toks"] < 1).any():
-        raise RunError(f"{req_p}: token counts must be >= 1")
+    meta = _meta(meta_p)
+    cols = _requests(req_p)
     order = np.argsort(cols["queued_ts"], kind="stable")
     c = {k: v[order] for k, v in cols.items()}
     out = c["output_toks"].astype(np.int32)
     ttft = c["first_token_ts"] - c["queued_ts"]
+    for a, b in (("queued_ts", "first_token_ts"), ("first_token_ts", "last_token_ts")):
+        late = np.flatnonzero(c[b] < c[a])
+        if late.size:
+            raise RunError(f"{req_p}: a request's {b} is before its {a} (request {order[late[0]]})")
     tpot = np.where(out >= 2, (c["last_token_ts"] - c["first_token_ts"]) / np.maximum(out - 1, 1),
                     np.nan)  # fmt: skip
     e2e = c["last_token_ts"] - c["queued_ts"]
-    if (ttft < 0).any() or (e2e < ttft).any():
-        raise RunError(f"{req_p}: timestamps out of order (first token before queueing)")
-    engine = dict(meta.get("engine_kwargs") or {})
-    kv = meta.get("kv_cache") or {}
-    for k in ("num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching"):
-        if kv.get(k) is not None:
-            engine[k] = kv[k]
-    sched = ((meta.get("resolved_config") or {}).get("scheduler_config")) or {}
-    if sched.get("async_scheduling") is not None:
-        engine["async_scheduling"] = sched["async_scheduling"]
-    model_cfg = ((meta.get("resolved_config") or {}).get("model_config")) or {}
-    if engine.get("max_model_len") is None and model_cfg.get("max_model_len"):
-        engine["max_model_len"] = model_cfg["max_model_len"]
-    engine["vllm_version"] = meta.get("vllm_version")
-    gpu_name = str((meta.get("hardware") or {}).get("device_name") or "")
+    engine = meta.engine_kwargs.model_dump(exclude_none=True) if meta.engine_kwargs else {}
+    engine = {k: v for k, v in engine.items() if k in _Engine.model_fields}
+    if meta.kv_cache is not None:
+        engine |= {k: v for k, v in meta.kv_cache.model_dump(exclude_none=True).items()
+                   if k in _KvCache.model_fields}  # fmt: skip
+    rc = meta.resolved_config
+    if rc is not None and rc.scheduler_config is not None:
+        if rc.scheduler_config.async_scheduling is not None:
+            engine["async_scheduling"] = rc.scheduler_config.async_scheduling
+    if engine.get("max_model_len") is None and rc is not None and rc.model_cfg is not None:
+        if rc.model_cfg.max_model_len is not None:
+            engine["max_model_len"] = rc.model_cfg.max_model_len
+    mml = engine.get("max_model_len")
+    if mml is not None and (too := np.flatnonzero(c["input_toks"] >= mml)).size:
+        raise RunError(
+            f"{req_p}: a prompt of {int(c['input_toks'][too[0]]):,} tokens is not below the run's "
+            f"max_model_len {mml:,}: vLLM would have refused it"
+        )
+    engine["vllm_version"] = meta.vllm_version
+    gpu_name = (meta.hardware.device_name or "") if meta.hardware else ""
     arrival = c["queued_ts"] - c["queued_ts"][0]
     return RealRun(path.name, arrival, c["input_toks"].astype(np.int32), out, ttft, tpot, e2e,
                    engine, gpu_name, f"{meta_p}, {req_p}")  # fmt: skip

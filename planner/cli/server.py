@@ -41,10 +41,10 @@ def resolve_server(
                 "--usage-context has no effect without --model or --gpu (it picks vLLM's "
                 "defaults for them)"
             )
-        if all(values.get(k) is not None for k in ("max_num_seqs", "max_num_batched_tokens")):
+        if values.get("max_num_batched_tokens") is not None:
             raise InertOption(
-                "--usage-context has no effect with both --max-num-seqs and "
-                "--max-num-batched-tokens given (it picks their defaults)"
+                "--usage-context has no effect with --max-num-batched-tokens given (the "
+                "token budget is the only default it changes)"
             )
     names = (*vllm_defaults.FIELDS, vllm_defaults.HYBRID)
     return resolve.server({k: values.get(k) for k in names}, model, gpu, **kw)

@@ -24,7 +24,7 @@ from planner.cli import server
 from planner.cli.capacity import finite
 from planner.cli.inert import given
 from planner.config import SchedulerConfig
-from planner.models import vllm_defaults
+from planner.models import hardware, vllm_defaults
 
 # Settings a run may state (meta.json's engine_kwargs and kv_cache), by field.
 STATED = (
@@ -111,7 +111,10 @@ def validate(
     name = model or eng.get("model")
     if name is None:
         raise v.RunError(f"{run}: names no model; pass --model")
-    gpu_name = gpu or v.gpu_preset(r.gpu_name)
+    recorded = v.gpu_preset(r.gpu_name)
+    if gpu is not None and recorded is not None and hardware.gpu(gpu).name != recorded:
+        raise v.RunError(f"--gpu {gpu} contradicts the run, which ran on {r.gpu_name}")
+    gpu_name = gpu or recorded
     if gpu_name is None and r.gpu_name:
         raise v.RunError(
             f"{run}: no GPU preset for {r.gpu_name!r}; pass --gpu with a preset whose specs match"
@@ -188,8 +191,10 @@ def _print(
     c = Console(markup=False, soft_wrap=True)
     c.print(f"plan validate: {r.name}, {len(r.prompt):,} requests ({r.source})")
     ver = r.engine.get("vllm_version")
+    named = r.engine.get("model")
+    given = f" (given; the run names {named})" if named and named != name else ""
     c.print(
-        f"server: {name} on {tp} x {gpu or 'no GPU'}, pool {pool}"
+        f"server: {name}{given} on {tp} x {gpu or 'no GPU'}, pool {pool}"
         + (f"; the run used vLLM {ver}" if ver else "")
     )
     server.print_settings(srv)

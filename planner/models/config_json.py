@@ -950,7 +950,8 @@ def _tokenizer_max_length(p: Path) -> int | None:
     """``model_max_length`` of the tokenizer_config.json beside a config.json,
     which lowers vLLM's default max_model_len (``_get_and_verify_max_len``);
     None when there is no such file or field. Raises ModelConfigError (one
-    line) for a file that is there but not a JSON object."""
+    line) for a file that is there but not a JSON object, or a
+    model_max_length that is not a whole number >= 1."""
     if not p.is_file():
         return None
     try:
@@ -960,4 +961,8 @@ def _tokenizer_max_length(p: Path) -> int | None:
     if not isinstance(tok, dict):
         raise ModelConfigError(f"{p}: expected a JSON object")
     v = tok.get("model_max_length")
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v >= 1 else None
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 1 or v != int(v):
+        raise ModelConfigError(f"{p}: model_max_length must be a whole number >= 1, got {v!r}")
+    return int(v)
