@@ -25,6 +25,7 @@ from matplotlib.colors import Colormap, LogNorm, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING  # noqa: E402
+from planner.plots.files import save_figure  # noqa: E402
 from planner.slo import NAMES  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
 from planner.sweep.store import DATA  # noqa: E402
@@ -470,10 +471,7 @@ def heatmap(
     for note in notes:
         title += f"\n{note}"
     fig.suptitle(title)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, 100)
 
 
 def _grid(part: pd.DataFrame, x: str, y: str, z: str, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from planner.plots.files import save_figure  # noqa: E402
 from planner.slo import SLO  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P")  # one per tensor-parallel size
@@ -63,9 +64,4 @@ def pareto_png(df: pd.DataFrame, best: int | None, slo: SLO, path: Path) -> Path
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="upper right", ncols=2)
     fig.suptitle("plan size: every simulated deployment (hollow: overloaded or stopped)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path, 110)

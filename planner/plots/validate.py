@@ -13,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from planner.plots.files import save_figure  # noqa: E402
+
 
 def _scatter(ax: plt.Axes, measured: np.ndarray, predicted: np.ndarray, label: str) -> None:
     ok = np.isfinite(measured) & np.isfinite(predicted)
@@ -49,9 +51,4 @@ def validate_png(
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.suptitle(title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path, 110)
