@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
+from hypothesis import HealthCheck, settings
 
 from planner.api import simulate
 from planner.cli.commands import main
@@ -153,6 +157,37 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         code = e.code if isinstance(e.code, int) else 0
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def plan_quiet(*args: str) -> tuple[int, str]:
+    """Run ``plan ARGS`` in-process with stdout discarded: (exit code, stderr).
+    Any exception other than SystemExit propagates (a traceback fails the test)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 0
+    return code, err.getvalue()
+
+
+def assert_one_line_or_ran(code: int, err: str) -> None:
+    """The promise for bad input: exit 0 (it ran) or exit 2 with one line."""
+    assert code in (0, 2), err
+    if code == 2:
+        assert err.count("\n") == 1 and err.startswith("plan: error: "), err
+
+
+def fuzz_settings(max_examples: int) -> settings:
+    """Hypothesis settings of the fuzz tests: a fixed seed, a bounded number of
+    examples, no deadline (machines are shared)."""
+    return settings(
+        max_examples=max_examples,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 def verdicts_around(capsys, args: list[str], scale: float) -> list[bool]:

@@ -9,16 +9,14 @@ bounded number of examples. The named cases are the kinds a tryout found.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.cli.commands import main
+from helpers import fuzz_settings, plan_quiet
 from planner.models import catalog
 
 ENTRIES = catalog.entries()
@@ -40,14 +38,7 @@ MUTATIONS = {
 
 def _plan_check(path: Path) -> tuple[int, str]:
     """``plan check --model PATH --gpu H100 --json``: (exit code, stderr)."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            main(["check", "--model", str(path), "--gpu", "H100", "--json"])
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 0
-    return code, err.getvalue()
+    return plan_quiet("check", "--model", str(path), "--gpu", "H100", "--json")
 
 
 def _mutated(model_id: str, data: st.DataObject) -> dict:
@@ -64,12 +55,7 @@ def _mutated(model_id: str, data: st.DataObject) -> dict:
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=200,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(200)
 @given(model_id=st.sampled_from(IDS), data=st.data())
 def test_a_mutated_catalog_config_is_one_line_or_sized(tmp_path, model_id, data):
     path = tmp_path / "config.json"

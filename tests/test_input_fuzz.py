@@ -9,16 +9,14 @@ bounded number of examples.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.cli.commands import main
+from helpers import assert_one_line_or_ran, fuzz_settings, plan_quiet
 
 ROOT = Path(__file__).parents[1]
 PRICES = ROOT / "planner" / "data" / "gpu_prices.csv"
@@ -38,29 +36,7 @@ VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True), st.dictionaries(st.text(max_size=2),
                                                                     st.integers(), max_size=1),
 )  # fmt: skip
-SETTINGS = settings(
-    max_examples=40,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-
-
-def _plan(*argv: str) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            main(list(argv))
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 0
-    return code, err.getvalue()
-
-
-def _one_line_or_ran(code: int, err: str) -> None:
-    assert code in (0, 2), err
-    if code == 2:
-        assert err.count("\n") == 1 and err.startswith("plan: error: "), err
+SETTINGS = fuzz_settings(40)
 
 
 def _mutate_rows(rows: list[list[str]], data: st.DataObject) -> list[list[str]]:
@@ -107,11 +83,11 @@ def test_a_mutated_price_table_is_one_line_or_priced(tmp_path, data):
         bad = not _valid_price(cell)
     path = tmp_path / "prices.csv"
     path.write_text("\n".join(",".join(r) for r in rows) + "\n")
-    code, err = _plan(
+    code, err = plan_quiet(
         "size", str(SIZE_SPEC), "--prices", str(path), "--max-replicas", "1", "--dry-run",
         "--out", str(tmp_path / "out"),
     )  # fmt: skip
-    _one_line_or_ran(code, err)
+    assert_one_line_or_ran(code, err)
     assert (code == 2) == bad, (rows, err)
 
 
@@ -147,13 +123,13 @@ def test_a_mutated_step_csv_is_one_line_or_fitted(tmp_path, data):
         bad = not _valid_step_cell(rows[0][j], cell)
     path = tmp_path / "steps.csv"
     path.write_text("\n".join(",".join(r) for r in rows) + "\n")
-    code, err = _plan("calibrate", str(path))
-    _one_line_or_ran(code, err)
+    code, err = plan_quiet("calibrate", str(path))
+    assert_one_line_or_ran(code, err)
     assert code == 2 or not bad, (rows, err)  # a valid file may still be unfittable
 
 
 @pytest.mark.slow
-@settings(SETTINGS, max_examples=25)
+@fuzz_settings(25)
 @given(data=st.data())
 def test_a_mutated_bench_json_is_one_line_or_fitted(tmp_path, data):
     doc = json.loads(BENCH.read_text())
@@ -166,8 +142,8 @@ def test_a_mutated_bench_json_is_one_line_or_fitted(tmp_path, data):
         doc[key][i] = data.draw(VALUES, label="value")
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(doc, allow_nan=True))
-    code, err = _plan(
+    code, err = plan_quiet(
         "calibrate", str(path), "--num-gpu-blocks", "4000", "--max-num-seqs", "64",
         "--max-num-batched-tokens", "2048",
     )  # fmt: skip
-    _one_line_or_ran(code, err)
+    assert_one_line_or_ran(code, err)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import fuzz_settings
 from planner.sweep.spec import SpecError, load_spec_text
 
 SWEEPS = Path(__file__).parents[1] / "sweeps"
@@ -34,12 +35,7 @@ def _assignments(text: str) -> list[int]:
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=200,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(200)
 @given(data=st.data())
 def test_a_mutated_spec_loads_or_is_one_line(data):
     path = data.draw(st.sampled_from(SPECS), label="spec")

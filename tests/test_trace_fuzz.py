@@ -9,17 +9,15 @@ a fixed seed and a bounded number of examples.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.cli.commands import main
+from helpers import assert_one_line_or_ran, fuzz_settings, plan_quiet
 
 ROOT = Path(__file__).parents[1]
 DATA = ROOT / "planner" / "data"
@@ -30,32 +28,15 @@ CELLS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.text(max_size=8),
 )  # fmt: skip
-SETTINGS = settings(
-    max_examples=60,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+SETTINGS = fuzz_settings(60)
 
 
 def _run(path: Path, *extra: str) -> tuple[int, str]:
     """``plan run --trace-file PATH`` on a small pool: (exit code, stderr)."""
-    err = io.StringIO()
-    argv = ["run", "--trace-file", str(path), "--num-gpu-blocks", "4000", "--max-num-seqs",
-            "16", "--max-model-len", "8192", "--json", *extra]  # fmt: skip
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 0
-    return code, err.getvalue()
-
-
-def _assert_one_line_or_ran(code: int, err: str) -> None:
-    assert code in (0, 2), err
-    if code == 2:
-        assert err.count("\n") == 1 and err.startswith("plan: error: "), err
+    return plan_quiet(
+        "run", "--trace-file", str(path), "--num-gpu-blocks", "4000", "--max-num-seqs", "16",
+        "--max-model-len", "8192", "--json", *extra,
+    )  # fmt: skip
 
 
 def _csv_rows(path: Path, n: int = 6) -> list[list[str]]:
@@ -80,7 +61,7 @@ def test_a_mutated_csv_trace_is_one_line_or_runs(tmp_path, name, data):
     path = tmp_path / "trace.csv"
     path.write_text("\n".join(",".join(r) for r in rows) + "\n")
     code, err = _run(path)
-    _assert_one_line_or_ran(code, err)
+    assert_one_line_or_ran(code, err)
     if code == 0 and length_cell is not None:  # a run means the count was one
         assert _whole_count(length_cell), f"ran on token count {length_cell!r}"
 
@@ -116,4 +97,4 @@ def test_a_mutated_mooncake_trace_is_one_line_or_runs(tmp_path, data):
         records[i][key] = value
     path = tmp_path / "trace.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    _assert_one_line_or_ran(*_run(path, "--trace-format", "mooncake", "--enable-prefix-caching"))
+    assert_one_line_or_ran(*_run(path, "--trace-format", "mooncake", "--enable-prefix-caching"))
