@@ -25,6 +25,7 @@ from planner.latency.step_time import (
     blis_alpha2_ns,
     measured_table_ns,
 )
+from planner.models.vllm_defaults import PLANNER_DEFAULTS as S1_SERVER
 
 # Named option values (the kernel sees the integers).
 PREEMPTION_MODES = {"recompute": 0, "restart": 1, "swap": 2}
@@ -140,18 +141,20 @@ FIELD_FLAGS = {
 class SchedulerConfig:
     """One scheduler + pool configuration. Token and block counts are ints.
 
-    Defaults are vLLM 0.33's, except num_gpu_blocks (no default in vLLM: it is
-    sized from GPU memory) and max_num_seqs, where 256 is what the engine uses.
+    Defaults: scenario S1's server (``vllm_defaults.PLANNER_DEFAULTS``, what a
+    command runs without --model and --gpu) and S1's pool; the scheduler rules
+    are vLLM 0.33's. With a model or GPU the commands resolve vLLM's own
+    defaults first (``planner.resolve.server``).
 
     Raises:
         ValueError: naming the field (spelled as its CLI flag) and the bad value.
     """
 
     num_gpu_blocks: int = 7463
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    max_model_len: int = 4096
+    block_size: int = S1_SERVER["block_size"]
+    max_num_seqs: int = S1_SERVER["max_num_seqs"]
+    max_num_batched_tokens: int = S1_SERVER["max_num_batched_tokens"]
+    max_model_len: int = S1_SERVER["max_model_len"]
     long_prefill_token_threshold: int = 0
     watermark: float = 0.0
     scheduler_reserve_full_isl: bool = True
@@ -168,8 +171,8 @@ class SchedulerConfig:
     cpu_swap_blocks: int = 0  # swap mode: CPU tier capacity, blocks
     swap_bandwidth_gbps: float = 25.0  # swap mode: GB/s each way (PCIe Gen4 x16 ~ 25)
     kv_block_bytes: int = 2 * 2**20  # swap mode: bytes of one block (Llama-3.1-8B, bs 16)
-    async_scheduling: bool = False  # vLLM's engine default is on; see README
-    enable_prefix_caching: bool = False  # vLLM's default is on; see README
+    async_scheduling: bool = S1_SERVER["async_scheduling"]  # vLLM's is on (vllm_defaults)
+    enable_prefix_caching: bool = S1_SERVER["enable_prefix_caching"]  # vLLM's is on
     # Closed-loop load (vLLM bench's --max-concurrency): at most this many
     # requests in the system; 0 = open loop (arrivals at their times).
     max_concurrency: int = 0

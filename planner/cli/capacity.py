@@ -178,13 +178,14 @@ def check(
     """
     reject_inert(ctx, CHECK_RULES)
     srv = server.resolve_server(
-        ctx, dict(block_size=block_size, max_model_len=max_model_len,
-                  gpu_memory_utilization=gpu_memory_utilization,
-                  max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching,
-                  disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager),
-        model, gpu, quantization=quantization, kv_cache_dtype=kv_cache_dtype, usage=usage_context,
-    )  # fmt: skip
+        ctx,
+        ctx.params,
+        model,
+        gpu,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+        usage=usage_context,
+    )
     v = server.values(srv)
     block_size, max_model_len, max_num_seqs = v["block_size"], v["max_model_len"], v["max_num_seqs"]
     max_num_batched_tokens, gpu_memory_utilization = (
@@ -807,12 +808,14 @@ def safe_limit(
 
     reject_inert(ctx, RUN_RULES)
     srv = server.resolve_server(
-        ctx, dict(block_size=block_size, max_model_len=max_model_len,
-                  gpu_memory_utilization=gpu_memory_utilization,
-                  max_num_batched_tokens=max_num_batched_tokens,
-                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching),
-        model, gpu, quantization=quantization, kv_cache_dtype=kv_cache_dtype, usage=usage_context,
-    )  # fmt: skip
+        ctx,
+        ctx.params,
+        model,
+        gpu,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+        usage=usage_context,
+    )
     srv.pop("max_num_seqs")  # searched, not set
     v = server.values(srv)
     block_size, max_model_len = v["block_size"], v["max_model_len"]

@@ -170,12 +170,12 @@ def max_rate(
 
     reject_inert(ctx, RUN_RULES)
     srv = server.resolve_server(
-        ctx, dict(block_size=block_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                  gpu_memory_utilization=gpu_memory_utilization,
-                  max_num_batched_tokens=max_num_batched_tokens,
-                  async_scheduling=async_scheduling, enable_prefix_caching=enable_prefix_caching),
-        model, gpu, usage=usage_context,
-    )  # fmt: skip
+        ctx,
+        ctx.params,
+        model,
+        gpu,
+        usage=usage_context,
+    )
     v = server.values(srv)
     block_size, max_model_len, max_num_seqs = v["block_size"], v["max_model_len"], v["max_num_seqs"]
     max_num_batched_tokens, gpu_memory_utilization = (
