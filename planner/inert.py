@@ -303,6 +303,7 @@ CALIBRATE_SERVER = (
     "max_num_batched_tokens",
     "max_model_len",
     "async_scheduling",
+    "usage_context",
 )
 # Step-time options a steps CSV fit does not take (it fits beta and reads no alpha).
 CALIBRATE_REQUEST_LATENCY = ("alpha_coeffs", "beta_coeffs")

@@ -258,3 +258,10 @@ def test_usage_context_with_the_token_budget_given_is_refused(capsys):
         "--max-num-batched-tokens", "4096",
     )  # fmt: skip
     assert code == 2 and "--usage-context has no effect" in err and err.count("\n") == 1
+
+
+def test_usage_context_on_a_steps_csv_fit_is_refused(capsys):
+    """A steps CSV fit simulates no server, so vLLM's defaults pick nothing there."""
+    csv = str(catalog.CATALOG_DIR.parents[2] / "docs" / "calibrate_example.csv")
+    code, _, err = run_cli(capsys, "calibrate", csv, "--usage-context", "llm")
+    assert code == 2 and "--usage-context" in err and err.count("\n") == 1
