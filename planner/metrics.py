@@ -104,6 +104,7 @@ def overload(
     offered: np.ndarray,
     rejected: np.ndarray | None = None,
     refused: np.ndarray | None = None,
+    until: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per config: the growth of queueing delay over the arrival window and the
     overload verdict, with the offered and served rates.
@@ -120,6 +121,10 @@ def overload(
         refused: (C,) int, how many of ``offered`` the front end rejected
             (vLLM's ``InputProcessor`` check against max_model_len, made before
             the scheduler sees a request); None = none.
+        until: (C,) float64 seconds: judge only the arrivals up to it, for a
+            run a horizon ended before the last arrival (requests due later
+            never had a chance, which is no overload); None = the last
+            arrival. ``offered`` and ``refused`` then count those arrivals.
     Returns:
         ``queue_delay_growth_s``: median delay (first token - arrival; for a
         request never served, end - arrival, a lower bound) of the last quarter
@@ -135,24 +140,32 @@ def overload(
         ``served_rps`` (requests whose first token came by the last arrival,
         / window), ``load_ratio`` (accepted / served: a rejected request asks
         the scheduler for nothing, so it is no load that capacity could serve).
+        Rates and verdict cover the judged window (``overload_window_s``:
+        first arrival to the last judged one).
         A window of 0 (all at once) is never overloaded and
         has NaN rates. All (C,).
     """
+    first = arrival_s.min(axis=1)
+    judged = np.ones(arrival_s.shape, bool) if until is None else arrival_s <= until[:, None]
+    judged_wait = judged if rejected is None else judged & ~rejected
     delay = np.where(np.isnan(first_s), end_s[:, None] - arrival_s, first_s - arrival_s)
-    if rejected is not None:
-        delay = np.where(rejected, np.nan, delay)
-    order = np.argsort(arrival_s, axis=1, kind="stable")
+    delay = np.where(judged_wait, delay, np.nan)
+    # Quarters of the judged arrivals (rejected ones among them, as NaN).
+    order = np.argsort(np.where(judged, arrival_s, np.inf), axis=1, kind="stable")
     d = np.take_along_axis(delay, order, axis=1)
-    q = max(1, arrival_s.shape[1] // 4)
+    n = judged.sum(axis=1)[:, None]
+    q = np.maximum(1, n // 4)
+    rank = np.arange(arrival_s.shape[1])[None, :]
     with warnings.catch_warnings():  # a quarter made only of rejected requests
         warnings.simplefilter("ignore", RuntimeWarning)
-        growth = np.nanmedian(d[:, -q:], axis=1) - np.nanmedian(d[:, :q], axis=1)
-    growth = np.nan_to_num(growth, nan=0.0)
-    last = arrival_s.max(axis=1)
-    window = last - arrival_s.min(axis=1)
+        head = np.nanmedian(np.where(rank < q, d, np.nan), axis=1)
+        tail = np.nanmedian(np.where((rank >= n - q) & (rank < n), d, np.nan), axis=1)
+    growth = np.nan_to_num(tail - head, nan=0.0)
+    last = np.where(judged, arrival_s, -np.inf).max(axis=1)
+    window = last - first
     limit = np.maximum(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE * window)
-    t1 = arrival_s.min(axis=1) + window / 4
-    waits = arrival_s if rejected is None else np.where(rejected, np.inf, arrival_s)
+    t1 = first + window / 4
+    waits = np.where(judged_wait, arrival_s, np.inf)
     backlog = _backlog_growth(waits, first_s, t1, last)
     arrived_late = ((waits > t1[:, None]) & (waits < last[:, None])).sum(axis=1)
     backlogged = backlog > np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * arrived_late)
@@ -170,6 +183,7 @@ def overload(
         "load_ratio": ratio,
         "queue_delay_growth_s": growth,
         "backlog_growth": backlog,
+        "overload_window_s": window,
         "overloaded": (window > 0) & ((growth > limit) | backlogged),
     }
 
@@ -402,12 +416,13 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     the SLO, or no request has that metric; and ``slo_margin`` (C,) float, the
     largest p99 / SLO ratio (at most 1 when met; a lower bound when a p99 is;
     +inf with a rejected request).
-    A request the front end rejected (``rejected``, prompt >= max_model_len)
-    has no latency but failed, as vLLM returns it an error: like an unserved
-    one it counts as a miss, so a run with any is not ``meets_slo`` (a run
+    A request the front end rejected (``rejected``) has no latency but
+    failed, as vLLM returns it an error, and one it cut short (``cut``) got
+    fewer tokens than asked: like an unserved one each counts as a miss
+    (``front_end_failures``), so a run with any is not ``meets_slo`` (a run
     that rejects everything has no p99 at all). Overload is not part of it:
     callers combine it with ``overloaded``."""
-    meets = df["rejected"].to_numpy() == 0 if "rejected" in df else np.ones(len(df), bool)
+    meets = front_end_failures(df) == 0
     margin = np.zeros(len(df))
     for field, limit in slo.items():
         p = df[f"{field}_p{SLO_PERCENTILE}"].to_numpy(dtype=float)
@@ -416,9 +431,42 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
         margin = np.fmax(margin, p / limit)
     # A rejection is a miss no p99 shows: no margin (+inf), so that sorting
     # by it never ranks such a run first.
-    if "rejected" in df:
-        margin = np.where(df["rejected"].to_numpy() > 0, np.inf, margin)
+    margin = np.where(front_end_failures(df) > 0, np.inf, margin)
     return {"meets_slo": meets, "slo_margin": margin}
+
+
+def front_end_failures(df: pd.DataFrame) -> np.ndarray:
+    """(C,) int64: requests of each ``summarize`` row the front end failed:
+    ``rejected`` (HTTP 400, ``capacity.front_end_rejects``) plus ``cut``
+    (admitted with max_tokens clamped, ``Workload.cut``: the client asked
+    for more tokens than it got). Every verdict counts them as failed
+    requests, so no answer gets cheaper by serving fewer tokens. Columns a
+    frame lacks count 0."""
+    out = np.zeros(len(df), dtype=np.int64)
+    for col in ("rejected", "cut"):
+        if col in df:
+            out += df[col].to_numpy(dtype=np.int64)
+    return out
+
+
+def front_end_text(rejected: int, cut: int, max_model_len: int) -> str:
+    """The front end's failures in words: how many requests it rejected
+    (``capacity.REJECT_RULE``) and cut short (``capacity.CUT_RULE``) at
+    ``max_model_len``; '' when neither. The fix is a larger max_model_len."""
+    from planner.capacity import CUT_RULE, REJECT_RULE
+    from planner.text import count
+
+    parts = []
+    if rejected:
+        parts.append(f"rejects {count(rejected, 'request')} ({REJECT_RULE} {max_model_len:,})")
+    if cut:
+        parts.append(
+            f"cuts {count(cut, 'request')} short ({CUT_RULE} {max_model_len:,}: vLLM clamps "
+            "max_tokens)"
+        )
+    if not parts:
+        return ""
+    return "the front end " + " and ".join(parts)
 
 
 def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
@@ -428,9 +476,15 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     a lower bound (``per_request``), and say when they are lower bounds
     (``*_is_lower_bound``); ``unserved``/``unfinished`` count those requests.
     With an ``slo`` that sets any objective, also ``goodput_rps``
-    (``request_meets_slo`` per second of ``span_s``), ``meets_slo`` and
+    (``request_meets_slo`` and not ``cut``, per second of ``span_s``: vLLM
+    bench would count a clamped request; the planner does not), ``meets_slo`` and
     ``slo_margin`` (``slo_columns``) and the SLOs themselves (``ttft_slo_s``,
     ``tpot_slo_s``, ``itl_slo_s``, ``e2e_slo_s``, NaN = not given).
+
+    Front-end outcomes: ``rejected`` (HTTP 400), ``cut`` (admitted with
+    max_tokens clamped: ``Workload.cut``), ``output_tokens_asked`` (output
+    tokens of every request sent) and ``output_tokens_served`` (of the
+    requests completed), so a short answer shows beside the asked one.
 
     Token-level columns (``token_columns``): ITL p50/p90/p99 (``itl_s_*``,
     gaps owed at the end as +inf, with ``_is_lower_bound`` flags),
@@ -455,10 +509,16 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     )
     offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
     sent = sent_mask(res)
+    cut = res.workload.cut(cfg[:, K.MML]) & sent  # (C, R): served fewer tokens than asked
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
     arrival_s = np.broadcast_to(arr / 1e9, st.req.first_ns.shape)
     horizon = cfg[:, K.HORIZON_NS]
     end_s = np.minimum(oi[:, S.O_END_NS], horizon) / 1e9
+    # The horizon ended the run before the last arrival: overload is judged
+    # on the arrivals it covered (a request due later had no chance to start).
+    ended_by_horizon = (oi[:, S.O_END_NS] >= horizon) & (horizon < arr.max(axis=1))
+    until = np.where(ended_by_horizon, horizon / 1e9, np.inf)
+    due = arrival_s <= until[:, None]  # the arrivals the overload verdict judges
     first_s = np.where(
         (st.req.first_ns >= 0) & (st.req.first_ns <= counted_by(cfg)[:, None]),
         st.req.first_ns / 1e9,
@@ -471,6 +531,9 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "completed": completed,
         "finished": oi[:, S.O_FINISHED],
         "rejected": oi[:, S.O_REJECTED],
+        "cut": cut.sum(axis=1),
+        "output_tokens_asked": np.where(sent, res.workload.output_tokens[None, :], 0).sum(axis=1),
+        "output_tokens_served": out_tok,
         "running_end": oi[:, S.O_RUNNING_END],
         "waiting_end": oi[:, S.O_WAITING_END],
         "arrived": oi[:, S.O_ARRIVED],
@@ -511,10 +574,12 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             arrival_s,
             first_s,
             end_s,
-            np.maximum(offered, sent.sum(axis=1)),
+            np.where(ended_by_horizon, (sent & due).sum(axis=1), np.maximum(offered, sent.sum(1))),
             (st.req.status == S.REJECTED) | ~sent,
-            (res.workload.rejected(cfg[:, K.MML]) & sent).sum(axis=1),  # the front end's
+            (res.workload.rejected(cfg[:, K.MML]) & sent & due).sum(axis=1),  # the front end's
+            until,
         ),
+        "ended_by_horizon": ended_by_horizon,
     }
     # Closed loop: when the cap held a request back, clients send only as
     # slots free, so the server's queue cannot grow: overload is an open-loop
@@ -534,7 +599,8 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         oi[:, S.O_STEP_LIMIT],
     )
     if slo is not None and slo.given():
-        df["goodput_rps"] = request_meets_slo(q, slo).sum(axis=1) / span
+        # A request cut short is no good answer, though vLLM bench counts it.
+        df["goodput_rps"] = (request_meets_slo(q, slo) & ~cut).sum(axis=1) / span
         for k, v in slo_columns(df, slo).items():
             df[k] = v
         for k, v in slo.as_dict().items():

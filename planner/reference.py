@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
+from planner.capacity import blocks_for_tokens, front_end_rejects, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, lat_kind, pack_tables
 from planner.kernel.cycle import QUIET_STEPS
 from planner.kernel.token_gaps import NBINS, SUB, SUB_BITS
@@ -850,7 +850,7 @@ class Engine:
         while self.pending and self.entry[self.pending[0]] <= self.clock:
             req = self.requests[self.pending.pop(0)]
             self.arrived += 1
-            if req.prompt_len >= self.cfg.max_model_len:
+            if front_end_rejects(req.prompt_len, req.max_tokens, self.cfg.max_model_len):
                 req.status = "rejected"
                 self.rejected += 1
                 self._client_answered(req.entry_ns, req.rid, rejected=True)

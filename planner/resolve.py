@@ -39,6 +39,8 @@ def latency(
         raise ValueError(f"--latency must be one of {LATENCY_KINDS}, got {kind!r}")
     if tp < 1:
         raise ValueError(f"--tensor-parallel-size must be >= 1, got {tp}")
+    if model is not None:
+        check_tensor_parallel(model, tp)
     if kind == "measured":
         if model is None or gpu is None:
             raise ValueError("--latency measured needs --model and --gpu")
@@ -260,6 +262,16 @@ def attention(
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} {v} contradicts --model {m.name} (it has {fields[name]})")
     return fields
+
+
+def check_tensor_parallel(model: str, tp: int) -> None:
+    """vLLM's rule that ``tp`` splits ``model``'s heads
+    (``ModelSpec.check_tensor_parallel``), for every command that names a
+    model, a pool given or not. Raises ValueError (one line)."""
+    try:
+        hardware.model(model).check_tensor_parallel(tp)
+    except hardware.ModelConfigError as e:
+        raise ValueError(str(e)) from None
 
 
 def server(

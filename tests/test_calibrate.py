@@ -137,3 +137,21 @@ def test_printed_roofline_options_name_what_they_price(capsys):
     assert all(flag in line for flag in hw), line
     code, out, err = run_cli(capsys, "run", *line, "--num-requests", "5", "--json")
     assert code == 0, err
+
+
+def test_steps_in_seconds_are_refused_with_a_units_hint(capsys, tmp_path):
+    """Issue 38 item 5: step times 1,000x too small imply an MFU and MBU above
+    1; the fit was "MFU 1.00, MBU 1.00" with a 37,155% error and exit 0."""
+    rng = np.random.default_rng(4)
+    df = random_steps(rng, 60)
+    truth = RooflineLatency("llama-3.1-8b", "H100", 1, mfu=0.4, mbu=0.7, overhead_us=900.0)
+    ms = _times(truth, df)
+    good, secs = tmp_path / "ms.csv", tmp_path / "s.csv"
+    df.assign(step_ms=ms).to_csv(good, index=False)
+    df.assign(step_ms=ms / 1000.0).to_csv(secs, index=False)
+    hw = ("--latency", "roofline", "--model", "llama-3.1-8b", "--gpu", "H100")
+    code, _, err = run_cli(capsys, "calibrate", str(good), *hw)
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "calibrate", str(secs), *hw)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "faster than the hardware allows" in err and "multiply it by 1,000" in err

@@ -174,7 +174,7 @@ def test_max_concurrency_is_a_sweep_axis(tmp_path):
     assert [c.max_concurrency for c in sweep.configs] == [0, 1, 4]
     with pytest.raises(SpecError, match="think_time_s"):
         load_spec_text(SPEC.format(extra="[scheduler]\nthink_time_s = -1"), tmp_path)
-    with pytest.raises(SpecError, match="open-loop"):
+    with pytest.raises(SpecError, match="the traffic is an input"):
         load_spec_text(SPEC.format(extra="[search]\nrate_scale_max = 4"), tmp_path)
 
 

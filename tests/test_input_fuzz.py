@@ -91,6 +91,19 @@ def test_a_mutated_price_table_is_one_line_or_priced(tmp_path, data):
     assert (code == 2) == bad, (rows, err)
 
 
+def test_a_price_row_with_an_extra_field_is_refused_not_shifted(tmp_path):
+    """Issue 38 item 7: pandas' index guess read "L40S,1.33,x,3.3" shifted
+    (unknown GPU '3.3'); a bad row is named by its line, header = 1."""
+    path = tmp_path / "prices.csv"
+    path.write_text("gpu,usd_per_gpu_hour,source\n# note\nH100,3.35,x\nL40S,1.33,x,3.3\n")
+    args = ("size", str(SIZE_SPEC), "--prices", str(path), "--gpus", "H100", "--dry-run")
+    code, err = plan_quiet(*args)
+    assert code == 2 and "Expected 3 fields in line 4, saw 4" in err, err
+    path.write_text("gpu,usd_per_gpu_hour,source\n# note\nH100,3.35,x\n\nNOPE,1.0,y\n")
+    code, err = plan_quiet(*args)
+    assert code == 2 and "row 5: unknown GPU 'NOPE'" in err, err
+
+
 def _valid_step_cell(column: str, text: str) -> bool:
     from planner.latency.fit import MAX_STEP_MS, MAX_TOKENS, MIN_STEP_MS
 

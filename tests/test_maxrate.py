@@ -68,14 +68,14 @@ def test_azure_conversation_answer_holds():
     lat = resolve.latency("linear", "llama-3.1-8b", "H100")
     blocks = 27967
     cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
-    wl = read_trace(AZURE_CONV, "auto", TraceOptions(max_model_len=4096))
+    wl = read_trace(AZURE_CONV, "auto", TraceOptions())
     slo = SLO(ttft_s=2.0, tpot_s=0.1)
     # 416 of its prompts are >= 4,096: they fail at every rate.
     found = search_max_rate([cfg], wl, lat, slo).table
     assert found.max_rate_limit[0] == "rejects_requests" and found.rejected_requests[0] == 416
     assert np.isnan(found.max_rate_scale[0])
     cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256, max_model_len=16384)
-    wl = read_trace(AZURE_CONV, "auto", TraceOptions(max_model_len=16384))
+    wl = read_trace(AZURE_CONV, "auto", TraceOptions())
     s = search_max_rate([cfg], wl, lat, slo).table.max_rate_scale[0]
     assert 2 < s < 8  # not overloaded at 2x, overloaded at 8x (tests/test_overload.py)
     _check_answer(cfg, wl, lat, slo, s)

@@ -45,7 +45,7 @@ def azure_8b():
 @pytest.mark.parametrize("scale,expected", [(1.0, False), (2.0, False), (8.0, True)])
 def test_azure_conversation_overload(azure_8b, scale, expected):
     lat, cfg = azure_8b
-    wl = read_trace(AZURE_CONV, "auto", TraceOptions(rate_scale=scale, max_model_len=4096))
+    wl = read_trace(AZURE_CONV, "auto", TraceOptions(rate_scale=scale))
     m = simulate([cfg], wl, lat).metrics().iloc[0]
     assert bool(m.overloaded) is expected, m.queue_delay_growth_s
 
@@ -213,7 +213,7 @@ def test_overload_text_names_the_rejected_rate(capsys, tmp_path):
     assert d["load_ratio"] == pytest.approx(d["accepted_rps"] / d["served_rps"])
     code, out, err = run_cli(capsys, "run", *short, "--max-num-seqs", "4", "--ttft-slo", "1e6")
     assert "req/s rejected by the front end" in out and "verdict: OVERLOADED" in out
-    assert "verdict: MISSES SLO" in out and "so they count as misses" in out
+    assert "verdict: MISSES SLO" in out and "they count as misses" in out
     code, out, err = run_cli(capsys, "safe-limit", *short)
     assert code == 0, err
     text = " ".join(out.split())
@@ -268,7 +268,7 @@ def test_rejections_are_named_by_check_and_have_no_margin(capsys, tmp_path):
         capsys, "check", "--num-gpu-blocks", "20000", "--trace-file", str(trace)
     )
     assert code == 0, err
-    assert "note: the front end rejects 100 requests of it" in " ".join(out.split())
+    assert "note: of this workload, the front end rejects 100 requests" in " ".join(out.split())
     code, out, err = run_cli(
         capsys, "check", "--num-gpu-blocks", "20000", "--trace-file", str(trace), "--json"
     )
@@ -297,3 +297,34 @@ def test_an_all_rejected_run_warns_of_no_batch(capsys, tmp_path):
     trace.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,5000,50\n0,100,4000\n")
     code, out, err = run_cli(capsys, "run", "--trace-file", str(trace), "--horizon", "1", "--json")
     assert json.loads(out)["outcome"] == "starved", out
+
+
+def test_a_horizon_before_the_last_arrival_is_not_overload(capsys):
+    """Issue 38 item 4: Azure conversation at 8x on 4 replicas keeps up when
+    run to completion; a 120 s horizon ends it with most requests still due,
+    which is no overload: the verdict judges the arrivals the run covered."""
+    args = [
+        "run", "--trace-file", str(AZURE_CONV), "--rate-scale", "8", "--replicas", "4",
+        "--model", "llama-3.1-8b", "--gpu", "H100", "--json",
+    ]  # fmt: skip
+    code, out, err = run_cli(capsys, *args, "--horizon", "120")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["ended_by_horizon"] is True and d["overloaded"] is False
+    assert d["overload_window_s"] <= 120 and d["load_ratio"] == pytest.approx(1.0, abs=0.01)
+    code, out, err = run_cli(capsys, *args[:-1], "--horizon", "120")  # the words say so
+    assert "note: the horizon ended the run" in out and "OVERLOADED" not in out
+
+
+def test_overload_until_judges_only_the_covered_arrivals():
+    """Requests one a second for 20 s, each served at once until 10 s; the
+    run ends at 10 s. Judged to 10 s: kept up. Judged to 20 s: the later half
+    never started, a growing backlog."""
+    arr = np.arange(20.0)[None, :]
+    first = np.where(arr < 10, arr + 0.1, np.nan)
+    end = np.array([10.0])
+    whole = overload(arr, first, end, np.array([20]))
+    covered = overload(arr, first, end, np.array([11]), until=np.array([10.0]))
+    assert whole["overloaded"][0] and not covered["overloaded"][0]
+    assert covered["overload_window_s"][0] == 10.0
+    assert covered["offered_rps"][0] == pytest.approx(1.1)

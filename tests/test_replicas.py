@@ -377,7 +377,7 @@ def test_rejected_requests_qualify_the_slo_verdict(capsys):
     assert code == 0, err
     # A rejected request fails (vLLM answers it with an error): a miss.
     assert "verdict: MISSES SLO (TTFT p99 <= 5 s): " in out and "count as misses" in out
-    assert "MEETS" not in out and "note: " in out and "rejected by the front end" in out
+    assert "MEETS" not in out and "note: " in out and "the front end rejects" in out
 
 
 def test_prefix_affinity_without_a_cache_is_refused(capsys):

@@ -406,13 +406,48 @@ def test_ctrl_c_says_how_to_resume(capsys, tmp_path, monkeypatch):
     assert "rerun with --resume to continue" in err and str(tmp_path / "o" / "sweeps") in err
 
 
-def test_a_client_count_axis_is_refused(capsys, tmp_path):
-    """The number of closed-loop clients is the traffic: ranking fleets across
-    counts picks the fewest clients (second tryout finding)."""
-    text = SYNTHETIC.format(rate=20).replace("[axes]\n", "[axes]\nmax_concurrency = [4, 64]\n")
+TRACE_SPEC = f"""
+name = "size-trace"
+[workload]
+kind = "trace"
+path = "{AZURE_CONV}"
+max_requests = 100
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "roofline"
+[axes]
+"""
+
+
+@pytest.mark.parametrize(
+    "base,axis",
+    [
+        (SYNTHETIC.format(rate=20).replace("rate = 20\n", ""), "rate = [5, 40]"),
+        (SYNTHETIC.format(rate=20), "seed = [0, 1]"),
+        (SYNTHETIC.format(rate=20), "max_concurrency = [4, 64]"),
+        (SYNTHETIC.format(rate=20), "max_concurrency = [8]\nthink_time_s = [0.5, 5.0]"),
+        (TRACE_SPEC, "rate_scale = [1.0, 0.25]"),
+    ],
+)
+def test_a_traffic_axis_is_refused(capsys, tmp_path, base, axis):
+    """Issue 38 item 2: the traffic is an input; ranking fleets across traffic
+    levels picks the lightest (the fewest clients, the longest think time)."""
+    text = base.replace("[axes]\n", f"[axes]\n{axis}\n")
     code, _, err = run_cli(capsys, "size", str(_spec(tmp_path, text)), "--dry-run")
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "max_concurrency: the number of closed-loop clients is the traffic" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    key = axis.splitlines()[-1].split(" =")[0]
+    assert f"axes.{key}: the traffic is an input" in err and "one search per traffic" in err
+
+
+def test_a_traffic_axis_is_refused_by_the_rate_search(capsys, tmp_path):
+    """The same for a sweep spec's [search] (plan max-rate over a grid)."""
+    text = SYNTHETIC.format(rate=20).replace("rate = 20\n", "")
+    text = text.replace("[axes]\n", "[search]\n[axes]\nrate = [5, 40]\n")
+    code, _, err = run_cli(capsys, "sweep", str(_spec(tmp_path, text)), "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "axes.rate: the traffic is an input" in err
 
 
 def test_cost_per_token_is_charged_on_what_was_served():
@@ -566,3 +601,81 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_answer(capsys, tmp
         read = pd.read_parquet if name.endswith("parquet") else pd.read_csv
         pd.testing.assert_frame_equal(read(cut / name), read(whole / name))
     assert _answer(rep) == _answer(rep_whole)
+
+
+CUT_SPEC = """
+name = "size-cut"
+[workload]
+kind = "synthetic"
+num_requests = 30
+rate = 1
+[workload.prompt]
+kind = "constant"
+mean = 200
+[workload.output]
+kind = "constant"
+mean = 2000
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "roofline"
+[axes]
+max_num_seqs = [64]
+max_model_len = [512, 2048, 4096]
+"""
+
+
+def test_a_short_max_model_len_never_wins_by_cutting_outputs(capsys, tmp_path):
+    """Issue 38 item 1, as vLLM 0.33's front end does it: at max_model_len 512
+    it rejects every request (max_tokens 2,000 > 512); at 2,048 it admits them
+    with max_tokens clamped to 1,848 (get_max_tokens). Either way those fleets
+    serve less than asked, so they never meet the target, and the answer
+    serves every request whole."""
+    spec = _spec(tmp_path, CUT_SPEC)
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "L40S,H100", "--max-replicas", "2",
+        "--out", str(out), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    a = json.loads(stdout)["answer"]
+    assert a["max_model_len"] == 4096
+    assert a["output_tokens_served"] == a["output_tokens_asked"] == 30 * 2000
+    df = pd.read_parquet(out / "size.parquet")
+    rejected, cut = df[df["max_model_len"] == 512], df[df["max_model_len"] == 2048]
+    assert len(rejected) and (rejected["rejected"] == 30).all()
+    assert (rejected["output_tokens_served"] == 0).all()
+    assert len(cut) and (cut["cut"] == 30).all() and (cut["rejected"] == 0).all()
+    assert (cut["output_tokens_served"] <= 30 * 1848).all()
+    short = pd.concat([rejected, cut])
+    assert not short["meets_target"].any()
+    assert not (short["pareto_ttft"] | short["pareto_tpot"]).any()
+
+
+def test_a_horizon_shorter_than_the_arrivals_still_gets_an_answer(capsys, tmp_path):
+    """Issue 38 item 4: a horizon that ends each run with requests still due
+    is no overload; the fleet that keeps up over the covered arrivals wins."""
+    text = "horizon_s = 15\n" + SYNTHETIC.format(rate=10)
+    code, rep, err = _size(
+        capsys, tmp_path, _spec(tmp_path, text), "--gpus", "H100", "--max-replicas", "2"
+    )
+    assert code == 0, err
+    assert rep["answer"] is not None and rep["answer"]["gpu"] == "H100"
+
+
+def test_a_second_plan_size_into_one_out_is_refused(capsys, tmp_path):
+    """Issue 38 item 7: while one plan size holds --out, another is refused at
+    once in one line; after it, a different search there needs --overwrite."""
+    from planner.sweep import store
+
+    out = tmp_path / "out"
+    args = ("size", SMALL, "--gpus", "H100", "--max-replicas", "1", "--out", str(out))
+    with store.folder_lock(out):  # another plan size running
+        code, _, err = run_cli(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "in use" in err, err
+    assert not (out / "size.parquet").exists()
+    code, _, err = run_cli(capsys, *args)
+    assert code == 0, err
+    code, _, err = run_cli(capsys, *args[:-2], "--max-replicas", "2", "--out", str(out))
+    assert code == 2 and "holds another plan size search" in err, err

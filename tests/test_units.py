@@ -137,17 +137,17 @@ def test_request_length_is_capped_at_max_model_len(capsys):
     wl = Workload(
         np.zeros(3),
         np.array([100, 900, 5000], np.int32),
-        np.array([3000, 50, 10], np.int32),
+        np.array([1000, 50, 10], np.int32),
     )
-    assert wl.request_tokens(1024).tolist() == [1024, 950]
+    assert wl.request_tokens(1024).tolist() == [1024, 950]  # the first is cut at 1,024
     assert wl.mean_request_tokens(1024) == 987.0
-    assert wl.mean_request_tokens() == pytest.approx((3100 + 950 + 5010) / 3)
+    assert wl.mean_request_tokens() == pytest.approx((1100 + 950 + 5010) / 3)
     code, out, err = run_cli(
         capsys, "run", "--num-gpu-blocks", "64", "--max-model-len", "1024",
-        "--num-requests", "5", "--json",
+        "--num-requests", "5", "--prompt-tokens", "200", "--output-tokens", "1000", "--json",
     )  # fmt: skip
     assert code == 0, err
-    assert "mean request 1,024 tokens" in err  # S1's 3,500-token outputs stop at 1,024
+    assert "mean request 1,024 tokens" in err  # 1,200 asked, cut at 1,024
 
 
 def test_counts_take_the_number_of_their_noun():

@@ -27,8 +27,8 @@ from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
+from planner.metrics import front_end_failures, front_end_text
 from planner.slo import FIELDS, NAMES, SLO, seconds_text
-from planner.text import count
 from planner.workload.arrays import Workload
 
 COARSE_POINTS = 40
@@ -219,7 +219,7 @@ def find_safe_limits(
         search_limit=upper,
     )
     # Rejections fail at every rate and max_num_seqs (``recommend`` says so): no search.
-    if not qualifies(out).any() and df.completed.max() > 0 and df.rejected.min() == 0:
+    if not qualifies(out).any() and df.completed.max() > 0 and front_end_failures(df).min() == 0:
         _closest_rate(out, wl, cfg, lat, pool)
     return out
 
@@ -262,17 +262,14 @@ def search_limit_text(s: SafeLimits) -> str:
 
 
 def qualifies(s: SafeLimits) -> np.ndarray:
-    """(rows,) bool over ``s.table``: max_num_seqs values that may be recommended:
-    something completed, no livelock or step limit, not overloaded
-    (``metrics.overload``), no request rejected by the front end (prompt >=
-    max_model_len: it fails whatever max_num_seqs is) and, with SLOs, every
-    SLO met (``meets_slo``: unserved requests count as misses)."""
-    t = s.table
-    ok = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit & ~t.overloaded.astype(bool)
-    ok &= t.rejected == 0
-    if s.slo.given():
-        ok &= t.meets_slo.astype(bool)
-    return ok.to_numpy()
+    """(rows,) bool over ``s.table``: max_num_seqs values that may be
+    recommended, ``maxrate.passes``: something completed, no livelock or step
+    limit, not overloaded (``metrics.overload``), no request rejected or cut
+    short by the front end (it fails whatever max_num_seqs is) and, with SLOs,
+    every SLO met (``meets_slo``: unserved requests count as misses)."""
+    from planner.maxrate.search import passes
+
+    return passes(s.table, s.slo)
 
 
 @dataclass
@@ -325,12 +322,11 @@ def recommend(s: SafeLimits) -> Recommendation:
     no value is recommended, and the text says what fails and by how much the
     load must fall or the capacity grow."""
     t = s.table
-    if (rejected := int(t.rejected.min())) > 0:  # the same at every max_num_seqs
+    if front_end_failures(t).min() > 0:  # the same at every max_num_seqs
+        what = front_end_text(int(t.rejected.min()), int(t.cut.min()), int(t.max_model_len.iloc[0]))
         text = (
-            f"Nothing recommended: at every max_num_seqs the front end rejects "
-            f"{count(rejected, 'request')} of the workload (prompt >= max_model_len "
-            f"{int(t.max_model_len.iloc[0]):,}), and they fail whatever the scheduler does: "
-            "raise --max-model-len."
+            f"Nothing recommended: at every max_num_seqs {what}, and they fail whatever the "
+            "scheduler does: raise --max-model-len."
         )
         return Recommendation(None, "rejects requests", text)
     if t.completed.max() == 0:

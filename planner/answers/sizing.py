@@ -27,8 +27,10 @@ import numpy as np
 import pandas as pd
 
 from planner.maxrate.search import passes
+from planner.metrics import front_end_failures
 from planner.models.prices import PriceTable
 from planner.slo import SLO
+from planner.sweep.spec import SpecError, traffic_axis
 
 # Scheduler settings vLLM has no flag for: the planner's mitigations and
 # BLIS-style variants. A deployment recommendation must be a vLLM server.
@@ -154,12 +156,10 @@ def check_spec(spec: object) -> None:
                 f"{key}: plan size sets it (the pool from each GPU's memory, replicas and "
                 "routers from --max-replicas and --routers); remove it from the spec"
             )
-    if len({c.max_concurrency for c in sweep.configs}) > 1:
-        raise SizingError(
-            "max_concurrency: the number of closed-loop clients is the traffic, not a setting "
-            "to choose: the cheapest answer would be the fewest clients; size one count per "
-            "spec"
-        )
+    try:
+        traffic_axis(sweep.axes, "plan size")
+    except SpecError as e:
+        raise SizingError(str(e)) from None
     for key, vllm in NOT_VLLM.items():
         values = {getattr(c, key) for c in sweep.configs}
         if values != {vllm}:
@@ -172,7 +172,7 @@ def check_spec(spec: object) -> None:
 def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame:
     """Add ``gpus``, ``usd_per_hour``, ``usd_per_million_output_tokens`` (at
     the rate served, ``metrics.overload``; closed loop, the run's) and ``meets_target``
-    (``maxrate.passes``, and no request rejected by the front end) to sweep
+    (``maxrate.passes``: also no request rejected or cut short) to sweep
     rows carrying ``gpu`` and ``tensor_parallel_size``."""
     df = df.copy()
     df["gpus"] = df["tensor_parallel_size"] * df["replicas"]
@@ -193,7 +193,7 @@ def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame
         df["usd_per_million_output_tokens"] = np.where(
             tokens_per_hour > 0, df["usd_per_hour"] / tokens_per_hour * 1e6, np.nan
         )
-    df["meets_target"] = passes(df, slo)  # no request rejected by the front end, too
+    df["meets_target"] = passes(df, slo)  # no request rejected or cut short, too
     return df
 
 
@@ -231,7 +231,8 @@ def finish(
     df = df[(df["replicas"] > 1) | (df["router"] == first)].reset_index(drop=True)
     df = cost_columns(df, prices, slo)
     served = ~df["overloaded"].astype(bool) & ~df["livelocked"] & ~df["step_limit_hit"]
-    served &= df["rejected"] == 0  # a fleet that rejects requests serves less than the traffic
+    # A fleet that rejects or cuts requests serves less than the traffic asks.
+    served &= front_end_failures(df) == 0
     cost = df["usd_per_hour"].to_numpy(float)
     df["pareto_ttft"] = pareto(cost, df["ttft_s_p99"].to_numpy(float), served.to_numpy())
     df["pareto_tpot"] = pareto(cost, df["tpot_s_p99"].to_numpy(float), served.to_numpy())

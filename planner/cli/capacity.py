@@ -23,6 +23,7 @@ from planner.cli import server
 from planner.cli.inert import given, reject_inert, reject_inert_hardware, spelled
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.inert import CHECK_RULES, RUN_RULES, InertOption
+from planner.metrics import front_end_text
 from planner.models import hardware, kv_cache, vllm_defaults
 from planner.slo import FIELDS
 from planner.text import count
@@ -324,7 +325,7 @@ def check(
     out["full_attention_only"] = full_only
     if trace_file is not None:
         window = TraceOptions(
-            trace_start, trace_duration, rate_scale=rate_scale, max_model_len=max_model_len,
+            trace_start, trace_duration, rate_scale=rate_scale,
             hash_block_size=trace_hash_block_size,
         )  # fmt: skip
         read = read_trace_warned(trace_file, trace_format.value, window, trace_columns)
@@ -344,8 +345,9 @@ def check(
         out["workload_requests"] = wl.num_requests
         out["workload_in_gap"] = n_gap
         out["workload_in_gap_share"] = n_gap / wl.num_requests
-        # The front end's refusal (prompt >= max_model_len) is no pool matter, but said.
+        # The front end's refusals and cuts are no pool matter, but said.
         out["workload_rejected"] = int(wl.rejected(max_model_len).sum())
+        out["workload_cut"] = int(wl.cut(max_model_len).sum())
     safe = starts and gap is None
     if slo.given():
         assert trace_file is not None  # CHECK_RULES
@@ -679,11 +681,8 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
             f"workload {o['workload']}: {o['workload_in_gap']:,} of {o['workload_requests']:,} "
             f"requests ({o['workload_in_gap_share']:.2%}) fall in the gap"
         )
-        if n := o["workload_rejected"]:
-            c.print(
-                f"note: the front end rejects {count(n, 'request')} of it (prompt >= "
-                f"max_model_len {mml:,}): vLLM answers them with an error; raise --max-model-len"
-            )
+        if what := front_end_text(o["workload_rejected"], o["workload_cut"], mml):
+            c.print(f"note: of this workload, {what}; raise --max-model-len")
     t = o["tokens_per_request"]
     c.print(
         f"Maximum concurrency for {t:,} tokens per request: vLLM logs "

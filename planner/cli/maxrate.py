@@ -25,6 +25,7 @@ from planner.cli.inert import given, reject_inert, reject_inert_hardware
 from planner.config import SchedulerConfig, clock_bound
 from planner.inert import RUN_RULES
 from planner.maxrate.search_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
+from planner.metrics import front_end_text
 from planner.models import vllm_defaults
 from planner.slo import FIELDS, NAMES, seconds_text
 from planner.text import count
@@ -221,14 +222,10 @@ def max_rate(
     for cfg in configs:
         cfg.check_vllm_starts()
         clock_bound(cfg, lat)
-    # The trace's max_tokens cap (max_model_len - prompt) at the largest
-    # max_model_len searched: each configuration's own is applied by the
-    # kernel, which stops a request at its max_model_len (a varied one would
-    # otherwise run on outputs cut at the base --max-model-len).
-    longest = max(c.max_model_len for c in configs)
+    # Lengths as asked: each configuration's front end acts at its own
+    # max_model_len (``capacity.front_end_rejects``, ``Workload.cut``).
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
-             "max_requests": max_requests, "max_model_len": longest,
-             "hash_block_size": trace_hash_block_size}  # fmt: skip
+             "max_requests": max_requests, "hash_block_size": trace_hash_block_size}  # fmt: skip
     wl = command_workload(
         trace_file, trace_format.value, trace_columns, topts,
         (num_requests, rate, arrival, length_dist,
@@ -283,10 +280,11 @@ def max_rate(
         scale, rps_t, tps_t = _answer(row, rng.lo, AT_MAX, BELOW_MIN)
         name = ", ".join(f"{k} {v}" for k, v in combo.items()) or "this configuration"
         if row.max_rate_limit == REJECTS:
+            what = front_end_text(
+                int(row.rejected_requests), int(row.cut_requests), configs[i].max_model_len
+            )
             c.print(
-                f"{name}: none: at every rate the front end rejects "
-                f"{count(int(row.rejected_requests), 'request')} (prompt >= max_model_len "
-                f"{configs[i].max_model_len:,}), which never run: raise --max-model-len",
+                f"{name}: none: at every rate {what}, and they fail: raise --max-model-len",
                 soft_wrap=True,
             )
             continue

@@ -365,7 +365,6 @@ def _workload(o: dict[str, Any]) -> Workload:
     """The trace or synthetic workload ``o`` describes (``command_workload``)."""
     topts = {"start_s": o["trace_start"], "duration_s": o["trace_duration"],
              "rate_scale": o["rate_scale"], "max_requests": o["max_requests"],
-             "max_model_len": o["max_model_len"],
              "hash_block_size": o["trace_hash_block_size"]}  # fmt: skip
     lengths = tuple(
         tuple(o[f"{side}_tokens{s}"] for s in ("", "_stdev", "_min", "_max"))

@@ -13,7 +13,7 @@ from planner import capacity
 from planner.answers.safelimit import started_text
 from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
-from planner.metrics import LIVELOCKED, OK
+from planner.metrics import LIVELOCKED, OK, front_end_text
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.text import count
 from planner.workload.arrays import Workload
@@ -27,6 +27,9 @@ STUCK_SHOWN = 20  # stuck request ids printed in the table output (--json has al
 SUMMARY_ROWS = (
     ("completed", "{:.0f}"),
     ("rejected", "{:.0f}"),
+    ("cut", "{:.0f}"),
+    ("output_tokens_asked", "{:.0f}"),
+    ("output_tokens_served", "{:.0f}"),
     ("running_end", "{:.0f}"),
     ("waiting_end", "{:.0f}"),
     ("unserved", "{:.0f}"),
@@ -252,8 +255,15 @@ def print_run(
             f"{why}; {'it counts' if unsent == 1 else 'they count'} in no latency",
             soft_wrap=True,
         )
-    if int(row["rejected"]) > 0:  # type: ignore[index]
+    if _front_end_failed(row):
         console.print(f"note: {rejection_text(row)}", soft_wrap=True)
+    if bool(row.get("ended_by_horizon", False)):  # type: ignore[attr-defined]
+        console.print(
+            f"note: the horizon ended the run at {row['sim_end_s']:.3f} s, before the last "  # type: ignore[index]
+            f"arrival: overload is judged on the {row['overload_window_s']:.3f} s of arrivals "  # type: ignore[index]
+            "it covered, and the rates are theirs (a request due later had no chance to start)",
+            soft_wrap=True,
+        )
     if slo.given():
         console.print(slo_verdict(row, slo), soft_wrap=True)
     if row["overloaded"]:
@@ -304,17 +314,23 @@ def _cache_rows(row: object) -> list[tuple[str, str]]:
 LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50", "_p90", "_p99")))
 
 
+def _front_end_failed(row: object) -> bool:
+    """Whether the front end rejected or cut short any request of ``row``."""
+    return int(row["rejected"]) + int(row.get("cut", 0)) > 0  # type: ignore[index,attr-defined]
+
+
 def rejection_text(row: object, as_misses: bool = False) -> str:
-    """What the front end's rejections mean, for a row with ``rejected`` > 0;
-    ``as_misses``: in an SLO verdict, where they count as misses
-    (``metrics.slo_columns``)."""
-    n, arrived = int(row["rejected"]), int(row["arrived"])  # type: ignore[index]
-    mml = int(row["max_model_len"])  # type: ignore[index]
-    counted = ", so they count as misses" if as_misses else "; they count in no latency"
-    return (
-        f"{n:,} of {arrived:,} requests rejected by the front end (prompt >= max_model_len "
-        f"{mml:,}: vLLM refuses them{counted}): raise --max-model-len"
+    """What the front end's failures mean (``metrics.front_end_text``), for a
+    row with ``rejected`` or ``cut`` > 0; ``as_misses``: in an SLO verdict,
+    where they count as misses (``metrics.slo_columns``)."""
+    arrived = int(row["arrived"])  # type: ignore[index]
+    what = front_end_text(
+        int(row["rejected"]),  # type: ignore[index]
+        int(row.get("cut", 0)),  # type: ignore[attr-defined]
+        int(row["max_model_len"]),  # type: ignore[index]
     )
+    counted = "they count as misses" if as_misses else "they are failed requests"
+    return f"of {arrived:,} requests, {what}; {counted}: raise --max-model-len"
 
 
 def slo_verdict(row: object, slo: SLO) -> str:
@@ -335,7 +351,7 @@ def slo_verdict(row: object, slo: SLO) -> str:
         elif p > limit:
             misses.append(f"{key} {seconds_text(float(p))} > {seconds_text(limit)}")
     over = bool(row["overloaded"])  # type: ignore[index]
-    if int(row["rejected"]) > 0:  # type: ignore[index]  # failed requests: misses
+    if _front_end_failed(row):  # failed requests: misses
         misses.append(rejection_text(row, as_misses=True))
     if row["outcome"] == "step_limit":  # type: ignore[index]
         return (

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import pandas as pd
 import typer
 from rich.console import Console
@@ -17,6 +18,7 @@ from rich.console import Console
 from planner.answers import sizing
 from planner.cli import options as opt
 from planner.cli.progress import stderr_reporter
+from planner.metrics import front_end_failures, front_end_text
 from planner.slo import SLO
 from planner.text import count, noun
 
@@ -172,9 +174,39 @@ def size(
         "slo": _slo_fields(slo_opts),
         "prices": None if prices is None else store.sha256_file(prices),
     }
-    claim_folder(dest, search, resume, overwrite)
-    reporter = stderr_reporter()
-    t0 = time.perf_counter()
+    with store.folder_lock(dest):  # a second plan size into this --out is refused
+        claim_folder(dest, search, resume, overwrite)
+        run = (workers, stderr_reporter(), executor.value, address, dask_workers)
+        t0 = time.perf_counter()
+        frames = _run_candidates(cands, dest, limit, resume, overwrite, run)
+        wall = time.perf_counter() - t0
+        result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])
+        headroom = _headroom(result, cands, target)
+        paths = sizing.write(result, dest)
+        png = _plot(result, target, dest)
+        report = _report(result, cands, base, table, target, wall, headroom)
+        if as_json:
+            print(json.dumps(report, default=_plain))
+        else:
+            _print(report, [*paths, png])
+        if result.best is None:
+            raise typer.Exit(1)
+
+
+def _run_candidates(
+    cands: list[sizing.Candidate],
+    dest: Path,
+    limit: int,
+    resume: bool,
+    overwrite: bool,
+    opts: tuple,
+) -> list[pd.DataFrame]:
+    """Each runnable candidate's sweep into ``dest/sweeps/GPU-tpN`` (resumable),
+    its rows tagged with the candidate. ``opts``: (workers, reporter,
+    executor, address, dask_workers) as ``driver.run_sweep`` takes them."""
+    from planner.sweep import driver
+
+    workers, reporter, executor, address, dask_workers = opts
     frames = []
     for i, c in enumerate(cands):
         if c.spec is None:
@@ -183,7 +215,7 @@ def size(
         try:
             df, _ = driver.run_sweep(
                 sweep, dest / "sweeps" / f"{c.gpu}-tp{c.tp}", None, limit, workers, resume,
-                overwrite, reporter, executor.value, address, dask_workers,
+                overwrite, reporter, executor, address, dask_workers,
             )  # fmt: skip
         except KeyboardInterrupt:
             raise opt.Interrupted(
@@ -194,18 +226,7 @@ def size(
         if "gpu_memory_utilization" not in df:
             df["gpu_memory_utilization"] = sweep.gpu_memory_utilization
         frames.append(df)
-    wall = time.perf_counter() - t0
-    result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])
-    headroom = _headroom(result, cands, target)
-    paths = sizing.write(result, dest)
-    png = _plot(result, target, dest)
-    report = _report(result, cands, base, table, target, wall, headroom)
-    if as_json:
-        print(json.dumps(report, default=_plain))
-    else:
-        _print(report, [*paths, png])
-    if result.best is None:
-        raise typer.Exit(1)
+    return frames
 
 
 SEARCH_FILE = "search.json"  # what a plan size folder holds: the search that wrote it
@@ -330,12 +351,14 @@ def _report(
         "wall_s": wall,
         "answer": None,
     }
-    if result.best is None and bool((df["rejected"] > 0).all()):
-        rep["bound"] = (
-            f"every fleet rejects {int(df['rejected'].max()):,} requests at the front end "
-            f"(prompt >= max_model_len {int(df['max_model_len'].max()):,}): raise max_model_len "
-            "in the spec"
-        )
+    failed = front_end_failures(df)
+    if result.best is None and bool((failed > 0).all()):
+        least = int(np.argmin(failed))  # the row with the longest max_model_len, in effect
+        what = front_end_text(
+            int(df["rejected"].iloc[least]), int(df["cut"].iloc[least]),
+            int(df["max_model_len"].iloc[least]),
+        )  # fmt: skip
+        rep["bound"] = f"in every fleet {what}: raise max_model_len in the spec"
         return rep
     if result.best is None:
         biggest = int(df["replicas"].max())
@@ -355,6 +378,7 @@ def _report(
         "router": row["router"],
         "max_num_seqs": int(row["max_num_seqs"]),
         "max_num_batched_tokens": int(row["max_num_batched_tokens"]),
+        "max_model_len": int(row["max_model_len"]),
         "gpu_memory_utilization": float(row["gpu_memory_utilization"]),
         "num_gpu_blocks": int(row["num_gpu_blocks"]),
         "usd_per_hour": float(row["usd_per_hour"]),
@@ -364,6 +388,8 @@ def _report(
         "tpot_s_p99": float(row["tpot_s_p99"]),
         "itl_s_p99": float(row["itl_s_p99"]),
         "offered_rps": float(row["offered_rps"]),
+        "output_tokens_asked": int(row["output_tokens_asked"]),
+        "output_tokens_served": int(row["output_tokens_served"]),
         "max_concurrency": int(row["max_concurrency"]),
         "step_time_model": row["latency_model"],
         "vllm_serve": sizing.serve_command(row, model),
@@ -423,6 +449,12 @@ def _print(rep: dict, paths: list[Path]) -> None:
                 f"{a['offered_rps']:.2f} req/s (they send as answers come: no traffic of its "
                 "own to keep up with)"
             )
+        )
+        whole = a["output_tokens_served"] == a["output_tokens_asked"]
+        c.print(
+            f"output tokens: {a['output_tokens_served']:,} served of "
+            f"{a['output_tokens_asked']:,} asked"
+            + (" (every request whole)" if whole else " (the rest unfinished when the run ended)")
         )
         c.print(_headroom_text(a["headroom"]))
         if a["one_fewer_replica_meets_target"] is False:

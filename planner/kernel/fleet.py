@@ -39,6 +39,7 @@ from numba.typed import List
 
 from planner import config as K
 from planner.bounds import INT64_MAX
+from planner.capacity import front_end_rejects
 from planner.kernel import state as S
 from planner.kernel.arrivals import later_by, place, queue_delay
 from planner.kernel.routers import (
@@ -308,7 +309,8 @@ def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching, b
             r = stream[j]
             dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
             _send(kx, lo, dest, r, t, CLOSED)
-            if rq.prompt[r] >= cfg[lo, K.MML]:  # the front end rejects it on entry: answered then
+            if front_end_rejects(rq.prompt[r], rq.max_tokens[r], cfg[lo, K.MML]):
+                # the front end rejects it on entry: answered then
                 _add_answer(cl, st.entry_ns[lo + dest, r])
             else:
                 n = cl.counts[N_FLIGHT]

@@ -68,7 +68,13 @@ import numpy as np
 from numba import njit
 
 from planner import config as K
-from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
+from planner.capacity import (
+    blocks_for_tokens,
+    cdiv,
+    front_end_rejects,
+    stop_length,
+    usable_blocks,
+)
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.arena import Arenas
@@ -325,7 +331,7 @@ def _finish(r, t, cfg, rq, st, k, p):
 def _arrivals(cfg, rq, st, q, k):
     """Requests whose entry time has come join the tail of ``waiting``
     (``Scheduler.add_request``; priority: ``PriorityRequestQueue``). The front
-    end rejects prompts >= max_model_len (``InputProcessor``). Closed loop:
+    end rejects what ``capacity.front_end_rejects`` says it does. Closed loop:
     only released requests arrive (``arrivals.py``)."""
     R = rq.prompt.shape[0]
     by_priority = cfg[K.POLICY] == 1
@@ -333,7 +339,7 @@ def _arrivals(cfg, rq, st, q, k):
         r = st.order[k[NXT]]
         k[NXT] += 1
         k[S.O_ARRIVED] += 1
-        if rq.prompt[r] >= cfg[K.MML]:
+        if front_end_rejects(rq.prompt[r], rq.max_tokens[r], cfg[K.MML]):
             st.status[r] = S.REJECTED
             k[S.O_REJECTED] += 1
             answered(cfg, rq, st, k, r, st.entry_ns[r])  # closed loop: the client's answer

@@ -195,6 +195,7 @@ def fit_roofline(
     t_m = (w + experts * touched + kvb * kv) / bw * 1e6  # us at MBU 1
     t_ar = comm * (p + d) * 1e6  # all-reduce us, outside the max
     y = steps["step_ms"] * 1000.0
+    _check_physical(y / (np.maximum(t_c, t_m) + t_ar), "the roofline at MFU 1 and MBU 1")
     grid = np.arange(1, int(round(1 / GRID_STEP)) + 1) * GRID_STEP
     best = (np.inf, 1.0, 1.0, 0.0)
     for mfu in grid:
@@ -213,6 +214,31 @@ def fit_roofline(
     opts = f"--latency roofline --mfu {mfu:.2f} --mbu {mbu:.2f} --step-overhead-us {oh:g} "
     opts += hardware_options(lat)
     return Fit(opts, len(y), rms, mean, mx), lat
+
+
+# Steps measured faster than this share of the fastest the hardware allows are
+# no measurement of it: at most 2x faster than the peak-rate roofline (whose
+# FLOP and byte counts are approximate), however good the kernels.
+MIN_PHYSICAL = 0.5
+
+
+def _check_physical(ratio: np.ndarray, fastest: str) -> None:
+    """Refuse steps whose median measured / fastest-possible time ``ratio``
+    is below MIN_PHYSICAL: the implied MFU or MBU (or table speed-up) is
+    beyond the hardware, most often step_ms given in seconds. Raises
+    CalibrationError (one line)."""
+    med = float(np.median(ratio))
+    if med >= MIN_PHYSICAL:
+        return
+    hint = (
+        "; step_ms looks like seconds: multiply it by 1,000"
+        if med * 1000 >= MIN_PHYSICAL
+        else "; check step_ms is in ms and the model, GPU and tensor parallelism"
+    )
+    raise CalibrationError(
+        f"column step_ms: the median step takes {med:.2g}x the time of {fastest}, faster "
+        f"than the hardware allows{hint}"
+    )
 
 
 def _ms(lat: RooflineLatency | MeasuredLatency, p: int, d: int, att: int, kv: int) -> float:
@@ -234,6 +260,7 @@ def fit_measured(
     t = np.array([_ms(unit, *r) for r in rows]) - oh
     y = steps["step_ms"] - oh
     scale = round(float(np.sum(y * t) / np.sum(t * t)), 4)
+    _check_physical(np.array([scale]), "the aiconfigurator table's kernels")
     lat = dataclasses.replace(base, scale=scale)
     pred = np.array([_ms(lat, *r) for r in rows])
     rms, mean, mx = _error(pred, steps["step_ms"])

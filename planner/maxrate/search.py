@@ -39,13 +39,15 @@ from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
 from planner.maxrate.search_range import SearchError, SearchRange
+from planner.metrics import front_end_failures
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 
 EXPAND = 4.0  # bracketing step: from 1, x4 or /4 per round until pass and fail are known
 FOUND, AT_MAX, BELOW_MIN = "found", "at_search_max", "below_search_min"
-# A configuration whose max_model_len the front end holds some prompts against
-# (prompt >= max_model_len): they fail at every rate, so it is not searched.
+# A configuration whose max_model_len makes the front end reject or cut short
+# some requests (``metrics.front_end_failures``): they fail at every rate, so it
+# is not searched.
 REJECTS = "rejects_requests"
 # Figures of the run at the answer (the largest passing scale), as columns
 # ``{name}_at_max_rate``: exact (runs go to completion).
@@ -62,9 +64,10 @@ AT_MAX_COLUMNS = (
 def passes(df: pd.DataFrame, slo: SLO) -> np.ndarray:
     """(C,) bool: the search's predicate on ``summarize`` rows: something
     completed, no livelock or step limit, not overloaded, no request rejected
-    by the front end (it is never run to completion), every SLO met."""
+    or cut short by the front end (``metrics.front_end_failures``), every SLO
+    met."""
     ok = (df.completed > 0) & ~df.livelocked & ~df.step_limit_hit & ~df.overloaded.astype(bool)
-    ok &= df.rejected == 0
+    ok &= front_end_failures(df) == 0
     if slo.given():
         ok &= df.meets_slo.astype(bool)
     return ok.to_numpy()
@@ -91,8 +94,9 @@ class SearchResult:
     ``max_output_tps`` (what the workload offers at that scale: requests and
     output tokens per second over the arrival window), ``max_rate_limit``
     (``found``, ``at_search_max``: a lower bound, ``below_search_min``,
-    ``rejects_requests``: not searched, ``rejected_requests`` of the workload's
-    prompts are >= its max_model_len and fail at every rate),
+    ``rejects_requests``: not searched, the front end rejects
+    ``rejected_requests`` of the workload's requests and cuts ``cut_requests``
+    short at its max_model_len, and they fail at every rate),
     ``max_rate_fail_scale`` (the smallest failing scale tried; NaN if none),
     and ``{AT_MAX_COLUMNS}_at_max_rate``: the run at ``max_rate_scale`` (NaN
     when nothing passed; ``goodput_rps`` NaN without SLOs);
@@ -128,7 +132,8 @@ def search_max_rate(
     good = np.full(c, np.nan)  # largest passing scale
     bad = np.full(c, np.nan)  # smallest failing scale
     refused = np.array([int(wl.rejected(cfg.max_model_len).sum()) for cfg in configs])
-    cand = np.where(refused > 0, np.nan, min(max(1.0, rng.lo), rng.hi))
+    cut = np.array([int(wl.cut(cfg.max_model_len).sum()) for cfg in configs])
+    cand = np.where(refused + cut > 0, np.nan, min(max(1.0, rng.lo), rng.hi))
     at_max = np.full((c, len(AT_MAX_COLUMNS)), np.nan)
     rounds = evaluations = 0
     while True:
@@ -157,7 +162,7 @@ def search_max_rate(
     limit = np.where(
         np.isnan(good), BELOW_MIN, np.where(np.isnan(bad) & (good >= rng.hi), AT_MAX, FOUND)
     )
-    limit = np.where(refused > 0, REJECTS, limit)
+    limit = np.where(refused + cut > 0, REJECTS, limit)
     table = pd.DataFrame(
         {
             "max_rate_scale": good,
@@ -166,6 +171,7 @@ def search_max_rate(
             "max_rate_limit": limit,
             "max_rate_fail_scale": bad,
             "rejected_requests": refused,
+            "cut_requests": cut,
             **{f"{k}_at_max_rate": at_max[:, j] for j, k in enumerate(AT_MAX_COLUMNS)},
         }
     )

@@ -6,7 +6,9 @@ the user's own file with the same columns (``gpu``, ``usd_per_gpu_hour``,
 from __future__ import annotations
 
 import contextlib
+import io
 import math
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -55,8 +57,21 @@ def load(path: Path | None = None) -> PriceTable:
         label, source = str(path), path
     try:
         with resources.as_file(source) if path is None else contextlib.nullcontext(path) as f:
-            df = pd.read_csv(f, comment="#", dtype=str, skipinitialspace=True)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+            text = Path(f).read_text()
+        # index_col=False: a row with more fields than the header is an error,
+        # not a shift of every field into the next column (pandas' index guess).
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(
+                io.StringIO(text), comment="#", dtype=str, skipinitialspace=True, index_col=False
+            )
+    except (
+        OSError,
+        UnicodeDecodeError,
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+        pd.errors.ParserWarning,
+    ) as e:
         reason = getattr(e, "strerror", None) or " ".join(str(e).split())
         raise PriceError(f"--prices {label}: cannot read it ({reason})") from None
     missing = [c for c in COLUMNS[:2] if c not in df.columns]
@@ -70,7 +85,8 @@ def load(path: Path | None = None) -> PriceTable:
         )
     prices: dict[str, float] = {}
     sources: dict[str, str] = {}
-    for i, row in enumerate(df.itertuples(index=False), start=1):
+    lines = _data_lines(text)
+    for row, i in zip(df.itertuples(index=False), lines[1:], strict=False):
         name = str(row.gpu).strip()
         try:
             canon = gpu(name).name
@@ -91,6 +107,13 @@ def load(path: Path | None = None) -> PriceTable:
     if not prices:
         raise PriceError(f"--prices {label}: no rows")
     return PriceTable(label, prices, sources)
+
+
+def _data_lines(text: str) -> list[int]:
+    """1-based line numbers of the lines pandas reads (not blank, not a
+    ``#`` comment): the header's first, then each row's, so an error names a
+    row as a trace error does (the file's line, header = 1)."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if line.split("#")[0].strip()]
 
 
 def _number(text: object) -> float:

@@ -97,6 +97,23 @@ SCHEDULER_AXES = (
     "sliding_window_groups",
 )
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
+# Axes that change the traffic, not the server: a search for the cheapest or
+# fastest server (plan size, a [search]) must not choose among them, or its
+# answer would be the lightest traffic (issue 38).
+TRAFFIC_AXES = ("rate", "rate_scale", "seed", "think_time_s", "max_concurrency")
+
+
+def traffic_axis(axes: dict, what: str) -> None:
+    """Raise SpecError (one line) for the first axis of ``axes`` in
+    ``TRAFFIC_AXES`` with more than one value; ``what`` names the search."""
+    for key in TRAFFIC_AXES:
+        if len(axes.get(key, ())) > 1:
+            raise SpecError(
+                f"axes.{key}: the traffic is an input, not a setting to choose: {what} would "
+                "pick the lightest; run one search per traffic level"
+            )
+
+
 HARDWARE_AXES = ("gpu_memory_utilization",)
 BOOL_AXES = {
     "scheduler_reserve_full_isl",
@@ -536,6 +553,8 @@ class Sweep:
                 "or workload.turns > 1"
             )
         self._check_fleets()
+        if self.search is not None:
+            traffic_axis(self.axes, "the highest-rate search")
         if self.search is not None and any(c.max_concurrency > 0 for c in self.configs):
             raise SpecError(
                 "search: the highest-rate search is for open-loop load; "

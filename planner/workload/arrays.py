@@ -159,12 +159,30 @@ class Workload:
         return len(self.arrival_s)
 
     def rejected(self, max_model_len: int | np.ndarray) -> np.ndarray:
-        """Requests the front end refuses, prompt >= ``max_model_len`` (vLLM's
-        ``InputProcessor``; the kernel's ``step._arrivals``): (R,) bool for
-        an int, (C, R) for a (C,) array of them."""
+        """Requests the front end refuses (``capacity.front_end_rejects``:
+        prompt >= ``max_model_len`` or output > ``max_model_len``; the
+        kernel's ``step._arrivals``): (R,) bool for an int, (C, R) for a (C,)
+        array of them."""
+        mml, prompt, output = self._against(max_model_len)
+        return (prompt >= mml) | (output > mml)
+
+    def cut(self, max_model_len: int | np.ndarray) -> np.ndarray:
+        """Requests the front end admits with fewer output tokens than asked:
+        prompt + output > ``max_model_len`` (vLLM 0.33's ``get_max_tokens``
+        clamps max_tokens to ``max_model_len - prompt``; see
+        ``capacity.front_end_rejects``). Shapes as ``rejected``."""
+        mml, prompt, output = self._against(max_model_len)
+        return (prompt + output > mml) & ~self.rejected(max_model_len)
+
+    def _against(self, max_model_len: int | np.ndarray) -> tuple[np.ndarray, ...]:
+        """(max_model_len, prompt, output) as int64, broadcastable: (C, 1)
+        against (1, R) for a (C,) array of lengths."""
         mml = np.asarray(max_model_len, dtype=np.int64)
         prompt = self.prompt_tokens.astype(np.int64)
-        return prompt >= mml if mml.ndim == 0 else prompt[None, :] >= mml[:, None]
+        output = self.output_tokens.astype(np.int64)
+        if mml.ndim == 0:
+            return mml, prompt, output
+        return mml[:, None], prompt[None, :], output[None, :]
 
     def request_tokens(self, max_model_len: int | None = None) -> np.ndarray:
         """Tokens each request reaches, shape (R',) int64: prompt + output, capped

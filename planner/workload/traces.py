@@ -29,10 +29,10 @@ Formats:
 
 ``TraceOptions`` then applies, in order: a time window (``start_s``,
 ``duration_s``, relative to the first request), a rate scale (arrivals divided
-by it: 2 replays twice as fast), a request cap, and vLLM's front-end length
-rule: with ``max_model_len`` set, ``max_tokens`` is capped at
-``max_model_len - prompt``. Prompts of ``max_model_len`` tokens or more stay in
-the workload: the kernel rejects them as the front end would, and counts them.
+by it: 2 replays twice as fast) and a request cap. Lengths stay as the trace
+asks: the kernel applies vLLM's front-end rules at each configuration's
+max_model_len (``capacity.front_end_rejects``) and the metrics count the
+requests it rejects or cuts short.
 
 Every problem in a file is a ``WorkloadError`` naming the file, the row (1-based
 line number, header = 1) and the problem.
@@ -75,7 +75,6 @@ class TraceOptions:
     duration_s: float = math.inf
     rate_scale: float = 1.0
     max_requests: int | None = None
-    max_model_len: int | None = None
     hash_block_size: int | None = None  # tokens per hash id of a hash_ids column
 
     def __post_init__(self) -> None:
@@ -84,7 +83,6 @@ class TraceOptions:
             ("trace_duration", self.duration_s),
             ("rate_scale", self.rate_scale),
             ("max_requests", self.max_requests),
-            ("max_model_len", self.max_model_len),
             ("trace_hash_block_size", self.hash_block_size),
         )
         try:  # planner.bounds: seconds within int64 ns, int32 counts
@@ -93,8 +91,6 @@ class TraceOptions:
                     bounds.check_option(name, v)
         except ValueError as e:
             raise WorkloadError(str(e)) from None
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise WorkloadError(f"--max-model-len must be >= 2, got {self.max_model_len}")
 
 
 def _load(path: Path, fmt: str) -> pd.DataFrame:
@@ -534,9 +530,8 @@ def read_trace(
 def _apply_options(
     path: Path, t: np.ndarray, arrays: dict[str, np.ndarray], o: TraceOptions
 ) -> Workload:
-    """Window, rate scale, request cap and the max_model_len output cap
-    (module docstring) applied to the times ``t`` and the per-request
-    ``arrays`` (key -> values, as read)."""
+    """Window, rate scale and request cap (module docstring) applied to the
+    times ``t`` and the per-request ``arrays`` (key -> values, as read)."""
     keep = (t >= o.start_s) & (t < o.start_s + o.duration_s)
     if not keep.any():
         raise WorkloadError(f"{path}: no request in the window {o.start_s:g}..+{o.duration_s:g} s")
@@ -544,9 +539,6 @@ def _apply_options(
     t = (t[keep] - o.start_s)[cut] / o.rate_scale
     a = {k: v[keep][cut] for k, v in arrays.items()}
     prompt, output = a["prompt"], a["output"]
-    if o.max_model_len is not None:
-        room = o.max_model_len - prompt
-        output = np.where(room >= 1, np.minimum(output, room), output)
 
     def opt(key: str) -> np.ndarray | None:
         return a[key].astype(np.int32) if key in a else None
