@@ -235,3 +235,41 @@ def test_a_varied_max_model_len_runs_on_its_own_outputs(capsys, tmp_path):
     assert varied["throughput_rps_at_max_rate"] == pytest.approx(
         given["throughput_rps_at_max_rate"]
     )
+
+
+def _passes_at(cfgs, wl, lat, slo, answers, fractions=(0.9, 0.95, 1.0)):
+    """(C, F) bool: ``passes`` of each configuration at each fraction of its answer."""
+    idx = [i for i in range(len(cfgs)) for _ in fractions]
+    scales = np.array([answers[i] * f for i in range(len(cfgs)) for f in fractions])
+    res = simulate(
+        [cfgs[i] for i in idx], wl, lat, arrival_s=wl.arrival_s[None, :] / scales[:, None]
+    )
+    return passes(res.metrics(slo), slo).reshape(len(cfgs), len(fractions))
+
+
+def test_every_answer_holds_below_it_on_a_prefix_affinity_fleet():
+    """Issue 38 item 3: pass/fail is not monotone in the rate on the Mooncake
+    trace behind a prefix-affinity router; the answer is the largest rate with
+    every rate tried up to it passing, so 0.9 s, 0.95 s and s all pass."""
+    from planner.workload.traces import MOONCAKE_CONV
+
+    wl = read_trace(MOONCAKE_CONV, "mooncake", TraceOptions(duration_s=90))
+    lat = resolve.latency("roofline", "llama-3.1-8b", "H100")
+    slo = SLO(ttft_s=30, tpot_s=0.5)
+    cfgs = [
+        SchedulerConfig(
+            num_gpu_blocks=n,
+            max_num_seqs=256,
+            max_num_batched_tokens=8192,
+            max_model_len=131072,
+            enable_prefix_caching=True,
+            replicas=2,
+            router="prefix_affinity",
+        )  # fmt: skip
+        for n in (8000, 28000)
+    ]
+    t = search_max_rate(cfgs, wl, lat, slo).table
+    assert (t.max_rate_limit == FOUND).all()
+    assert not t.max_rate_monotone.all()  # the case the verification exists for
+    assert (t.max_rate_fail_scale > t.max_rate_scale).all()
+    assert _passes_at(cfgs, wl, lat, slo, t.max_rate_scale.to_numpy()).all()

@@ -81,6 +81,7 @@ def candidates(
     max_replicas: int,
     routers: Sequence[str] = ("round_robin",),
     slo: dict | None = None,
+    memory_limit: int | None = None,
 ) -> list[Candidate]:
     """Each (GPU, TP) as the spec file at ``path`` with that ``[hardware]``
     (the file's own gpu and tensor-parallel size are placeholders), replicas
@@ -88,12 +89,14 @@ def candidates(
     as its ``[slo]`` (``Spec.with_slo`` fields). A candidate the spec refuses
     for its hardware (the model does not fit, TP does not divide its heads)
     is kept as skipped with the reason; any other spec error is the user's to
-    fix. Raises SpecError, or SizingError when no candidate can run."""
+    fix. With ``memory_limit`` (bytes), candidates whose configs would not
+    fit in it are refused before they are built (``spec.check_expansion``).
+    Raises SpecError, or SizingError when no candidate can run."""
     import tomlkit
     import tomlkit.exceptions
 
     from planner.sweep.api import Spec
-    from planner.sweep.spec import SpecError, load_spec_text
+    from planner.sweep.spec import SpecError, check_expansion, load_spec_text
 
     try:
         text = path.read_text()
@@ -117,7 +120,8 @@ def candidates(
                 doc["hardware"]["tensor_parallel_size"] = tp  # type: ignore[index]
             label = f"{path} with {g} x{tp}"
             try:
-                s = Spec(load_spec_text(tomlkit.dumps(doc), path.parent, str(path)), label)
+                sweep = load_spec_text(tomlkit.dumps(doc), path.parent, str(path), memory_limit)
+                s = Spec(sweep, label)
             except SpecError as e:
                 why = str(e).removeprefix(f"{path}: ")
                 if not why.startswith("hardware: "):
@@ -125,6 +129,11 @@ def candidates(
                 out.append(Candidate(g, tp, None, why.removeprefix("hardware: ")))
                 continue
             check_spec(s)
+            if not any(c.spec is not None for c in out):  # the first; the others as large
+                fleets = max_replicas * (len(routers) if max_replicas > 1 else 1)
+                left = len(gpus) * len(tps) - len(out)
+                what = f"plan size's {left} candidates"
+                check_expansion(len(s.sweep.configs) * fleets * left, memory_limit, what)
             s = s.replace(name=f"{s.name}.{g}-tp{tp}")  # names its progress bar
             s = s.with_axes(replicas=list(range(1, max_replicas + 1)))
             if max_replicas > 1:

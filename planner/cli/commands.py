@@ -104,7 +104,7 @@ def sweep(
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"--chunk-size must be >= 1, got {chunk_size}")
     opt.check_run_options(workers, resume, overwrite, executor, address, dask_workers)
-    sw = load_spec(spec)
+    sw = load_spec(spec, limit)
     for line in sw.server_notes:
         print(f"plan: server setting not in the spec: {line}", file=sys.stderr)
     for message in sw.warnings:

@@ -290,7 +290,7 @@ def max_rate(
             continue
         rates = "" if rps_t == "-" else f" ({rps_t} req/s, {tps_t} output tokens/s)"
         at = f"; at it: {_at_rate(row)}" if rps_t != "-" else "; nothing in the range passes"
-        c.print(f"{name}: max_rate_scale {scale}{rates}{at}", soft_wrap=True)
+        c.print(f"{name}: max_rate_scale {scale}{rates}{at}{_monotone_text(row)}", soft_wrap=True)
     c.print(
         f"{found.rounds} rounds (one kernel call each), {found.evaluations} runs, {wall:.1f} s",
         soft_wrap=True,
@@ -343,6 +343,17 @@ def _answer(row: pd.Series, lo: float, at_max: str, below_min: str) -> tuple[str
         f"{mark}{row.max_rate_scale:.4g}{suffix}",
         f"{mark}{row.max_rps:.3f}",
         f"{mark}{row.max_output_tps:,.0f}",
+    )
+
+
+def _monotone_text(row: pd.Series) -> str:
+    """A note when pass/fail was not monotone in the rate: the answer is then
+    the largest scale with every scale tried up to it passing."""
+    if bool(row.max_rate_monotone):
+        return ""
+    return (
+        f" (pass/fail is not monotone: {row.max_rate_fail_scale:.4g}x failed below a pass; "
+        "every scale tried up to the answer passed)"
     )
 
 

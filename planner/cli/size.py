@@ -152,7 +152,9 @@ def size(
         table.price(g)  # every candidate needs a price
     if max_replicas == 1 and names != ["round_robin"]:
         raise ValueError("--routers needs --max-replicas > 1 (one server has nothing to route)")
-    cands = sizing.candidates(spec, names_gpu, tps, max_replicas, names, _slo_fields(slo_opts))
+    cands = sizing.candidates(
+        spec, names_gpu, tps, max_replicas, names, _slo_fields(slo_opts), limit
+    )
     first = next(c for c in cands if c.spec is not None)
     base = first.spec
     target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
@@ -160,6 +162,13 @@ def size(
     # Always size-NAME, even for a spec named size-X: two specs never share a
     # folder, and plan sweep's results/NAME is never plan size's.
     dest = out if out is not None else Path("results") / f"size-{name}"
+    for c in cands:  # every candidate's chunks fit the limit, checked before any runs
+        if c.spec is not None:
+            sw = c.spec.sweep  # type: ignore[attr-defined]
+            budget = driver.chunk_budget(
+                limit, workers, driver.has_fleets(sw), driver.caching_values(sw)
+            )
+            driver.plan_chunks(sw, None, budget)
     if dry_run:
         _print_plan(cands, as_json)
         return
@@ -322,6 +331,8 @@ def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) ->
         "max_rate_scale": float(t["max_rate_scale"]),
         "max_rps": float(t["max_rps"]),
         "limit": str(t["max_rate_limit"]),
+        "monotone": bool(t["max_rate_monotone"]),
+        "fail_scale": float(t["max_rate_fail_scale"]),
         "slo": slo.given(),
     }
 
@@ -479,9 +490,15 @@ def _headroom_text(h: dict | None) -> str:
         )
     bound = " (at least: the search's top)" if h["limit"] == "at_search_max" else ""
     held = "at the SLOs" if h["slo"] else "without overload"
+    odd = (
+        f"; pass/fail is not monotone ({h['fail_scale']:.3g}x failed below a pass): every "
+        "scale tried up to it passed"
+        if not h["monotone"]
+        else ""
+    )
     return (
         f"headroom: sustains up to {h['max_rate_scale']:.2f}x this traffic "
-        f"({h['max_rps']:.2f} req/s) {held}{bound}"
+        f"({h['max_rps']:.2f} req/s) {held}{bound}{odd}"
     )
 
 

@@ -14,15 +14,18 @@ over every configuration still searching, each at its own candidate scale.
 Per configuration, in lockstep: start at 1 (clipped to the range); while no
 candidate has failed, multiply by ``EXPAND``; while none has passed, divide by
 it; once bracketed, bisect in log space (the geometric mean of the largest
-pass and the smallest fail) until their ratio is at most 1 + ``rel_tol``. The
-answer is the largest scale that passed. A configuration that passes at the
-top of the range reports that top as a bound (``max_rate_limit`` =
-``"at_search_max"``); one that fails at the bottom reports NaN
-(``"below_search_min"``).
+pass and the smallest fail) until their ratio is at most 1 + ``rel_tol``.
 
-The predicate need not be monotone in s (queueing noise); the search assumes
-it is, as any bisection does, and ``tests/test_maxrate.py`` checks the answer
-at 0.9 s and 1.1 s on several configurations.
+The predicate need not be monotone in s (queueing noise, a prefix-affinity
+router's placements), so the answer is verified: s x each of
+``VERIFY_FRACTIONS`` is run too (one kernel call over every configuration),
+and the answer is the largest scale s such that **every** scale tried up to s
+passed. A failure below the bisection's answer lowers it, and the lower answer
+is verified again (at most ``MAX_VERIFY_ROUNDS`` rounds);
+``max_rate_monotone`` says whether any failure lay below a pass. A
+configuration that passes at the top of the range reports that top as a bound
+(``max_rate_limit`` = ``"at_search_max"``); one that fails at the bottom
+reports NaN (``"below_search_min"``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ from planner.slo import SLO
 from planner.workload.arrays import Workload
 
 EXPAND = 4.0  # bracketing step: from 1, x4 or /4 per round until pass and fail are known
+# Verification: the answer s stands only if s x each of these passes too (one
+# kernel call per round); a failure lowers s, and the new s is verified again.
+VERIFY_FRACTIONS = (0.8, 0.9, 0.95)
+MAX_VERIFY_ROUNDS = 4
 FOUND, AT_MAX, BELOW_MIN = "found", "at_search_max", "below_search_min"
 # A configuration whose max_model_len makes the front end reject or cut short
 # some requests (``metrics.front_end_failures``): they fail at every rate, so it
@@ -98,6 +105,8 @@ class SearchResult:
     ``rejected_requests`` of the workload's requests and cuts ``cut_requests``
     short at its max_model_len, and they fail at every rate),
     ``max_rate_fail_scale`` (the smallest failing scale tried; NaN if none),
+    ``max_rate_monotone`` (no failing scale tried below a passing one),
+    ``max_rate_tested`` (scales run),
     and ``{AT_MAX_COLUMNS}_at_max_rate``: the run at ``max_rate_scale`` (NaN
     when nothing passed; ``goodput_rps`` NaN without SLOs);
     ``rounds``: kernel calls made; ``evaluations``: configuration runs."""
@@ -128,37 +137,26 @@ def search_max_rate(
     """
     rps, tps = offered_rates(wl)
     c = len(configs)
-    runs = [dataclasses.replace(cfg, horizon_s=math.inf) for cfg in configs]
-    good = np.full(c, np.nan)  # largest passing scale
-    bad = np.full(c, np.nan)  # smallest failing scale
+    trials = _Trials(configs, wl, latency, slo)
     refused = np.array([int(wl.rejected(cfg.max_model_len).sum()) for cfg in configs])
     cut = np.array([int(wl.cut(cfg.max_model_len).sum()) for cfg in configs])
     cand = np.where(refused + cut > 0, np.nan, min(max(1.0, rng.lo), rng.hi))
-    at_max = np.full((c, len(AT_MAX_COLUMNS)), np.nan)
-    rounds = evaluations = 0
-    while True:
+    while True:  # bracket, then bisect: one kernel call per round
         active = np.flatnonzero(~np.isnan(cand))
         if len(active) == 0:
             break
-        scales = cand[active]
-        res = simulate(
-            [runs[i] for i in active],
-            wl,
-            latency,
-            check_invariants=False,
-            arrival_s=wl.arrival_s[None, :] / scales[:, None],
-        )
-        df = res.metrics(slo)
-        ok = passes(df, slo)
-        rounds += 1
-        evaluations += len(active)
-        for j in np.flatnonzero(ok & ~(scales <= good[active])):  # a new largest pass
-            at_max[active[j]] = df.reindex(columns=AT_MAX_COLUMNS).iloc[j].to_numpy(dtype=float)
-        good[active] = np.where(ok, np.fmax(good[active], scales), good[active])
-        bad[active] = np.where(ok, bad[active], np.fmin(bad[active], scales))
+        trials.run(active, cand[active])
         cand[:] = np.nan
         for i in active:
-            cand[i] = _next(good[i], bad[i], rng)
+            cand[i] = _next(trials.good(i), trials.bad(i), rng)
+    for _ in range(MAX_VERIFY_ROUNDS):  # every fraction of the answer must pass too
+        todo = trials.unverified(rng.lo)
+        if not todo:
+            break
+        idx, scales = zip(*todo, strict=True)
+        trials.run(np.array(idx), np.array(scales))
+    good = np.array([trials.answer(i) for i in range(c)])
+    bad = np.array([trials.bad(i) for i in range(c)])
     limit = np.where(
         np.isnan(good), BELOW_MIN, np.where(np.isnan(bad) & (good >= rng.hi), AT_MAX, FOUND)
     )
@@ -170,12 +168,86 @@ def search_max_rate(
             "max_output_tps": good * tps,
             "max_rate_limit": limit,
             "max_rate_fail_scale": bad,
+            "max_rate_monotone": [trials.monotone(i) for i in range(c)],
+            "max_rate_tested": [len(trials.log[i]) for i in range(c)],
             "rejected_requests": refused,
             "cut_requests": cut,
-            **{f"{k}_at_max_rate": at_max[:, j] for j, k in enumerate(AT_MAX_COLUMNS)},
+            **{
+                f"{k}_at_max_rate": [trials.at(i, good[i])[j] for i in range(c)]
+                for j, k in enumerate(AT_MAX_COLUMNS)
+            },
         }
     )
-    return SearchResult(table, rounds, evaluations)
+    return SearchResult(table, trials.rounds, trials.evaluations)
+
+
+class _Trials:
+    """Every (configuration, scale) run so far and whether it passed, with
+    the ``AT_MAX_COLUMNS`` of each passing run; ``run`` makes one kernel call
+    over any set of them."""
+
+    def __init__(self, configs: Sequence[SchedulerConfig], wl: Workload, lat: Latency, slo: SLO):
+        self.runs = [dataclasses.replace(cfg, horizon_s=math.inf) for cfg in configs]
+        self.wl, self.lat, self.slo = wl, lat, slo
+        self.log: list[dict[float, bool]] = [{} for _ in configs]
+        self.figures: list[dict[float, np.ndarray]] = [{} for _ in configs]
+        self.rounds = self.evaluations = 0
+
+    def run(self, idx: np.ndarray, scales: np.ndarray) -> None:
+        """Run configuration ``idx[k]`` at ``scales[k]`` for every k, in one call."""
+        res = simulate(
+            [self.runs[i] for i in idx],
+            self.wl,
+            self.lat,
+            check_invariants=False,
+            arrival_s=self.wl.arrival_s[None, :] / scales[:, None],
+        )
+        df = res.metrics(self.slo)
+        ok = passes(df, self.slo)
+        figures = df.reindex(columns=AT_MAX_COLUMNS).to_numpy(dtype=float)
+        for k, (i, scale) in enumerate(zip(idx, scales, strict=True)):
+            self.log[i][float(scale)] = bool(ok[k])
+            if ok[k]:
+                self.figures[i][float(scale)] = figures[k]
+        self.rounds += 1
+        self.evaluations += len(idx)
+
+    def good(self, i: int) -> float:
+        """The largest passing scale tried (NaN: none)."""
+        return max((s for s, ok in self.log[i].items() if ok), default=math.nan)
+
+    def bad(self, i: int) -> float:
+        """The smallest failing scale tried (NaN: none)."""
+        return min((s for s, ok in self.log[i].items() if not ok), default=math.nan)
+
+    def answer(self, i: int) -> float:
+        """The largest passing scale with no failing scale tried at or below
+        it (NaN: none): where pass/fail is not monotone, the lower figure."""
+        bad = self.bad(i)
+        return max((s for s, ok in self.log[i].items() if ok and not s >= bad), default=math.nan)
+
+    def monotone(self, i: int) -> bool:
+        """No failing scale tried below a passing one."""
+        return not self.bad(i) < self.good(i)
+
+    def unverified(self, lo: float) -> list[tuple[int, float]]:
+        """(configuration, scale) pairs at ``VERIFY_FRACTIONS`` of each answer,
+        down to ``lo``, not yet run."""
+        out = []
+        for i in range(len(self.log)):
+            s = self.answer(i)
+            if not np.isnan(s):
+                fs = [f * s for f in VERIFY_FRACTIONS]
+                out += [(i, x) for x in fs if x >= lo and not self.tried(i, x)]
+        return out
+
+    def tried(self, i: int, scale: float) -> bool:
+        """Whether a scale within 0.1% of ``scale`` was run."""
+        return any(abs(s - scale) <= 1e-3 * scale for s in self.log[i])
+
+    def at(self, i: int, scale: float) -> np.ndarray:
+        """The ``AT_MAX_COLUMNS`` of the run at ``scale`` (NaN when none passed)."""
+        return self.figures[i].get(scale, np.full(len(AT_MAX_COLUMNS), np.nan))
 
 
 def _next(good: float, bad: float, rng: SearchRange) -> float:

@@ -60,6 +60,28 @@ from planner.workload_checks import check_block_sizes, unused_field_warnings
 # A grid larger than this is refused: at ~1 ms per config it would take hours
 # on one machine; split it into several specs (or use the Dask executor).
 MAX_GRID_CONFIGS = 2_000_000
+# Memory that building one config of a grid takes (its SchedulerConfig, grid
+# row and server record): 2.9 KB measured (RSS growth loading a 100,000-config
+# spec, /tmp/exp.toml in the issue 38 session), rounded up.
+SPEC_BYTES_PER_CONFIG = 4096
+
+
+def check_expansion(configs: int, memory_limit: int | None, what: str = "the grid") -> None:
+    """Refuse, before building them, ``configs`` configs whose expansion
+    (``SPEC_BYTES_PER_CONFIG`` each) on top of what this process holds would
+    pass ``memory_limit`` (bytes; None: no limit). Raises SpecError (one line)."""
+    if memory_limit is None:
+        return
+    from planner.sweep.driver import process_bytes
+
+    held, need = process_bytes(), configs * SPEC_BYTES_PER_CONFIG
+    if held + need > memory_limit:
+        raise SpecError(
+            f"axes: building {what}'s {configs:,} configs takes about {need / 2**20:,.0f} MiB "
+            f"beside the {held / 2**20:,.0f} MiB this process holds, over the --memory-limit "
+            f"of {memory_limit / 2**20:,.0f} MiB: split the spec or raise --memory-limit"
+        )
+
 
 SCHEDULER_AXES = (
     "max_num_seqs",
@@ -490,7 +512,9 @@ class Sweep:
             config uses), each once, for the command to print.
     """
 
-    def __init__(self, spec: SweepSpec, text: str, base_dir: Path) -> None:
+    def __init__(
+        self, spec: SweepSpec, text: str, base_dir: Path, memory_limit: int | None = None
+    ) -> None:
         self.spec = spec
         self.text = text
         self.base_dir = base_dir
@@ -531,6 +555,7 @@ class Sweep:
             raise SpecError(
                 f"axes: the grid has {size:,} configs, over the limit {MAX_GRID_CONFIGS:,}"
             )
+        check_expansion(size, memory_limit)
         rows = list(itertools.product(*self.axes.values()))
         self.grid = pd.DataFrame(rows, columns=list(self.axes))
         self.grid.insert(0, "config_id", np.arange(len(self.grid), dtype=np.int64))
@@ -927,8 +952,12 @@ def _where(key: str, sweep: Sweep) -> str:
     return f"axes.{key}" if key in sweep.axes else f"scheduler.{key}"
 
 
-def load_spec_text(text: str, base_dir: Path, label: str = "spec") -> Sweep:
-    """Validate and expand spec text; relative paths resolve against ``base_dir``.
+def load_spec_text(
+    text: str, base_dir: Path, label: str = "spec", memory_limit: int | None = None
+) -> Sweep:
+    """Validate and expand spec text; relative paths resolve against ``base_dir``;
+    a grid whose expansion would pass ``memory_limit`` (bytes) is refused
+    before it is built (``check_expansion``).
 
     Raises SpecError (one line, prefixed with ``label``)."""
     text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the TOML
@@ -951,13 +980,13 @@ def load_spec_text(text: str, base_dir: Path, label: str = "spec") -> Sweep:
         msg = str(err["msg"]).removeprefix("Value error, ")  # our validators' own words
         raise SpecError(f"{label}: {loc}: {msg}{shown}") from None
     try:
-        return Sweep(spec, text, base_dir)
+        return Sweep(spec, text, base_dir, memory_limit)
     except SpecError as e:
         raise SpecError(f"{label}: {e}") from None
 
 
-def load_spec(path: str | Path) -> Sweep:
-    """Read, validate and expand a sweep spec.
+def load_spec(path: str | Path, memory_limit: int | None = None) -> Sweep:
+    """Read, validate and expand a sweep spec (``load_spec_text``).
 
     Raises:
         SpecError: one line naming the file, the key and the bad value.
@@ -969,4 +998,4 @@ def load_spec(path: str | Path) -> Sweep:
         raise SpecError(f"{path}: no such spec file") from None
     except (IsADirectoryError, UnicodeDecodeError, PermissionError) as e:
         raise SpecError(f"{path}: cannot read the spec ({e.__class__.__name__})") from None
-    return load_spec_text(text, path.parent, str(path))
+    return load_spec_text(text, path.parent, str(path), memory_limit)

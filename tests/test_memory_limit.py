@@ -1,0 +1,76 @@
+"""Issue 38 item 6: --memory-limit is honoured before any work. A grid whose
+expansion would pass it is refused in one line before it is built, by
+plan sweep (local or Dask) and by plan size over several candidates; the
+process's peak RSS, measured, stays under the limit."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SPEC = """
+name = "huge"
+[workload]
+kind = "synthetic"
+num_requests = 20
+rate = 5
+[workload.prompt]
+kind = "constant"
+mean = 200
+[workload.output]
+kind = "constant"
+mean = 20
+{hardware}
+[axes]
+{axis}
+"""
+MILLION = (
+    "num_gpu_blocks = {start = 1000, stop = 2000000, num = 100000}\n"
+    "max_model_len = [1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632]"
+)
+HW = '[hardware]\nmodel = "llama-3.1-8b"\ngpu = "H100"\n[latency]\nkind = "roofline"'
+LIMIT = "1GiB"
+
+
+def _plan(*args: str) -> tuple[int, str, int]:
+    """(exit code, stderr, this child's peak RSS in bytes) of ``plan ARGS``
+    in a fresh process (getrusage of children: the largest child so far, so
+    each call is compared with the limit on its own)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True, timeout=300
+    )
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return proc.returncode, proc.stderr, peak
+
+
+@pytest.mark.parametrize("extra", [("--dry-run",), ("--executor", "dask")], ids=["dry", "dask"])
+def test_a_million_config_axis_is_refused_before_it_is_built(tmp_path: Path, extra):
+    spec = tmp_path / "huge.toml"
+    spec.write_text(SPEC.format(hardware="", axis=MILLION))
+    code, err, peak = _plan("sweep", str(spec), "--memory-limit", LIMIT, *extra)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "1,000,000 configs" in err and "--memory-limit" in err
+    assert peak < 2**30, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB limit"
+
+
+def test_plan_size_refuses_candidates_that_do_not_fit(tmp_path: Path):
+    """12,000 configs per candidate x 8 replicas x 4 candidates: about 1.5 GiB
+    of configs, refused before the second candidate (or the first's replicas)
+    is built."""
+    spec = tmp_path / "wide.toml"
+    axis = (
+        "max_num_seqs = {start = 1, stop = 8000, num = 1500}\n"
+        "max_model_len = [1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608]"
+    )
+    spec.write_text(SPEC.format(hardware=HW, axis=axis))
+    code, err, peak = _plan(
+        "size", str(spec), "--gpus", "H100,A100-80GB", "--tensor-parallel-sizes", "1,2",
+        "--memory-limit", LIMIT, "--dry-run",
+    )  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "plan size's 4 candidates" in err
+    assert peak < 2**30, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB limit"
