@@ -70,9 +70,10 @@ def test_azure_conversation_answer_holds():
     cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
     wl = read_trace(AZURE_CONV, "auto", TraceOptions())
     slo = SLO(ttft_s=2.0, tpot_s=0.1)
-    # 416 of its prompts are >= 4,096: they fail at every rate.
+    # 416 of its prompts are >= 4,096 and 1,196 more would be cut: they fail at every rate.
     found = search_max_rate([cfg], wl, lat, slo).table
     assert found.max_rate_limit[0] == "rejects_requests" and found.rejected_requests[0] == 416
+    assert found.cut_requests[0] == 1196  # prompt + output > 4,096: max_tokens clamped
     assert np.isnan(found.max_rate_scale[0])
     cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256, max_model_len=16384)
     wl = read_trace(AZURE_CONV, "auto", TraceOptions())

@@ -484,9 +484,13 @@ def test_headroom_text_for_a_search_range_below_the_traffic():
     from planner.cli.size import _headroom_text
 
     low = {"max_rate_scale": 0.8, "max_rps": 3.0, "limit": "at_search_max", "slo": True}
+    low |= {"monotone": True, "fail_scale": float("nan")}
     assert _headroom_text(low).startswith("headroom: not measured: the spec's [search] range")
     high = {**low, "max_rate_scale": 1.3}
     assert "at least: the search's top" in _headroom_text(high)
+    assert "not monotone" not in _headroom_text(high)
+    odd = {**low, "max_rate_scale": 1.05, "limit": "found", "monotone": False, "fail_scale": 1.02}
+    assert "pass/fail is not monotone (1.02x failed below a pass)" in _headroom_text(odd)
 
 
 def test_fleets_that_reject_requests_are_off_the_pareto_front():

@@ -244,7 +244,7 @@ def print_run(
         )
     if int(row["never_sent"]) > 0:  # type: ignore[index]
         why = (
-            "an earlier turn of its session was rejected (prompt >= max_model_len), or the run "
+            f"an earlier turn of its session was rejected ({capacity.REJECT_RULE}), or the run "
             "ended first"
             if wl.session is not None
             else "the run ended while its client waited for a free slot"

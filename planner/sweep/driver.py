@@ -33,6 +33,7 @@ from planner.kernel import warm
 from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
 from planner.sweep import executors, store
 from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
+from planner.sweep.memory import process_bytes
 from planner.sweep.report import Reporter
 from planner.sweep.spec import Sweep
 from planner.text import count
@@ -200,15 +201,6 @@ def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
         pool = usable_blocks(c.num_gpu_blocks, c.null_block) * c.block_size
         out[j] = min(c.max_num_seqs, pool / mean_len)
     return out
-
-
-def process_bytes() -> int:
-    """Peak resident memory of this process so far (bytes; ``resource.getrusage``)."""
-    import resource
-    import sys
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
 def jit_bytes(fleet: bool = False, caching: Iterable[bool] = (False,)) -> tuple[int, str]:

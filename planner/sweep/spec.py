@@ -45,6 +45,7 @@ from planner.maxrate.search_range import (
 from planner.models import vllm_defaults
 from planner.models.hardware import HardwareError
 from planner.slo import SLO, from_options
+from planner.sweep.memory import process_bytes
 from planner.workload.arrays import (
     MAX_TURNS,
     LengthDist,
@@ -64,17 +65,17 @@ MAX_GRID_CONFIGS = 2_000_000
 # row and server record): 2.9 KB measured (RSS growth loading a 100,000-config
 # spec, /tmp/exp.toml in the issue 38 session), rounded up.
 SPEC_BYTES_PER_CONFIG = 4096
+EXPANSION_CHECKED = 64 * 2**20  # grids that take less are left to the chunk budget
 
 
 def check_expansion(configs: int, memory_limit: int | None, what: str = "the grid") -> None:
     """Refuse, before building them, ``configs`` configs whose expansion
     (``SPEC_BYTES_PER_CONFIG`` each) on top of what this process holds would
     pass ``memory_limit`` (bytes; None: no limit). Raises SpecError (one line)."""
-    if memory_limit is None:
-        return
-    from planner.sweep.driver import process_bytes
-
-    held, need = process_bytes(), configs * SPEC_BYTES_PER_CONFIG
+    need = configs * SPEC_BYTES_PER_CONFIG
+    if memory_limit is None or need < EXPANSION_CHECKED:
+        return  # a small grid: the driver's chunk budget, which counts everything, decides
+    held = process_bytes()
     if held + need > memory_limit:
         raise SpecError(
             f"axes: building {what}'s {configs:,} configs takes about {need / 2**20:,.0f} MiB "
