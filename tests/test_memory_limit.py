@@ -5,9 +5,10 @@ process's peak RSS, measured, stays under the limit."""
 
 from __future__ import annotations
 
-import resource
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,14 +38,17 @@ LIMIT = "1GiB"
 
 
 def _plan(*args: str) -> tuple[int, str, int]:
-    """(exit code, stderr, this child's peak RSS in bytes) of ``plan ARGS``
-    in a fresh process (getrusage of children: the largest child so far, so
-    each call is compared with the limit on its own)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True, timeout=300
-    )
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    return proc.returncode, proc.stderr, peak
+    """(exit code, stderr, peak RSS in bytes) of ``plan ARGS`` in a fresh
+    process: ``os.wait4`` reports that child's own rusage, whatever other
+    children this test process ran before."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "planner.cli", *args], stdout=subprocess.DEVNULL, stderr=err
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        err.seek(0)
+        return proc.returncode, err.read(), usage.ru_maxrss * 1024
 
 
 @pytest.mark.parametrize("extra", [("--dry-run",), ("--executor", "dask")], ids=["dry", "dask"])
