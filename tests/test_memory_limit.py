@@ -5,13 +5,15 @@ process's peak RSS, measured, stays under the limit."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc (Linux)"
+)
 
 SPEC = """
 name = "huge"
@@ -37,25 +39,34 @@ HW = '[hardware]\nmodel = "llama-3.1-8b"\ngpu = "H100"\n[latency]\nkind = "roofl
 LIMIT = "1GiB"
 
 
-def _plan(*args: str) -> tuple[int, str, int]:
-    """(exit code, stderr, peak RSS in bytes) of ``plan ARGS`` in a fresh
-    process: ``os.wait4`` reports that child's own rusage, whatever other
-    children this test process ran before."""
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "planner.cli", *args], stdout=subprocess.DEVNULL, stderr=err
-        )
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        err.seek(0)
-        return proc.returncode, err.read(), usage.ru_maxrss * 1024
+# Runs the CLI and, at exit, writes its own peak RSS (VmHWM, per address
+# space: reset by exec, unlike getrusage's maxrss, which a child inherits from
+# a large parent) to the file named by argv[1].
+PEAK = (
+    "import atexit, runpy, sys\n"
+    "out = sys.argv.pop(1)\n"
+    "def peak():\n"
+    "    hwm = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+    "    open(out, 'w').write(hwm)\n"
+    "atexit.register(peak)\n"
+    "runpy.run_module('planner.cli', run_name='__main__')\n"
+)
+
+
+def _plan(tmp_path: Path, *args: str) -> tuple[int, str, int]:
+    """(exit code, stderr, the child's own peak RSS in bytes) of ``plan ARGS``."""
+    out = tmp_path / "peak.txt"
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK, str(out), *args], capture_output=True, text=True, timeout=300
+    )
+    return proc.returncode, proc.stderr, int(out.read_text()) * 1024
 
 
 @pytest.mark.parametrize("extra", [("--dry-run",), ("--executor", "dask")], ids=["dry", "dask"])
 def test_a_million_config_axis_is_refused_before_it_is_built(tmp_path: Path, extra):
     spec = tmp_path / "huge.toml"
     spec.write_text(SPEC.format(hardware="", axis=MILLION))
-    code, err, peak = _plan("sweep", str(spec), "--memory-limit", LIMIT, *extra)
+    code, err, peak = _plan(tmp_path, "sweep", str(spec), "--memory-limit", LIMIT, *extra)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "1,000,000 configs" in err and "--memory-limit" in err
     assert peak < 2**30, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB limit"
@@ -72,7 +83,7 @@ def test_plan_size_refuses_candidates_that_do_not_fit(tmp_path: Path):
     )
     spec.write_text(SPEC.format(hardware=HW, axis=axis))
     code, err, peak = _plan(
-        "size", str(spec), "--gpus", "H100,A100-80GB", "--tensor-parallel-sizes", "1,2",
+        tmp_path, "size", str(spec), "--gpus", "H100,A100-80GB", "--tensor-parallel-sizes", "1,2",
         "--memory-limit", LIMIT, "--dry-run",
     )  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1, err
