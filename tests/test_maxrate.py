@@ -51,6 +51,7 @@ def test_s1_answers_hold_at_0_9_and_fail_at_1_1():
     assert (t.max_rate_fail_scale <= t.max_rate_scale * 1.02 + 1e-12).all()
     for cfg, s in zip(cfgs, t.max_rate_scale, strict=True):
         _check_answer(cfg, wl, lat, SLO_2S, s)
+    assert _passes_at(cfgs, wl, lat, SLO_2S, t.max_rate_scale.to_numpy()).all()  # issue 38
     # 60,000 blocks at 256 keeps up with S1's own 10 req/s; 7,463 blocks does not
     assert t.max_rate_scale[2] > 1 > t.max_rate_scale[1]
     window = wl.arrival_s.max() - wl.arrival_s.min()

@@ -89,3 +89,29 @@ def test_plan_size_refuses_candidates_that_do_not_fit(tmp_path: Path):
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "plan size's 4 candidates" in err
     assert peak < 2**30, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB limit"
+
+
+class _Workers:
+    """A stand-in for a Dask client whose workers each hold ``held`` bytes."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+
+    def run(self, fn):  # noqa: ANN001, ANN201 (distributed.Client.run's shape)
+        return {"tcp://w1": self.held, "tcp://w2": self.held // 2}
+
+
+def test_dask_workers_are_checked_against_the_limit_before_any_chunk():
+    """Issue 38 item 6: each Dask worker is a process under the same limit;
+    one that would pass it (here: 440 MiB held after loading the kernel, plus
+    the spec's configs and a chunk, under 450 MiB) is refused in one line."""
+    from planner.sweep import driver
+    from planner.sweep.spec import load_spec
+
+    sweep = load_spec(Path(__file__).parents[1] / "sweeps" / "quick.toml")
+    plan = driver.plan_chunks(sweep, None, 2**30)
+    limit = 450 * 2**20
+    with pytest.raises(driver.SweepError, match="a Dask worker would need about") as e:
+        driver.check_workers(sweep, plan, limit, _Workers(440 * 2**20))
+    assert "\n" not in str(e.value)
+    driver.check_workers(sweep, plan, limit, _Workers(100 * 2**20))  # fits: no error

@@ -455,6 +455,8 @@ def _run(
     fixed = manifest.fixed_sizes() if manifest is not None else None
     budget = chunk_budget(memory_limit, workers, has_fleets(sweep), caching_values(sweep))
     plan = plan_chunks(sweep, chunk_size, budget, fixed)
+    if client is not None:
+        check_workers(sweep, plan, memory_limit, client)
     if manifest is not None:
         todo = _verify_chunks(out, plan, manifest, reporter)
     else:
@@ -473,6 +475,27 @@ def _run(
     if len(df) != plan.num_configs or df.config_id.duplicated().any():
         raise SweepError(f"{out}: chunk files do not add up to the grid; rerun with --overwrite")
     return df, True
+
+
+def check_workers(sweep: Sweep, plan: ChunkPlan, memory_limit: int, client: object) -> None:
+    """Refuse, before any chunk is submitted, a Dask run whose workers would
+    pass ``memory_limit`` (each worker is a process of its own under the same
+    limit): a worker holds what it held after loading the kernel (measured on
+    every worker), the spec's configs (each task expands the spec,
+    ``spec.SPEC_BYTES_PER_CONFIG`` each) and its largest chunk. Raises
+    SweepError (one line)."""
+    from planner.sweep.spec import SPEC_BYTES_PER_CONFIG
+
+    held = max(client.run(process_bytes).values())  # type: ignore[attr-defined]
+    grid = len(sweep.configs) * SPEC_BYTES_PER_CONFIG
+    need = held + grid + plan.largest_chunk_bytes
+    if need > memory_limit:
+        raise SweepError(
+            f"--memory-limit {_mib(memory_limit)}: a Dask worker would need about "
+            f"{_mib(need)} ({_mib(held)} after loading the kernel, {_mib(grid)} for the "
+            f"spec's configs, {_mib(plan.largest_chunk_bytes)} for the largest chunk); raise "
+            "--memory-limit or use smaller chunks (--chunk-size)"
+        )
 
 
 def _run_chunks(
