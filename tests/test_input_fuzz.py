@@ -98,7 +98,10 @@ def test_a_price_row_with_an_extra_field_is_refused_not_shifted(tmp_path):
     path.write_text("gpu,usd_per_gpu_hour,source\n# note\nH100,3.35,x\nL40S,1.33,x,3.3\n")
     args = ("size", str(SIZE_SPEC), "--prices", str(path), "--gpus", "H100", "--dry-run")
     code, err = plan_quiet(*args)
-    assert code == 2 and "Expected 3 fields in line 4, saw 4" in err, err
+    assert code == 2 and "line 4: 4 fields, the header has 3" in err, err
+    path.write_text("gpu,usd_per_gpu_hour,source\nH100,3.35\n")  # short: no silent blank
+    code, err = plan_quiet(*args)
+    assert code == 2 and "line 2: 2 fields, the header has 3" in err, err
     path.write_text("gpu,usd_per_gpu_hour,source\n# note\nH100,3.35,x\n\nNOPE,1.0,y\n")
     code, err = plan_quiet(*args)
     assert code == 2 and "row 5: unknown GPU 'NOPE'" in err, err

@@ -328,3 +328,14 @@ def test_overload_until_judges_only_the_covered_arrivals():
     assert whole["overloaded"][0] and not covered["overloaded"][0]
     assert covered["overload_window_s"][0] == 10.0
     assert covered["offered_rps"][0] == pytest.approx(1.1)
+
+
+def test_a_horizon_leaves_an_slo_unjudged_not_missed(capsys):
+    """A request unserved at the horizon after waiting less than the SLO has
+    not missed it: no verdict, not MISSES (tryout finding); one whose wait
+    already passes the SLO has missed it."""
+    base = ("run", "--num-requests", "100", "--rate", "2", "--horizon", "5")
+    code, out, err = run_cli(capsys, *base, "--ttft-slo", "5")
+    assert code == 0 and "verdict: NONE for SLO" in out and "MISSES" not in out, out
+    code, out, err = run_cli(capsys, *base, "--ttft-slo", "0.001")
+    assert "verdict: MISSES SLO" in out, out

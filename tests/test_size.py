@@ -683,3 +683,15 @@ def test_a_second_plan_size_into_one_out_is_refused(capsys, tmp_path):
     assert code == 0, err
     code, _, err = run_cli(capsys, *args[:-2], "--max-replicas", "2", "--out", str(out))
     assert code == 2 and "holds another plan size search" in err, err
+
+
+def test_plan_sweep_refuses_a_plan_size_folder(capsys, tmp_path):
+    """A sweep never writes into a folder that holds a plan size search
+    (tryout finding: data.parquet landed beside search.json)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "search.json").write_text("{}")
+    for extra in ((), ("--overwrite",)):
+        code, _, err = run_cli(capsys, "sweep", SMALL, "--out", str(out), *extra)
+        assert code == 2 and "holds a plan size search" in err, err
+    assert not (out / "data.parquet").exists()

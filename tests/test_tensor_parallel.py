@@ -92,3 +92,21 @@ def test_sweep_and_size_refuse_it(capsys, tmp_path):
     )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "does not divide num_attention_heads 32" in err
+
+
+def test_size_refuses_a_listed_size_that_splits_no_heads(capsys, tmp_path):
+    """Listed beside a valid size, TP 3 is still refused: it fails on every
+    GPU, so it is a bad option, not a skipped candidate (tryout finding)."""
+    spec = tmp_path / "tp.toml"
+    spec.write_text(SPEC.replace("tensor_parallel_size = 3\n", ""))
+    args = ("size", str(spec), "--gpus", "H100", "--tensor-parallel-sizes", "1,3", "--dry-run")
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--tensor-parallel-sizes: --tensor-parallel-size 3 does not divide" in err
+
+
+def test_a_spec_with_a_given_pool_files_the_tp_error_under_hardware(capsys, tmp_path):
+    spec = tmp_path / "tp3.toml"
+    spec.write_text(SPEC.replace("[axes]\n", "[scheduler]\nnum_gpu_blocks = 5000\n[axes]\n"))
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--dry-run")
+    assert code == 2 and ": hardware: " in err and "latency:" not in err, err

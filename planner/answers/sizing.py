@@ -111,6 +111,7 @@ def candidates(
             "hardware.tensor_parallel_size: plan size sets it from --tensor-parallel-sizes; "
             "remove it from the spec"
         )
+    _check_tensor_parallel_sizes(user.get("hardware", {}).get("model"), tps)
     out = []
     for g in gpus:
         for tp in tps:
@@ -147,6 +148,23 @@ def candidates(
             f"no candidate GPU and tensor-parallel size can serve this model: {reasons}"
         )
     return out
+
+
+def _check_tensor_parallel_sizes(model: object, tps: Sequence[int]) -> None:
+    """A tensor-parallel size that does not split the model's heads fails on
+    every GPU (vLLM refuses it): it is a bad option, not a skipped candidate.
+    Raises SizingError (one line); an unknown model is the spec's to report."""
+    from planner.resolve import check_tensor_parallel
+
+    if not isinstance(model, str):
+        return
+    for tp in tps:
+        try:
+            check_tensor_parallel(model, tp)
+        except ValueError as e:
+            if "tensor-parallel-size" not in str(e):
+                return  # not a TP fault (an unknown model): the spec load says it
+            raise SizingError(f"--tensor-parallel-sizes: {e}") from None
 
 
 def check_spec(spec: object) -> None:

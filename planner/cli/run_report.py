@@ -337,11 +337,13 @@ def slo_verdict(row: object, slo: SLO) -> str:
     """One line: whether ``row`` (a ``summarize`` row with SLO columns) meets
     ``slo``, naming each metric that misses (a lower bound printed as '>= X')
     overload and front-end rejections, which also deny the claim."""
-    misses = []
+    misses, open_bounds = [], []
     for field, limit in slo.items():
         key = f"{field}_p{SLO_PERCENTILE}"
         p = row[key]  # type: ignore[index]
         bound = bool(row[f"{key}_is_lower_bound"])  # type: ignore[index]
+        if bound and p <= limit:
+            open_bounds.append(key)  # not yet missed: only a longer run can tell
         if bound:
             what = "token gaps never produced" if field == "itl_s" else "requests unserved"
             misses.append(
@@ -357,6 +359,13 @@ def slo_verdict(row: object, slo: SLO) -> str:
         return (
             f"verdict: NONE for SLO ({slo.describe()}): the run stopped at --max-steps before "
             "its work ended (outcome step_limit)"
+        )
+    horizon = bool(row.get("ended_by_horizon", False))  # type: ignore[attr-defined]
+    if horizon and not over and len(open_bounds) == len(misses):
+        return (
+            f"verdict: NONE for SLO ({slo.describe()}): the horizon ended the run while requests "
+            f"that had waited less than the SLO were unserved ({', '.join(open_bounds)} is only "
+            "a lower bound below it); run without --horizon, or longer"
         )
     if not misses and not over and bool(row["concurrency_bound"]):  # type: ignore[index]
         n = int(row["max_concurrency"])  # type: ignore[index]

@@ -20,6 +20,7 @@ from planner.cli import options as opt
 from planner.cli.progress import stderr_reporter
 from planner.metrics import front_end_failures, front_end_text
 from planner.slo import SLO
+from planner.sweep import store
 from planner.text import count, noun
 
 DEFAULT_MAX_REPLICAS = 8
@@ -172,8 +173,6 @@ def size(
     if dry_run:
         _print_plan(cands, as_json)
         return
-    from planner.sweep import store
-
     search = {
         "spec": spec.name,  # the file's name and bytes: another path to it is the same search
         "spec_sha256": store.sha256_file(spec),
@@ -238,7 +237,7 @@ def _run_candidates(
     return frames
 
 
-SEARCH_FILE = "search.json"  # what a plan size folder holds: the search that wrote it
+SEARCH_FILE = store.SIZE_SEARCH  # the search that wrote a plan size folder
 SIZE_OUTPUTS = ("sweeps", "size.parquet", "size.csv", "pareto.png", SEARCH_FILE)
 
 
@@ -249,8 +248,6 @@ def claim_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> Non
     same search (``SEARCH_FILE`` equal to ``search``); a folder with this
     search's results needs one of the two, as ``plan sweep``'s does. Then
     ``SEARCH_FILE`` is written (atomically)."""
-    from planner.sweep import store
-
     held = [dest / n for n in SIZE_OUTPUTS if (dest / n).exists()]
     if held and overwrite:
         for path in held:

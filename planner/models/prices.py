@@ -58,6 +58,7 @@ def load(path: Path | None = None) -> PriceTable:
     try:
         with resources.as_file(source) if path is None else contextlib.nullcontext(path) as f:
             text = Path(f).read_text()
+        _check_fields(text, label)
         # index_col=False: a row with more fields than the header is an error,
         # not a shift of every field into the next column (pandas' index guess).
         with warnings.catch_warnings():
@@ -107,6 +108,26 @@ def load(path: Path | None = None) -> PriceTable:
     if not prices:
         raise PriceError(f"--prices {label}: no rows")
     return PriceTable(label, prices, sources)
+
+
+def _check_fields(text: str, label: str) -> None:
+    """Every row has as many fields as the header (``csv`` module, comments
+    and blank lines skipped as pandas skips them): a longer row would shift
+    its fields, a shorter one would leave one silently blank. Raises
+    PriceError naming the line."""
+    import csv
+
+    lines = text.splitlines()
+    numbers = _data_lines(text)
+    rows = csv.reader(lines[n - 1].split("#")[0] for n in numbers)
+    width = None
+    for n, row in zip(numbers, rows, strict=True):
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            raise PriceError(
+                f"--prices {label}: line {n}: {len(row)} fields, the header has {width}"
+            )
 
 
 def _data_lines(text: str) -> list[int]:

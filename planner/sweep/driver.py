@@ -347,6 +347,10 @@ def prepare_output(out: Path, sweep: Sweep, resume: bool, overwrite: bool) -> st
         raise SweepError(
             f"{out / store.MANIFEST}: not a planner manifest; use --overwrite"
         ) from None
+    if (out / store.SIZE_SEARCH).exists():  # --overwrite removes only a sweep's files
+        raise SweepError(
+            f"{out}: holds a plan size search ({store.SIZE_SEARCH}); choose another --out"
+        )
     has_data = (out / store.DATA).exists() or (out / store.CHUNKS).exists()
     if resume:
         if manifest is None:

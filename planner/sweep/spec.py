@@ -867,6 +867,11 @@ class Sweep:
 
     def _latency(self) -> Latency:
         lat, hw = self.spec.latency, self.spec.hardware
+        if hw is not None:  # a hardware error is the [hardware] table's, pool given or not
+            try:
+                resolve.check_tensor_parallel(hw.model, hw.tensor_parallel_size)
+            except ValueError as e:
+                raise SpecError(spec_names(f"hardware: {e}")) from None
         try:
             return resolve.latency(
                 lat.kind,

@@ -49,6 +49,7 @@ MANIFEST = "_manifest.json"
 CHUNKS = "_chunks"
 LOCK = "_sweep.lock"
 HOLDER = "_sweep.holder.json"
+SIZE_SEARCH = "search.json"  # a plan size folder's record of its search (cli.size)
 
 # Fault injection for tests: seconds to sleep between writing a temp file and
 # renaming it into place, so that a kill can land inside a write.
