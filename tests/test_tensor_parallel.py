@@ -102,7 +102,7 @@ def test_size_refuses_a_listed_size_that_splits_no_heads(capsys, tmp_path):
     args = ("size", str(spec), "--gpus", "H100", "--tensor-parallel-sizes", "1,3", "--dry-run")
     code, _, err = run_cli(capsys, *args)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "--tensor-parallel-sizes: --tensor-parallel-size 3 does not divide" in err
+    assert "--tensor-parallel-sizes: 3 does not divide num_attention_heads 32" in err
 
 
 def test_a_spec_with_a_given_pool_files_the_tp_error_under_hardware(capsys, tmp_path):

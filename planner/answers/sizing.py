@@ -164,7 +164,8 @@ def _check_tensor_parallel_sizes(model: object, tps: Sequence[int]) -> None:
         except ValueError as e:
             if "tensor-parallel-size" not in str(e):
                 return  # not a TP fault (an unknown model): the spec load says it
-            raise SizingError(f"--tensor-parallel-sizes: {e}") from None
+            why = str(e).replace(f"--tensor-parallel-size {tp} ", f"{tp} ", 1)
+            raise SizingError(f"--tensor-parallel-sizes: {why}") from None
 
 
 def check_spec(spec: object) -> None:
