@@ -115,3 +115,37 @@ def test_dask_workers_are_checked_against_the_limit_before_any_chunk():
         driver.check_workers(sweep, plan, limit, _Workers(440 * 2**20))
     assert "\n" not in str(e.value)
     driver.check_workers(sweep, plan, limit, _Workers(100 * 2**20))  # fits: no error
+
+
+def _worker_peak() -> int:
+    """A Dask worker's own peak RSS (VmHWM, bytes), run on the worker."""
+    hwm = Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0]
+    return int(hwm) * 1024
+
+
+@pytest.mark.slow
+def test_dask_workers_stay_under_the_limit_or_are_refused(tmp_path: Path):
+    """On a real LocalCluster: a limit below what a worker holds once it has
+    loaded the kernel is refused before any chunk; under a limit the check
+    passes, the sweep runs and every worker's measured peak RSS stays under it."""
+    from planner.sweep import driver, executors
+    from planner.sweep.report import Silent
+    from planner.sweep.spec import load_spec
+
+    sweep = load_spec(Path(__file__).parents[1] / "tests" / "data" / "size_small.toml")
+    plan = driver.plan_chunks(sweep, None, 2**30)
+    # One limit for the driver (this test process, which may already hold a
+    # lot under pytest-xdist) and each worker: at least 1 GiB.
+    limit = max(2**30, driver.process_bytes() + 256 * 2**20)
+    with executors.dask_client(None, 1) as client:
+        held = max(client.run(driver.process_bytes).values())
+        with pytest.raises(driver.SweepError, match="a Dask worker would need about"):
+            driver.check_workers(sweep, plan, held, client)
+        driver.check_workers(sweep, plan, limit, client)  # fits
+        address = client.scheduler.address  # the sweep runs on these very workers
+        df, ran = driver.run_sweep(
+            sweep, tmp_path / "out", None, limit, 1, False, False, Silent(), "dask", address
+        )
+        assert ran and len(df) == len(sweep.configs)
+        peaks = client.run(_worker_peak).values()
+    assert max(peaks) < limit, f"a worker peaked at {max(peaks) / 2**20:.0f} MiB"
