@@ -275,3 +275,14 @@ def test_every_answer_holds_below_it_on_a_prefix_affinity_fleet():
     assert not t.max_rate_monotone.all()  # the case the verification exists for
     assert (t.max_rate_fail_scale > t.max_rate_scale).all()
     assert _passes_at(cfgs, wl, lat, slo, t.max_rate_scale.to_numpy()).all()
+
+
+def test_a_varied_setting_is_not_printed_as_one_default(capsys):
+    """--vary max_model_len=1024,4096 ran both; the server header said
+    "max_model_len 4,096" as if only the default ran (tryout finding)."""
+    args = ("max-rate", "--num-requests", "30", "--rate", "5", "--vary", "max_model_len=1024,4096")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "max_model_len 4,096" not in out.splitlines()[0] and "max_num_seqs 256" in out
+    code, out, err = run_cli(capsys, *args, "--json")
+    assert "max_model_len" not in json.loads(out)["server_settings"]

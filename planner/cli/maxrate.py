@@ -187,6 +187,7 @@ def max_rate(
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     rng = SearchRange(rate_scale_min, rate_scale_max, rate_tolerance)
     varied = parse_vary(ctx, vary)
+    shown = {k: v for k, v in srv.items() if k not in varied}  # a varied one is given per row
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us, measured_scale=measured_scale,
@@ -257,11 +258,11 @@ def max_rate(
                 {"config": dataclasses.asdict(c), **r, "num_gpu_blocks_sized_at": _at(c, source)}
                 for c, r in zip(configs, table.to_dict("records"), strict=True)
             ],
-            "server_settings": resolve.server_json(srv),
+            "server_settings": resolve.server_json(shown),
         }
         print(json.dumps(finite(out), default=_plain))
         return
-    server.print_settings(srv)
+    server.print_settings(shown)
     c = Console(markup=False, soft_wrap=True)
     c.print(
         f"plan max-rate: {wl.name}, {count(wl.num_requests, 'request')} offered at {rps:.3f} req/s "
