@@ -267,7 +267,9 @@ def attention(
 def check_tensor_parallel(model: str, tp: int) -> None:
     """vLLM's rule that ``tp`` splits ``model``'s heads
     (``ModelSpec.check_tensor_parallel``), for every command that names a
-    model, a pool given or not. Raises ValueError (one line)."""
+    model, a pool given or not. Raises ValueError (one line) for a ``tp``
+    that does not split them; HardwareError (a ValueError too) for an unknown
+    or unreadable model."""
     try:
         hardware.model(model).check_tensor_parallel(tp)
     except hardware.ModelConfigError as e:

@@ -214,3 +214,10 @@ mean = 200
 [workload.output]
 mean = 50
 """
+# The [hardware] and [latency] tables of a spec on one H100: Llama-3.1-8B, roofline.
+ROOFLINE_H100 = """[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "roofline"
+"""

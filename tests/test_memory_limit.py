@@ -11,31 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ROOFLINE_H100, SMALL_SYNTHETIC
+
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc (Linux)"
 )
 
-SPEC = """
-name = "huge"
-[workload]
-kind = "synthetic"
-num_requests = 20
-rate = 5
-[workload.prompt]
-kind = "constant"
-mean = 200
-[workload.output]
-kind = "constant"
-mean = 20
-{hardware}
-[axes]
-{axis}
-"""
+SPEC = 'name = "huge"\n' + SMALL_SYNTHETIC + "{hardware}\n[axes]\n{axis}\n"
 MILLION = (
     "num_gpu_blocks = {start = 1000, stop = 2000000, num = 100000}\n"
     "max_model_len = [1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632]"
 )
-HW = '[hardware]\nmodel = "llama-3.1-8b"\ngpu = "H100"\n[latency]\nkind = "roofline"'
 LIMIT = "1GiB"
 
 
@@ -81,7 +67,7 @@ def test_plan_size_refuses_candidates_that_do_not_fit(tmp_path: Path):
         "max_num_seqs = {start = 1, stop = 8000, num = 1500}\n"
         "max_model_len = [1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608]"
     )
-    spec.write_text(SPEC.format(hardware=HW, axis=axis))
+    spec.write_text(SPEC.format(hardware=ROOFLINE_H100, axis=axis))
     code, err, peak = _plan(
         tmp_path, "size", str(spec), "--gpus", "H100,A100-80GB", "--tensor-parallel-sizes", "1,2",
         "--memory-limit", LIMIT, "--dry-run",

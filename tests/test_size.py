@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import run_cli
+from helpers import ROOFLINE_H100, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CONV = ROOT / "planner" / "data" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -412,12 +412,7 @@ name = "size-trace"
 kind = "trace"
 path = "{AZURE_CONV}"
 max_requests = 100
-[hardware]
-model = "llama-3.1-8b"
-gpu = "H100"
-[latency]
-kind = "roofline"
-[axes]
+{ROOFLINE_H100}[axes]
 """
 
 
@@ -607,7 +602,7 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_answer(capsys, tmp
     assert _answer(rep) == _answer(rep_whole)
 
 
-CUT_SPEC = """
+CUT_SPEC = f"""
 name = "size-cut"
 [workload]
 kind = "synthetic"
@@ -619,12 +614,7 @@ mean = 200
 [workload.output]
 kind = "constant"
 mean = 2000
-[hardware]
-model = "llama-3.1-8b"
-gpu = "H100"
-[latency]
-kind = "roofline"
-[axes]
+{ROOFLINE_H100}[axes]
 max_num_seqs = [64]
 max_model_len = [512, 2048, 4096]
 """

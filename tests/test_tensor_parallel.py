@@ -10,34 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import ROOFLINE_H100, SMALL_SYNTHETIC, run_cli
 
 MODEL = ("--model", "llama-3.1-8b", "--gpu", "H100", "--tensor-parallel-size", "3")
 POOL = ("--num-gpu-blocks", "5000")
 TRAFFIC = ("--num-requests", "20", "--rate", "5")
 ROOFLINE = ("--latency", "roofline")
 
-SPEC = """
-name = "tp3"
-[workload]
-kind = "synthetic"
-num_requests = 20
-rate = 5
-[workload.prompt]
-kind = "constant"
-mean = 200
-[workload.output]
-kind = "constant"
-mean = 20
-[hardware]
-model = "llama-3.1-8b"
-gpu = "H100"
-tensor_parallel_size = 3
-[latency]
-kind = "roofline"
-[axes]
-max_num_seqs = [64]
-"""
+SPEC = (
+    'name = "tp3"\n'
+    + SMALL_SYNTHETIC
+    + ROOFLINE_H100.replace('gpu = "H100"\n', 'gpu = "H100"\ntensor_parallel_size = 3\n')
+    + "[axes]\nmax_num_seqs = [64]\n"
+)
 
 
 def _bench(path: Path) -> Path:

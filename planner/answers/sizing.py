@@ -154,6 +154,7 @@ def _check_tensor_parallel_sizes(model: object, tps: Sequence[int]) -> None:
     """A tensor-parallel size that does not split the model's heads fails on
     every GPU (vLLM refuses it): it is a bad option, not a skipped candidate.
     Raises SizingError (one line); an unknown model is the spec's to report."""
+    from planner.models.hardware import HardwareError
     from planner.resolve import check_tensor_parallel
 
     if not isinstance(model, str):
@@ -161,9 +162,9 @@ def _check_tensor_parallel_sizes(model: object, tps: Sequence[int]) -> None:
     for tp in tps:
         try:
             check_tensor_parallel(model, tp)
+        except HardwareError:
+            return  # an unknown or unreadable model: the spec load reports it
         except ValueError as e:
-            if "tensor-parallel-size" not in str(e):
-                return  # not a TP fault (an unknown model): the spec load says it
             why = str(e).replace(f"--tensor-parallel-size {tp} ", f"{tp} ", 1)
             raise SizingError(f"--tensor-parallel-sizes: {why}") from None
 

@@ -13,7 +13,7 @@ from planner import capacity
 from planner.answers.safelimit import started_text
 from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
-from planner.metrics import LIVELOCKED, OK, front_end_text
+from planner.metrics import LIVELOCKED, OK, front_end_failures, front_end_text
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.text import count
 from planner.workload.arrays import Workload
@@ -316,7 +316,9 @@ LATENCY_STATS = tuple(k for k, _ in SUMMARY_ROWS if k.endswith(("_mean", "_p50",
 
 def _front_end_failed(row: object) -> bool:
     """Whether the front end rejected or cut short any request of ``row``."""
-    return int(row["rejected"]) + int(row.get("cut", 0)) > 0  # type: ignore[index,attr-defined]
+    import pandas as pd
+
+    return bool(front_end_failures(pd.DataFrame([row]))[0] > 0)
 
 
 def rejection_text(row: object, as_misses: bool = False) -> str:
