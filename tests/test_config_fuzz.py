@@ -95,6 +95,7 @@ KINDS = [
     (GEMMA3, {"sliding_window_pattern": None}, None),
     (LLAMA4, {"interleave_moe_layer_step": 0}, "interleave_moe_layer_step"),
     (LLAMA4, {"no_rope_layer_interval": 0}, "no_rope_layer_interval"),
+    (LLAMA4, {"no_rope_layers": [1]}, "no_rope_layers must list 48 layers"),
     (QWEN2, {"max_window_layers": None}, None),
     (LLAMA, {"num_attention_heads": 8192}, "head size of 0"),
     (LLAMA, {"num_hidden_layers": 10**9}, "num_hidden_layers"),

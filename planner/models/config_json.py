@@ -532,6 +532,10 @@ def _layer_types(cfg: Mapping[str, Any], n: int, where: str) -> tuple[str, ...]:
         # (vLLM's llama4.py: ChunkedLocalAttention unless no_rope_layers[i] == 0)
         interval = int(cfg.get("no_rope_layer_interval", 4))
         rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        if len(rope) != n:
+            raise ModelConfigError(
+                f"{where}: no_rope_layers must list {n} layers (num_hidden_layers), not {len(rope)}"
+            )
         return tuple(CHUNKED if r else FULL for r in rope)
     if not window:
         return (FULL,) * n
