@@ -483,8 +483,9 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
 
     Front-end outcomes: ``rejected`` (HTTP 400), ``cut`` (admitted with
     max_tokens clamped: ``Workload.cut``), ``output_tokens_asked`` (output
-    tokens of every request sent) and ``output_tokens_served`` (of the
-    requests completed), so a short answer shows beside the asked one.
+    tokens of every request sent, up to the horizon when it ended the run)
+    and ``output_tokens_served`` (of the requests completed), so a short
+    answer shows beside the asked one.
 
     Token-level columns (``token_columns``): ITL p50/p90/p99 (``itl_s_*``,
     gaps owed at the end as +inf, with ``_is_lower_bound`` flags),
@@ -508,8 +509,6 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         st.out.floats[:, S.F_WASTE_NS], busy, out=np.zeros(len(busy)), where=busy > 0
     )
     offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
-    sent = sent_mask(res)
-    cut = res.workload.cut(cfg[:, K.MML]) & sent  # (C, R): served fewer tokens than asked
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
     arrival_s = np.broadcast_to(arr / 1e9, st.req.first_ns.shape)
     horizon = cfg[:, K.HORIZON_NS]
@@ -519,6 +518,11 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     ended_by_horizon = (oi[:, S.O_END_NS] >= horizon) & (horizon < arr.max(axis=1))
     until = np.where(ended_by_horizon, horizon / 1e9, np.inf)
     due = arrival_s <= until[:, None]  # the arrivals the overload verdict judges
+    # Asked and cut count the requests sent and due within the run: one due
+    # after the horizon was never asked of this server.
+    sent = sent_mask(res)
+    asked = sent & due
+    cut = res.workload.cut(cfg[:, K.MML]) & asked  # (C, R): served fewer tokens than asked
     first_s = np.where(
         (st.req.first_ns >= 0) & (st.req.first_ns <= counted_by(cfg)[:, None]),
         st.req.first_ns / 1e9,
@@ -532,7 +536,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "finished": oi[:, S.O_FINISHED],
         "rejected": oi[:, S.O_REJECTED],
         "cut": cut.sum(axis=1),
-        "output_tokens_asked": np.where(sent, res.workload.output_tokens[None, :], 0).sum(axis=1),
+        "output_tokens_asked": np.where(asked, res.workload.output_tokens[None, :], 0).sum(axis=1),
         "output_tokens_served": out_tok,
         "running_end": oi[:, S.O_RUNNING_END],
         "waiting_end": oi[:, S.O_WAITING_END],
@@ -574,9 +578,9 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             arrival_s,
             first_s,
             end_s,
-            np.where(ended_by_horizon, (sent & due).sum(axis=1), np.maximum(offered, sent.sum(1))),
+            np.where(ended_by_horizon, asked.sum(axis=1), np.maximum(offered, sent.sum(1))),
             (st.req.status == S.REJECTED) | ~sent,
-            (res.workload.rejected(cfg[:, K.MML]) & sent & due).sum(axis=1),  # the front end's
+            (res.workload.rejected(cfg[:, K.MML]) & asked).sum(axis=1),  # the front end's
             until,
         ),
         "ended_by_horizon": ended_by_horizon,

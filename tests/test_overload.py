@@ -339,3 +339,19 @@ def test_a_horizon_leaves_an_slo_unjudged_not_missed(capsys):
     assert code == 0 and "verdict: NONE for SLO" in out and "MISSES" not in out, out
     code, out, err = run_cli(capsys, *base, "--ttft-slo", "0.001")
     assert "verdict: MISSES SLO" in out, out
+
+
+def test_output_tokens_asked_counts_only_requests_due_within_the_horizon(capsys, tmp_path):
+    """Issue 38: a request due after the horizon ended the run was never asked
+    of this server: twenty requests a second apart, a 9.5 s horizon, ten asked."""
+    trace = tmp_path / "t.csv"
+    pd.DataFrame(
+        {"arrival_time_s": np.arange(20.0), "prompt_tokens": 100, "output_tokens": 50}
+    ).to_csv(trace, index=False)
+    code, out, err = run_cli(
+        capsys, "run", "--trace-file", str(trace), "--horizon", "9.5", "--json"
+    )
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["ended_by_horizon"] is True
+    assert d["output_tokens_asked"] == 10 * 50 and d["output_tokens_served"] <= 10 * 50
