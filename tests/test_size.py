@@ -675,6 +675,39 @@ def test_a_second_plan_size_into_one_out_is_refused(capsys, tmp_path):
     assert code == 2 and "holds another plan size search" in err, err
 
 
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGSTOP"), reason="POSIX signals")
+def test_two_concurrent_plan_size_processes_one_refuses(tmp_path):
+    """Issue 38 item 7 with two real processes: while the first holds --out
+    (paused by SIGSTOP once its holder record appears, so the overlap does not
+    depend on timing), a second plan size into it exits 2 in one line; the
+    first, resumed, finishes its answer unharmed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from planner.sweep import store
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "planner.cli", "size", SMALL, "--gpus", "H100", "--out", str(out)]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / store.HOLDER).exists() and first.poll() is None:
+            assert time.monotonic() < deadline, "the first plan size never took its lock"
+            time.sleep(0.005)
+        first.send_signal(signal.SIGSTOP)
+        assert first.poll() is None, "the first finished before it could be paused"
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out1, err1 = first.communicate(timeout=300)
+    assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert "in use" in second.stderr
+    assert first.returncode == 0, err1
+    assert "answer:" in out1 and (out / "size.parquet").exists()
+
+
 def test_plan_sweep_refuses_a_plan_size_folder(capsys, tmp_path):
     """A sweep never writes into a folder that holds a plan size search
     (tryout finding: data.parquet landed beside search.json)."""
