@@ -142,14 +142,15 @@ def test_budget_terms_and_threads():
     [
         ({False: "loaded", True: "loaded"}, 0),
         ({False: "cached", True: "loaded"}, driver.JIT_LOAD_BYTES),
-        ({False: "cached", True: "cached"}, driver.JIT_LOAD_BYTES),
-        ({False: "loaded", True: "cold"}, driver.JIT_COMPILE_BYTES),
-        ({False: "cached", True: "unknown"}, driver.JIT_COMPILE_BYTES),
+        ({False: "cached", True: "cached"}, 2 * driver.JIT_LOAD_BYTES),
+        ({False: "loaded", True: "cold"}, driver.JIT_COMPILE_EACH_BYTES),  # one is in already
+        ({False: "cached", True: "unknown"}, driver.JIT_LOAD_BYTES + driver.JIT_COMPILE_BYTES),
     ],
 )
 def test_jit_allowance_follows_the_cache(monkeypatch, states, allowance):
-    """Keyed by the kernel variant (without and with prefix caching): the
-    allowance follows the least ready variant the sweep needs."""
+    """Keyed by the kernel variant (without and with prefix caching): each
+    variant not in the process is charged, loaded from the cache or compiled
+    (the first compiled one at the first variant's cost when none is in)."""
     from planner import api
 
     monkeypatch.setattr(api, "kernel_status", lambda n, fleet=False, caching=False: states[caching])

@@ -78,29 +78,38 @@ def test_plan_size_refuses_candidates_that_do_not_fit(tmp_path: Path):
 
 
 class _Workers:
-    """A stand-in for a Dask client whose workers each hold ``held`` bytes."""
+    """A stand-in for a Dask client whose workers each hold ``held`` bytes
+    once they have parsed the spec."""
 
     def __init__(self, held: int) -> None:
         self.held = held
 
-    def run(self, fn):  # noqa: ANN001, ANN201 (distributed.Client.run's shape)
+    def run(self, fn, *args):  # noqa: ANN001, ANN002, ANN201 (distributed.Client.run's shape)
         return {"tcp://w1": self.held, "tcp://w2": self.held // 2}
 
 
-def test_dask_workers_are_checked_against_the_limit_before_any_chunk():
+def test_dask_chunks_are_sized_by_what_a_worker_holds():
     """Issue 38 item 6: each Dask worker is a process under the same limit;
-    one that would pass it (here: 440 MiB held after loading the kernel, plus
-    the spec's configs and a chunk, under 450 MiB) is refused in one line."""
+    the chunks are planned for the worker that holds the most, so a worker
+    holding more gets smaller chunks, and one with no room for a config (half
+    a MiB left under 450 MiB) is refused in one line before any chunk."""
     from planner.sweep import driver
     from planner.sweep.spec import load_spec
 
     sweep = load_spec(Path(__file__).parents[1] / "sweeps" / "quick.toml")
-    plan = driver.plan_chunks(sweep, None, 2**30)
     limit = 450 * 2**20
-    with pytest.raises(driver.SweepError, match="a Dask worker would need about") as e:
-        driver.check_workers(sweep, plan, limit, _Workers(440 * 2**20))
-    assert "\n" not in str(e.value)
-    driver.check_workers(sweep, plan, limit, _Workers(100 * 2**20))  # fits: no error
+
+    def plan(held: int) -> driver.ChunkPlan:
+        return driver.plan_chunks(
+            sweep, None, driver.worker_budget(sweep, limit, _Workers(held), 1)
+        )
+
+    with pytest.raises(driver.SweepError, match="a Dask worker's planner 450 MiB") as e:
+        plan(limit - 2**19)
+    assert "\n" not in str(e.value) and "too small" in str(e.value)
+    roomy, tight = plan(100 * 2**20), plan(limit - 10 * 2**20)
+    assert tight.chunk_size < roomy.chunk_size and len(tight.chunks) > len(roomy.chunks)
+    assert tight.peak_bytes <= limit and roomy.peak_bytes <= limit
 
 
 def _worker_peak() -> int:
@@ -112,22 +121,23 @@ def _worker_peak() -> int:
 @pytest.mark.slow
 def test_dask_workers_stay_under_the_limit_or_are_refused(tmp_path: Path):
     """On a real LocalCluster: a limit below what a worker holds once it has
-    loaded the kernel is refused before any chunk; under a limit the check
-    passes, the sweep runs and every worker's measured peak RSS stays under it."""
+    loaded the kernel and the spec is refused before any chunk; under a limit
+    the sweep runs in chunks sized for the worker and every worker's measured
+    peak RSS stays under it."""
     from planner.sweep import driver, executors
+    from planner.sweep.memory import resident_bytes
     from planner.sweep.report import Silent
     from planner.sweep.spec import load_spec
 
     sweep = load_spec(Path(__file__).parents[1] / "tests" / "data" / "size_small.toml")
-    plan = driver.plan_chunks(sweep, None, 2**30)
     # One limit for the driver (this test process, which may already hold a
     # lot under pytest-xdist) and each worker: at least 1 GiB.
-    limit = max(2**30, driver.process_bytes() + 256 * 2**20)
+    limit = max(2**30, resident_bytes() + 256 * 2**20)
     with executors.dask_client(None, 1) as client:
-        held = max(client.run(driver.process_bytes).values())
-        with pytest.raises(driver.SweepError, match="a Dask worker would need about"):
-            driver.check_workers(sweep, plan, held, client)
-        driver.check_workers(sweep, plan, limit, client)  # fits
+        budget = driver.worker_budget(sweep, limit, client, 1)
+        assert 0 < budget.process < limit and budget.jit == 0
+        with pytest.raises(driver.SweepError, match="a Dask worker's planner"):
+            driver.plan_chunks(sweep, None, driver.worker_budget(sweep, budget.process, client, 1))
         address = client.scheduler.address  # the sweep runs on these very workers
         df, ran = driver.run_sweep(
             sweep, tmp_path / "out", None, limit, 1, False, False, Silent(), "dask", address
@@ -135,3 +145,35 @@ def test_dask_workers_stay_under_the_limit_or_are_refused(tmp_path: Path):
         assert ran and len(df) == len(sweep.configs)
         peaks = client.run(_worker_peak).values()
     assert max(peaks) < limit, f"a worker peaked at {max(peaks) / 2**20:.0f} MiB"
+
+
+@pytest.mark.slow
+def test_plan_size_runs_every_candidate_under_the_limit_or_none(tmp_path: Path):
+    """Issue 38 item 6: at 320 MiB the second candidate was refused after the
+    first ran. Now, from the need a refusal states upward, each limit either
+    refuses before any candidate runs (no progress line, no result) or runs
+    all four, and the process's measured peak RSS stays under the limit."""
+    import re
+
+    spec = Path(__file__).parent / "data" / "size_small.toml"
+    args = [
+        "size", str(spec), "--gpus", "H100,A100-80GB", "--tensor-parallel-sizes", "1,2",
+        "--max-replicas", "2", "--out", str(tmp_path / "out"), "--overwrite",
+    ]  # fmt: skip
+    code, err, _ = _plan(tmp_path, *args, "--memory-limit", "200MiB")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    need = int(re.search(r"needs? (?:at least|about) ([\d,]+) MiB", err).group(1).replace(",", ""))
+    for _ in range(4):
+        limit = need + 8
+        code, err, peak = _plan(tmp_path, *args, "--memory-limit", f"{limit}MiB")
+        if code == 0:
+            break
+        assert code == 2 and len(err.strip().splitlines()) == 1, err  # refused before any work
+        assert not (tmp_path / "out" / "size.parquet").exists()
+        need = int(
+            re.search(r"needs? (?:at least|about) ([\d,]+) MiB", err).group(1).replace(",", "")
+        )
+        assert need >= limit, err  # each refusal names a need above its limit
+    assert code == 0, err
+    assert (tmp_path / "out" / "size.parquet").exists()
+    assert peak < limit * 2**20, f"peak RSS {peak / 2**20:.0f} MiB over the {limit} MiB limit"

@@ -10,10 +10,10 @@ folder, so the kernel compiles; "warm" ones fill a shared cache first.
     python tools/memory_check.py --jit      # only the JIT allowance probe
     python tools/memory_check.py --case azure-512-warm --case caching-5m-300
 
-`--jit` measures what `planner.sweep.driver.JIT_LOAD_BYTES` and
-`JIT_COMPILE_BYTES` allow for: the peak RSS of importing planner and building a
-2-request workload, then of the same plus a 1-config and a 2-config `simulate`,
-with a warm and with a cold cache.
+`--jit` measures what `planner.sweep.driver`'s `JIT_*_BYTES` allow for: the
+resident memory each kernel variant (lone server or router, without and with
+prefix caching) adds through a 1-config and a 2-config `simulate`, once Numba's
+runtime is up, loaded from a warm cache and compiled cold, in two orders.
 """
 
 from __future__ import annotations
@@ -34,13 +34,31 @@ MiB = 2**20
 PROBE = """
 import sys
 from planner.api import simulate
+from planner.capacity import usable_blocks
 from planner.config import SchedulerConfig
 from planner.workload.arrays import LengthDist, synthetic
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 d = LengthDist("constant", 8)
 wl = synthetic(2, 1.0, d, d)
-if sys.argv[1] == "1":
+if sys.argv[1] == "fill":
+    for fleet in (1, 2):
+        for caching in (False, True):
+            cfg = SchedulerConfig(num_gpu_blocks=8, max_model_len=64, replicas=fleet,
+                                  enable_prefix_caching=caching)
+            simulate([cfg] * 2, wl)
+    sys.exit()
+usable_blocks(2, True)  # Numba's runtime up, as chunk_budget starts it
+before = rss()
+print(f"runtime up {before:.0f}")
+for v in sys.argv[1].split(","):
+    cfg = SchedulerConfig(num_gpu_blocks=8, max_model_len=64, replicas=1 + (v[0] == "r"),
+                          enable_prefix_caching=v[1] == "c")
     for n in (1, 2):
-        simulate([SchedulerConfig(num_gpu_blocks=8, max_model_len=64)] * n, wl)
+        simulate([cfg] * n, wl)
+    now = rss()
+    print(f"{v} {now - before:.0f}")
+    before = now
 """
 
 SMALL_SPEC = """
@@ -111,16 +129,22 @@ CASES = (  # (name, spec, limit, cache)
 )
 
 
+VARIANT_ORDERS = ("lp,lc,rp,rc", "rc,rp,lc,lp")  # l lone / r router, p plain / c caching
+
+
 def jit_probe(warm_cache: str) -> None:
-    """Print the peak RSS of the probe without and with the kernel, warm and cold."""
-    base = peak([sys.executable, "-c", PROBE, "0"], env_with(warm_cache))[1]
-    print(f"{'probe':<22} {'peak RSS':>10} {'added':>8}")
-    print(f"{'import + workload':<22} {base / MiB:>8.0f} M")
+    """Print what each kernel variant adds to the resident memory once Numba's
+    runtime is up, loaded from the cache and compiled cold, in two orders."""
+    print(f"{'cache':<6} {'order':<12} MiB added per variant (runtime up first)")
     for kind in ("warm", "cold"):
-        with tempfile.TemporaryDirectory() as cold:
-            cache = warm_cache if kind == "warm" else cold
-            rss = peak([sys.executable, "-c", PROBE, "1"], env_with(cache))[1]
-        print(f"{'+ simulate, ' + kind:<22} {rss / MiB:>8.0f} M {(rss - base) / MiB:>6.0f} M")
+        for order in VARIANT_ORDERS:
+            with tempfile.TemporaryDirectory() as cold:
+                cache = warm_cache if kind == "warm" else cold
+                env = env_with(cache)
+                p = subprocess.run(
+                    [sys.executable, "-c", PROBE, order], env=env, capture_output=True, text=True
+                )
+            print(f"{kind:<6} {order:<12} {' '.join(p.stdout.split(chr(10)))}")
 
 
 def main() -> None:
@@ -131,7 +155,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         warm = str(tmp / "numba-cache")
-        peak([sys.executable, "-c", PROBE, "1"], env_with(warm))  # fill the warm cache
+        peak([sys.executable, "-c", PROBE, "fill"], env_with(warm))  # fill the warm cache
         if args.jit:
             jit_probe(warm)
             return

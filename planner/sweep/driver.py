@@ -25,7 +25,8 @@ import numba
 import numpy as np
 import pandas as pd
 
-from planner.api import compile_note_for, compiled_note, cpu_seconds, kernels_status, simulate
+from planner import api
+from planner.api import compile_note_for, compiled_note, cpu_seconds, simulate
 from planner.capacity import usable_blocks
 from planner.config import SchedulerConfig
 from planner.install_check import VERSION
@@ -33,7 +34,7 @@ from planner.kernel import warm
 from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
 from planner.sweep import executors, store
 from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
-from planner.sweep.memory import process_bytes
+from planner.sweep.memory import resident_bytes
 from planner.sweep.report import Reporter
 from planner.sweep.spec import Sweep
 from planner.text import count
@@ -50,17 +51,23 @@ METRICS_BYTES_PER_REQUEST = 120
 # int32, priority int64, prefix group and shared length int32.
 CALL_BYTES_PER_REQUEST = 8 + 8 + 4 + 4 + 8 + 4 + 4
 # What the kernel's machine code adds to the process, beyond the state it runs
-# on. Measured with `/usr/bin/time -v` (`python tools/memory_check.py --jit`:
-# peak RSS of importing planner and building a 2-request workload, then of the
-# same plus one 1-config and one 2-config `simulate`) on Linux x86-64, Python
-# 3.11, Numba 0.6x, 2 cores: loading both variants from Numba's cache added
-# 49 MiB (44 MiB for the parallel one alone); compiling both cold added 204 MiB
-# (180 MiB for the 1-config one alone). Re-measured 2026-12-01 after the BLIS,
-# sliding-window and hybrid kernel work: 51 MiB warm, 256 MiB cold.
-# Allowances: 51 MiB plus ~25%; 256 MiB plus 12.5% (a quarter more would refuse
-# sweeps/azure-conv.toml cold at 512 MiB, which peaks at 470 MiB there).
-JIT_LOAD_BYTES = 64 * 2**20
-JIT_COMPILE_BYTES = 288 * 2**20
+# on, per compiled variant (lone server or replicas' router, each without and
+# with prefix caching: ``api.kernel_status``). Measured 2026-12-04 with
+# ``python tools/memory_check.py --jit`` (Linux x86-64, Python 3.11, Numba 0.6x,
+# 2 cores): resident memory after a 1-config and a 2-config ``simulate`` of
+# each variant in turn, in two orders, once Numba's runtime was up
+# (``chunk_budget`` starts it before it measures; about 38 MiB). From Numba's
+# cache: 4 to 16 MiB per variant. Compiled cold: a first lone-server variant
+# 95 MiB (with kernel.warm's child; 256 MiB in one process, 2026-12-01, which
+# a tight budget forces), a further lone variant 81 MiB; a first variant that
+# is a router one 386 MiB (it compiles the lone server's step functions too,
+# after which those cost nothing), a further router variant 133 to 181 MiB.
+# Allowances: each figure plus 10-30%; a first variant's once per process.
+JIT_LOAD_BYTES = 20 * 2**20  # each variant, from the cache
+JIT_COMPILE_BYTES = 288 * 2**20  # first lone-server variant, cold
+JIT_COMPILE_EACH_BYTES = 96 * 2**20  # each further lone-server variant, cold
+JIT_COMPILE_FLEET_BYTES = 432 * 2**20  # first variant a router one, cold
+JIT_COMPILE_FLEET_EACH_BYTES = 240 * 2**20  # each further router variant, cold
 # The final merge (store.consolidate: the chunk files, their concatenation, the
 # sorted copy, the Arrow table it writes), per config of the grid, once the
 # chunks' state is gone. Measured: 1,985 bytes per row above the resident
@@ -109,9 +116,10 @@ class ChunkPlan:
 class MemoryBudget:
     """What a sweep's process holds besides its chunks, all in bytes.
 
-    ``process``: peak resident memory so far (``process_bytes``): the
-    interpreter, the libraries, the parsed spec and its workloads (the traces
-    themselves, and the peak of reading them). ``jit``: the kernel's machine
+    ``process``: resident memory now (``resident_bytes``): the interpreter,
+    the libraries, the kernels already loaded, the parsed spec and its
+    workloads (memory a finished chunk or a trace's parse freed is not held).
+    ``holder``: whose it is (this process, or a Dask worker). ``jit``: the kernel's machine
     code still to come (``jit_bytes``). ``calls``: one kernel call's copies of
     the workload (``CALL_BYTES_PER_REQUEST`` per request of the largest
     workload). ``threads``: kernel threads, so configs running at once.
@@ -122,10 +130,11 @@ class MemoryBudget:
     limit: int
     process: int
     jit: int
-    jit_kind: str  # "loaded", "cached" or "cold": how the JIT allowance was chosen
+    jit_kind: str  # "loaded", or "cached"/"cold" and how many variants: the JIT allowance
     threads: int
     calls: int = 0
     dataset: int = 0
+    holder: str = "planner and workloads"
 
     @property
     def fixed(self) -> int:
@@ -154,7 +163,7 @@ class MemoryBudget:
     def describe(self) -> str:
         """The fixed part, term by term, in MiB."""
         return (
-            f"planner and workloads {_mib(self.process)}, JIT {_mib(self.jit)} "
+            f"{self.holder} {_mib(self.process)}, JIT {_mib(self.jit)} "
             f"({self.jit_kind}), kernel inputs {_mib(self.calls)}"
         )
 
@@ -203,21 +212,37 @@ def cost_estimate(sweep: Sweep, ids: np.ndarray, key: tuple) -> np.ndarray:
     return out
 
 
-def jit_bytes(fleet: bool = False, caching: Iterable[bool] = (False,)) -> tuple[int, str]:
-    """The JIT allowance still to come and why: 0 if every kernel variant the
-    sweep needs is compiled in this process, ``JIT_LOAD_BYTES`` if the rest
-    are in Numba's cache, else ``JIT_COMPILE_BYTES`` (also when the cache
-    cannot be read). The variants: the lone-server kernel without and with
-    prefix caching (``caching``: the values the configs take), and with
-    replicas (``fleet``) the router's kernel too."""
-    states = {kernels_status(False, caching)}
+def _variant_bytes(fleet: bool, state: str, first: bool) -> int:
+    """JIT allowance of one kernel variant not yet in this process: ``state``
+    ``'cached'`` loads it, anything else (``'cold'``, ``'unknown'``) compiles it;
+    ``first``: no variant is in the process yet."""
+    if state == "cached":
+        return JIT_LOAD_BYTES
     if fleet:
-        states.add(kernels_status(True, caching))
-    if states == {"loaded"}:
+        return JIT_COMPILE_FLEET_BYTES if first else JIT_COMPILE_FLEET_EACH_BYTES
+    return JIT_COMPILE_BYTES if first else JIT_COMPILE_EACH_BYTES
+
+
+def jit_bytes(fleet: bool = False, caching: Iterable[bool] = (False,)) -> tuple[int, str]:
+    """The JIT allowance still to come (bytes) and how it was chosen: the sum,
+    over the kernel variants the sweep needs that are not compiled in this
+    process, of each one's allowance (``_variant_bytes``: loaded from Numba's
+    cache or compiled cold), the costliest charged as the first variant when no
+    variant is in the process yet. The variants: the lone-server kernel
+    without and with prefix caching (``caching``: the values the configs
+    take), and with replicas (``fleet``) the router's kernel too."""
+    every = [(f, c) for f in (False, True) for c in (False, True)]
+    states = {v: api.kernel_status(1, *v) for v in every}
+    needed = [(f, c) for f in sorted({False, fleet}) for c in sorted(set(caching))]
+    missing = [v for v in needed if states[v] != "loaded"]
+    if not missing:
         return 0, "loaded"
-    if states <= {"loaded", "cached"}:
-        return JIT_LOAD_BYTES, "cached"
-    return JIT_COMPILE_BYTES, "cold"
+    started = "loaded" in states.values()
+    each = [_variant_bytes(f, states[(f, c)], False) for f, c in missing]
+    first = [_variant_bytes(f, states[(f, c)], True) for f, c in missing]
+    total = sum(each) + (0 if started else max(a - b for a, b in zip(first, each, strict=True)))
+    cold = any(states[v] != "cached" for v in missing)
+    return total, f"{'cold' if cold else 'cached'}, {count(len(missing), 'variant')}"
 
 
 def kernel_variants(sweep: Sweep) -> list[SchedulerConfig]:
@@ -246,14 +271,15 @@ def chunk_budget(
     caching: Iterable[bool] = (False,),
 ) -> MemoryBudget:
     """The fixed part of a sweep's memory for a process limit ``memory_limit``
-    (bytes): what the process already holds (``process_bytes``, so call it once
+    (bytes): what the process holds now (``resident_bytes``, so call it once
     the spec and its workloads are loaded) and the JIT allowance (``jit_bytes``).
     ``threads`` defaults to Numba's. ``plan_chunks`` adds the kernel inputs and
     refuses when nothing fits."""
+    usable_blocks(2, True)  # Numba's runtime starts on a first jitted call: held, so measured
     jit, kind = jit_bytes(fleet, caching)
     return MemoryBudget(
         memory_limit,
-        process_bytes(),
+        resident_bytes(),
         jit,
         kind,
         threads if threads is not None else numba.get_num_threads(),
@@ -457,10 +483,12 @@ def _run(
     client: object | None,
 ) -> tuple[pd.DataFrame, bool]:
     fixed = manifest.fixed_sizes() if manifest is not None else None
-    budget = chunk_budget(memory_limit, workers, has_fleets(sweep), caching_values(sweep))
+    if client is not None:  # the chunks run on the workers: sized to fit each
+        check_merge(sweep, memory_limit)
+        budget = worker_budget(sweep, memory_limit, client, workers or 1)
+    else:
+        budget = chunk_budget(memory_limit, workers, has_fleets(sweep), caching_values(sweep))
     plan = plan_chunks(sweep, chunk_size, budget, fixed)
-    if client is not None:
-        check_workers(sweep, plan, memory_limit, client)
     if manifest is not None:
         todo = _verify_chunks(out, plan, manifest, reporter)
     else:
@@ -481,24 +509,31 @@ def _run(
     return df, True
 
 
-def check_workers(sweep: Sweep, plan: ChunkPlan, memory_limit: int, client: object) -> None:
-    """Refuse, before any chunk is submitted, a Dask run whose workers would
-    pass ``memory_limit`` (each worker is a process of its own under the same
-    limit): a worker holds what it held after loading the kernel (measured on
-    every worker), the spec's configs (each task expands the spec,
-    ``spec.SPEC_BYTES_PER_CONFIG`` each) and its largest chunk. Raises
-    SweepError (one line)."""
-    from planner.sweep.spec import SPEC_BYTES_PER_CONFIG
+def worker_budget(sweep: Sweep, memory_limit: int, client: object, threads: int) -> MemoryBudget:
+    """The fixed part of a Dask worker's memory, each worker a process of its
+    own under the same ``memory_limit`` (bytes): every worker parses the spec
+    as its tasks will (``executors.load_on_worker``, which refuses a grid
+    whose expansion would pass the limit) and reports what it then holds,
+    kernel loaded; the most any holds is the fixed part, with no JIT to come
+    and ``threads`` kernel threads. ``plan_chunks`` sizes the chunks to fit it."""
+    held = client.run(  # type: ignore[attr-defined]
+        executors.load_on_worker, sweep.text, str(sweep.base_dir), memory_limit
+    )
+    return MemoryBudget(
+        memory_limit, max(held.values()), 0, "loaded", threads, holder="a Dask worker's planner"
+    )
 
-    held = max(client.run(process_bytes).values())  # type: ignore[attr-defined]
-    grid = len(sweep.configs) * SPEC_BYTES_PER_CONFIG
-    need = held + grid + plan.largest_chunk_bytes
-    if need > memory_limit:
+
+def check_merge(sweep: Sweep, memory_limit: int) -> None:
+    """Refuse a Dask run whose final merge, here in the driver, would pass
+    ``memory_limit`` beside what the driver holds (``DATASET_BYTES_PER_CONFIG``
+    per config). Raises SweepError (one line)."""
+    held, merge = resident_bytes(), DATASET_BYTES_PER_CONFIG * len(sweep.configs)
+    if held + merge > memory_limit:
         raise SweepError(
-            f"--memory-limit {_mib(memory_limit)}: a Dask worker would need about "
-            f"{_mib(need)} ({_mib(held)} after loading the kernel, {_mib(grid)} for the "
-            f"spec's configs, {_mib(plan.largest_chunk_bytes)} for the largest chunk); raise "
-            "--memory-limit or use smaller chunks (--chunk-size)"
+            f"--memory-limit {_mib(memory_limit)} is too small: merging the chunks needs about "
+            f"{_mib(held + merge)} in this process ({_mib(held)} held, {_mib(merge)} for "
+            f"{count(len(sweep.configs), 'config')}); raise --memory-limit or split the spec"
         )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.sweep import store
+from planner.sweep.memory import resident_bytes
 from planner.sweep.spec import Sweep, load_spec_text
 
 # Fault injection for tests: a chunk index whose task raises on the workers.
@@ -65,6 +66,16 @@ def _chunk_task(text: str, base_dir: str, out: str, chunk: object) -> store.Chun
         _SPECS[key] = load_spec_text(text, Path(base_dir))
     df = run_chunk(_SPECS[key], chunk)  # type: ignore[arg-type]
     return store.write_chunk(df, Path(out), chunk.index)  # type: ignore[attr-defined]
+
+
+def load_on_worker(text: str, base_dir: str, memory_limit: int | None = None) -> int:
+    """Parse the spec on this worker as its tasks will (kept for them) and
+    return what the worker then holds (``resident_bytes``, bytes). Raises
+    SpecError when the grid's expansion would pass ``memory_limit``."""
+    key = (text, base_dir)
+    if key not in _SPECS:
+        _SPECS[key] = load_spec_text(text, Path(base_dir), memory_limit=memory_limit)
+    return resident_bytes()
 
 
 def _warm_up(threads: int) -> bool:

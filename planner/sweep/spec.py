@@ -45,7 +45,7 @@ from planner.maxrate.search_range import (
 from planner.models import vllm_defaults
 from planner.models.hardware import HardwareError
 from planner.slo import SLO, from_options
-from planner.sweep.memory import process_bytes
+from planner.sweep.memory import resident_bytes
 from planner.workload.arrays import (
     MAX_TURNS,
     LengthDist,
@@ -75,7 +75,7 @@ def check_expansion(configs: int, memory_limit: int | None, what: str = "the gri
     need = configs * SPEC_BYTES_PER_CONFIG
     if memory_limit is None or need < EXPANSION_CHECKED:
         return  # a small grid: the driver's chunk budget, which counts everything, decides
-    held = process_bytes()
+    held = resident_bytes()
     if held + need > memory_limit:
         raise SpecError(
             f"axes: building {what}'s {configs:,} configs takes about {need / 2**20:,.0f} MiB "
@@ -183,6 +183,7 @@ FLAG_FIELDS = {flag: field for field, flag in FIELD_FLAGS.items()}  # --think-ti
 # axes and [scheduler] keys use their own names.
 FIELD_BOUNDS = {
     "horizon_s": "horizon_s",
+    "arrivals_until_s": "horizon_s",
     "max_steps": "max_steps",
     "workload.num_requests": "num_requests",
     "workload.rate": "rate",
@@ -436,6 +437,11 @@ class SweepSpec(_Strict):
     ]
     description: str = ""
     horizon_s: Annotated[float, Field(gt=0)] = math.inf
+    # Keep only the requests due by then (seconds, after rate_scale), each
+    # served to completion (``Workload.due_by``): a window of traffic, where
+    # horizon_s stops the clock with requests in flight. plan size reads a
+    # horizon_s this way.
+    arrivals_until_s: Annotated[float, Field(gt=0)] = math.inf
     max_steps: Annotated[int, Field(ge=1)] = 10_000_000
     workload: WorkloadSpec
     hardware: HardwareSpec | None = None
@@ -839,7 +845,7 @@ class Sweep:
                     raise SpecError("workload.seed: no effect: the prefix groups draw nothing")
                 return with_shared_prefixes(
                     read.workload, w.prefix_groups, w.prefix_len, w.prefix_share, w.seed
-                )
+                ).due_by(self.spec.arrivals_until_s)
             assert w.prompt is not None and w.output is not None
             p = LengthDist(**w.prompt.model_dump(), label="workload.prompt")
             o = LengthDist(**w.output.model_dump(), label="workload.output")
@@ -861,7 +867,8 @@ class Sweep:
                 seed=seed,
                 gamma_cv=w.gamma_cv,
             )
-            return with_shared_prefixes(wl, w.prefix_groups, w.prefix_len, w.prefix_share, seed)
+            wl = with_shared_prefixes(wl, w.prefix_groups, w.prefix_len, w.prefix_share, seed)
+            return wl.due_by(self.spec.arrivals_until_s)
         except WorkloadError as e:
             raise SpecError(spec_names(f"workload: {e}")) from None
 
