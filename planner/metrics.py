@@ -215,7 +215,11 @@ def _stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.nda
     bound when it depends on one), and ``{stat}_is_lower_bound`` says whether it
     does: the percentile recomputed with every censored value at +inf differs.
     Returns ``{prefix}_{stat}`` (float64) and ``{prefix}_{stat}_is_lower_bound``
-    (bool), all (C,)."""
+    (bool), all (C,), and ``{prefix}_p{SLO_PERCENTILE}_upper_bound`` (float64,
+    +inf when censored values reach it): the percentile with every censored
+    value at +inf, so the true one lies between it and the lower bound (a few
+    requests still unserved at a horizon shift the order by a rank or two and
+    leave it finite: an SLO at or above it holds whatever they turn out to be)."""
     hi = np.where(censored, _UNSERVED, x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -226,6 +230,8 @@ def _stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.nda
     for p, row, row_hi in zip(PERCENTILES, q, q_hi, strict=True):
         out[f"{prefix}_p{p}"] = row
         out[f"{prefix}_p{p}_is_lower_bound"] = ~np.isnan(row) & (row_hi != row)
+        if p == SLO_PERCENTILE:
+            out[f"{prefix}_p{p}_upper_bound"] = np.where(row_hi >= _UNSERVED, np.inf, row_hi)
     return out
 
 
@@ -412,8 +418,9 @@ def request_meets_slo(q: dict[str, np.ndarray], slo: SLO) -> np.ndarray:
 def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     """Run-level SLO verdict from ``summarize``'s columns: ``meets_slo`` (C,)
     bool, True when for each given metric its p99 (``slo.SLO_PERCENTILE``) is
-    exact (no unserved request reaches it: they count as +inf) and at or below
-    the SLO, or no request has that metric; and ``slo_margin`` (C,) float, the
+    at or below the SLO even with every unserved request at +inf (its
+    ``_upper_bound``; the p99 itself where a frame lacks that column and the
+    p99 is exact), or no request has that metric; and ``slo_margin`` (C,) float, the
     largest p99 / SLO ratio (at most 1 when met; a lower bound when a p99 is;
     +inf with a rejected request).
     A request the front end rejected (``rejected``) has no latency but
@@ -426,13 +433,24 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     margin = np.zeros(len(df))
     for field, limit in slo.items():
         p = df[f"{field}_p{SLO_PERCENTILE}"].to_numpy(dtype=float)
-        bound = df[f"{field}_p{SLO_PERCENTILE}_is_lower_bound"].to_numpy(dtype=bool)
-        meets &= np.isnan(p) | (~bound & (p <= limit))
+        meets &= np.isnan(p) | (slo_upper_bound(df, field) <= limit)
         margin = np.fmax(margin, p / limit)
     # A rejection is a miss no p99 shows: no margin (+inf), so that sorting
     # by it never ranks such a run first.
     margin = np.where(front_end_failures(df) > 0, np.inf, margin)
     return {"meets_slo": meets, "slo_margin": margin}
+
+
+def slo_upper_bound(df: pd.DataFrame, field: str) -> np.ndarray:
+    """(C,) float64: the most ``field``'s p99 (``SLO_PERCENTILE``) can be,
+    every request unserved at the end of the run counted at +inf: the
+    ``_upper_bound`` column, or for a frame without it the p99 when exact and
+    +inf when it is only a lower bound."""
+    key = f"{field}_p{SLO_PERCENTILE}"
+    if f"{key}_upper_bound" in df:
+        return df[f"{key}_upper_bound"].to_numpy(dtype=float)
+    bound = df[f"{key}_is_lower_bound"].to_numpy(dtype=bool)
+    return np.where(bound, np.inf, df[key].to_numpy(dtype=float))
 
 
 def front_end_failures(df: pd.DataFrame) -> np.ndarray:
@@ -592,8 +610,8 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     scheduled = np.round(res.workload.arrival_s * 1e9).astype(np.int64)[None, :]
     cols["concurrency_bound"] = (cfg[:, K.CONC] > 0) & np.any(arr > scheduled, axis=1)
     cols["overloaded"] = cols["overloaded"] & ~cols["concurrency_bound"]
-    for k, v in cols.items():
-        df[k] = v
+    # One concat, not a column at a time: a frame this wide would fragment.
+    df = pd.concat([df, pd.DataFrame(cols, index=df.index)], axis=1)
     df["outcome"] = outcome(
         oi[:, S.O_LIVELOCKED],
         completed,
@@ -732,6 +750,8 @@ def itl_columns(res: SimResult) -> dict[str, np.ndarray]:
         bound = np.isinf(hi)
         out[f"itl_s_p{p}"] = np.where(bound, lo, hi) + a2_s
         out[f"itl_s_p{p}_is_lower_bound"] = bound
+        if p == SLO_PERCENTILE:  # every owed gap at +inf: an upper bound (_stats)
+            out[f"itl_s_p{p}_upper_bound"] = hi + a2_s
     return out
 
 

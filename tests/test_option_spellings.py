@@ -44,6 +44,7 @@ SPEC_TO_RUN = {
     "output": "output_tokens",
     "kind": None,  # a spec's workload or latency kind: a run picks it from other options
     "gamma_cv": None,  # spec only: gamma arrivals' coefficient of variation
+    "arrivals_until_s": None,  # spec only (plan size's horizon_s); runs: --trace-duration
     "name": None,
     "description": None,
     "workload": None,

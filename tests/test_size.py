@@ -658,6 +658,29 @@ def test_a_horizon_shorter_than_the_arrivals_still_gets_an_answer(capsys, tmp_pa
     assert rep["answer"] is not None and rep["answer"]["gpu"] == "H100"
 
 
+def test_azure_at_8x_with_a_horizon_and_slos_gets_an_answer(capsys, tmp_path):
+    """Issue 38 item 4, the must-show: the Azure conversation spec at 8x with
+    horizon_s = 120 and its TTFT/TPOT SLOs. A run stopped at 120 s leaves the
+    requests in flight with no TPOT, so no fleet could be judged; plan size
+    reads horizon_s as the traffic due by then, served to completion, says so,
+    and answers. Giving arrivals_until_s as well is one line, exit 2."""
+    text = (ROOT / "sweeps" / "azure-conv-size.toml").read_text()
+    text = text.replace("num = 16", "num = 4").replace(
+        'path = "../planner', f'path = "{ROOT}/planner'
+    )
+    spec = _spec(tmp_path, "horizon_s = 120\n" + text)
+    code, rep, err = _size(capsys, tmp_path, spec, "--gpus", "H100", "--max-replicas", "6")
+    assert code == 0, err
+    assert rep["answer"] is not None and "due by 120 s" in rep["traffic_window"]
+    table = pd.read_parquet(next(tmp_path.glob("out-*/size.parquet")))
+    best = table[table["meets_target"]]
+    assert len(best) and not best["ended_by_horizon"].any()  # every request served whole
+    assert (best["completed"] == best["arrived"]).all()
+    both = _spec(tmp_path, "horizon_s = 120\narrivals_until_s = 60\n" + text)
+    code, _, err = _size(capsys, tmp_path, both, "--gpus", "H100")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "give one of them" in err, err
+
+
 def test_a_second_plan_size_into_one_out_is_refused(capsys, tmp_path):
     """Issue 38 item 7: while one plan size holds --out, another is refused at
     once in one line; after it, a different search there needs --overwrite."""

@@ -89,7 +89,10 @@ def candidates(
     as its ``[slo]`` (``Spec.with_slo`` fields). A candidate the spec refuses
     for its hardware (the model does not fit, TP does not divide its heads)
     is kept as skipped with the reason; any other spec error is the user's to
-    fix. With ``memory_limit`` (bytes), candidates whose configs would not
+    fix. A spec's ``horizon_s`` becomes ``arrivals_until_s`` (the requests
+    due by then, each served to completion: a run stopped with requests in
+    flight cannot judge TPOT, ITL or E2E); both given is a SizingError.
+    With ``memory_limit`` (bytes), candidates whose configs would not
     fit in it are refused before they are built (``spec.check_expansion``).
     Raises SpecError, or SizingError when no candidate can run."""
     import tomlkit
@@ -112,10 +115,17 @@ def candidates(
             "remove it from the spec"
         )
     _check_tensor_parallel_sizes(user.get("hardware", {}).get("model"), tps)
+    if "horizon_s" in user and "arrivals_until_s" in user:
+        raise SizingError(
+            "horizon_s: plan size reads it as arrivals_until_s (the traffic due by then, served "
+            "to completion); give one of them"
+        )
     out = []
     for g in gpus:
         for tp in tps:
             doc = tomlkit.parse(text.removeprefix("\ufeff"))
+            if "horizon_s" in doc:  # a window of traffic, every request judged whole
+                doc["arrivals_until_s"] = doc.pop("horizon_s")
             if "hardware" in doc:
                 doc["hardware"]["gpu"] = g  # type: ignore[index]
                 doc["hardware"]["tensor_parallel_size"] = tp  # type: ignore[index]

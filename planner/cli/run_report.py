@@ -343,7 +343,9 @@ def slo_verdict(row: object, slo: SLO) -> str:
     for field, limit in slo.items():
         key = f"{field}_p{SLO_PERCENTILE}"
         p = row[key]  # type: ignore[index]
-        bound = bool(row[f"{key}_is_lower_bound"])  # type: ignore[index]
+        upper = row.get(f"{key}_upper_bound", math.inf)  # type: ignore[attr-defined]
+        # Unserved requests that cannot lift it past the SLO: met whatever they do.
+        bound = bool(row[f"{key}_is_lower_bound"]) and not upper <= limit  # type: ignore[index]
         if bound and p <= limit:
             open_bounds.append(key)  # not yet missed: only a longer run can tell
         if bound:

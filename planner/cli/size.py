@@ -163,13 +163,7 @@ def size(
     # Always size-NAME, even for a spec named size-X: two specs never share a
     # folder, and plan sweep's results/NAME is never plan size's.
     dest = out if out is not None else Path("results") / f"size-{name}"
-    for c in cands:  # every candidate's chunks fit the limit, checked before any runs
-        if c.spec is not None:
-            sw = c.spec.sweep  # type: ignore[attr-defined]
-            budget = driver.chunk_budget(
-                limit, workers, driver.has_fleets(sw), driver.caching_values(sw)
-            )
-            driver.plan_chunks(sw, None, budget)
+    _check_memory(cands, limit, workers)
     if dry_run:
         _print_plan(cands, as_json)
         return
@@ -359,6 +353,14 @@ def _report(
         "wall_s": wall,
         "answer": None,
     }
+    until = float(sweep.spec.arrivals_until_s)
+    if math.isfinite(until):  # a spec's horizon_s, read as a window of traffic
+        n = next(iter(sweep.workloads.values())).num_requests
+        rep["traffic_window"] = (
+            f"the {count(n, 'request')} due by {until:g} s, each served to completion "
+            "(plan size reads horizon_s as arrivals_until_s: a run stopped with requests in "
+            "flight cannot judge TPOT, ITL or E2E)"
+        )
     failed = front_end_failures(df)
     if result.best is None and bool((failed > 0).all()):
         least = int(np.argmin(failed))  # the row with the longest max_model_len, in effect
@@ -424,6 +426,8 @@ def _print(rep: dict, paths: list[Path]) -> None:
     """The human-readable answer."""
     c = Console(markup=False, soft_wrap=True)
     c.print(f"plan size: {rep['workload']}, model {rep['model']}, SLO {rep['slo']}")
+    if "traffic_window" in rep:
+        c.print(f"traffic: {rep['traffic_window']}")
     c.print(
         f"searched {rep['searched_fleets']:,} fleets ({rep['replica_runs']:,} replica runs) "
         f"on {', '.join(rep['candidates'])} in {rep['wall_s']:.1f} s"
@@ -497,6 +501,44 @@ def _headroom_text(h: dict | None) -> str:
         f"headroom: sustains up to {h['max_rate_scale']:.2f}x this traffic "
         f"({h['max_rps']:.2f} req/s) {held}{bound}{odd}"
     )
+
+
+# What plan size adds after its candidates ran: importing the max-rate search,
+# the headroom run, the Parquet and CSV writes and the Pareto picture
+# (matplotlib). Measured 2026-12-04 (Linux x86-64; tests/data/size_small.toml
+# on 4 candidates): 50 MiB from the resident memory after the last candidate to
+# the end's peak (15 MiB the headroom search, 34 MiB the picture); plus ~12%.
+# The headroom search's own configs are counted again beside it (conservative).
+AFTER_RUNS_BYTES = 56 * 2**20
+
+
+def _check_memory(cands: list[sizing.Candidate], limit: int, workers: int | None) -> None:
+    """Refuse, before any candidate runs, a search that would pass ``limit``
+    (bytes): every candidate's chunks beside the JIT of every kernel variant
+    any candidate needs (once the first ran, its kernels stay while the next
+    run), then the chosen fleet's headroom search (``VERIFY_FRACTIONS``
+    configs in one call) beside ``AFTER_RUNS_BYTES``. Raises SweepError (one
+    line)."""
+    from planner.maxrate.search import VERIFY_FRACTIONS
+    from planner.sweep import driver
+
+    sweeps = [c.spec.sweep for c in cands if c.spec is not None]  # type: ignore[attr-defined]
+    fleet = any(driver.has_fleets(sw) for sw in sweeps)
+    caching = set().union(*(driver.caching_values(sw) for sw in sweeps))
+    budget = driver.chunk_budget(limit, workers, fleet, caching)
+    plans = [driver.plan_chunks(sw, None, budget) for sw in sweeps]
+    k = len(VERIFY_FRACTIONS)
+    after = AFTER_RUNS_BYTES + max(
+        p.budget.fixed + p.budget.chunk_bytes(k, per, p.scratch_bytes[key])
+        for p in plans
+        for key, per in p.bytes_per_config.items()
+    )
+    if after > limit:
+        raise driver.SweepError(
+            f"--memory-limit {limit / 2**20:,.0f} MiB is too small for plan size: after the "
+            f"candidates, the headroom search ({k} configs at once), the files and the Pareto "
+            f"picture need about {after / 2**20:,.0f} MiB; raise --memory-limit"
+        )
 
 
 def _plot(result: sizing.Sizing, slo: SLO, dest: Path) -> Path:

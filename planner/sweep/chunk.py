@@ -55,30 +55,31 @@ def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
     df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
     mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}
-    df["kv_safe_max_num_seqs"] = [
-        analytic_safe_max_num_seqs(
-            c.num_gpu_blocks,
-            c.block_size,
-            mean_len[c.max_model_len],
-            c.null_block,
-            c.sliding_window_cap,
-            c.full_attention_groups,
-            c.sliding_window_groups,
-        )
-        for c in configs
-    ]
-    for name, value in zip(sweep.workload_axes(), chunk.workload_key, strict=True):
-        df[name] = value
+    # Gathered, then joined in one concat: a column at a time fragments a wide frame.
+    extra: dict[str, object] = {
+        "kv_safe_max_num_seqs": [
+            analytic_safe_max_num_seqs(
+                c.num_gpu_blocks,
+                c.block_size,
+                mean_len[c.max_model_len],
+                c.null_block,
+                c.sliding_window_cap,
+                c.full_attention_groups,
+                c.sliding_window_groups,
+            )
+            for c in configs
+        ]
+    }
+    extra |= dict(zip(sweep.workload_axes(), chunk.workload_key, strict=True))
     if "gpu_memory_utilization" in sweep.axes:
-        df["gpu_memory_utilization"] = sweep.grid["gpu_memory_utilization"].to_numpy()[
+        extra["gpu_memory_utilization"] = sweep.grid["gpu_memory_utilization"].to_numpy()[
             chunk.config_ids
         ]
-    for name, value in sweep.hardware_columns.items():
-        df[name] = value
-    extra: dict[str, object] = {}
+    extra |= sweep.hardware_columns
     if sweep.search is not None:  # [search]: the highest sustainable rate of each config
         found = search_max_rate(configs, wl, sweep.latency, sweep.slo or SLO(), sweep.search)
         extra |= {col: found.table[col].to_numpy() for col in found.table.columns}
     extra |= {"workload_fingerprint": wl.fingerprint(), "spec": sweep.name}
-    # One concat, not a column at a time: a wide frame warns of fragmentation.
+    for name in [k for k in extra if k in df.columns]:  # a metrics column: set in place
+        df[name] = extra.pop(name)
     return pd.concat([df, pd.DataFrame(extra, index=df.index)], axis=1)

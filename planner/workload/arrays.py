@@ -158,6 +158,34 @@ class Workload:
     def num_requests(self) -> int:
         return len(self.arrival_s)
 
+    def due_by(self, until_s: float) -> Workload:
+        """The requests due by ``until_s`` (seconds; ``arrival_s <= until_s``,
+        arrivals being sorted: the first n), every per-request array cut to
+        them, block hashes included. A later session turn whose session starts
+        by then is kept. Raises WorkloadError when no request is due."""
+        n = int(np.searchsorted(self.arrival_s, until_s, side="right"))
+        if n == 0:
+            raise WorkloadError(f"{self.name}: no request is due by {until_s:g} s")
+        if n == self.num_requests:
+            return self
+
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[:n]
+
+        off = self.hash_offsets
+        return replace(
+            self,
+            arrival_s=self.arrival_s[:n],
+            prompt_tokens=self.prompt_tokens[:n],
+            output_tokens=self.output_tokens[:n],
+            priority=cut(self.priority),
+            prefix_group=cut(self.prefix_group),
+            prefix_len=cut(self.prefix_len),
+            hash_ids=None if off is None else self.hash_ids[: off[n]],
+            hash_offsets=None if off is None else off[: n + 1],
+            session=cut(self.session),
+        )
+
     def rejected(self, max_model_len: int | np.ndarray) -> np.ndarray:
         """Requests the front end refuses (``capacity.front_end_rejects``:
         prompt >= ``max_model_len`` or output > ``max_model_len``; the

@@ -1,0 +1,109 @@
+"""A window of traffic (``arrivals_until_s``, and plan size's reading of
+``horizon_s``) and the SLO verdict's upper bound under a horizon (issue 38
+item 4): every request due by the window is served whole, and a p99 that a
+few unserved requests cannot lift past the SLO is a proven pass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from helpers import run_cli
+from planner.workload.arrays import LengthDist, WorkloadError, sessions
+from planner.workload.traces import TraceOptions, load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+MOONCAKE = ROOT / "planner" / "data" / "mooncake-fast25" / "conversation_trace.jsonl"
+
+
+def test_due_by_cuts_every_per_request_array_block_hashes_included():
+    wl = load_trace(MOONCAKE, "mooncake", TraceOptions(max_requests=200)).workload
+    until = float(wl.arrival_s[120])
+    cut = wl.due_by(until)
+    n = int((wl.arrival_s <= until).sum())
+    assert cut.num_requests == n < wl.num_requests
+    assert np.array_equal(cut.prompt_tokens, wl.prompt_tokens[:n])
+    assert np.array_equal(cut.output_tokens, wl.output_tokens[:n])
+    assert len(cut.hash_offsets) == n + 1 and len(cut.hash_ids) == cut.hash_offsets[-1]
+    assert np.array_equal(cut.hash_ids, wl.hash_ids[: wl.hash_offsets[n]])
+    assert wl.due_by(float(wl.arrival_s[-1])) is wl  # every request due: the same workload
+    with pytest.raises(WorkloadError, match="no request is due"):
+        wl.due_by(float(wl.arrival_s[0]) - 1e-3)
+
+
+def test_due_by_keeps_sessions_that_started():
+    d = LengthDist("constant", 8)
+    wl = sessions(40, 3, 2.0, d, d, seed=1)
+    cut = wl.due_by(5.0)
+    assert cut.session is not None and len(cut.session) == cut.num_requests
+    assert np.all(cut.arrival_s <= 5.0) and cut.num_requests < wl.num_requests
+
+
+SPEC = """name = "w"
+{top}
+[workload]
+kind = "synthetic"
+num_requests = 200
+rate = 10
+[workload.prompt]
+kind = "constant"
+mean = 200
+[workload.output]
+kind = "constant"
+mean = 100
+[scheduler]
+num_gpu_blocks = 4000
+max_model_len = 4096
+[axes]
+max_num_seqs = [64]
+"""
+
+
+def _sweep(capsys, tmp_path: Path, top: str) -> pd.DataFrame:
+    spec = tmp_path / f"w{len(list(tmp_path.iterdir()))}.toml"
+    spec.write_text(SPEC.format(top=top))
+    out = tmp_path / f"out-{spec.stem}"
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(out))
+    assert code == 0, err
+    return pd.read_parquet(out / "data.parquet")
+
+
+def test_arrivals_until_serves_the_window_whole_where_a_horizon_censors_it(capsys, tmp_path):
+    """200 requests at 10 req/s: arrivals_until_s = 5 keeps the 51 due by 5 s
+    (arrivals 0, 0.1, ..., 5.0) and serves each to completion; horizon_s = 5
+    stops the clock with the last ones in flight."""
+    window = _sweep(capsys, tmp_path, "arrivals_until_s = 5").iloc[0]
+    assert window["arrived"] == window["completed"] and not window["ended_by_horizon"]
+    assert (
+        window["output_tokens_served"] == window["output_tokens_asked"] == 100 * window["arrived"]
+    )
+    stopped = _sweep(capsys, tmp_path, "horizon_s = 5").iloc[0]
+    assert stopped["ended_by_horizon"] and stopped["completed"] < window["completed"]
+
+
+def test_a_few_unserved_at_the_horizon_do_not_deny_a_proven_ttft_slo(capsys, tmp_path):
+    """500 light requests at 10 req/s and a horizon 1 ms after the last
+    arrival: that request has no first token, so the TTFT p99 is a lower
+    bound, yet with it at +inf the p99 moves by one rank and stays finite
+    (ttft_s_p99_upper_bound): an SLO at or above that is met, proven; an SLO
+    between the bound and the upper bound is not claimed."""
+    trace = tmp_path / "light.csv"
+    pd.DataFrame(
+        {"arrival_time_s": np.arange(500) / 10, "prompt_tokens": 100, "output_tokens": 50}
+    ).to_csv(trace, index=False)
+    base = ["run", "--trace-file", str(trace), "--horizon", "49.901", "--json"]
+    code, out, err = run_cli(capsys, *base)
+    assert code == 0, err
+    d = json.loads(out)
+    lo, hi = d["ttft_s_p99"], d["ttft_s_p99_upper_bound"]
+    assert d["unserved"] >= 1 and d["ttft_s_p99_is_lower_bound"] and lo < hi < 1.0
+    code, out, err = run_cli(capsys, *base, "--ttft-slo", repr(hi))
+    assert json.loads(out)["meets_slo"] is True, out
+    code, out, err = run_cli(capsys, *base, "--ttft-slo", repr((lo + hi) / 2))
+    assert json.loads(out)["meets_slo"] is False, out
+    code, out, err = run_cli(capsys, *base[:-1], "--ttft-slo", repr(hi))
+    assert "verdict: MEETS SLO" in out, out
