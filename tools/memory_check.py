@@ -122,9 +122,9 @@ CASES = (  # (name, spec, limit, cache)
     ("caching-5m-1GiB", "caching-5m", "1GiB", "warm"),
     ("block-2p27-300", "block-2p27", "300MiB", "warm"),
     ("block-2p27-1536MiB", "block-2p27", "1536MiB", "warm"),
-    # just above the minimum each refusal above states (about 467, 648, 1,282 MiB)
-    ("azure-470-cold", "azure", "470MiB", "cold"),
-    ("caching-5m-650MiB", "caching-5m", "650MiB", "warm"),
+    # just above the minimum each refusal above states (about 509, 771, 1,283 MiB)
+    ("azure-510-cold", "azure", "510MiB", "cold"),
+    ("caching-5m-775MiB", "caching-5m", "775MiB", "warm"),
     ("block-2p27-1290MiB", "block-2p27", "1290MiB", "warm"),
 )
 
