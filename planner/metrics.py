@@ -226,12 +226,15 @@ def _stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.nda
         out = {f"{prefix}_mean": np.nanmean(x, axis=1)}
         q = np.nanpercentile(x, PERCENTILES, axis=1)
         q_hi = np.nanpercentile(hi, PERCENTILES, axis=1)
+        # An order statistic that is an unserved request's: the bound is +inf
+        # (interpolating toward the 1e18 stand-in would give a huge finite one).
+        top = np.nanpercentile(hi, PERCENTILES, axis=1, method="higher")
     out[f"{prefix}_mean_is_lower_bound"] = censored.any(axis=1)
-    for p, row, row_hi in zip(PERCENTILES, q, q_hi, strict=True):
+    for p, row, row_hi, row_top in zip(PERCENTILES, q, q_hi, top, strict=True):
         out[f"{prefix}_p{p}"] = row
         out[f"{prefix}_p{p}_is_lower_bound"] = ~np.isnan(row) & (row_hi != row)
         if p == SLO_PERCENTILE:
-            out[f"{prefix}_p{p}_upper_bound"] = np.where(row_hi >= _UNSERVED, np.inf, row_hi)
+            out[f"{prefix}_p{p}_upper_bound"] = np.where(row_top >= _UNSERVED, np.inf, row_hi)
     return out
 
 
@@ -430,6 +433,8 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     that rejects everything has no p99 at all). Overload is not part of it:
     callers combine it with ``overloaded``."""
     meets = front_end_failures(df) == 0
+    if "completed" in df:  # a run that served nothing meets nothing
+        meets &= df["completed"].to_numpy() > 0
     margin = np.zeros(len(df))
     for field, limit in slo.items():
         p = df[f"{field}_p{SLO_PERCENTILE}"].to_numpy(dtype=float)

@@ -365,7 +365,14 @@ def slo_verdict(row: object, slo: SLO) -> str:
             "its work ended (outcome step_limit)"
         )
     horizon = bool(row.get("ended_by_horizon", False))  # type: ignore[attr-defined]
-    if horizon and not over and len(open_bounds) == len(misses):
+    if int(row.get("completed", 1)) == 0:  # type: ignore[attr-defined]
+        if horizon and not over:
+            return (
+                f"verdict: NONE for SLO ({slo.describe()}): the horizon ended the run before any "
+                "request completed; run without --horizon, or longer"
+            )
+        misses.append("no request completed")
+    if horizon and not over and open_bounds and len(open_bounds) == len(misses):
         return (
             f"verdict: NONE for SLO ({slo.describe()}): the horizon ended the run while requests "
             f"that had waited less than the SLO were unserved ({', '.join(open_bounds)} is only "
