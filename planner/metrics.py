@@ -433,13 +433,14 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     that rejects everything has no p99 at all). Overload is not part of it:
     callers combine it with ``overloaded``."""
     meets = front_end_failures(df) == 0
-    if "completed" in df:  # a run that served nothing meets nothing
-        meets &= df["completed"].to_numpy() > 0
+    judged = np.zeros(len(df), dtype=bool)  # some SLO metric has a value: a run to judge
     margin = np.zeros(len(df))
     for field, limit in slo.items():
         p = df[f"{field}_p{SLO_PERCENTILE}"].to_numpy(dtype=float)
+        judged |= ~np.isnan(p)
         meets &= np.isnan(p) | (slo_upper_bound(df, field) <= limit)
         margin = np.fmax(margin, p / limit)
+    meets &= judged  # a run no request of which had any SLO metric meets nothing
     # A rejection is a miss no p99 shows: no margin (+inf), so that sorting
     # by it never ranks such a run first.
     margin = np.where(front_end_failures(df) > 0, np.inf, margin)

@@ -365,13 +365,13 @@ def slo_verdict(row: object, slo: SLO) -> str:
             "its work ended (outcome step_limit)"
         )
     horizon = bool(row.get("ended_by_horizon", False))  # type: ignore[attr-defined]
-    if int(row.get("completed", 1)) == 0:  # type: ignore[attr-defined]
+    if all(math.isnan(float(row[f"{f}_p{SLO_PERCENTILE}"])) for f, _ in slo.items()):  # type: ignore[index]
         if horizon and not over:
             return (
                 f"verdict: NONE for SLO ({slo.describe()}): the horizon ended the run before any "
-                "request completed; run without --horizon, or longer"
+                "request could be judged; run without --horizon, or longer"
             )
-        misses.append("no request completed")
+        misses.append("no request could be judged")
     if horizon and not over and open_bounds and len(open_bounds) == len(misses):
         return (
             f"verdict: NONE for SLO ({slo.describe()}): the horizon ended the run while requests "
