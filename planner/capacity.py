@@ -60,30 +60,6 @@ def blocks_for_tokens(num_tokens: int, max_model_len: int, block_size: int) -> i
     return cdiv(min(num_tokens, max_model_len), block_size)
 
 
-# The two front-end rules in words (``front_end_rejects``, ``Workload.cut``).
-REJECT_RULE = "prompt >= max_model_len or output > max_model_len"
-CUT_RULE = "prompt + output > max_model_len"
-
-
-@njit(cache=True, inline="always")
-def front_end_rejects(prompt: int, max_tokens: int, max_model_len: int) -> bool:
-    """Whether vLLM 0.33's OpenAI front end answers a request with HTTP 400.
-
-    Two rules, read in the 0.33.0 wheel: a prompt of ``max_model_len``
-    tokens or more (``renderers/params.py``, ``TokenizeParams._token_len_check``
-    refuses a longer one; at exactly ``max_model_len``,
-    ``entrypoints/serve/utils/api_utils.py`` ``get_max_tokens`` leaves 0
-    output tokens, which ``SamplingParams`` refuses), and ``max_tokens`` above
-    ``max_model_len`` (``TokenizeParams.__post_init__``). A request within
-    both whose prompt + max_tokens exceeds ``max_model_len`` is *not* refused:
-    ``get_max_tokens`` clamps its max_tokens to ``max_model_len - prompt``
-    (``stop_length`` ends it there; ``Workload.cut`` counts it). The
-    workload's output length stands for max_tokens (``vllm bench serve``
-    sends it with ``ignore_eos``).
-    """
-    return prompt >= max_model_len or max_tokens > max_model_len
-
-
 @njit(cache=True)
 def stop_length(
     max_model_len: int, num_gpu_blocks: int, block_size: int, null_block: bool, bound: int

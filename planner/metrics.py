@@ -461,7 +461,7 @@ def slo_upper_bound(df: pd.DataFrame, field: str) -> np.ndarray:
 
 def front_end_failures(df: pd.DataFrame) -> np.ndarray:
     """(C,) int64: requests of each ``summarize`` row the front end failed:
-    ``rejected`` (HTTP 400, ``capacity.front_end_rejects``) plus ``cut``
+    ``rejected`` (HTTP 400, ``front_end.front_end_rejects``) plus ``cut``
     (admitted with max_tokens clamped, ``Workload.cut``: the client asked
     for more tokens than it got). Every verdict counts them as failed
     requests, so no answer gets cheaper by serving fewer tokens. Columns a
@@ -475,10 +475,10 @@ def front_end_failures(df: pd.DataFrame) -> np.ndarray:
 
 def front_end_text(rejected: int, cut: int, max_model_len: int) -> str:
     """The front end's failures in words: how many requests it rejected
-    (``capacity.REJECT_RULE``) and cut short (``capacity.CUT_RULE``) at
+    (``front_end.REJECT_RULE``) and cut short (``front_end.CUT_RULE``) at
     ``max_model_len``; '' when neither. The fix is a larger max_model_len."""
-    from planner.capacity import CUT_RULE, REJECT_RULE
     from planner.text import count
+    from planner.workload.front_end import CUT_RULE, REJECT_RULE
 
     parts = []
     if rejected:

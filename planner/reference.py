@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.capacity import blocks_for_tokens, front_end_rejects, stop_length, usable_blocks
+from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
 from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, lat_kind, pack_tables
 from planner.kernel.cycle import QUIET_STEPS
 from planner.kernel.token_gaps import NBINS, SUB, SUB_BITS
@@ -50,6 +50,7 @@ from planner.latency.step_time import (
     blis_step_ns,
     step_time_ns,
 )
+from planner.workload.front_end import front_end_rejects
 
 
 @dataclass

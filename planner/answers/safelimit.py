@@ -289,7 +289,7 @@ class Recommendation:
 
 def started_text(row: pd.Series) -> str:
     """'S of O req/s offered started over the arrival window', with the rate
-    the front end rejected (``capacity.REJECT_RULE``) when it rejected any:
+    the front end rejected (``front_end.REJECT_RULE``) when it rejected any:
     those never start, whatever the capacity (``metrics.overload``)."""
     text = f"{row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started"
     refused = row.offered_rps - row.accepted_rps

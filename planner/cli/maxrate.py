@@ -224,7 +224,7 @@ def max_rate(
         cfg.check_vllm_starts()
         clock_bound(cfg, lat)
     # Lengths as asked: each configuration's front end acts at its own
-    # max_model_len (``capacity.front_end_rejects``, ``Workload.cut``).
+    # max_model_len (``front_end.front_end_rejects``, ``Workload.cut``).
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
              "max_requests": max_requests, "hash_block_size": trace_hash_block_size}  # fmt: skip
     wl = command_workload(

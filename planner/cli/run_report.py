@@ -17,6 +17,7 @@ from planner.metrics import LIVELOCKED, OK, front_end_failures, front_end_text
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.text import count
 from planner.workload.arrays import Workload
+from planner.workload.front_end import REJECT_RULE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -244,8 +245,7 @@ def print_run(
         )
     if int(row["never_sent"]) > 0:  # type: ignore[index]
         why = (
-            f"an earlier turn of its session was rejected ({capacity.REJECT_RULE}), or the run "
-            "ended first"
+            f"an earlier turn of its session was rejected ({REJECT_RULE}), or the run ended first"
             if wl.session is not None
             else "the run ended while its client waited for a free slot"
         )

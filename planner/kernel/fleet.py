@@ -39,7 +39,6 @@ from numba.typed import List
 
 from planner import config as K
 from planner.bounds import INT64_MAX
-from planner.capacity import front_end_rejects
 from planner.kernel import state as S
 from planner.kernel.arrivals import later_by, place, queue_delay
 from planner.kernel.routers import (
@@ -53,6 +52,7 @@ from planner.kernel.routers import (
 )
 from planner.kernel.rowview import row
 from planner.kernel.step import ENDED, _init, fast_path_allowed, new_prefix_cache, run_steps
+from planner.workload.front_end import front_end_rejects
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)

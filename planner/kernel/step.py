@@ -68,13 +68,7 @@ import numpy as np
 from numba import njit
 
 from planner import config as K
-from planner.capacity import (
-    blocks_for_tokens,
-    cdiv,
-    front_end_rejects,
-    stop_length,
-    usable_blocks,
-)
+from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.arena import Arenas
@@ -112,6 +106,7 @@ from planner.kernel.state import (
 )
 from planner.kernel.token_gaps import gap_bin
 from planner.latency.step_time import LINEAR, blis_step_ns, step_time_ns
+from planner.workload.front_end import front_end_rejects
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -331,7 +326,7 @@ def _finish(r, t, cfg, rq, st, k, p):
 def _arrivals(cfg, rq, st, q, k):
     """Requests whose entry time has come join the tail of ``waiting``
     (``Scheduler.add_request``; priority: ``PriorityRequestQueue``). The front
-    end rejects what ``capacity.front_end_rejects`` says it does. Closed loop:
+    end rejects what ``workload.front_end.front_end_rejects`` says it does. Closed loop:
     only released requests arrive (``arrivals.py``)."""
     R = rq.prompt.shape[0]
     by_priority = cfg[K.POLICY] == 1

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner import bounds
+from planner.workload.front_end import front_end_rejects
 
 if TYPE_CHECKING:
     pass
@@ -187,18 +188,18 @@ class Workload:
         )
 
     def rejected(self, max_model_len: int | np.ndarray) -> np.ndarray:
-        """Requests the front end refuses (``capacity.front_end_rejects``:
+        """Requests the front end refuses (``front_end.front_end_rejects``:
         prompt >= ``max_model_len`` or output > ``max_model_len``; the
         kernel's ``step._arrivals``): (R,) bool for an int, (C, R) for a (C,)
         array of them."""
         mml, prompt, output = self._against(max_model_len)
-        return (prompt >= mml) | (output > mml)
+        return front_end_rejects.py_func(prompt, output, mml)
 
     def cut(self, max_model_len: int | np.ndarray) -> np.ndarray:
         """Requests the front end admits with fewer output tokens than asked:
         prompt + output > ``max_model_len`` (vLLM 0.33's ``get_max_tokens``
         clamps max_tokens to ``max_model_len - prompt``; see
-        ``capacity.front_end_rejects``). Shapes as ``rejected``."""
+        ``front_end.front_end_rejects``). Shapes as ``rejected``."""
         mml, prompt, output = self._against(max_model_len)
         return (prompt + output > mml) & ~self.rejected(max_model_len)
 

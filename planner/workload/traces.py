@@ -31,7 +31,7 @@ Formats:
 ``duration_s``, relative to the first request), a rate scale (arrivals divided
 by it: 2 replays twice as fast) and a request cap. Lengths stay as the trace
 asks: the kernel applies vLLM's front-end rules at each configuration's
-max_model_len (``capacity.front_end_rejects``) and the metrics count the
+max_model_len (``front_end.front_end_rejects``) and the metrics count the
 requests it rejects or cuts short.
 
 Every problem in a file is a ``WorkloadError`` naming the file, the row (1-based
