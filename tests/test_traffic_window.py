@@ -134,3 +134,33 @@ def test_a_horizon_run_never_claims_an_slo_it_cannot_show(capsys, horizon, meets
     assert hi is None or d["ttft_s_p99"] <= hi < 1e9
     code, out, err = run_cli(capsys, *base)
     assert verdict in out and "( is only" not in out, out
+
+
+@pytest.mark.parametrize("field", ["horizon_s", "arrivals_until_s", "workload.rate"])
+def test_a_boolean_is_no_number_in_a_spec(capsys, tmp_path, field):
+    """Tryout finding: TOML's true was read as 1 (pydantic's lax mode), so
+    ``horizon_s = true`` meant one second. Every field whose type takes no
+    boolean refuses it in one line, naming the field."""
+    text = SPEC.format(top="")
+    if field == "workload.rate":
+        text = text.replace("rate = 10", "rate = true")
+    else:
+        text = text.replace('name = "w"', f'name = "w"\n{field} = true')
+    spec = tmp_path / "b.toml"
+    spec.write_text(text)
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{field}: expected a number, not a boolean" in err
+
+
+def test_plan_size_names_the_horizon_s_the_user_wrote(capsys, tmp_path):
+    """plan size reads horizon_s as arrivals_until_s; an error in it names
+    horizon_s, the field in the user's spec."""
+    text = (ROOT / "tests" / "data" / "size_small.toml").read_text()
+    spec = tmp_path / "h.toml"
+    spec.write_text(text.replace('name = "size-small"', 'name = "size-small"\nhorizon_s = -1'))
+    code, _, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100", "--out", str(tmp_path / "o")
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "horizon_s:" in err and "arrivals_until_s" not in err

@@ -135,6 +135,9 @@ def candidates(
                 s = Spec(sweep, label)
             except SpecError as e:
                 why = str(e).removeprefix(f"{path}: ")
+                if not why.startswith("hardware: ") and "horizon_s" in user:
+                    # the field the user wrote, not the one plan size read it as
+                    raise SpecError(str(e).replace("arrivals_until_s", "horizon_s")) from None
                 if not why.startswith("hardware: "):
                     raise
                 out.append(Candidate(g, tp, None, why.removeprefix("hardware: ")))

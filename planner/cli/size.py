@@ -358,7 +358,7 @@ def _report(
         n = next(iter(sweep.workloads.values())).num_requests
         rep["traffic_window"] = (
             f"the {count(n, 'request')} due by {until:g} s, each served to completion "
-            "(plan size reads horizon_s as arrivals_until_s: a run stopped with requests in "
+            "(arrivals_until_s; plan size reads a horizon_s so: a run stopped with requests in "
             "flight cannot judge TPOT, ITL or E2E)"
         )
     failed = front_end_failures(df)

@@ -18,12 +18,21 @@ import json
 import math
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from planner import bounds, resolve
 from planner.config import (
@@ -247,8 +256,27 @@ class SpecError(ValueError):
     """A spec that cannot run; the message is one line."""
 
 
+def _admits_bool(annotation: object) -> bool:
+    """Whether a field's type takes a boolean (bool itself, or a union or
+    ``Annotated`` holding it)."""
+    if annotation is bool:
+        return True
+    return any(_admits_bool(a) for a in typing.get_args(annotation))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, v: object, info: ValidationInfo) -> object:
+        """TOML's true/false is no number: pydantic reads it as 1/0 for a
+        float or int field (lax mode), so ``horizon_s = true`` would mean 1 s.
+        Refused for every field whose type takes no boolean."""
+        field = cls.model_fields[info.field_name]  # type: ignore[index]
+        if isinstance(v, bool) and not _admits_bool(field.annotation):
+            raise ValueError("expected a number, not a boolean")
+        return v
 
 
 class LengthSpec(_Strict):
