@@ -256,12 +256,12 @@ class SpecError(ValueError):
     """A spec that cannot run; the message is one line."""
 
 
-def _admits_bool(annotation: object) -> bool:
-    """Whether a field's type takes a boolean (bool itself, or a union or
+def _admits(annotation: object, kind: type) -> bool:
+    """Whether a field's type takes ``kind`` (it itself, or a union or
     ``Annotated`` holding it)."""
-    if annotation is bool:
+    if annotation is kind:
         return True
-    return any(_admits_bool(a) for a in typing.get_args(annotation))
+    return any(_admits(a, kind) for a in typing.get_args(annotation))
 
 
 class _Strict(BaseModel):
@@ -272,9 +272,10 @@ class _Strict(BaseModel):
     def _no_bool_as_number(cls, v: object, info: ValidationInfo) -> object:
         """TOML's true/false is no number: pydantic reads it as 1/0 for a
         float or int field (lax mode), so ``horizon_s = true`` would mean 1 s.
-        Refused for every field whose type takes no boolean."""
-        field = cls.model_fields[info.field_name]  # type: ignore[index]
-        if isinstance(v, bool) and not _admits_bool(field.annotation):
+        Refused for every number field whose type takes no boolean."""
+        kind = cls.model_fields[info.field_name].annotation  # type: ignore[index]
+        number = _admits(kind, int) or _admits(kind, float)
+        if isinstance(v, bool) and number and not _admits(kind, bool):
             raise ValueError("expected a number, not a boolean")
         return v
 
