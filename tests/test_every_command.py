@@ -94,8 +94,12 @@ def test_command_runs_once(capsys, tmp_path, monkeypatch, name):
     code, out, err = run_cli(capsys, *argv)
     assert code == EXPECTED.get(name, 0), f"plan {' '.join(argv)}: exit {code}\n{err}"
     assert out.strip(), err
-    if "--json" in argv:
-        json.loads(out)
+    if "--json" in argv:  # standard JSON: no bare NaN or Infinity
+        json.loads(out, parse_constant=_refuse)
+
+
+def _refuse(name: str) -> None:
+    raise AssertionError(f"--json wrote {name}, which is not JSON")
 
 
 def test_sweep_and_heatmap_run_once(capsys, tmp_path):

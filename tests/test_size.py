@@ -57,6 +57,15 @@ def _size(capsys, tmp_path: Path, spec: Path, *args: str) -> tuple[int, dict, st
     return code, rep, err
 
 
+SMALL_ONE = """[workload]
+kind = "synthetic"
+num_requests = 1
+[workload.prompt]
+mean = 200
+[workload.output]
+mean = 50
+"""
+
 CANDIDATES = ("--gpus", "H100,A100-80GB,L40S", "--max-replicas", "6")
 
 
@@ -479,7 +488,7 @@ def test_headroom_text_for_a_search_range_below_the_traffic():
     from planner.cli.size import _headroom_text
 
     low = {"max_rate_scale": 0.8, "max_rps": 3.0, "limit": "at_search_max", "slo": True}
-    low |= {"monotone": True, "fail_scale": float("nan")}
+    low |= {"monotone": True, "fail_scale": float("nan"), "requests": 5000, "window_s": 60.0}
     assert _headroom_text(low).startswith("headroom: not measured: the spec's [search] range")
     high = {**low, "max_rate_scale": 1.3}
     assert "at least: the search's top" in _headroom_text(high)
@@ -741,3 +750,43 @@ def test_plan_sweep_refuses_a_plan_size_folder(capsys, tmp_path):
         code, _, err = run_cli(capsys, "sweep", SMALL, "--out", str(out), *extra)
         assert code == 2 and "holds a plan size search" in err, err
     assert not (out / "data.parquet").exists()
+
+
+def test_a_batch_sent_at_once_is_priced_by_its_run_and_its_json_is_standard(capsys, tmp_path):
+    """A spec of one request (or any batch with no arrival window) has no
+    offered rate: the answer says so, prices the run's own tokens, and --json
+    writes null for the rate, never a bare NaN."""
+    text = 'name = "one"\n' + SMALL_ONE + ROOFLINE_H100 + "[axes]\nmax_num_seqs = [8]\n"
+    spec = _spec(tmp_path, text)
+    code, stdout, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "1",
+        "--out", str(tmp_path / "j"), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    rep = json.loads(stdout, parse_constant=lambda c: pytest.fail(f"bare {c} in --json"))
+    a = rep["answer"]
+    assert a["offered_rps"] is None
+    assert a["usd_per_million_output_tokens"] > 0
+    code, stdout, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "1",
+        "--out", str(tmp_path / "t"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "nan" not in stdout.lower() and "sent at once (offline)" in stdout
+
+
+def test_headroom_on_a_short_burst_says_it_is_not_a_sustained_rate(capsys, tmp_path):
+    """50 requests at 5 req/s: the headroom search's answer is a rate the fleet
+    absorbed once, and the answer says so; 1,000 requests or more carry no caveat."""
+    from planner.cli.size import SHORT_WINDOW_REQUESTS, _headroom_text
+
+    code, out, err = run_cli(
+        capsys, "size", SMALL, "--gpus", "H100", "--max-replicas", "1", "--out", str(tmp_path / "o")
+    )
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("headroom:"))
+    assert "measured on 50 requests" in line and "too short" in line
+    h = {"requests": SHORT_WINDOW_REQUESTS, "window_s": 100.0, "max_rate_scale": 2.0}
+    h |= {"max_rps": 20.0, "limit": "slo", "monotone": True, "fail_scale": 2.1, "slo": True}
+    assert "too short" not in _headroom_text(h)
+    assert "too short" in _headroom_text(h | {"requests": SHORT_WINDOW_REQUESTS - 1})

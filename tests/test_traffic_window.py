@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import run_cli
+from helpers import ROOFLINE_H100, run_cli
 from planner.workload.arrays import LengthDist, WorkloadError, sessions
 from planner.workload.traces import TraceOptions, load_trace
 
@@ -164,3 +164,19 @@ def test_plan_size_names_the_horizon_s_the_user_wrote(capsys, tmp_path):
     )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "horizon_s:" in err and "arrivals_until_s" not in err
+
+
+def test_dry_run_gives_the_range_of_requests_when_workloads_differ(capsys, tmp_path):
+    """A window cut after rate_scale holds more requests at the higher scale;
+    --dry-run's "requests each" shows both ends, not one workload's count."""
+    azure = ROOT / "planner" / "data" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        f'name = "rs"\narrivals_until_s = 10\n[workload]\nkind = "trace"\npath = "{azure}"\n'
+        "duration_s = 60\n" + ROOFLINE_H100 + "[axes]\nmax_num_seqs = [8]\nrate_scale = [1, 4]\n"
+    )
+    code, out, err = run_cli(capsys, "sweep", str(spec), "--dry-run")
+    assert code == 0, err
+    line = next(x for x in (out + err).splitlines() if "requests each" in x)
+    lo, hi = (int(v.replace(",", "")) for v in line.split("requests each: ")[1].split(" to "))
+    assert lo < hi

@@ -213,9 +213,10 @@ def check_spec(spec: object) -> None:
 
 def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame:
     """Add ``gpus``, ``usd_per_hour``, ``usd_per_million_output_tokens`` (at
-    the rate served, ``metrics.overload``; closed loop, the run's) and ``meets_target``
-    (``maxrate.passes``: also no request rejected or cut short) to sweep
-    rows carrying ``gpu`` and ``tensor_parallel_size``."""
+    the rate served, ``metrics.overload``; closed loop or a batch sent at
+    once, the run's) and ``meets_target`` (``maxrate.passes``: also no request
+    rejected or cut short) to sweep rows carrying ``gpu`` and
+    ``tensor_parallel_size``."""
     df = df.copy()
     df["gpus"] = df["tensor_parallel_size"] * df["replicas"]
     df["usd_per_gpu_hour"] = [prices.price(g) for g in df["gpu"]]
@@ -226,12 +227,13 @@ def cost_columns(df: pd.DataFrame, prices: PriceTable, slo: SLO) -> pd.DataFrame
         # rate it started requests over the arrival window (what it served),
         # x output tokens per completed request; the run's own output_tps
         # would also divide by the drain after the last arrival. Closed loop,
-        # the clients' pace is the run's own: its output_tps.
+        # the clients' pace is the run's own: its output_tps. A batch sent at
+        # once (no arrival window, so no rate) is priced by its run too.
         per_request = df["output_tps"] / df["throughput_rps"]
         served = np.where(df["overloaded"].astype(bool), df["served_rps"], df["accepted_rps"])
         open_loop = served * per_request * 3600.0
-        closed = df["max_concurrency"] > 0
-        tokens_per_hour = np.where(closed, df["output_tps"] * 3600.0, open_loop)
+        own_pace = (df["max_concurrency"] > 0) | ~np.isfinite(served)
+        tokens_per_hour = np.where(own_pace, df["output_tps"] * 3600.0, open_loop)
         df["usd_per_million_output_tokens"] = np.where(
             tokens_per_hour > 0, df["usd_per_hour"] / tokens_per_hour * 1e6, np.nan
         )

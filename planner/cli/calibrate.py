@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +14,7 @@ import typer
 from planner.cli import options as opt
 from planner.cli import server
 from planner.cli.inert import reject_inert
+from planner.cli.json_out import print_json
 from planner.inert import CALIBRATE_RULES
 from planner.models import vllm_defaults
 
@@ -90,7 +90,7 @@ def calibrate(
             fit, _ = cal.fit_measured(steps, base)  # type: ignore[arg-type]
     if as_json:
         out = {"options": fit.options, "steps": fit.n, "rms_ms": fit.rms_ms}
-        print(json.dumps({**out, "mean_rel_error": fit.mean_rel, "max_rel_error": fit.max_rel}))
+        print_json({**out, "mean_rel_error": fit.mean_rel, "max_rel_error": fit.max_rel})
         return
     print(fit.options)
     print(fit.describe())
@@ -174,7 +174,7 @@ def _calibrate_requests(ctx: typer.Context, path: Path, o: dict) -> None:
             o["max_num_seqs"], o["max_num_batched_tokens"], derived
         )
         out["server_settings"] = resolve.server_json(srv)
-        print(json.dumps(out))
+        print_json(out)
         return
     at = resolve.sized_at(o["max_num_seqs"], o["max_num_batched_tokens"])
     print(fit.options)  # first: the line to copy

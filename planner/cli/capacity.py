@@ -6,13 +6,11 @@ before deploying. Parsing and printing only; the math is in ``capacity`` and
 from __future__ import annotations
 
 import functools
-import json
 import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -21,6 +19,7 @@ from planner import capacity, resolve
 from planner.cli import options as opt
 from planner.cli import server
 from planner.cli.inert import given, reject_inert, reject_inert_hardware, spelled
+from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.inert import CHECK_RULES, RUN_RULES, InertOption
 from planner.metrics import front_end_text
@@ -372,7 +371,7 @@ def check(
     out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
     out["server_settings"] = resolve.server_json(srv)
     if as_json:
-        print(json.dumps(finite(out)))
+        print_json(out)
     else:
         server.print_settings(srv)
         _print_check(out, gap)
@@ -883,7 +882,7 @@ def safe_limit(
             at_seqs, max_num_batched_tokens, num_gpu_blocks is None
         )
         out["server_settings"] = resolve.server_json(srv)
-        print(json.dumps(finite(out), default=float))
+        print_json(out)
         return
     server.print_settings(srv)
     _print_limits(s, wl.name, n, block_size, rec.text)
@@ -898,17 +897,6 @@ def safe_limit(
         )
     else:
         print(f"num_gpu_blocks {n:,} (given)")
-
-
-def finite(obj: object) -> object:
-    """Replace NaN and infinities with None, recursively, so JSON stays standard."""
-    if isinstance(obj, float | np.floating):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite(v) for v in obj]
-    return obj
 
 
 EVALUATED_COLUMNS = (

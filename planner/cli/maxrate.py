@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import time
 from typing import Annotated
@@ -20,8 +19,9 @@ from rich.console import Console
 from planner import bounds, resolve
 from planner.cli import options as opt
 from planner.cli import server
-from planner.cli.capacity import command_workload, finite, warn
+from planner.cli.capacity import command_workload, warn
 from planner.cli.inert import given, reject_inert, reject_inert_hardware
+from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig, clock_bound
 from planner.inert import RUN_RULES
 from planner.maxrate.search_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
@@ -260,7 +260,7 @@ def max_rate(
             ],
             "server_settings": resolve.server_json(shown),
         }
-        print(json.dumps(finite(out), default=_plain))
+        print_json(out)
         return
     server.print_settings(shown)
     c = Console(markup=False, soft_wrap=True)
@@ -366,10 +366,6 @@ def _at_rate(row: pd.Series) -> str:
         if not np.isnan(row[f"{k}_p99_at_max_rate"])
     ]
     return ", ".join(parts) if parts else "-"
-
-
-def _plain(v: object) -> object:
-    return v.item() if hasattr(v, "item") else str(v)  # type: ignore[union-attr]
 
 
 def register(app: typer.Typer) -> None:

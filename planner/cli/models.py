@@ -3,12 +3,11 @@ Listing only; the data are in ``planner.models.catalog`` and ``planner.models.ha
 
 from __future__ import annotations
 
-import json
-
 import typer
 from rich.console import Console
 
 from planner.cli import options as opt
+from planner.cli.json_out import print_json
 from planner.models import catalog, hardware
 from planner.models.config_json import KINDS
 
@@ -40,7 +39,7 @@ def models(as_json: opt.AsJson = False) -> None:
         for g in hardware.GPUS.values()
     ]  # fmt: skip
     if as_json:
-        print(json.dumps({"models": rows, "gpus": gpus}))
+        print_json({"models": rows, "gpus": gpus})
         return
     c = Console(markup=False, soft_wrap=True)
     c.print("models (--model: a Hugging Face id, an alias, or a path to a config.json):")

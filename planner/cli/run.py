@@ -8,7 +8,6 @@ simulation, then the output (``planner.cli.run_report``).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -23,9 +22,10 @@ from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli import options as opt
 from planner.cli import run_report as report
 from planner.cli import server
-from planner.cli.capacity import command_workload, finite, warn
+from planner.cli.capacity import command_workload, warn
 from planner.cli.errors import InputError, os_error_reason
 from planner.cli.inert import given, reject_inert, reject_inert_hardware
+from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig, check_compat_latency, clock_bound, compat_settings
 from planner.inert import RUN_RULES
 from planner.latency.step_time import Latency
@@ -274,7 +274,7 @@ def run(ctx: typer.Context, **o: Any) -> None:
     if o["as_json"]:
         out = _json(res, row, cfg, slo, derived)
         out["server_settings"] = resolve.server_json(srv)
-        print(json.dumps(finite(out), default=report.json_default))
+        print_json(out)
     else:
         server.print_settings(srv, also=_s1_assumes(o))
         _table(res, row, cfg, wl, lat, slo, wall, o["num_gpu_blocks"] is not None, derived)

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from planner.answers import sizing
 from planner.cli import options as opt
+from planner.cli.json_out import print_json
 from planner.cli.progress import stderr_reporter
 from planner.metrics import front_end_failures, front_end_text
 from planner.slo import SLO
@@ -188,7 +189,7 @@ def size(
         png = _plot(result, target, dest)
         report = _report(result, cands, base, table, target, wall, headroom)
         if as_json:
-            print(json.dumps(report, default=_plain))
+            print_json(report)
         else:
             _print(report, [*paths, png])
         if result.best is None:
@@ -287,7 +288,7 @@ def _print_plan(cands: list[sizing.Candidate], as_json: bool) -> None:
         runs = sum(cfg.replicas for cfg in sweep.configs)
         plan[name] = {"fleets": len(sweep.configs), "replica_runs": runs}
     if as_json:
-        print(json.dumps(plan))
+        print_json(plan)
         return
     c = Console(markup=False, soft_wrap=True)
     for name, p in plan.items():
@@ -318,7 +319,10 @@ def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) ->
     except SearchError as e:
         return {"note": str(e)}
     t = found.table.iloc[0]
+    wl = sweep.workloads[key]
     return {
+        "requests": int(wl.num_requests),
+        "window_s": float(wl.arrival_s[-1] - wl.arrival_s[0]),  # at this traffic (1x)
         "max_rate_scale": float(t["max_rate_scale"]),
         "max_rps": float(t["max_rps"]),
         "limit": str(t["max_rate_limit"]),
@@ -455,7 +459,9 @@ def _print(rep: dict, paths: list[Path]) -> None:
             f"at this traffic: TTFT p99 {a['ttft_s_p99']:.3f} s, TPOT p99 "
             f"{a['tpot_s_p99'] * 1000:.1f} ms, ITL p99 {a['itl_s_p99'] * 1000:.1f} ms, "
             + (
-                f"{a['offered_rps']:.2f} req/s offered and kept up with"
+                "every request sent at once (offline): no arrival rate to keep up with"
+                if not math.isfinite(a["offered_rps"])  # no arrival window
+                else f"{a['offered_rps']:.2f} req/s offered and kept up with"
                 if a["max_concurrency"] == 0  # closed loop: the clients' pace, not the trace's
                 else f"{a['max_concurrency']:,} closed-loop clients reaching "
                 f"{a['offered_rps']:.2f} req/s (they send as answers come: no traffic of its "
@@ -499,7 +505,24 @@ def _headroom_text(h: dict | None) -> str:
     )
     return (
         f"headroom: sustains up to {h['max_rate_scale']:.2f}x this traffic "
-        f"({h['max_rps']:.2f} req/s) {held}{bound}{odd}"
+        f"({h['max_rps']:.2f} req/s) {held}{bound}{odd}{_short_window(h)}"
+    )
+
+
+# Below this many requests a p99 rests on fewer than 10 of them, and a burst
+# that short ends before a queue that grows without bound shows in it: the
+# headroom is then a rate the fleet absorbed once, not one it sustains.
+SHORT_WINDOW_REQUESTS = 1000
+
+
+def _short_window(h: dict) -> str:
+    """The caveat for headroom measured on a short burst (``SHORT_WINDOW_REQUESTS``)."""
+    if h["requests"] >= SHORT_WINDOW_REQUESTS:
+        return ""
+    span = h["window_s"] / h["max_rate_scale"]
+    return (
+        f"; measured on {count(h['requests'], 'request')} arriving over {span:.3g} s at that "
+        "rate, too short to show the rate is sustained: size on a longer window to trust it"
     )
 
 
@@ -545,12 +568,6 @@ def _plot(result: sizing.Sizing, slo: SLO, dest: Path) -> Path:
     from planner.plots.pareto import pareto_png
 
     return pareto_png(result.table, result.best, slo, dest / "pareto.png")
-
-
-def _plain(v: object) -> object:
-    if hasattr(v, "item"):
-        return v.item()  # type: ignore[attr-defined]
-    return str(v)
 
 
 def register(app: typer.Typer) -> None:

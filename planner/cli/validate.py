@@ -7,7 +7,6 @@ what neither states takes vLLM 0.33's default (``server.resolve_server``).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -21,8 +20,8 @@ from rich.table import Table
 from planner import resolve
 from planner.cli import options as opt
 from planner.cli import server
-from planner.cli.capacity import finite
 from planner.cli.inert import given
+from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig
 from planner.models import hardware, vllm_defaults
 
@@ -161,7 +160,7 @@ def validate(
             "server_settings": resolve.server_json(srv),
             "comparison": table.to_dict("records"),
         }
-        print(json.dumps(finite(out)))
+        print_json(out)
         return
     _print(r, table, name, gpu_name, tp, pool, lat.describe(), srv)
 

@@ -835,7 +835,7 @@ def dry_run(
     }
     axes = ", ".join(f"{k} ({len(v)})" for k, v in sweep.axes.items())
     reporter.line(f"spec {sweep.name}: {count(plan.num_configs, 'config')} over {axes}")
-    reporter.line(f"workloads: {len(sweep.workloads)}, requests each: {wl.num_requests:,}")
+    reporter.line(f"workloads: {len(sweep.workloads)}, {_requests_each(sweep)}")
     reporter.line(f"chunks: {len(plan.chunks)} of up to {plan.chunk_size} configs")
     reporter.line(
         f"memory: peak about {_mib(plan.peak_bytes)} of the {_mib(memory_limit)} limit: "
@@ -852,6 +852,15 @@ def dry_run(
             "(planner.maxrate.search)"
         )
     return fig
+
+
+def _requests_each(sweep: Sweep) -> str:
+    """``requests each: N``, or the range when the workloads differ (a
+    ``rate_scale`` axis over a trace window, say)."""
+    counts = sorted({w.num_requests for w in sweep.workloads.values()})
+    if len(counts) == 1:
+        return f"requests each: {counts[0]:,}"
+    return f"requests each: {counts[0]:,} to {counts[-1]:,}"
 
 
 def _human(seconds: float) -> str:
