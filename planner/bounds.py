@@ -44,6 +44,7 @@ MAX_SEED = 2**63 - 1  # numpy's default_rng takes any int >= 0; int64 in Parquet
 MAX_PIXELS = 2**15  # heatmap side: matplotlib's Agg backend refuses 2**16 and more
 MIN_PIXELS = 100  # a heatmap smaller than this has no room for its axes
 MAX_SLO_S = MAX_HORIZON_S  # an SLO longer than the longest run means nothing
+MIN_SLO_S = 1e-9  # one nanosecond, the clock's unit: no latency is shorter
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,17 @@ class Bound:
             text = f"a number in {left}{self.lo:g}, {self.hi:g}{right}"
             if self.inf_ok:
                 text += " or inf"
+        return f"{text} ({self.why})" if self.why else text
+
+    def help_text(self) -> str:
+        """The range for ``--help``, e.g. ``1 to 2,147,483,647 (int32 counts in
+        the kernel)``: words a narrow terminal can wrap between."""
+        if self.integer:
+            text = f"{int(self.lo):,} to {int(self.hi):,}"
+        else:
+            lo = f"above {self.lo:g}" if self.lo_open else f"{self.lo:g}"
+            hi = f"below {self.hi:g}" if self.hi_open else f"{self.hi:g}"
+            text = f"{lo} to {hi}" + (", or inf" if self.inf_ok else "")
         return f"{text} ({self.why})" if self.why else text
 
     def holds(self, v: object) -> bool:
@@ -114,6 +126,7 @@ EFFICIENCY = Bound(
 
 # Bounds by parameter name: CLI options (Python names; the flag is the same with
 # dashes), SchedulerConfig fields and sweep axes share names and so share bounds.
+SLO_SECONDS = Bound(MIN_SLO_S, MAX_SLO_S, why="seconds; the clock counts whole ns")
 THINK = Bound(0.0, MAX_THINK_S, why="seconds between an answer and the next request")
 OPTION_BOUNDS: dict[str, Bound] = {
     # pool and scheduler (SchedulerConfig)
@@ -180,10 +193,10 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "tokens_per_request": COUNTS,
     "percentile": Bound(0.0, 100.0),
     "preemption_threshold": Bound(0.0, float(INT32_MAX), why="preemptions per request"),
-    "ttft_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
-    "tpot_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
-    "itl_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
-    "e2e_slo": Bound(0.0, MAX_SLO_S, lo_open=True, why="seconds"),
+    "ttft_slo": SLO_SECONDS,
+    "tpot_slo": SLO_SECONDS,
+    "itl_slo": SLO_SECONDS,
+    "e2e_slo": SLO_SECONDS,
     "rate_scale_min": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),
     "rate_scale_max": Bound(MIN_RATE_SCALE, MAX_RATE_SCALE, why="replay speed"),
     "rate_tolerance": Bound(1e-4, 1.0, why="relative width of the answer"),

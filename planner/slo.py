@@ -47,7 +47,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.bounds import MAX_SLO_S
+from planner.bounds import MAX_SLO_S, MIN_SLO_S
 
 SLO_PERCENTILE = 99  # the run-level SLO is on this percentile of each metric
 # goodput key -> field; ``itl`` is this planner's extension (vLLM bench's
@@ -115,11 +115,15 @@ def seconds_text(v: float) -> str:
 
 
 def check_value(flag: str, v: float) -> None:
-    """Raise SLOError unless ``v`` is a finite number of seconds in (0, MAX_SLO_S]."""
+    """Raise SLOError unless ``v`` is a finite number of seconds in
+    [MIN_SLO_S, MAX_SLO_S] (one nanosecond, the clock's unit, to about 31 years)."""
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise SLOError(f"{flag} must be a finite number of seconds > 0, got {v!r}")
-    if not 0 < v <= MAX_SLO_S:
-        raise SLOError(f"{flag} must be > 0 and at most {MAX_SLO_S:g} seconds, got {v:g}")
+    if not MIN_SLO_S <= v <= MAX_SLO_S:
+        raise SLOError(
+            f"{flag} must be at least {MIN_SLO_S:g} (one nanosecond) and at most "
+            f"{MAX_SLO_S:g} seconds, got {v:g}"
+        )
 
 
 def parse_goodput(items: Sequence[str], flag: str = "--goodput") -> dict[str, float]:

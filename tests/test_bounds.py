@@ -325,3 +325,23 @@ def test_arrivals_beyond_the_clock_name_the_options(capsys, tmp_path, monkeypatc
     code, _, err = run_cli(capsys, "run", "--num-requests", "2000", "--rate", "1e-6")
     line = one_error_line(code, err)
     assert "--num-requests 2,000 at --rate 1e-06/s" in line
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_gives_every_numeric_option_its_range(capsys, monkeypatch, name):
+    """Issue 35 item 2: the range and its reason are in the help too."""
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = run_cli(capsys, name, "--help")
+    assert code == 0
+    for p in cli_options.numeric_params(COMMANDS[name]):
+        if isinstance(p, typer.core.TyperArgument):
+            continue
+        lines = out.splitlines()
+        i = next(
+            i for i, x in enumerate(lines) if x.split()[:1] in ([p.opts[0]], [p.opts[0] + ","])
+        )
+        end = next(
+            (j for j in range(i + 1, len(lines)) if lines[j].lstrip().startswith("-")), i + 3
+        )
+        entry = " ".join(x.strip() for x in lines[i:end])
+        assert f"[range: {bounds.OPTION_BOUNDS[p.name].help_text()}]" in entry, entry

@@ -511,3 +511,33 @@ def test_preempted_requests_rehit_their_own_blocks():
             rehits += any(a > 0 for s in eng.steps for _, a in s.admissions)
             runs += fast.state.out.counters[c, S.O_MACRO_STEPS] > 0
     assert rehits >= 20 and runs >= 20, (rehits, runs)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_block_sizes_beyond_the_fast_path_match_the_reference(caching):
+    """Above ``FAST_PATH_MAX_BLOCK_SIZE`` the decode fast path (O(block_size) per
+    call) is off and the steps are taken one by one: the same result as the
+    reference, at a block size just above the cap and at the int32 maximum
+    (which made ``plan run --block-size 2147483647`` spin for hours)."""
+    rng = np.random.default_rng(7)
+    r = 12
+    wl = Workload(
+        arrival_s=np.sort(rng.uniform(0, 0.02, r)),
+        prompt_tokens=rng.integers(8, 120, r).astype(np.int32),
+        output_tokens=rng.integers(8, 160, r).astype(np.int32),
+        name="big-blocks",
+    )
+    for bs in (S.FAST_PATH_MAX_BLOCK_SIZE + 1, 2**31 - 1):
+        cfgs = [
+            SchedulerConfig(
+                num_gpu_blocks=n, block_size=bs, max_num_seqs=4, max_num_batched_tokens=256,
+                max_model_len=512, enable_prefix_caching=caching, max_steps=MAX_STEPS,
+            )
+            for n in (3, 6)
+        ]  # fmt: skip
+        traced, fast, engines = run_both(cfgs, wl, LinearLatency())
+        for c, eng in enumerate(engines):
+            compare_final(traced, c, eng)
+            compare_final(fast, c, eng)
+            assert fast.state.out.counters[c, S.O_MACRO_STEPS] == 0  # no fast-path run
+            assert fast.state.out.counters[c, S.O_FINISHED] == r

@@ -207,7 +207,7 @@ def test_sweep_slo_section_takes_itl_slo():
     none = search_max_rate(cfgs, s1_exact(), S1_LAT, SLO()).table
     assert found.max_rate_scale.tolist() == pytest.approx(direct.max_rate_scale.tolist())
     assert (direct.max_rate_scale < none.max_rate_scale).any()  # the ITL SLO binds somewhere
-    with pytest.raises(ValueError, match="slo.itl_slo must be > 0"):
+    with pytest.raises(ValueError, match="slo.itl_slo must be at least 1e-09"):
         spec.with_slo(itl_slo=0.0)
     with pytest.raises(ValueError, match="slo.itl_slo and slo.goodput both set itl"):
         spec.with_slo(itl_slo=0.02, goodput="itl:20")

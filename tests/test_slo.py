@@ -29,15 +29,15 @@ def test_goodput_form_is_milliseconds_and_matches_the_options():
 @pytest.mark.parametrize(
     "kwargs,needle",
     [
-        ({"ttft_slo": 0.0}, "--ttft-slo must be > 0"),
-        ({"tpot_slo": -1.0}, "--tpot-slo must be > 0"),
+        ({"ttft_slo": 0.0}, "--ttft-slo must be at least 1e-09"),
+        ({"tpot_slo": -1.0}, "--tpot-slo must be at least 1e-09"),
         ({"e2e_slo": float("nan")}, "--e2e-slo must be a finite number"),
         ({"goodput": "ttft:0"}, "ttft must be > 0 ms"),
         ({"goodput": "ttft=5"}, "expected KEY:MS"),
         ({"goodput": "ttft:5 ttft:6"}, "ttft given twice"),
         ({"goodput": "latency:5"}, r"unknown metric 'latency' \(known: ttft, tpot, itl, e2el\)"),
-        ({"itl_slo": 0.0}, "--itl-slo must be > 0"),
-        ({"itl_slo": -0.01}, "--itl-slo must be > 0"),
+        ({"itl_slo": 0.0}, "--itl-slo must be at least 1e-09"),
+        ({"itl_slo": -0.01}, "--itl-slo must be at least 1e-09"),
         ({"goodput": "itl:0"}, "itl must be > 0 ms"),
         ({"goodput": "itl:5 itl:6"}, "itl given twice"),
         ({"itl_slo": 0.02, "goodput": "itl:20"}, "--itl-slo and --goodput both set itl"),
@@ -207,7 +207,7 @@ def test_sweep_spec_slo_section_adds_goodput_and_the_verdict():
     assert df.goodput_rps.tolist() == pytest.approx(direct.goodput_rps.tolist())
     assert df.e2e_slo_s.tolist() == [60.0] * 4
     assert df.meets_slo.any() and not df.meets_slo.all()
-    with pytest.raises(ValueError, match="slo.ttft_slo must be > 0"):
+    with pytest.raises(ValueError, match="slo.ttft_slo must be at least 1e-09"):
         spec.with_slo(ttft_slo=0.0)
     text = spec.to_toml() + "\n[slo]\n"
     needle = "slo: give ttft_slo, tpot_slo, itl_slo, e2e_slo or goodput"

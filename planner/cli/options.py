@@ -49,7 +49,8 @@ class Interrupted(Exception):
 class BoundedCommand(typer.core.TyperCommand):
     """A ``plan`` command whose numeric options are checked against
     ``planner.bounds.OPTION_BOUNDS`` after parsing and before the command runs;
-    its help lists the options under their panels (``panel``)."""
+    its help lists the options under their panels (``panel``), each numeric
+    one with its range and the range's reason."""
 
     def invoke(self, ctx: click.Context) -> object:
         """Check every numeric option given or defaulted, then run the command.
@@ -63,8 +64,12 @@ class BoundedCommand(typer.core.TyperCommand):
         the order the panels first appear), each laid out by Click's own
         formatter (full option names at any width); ungrouped ones under "Options"."""
         groups: dict[str, list[tuple[str, str]]] = {}
+        numeric = {p.name for p in numeric_params(self)}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
+            if record is not None and param.name in numeric:  # its bound and reason
+                bound = bounds.OPTION_BOUNDS[param.name].help_text()
+                record = (record[0], f"{record[1]}  [range: {bound}]".lstrip())
             if record is not None:
                 title = getattr(param, "rich_help_panel", None) or "Options"
                 groups.setdefault(title, []).append(record)

@@ -19,6 +19,13 @@ from numba import njit
 
 from planner.kernel.token_gaps import NBINS
 
+# The decode fast path's histogram and counting sort (``step._decode_scan``,
+# ``step._replay_cache_run``) take O(block_size) per call: above this block
+# size (vLLM takes any positive one; its attention kernels use 16-256 and
+# hybrid models' aligned pages a few thousand) the kernel takes the steps one
+# by one instead, with the same result.
+FAST_PATH_MAX_BLOCK_SIZE = 4096
+
 # Request status codes (C x R int8).
 FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 
@@ -386,8 +393,9 @@ def kernel_scratch_bytes(
     prefix cache's large arrays, which a worker thread keeps for its batch,
     sized to its largest config: ``kernel/arena.py``), and the small arrays
     ``step._init`` and ``step.new_prefix_cache`` allocate: the step's
-    accumulators (NSTEP int64), ``hist`` (block_size + 1) int64 (the decode
-    fast path), ``skipbuf`` (R int32 when async), the detector's counters
+    accumulators (NSTEP int64), ``hist`` (min(block_size,
+    FAST_PATH_MAX_BLOCK_SIZE) + 1) int64 (the decode fast path), ``skipbuf``
+    (R int32 when async), the detector's counters
     (CYCLE_DET int64), the decode fast path's block events (2 S int32, one
     entry without caching), and with caching ``slots`` (S, built as int64
     then int32), ``hits`` (maxb int32) and ``pc`` (``prefix_cache.PC_FIELDS``
@@ -397,7 +405,8 @@ def kernel_scratch_bytes(
     snap, i32, i64 = scratch_layout(
         r, num_gpu_blocks, block_size, max_num_seqs, longest_tokens, caching
     )
-    total = 4 * (snap + i32) + 8 * i64 + 8 * NSTEP + 8 * (block_size + 1) + 8 * CYCLE_DET
+    hist = min(block_size, FAST_PATH_MAX_BLOCK_SIZE) + 1
+    total = 4 * (snap + i32) + 8 * i64 + 8 * NSTEP + 8 * hist + 8 * CYCLE_DET
     total += 4 * (r if async_scheduling else 1)
     if caching:
         from planner.kernel.prefix_cache import PC_FIELDS

@@ -121,7 +121,8 @@ STEPS = S.O_STEPS
 
 
 # Per-config scratch the kernel allocates: the step's accumulators, the fast
-# path's first-need histogram (block_size + 1,) int64, async's skipped
+# path's first-need histogram (min(block_size, S.FAST_PATH_MAX_BLOCK_SIZE) + 1,)
+# int64, async's skipped
 # waiting requests (R,) int32, the livelock detector (``cycle.Cycle``), and
 # with prefix caching the fast path's block events (2 x min(max_num_seqs, R),)
 # int32 (``_replay_cache_run``).
@@ -155,7 +156,7 @@ def _init(cfg, rq, k, snap):
     cache_entries = S.cycle_cache_entries(R, n, slots, maxb) if caching else 0
     return Scratch(
         np.zeros(NSTEP, dtype=np.int64),
-        np.zeros(bs + 1, dtype=np.int64),
+        np.zeros(min(bs, S.FAST_PATH_MAX_BLOCK_SIZE) + 1, dtype=np.int64),
         np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
         new_cycle(R, cache_entries, snap),
         np.empty(2 * slots if caching else 1, dtype=np.int32),
@@ -745,7 +746,7 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     hist = sc.hist
     k = o.counters
     n_run = k[N_RUN]
-    if not 0 < n_run <= cfg[K.MNBT]:
+    if not 0 < n_run <= cfg[K.MNBT] or cfg[K.BS] > S.FAST_PATH_MAX_BLOCK_SIZE:
         return False
     if cfg[K.ASYNC] != 0 and (k[S.O_N_PEND] != n_run or k[S.O_N_STALE] != 0):
         return False
