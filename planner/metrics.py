@@ -206,6 +206,41 @@ def _backlog_growth(
 _UNSERVED = 1e18
 
 
+def row_percentiles(
+    x: np.ndarray, percentiles: tuple[int, ...], higher: bool = False
+) -> np.ndarray:
+    """``np.nanpercentile(x, percentiles, axis=1)`` (method "linear", or
+    "higher" with ``higher``), bit for bit, without its Python loop over rows.
+
+    ``x``: (C, R) float64, NaN not counted. Returns (P, C) float64, NaN for a
+    row with no value. Follows NumPy 2's ``_quantile`` (``lib/_function_base_impl.py``):
+    virtual index (n - 1) q, its floor and the next index (both the last value
+    at or past n - 1), and ``_lerp``'s two-sided interpolation. numpy's own
+    call applies a 1-D quantile per row (about 55 us each: 2.8 s of a 4,096-config
+    grid's 3.3 s of metrics)."""
+    srt = np.sort(x, axis=1)  # NaN sorts last
+    n = (~np.isnan(x)).sum(axis=1)
+    rows = np.arange(x.shape[0])
+    out = np.full((len(percentiles), x.shape[0]), np.nan)
+    has = n > 0
+    last = np.maximum(n - 1, 0)
+    for i, pct in enumerate(percentiles):
+        v = (n - 1) * (np.float64(pct) / 100)
+        if higher:
+            val = srt[rows, np.minimum(np.ceil(v).astype(np.intp), last)]
+        else:
+            above = v >= n - 1
+            prev = np.floor(v)
+            lo = np.where(above, last, prev).astype(np.intp)
+            hi = np.where(above, last, prev + 1).astype(np.intp)
+            gamma = v - np.where(above, -1, prev)
+            a, b = srt[rows, np.maximum(lo, 0)], srt[rows, np.maximum(hi, 0)]
+            d = b - a
+            val = np.where(gamma >= 0.5, b - d * (1 - gamma), a + d * gamma)
+        out[i] = np.where(has, val, np.nan)
+    return out
+
+
 def _stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.ndarray]:
     """mean, p50, p90, p99 across axis 1 of a (C, R) float array (NaN = not
     counted), where ``censored`` (C, R) bool marks values that are only lower
@@ -224,11 +259,11 @@ def _stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.nda
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         out = {f"{prefix}_mean": np.nanmean(x, axis=1)}
-        q = np.nanpercentile(x, PERCENTILES, axis=1)
-        q_hi = np.nanpercentile(hi, PERCENTILES, axis=1)
+        q = row_percentiles(x, PERCENTILES)
+        q_hi = row_percentiles(hi, PERCENTILES)
         # An order statistic that is an unserved request's: the bound is +inf
         # (interpolating toward the 1e18 stand-in would give a huge finite one).
-        top = np.nanpercentile(hi, PERCENTILES, axis=1, method="higher")
+        top = row_percentiles(hi, PERCENTILES, higher=True)
     out[f"{prefix}_mean_is_lower_bound"] = censored.any(axis=1)
     for p, row, row_hi, row_top in zip(PERCENTILES, q, q_hi, top, strict=True):
         out[f"{prefix}_p{p}"] = row
