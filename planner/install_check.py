@@ -15,6 +15,15 @@ from types import ModuleType
 
 NAME = "vllm-capacity-planner"
 VERSION = "0.1.0"  # the one definition: pyproject.toml reads it, planner.__version__ re-exports it
+# The vLLM release whose v1 scheduler the kernel mirrors step for step (the
+# golden traces in tests/golden were recorded from it).
+VLLM_MIRRORED = "0.33.0"
+
+
+def provenance() -> dict[str, str]:
+    """What every result the planner writes records about its maker:
+    ``planner_version`` and ``vllm_version_mirrored`` (str each)."""
+    return {"planner_version": VERSION, "vllm_version_mirrored": VLLM_MIRRORED}
 
 
 class DistributionClash(Exception):

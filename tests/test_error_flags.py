@@ -74,6 +74,7 @@ BASE = {
         str(ROOT / "planner" / "data" / "real-runs-llmservingsim" / "RTX4090_Llama-3.1-8B"),
         "--model", "llama-3.1-8b", "--latency", "roofline",
     ],
+    "report": ["/no/such/result"],
 }  # fmt: skip
 
 # Cross-option mistakes a new user makes, per command.

@@ -82,7 +82,7 @@ EXPECTED = {"check": 1}  # a 64-block pool at max_model_len 1024 is unsafe: exit
 
 def test_every_command_has_a_case():
     commands = set(typer.main.get_command(app).commands)
-    assert commands == set(CASES) | {"sweep", "heatmap"}
+    assert commands == set(CASES) | {"sweep", "heatmap", "report"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -100,6 +100,15 @@ def test_command_runs_once(capsys, tmp_path, monkeypatch, name):
 
 def _refuse(name: str) -> None:
     raise AssertionError(f"--json wrote {name}, which is not JSON")
+
+
+def test_run_out_and_report_run_once(capsys, tmp_path):
+    """plan report draws a result folder: here plan run --out's."""
+    code, _, err = run_cli(capsys, "run", "--num-requests", "20", "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "report", str(tmp_path / "r"))
+    assert code == 0, err
+    assert (tmp_path / "r" / "report.html").stat().st_size > 10_000
 
 
 def test_sweep_and_heatmap_run_once(capsys, tmp_path):

@@ -2,7 +2,7 @@
 
 Data flows one way: workload -> models and hardware -> latency -> scheduler
 configuration -> kernel -> api and metrics -> max-rate search -> sweep ->
-answers -> plots -> cli (``STAGES``; docs/architecture.md). A module imports
+answers -> plots -> report -> cli (``STAGES``; docs/architecture.md). A module imports
 only from its own stage and the stages before it, no two modules import each
 other, and only ``planner.cli`` imports Typer or rich. Every import counts,
 including imports inside functions and under ``TYPE_CHECKING``.
@@ -111,6 +111,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("planner.sweep",),
     ("planner.answers",),
     ("planner.plots",),
+    ("planner.report",),
     ("planner.cli",),
 )
 

@@ -80,15 +80,16 @@ def test_every_shown_command_parses(capsys, argv):
 
 
 def _redirect(argv: list[str], tmp: Path) -> list[str]:
-    """Send outputs to ``tmp``: sweep and size --out, heatmap's dataset and --out."""
+    """Send outputs to ``tmp``: sweep and size --out, run's --out, heatmap's and
+    report's result (one made under results/) and --out."""
     argv = list(argv)
     if argv[0] in ("sweep", "size") and "--dry-run" not in argv and "--out" not in argv:
         argv += ["--out", str(tmp / Path(argv[1]).stem)]
-    if argv[0] == "heatmap":
+    if argv[0] == "heatmap" or argv[0] == "report" and argv[1].startswith("results/"):
         argv[1] = str(tmp / Path(argv[1]).name)
-        if "--out" in argv:
-            i = argv.index("--out") + 1
-            argv[i] = str(tmp / Path(argv[i]).name)
+    if argv[0] in ("heatmap", "report", "run") and "--out" in argv:
+        i = argv.index("--out") + 1
+        argv[i] = str(tmp / Path(argv[i]).name)
     return argv
 
 

@@ -26,6 +26,7 @@ from planner.cli.inert import reject_inert
 from planner.cli.maxrate import register as register_max_rate
 from planner.cli.models import register as register_model_commands
 from planner.cli.progress import stderr_reporter
+from planner.cli.report import register as register_report
 from planner.cli.run import register as register_run
 from planner.cli.size import register as register_size
 from planner.cli.validate import register as register_validate
@@ -283,6 +284,7 @@ register_model_commands(app)
 register_calibrate(app)
 register_size(app)
 register_validate(app)
+register_report(app)
 
 
 def main(argv: list[str] | None = None) -> None:

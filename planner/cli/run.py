@@ -212,6 +212,15 @@ RUN_OPTIONS = (
         P("as_json", opt.AsJson, False),
         P("trace", _option(Path | None, "Write one row per step to this Parquet file."), None),
         P(
+            "out",
+            _option(
+                Path | None,
+                "Write the run to this folder for plan report: run.json (the --json result), "
+                "requests.parquet (--requests-out) and, for one server, steps.parquet (--trace).",
+            ),
+            None,
+        ),
+        P(
             "requests_out",
             _option(
                 Path | None,
@@ -242,6 +251,8 @@ def run(ctx: typer.Context, **o: Any) -> None:
     from planner.api import paced_clock_bound, simulate
 
     fail_classes = _fail_on(o["fail_on"])
+    if o["out"] is not None:
+        _check_folder(o["out"])  # before any work
     slo = opt.slo_from(o["ttft_slo"], o["tpot_slo"], o["itl_slo"], o["e2e_slo"], o["goodput"])
     srv = _server(ctx, o)
     given_hybrid = o["disable_hybrid_kv_cache_manager"]
@@ -271,9 +282,11 @@ def run(ctx: typer.Context, **o: Any) -> None:
             f"the kernel's block accounting broke on {int(row['invariant_errors']):,} steps "
             "(held + free != usable blocks): these figures are wrong; please report it"
         )
+    out = {**_json(res, row, cfg, slo, derived), "server_settings": resolve.server_json(srv)}
+    out |= {"model": o["model"], "gpu": o["gpu"], "tensor_parallel_size": o["tensor_parallel_size"]}
+    if o["out"] is not None:
+        _write_folder(o["out"], out, res, cfg, wl, lat, int(row.steps))
     if o["as_json"]:
-        out = _json(res, row, cfg, slo, derived)
-        out["server_settings"] = resolve.server_json(srv)
         print_json(out)
     else:
         server.print_settings(srv, also=_s1_assumes(o))
@@ -408,8 +421,11 @@ def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any
 
 def _json(res: Any, row: Any, cfg: SchedulerConfig, slo: SLO, derived: bool) -> dict:
     """``plan run --json``: the metrics row, the stuck requests and, for a fleet, each replica."""
+    from planner.install_check import provenance
+
     stuck = res.stuck_requests()
-    out = {k: report.json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
+    out: dict = provenance()
+    out |= {k: report.json_default(v) if hasattr(v, "item") else v for k, v in row.items()}
     out["stuck_request_ids"] = stuck.tolist()
     out["num_gpu_blocks_sized_at"] = resolve.sized_at_json(
         cfg.max_num_seqs, cfg.max_num_batched_tokens, derived
@@ -496,6 +512,44 @@ def _write_requests(path: Path, res: Any) -> None:
 
 
 MAX_TRACE_LOG_ENTRIES = 8_000_000
+RUN_FILES = ("run.json", "requests.parquet", "steps.parquet")  # a plan run --out folder
+
+
+def _check_folder(folder: Path) -> None:
+    """``plan run --out``'s folder may be new, empty or an earlier run's
+    (whose files are replaced). Raises InputError (one line) otherwise."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--out {folder}: not a folder")
+    held = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    other = [n for n in held if n not in RUN_FILES]
+    if other:
+        raise InputError(
+            f"--out {folder}: holds {', '.join(other[:3])}, not a plan run result; give a new or "
+            "empty folder"
+        )
+
+
+def _write_folder(
+    folder: Path, out: dict, res: Any, cfg: SchedulerConfig, wl: Workload, lat: Latency, steps: int
+) -> None:
+    """``plan run --out``: the result (``run.json``, with the planner's and the
+    mirrored vLLM's versions and the command line), per request and, for one
+    server, per step; each file atomic, ``run.json`` last (a folder without it
+    is not a finished run). A folder holding anything else is refused (InputError)."""
+    from planner.cli.json_out import dumps
+    from planner.sweep.store import atomic_write_bytes
+
+    _check_folder(folder)
+    _write_requests(folder / "requests.parquet", res)
+    (folder / "steps.parquet").unlink(missing_ok=True)
+    if cfg.replicas == 1:
+        _write_trace(folder / "steps.parquet", cfg, wl, lat, steps)
+    record = {"command": ["plan", *sys.argv[1:]], "workload": wl.name, **out}
+    try:
+        atomic_write_bytes(folder / "run.json", lambda tmp: Path(tmp).write_text(dumps(record)))
+    except OSError as e:
+        raise InputError(f"cannot write {folder / 'run.json'}: {os_error_reason(e)}") from None
+    print(f"plan: wrote {folder}/ (plan report {folder} draws it)", file=sys.stderr)
 
 
 def _write_trace(path: Path, cfg: SchedulerConfig, wl: Workload, lat: Latency, steps: int) -> None:

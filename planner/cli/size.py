@@ -17,8 +17,9 @@ from rich.console import Console
 
 from planner.answers import sizing
 from planner.cli import options as opt
-from planner.cli.json_out import print_json
+from planner.cli.json_out import dumps, print_json
 from planner.cli.progress import stderr_reporter
+from planner.install_check import provenance
 from planner.metrics import front_end_failures, front_end_text
 from planner.slo import SLO
 from planner.sweep import store
@@ -187,13 +188,22 @@ def size(
         headroom = _headroom(result, cands, target)
         paths = sizing.write(result, dest)
         png = _plot(result, target, dest)
-        report = _report(result, cands, base, table, target, wall, headroom)
+        report = {**provenance(), **_report(result, cands, base, table, target, wall, headroom)}
+        if report["answer"] is not None:  # the line plan size prints, for plan report
+            report["answer"]["headroom_text"] = _headroom_text(headroom)
+        _write_answer(dest, report)
         if as_json:
             print_json(report)
         else:
-            _print(report, [*paths, png])
+            _print(report, [*paths, png, dest / ANSWER_FILE])
         if result.best is None:
             raise typer.Exit(1)
+
+
+def _write_answer(dest: Path, report: dict) -> None:
+    """``answer.json`` in the output folder: what --json prints (atomic)."""
+    text = dumps(report)
+    store.atomic_write_bytes(dest / ANSWER_FILE, lambda tmp: Path(tmp).write_text(text))
 
 
 def _run_candidates(
@@ -233,7 +243,8 @@ def _run_candidates(
 
 
 SEARCH_FILE = store.SIZE_SEARCH  # the search that wrote a plan size folder
-SIZE_OUTPUTS = ("sweeps", "size.parquet", "size.csv", "pareto.png", SEARCH_FILE)
+ANSWER_FILE = "answer.json"  # the --json answer, for plan report
+SIZE_OUTPUTS = ("sweeps", "size.parquet", "size.csv", "pareto.png", SEARCH_FILE, ANSWER_FILE)
 
 
 def claim_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> None:
@@ -474,7 +485,7 @@ def _print(rep: dict, paths: list[Path]) -> None:
             f"{a['output_tokens_asked']:,} asked"
             + (" (every request whole)" if whole else " (the rest unfinished when the run ended)")
         )
-        c.print(_headroom_text(a["headroom"]))
+        c.print(a["headroom_text"])
         if a["one_fewer_replica_meets_target"] is False:
             fewer = count(a["replicas"] - 1, "replica")
             c.print(f"with {fewer} and the same flags it does not")

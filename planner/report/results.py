@@ -1,0 +1,190 @@
+"""Read a result folder the planner wrote, for ``plan report``.
+
+Three kinds, told apart by the file that marks each as finished:
+
+- a sweep (``plan sweep``): ``data.parquet``, whose metadata holds the
+  planner's version and the spec (``planner.sweep.store``); an interrupted
+  one has chunk files and a ``_manifest.json`` that is not complete;
+- a sizing (``plan size``): ``answer.json`` beside ``size.parquet``;
+- a run (``plan run --out``): ``run.json``, with ``requests.parquet`` and,
+  for one server, ``steps.parquet``.
+
+A folder of none of these, an interrupted sweep and a result without the
+planner's version (written before results recorded it) raise ReportError
+(one line).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+SWEEP_DATA = "data.parquet"
+SWEEP_MANIFEST = "_manifest.json"
+SIZE_ANSWER = "answer.json"
+SIZE_TABLE = "size.parquet"
+SIZE_PARETO = "pareto.png"
+RUN_RESULT = "run.json"
+RUN_REQUESTS = "requests.parquet"
+RUN_STEPS = "steps.parquet"
+
+
+class ReportError(Exception):
+    """A path that is not a finished planner result; one line."""
+
+
+@dataclass
+class Result:
+    """One result, as ``page`` needs it.
+
+    ``kind``: "sweep", "size" or "run". ``folder``: where it was read.
+    ``version``: the planner version that wrote it. ``facts``: what the page
+    states first (workload, model, GPU, step-time model, ...), label -> text.
+    ``record``: the result's JSON (size, run) or spec (sweep) as a dict.
+    ``table``: its rows (sweep, size) or requests (run). ``steps``: a run's
+    per-step trace, or None. ``missing``: what the page cannot show, and why."""
+
+    kind: str
+    folder: Path
+    version: str
+    facts: dict[str, str]
+    record: dict
+    table: pd.DataFrame
+    steps: pd.DataFrame | None = None
+    missing: list[str] = field(default_factory=list)
+
+
+def load(path: Path) -> Result:
+    """The result at ``path`` (a folder). Raises ReportError."""
+    if not path.exists():
+        raise ReportError(f"{path}: no such file or folder")
+    if not path.is_dir():
+        raise ReportError(
+            f"{path}: give the result's folder (plan sweep --out, plan size --out or "
+            "plan run --out), not a file"
+        )
+    if (path / RUN_RESULT).exists():
+        return _run(path)
+    if (path / SIZE_ANSWER).exists() or (path / SIZE_TABLE).exists():
+        return _size(path)
+    if (path / SWEEP_DATA).exists() or (path / SWEEP_MANIFEST).exists():
+        return _sweep(path)
+    raise ReportError(
+        f"{path}: not a planner result (no {SWEEP_DATA}, {SIZE_ANSWER} or {RUN_RESULT}); "
+        "give a folder written by plan sweep, plan size or plan run --out"
+    )
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ReportError(f"{path}: not readable JSON ({e.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: expected a JSON object")
+    return data
+
+
+def _parquet(path: Path) -> tuple[pd.DataFrame, dict[bytes, bytes]]:
+    try:
+        return pd.read_parquet(path), pq.read_schema(path).metadata or {}
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path}: not a readable Parquet file ({e.__class__.__name__})") from None
+
+
+def _version(record: dict, path: Path, rerun: str) -> str:
+    version = record.get("planner_version")
+    if not isinstance(version, str):
+        raise ReportError(
+            f"{path}: written by a planner that did not record its version (before "
+            f"results carried planner_version); {rerun}"
+        )
+    return version
+
+
+def _sweep(folder: Path) -> Result:
+    data = folder / SWEEP_DATA
+    if not data.exists():
+        manifest = _json(folder / SWEEP_MANIFEST)
+        done = len(manifest.get("chunks", {}))
+        raise ReportError(
+            f"{folder}: an interrupted sweep ({done} of {manifest.get('num_chunks', '?')} "
+            "chunks); finish it with plan sweep SPEC --out "
+            f"{folder} --resume, then report"
+        )
+    df, meta = _parquet(data)
+    spec = {}
+    if b"planner.spec_toml" in meta:
+        spec = tomllib.loads(meta[b"planner.spec_toml"].decode())
+    version = meta.get(b"planner.version", b"").decode() or None
+    if version is None:
+        raise ReportError(f"{data}: no planner.version in its metadata; sweep it again")
+    hw = spec.get("hardware", {})
+    lat = sorted(df["latency_model"].astype(str).unique()) if "latency_model" in df else []
+    facts = {
+        "sweep": f"{spec.get('name', folder.name)}: {spec.get('description', '')}".rstrip(": "),
+        "configs": f"{len(df):,}",
+        "workload": "; ".join(sorted(df["workload"].astype(str).unique()))
+        if "workload" in df
+        else "-",
+        "model": str(hw.get("model", "none (a pool given in blocks)")),
+        "GPU": str(hw.get("gpu", "none")),
+        "step-time model": "; ".join(lat) or str(spec.get("latency", {}).get("kind", "-")),
+    }
+    return Result("sweep", folder, version, facts, spec, df)
+
+
+def _size(folder: Path) -> Result:
+    path = folder / SIZE_ANSWER
+    if not path.exists():
+        raise ReportError(
+            f"{folder}: a plan size folder without {SIZE_ANSWER} (written by an older planner, "
+            "or interrupted); rerun plan size with --resume or --overwrite"
+        )
+    answer = _json(path)
+    version = _version(answer, path, "rerun plan size")
+    table, _ = _parquet(folder / SIZE_TABLE)
+    a = answer.get("answer") or {}
+    facts = {
+        "workload": str(answer.get("workload", "-")),
+        "model": str(answer.get("model", "-")),
+        "GPU candidates": ", ".join(answer.get("candidates", [])),
+        "SLO": str(answer.get("slo", "-")),
+        "step-time model": str(a.get("step_time_model", "-")),
+    }
+    missing = [] if (folder / SIZE_PARETO).exists() else [f"the Pareto picture ({SIZE_PARETO})"]
+    return Result("size", folder, version, facts, answer, table, missing=missing)
+
+
+def _run(folder: Path) -> Result:
+    path = folder / RUN_RESULT
+    record = _json(path)
+    version = _version(record, path, "rerun plan run --out")
+    missing = []
+    requests = pd.DataFrame()
+    if (folder / RUN_REQUESTS).exists():
+        requests, _ = _parquet(folder / RUN_REQUESTS)
+    else:
+        missing.append(f"latency distributions ({RUN_REQUESTS} is missing)")
+    steps = None
+    if (folder / RUN_STEPS).exists():
+        steps, _ = _parquet(folder / RUN_STEPS)
+    else:
+        missing.append(
+            f"running, waiting, KV use and throughput over time ({RUN_STEPS} is missing: "
+            "plan run keeps a per-step trace for one server only)"
+        )
+    gpu = record.get("gpu")
+    facts = {
+        "workload": str(record.get("workload", "-")),
+        "model": str(record.get("model") or "none (scenario S1's pool and step time)"),
+        "GPU": f"{gpu} x {record.get('tensor_parallel_size', 1)}" if gpu else "none",
+        "step-time model": str(record.get("latency_model", "-")),
+        "num_gpu_blocks": f"{int(record.get('num_gpu_blocks', 0)):,}",
+    }
+    return Result("run", folder, version, facts, record, requests, steps, missing)
