@@ -42,6 +42,8 @@ max_num_seqs = [4, 16, 64]
 num_gpu_blocks = [200, 800, 3000]
 """
 RUN_ARGS = ("--num-requests", "60", "--rate", "6", "--ttft-slo", "1")
+REAL_RUN = ROOT / "planner" / "data" / "real-runs-llmservingsim" / "RTX4090_Llama-3.1-8B"
+VALIDATE_ARGS = (str(REAL_RUN), "--model", "llama-3.1-8b", "--latency", "roofline")
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +52,13 @@ def results(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("results")
     spec = tmp / "sweep.toml"
     spec.write_text(SWEEP)
-    out = {"sweep": tmp / "sweep", "size": tmp / "size", "run": tmp / "run"}
+    out = {k: tmp / k for k in ("sweep", "size", "run", "validate")}
     runs = {
         "sweep": ("sweep", str(spec), "--out", str(out["sweep"])),
         "size": ("size", str(SMALL_SIZE), "--gpus", "H100,L40S", "--max-replicas", "2",
                  "--out", str(out["size"])),
         "run": ("run", *RUN_ARGS, "--out", str(out["run"])),
+        "validate": ("validate", *VALIDATE_ARGS, "--out", str(out["validate"])),
     }  # fmt: skip
     for kind, argv in runs.items():
         code, err = plan_quiet(*argv)
@@ -69,7 +72,7 @@ def _page(folder: Path) -> str:
     return (folder / "report.html").read_text()
 
 
-@pytest.mark.parametrize("kind", ["sweep", "size", "run"])
+@pytest.mark.parametrize("kind", ["sweep", "size", "run", "validate"])
 def test_a_page_is_self_contained(results, kind):
     page = _page(results[kind])
     assert page.startswith("<!doctype html>")
@@ -82,7 +85,8 @@ def test_a_page_is_self_contained(results, kind):
 def test_results_record_the_planner_version(results, capsys):
     run = json.loads((results["run"] / "run.json").read_text())
     size = json.loads((results["size"] / "answer.json").read_text())
-    for rec in (run, size):
+    check = json.loads((results["validate"] / "validate.json").read_text())
+    for rec in (run, size, check):
         assert rec["planner_version"] == VERSION and rec["vllm_version_mirrored"] == "0.33.0"
     code, out, _ = run_cli(capsys, "run", "--num-requests", "5", "--json")
     assert code == 0 and json.loads(out)["planner_version"] == VERSION
@@ -120,11 +124,15 @@ def _open(folder: Path) -> tuple[dict[str, str], list[str], list[str], str]:
             for el in page.query_selector_all("#headline [data-key]")
         }
         verdict = page.inner_text("#verdict") if page.query_selector("#verdict") else ""
+        page.emulate_media(media="print")  # prints on A4
+        pdf = page.pdf(format="A4")
+        assert pdf.startswith(b"%PDF") and len(pdf) > 10_000
+        page.emulate_media(media="screen")
         # Sorting works: a click on the first header orders the rows by it.
-        th = page.query_selector("table.sortable th")
-        th.click()
-        first = page.eval_on_selector_all(
-            "table.sortable tbody tr", "rows => rows.map(r => r.cells[0].dataset.v)"
+        table = page.query_selector("table.sortable")
+        table.query_selector("th").click()
+        first = table.eval_on_selector_all(
+            "tbody tr", "rows => rows.map(r => r.cells[0].dataset.v)"
         )
         browser.close()
     outside = [u for u in requests if u != (folder / "report.html").as_uri()]
@@ -179,6 +187,19 @@ def test_run_page_in_a_browser(results):
         assert _figure(heads[key]) == pytest.approx(rec[key], rel=1e-3), key
     assert ("meets its SLOs" in verdict) == bool(rec["meets_slo"])
     assert ("overloaded" in verdict) == bool(rec["overloaded"])
+
+
+@pytest.mark.slow
+def test_validate_page_in_a_browser(results):
+    heads, errors, outside, _ = _open(results["validate"])
+    assert errors == [] and outside == []
+    rec = json.loads((results["validate"] / "validate.json").read_text())
+    cmp = pd.DataFrame(rec["comparison"])
+    for metric in ("e2e_s", "ttft_s", "tpot_s"):
+        want = cmp[(cmp.metric == metric) & (cmp.stat == "mean")].error.iloc[0]
+        assert float(heads[f"error_{metric}"].rstrip("%")) == pytest.approx(100 * want, abs=0.05)
+    per = pd.read_parquet(results["validate"] / "requests.parquet")
+    assert len(per) == rec["requests"]
 
 
 # --- what is not a finished result ----------------------------------------------------
@@ -237,6 +258,14 @@ def test_run_out_refuses_a_folder_of_other_files(capsys, tmp_path):
     code, _, err = run_cli(capsys, "run", "--num-requests", "5", "--out", str(folder))
     assert code == 2 and "not a plan run result" in err and err.count("\n") == 1
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+def test_validate_out_refuses_a_folder_of_other_files(capsys, tmp_path):
+    folder = tmp_path / "busy"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "validate", *VALIDATE_ARGS, "--out", str(folder))
+    assert code == 2 and "not a plan validate result" in err and err.count("\n") == 1
 
 
 def test_report_out_must_be_html(capsys, results, tmp_path):

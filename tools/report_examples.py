@@ -1,15 +1,16 @@
-"""The screenshots of ``plan report``'s three page kinds in docs/report.md.
+"""The screenshots of ``plan report``'s four page kinds in docs/report.md.
 
     python tools/report_examples.py            # screenshots from the shipped results
     python tools/report_examples.py --remake   # first remake the shipped results
 
 The shipped example results live in docs/examples/report/: a sweep (the
 ``sweep.toml`` beside them), a sizing (tests/data/size_small.toml on H100 and
-L40S) and a run (scenario S1's server, 200 requests at 20 req/s), each with
+L40S), a run (scenario S1's server, 200 requests at 20 req/s) and a
+validation (the shipped RTX 4090 run on the roofline), each with
 only the files ``plan report`` reads. Each page is rendered with
 ``plan report`` into a temporary folder and photographed at 1,280 px wide by
 Playwright in Debian's chromium (``apt-get install chromium``), the top 1,400 px,
-as docs/report-{sweep,size,run}.png.
+as docs/report-{sweep,size,run,validate}.png.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ KEEP = {  # the files plan report reads, per kind
     "sweep": ("data.parquet", "_manifest.json"),
     "size": ("answer.json", "size.parquet", "pareto.png"),
     "run": ("run.json", "requests.parquet", "steps.parquet"),
+    "validate": ("validate.json", "requests.parquet"),
 }
 MAKE = {
     "sweep": ["sweep", str(EXAMPLES / "sweep.toml")],
     "size": ["size", str(ROOT / "tests" / "data" / "size_small.toml"), "--gpus", "H100,L40S",
              "--max-replicas", "2"],
     "run": ["run", "--num-requests", "200", "--rate", "20", "--ttft-slo", "1"],
+    "validate": ["validate", str(ROOT / "planner" / "data" / "real-runs-llmservingsim" /
+                 "RTX4090_Llama-3.1-8B"), "--model", "llama-3.1-8b", "--latency", "roofline"],
 }  # fmt: skip
 HEIGHT = 1400
 

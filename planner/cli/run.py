@@ -26,6 +26,7 @@ from planner.cli.capacity import command_workload, warn
 from planner.cli.errors import InputError, os_error_reason
 from planner.cli.inert import given, reject_inert, reject_inert_hardware
 from planner.cli.json_out import print_json
+from planner.cli.result_folder import check_result_folder
 from planner.config import SchedulerConfig, check_compat_latency, clock_bound, compat_settings
 from planner.inert import RUN_RULES
 from planner.latency.step_time import Latency
@@ -252,7 +253,7 @@ def run(ctx: typer.Context, **o: Any) -> None:
 
     fail_classes = _fail_on(o["fail_on"])
     if o["out"] is not None:
-        _check_folder(o["out"])  # before any work
+        check_result_folder(o["out"], RUN_FILES, "plan run result")  # before any work
     slo = opt.slo_from(o["ttft_slo"], o["tpot_slo"], o["itl_slo"], o["e2e_slo"], o["goodput"])
     srv = _server(ctx, o)
     given_hybrid = o["disable_hybrid_kv_cache_manager"]
@@ -515,31 +516,16 @@ MAX_TRACE_LOG_ENTRIES = 8_000_000
 RUN_FILES = ("run.json", "requests.parquet", "steps.parquet")  # a plan run --out folder
 
 
-def _check_folder(folder: Path) -> None:
-    """``plan run --out``'s folder may be new, empty or an earlier run's
-    (whose files are replaced). Raises InputError (one line) otherwise."""
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"--out {folder}: not a folder")
-    held = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-    other = [n for n in held if n not in RUN_FILES]
-    if other:
-        raise InputError(
-            f"--out {folder}: holds {', '.join(other[:3])}, not a plan run result; give a new or "
-            "empty folder"
-        )
-
-
 def _write_folder(
     folder: Path, out: dict, res: Any, cfg: SchedulerConfig, wl: Workload, lat: Latency, steps: int
 ) -> None:
     """``plan run --out``: the result (``run.json``, with the planner's and the
     mirrored vLLM's versions and the command line), per request and, for one
     server, per step; each file atomic, ``run.json`` last (a folder without it
-    is not a finished run). A folder holding anything else is refused (InputError)."""
+    is not a finished run). The folder was checked before the run."""
     from planner.cli.json_out import dumps
     from planner.sweep.store import atomic_write_bytes
 
-    _check_folder(folder)
     _write_requests(folder / "requests.parquet", res)
     (folder / "steps.parquet").unlink(missing_ok=True)
     if cfg.replicas == 1:

@@ -22,7 +22,9 @@ from planner.cli import options as opt
 from planner.cli import server
 from planner.cli.inert import given
 from planner.cli.json_out import print_json
+from planner.cli.result_folder import check_result_folder
 from planner.config import SchedulerConfig
+from planner.install_check import provenance
 from planner.models import hardware, vllm_defaults
 
 # Settings a run may state (meta.json's engine_kwargs and kv_cache), by field.
@@ -75,6 +77,13 @@ def validate(
             "the run to this PNG file."
         ),
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the comparison to this folder for plan report: validate.json (the "
+            "--json result) and requests.parquet (measured and predicted per request)."
+        ),
+    ] = None,
     as_json: opt.AsJson = False,
 ) -> None:
     """Replay a real benchmark run and print predicted against measured TTFT,
@@ -89,6 +98,8 @@ def validate(
     from planner.api import simulate
     from planner.metrics import per_request
 
+    if out is not None:
+        check_result_folder(out, VALIDATE_FILES, "plan validate result")  # before any work
     r = v.read_run(run)
     eng = r.engine
     for k in ("data_parallel_size", "pipeline_parallel_size"):
@@ -149,18 +160,24 @@ def validate(
     if plot is not None:
         _plot(plot, r, predicted, f"plan validate: {r.name} on {tp} x {gpu_name}, {lat.describe()}")
     pool = f"{blocks:,} blocks ({'the run logged' if not derived else 'sized from the presets'})"
+    record = {
+        **provenance(),
+        "run": str(run),
+        "run_name": r.name,
+        "run_vllm_version": r.engine.get("vllm_version"),
+        "requests": int(len(r.prompt)),
+        "model": name,
+        "gpu": gpu_name,
+        "tensor_parallel_size": tp,
+        "num_gpu_blocks": blocks,
+        "latency_model": lat.describe(),
+        "server_settings": resolve.server_json(srv),
+        "comparison": table.to_dict("records"),
+    }
+    if out is not None:
+        _write_folder(out, record, r, predicted)
     if as_json:
-        out = {
-            "run": str(run),
-            "requests": int(len(r.prompt)),
-            "model": name,
-            "gpu": gpu_name,
-            "num_gpu_blocks": blocks,
-            "latency_model": lat.describe(),
-            "server_settings": resolve.server_json(srv),
-            "comparison": table.to_dict("records"),
-        }
-        print_json(out)
+        print_json(record)
         return
     _print(r, table, name, gpu_name, tp, pool, lat.describe(), srv)
 
@@ -178,6 +195,35 @@ def _plot(path: Path, r: Any, predicted: dict, title: str) -> None:
     except OSError as e:
         raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
     print(f"plan: drew {path}", file=sys.stderr)
+
+
+VALIDATE_FILES = ("validate.json", "requests.parquet")  # a plan validate --out folder
+
+
+def _write_folder(folder: Path, record: dict, r: Any, predicted: dict) -> None:
+    """``plan validate --out``: ``requests.parquet`` (per request: arrival,
+    tokens, measured and predicted TTFT/TPOT/E2E seconds, NaN where a replay
+    did not finish one), then ``validate.json`` (atomic each). A folder
+    holding anything else was refused before the replay."""
+    import pandas as pd
+
+    from planner.cli.errors import InputError, os_error_reason
+    from planner.cli.json_out import dumps
+    from planner.sweep.store import atomic_write_bytes
+
+    rows = {"request": np.arange(len(r.prompt)), "arrival_s": r.arrival_s,
+            "prompt_tokens": r.prompt, "output_tokens": r.output}  # fmt: skip
+    for m, measured in (("ttft_s", r.ttft_s), ("tpot_s", r.tpot_s), ("e2e_s", r.e2e_s)):
+        rows[f"measured_{m}"] = measured
+        rows[f"predicted_{m}"] = predicted[m]
+    df = pd.DataFrame(rows)
+    try:
+        atomic_write_bytes(folder / "requests.parquet", lambda tmp: df.to_parquet(tmp, index=False))
+        text = dumps(record)
+        atomic_write_bytes(folder / "validate.json", lambda tmp: Path(tmp).write_text(text))
+    except OSError as e:
+        raise InputError(f"cannot write {folder}: {os_error_reason(e)}") from None
+    print(f"plan: wrote {folder}/ (plan report {folder} draws it)", file=sys.stderr)
 
 
 def _pct(x: float) -> str:

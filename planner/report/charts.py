@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from planner.plots import heatmap as hm  # noqa: E402
+from planner.plots.validate import validate_png  # noqa: E402
 
 DPI = 100
 # The sweep metrics a report draws as heatmaps, in order: what completes, how
@@ -163,3 +164,19 @@ def time_series(steps: pd.DataFrame, requests: pd.DataFrame, usable: int) -> Pic
     for ax in axs:
         ax.grid(alpha=0.3)
     return Picture("over time", _figure_uri(fig))
+
+
+def predicted_vs_measured(requests: pd.DataFrame, title: str) -> Picture | Skipped:
+    """``plan validate --plot``'s picture (``planner.plots.validate``): E2E and
+    TTFT per request, predicted against measured, and TTFT over the run."""
+    need = ("arrival_s", "measured_ttft_s", "predicted_ttft_s", "measured_e2e_s", "predicted_e2e_s")
+    if requests.empty or any(c not in requests for c in need):
+        return Skipped("predicted against measured", "no per-request rows")
+    measured = {m: requests[f"measured_{m}"].to_numpy(dtype=float) for m in ("ttft_s", "e2e_s")}
+    predicted = {m: requests[f"predicted_{m}"].to_numpy(dtype=float) for m in ("ttft_s", "e2e_s")}
+    with tempfile.TemporaryDirectory() as tmp:
+        png = validate_png(
+            requests["arrival_s"].to_numpy(dtype=float), measured, predicted, title,
+            Path(tmp) / "validate.png",
+        )  # fmt: skip
+        return Picture("predicted against measured, per request", png_uri(png.read_bytes()))

@@ -76,7 +76,9 @@ footer { margin-top: 32px; color: #666; font-size: 12px; }
 @page { size: A4; margin: 14mm; }
 @media print { body { max-width: none; margin: 0; padding: 0; font-size: 11px; }
   .tablewrap { max-height: none; overflow: visible; border: 0; }
-  th { position: static; } h2 { break-after: avoid; } img { break-inside: avoid; } }
+  th { position: static; } h2 { break-after: avoid; } img { break-inside: avoid; }
+  table { width: 100%; } th, td { white-space: normal; overflow-wrap: anywhere;
+  font-size: 8px; padding: 1px 3px; } tr { break-inside: avoid; } }
 </style></head>
 <body>
 <h1>{{ title }}</h1>
@@ -173,7 +175,7 @@ def _sweep(r: Result) -> dict:
         headline.append(("meet the SLOs, not overloaded", "meets_slo", _fmt(int(ok.sum()))))
     pictures = charts.sweep_heatmaps(r.folder, df)
     return {
-        "title": f"Sweep {r.record.get('name', r.folder.name)}",
+        "title": f"plan sweep: {r.record.get('name', r.folder.name)}",
         "headline": headline,
         "verdict": "",
         "sections": [
@@ -219,7 +221,7 @@ def _size(r: Result) -> dict:
         )
     )
     return {
-        "title": f"Sizing {r.folder.name}",
+        "title": f"plan size: {r.folder.name}",
         "headline": headline,
         "verdict": verdict,
         "sections": sections,
@@ -254,14 +256,55 @@ def _run(r: Result) -> dict:
             )
         )
     return {
-        "title": f"Run {r.folder.name}",
+        "title": f"plan run: {r.folder.name}",
         "headline": headline,
         "verdict": run_verdict(rec),
         "sections": sections,
     }
 
 
-LAYOUTS = {"sweep": _sweep, "size": _size, "run": _run}
+VALIDATE_COLUMNS = (
+    "request", "arrival_s", "prompt_tokens", "output_tokens", "measured_ttft_s",
+    "predicted_ttft_s", "measured_tpot_s", "predicted_tpot_s", "measured_e2e_s",
+    "predicted_e2e_s",
+)  # fmt: skip
+COMPARISON_COLUMNS = ("metric", "stat", "measured", "predicted", "error")
+
+
+def _validate(r: Result) -> dict:
+    rec = r.record
+    cmp = pd.DataFrame(rec.get("comparison", []), columns=list(COMPARISON_COLUMNS))
+    headline = []
+    for metric, stat, label in (
+        ("e2e_s", "mean", "E2E mean"), ("ttft_s", "mean", "TTFT mean"),
+        ("tpot_s", "mean", "TPOT mean"), ("throughput_rps", "", "throughput"),
+    ):  # fmt: skip
+        row = cmp[(cmp["metric"] == metric) & (cmp["stat"] == stat)]
+        if len(row) and row["error"].notna().iloc[0]:
+            headline.append((f"{label} error", f"error_{metric}", f"{row['error'].iloc[0]:+.1%}"))
+    title = f"{rec.get('run_name', r.folder.name)}: {rec.get('latency_model', '')}"
+    pictures = [charts.predicted_vs_measured(r.table, title)] if not r.table.empty else []
+    shown = cmp.assign(error=[f"{e:+.1%}" if pd.notna(e) else "-" for e in cmp["error"]])
+    sections = [
+        _section("Predicted against measured, per metric",
+                 table=sortable_table(shown, COMPARISON_COLUMNS, "comparison")),
+    ]  # fmt: skip
+    if pictures:
+        sections.append(_section("Per request", pictures))
+        sections.append(
+            _section(f"Requests ({len(r.table):,})",
+                     table=sortable_table(r.table, VALIDATE_COLUMNS, "rows"))
+        )  # fmt: skip
+    return {
+        "title": f"plan validate: {rec.get('run_name', r.folder.name)}",
+        "headline": headline,
+        "verdict": "Error = predicted / measured - 1; the replay uses the run's own settings "
+        "and logged pool.",
+        "sections": sections,
+    }
+
+
+LAYOUTS = {"sweep": _sweep, "size": _size, "run": _run, "validate": _validate}
 
 
 def render(r: Result) -> str:

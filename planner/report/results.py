@@ -7,7 +7,9 @@ Three kinds, told apart by the file that marks each as finished:
   one has chunk files and a ``_manifest.json`` that is not complete;
 - a sizing (``plan size``): ``answer.json`` beside ``size.parquet``;
 - a run (``plan run --out``): ``run.json``, with ``requests.parquet`` and,
-  for one server, ``steps.parquet``.
+  for one server, ``steps.parquet``;
+- a validation (``plan validate --out``): ``validate.json`` beside
+  ``requests.parquet`` (measured and predicted per request).
 
 A folder of none of these, an interrupted sweep and a result without the
 planner's version (written before results recorded it) raise ReportError
@@ -32,6 +34,8 @@ SIZE_PARETO = "pareto.png"
 RUN_RESULT = "run.json"
 RUN_REQUESTS = "requests.parquet"
 RUN_STEPS = "steps.parquet"
+VALIDATE_RESULT = "validate.json"
+VALIDATE_REQUESTS = "requests.parquet"
 
 
 class ReportError(Exception):
@@ -42,7 +46,7 @@ class ReportError(Exception):
 class Result:
     """One result, as ``page`` needs it.
 
-    ``kind``: "sweep", "size" or "run". ``folder``: where it was read.
+    ``kind``: "sweep", "size", "run" or "validate". ``folder``: where it was read.
     ``version``: the planner version that wrote it. ``facts``: what the page
     states first (workload, model, GPU, step-time model, ...), label -> text.
     ``record``: the result's JSON (size, run) or spec (sweep) as a dict.
@@ -70,13 +74,16 @@ def load(path: Path) -> Result:
         )
     if (path / RUN_RESULT).exists():
         return _run(path)
+    if (path / VALIDATE_RESULT).exists():
+        return _validate(path)
     if (path / SIZE_ANSWER).exists() or (path / SIZE_TABLE).exists():
         return _size(path)
     if (path / SWEEP_DATA).exists() or (path / SWEEP_MANIFEST).exists():
         return _sweep(path)
     raise ReportError(
-        f"{path}: not a planner result (no {SWEEP_DATA}, {SIZE_ANSWER} or {RUN_RESULT}); "
-        "give a folder written by plan sweep, plan size or plan run --out"
+        f"{path}: not a planner result (no {SWEEP_DATA}, {SIZE_ANSWER}, {RUN_RESULT} or "
+        f"{VALIDATE_RESULT}); give a folder written by plan sweep, plan size, plan run --out "
+        "or plan validate --out"
     )
 
 
@@ -188,3 +195,25 @@ def _run(folder: Path) -> Result:
         "num_gpu_blocks": f"{int(record.get('num_gpu_blocks', 0)):,}",
     }
     return Result("run", folder, version, facts, record, requests, steps, missing)
+
+
+def _validate(folder: Path) -> Result:
+    path = folder / VALIDATE_RESULT
+    record = _json(path)
+    version = _version(record, path, "rerun plan validate --out")
+    requests = pd.DataFrame()
+    missing = []
+    if (folder / VALIDATE_REQUESTS).exists():
+        requests, _ = _parquet(folder / VALIDATE_REQUESTS)
+    else:
+        missing.append(f"predicted against measured per request ({VALIDATE_REQUESTS} is missing)")
+    ran = record.get("run_vllm_version")
+    facts = {
+        "real run": f"{record.get('run_name', '-')} ({record.get('requests', 0):,} requests"
+        + (f", vLLM {ran})" if ran else ")"),
+        "model": str(record.get("model", "-")),
+        "GPU": f"{record.get('gpu') or 'none'} x {record.get('tensor_parallel_size', 1)}",
+        "step-time model": str(record.get("latency_model", "-")),
+        "num_gpu_blocks": f"{int(record.get('num_gpu_blocks', 0)):,}",
+    }
+    return Result("validate", folder, version, facts, record, requests, missing=missing)
