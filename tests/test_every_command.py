@@ -16,6 +16,7 @@ import typer
 
 from helpers import run_cli
 from planner.cli.commands import app
+from planner.install_check import VERSION
 
 ROOT = Path(__file__).parents[1]
 SIZE_SPEC = str(ROOT / "tests" / "data" / "size_small.toml")
@@ -94,8 +95,9 @@ def test_command_runs_once(capsys, tmp_path, monkeypatch, name):
     code, out, err = run_cli(capsys, *argv)
     assert code == EXPECTED.get(name, 0), f"plan {' '.join(argv)}: exit {code}\n{err}"
     assert out.strip(), err
-    if "--json" in argv:  # standard JSON: no bare NaN or Infinity
-        json.loads(out, parse_constant=_refuse)
+    if "--json" in argv:  # standard JSON: no bare NaN or Infinity; says who made it
+        rec = json.loads(out, parse_constant=_refuse)
+        assert rec["planner_version"] == VERSION and rec["vllm_version_mirrored"] == "0.33.0"
 
 
 def _refuse(name: str) -> None:

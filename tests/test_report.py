@@ -92,6 +92,29 @@ def test_results_record_the_planner_version(results, capsys):
     assert code == 0 and json.loads(out)["planner_version"] == VERSION
 
 
+def test_the_sweep_page_names_the_recommended_configuration(results):
+    from planner.plots.heatmap import recommended
+
+    df = pd.read_parquet(results["sweep"] / "data.parquet")
+    row = recommended(df, "max_num_seqs", "num_gpu_blocks")
+    assert row is not None  # the fixture's SLO is met somewhere
+    assert f"(config_id {int(row['config_id'])}): meets the SLOs" in _page(results["sweep"])
+
+
+def test_a_sweep_of_more_axes_pins_the_rest_and_says_so(tmp_path):
+    spec = tmp_path / "four.toml"
+    text = SWEEP.replace("max_model_len = 4096\n", "")
+    text += 'preemption_mode = ["recompute", "restart"]\nmax_model_len = [2048, 4096]\n'
+    spec.write_text(text)
+    code, err = plan_quiet("sweep", str(spec), "--out", str(tmp_path / "four"))
+    assert code == 0, err
+    code, err = plan_quiet("report", str(tmp_path / "four"))
+    assert code == 0, err
+    page = _page(tmp_path / "four")
+    assert page.count("over max_num_seqs x num_gpu_blocks at max_model_len=2048</p>") == 4
+    assert "not drawn" not in page
+
+
 # --- in a real browser --------------------------------------------------------------
 
 

@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from planner.install_check import provenance
+
 
 def finite(obj: object) -> object:
     """``obj`` with every NaN or infinite float (Python or NumPy) replaced by
@@ -40,6 +42,8 @@ def dumps(obj: object, indent: int | None = None) -> str:
     return json.dumps(finite(obj), default=_plain, allow_nan=False, indent=indent)
 
 
-def print_json(obj: object) -> None:
-    """Print ``dumps(obj)`` on stdout."""
-    print(dumps(obj))
+def print_json(obj: dict) -> None:
+    """Print ``dumps(obj)`` on stdout, led by the planner's version and the
+    vLLM version it mirrors (``install_check.provenance``): every result
+    the planner writes records who made it."""
+    print(dumps({**provenance(), **obj}))

@@ -71,6 +71,13 @@ def heatmap_axes(df: pd.DataFrame) -> tuple[str, str, str | None] | None:
     return numeric[0], numeric[1], (others[0] if others else None)
 
 
+def pinned(df: pd.DataFrame, shown: tuple[str | None, ...]) -> dict[str, object]:
+    """The sweep's other varied axes, each at its first value: a heatmap
+    shows two axes and a facet, so the rest are held fixed (and said so)."""
+    axes = [a for a in (*hm.SCHEDULER_AXES, *hm.WORKLOAD_AXES, *hm.HARDWARE_AXES) if a in df]
+    return {a: df[a].iloc[0] for a in axes if a not in shown and df[a].nunique() > 1}
+
+
 def sweep_heatmaps(folder: Path, df: pd.DataFrame) -> list[Picture | Skipped]:
     """The heatmaps of ``SWEEP_METRICS`` with the outcome overlays, the
     KV-safe curve and, when the sweep has SLOs, the SLO region and the
@@ -81,6 +88,8 @@ def sweep_heatmaps(folder: Path, df: pd.DataFrame) -> list[Picture | Skipped]:
         return [Skipped("heatmaps", why)]
     x, y, facet = axes
     slo = "meets_slo" in df.columns
+    pins = pinned(df, (x, y, facet))
+    where = [f"{a}={v}" for a, v in pins.items()]
     out: list[Picture | Skipped] = []
     with tempfile.TemporaryDirectory() as tmp:
         for z in SWEEP_METRICS:
@@ -89,13 +98,14 @@ def sweep_heatmaps(folder: Path, df: pd.DataFrame) -> list[Picture | Skipped]:
             png = Path(tmp) / f"{z}.png"
             try:
                 hm.heatmap(
-                    folder, png, x=x, y=y, z=z, facet=facet, width=1200, height=560,
-                    slo_contour=slo, recommend=slo,
+                    folder, png, x=x, y=y, z=z, facet=facet, where=where, width=1200,
+                    height=560, slo_contour=slo, recommend=slo,
                 )  # fmt: skip
             except hm.PlotError as e:
                 out.append(Skipped(z, str(e)))
                 continue
-            out.append(Picture(f"{z} over {x} x {y}", png_uri(png.read_bytes())))
+            at = f" at {', '.join(where)}" if where else ""
+            out.append(Picture(f"{z} over {x} x {y}{at}", png_uri(png.read_bytes())))
     return out
 
 

@@ -16,8 +16,10 @@ import numpy as np
 import pandas as pd
 
 from planner.install_check import VERSION, VLLM_MIRRORED
+from planner.plots.heatmap import recommended
 from planner.report import charts
 from planner.report.results import SIZE_PARETO, Result
+from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES
 from planner.text import count
 
 MAX_ROWS = 5000  # rows a page's table holds; more are counted, not shown
@@ -64,6 +66,7 @@ dl.facts dt { font-weight: 600; } dl.facts dd { margin: 0; overflow-wrap: anywhe
 .verdict { font-size: 16px; padding: 8px 12px; border-left: 4px solid #555; background: #f4f4f4; }
 img { max-width: 100%; height: auto; display: block; margin: 8px 0; }
 .note { color: #6b4e00; background: #fff6dc; padding: 6px 10px; }
+.caption { margin: 14px 0 0; color: #444; font-style: italic; }
 code, pre { font: 12.5px ui-monospace, monospace; } pre { white-space: pre-wrap;
   background: #f4f4f4; padding: 8px; overflow-wrap: anywhere; }
 .tablewrap { max-height: 640px; overflow: auto; border: 1px solid #ddd; }
@@ -92,7 +95,8 @@ footer { margin-top: 32px; color: #666; font-size: 12px; }
 {% for item in notes %}<p class="note">{{ item }}</p>{% endfor %}
 {% for s in sections %}<h2>{{ s.title }}</h2>
 {% if s.pre %}<pre>{{ s.pre }}</pre>{% endif %}
-{% for p in s.pictures %}{% if p.uri %}<img alt="{{ p.title }}" src="{{ p.uri }}">
+{% for p in s.pictures %}{% if p.uri %}<p class="caption">{{ p.title }}</p>
+<img alt="{{ p.title }}" src="{{ p.uri }}">
 {% else %}<p class="note">{{ p.title }}: not drawn ({{ p.why }})</p>{% endif %}{% endfor %}
 {% if s.table %}{{ s.table | safe }}{% endif %}
 {% endfor %}
@@ -177,7 +181,7 @@ def _sweep(r: Result) -> dict:
     return {
         "title": f"plan sweep: {r.record.get('name', r.folder.name)}",
         "headline": headline,
-        "verdict": "",
+        "verdict": _recommended(df),
         "sections": [
             _section("Heatmaps", pictures),
             _section(
@@ -185,6 +189,27 @@ def _sweep(r: Result) -> dict:
             ),
         ],
     }
+
+
+def _recommended(df: pd.DataFrame) -> str:
+    """The sweep's recommended configuration, as the heatmaps mark it
+    (``planner.plots.heatmap.recommended``: it meets the SLOs and keeps up,
+    within a tolerance of the best goodput, with the fewest resources), or
+    that none qualifies; empty without SLOs."""
+    if "meets_slo" not in df.columns:
+        return ""
+    axes = charts.heatmap_axes(df)
+    x, y = axes[:2] if axes else ("max_num_seqs", "num_gpu_blocks")
+    row = recommended(df, x, y)
+    if row is None:
+        return "Recommended: none: no configuration meets the SLOs and keeps up with its traffic."
+    varied = [a for a in (*SCHEDULER_AXES, *WORKLOAD_AXES, *HARDWARE_AXES) if a in df]
+    varied = [a for a in varied if df[a].nunique() > 1]
+    setting = ", ".join(f"{a} {_fmt(row[a])}" for a in varied)
+    return (
+        f"Recommended: {setting} (config_id {int(row['config_id'])}): meets the SLOs, keeps up, "
+        f"goodput {_fmt(row['goodput_rps'])} req/s"
+    )
 
 
 def _size(r: Result) -> dict:
