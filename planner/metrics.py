@@ -36,7 +36,7 @@ from planner import config as K
 from planner import replicas as RP
 from planner.capacity import usable_blocks
 from planner.kernel import state as S
-from planner.kernel.token_gaps import gap_bins, percentiles_s
+from planner.kernel.token_gaps import bin_edges_ns, gap_bins, percentiles_s
 from planner.slo import SLO, SLO_PERCENTILE
 from planner.workload.arrays import Workload
 
@@ -759,6 +759,19 @@ def missing_gaps(res: SimResult) -> tuple[np.ndarray, np.ndarray]:
     has_token = owing & (missing > 0) & (st.req.last_ns >= 0)
     open_ns = np.where(has_token, np.maximum(end - st.req.last_ns, 0), 0)
     return missing.astype(np.int64), open_ns.astype(np.int64)
+
+
+def itl_distribution(res: SimResult, config: int = 0) -> dict[str, list]:
+    """The ITL distribution of config ``config``: the kernel's gap histogram
+    (``planner.kernel.token_gaps``) as its non-empty bins, ``itl_s`` (bin
+    midpoint + alpha2, seconds, as ``itl_columns``'s percentiles) and
+    ``count`` (gaps in the bin), each a list in increasing ITL. Gaps still
+    owed at the run's end are not in it (``itl_columns`` counts them)."""
+    hist = res.state.out.itl_hist[config]
+    a2_s = res.cfg[config, K.A2] / 1e9
+    bins = np.flatnonzero(hist)
+    mids = [0.0 if i == 0 else sum(bin_edges_ns(int(i))) / 2 / 1e9 for i in bins]
+    return {"itl_s": [m + a2_s for m in mids], "count": hist[bins].astype(int).tolist()}
 
 
 def itl_columns(res: SimResult) -> dict[str, np.ndarray]:

@@ -92,6 +92,18 @@ def test_results_record_the_planner_version(results, capsys):
     assert code == 0 and json.loads(out)["planner_version"] == VERSION
 
 
+def test_a_run_records_its_itl_distribution(results):
+    """run.json's ITL histogram holds every gap between two tokens of the run."""
+    rec = json.loads((results["run"] / "run.json").read_text())
+    per = pd.read_parquet(results["run"] / "requests.parquet")
+    assert rec["completed"] == len(per)  # every request finished: no gap owed
+    gaps = (per["output_tokens"] - 1).clip(lower=0).sum()
+    assert sum(rec["itl_histogram"]["count"]) == gaps
+    itl = rec["itl_histogram"]["itl_s"]
+    assert itl == sorted(itl) and itl[0] <= rec["itl_s_p50"] <= itl[-1]
+    assert "ITL (s)" not in _page(results["run"])  # drawn into the picture, not the text
+
+
 def test_the_sweep_page_names_the_recommended_configuration(results):
     from planner.plots.heatmap import recommended
 

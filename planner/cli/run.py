@@ -530,7 +530,11 @@ def _write_folder(
     (folder / "steps.parquet").unlink(missing_ok=True)
     if cfg.replicas == 1:
         _write_trace(folder / "steps.parquet", cfg, wl, lat, steps)
+    from planner.metrics import itl_distribution
+
     record = {"command": ["plan", *sys.argv[1:]], "workload": wl.name, **out}
+    if cfg.replicas == 1:  # a fleet's gaps are kept per replica
+        record["itl_histogram"] = itl_distribution(res)
     try:
         atomic_write_bytes(folder / "run.json", lambda tmp: Path(tmp).write_text(dumps(record)))
     except OSError as e:

@@ -109,14 +109,25 @@ def sweep_heatmaps(folder: Path, df: pd.DataFrame) -> list[Picture | Skipped]:
     return out
 
 
-def latency_cdfs(requests: pd.DataFrame) -> Picture | Skipped:
+def latency_cdfs(requests: pd.DataFrame, itl: dict | None) -> Picture | Skipped:
     """CDFs of TTFT, TPOT and E2E over the requests served (a request still
-    unserved at the run's end has only a lower bound: left out, and counted)."""
+    unserved at the run's end has only a lower bound: left out, and counted),
+    and of ITL over every gap between two tokens (``itl``: the run's
+    ``metrics.itl_distribution``, None when it has none)."""
     cols = [c for c in ("ttft_s", "tpot_s", "e2e_s") if c in requests]
     if not cols or requests.empty:
         return Skipped("latency distributions", "no per-request rows")
-    fig, axs = plt.subplots(1, len(cols), figsize=(12, 3.6), layout="constrained", squeeze=False)
-    for ax, c in zip(axs[0], cols, strict=True):
+    panels = len(cols) + (1 if itl and itl.get("count") else 0)
+    fig, axs = plt.subplots(1, panels, figsize=(14, 3.6), layout="constrained", squeeze=False)
+    if panels > len(cols):
+        ax = axs[0][-1]
+        counts = np.asarray(itl["count"], dtype=float)
+        ax.step(itl["itl_s"], np.cumsum(counts) / counts.sum(), where="post")
+        ax.set_title(f"ITL (s), {int(counts.sum()):,} gaps", fontsize=10)
+        ax.set_xlabel("seconds")
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    for ax, c in zip(axs[0], cols, strict=False):
         v = requests[c].to_numpy(dtype=float)
         ok = np.isfinite(v) & ~requests.get(c.replace("_s", "_censored"), False)
         x = np.sort(v[ok])

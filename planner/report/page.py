@@ -269,7 +269,7 @@ def _run(r: Result) -> dict:
     headline = [(label, key, _fmt(rec.get(key))) for key, label in RUN_HEADLINE if key in rec]
     null = 1 if rec.get("null_block", True) else 0
     usable = int(rec.get("num_gpu_blocks", 0)) - null
-    pictures = [charts.latency_cdfs(r.table)] if not r.table.empty else []
+    pictures = [charts.latency_cdfs(r.table, rec.get("itl_histogram"))] if not r.table.empty else []
     if r.steps is not None:
         pictures.append(charts.time_series(r.steps, r.table, usable))
     sections = [_section("Distributions and time series", pictures)] if pictures else []
