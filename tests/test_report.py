@@ -252,7 +252,24 @@ def test_a_folder_that_is_no_result_is_one_line(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     _refused(capsys, tmp_path / "empty", "not a planner result")
     (tmp_path / "file.json").write_text("{}")
-    _refused(capsys, tmp_path / "file.json", "give the result's folder")
+    _refused(capsys, tmp_path / "file.json", "not a planner result")
+    (tmp_path / "file.txt").write_text("hello")
+    _refused(capsys, tmp_path / "file.txt", "not a planner result")
+
+
+def test_a_plan_run_json_file_gets_a_page_that_says_what_it_lacks(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "run", *RUN_ARGS, "--json")
+    assert code == 0, err
+    (tmp_path / "run.json").write_text(out)
+    code, _, err = run_cli(capsys, "report", str(tmp_path / "run.json"))
+    assert code == 0, err
+    page = (tmp_path / "run.html").read_text()
+    assert "Not on this page: latency distributions and the run over time" in page
+    rec = json.loads(out)
+    assert f'data-key="completed">completed<b>{rec["completed"]:,}</b>' in page
+    del rec["planner_version"]
+    (tmp_path / "old.json").write_text(json.dumps(rec))
+    _refused(capsys, tmp_path / "old.json", "did not record its version")
 
 
 def test_an_interrupted_sweep_is_one_line(capsys, tmp_path):

@@ -19,12 +19,15 @@ def report(
     result: Annotated[
         Path,
         typer.Argument(
-            help="A result folder: plan sweep's --out, plan size's --out or plan run's --out."
+            help="A result folder (plan sweep, plan size, plan run or plan validate --out), "
+            "or a plan run --json file."
         ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option(help=f"The HTML file to write [default: RESULT/{PAGE}]."),
+        typer.Option(
+            help=f"The HTML file to write [default: RESULT/{PAGE}; for a file, RESULT.html]."
+        ),
     ] = None,
 ) -> None:
     """Write one HTML page of a sweep, a sizing or a run: its pictures, its
@@ -39,7 +42,13 @@ def report(
         page = render(load(result))
     except ReportError as e:
         raise InputError(str(e)) from None
-    dest = out if out is not None else result / PAGE
+    dest = (
+        out
+        if out is not None
+        else result / PAGE
+        if result.is_dir()
+        else result.with_suffix(".html")
+    )
     if dest.suffix.lower() not in (".html", ".htm"):
         raise InputError(f"--out: expected a .html file name, got {str(dest)!r}")
     try:

@@ -7,7 +7,7 @@ Three kinds, told apart by the file that marks each as finished:
   one has chunk files and a ``_manifest.json`` that is not complete;
 - a sizing (``plan size``): ``answer.json`` beside ``size.parquet``;
 - a run (``plan run --out``): ``run.json``, with ``requests.parquet`` and,
-  for one server, ``steps.parquet``;
+  for one server, ``steps.parquet``; or a ``plan run --json`` file alone;
 - a validation (``plan validate --out``): ``validate.json`` beside
   ``requests.parquet`` (measured and predicted per request).
 
@@ -68,9 +68,11 @@ def load(path: Path) -> Result:
     if not path.exists():
         raise ReportError(f"{path}: no such file or folder")
     if not path.is_dir():
+        if path.suffix == ".json" and "outcome" in _json(path):  # plan run --json > FILE
+            return _run(path)
         raise ReportError(
-            f"{path}: give the result's folder (plan sweep --out, plan size --out or "
-            "plan run --out), not a file"
+            f"{path}: not a planner result; give a result folder (plan sweep --out, plan size "
+            "--out, plan run --out, plan validate --out) or a plan run --json file"
         )
     if (path / RUN_RESULT).exists():
         return _run(path)
@@ -168,33 +170,43 @@ def _size(folder: Path) -> Result:
     return Result("size", folder, version, facts, answer, table, missing=missing)
 
 
-def _run(folder: Path) -> Result:
-    path = folder / RUN_RESULT
+def _run(where: Path) -> Result:
+    """A ``plan run --out`` folder, or a ``plan run --json`` file (its
+    distributions and time series then missing, and said so)."""
+    path = where / RUN_RESULT if where.is_dir() else where
     record = _json(path)
     version = _version(record, path, "rerun plan run --out")
+    if not where.is_dir():
+        why = "a plan run --json file alone has none; plan run --out DIR keeps them"
+        missing = [f"latency distributions and the run over time ({why})"]
+        return Result("run", where, version, _run_facts(record), record, pd.DataFrame(), None,
+                      missing)  # fmt: skip
     missing = []
     requests = pd.DataFrame()
-    if (folder / RUN_REQUESTS).exists():
-        requests, _ = _parquet(folder / RUN_REQUESTS)
+    if (where / RUN_REQUESTS).exists():
+        requests, _ = _parquet(where / RUN_REQUESTS)
     else:
         missing.append(f"latency distributions ({RUN_REQUESTS} is missing)")
     steps = None
-    if (folder / RUN_STEPS).exists():
-        steps, _ = _parquet(folder / RUN_STEPS)
+    if (where / RUN_STEPS).exists():
+        steps, _ = _parquet(where / RUN_STEPS)
     else:
         missing.append(
             f"running, waiting, KV use and throughput over time ({RUN_STEPS} is missing: "
             "plan run keeps a per-step trace for one server only)"
         )
+    return Result("run", where, version, _run_facts(record), record, requests, steps, missing)
+
+
+def _run_facts(record: dict) -> dict[str, str]:
     gpu = record.get("gpu")
-    facts = {
+    return {
         "workload": str(record.get("workload", "-")),
         "model": str(record.get("model") or "none (scenario S1's pool and step time)"),
         "GPU": f"{gpu} x {record.get('tensor_parallel_size', 1)}" if gpu else "none",
         "step-time model": str(record.get("latency_model", "-")),
         "num_gpu_blocks": f"{int(record.get('num_gpu_blocks', 0)):,}",
     }
-    return Result("run", folder, version, facts, record, requests, steps, missing)
 
 
 def _validate(folder: Path) -> Result:
