@@ -254,6 +254,7 @@ def simulate(
     check_invariants: bool = True,
     arrival_s: np.ndarray | None = None,
     replica_path: bool = False,
+    on_config: Callable[[int], None] | None = None,
 ) -> SimResult:
     """Simulate every config against ``workload`` in one jitted, parallel call.
 
@@ -274,6 +275,8 @@ def simulate(
         replica_path: run every config through the router's kernel
             (``kernel/fleet.py``) even when none has replicas > 1 (tests
             compare it with the lone-server kernel); it runs whenever one has.
+        on_config: called with 1 as each config's run ends (from the kernel's
+            worker threads: it must be thread-safe), for progress.
     Returns:
         SimResult. Raises ValueError on inconsistent inputs (including an
         ``arrival_s`` that is not (C, R) or holds times outside
@@ -320,9 +323,9 @@ def simulate(
             keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
         fleets = (lay.starts, lay.sizes, cfg[:, K.CONC].copy(), cfg[:, K.THINK_NS].copy())
         kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out)
-        _run_fleets(kx, fleets, keys, fast_path, check_invariants)
+        _run_fleets(kx, fleets, keys, fast_path, check_invariants, on_config)
     else:
-        _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants)
+        _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants, on_config)
     per = _per_config(lats, c)
     if fleet:
         merged = RP.merge(st, lay)
@@ -509,6 +512,7 @@ def _run_kernel(
     st: S.State,
     fast_path: bool,
     check_invariants: bool,
+    on_config: Callable[[int], None] | None = None,
 ) -> None:
     """Run ``step.simulate_one`` for each config, in a thread pool of Numba's
     thread count when there are several (its step loop is ``nogil``). Not a
@@ -523,6 +527,8 @@ def _run_kernel(
         rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
         scratch = arenas.get()
         simulate_one(cfg[c], cfgf[c], requests, *rows, ctl, fast_path, check_invariants, scratch)
+        if on_config is not None:
+            on_config(1)
 
     _compile_ahead_if_cold(cfg, cfgf, requests, st, check_invariants)
 
@@ -563,6 +569,7 @@ def _run_fleets(
     keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     fast_path: bool,
     check_invariants: bool,
+    on_config: Callable[[int], None] | None = None,
 ) -> None:
     """Call the fleet kernel (``kernel/fleet.py``) on every config's replica
     rows: ``kx`` = (cfg, cfgf, requests, req, queues, out) of the rows,
@@ -586,6 +593,8 @@ def _run_fleets(
             kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants,
             caching_marker(kx[0][starts[f]]), bufs,
         )  # fmt: skip
+        if on_config is not None:
+            on_config(1)
 
     _interruptible(_pool, (one, _by_cost(sizes)), ctl)
 

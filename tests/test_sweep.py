@@ -363,3 +363,16 @@ def test_synthetic_spec_refuses_columns(tmp_path):
     )
     with pytest.raises(SpecError, match="columns: no effect in a synthetic workload"):
         load_spec(spec)
+
+
+def test_progress_of_a_one_chunk_sweep_moves_in_tenths(capsys, tmp_path):
+    """Issue 31: a sweep of one chunk reports as its configs finish (api.simulate's
+    on_config), not only at 0% and 100%; the count ends at the grid's size."""
+    from planner.sweep.api import run_sweep
+
+    run_sweep(write(tmp_path, SPEC), tmp_path / "out", quiet=False)
+    marks = [ln for ln in capsys.readouterr().err.splitlines() if "configs (" in ln]
+    assert len(marks) >= 8, marks  # start, most tenths, end
+    assert marks[-1].split(": ")[1].startswith("30/30 configs (100%)"), marks[-1]
+    done = [int(m.split(": ")[1].split("/")[0]) for m in marks]
+    assert done == sorted(done)

@@ -6,6 +6,7 @@ executors (which run them), so neither imports the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
@@ -45,13 +46,18 @@ def thread_order(n: int, threads: int) -> np.ndarray:
     return j[np.argsort(block, kind="stable")]
 
 
-def run_chunk(sweep: Sweep, chunk: Chunk) -> pd.DataFrame:
+def run_chunk(
+    sweep: Sweep, chunk: Chunk, on_config: Callable[[int], None] | None = None
+) -> pd.DataFrame:
     """Simulate one chunk; one row per config (in the chunk's order), with
-    config_id and workload axes. The kernel sees the configs in ``thread_order``."""
+    config_id and workload axes. The kernel sees the configs in ``thread_order``.
+    ``on_config`` (thread-safe) hears of each config's end (``api.simulate``);
+    a ``[search]`` chunk, which runs each config many times, calls it not."""
     configs = [sweep.configs[i] for i in chunk.config_ids]
     wl = sweep.workloads[chunk.workload_key]
     perm = thread_order(len(configs), numba.get_num_threads())
-    df = simulate([configs[k] for k in perm], wl, sweep.latency).metrics(sweep.slo)
+    tick = on_config if sweep.search is None else None
+    df = simulate([configs[k] for k in perm], wl, sweep.latency, on_config=tick).metrics(sweep.slo)
     df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
     mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}

@@ -17,6 +17,7 @@ import dataclasses
 import io
 import math
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -564,21 +565,35 @@ def _run_chunks(
     if todo and note:
         reporter.line(f"plan: {note}")
     t0, c0 = time.perf_counter(), cpu_seconds()
-    ran = 0
+    ran = ticked = 0  # configs run; of them, reported by tick in the running chunk
+    lock = threading.Lock()  # ticks come from the kernel's worker threads
     reporter.start(sweep.name, plan.num_configs, done_configs)
 
-    def done(chunk: Chunk, record: store.ChunkRecord) -> None:
+    def advance(n: int) -> None:
         nonlocal ran
+        ran += n
+        reporter.advance(n, ran / max(time.perf_counter() - t0, 1e-9))
+
+    def tick(n: int) -> None:  # a config's run ended (local chunks run one at a time)
+        nonlocal ticked
+        with lock:
+            ticked += n
+            advance(n)
+
+    def done(chunk: Chunk, record: store.ChunkRecord) -> None:
+        nonlocal ticked
         manifest.chunks[chunk.index] = record
         store.write_manifest(out, manifest)
-        ran += len(chunk.config_ids)
-        reporter.advance(len(chunk.config_ids), ran / max(time.perf_counter() - t0, 1e-9))
+        with lock:
+            rest, ticked = len(chunk.config_ids) - ticked, 0
+            if rest:
+                advance(rest)
 
     try:
         if client is not None:
             executors.run_dask(sweep, out, todo, done, client)
         else:
-            executors.run_local(sweep, out, todo, done)
+            executors.run_local(sweep, out, todo, done, tick)
     finally:
         reporter.stop()
     if todo and note:

@@ -42,13 +42,16 @@ class ExecutorError(ValueError):
 Done = Callable[[object, store.ChunkRecord], None]
 
 
-def run_local(sweep: Sweep, out: Path, todo: list, done: Done) -> None:
-    """Run the chunks one after the other in this process (the kernel's own
-    ``prange`` uses every core); ``done(chunk, record)`` after each is written."""
+def run_local(
+    sweep: Sweep, out: Path, todo: list, done: Done, tick: Callable[[int], None] | None = None
+) -> None:
+    """Run the chunks one after the other in this process (the kernel's
+    thread pool uses every core); ``done(chunk, record)`` after each is
+    written, ``tick(1)`` as each config's run ends (``chunk.run_chunk``)."""
     from planner.sweep.chunk import run_chunk
 
     for chunk in todo:
-        done(chunk, store.write_chunk(run_chunk(sweep, chunk), out, chunk.index))
+        done(chunk, store.write_chunk(run_chunk(sweep, chunk, tick), out, chunk.index))
 
 
 _SPECS: dict[tuple[str, str], Sweep] = {}
