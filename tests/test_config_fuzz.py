@@ -46,6 +46,11 @@ def _mutated(model_id: str, data: st.DataObject) -> dict:
     parts = [cfg] + ([cfg["text_config"]] if isinstance(cfg.get("text_config"), dict) else [])
     part = data.draw(st.sampled_from(parts))
     key = data.draw(st.sampled_from(sorted(part)))
+    # Descend into nested objects (rope_scaling, quantization_config and their
+    # groups): the second tryout found tracebacks only a nested value reached.
+    while isinstance(part[key], dict) and part[key] and data.draw(st.booleans()):
+        part = part[key]
+        key = data.draw(st.sampled_from(sorted(part)))
     how = data.draw(st.sampled_from(sorted(MUTATIONS) + ["missing"]))
     if how == "missing":
         del part[key]
@@ -99,7 +104,29 @@ KINDS = [
     (QWEN2, {"max_window_layers": None}, None),
     (LLAMA, {"num_attention_heads": 8192}, "head size of 0"),
     (LLAMA, {"num_hidden_layers": 10**9}, "num_hidden_layers"),
-]
+    # The second tryout: values inside rope_scaling and quantization_config.
+    (LLAMA, {"rope_scaling": {"rope_type": "dynamic", "factor": 1e300}}, "rope_scaling.factor"),
+    (LLAMA, {"rope_scaling": {"rope_type": "dynamic", "factor": -4}}, "rope_scaling.factor"),
+    (LLAMA, {"rope_scaling": {"rope_type": "dynamic", "factor": True}}, "rope_scaling.factor"),
+    (LLAMA, {"rope_scaling": {"rope_type": "dynamic", "factor": [2]}}, "rope_scaling.factor"),
+    (LLAMA, {"rope_scaling": {"rope_type": ["linear"], "factor": 2}}, "rope_scaling.rope_type"),
+    (LLAMA, {"rope_parameters": {"full_attention": {"factor": -2}}},
+     "rope_parameters.full_attention.factor"),
+    (LLAMA, {"quantization_config": {"quant_method": "gptq", "bits": -4, "group_size": 128}},
+     "quantization_config.bits"),
+    (LLAMA, {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 0}},
+     "quantization_config.group_size"),
+    (LLAMA, {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1}}, None),
+    (LLAMA, {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": "false"}},
+     "quantization_config.load_in_4bit"),
+    (LLAMA, {"quantization_config": {"quant_method": "compressed-tensors",
+                                     "config_groups": {"g": [1, 2]}}},
+     "quantization_config.config_groups.g"),
+    (LLAMA, {"quantization_config": {"quant_method": "compressed-tensors",
+                                     "config_groups": {"g": {"weights": {"num_bits": 0}}}}},
+     "quantization_config.config_groups.g.weights.num_bits"),
+    (LLAMA, {"num_key_value_heads": 7}, "num_attention_heads 32 is not a multiple of"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("model_id,change,needle", KINDS, ids=[str(c) for _, c, _ in KINDS])

@@ -24,7 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+)
 
 MAX_LAYERS = 4_096  # layer counts (and per-layer lists): builds tuples of this length
 MAX_DIM = 1 << 24  # widths, head sizes, vocabulary: products stay within int64 bytes
@@ -40,6 +48,76 @@ Text = Annotated[str, Field(max_length=256)]
 # Context lengths (max_position_embeddings and vLLM's other length keys): the
 # planner's token counts are int32 (planner.bounds), as is any max_model_len.
 Length = Annotated[StrictInt, Field(gt=0, le=(1 << 31) - 1)]
+
+
+# A RoPE scaling factor multiplies the context length (planner.models.max_len):
+# finite and positive (transformers' rope validation refuses factor < 1 for most
+# types; the planner refuses only what no type can mean), at most 1e6.
+Factor = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+# Weight bits of a quantized checkpoint (GPTQ 2/3/4/8, AWQ 4, compressed-tensors
+# 4/8, ...): an integer 1..16.
+Bits = Annotated[StrictInt, Field(ge=1, le=16)]
+
+
+def _group_size(v: int) -> int:
+    """A quantization group: -1 (one group per output channel, GPTQ's
+    convention) or a positive number of weights."""
+    if v == 0 or v < -1:
+        raise ValueError("-1 (per channel) or a positive integer")
+    return v
+
+
+GroupSize = Annotated[StrictInt, Field(le=MAX_DIM), AfterValidator(_group_size)]
+
+
+class RopeFields(BaseModel):
+    """One RoPE parameter set (``rope_scaling``, or one entry of
+    ``rope_parameters``), the keys ``planner.models.max_len`` reads."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    rope_type: Text | None = None
+    type: Text | None = None
+    factor: Factor | None = None
+    original_max_position_embeddings: Annotated[StrictInt, Field(gt=0, le=(1 << 31) - 1)] | None = (
+        None
+    )
+
+
+class WeightScheme(BaseModel):
+    """compressed-tensors' ``config_groups.*.weights``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    num_bits: Bits | None = None
+    group_size: GroupSize | None = None
+
+
+class ConfigGroup(BaseModel):
+    """One compressed-tensors config group (a mapping with ``weights``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    weights: WeightScheme | None = None
+
+
+class QuantFields(BaseModel):
+    """The keys of ``quantization_config`` that ``planner.models.quantization``
+    reads (GPTQ/AWQ bits and groups, compressed-tensors groups, bitsandbytes
+    flags, modelopt's algorithm and its nested ``quantization``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    quant_method: Text | None = None
+    bits: Bits | None = None
+    w_bit: Bits | None = None
+    group_size: GroupSize | None = None
+    q_group_size: GroupSize | None = None
+    load_in_4bit: StrictBool | None = None
+    load_in_8bit: StrictBool | None = None
+    quant_algo: Text | None = None
+    config_groups: dict[str, ConfigGroup] | None = None
+    quantization: QuantFields | None = None
 
 
 class ModelConfigError(ValueError):
@@ -135,8 +213,13 @@ def _expected(error: Mapping[str, Any]) -> str:
         return "a number " + " and ".join(p for p in (lo, hi) if p)
     if "max_length" in ctx:
         return f"at most {ctx['max_length']:,} items or characters"
+    if kind == "value_error":  # an AfterValidator's own words
+        return str(ctx.get("error", error["msg"]))
     return {
         "int_type": "an integer",
+        "float_type": "a number",
+        "finite_number": "a finite number",
+        "model_type": "a mapping (a JSON object)",
         "bool_type": "true or false",
         "string_type": "a string",
         "dict_type": "a mapping (a JSON object)",
@@ -153,13 +236,34 @@ def check(cfg: object, where: str) -> None:
     for part, fields in (("", cfg), ("text_config.", cfg.get("text_config"))):
         if part and fields is None:
             continue
-        try:
-            ConfigFields.model_validate(dict(fields))
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = part + ".".join(str(x) for x in err["loc"])
-            value = repr(err.get("input"))
-            value = value if len(value) <= 40 else value[:37] + "..."
+        _validate(ConfigFields, dict(fields), where, part)
+        heads, kv = fields.get("num_attention_heads"), fields.get("num_key_value_heads")
+        if heads is not None and kv is not None and heads % kv != 0:
             raise ModelConfigError(
-                f"{where}: {field} is {value}; expected {_expected(err)}"
-            ) from None
+                f"{where}: {part}num_attention_heads {heads} is not a multiple of "
+                f"{part}num_key_value_heads {kv}; vLLM's attention layer requires it "
+                "(vllm/model_executor/layers/attention/attention.py, Attention.__init__)"
+            )
+        for key in ("rope_scaling", "rope_parameters"):
+            rope = fields.get(key)
+            if isinstance(rope, Mapping) and rope:
+                nested = all(isinstance(v, Mapping) for v in rope.values())
+                for name, one in rope.items() if nested else ((None, rope),):
+                    inner = f"{part}{key}." + (f"{name}." if name is not None else "")
+                    _validate(RopeFields, dict(one), where, inner)
+        if isinstance(fields.get("quantization_config"), Mapping):
+            _validate(QuantFields, dict(fields["quantization_config"]), where,
+                      f"{part}quantization_config.")  # fmt: skip
+
+
+def _validate(model: type[BaseModel], data: dict, where: str, prefix: str) -> None:
+    """``model.model_validate(data)``, its first error as one ModelConfigError
+    line naming ``prefix`` + the field's path."""
+    try:
+        model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = prefix + ".".join(str(x) for x in err["loc"])
+        value = repr(err.get("input"))
+        value = value if len(value) <= 40 else value[:37] + "..."
+        raise ModelConfigError(f"{where}: {field} is {value}; expected {_expected(err)}") from None
