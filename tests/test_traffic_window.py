@@ -180,3 +180,26 @@ def test_dry_run_gives_the_range_of_requests_when_workloads_differ(capsys, tmp_p
     line = next(x for x in (out + err).splitlines() if "requests each" in x)
     lo, hi = (int(v.replace(",", "")) for v in line.split("requests each: ")[1].split(" to "))
     assert lo < hi
+
+
+@pytest.mark.parametrize(
+    "table,line,field,what",
+    [
+        ("[hardware]", 'tensor_parallel_size = "2"', "hardware.tensor_parallel_size", "a number"),
+        ("[latency]", 'mfu = "0.5"', "latency.mfu", "a number"),
+        ("[latency]", "alpha = [true, 1, 1]", "latency.alpha", "numbers"),
+        ("[latency]", 'alpha = ["1", 1, 1]', "latency.alpha", "numbers"),
+    ],
+)
+def test_a_string_or_boolean_is_no_number_in_a_spec(capsys, tmp_path, table, line, field, what):
+    """Second tryout: "2", "0.5" and array elements were read as numbers."""
+    text = ROOFLINE_H100.replace(table, f"{table}\n{line}")
+    if "alpha" in line:
+        text = text.replace('kind = "roofline"', 'kind = "linear"')
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        SPEC.format(top="").split("[scheduler]")[0] + text + "[axes]\nmax_num_seqs = [8]\n"
+    )
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{field}: expected {what}, not a" in err

@@ -269,14 +269,21 @@ class _Strict(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_as_number(cls, v: object, info: ValidationInfo) -> object:
-        """TOML's true/false is no number: pydantic reads it as 1/0 for a
-        float or int field (lax mode), so ``horizon_s = true`` would mean 1 s.
-        Refused for every number field whose type takes no boolean."""
+    def _numbers_are_numbers(cls, v: object, info: ValidationInfo) -> object:
+        """TOML's true/false and "2" are no numbers: pydantic's lax mode reads
+        them as 1/0 and 2 for a float or int field, so ``horizon_s = true``
+        would mean 1 s and ``tensor_parallel_size = "2"`` would pass. Refused
+        for every number field (and every element of an array of numbers,
+        ``alpha = ["1", 1, 1]``) whose type takes no boolean or string."""
         kind = cls.model_fields[info.field_name].annotation  # type: ignore[index]
-        number = _admits(kind, int) or _admits(kind, float)
-        if isinstance(v, bool) and number and not _admits(kind, bool):
-            raise ValueError("expected a number, not a boolean")
+        if not (_admits(kind, int) or _admits(kind, float)):
+            return v
+        what = "numbers" if isinstance(v, list | tuple) else "a number"
+        for x in v if isinstance(v, list | tuple) else (v,):
+            if isinstance(x, bool) and not _admits(kind, bool):
+                raise ValueError(f"expected {what}, not a boolean")
+            if isinstance(x, str) and not _admits(kind, str):
+                raise ValueError(f"expected {what}, not a string")
         return v
 
 
