@@ -790,3 +790,37 @@ def test_headroom_on_a_short_burst_says_it_is_not_a_sustained_rate(capsys, tmp_p
     h |= {"max_rps": 20.0, "limit": "slo", "monotone": True, "fail_scale": 2.1, "slo": True}
     assert "too short" not in _headroom_text(h)
     assert "too short" in _headroom_text(h | {"requests": SHORT_WINDOW_REQUESTS - 1})
+
+
+def test_a_plan_sweep_folder_is_refused_and_left_as_it_was(capsys, tmp_path):
+    """Second tryout of issue 35: plan size into a plan sweep's folder mixed its
+    files with the sweep's (with --overwrite too), after which neither command
+    could take the folder back. Now one line, exit 2, nothing touched, also at
+    --dry-run; and a refused command leaves no lock file behind."""
+    sweep_dir = tmp_path / "sw"
+    code, _, err = run_cli(capsys, "sweep", SMALL, "--out", str(sweep_dir))
+    assert code == 0, err
+    before = sorted(p.name for p in sweep_dir.iterdir())
+    for extra in ((), ("--overwrite",), ("--dry-run",)):
+        code, out, err = run_cli(
+            capsys, "size", SMALL, "--gpus", "H100", "--max-replicas", "1",
+            "--out", str(sweep_dir), *extra,
+        )  # fmt: skip
+        assert code == 2 and "holds a plan sweep result" in err and err.count("\n") == 1, err
+        assert sorted(p.name for p in sweep_dir.iterdir()) == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "search.json").write_text("{}")
+    code, _, err = run_cli(capsys, "sweep", SMALL, "--out", str(mine))
+    assert code == 2 and "holds a plan size search" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["search.json"]  # no _sweep.lock
+
+
+def test_dry_run_refuses_a_folder_of_another_search(capsys, tmp_path):
+    out = tmp_path / "o"
+    args = ("--gpus", "H100", "--max-replicas", "1", "--out", str(out))
+    code, _, err = run_cli(capsys, "size", SMALL, *args)
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "size", SMALL, *args[:2], "--max-replicas", "2",
+                           "--out", str(out), "--dry-run")  # fmt: skip
+    assert code == 2 and "holds another plan size search" in err, err

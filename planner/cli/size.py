@@ -166,9 +166,6 @@ def size(
     # folder, and plan sweep's results/NAME is never plan size's.
     dest = out if out is not None else Path("results") / f"size-{name}"
     _check_memory(cands, limit, workers)
-    if dry_run:
-        _print_plan(cands, as_json)
-        return
     search = {
         "spec": spec.name,  # the file's name and bytes: another path to it is the same search
         "spec_sha256": store.sha256_file(spec),
@@ -178,6 +175,10 @@ def size(
         "slo": _slo_fields(slo_opts),
         "prices": None if prices is None else store.sha256_file(prices),
     }
+    check_folder(dest, search, resume, overwrite)  # also at --dry-run; before the lock file
+    if dry_run:
+        _print_plan(cands, as_json)
+        return
     with store.folder_lock(dest):  # a second plan size into this --out is refused
         claim_folder(dest, search, resume, overwrite)
         run = (workers, stderr_reporter(), executor.value, address, dask_workers)
@@ -247,18 +248,21 @@ ANSWER_FILE = "answer.json"  # the --json answer, for plan report
 SIZE_OUTPUTS = ("sweeps", "size.parquet", "size.csv", "pareto.png", SEARCH_FILE, ANSWER_FILE)
 
 
-def claim_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> None:
-    """Make ``dest`` hold this search before anything runs. A folder with
-    another search's results is refused (ValueError, one line) unless
-    ``overwrite`` (its plan size outputs are removed first) or ``resume`` of the
-    same search (``SEARCH_FILE`` equal to ``search``); a folder with this
-    search's results needs one of the two, as ``plan sweep``'s does. Then
-    ``SEARCH_FILE`` is written (atomically)."""
+def check_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> list[Path]:
+    """Whether ``dest`` may hold this search, without touching it: a folder
+    with a plan sweep's result is refused (plan size would mix its files with
+    the sweep's, and neither command could then take the folder back); one
+    with another search's results is refused unless ``overwrite``, or
+    ``resume`` of the same search (``SEARCH_FILE`` equal to ``search``); one
+    with this search's results needs one of the two, as ``plan sweep``'s does.
+    Returns the plan size outputs ``overwrite`` would remove. Raises
+    ValueError (one line)."""
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"--out {dest}: exists and is not a folder")
+    if (dest / store.DATA).exists() or (dest / store.MANIFEST).exists():
+        raise ValueError(f"{dest} holds a plan sweep result; choose another --out")
     held = [dest / n for n in SIZE_OUTPUTS if (dest / n).exists()]
-    if held and overwrite:
-        for path in held:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    elif held:
+    if held and not overwrite:
         try:
             old = json.loads((dest / SEARCH_FILE).read_text())
         except (OSError, ValueError):
@@ -274,6 +278,15 @@ def claim_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> Non
                 f"{dest} already holds this search; pass --resume to continue it or "
                 "--overwrite to redo it"
             )
+    return held if overwrite else []
+
+
+def claim_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> None:
+    """Make ``dest`` hold this search before anything runs (``check_folder``;
+    with ``overwrite`` the earlier plan size outputs are removed first), then
+    write ``SEARCH_FILE`` (atomically). Raises ValueError (one line)."""
+    for path in check_folder(dest, search, resume, overwrite):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
     text = json.dumps(search, indent=1)
     store.atomic_write_bytes(dest / SEARCH_FILE, lambda tmp: Path(tmp).write_text(text))
 
