@@ -226,3 +226,19 @@ def test_cli_refuses_before_any_work(capsys, tmp_path, kw):
         capsys, "sweep", str(spec(tmp_path, **kw)), "--dry-run", "--memory-limit", "400MiB"
     )
     assert code == 2 and "needs at least" in err
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("4GiB", 4 * 2**30), ("512MB", 512 * 10**6), ("1e9", 10**9), ("4 gib", 4 * 2**30),
+     ("0.5GiB", 2**29), ("4096", 4096),
+     ("2e-5GiB", None), ("3p", None), ("4GiB-junk", None), ("4GiB 7", None), ("\u0661GiB", None),
+     ("0", None), ("", None), ("GiB", None)],
+)  # fmt: skip
+def test_memory_limit_text_is_read_whole_or_refused(text, expected):
+    """Second tryout of issue 35: '2e-5GiB' was read as 2 EB and '4GiB-junk' as 4 GiB."""
+    if expected is None:
+        with pytest.raises(ValueError, match="--memory-limit"):
+            driver.parse_memory(text)
+    else:
+        assert driver.parse_memory(text) == expected

@@ -17,6 +17,7 @@ import dataclasses
 import io
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -893,14 +894,27 @@ def default_out(sweep: Sweep) -> Path:
     return Path("results") / sweep.name
 
 
-def parse_memory(text: str) -> int:
-    """'4GiB', '512MB', '1e9' -> bytes (pydantic.ByteSize). Raises ValueError."""
-    from pydantic import ByteSize, TypeAdapter, ValidationError
+# A byte count as --memory-limit takes it: ASCII digits, an optional decimal
+# exponent (1e9), then an optional unit, and nothing else (pydantic's ByteSize
+# alone reads "2e-5GiB" as 2 EB and "4GiB-junk" as 4 GiB).
+_MEMORY = re.compile(
+    r"\s*([0-9]+(?:\.[0-9]+)?(?:[eE]\+?[0-9]+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?\s*",
+    re.IGNORECASE,
+)
 
-    try:
-        n = int(TypeAdapter(ByteSize).validate_python(text))
-    except ValidationError:
-        raise ValueError(f"--memory-limit: cannot read {text!r} (try 4GiB or 512MB)") from None
+
+def parse_memory(text: str) -> int:
+    """'4GiB', '512MB', '1e9' (bytes) -> bytes: a number of ASCII digits and
+    an optional unit B, KB, MB, GB, TB (powers of 1,000) or KiB, MiB, GiB, TiB
+    (powers of 1,024), case-insensitive; the units as pydantic's ByteSize
+    converts them. Raises ValueError (one line) on anything else or on 0."""
+    from pydantic import ByteSize, TypeAdapter
+
+    m = _MEMORY.fullmatch(text)
+    if m is None:
+        raise ValueError(f"--memory-limit: cannot read {text!r} (try 4GiB or 512MB)")
+    number, unit = m.group(1), m.group(2) or "b"
+    n = int(TypeAdapter(ByteSize).validate_python(f"{float(number)!r}{unit}"))
     if n <= 0 or not math.isfinite(n):
         raise ValueError(f"--memory-limit must be > 0, got {text!r}")
     return n
