@@ -28,6 +28,21 @@ def check_block_sizes(workload: Workload, configs: Sequence[SchedulerConfig]) ->
             )
 
 
+def check_horizon(workload: Workload, configs: Sequence[SchedulerConfig], flag: str) -> None:
+    """Raise WorkloadError (one line, naming ``flag``) when a config's horizon
+    ends at or before the workload's first arrival: nothing would run, and no
+    rate, latency or overload could be judged."""
+    if workload.num_requests == 0:
+        return
+    first = float(workload.arrival_s.min())
+    for c in configs:
+        if c.horizon_s <= first:
+            raise WorkloadError(
+                f"{flag} {c.horizon_s:g} s ends before the first request arrives "
+                f"({first:g} s): nothing would be simulated; give a longer horizon"
+            )
+
+
 def unused_field_warnings(wl: Workload, configs: Sequence[SchedulerConfig]) -> list[str]:
     """One-line warnings (without the ``plan: warning:`` prefix) for workload
     fields that no config in ``configs`` uses, so that they are not silent no-ops.

@@ -112,14 +112,14 @@ def test_a_few_unserved_at_the_horizon_do_not_deny_a_proven_ttft_slo(capsys, tmp
 @pytest.mark.parametrize(
     ("horizon", "meets", "verdict"),
     [
-        ("0.05", False, "before any request could be judged"),  # no TTFT at all
         ("1", False, "verdict: NONE"),  # a lower bound, upper bound +inf
         ("10.101", True, "verdict: MEETS"),  # a few unserved cannot lift it past 30 s
     ],
 )
 def test_a_horizon_run_never_claims_an_slo_it_cannot_show(capsys, horizon, meets, verdict):
-    """Tryout findings: S1 stopped at 0.05 s met its TTFT SLO in JSON (p99
-    NaN: nothing judged); at 10.101 s the JSON met it while the text printed
+    """Tryout findings: S1 stopped before any arrival met its TTFT SLO in JSON (p99
+    NaN: nothing judged; such a horizon is now refused,
+    ``test_a_horizon_before_the_first_arrival_is_one_line``); at 10.101 s the JSON met it while the text printed
     a NONE verdict naming no metric; at 1 s the upper bound was 9e17 (the +inf
     stand-in interpolated) instead of +inf. Now JSON and text agree, a run
     with nothing judged meets nothing, and an upper bound is +inf (JSON null)
@@ -203,3 +203,16 @@ def test_a_string_or_boolean_is_no_number_in_a_spec(capsys, tmp_path, table, lin
     code, _, err = run_cli(capsys, "sweep", str(spec), "--dry-run")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{field}: expected {what}, not a" in err
+
+
+def test_a_horizon_before_the_first_arrival_is_one_line(capsys, tmp_path):
+    """Second tryout: --horizon 1e-6 ran nothing and judged "the -inf s of arrivals"."""
+    code, _, err = run_cli(
+        capsys, "run", "--num-requests", "5", "--rate", "10", "--horizon", "1e-6"
+    )
+    assert code == 2 and "ends before the first request arrives (0.1 s)" in err
+    assert err.count("\n") == 1
+    spec = tmp_path / "h.toml"
+    spec.write_text(SPEC.format(top="horizon_s = 0.05"))
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--dry-run")
+    assert code == 2 and "horizon_s 0.05 s ends before the first request arrives" in err

@@ -700,13 +700,14 @@ def say_compile(
     stderr when their kernel will compile first (a first run), so a wait is not
     taken for a hang, and after it the measured time (``api.compiled_note``).
     With ``workload``, first raise what ``simulate`` would refuse about it
-    before compiling (``workload_checks.check_block_sizes``: WorkloadError), so a
-    refusal stays one line."""
+    before compiling (``workload_checks.check_block_sizes`` and
+    ``check_horizon``: WorkloadError), so a refusal stays one line."""
     from planner.api import compile_note_for, compiled_note, cpu_seconds
-    from planner.workload_checks import check_block_sizes
+    from planner.workload_checks import check_block_sizes, check_horizon
 
     if workload is not None:
         check_block_sizes(workload, configs)
+        check_horizon(workload, configs, "--horizon")
     note = compile_note_for(configs)
     if note:
         print(f"plan: {note}", file=sys.stderr, flush=True)

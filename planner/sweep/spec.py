@@ -65,7 +65,7 @@ from planner.workload.arrays import (
     with_shared_prefixes,
 )
 from planner.workload.traces import TraceOptions, check_columns, load_trace
-from planner.workload_checks import check_block_sizes, unused_field_warnings
+from planner.workload_checks import check_block_sizes, check_horizon, unused_field_warnings
 
 # A grid larger than this is refused: at ~1 ms per config it would take hours
 # on one machine; split it into several specs (or use the Dask executor).
@@ -638,6 +638,10 @@ class Sweep:
                 check_block_sizes(self.workloads[key], self.configs)
             except WorkloadError as e:
                 raise SpecError(f"block_size: {str(e).removeprefix('--block-size ')}") from None
+            try:  # a horizon must leave some traffic to judge
+                check_horizon(self.workloads[key], self.configs, "horizon_s")
+            except WorkloadError as e:
+                raise SpecError(str(e)) from None
         self.latency = self._latency()
         if self.spec.latency.kind != "linear" and any(c.compat == "blis" for c in self.configs):
             raise SpecError(
