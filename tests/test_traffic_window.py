@@ -117,13 +117,13 @@ def test_a_few_unserved_at_the_horizon_do_not_deny_a_proven_ttft_slo(capsys, tmp
     ],
 )
 def test_a_horizon_run_never_claims_an_slo_it_cannot_show(capsys, horizon, meets, verdict):
-    """Tryout findings: S1 stopped before any arrival met its TTFT SLO in JSON (p99
-    NaN: nothing judged; such a horizon is now refused,
-    ``test_a_horizon_before_the_first_arrival_is_one_line``); at 10.101 s the JSON met it while the text printed
-    a NONE verdict naming no metric; at 1 s the upper bound was 9e17 (the +inf
-    stand-in interpolated) instead of +inf. Now JSON and text agree, a run
-    with nothing judged meets nothing, and an upper bound is +inf (JSON null)
-    or a real latency at or above the p99."""
+    """Tryout findings: S1 stopped before any arrival met its TTFT SLO in JSON
+    (p99 NaN: nothing judged; such a horizon is now refused,
+    ``test_a_horizon_before_the_first_arrival_is_one_line``); at 10.101 s the
+    JSON met it while the text printed a NONE verdict naming no metric; at 1 s
+    the upper bound was 9e17 (the +inf stand-in interpolated) instead of +inf.
+    Now JSON and text agree, a run with nothing judged meets nothing, and an
+    upper bound is +inf (JSON null) or a real latency at or above the p99."""
     trace = ROOT / "planner" / "data" / "s1_seed7.csv"
     base = ["run", "--trace-file", str(trace), "--horizon", horizon, "--ttft-slo", "30"]
     code, out, err = run_cli(capsys, *base, "--json")

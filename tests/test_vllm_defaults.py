@@ -265,3 +265,19 @@ def test_usage_context_on_a_steps_csv_fit_is_refused(capsys):
     csv = str(catalog.CATALOG_DIR.parents[2] / "docs" / "calibrate_example.csv")
     code, _, err = run_cli(capsys, "calibrate", csv, "--usage-context", "llm")
     assert code == 2 and "--usage-context" in err and err.count("\n") == 1
+
+
+def test_a_max_model_len_above_the_models_is_refused_as_vllm_does(capsys, tmp_path):
+    """Second tryout of issue 35: vLLM 0.33's _get_and_verify_max_len refuses a
+    max_model_len above the config's (131,072 for Llama-3.1-8B) unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; plan run, plan check and specs took 200,000."""
+    for cmd in (["run", "--num-requests", "5"], ["check"]):
+        code, _, err = run_cli(
+            capsys, *cmd, "--model", "llama-3.1-8b", "--gpu", "H100", "--max-model-len", "200000"
+        )
+        assert code == 2 and "max_model_len 200,000 is above llama-3.1-8b's 131,072" in err, err
+        assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in err and err.count("\n") == 1
+    code, _, err = run_cli(
+        capsys, "check", "--model", "llama-3.1-8b", "--gpu", "H100", "--max-model-len", "131072"
+    )
+    assert code in (0, 1), err

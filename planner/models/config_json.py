@@ -238,6 +238,8 @@ class ModelSpec:
     # and the key it comes from; 0 when not derived.
     max_model_len: int = 0
     max_model_len_key: str = ""
+    # The largest --max-model-len vLLM starts with (``max_len.max_model_len_limit``).
+    max_model_len_limit: int = 0
     # Mixture of experts (``_routed_experts``): routed expert parameters over
     # all MoE layers (shared experts are always active and not counted), the
     # routed experts per layer and how many each token runs (top-k). 0: dense.
@@ -848,10 +850,9 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
             f"{kv_dtype}, which the planner does not size"
         )
     routed, n_experts, top_k = _routed_experts(cfg, layers)
-    mml, mml_key = max_len.derived_max_model_len(
-        {**cfg, "model_type": outer.get("model_type") or cfg.get("model_type")},
-        outer.get("_tokenizer_max_length"),
-    )
+    typed = {**cfg, "model_type": outer.get("model_type") or cfg.get("model_type")}
+    mml, mml_key = max_len.derived_max_model_len(typed, outer.get("_tokenizer_max_length"))
+    mml_limit = max_len.max_model_len_limit(typed, outer.get("_tokenizer_max_length"))
     return ModelSpec(
         name=name,
         num_layers=layers,
@@ -879,6 +880,7 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         state_kind="mamba2" if mamba2 else "gdn",
         max_model_len=mml,
         max_model_len_key=mml_key,
+        max_model_len_limit=mml_limit,
         routed_expert_params=routed,
         num_experts=n_experts,
         experts_per_token=top_k,

@@ -89,3 +89,19 @@ def derived_max_model_len(
         if isinstance(orig, int) and not isinstance(orig, bool):
             length, key = orig, "original_max_position_embeddings (LongRoPE)"
     return max(1, int(length)), key
+
+
+def max_model_len_limit(cfg: Mapping[str, Any], tokenizer_max_length: int | None = None) -> int:
+    """The largest --max-model-len vLLM 0.33 starts with for this config
+    (``_get_and_verify_max_len``): the derived length before LongRoPE's
+    default (steps 1-4), or a larger ``model_max_length`` in config.json;
+    above it vLLM raises unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``."""
+    params = list(_rope_parameters(cfg))
+    plain = {**cfg}
+    if any(p["rope_type"] == "longrope" for p in params):
+        plain.pop("original_max_position_embeddings", None)
+    length, _ = derived_max_model_len(plain, tokenizer_max_length)
+    own = cfg.get("model_max_length")
+    if isinstance(own, int) and not isinstance(own, bool) and own > length:
+        length = own
+    return length

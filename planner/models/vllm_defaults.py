@@ -125,7 +125,8 @@ def settings(
     ``model`` alone gives max_model_len and the on/off defaults; ``gpu``
     alone the batch sizes (vLLM's unknown-device sizes without it).
     Returns a dict in ``FIELDS`` order. Raises ValueError for an unknown
-    usage context.
+    usage context, or a given max_model_len above the model's limit (vLLM's
+    ``_get_and_verify_max_len`` refuses it).
     """
     tokens, seqs, why = batch_defaults(gpu, usage)
     vllm = model is not None or gpu is not None
@@ -142,6 +143,14 @@ def settings(
 
     if model is not None and model.max_model_len:
         mml_why = f"_get_and_verify_max_len, config.json {model.max_model_len_key}"
+        asked = given.get("max_model_len")
+        if asked is not None and model.max_model_len_limit and asked > model.max_model_len_limit:
+            raise ValueError(
+                f"max_model_len {asked:,} is above {model.name}'s {model.max_model_len_limit:,} "
+                "(config.json): vLLM 0.33 refuses to start (_get_and_verify_max_len) unless "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, whose positions past it the planner does not "
+                "model"
+            )
         mml = pick("max_model_len", model.max_model_len, mml_why)
     else:
         mml = given.get("max_model_len") or PLANNER_DEFAULTS["max_model_len"]
