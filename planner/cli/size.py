@@ -175,7 +175,8 @@ def size(
         "slo": _slo_fields(slo_opts),
         "prices": None if prices is None else store.sha256_file(prices),
     }
-    check_folder(dest, search, resume, overwrite)  # also at --dry-run; before the lock file
+    if not (dest / store.HOLDER).exists():  # in use: folder_lock says by whom
+        check_folder(dest, search, resume, overwrite)  # also at --dry-run; before the lock file
     if dry_run:
         _print_plan(cands, as_json)
         return

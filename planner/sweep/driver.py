@@ -448,7 +448,8 @@ def run_sweep(
     """
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out {out}: exists and is not a directory")
-    prepare_output(out, sweep, resume, overwrite)  # refuse before the lock file is made
+    if not (out / store.HOLDER).exists():  # in use: folder_lock says by whom
+        prepare_output(out, sweep, resume, overwrite)  # refuse before the lock file is made
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(store.folder_lock(out))
