@@ -10,6 +10,8 @@ included) must give a spec or one line.
 
 from __future__ import annotations
 
+import datetime
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,8 @@ SPECS = sorted(SWEEPS.glob("*.toml"))
 LITERALS = [
     '"x"', '""', "-1", "0", "1", "0.5", "-0.0", "1e400", "-1e400", "nan", "inf", "true",
     "99999999999999999999", "9223372036854775807", "[]", "[0]", '[1, "a"]', "[[1]]", "{}",
-    '{ kind = "x" }', "1979-05-27", '"../nowhere.csv"', '"H100"', '"recompute"',
+    '{ kind = "x" }', "1979-05-27", '"../nowhere.csv"', '"H100"', '"recompute"', '"2"',
+    '"0.5"', "[true, 1, 1]", '["1", 1, 1]',
 ]  # fmt: skip
 
 
@@ -41,9 +44,35 @@ def test_a_mutated_spec_loads_or_is_one_line(data):
     path = data.draw(st.sampled_from(SPECS), label="spec")
     lines = path.read_text().splitlines()
     i = data.draw(st.sampled_from(_assignments(path.read_text())), label="line")
-    key = lines[i].split(" = ", 1)[0]
-    lines[i] = f"{key} = {data.draw(st.sampled_from(LITERALS), label='value')}"
+    key, was = lines[i].split(" = ", 1)
+    literal = data.draw(st.sampled_from(LITERALS), label="value")
+    lines[i] = f"{key} = {literal}"
     try:
         load_spec_text("\n".join(lines) + "\n", path.parent, path.name)
     except SpecError as e:
         assert "\n" not in str(e) and str(e).startswith(path.name), str(e)
+        return
+    # Loaded: a number field never takes a string, a boolean or a table (the
+    # second tryout: tensor_parallel_size = "2" and alpha = [true, 1, 1] passed).
+    before = _value(was)
+    after = tomllib.loads(f"v = {literal}")["v"]
+    if isinstance(before, int | float) and not isinstance(before, bool):
+        assert not isinstance(after, str | bool | dict | datetime.date), (key, literal)
+    numbers = isinstance(before, list) and before and all(_number(x) for x in before)
+    if numbers and isinstance(after, list):
+        assert all(_number(x) for x in after), (key, literal)
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _value(text: str) -> object:
+    """A spec line's TOML value (its comment dropped), or None when unreadable."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        try:
+            return tomllib.loads(f"v = {text.split('#', 1)[0]}")["v"]
+        except tomllib.TOMLDecodeError:
+            return None
