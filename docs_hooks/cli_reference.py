@@ -1,18 +1,24 @@
 """MkDocs hook: the command-line reference page from the ``plan`` app itself.
 
 ``docs/cli.md`` holds the marker ``<!-- plan-cli -->``; this hook replaces it
-with the Markdown that Typer's own documentation generator
-(``typer.cli.get_docs_for_click``, what ``typer MODULE utils docs`` prints)
-writes for ``planner.cli.commands.app``, so the page lists every command and
-option with the defaults and help that ``plan COMMAND --help`` shows.
+with one section per command: its name and, in a code block, exactly what
+``plan COMMAND --help`` prints (Click's formatter on the command, 100 columns:
+the help panels, each option's default and each numeric option's range), so
+the page and the terminal never differ.
 """
 
 from __future__ import annotations
 
+import click
 import typer
-import typer.cli
 
 MARKER = "<!-- plan-cli -->"
+WIDTH = 100
+
+
+def _help(command: click.Command, name: str) -> str:
+    ctx = click.Context(command, info_name=name, terminal_width=WIDTH, max_content_width=WIDTH)
+    return command.get_help(ctx)
 
 
 def on_page_markdown(markdown: str, page: object, **_: object) -> str:
@@ -21,9 +27,8 @@ def on_page_markdown(markdown: str, page: object, **_: object) -> str:
         return markdown
     from planner.cli.commands import app
 
-    command = typer.main.get_command(app)
-    ctx = typer.Context(command)
-    docs = typer.cli.get_docs_for_click(obj=command, ctx=ctx, name="plan", title=" ")
-    # Typer starts at a level-1 heading; the page has its own title.
-    docs = "\n".join("#" + line if line.startswith("#") else line for line in docs.splitlines())
-    return markdown.replace(MARKER, docs)
+    group = typer.main.get_command(app)
+    parts = ["## plan", "", "```text", _help(group, "plan"), "```", ""]
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        parts += [f"## plan {name}", "", "```text", _help(command, f"plan {name}"), "```", ""]
+    return markdown.replace(MARKER, "\n".join(parts))

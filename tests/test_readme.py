@@ -192,3 +192,20 @@ def test_the_quick_sweep_prints_its_measured_estimate(capsys, monkeypatch):
     assert code == 0
     m = re.search(r"estimated run time: ~([\d.]+) s .*measured just now", out)
     assert m and float(m.group(1)) > 0, out
+
+
+def test_the_cli_reference_is_what_help_prints():
+    """docs/cli.md's reference (docs_hooks/cli_reference.py) shows each command's
+    --help as the terminal does: its help panels and its options' ranges."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cli_reference", ROOT / "docs_hooks" / "cli_reference.py"
+    )
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = hook.on_page_markdown((DOCS / "cli.md").read_text(), None)
+    group = typer.main.get_command(app)
+    for name in group.commands:
+        assert f"## plan {name}\n" in page
+    assert "Workload: a trace" in page and "[range: 0.001 to 1" in page  # run's panel, --mfu
