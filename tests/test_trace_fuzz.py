@@ -26,6 +26,7 @@ CELLS = st.one_of(
                      "2023-11-16 18:15:46", "18:15:46", "true", "[]", "\u00e9", ",", '"']),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.floats(1.0, 10_000.0).map(repr),  # a plausible count that is not whole
     st.text(max_size=8),
 )  # fmt: skip
 SETTINGS = fuzz_settings(60)
