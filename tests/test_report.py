@@ -323,3 +323,32 @@ def test_validate_out_refuses_a_folder_of_other_files(capsys, tmp_path):
 def test_report_out_must_be_html(capsys, results, tmp_path):
     code, _, err = run_cli(capsys, "report", str(results["run"]), "--out", str(tmp_path / "x.txt"))
     assert code == 2 and "expected a .html file name" in err
+
+
+def test_a_horizon_run_page_marks_lower_bounds_and_says_why(tmp_path):
+    """Fresh-user tryout: a run cut by --horizon showed its lower-bound p99s as
+    exact figures, and a fleet's page never said it was one."""
+    run = tmp_path / "cut"
+    code, err = plan_quiet("run", "--num-requests", "50", "--rate", "10", "--horizon", "0.5",
+                           "--out", str(run))  # fmt: skip
+    assert code == 0, err
+    assert plan_quiet("report", str(run))[0] == 0
+    page, rec = _page(run), json.loads((run / "run.json").read_text())
+    assert rec["e2e_s_p99_is_lower_bound"] and "≥ " in page
+    assert "the horizon ended the run before the last arrival" in page
+    fleet = tmp_path / "fleet"
+    code, err = plan_quiet("run", "--num-requests", "40", "--rate", "10", "--replicas", "2",
+                           "--out", str(fleet))  # fmt: skip
+    assert code == 0, err
+    assert plan_quiet("report", str(fleet))[0] == 0
+    assert "2 replicas behind router round_robin" in _page(fleet)
+
+
+def test_odd_requests_and_a_missing_out_folder_are_handled(capsys, results, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(results["run"], run)
+    pd.DataFrame({"a": [1]}).to_parquet(run / "requests.parquet")
+    code, _, err = run_cli(capsys, "report", str(run))
+    assert code == 0 and "not drawn" in _page(run), err  # a page saying what it lacks
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "no" / "r.html"))
+    assert code == 2 and "make it first" in err and not (tmp_path / "no").exists()

@@ -26,7 +26,8 @@ def report(
     out: Annotated[
         Path | None,
         typer.Option(
-            help=f"The HTML file to write [default: RESULT/{PAGE}; for a file, RESULT.html]."
+            help=f"The HTML file to write [default: RESULT/{PAGE}; for a file, its name "
+            "with .html]."
         ),
     ] = None,
 ) -> None:
@@ -49,6 +50,8 @@ def report(
         if result.is_dir()
         else result.with_suffix(".html")
     )
+    if not dest.parent.is_dir():
+        raise InputError(f"--out {dest}: no folder {dest.parent}; make it first")
     if dest.suffix.lower() not in (".html", ".htm"):
         raise InputError(f"--out: expected a .html file name, got {str(dest)!r}")
     try:

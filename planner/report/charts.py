@@ -179,7 +179,8 @@ def time_series(steps: pd.DataFrame, requests: pd.DataFrame, usable: int) -> Pic
             n, _ = np.histogram(v[np.isfinite(v)], edges)
             rate.plot(mid, n / width, ls=style, label=label)
     rate.set_ylabel("requests/s")
-    rate.legend(loc="upper right")
+    if rate.get_legend_handles_labels()[0]:
+        rate.legend(loc="upper right")
     axs[2].legend(loc="upper left")
     axs[2].set_xlabel("simulated seconds")
     for ax in axs:

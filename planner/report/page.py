@@ -22,7 +22,7 @@ from planner.report.results import SIZE_PARETO, Result
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES
 from planner.text import count
 
-MAX_ROWS = 5000  # rows a page's table holds; more are counted, not shown
+MAX_ROWS = 20_000  # rows a page's table holds (about 15 MB); more are counted, not shown
 
 # The columns a table shows first, per kind, where present.
 SWEEP_COLUMNS = (
@@ -95,7 +95,7 @@ footer { margin-top: 32px; color: #666; font-size: 12px; }
 {% for item in notes %}<p class="note">{{ item }}</p>{% endfor %}
 {% for s in sections %}<h2>{{ s.title }}</h2>
 {% if s.pre %}<pre>{{ s.pre }}</pre>{% endif %}
-{% for p in s.pictures %}{% if p.uri %}<p class="caption">{{ p.title }}</p>
+{% for p in s.pictures %}{% if p.uri is defined %}<p class="caption">{{ p.title }}</p>
 <img alt="{{ p.title }}" src="{{ p.uri }}">
 {% else %}<p class="note">{{ p.title }}: not drawn ({{ p.why }})</p>{% endif %}{% endfor %}
 {% if s.table %}{{ s.table | safe }}{% endif %}
@@ -145,16 +145,23 @@ def sortable_table(df: pd.DataFrame, columns: tuple[str, ...], table_id: str) ->
     """HTML of ``df``'s ``columns`` (those present, then no others), at most
     ``MAX_ROWS`` rows, each cell carrying its raw value for the sorter."""
     cols = [c for c in columns if c in df.columns]
-    shown = df[cols].head(MAX_ROWS)
+    shown = df.head(MAX_ROWS)
+    # A value that is only a lower bound (requests unserved at the run's end)
+    # reads "≥ x", as plan run prints it.
+    bound = {c: shown[f"{c}_is_lower_bound"].astype(bool).to_numpy()
+             for c in cols if f"{c}_is_lower_bound" in shown}  # fmt: skip
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     rows = []
-    for rec in shown.itertuples(index=False):
+    for i, rec in enumerate(shown[cols].itertuples(index=False)):
         cells = "".join(
-            f'<td data-v="{html.escape(str(v))}">{html.escape(_fmt(v))}</td>' for v in rec
+            f'<td data-v="{html.escape(str(v))}">'
+            f"{'&ge; ' if c in bound and bound[c][i] else ''}{html.escape(_fmt(v))}</td>"
+            for c, v in zip(cols, rec, strict=True)
         )
         rows.append(f"<tr>{cells}</tr>")
     more = (
-        f'<p class="note">{len(df) - MAX_ROWS:,} more rows are in the result files.</p>'
+        f'<p class="note">This table holds the first {MAX_ROWS:,} of {len(df):,} rows (sorting '
+        "orders those only); every row is in the result files.</p>"
         if len(df) > MAX_ROWS
         else ""
     )
@@ -261,12 +268,23 @@ def run_verdict(rec: dict) -> str:
     if slo:
         parts.append("meets its SLOs" if rec.get("meets_slo") else "misses its SLOs")
     parts.append("overloaded: the queue grows" if over else "keeps up with the offered load")
-    return "Verdict: " + ", ".join(parts)
+    text = "Verdict: " + ", ".join(parts)
+    if rec.get("ended_by_horizon"):
+        text += (
+            f" (the horizon ended the run before the last arrival: judged on the "
+            f"{_fmt(rec.get('overload_window_s'))} s of arrivals it covered; a figure "
+            "marked ≥ is a lower bound)"
+        )
+    return text
 
 
 def _run(r: Result) -> dict:
     rec = r.record
-    headline = [(label, key, _fmt(rec.get(key))) for key, label in RUN_HEADLINE if key in rec]
+    headline = [
+        (label, key, ("≥ " if rec.get(f"{key}_is_lower_bound") else "") + _fmt(rec.get(key)))
+        for key, label in RUN_HEADLINE
+        if key in rec
+    ]
     null = 1 if rec.get("null_block", True) else 0
     usable = int(rec.get("num_gpu_blocks", 0)) - null
     pictures = [charts.latency_cdfs(r.table, rec.get("itl_histogram"))] if not r.table.empty else []

@@ -205,7 +205,13 @@ def _run_facts(record: dict) -> dict[str, str]:
         "model": str(record.get("model") or "none (scenario S1's pool and step time)"),
         "GPU": f"{gpu} x {record.get('tensor_parallel_size', 1)}" if gpu else "none",
         "step-time model": str(record.get("latency_model", "-")),
-        "num_gpu_blocks": f"{int(record.get('num_gpu_blocks', 0)):,}",
+        "num_gpu_blocks": f"{int(record.get('num_gpu_blocks', 0)):,}"
+        + (" per replica" if int(record.get("replicas", 1) or 1) > 1 else ""),
+        **(
+            {"fleet": f"{record['replicas']} replicas behind router {record.get('router', '-')}"}
+            if int(record.get("replicas", 1) or 1) > 1
+            else {}
+        ),
     }
 
 
