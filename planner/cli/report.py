@@ -26,8 +26,8 @@ def report(
     out: Annotated[
         Path | None,
         typer.Option(
-            help=f"The HTML file to write [default: RESULT/{PAGE}; for a file, its name "
-            "with .html]."
+            help=f"The HTML file to write [default: RESULT/{PAGE}; for a file, the same "
+            "name ending in html]."
         ),
     ] = None,
 ) -> None:
