@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import ROOFLINE_H100, run_cli
+from helpers import ROOFLINE_H100, SMALL_SYNTHETIC, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CONV = ROOT / "planner" / "data" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -57,14 +57,7 @@ def _size(capsys, tmp_path: Path, spec: Path, *args: str) -> tuple[int, dict, st
     return code, rep, err
 
 
-SMALL_ONE = """[workload]
-kind = "synthetic"
-num_requests = 1
-[workload.prompt]
-mean = 200
-[workload.output]
-mean = 50
-"""
+SMALL_ONE = SMALL_SYNTHETIC.replace("num_requests = 5", "num_requests = 1")
 
 CANDIDATES = ("--gpus", "H100,A100-80GB,L40S", "--max-replicas", "6")
 
