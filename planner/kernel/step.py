@@ -361,21 +361,45 @@ def _adapt_cap(cfg, k):
         k[S.O_WINDOW_END] = k[STEPS] + cfg[K.ADAPT_WINDOW]
 
 
+# A step's output tokens mostly share their gap since the previous token, so
+# their histogram counts are batched: ``memo`` is (gap ns, its bin, tokens
+# counted for it and not yet added to the histogram). Each loop that samples
+# tokens starts from ``NO_GAPS`` and ends with ``_flush_gaps``.
+NO_GAPS = (np.int64(-1), np.int64(0), np.int64(0))
+
+
+@njit(cache=True, inline="always")
+def _count_gap(g, ih, memo):
+    """One token gap of ``g`` ns for the ITL histogram ``ih``
+    (``planner.kernel.token_gaps``; vLLM bench's ITL,
+    ``vllm/benchmarks/serve.py``), batched in ``memo``. Returns the new memo."""
+    if g == memo[0]:
+        return (memo[0], memo[1], memo[2] + 1)
+    if memo[2] > 0:
+        ih[memo[1]] += memo[2]
+    return (g, gap_bin(g), np.int64(1))
+
+
+@njit(cache=True, inline="always")
+def _flush_gaps(ih, memo):
+    """Add the memo's batched count to the ITL histogram ``ih``."""
+    if memo[2] > 0:
+        ih[memo[1]] += memo[2]
+
+
 @njit(cache=True, inline="always")
 def _token_gap(r, t, st, ih, memo):
     """An output token of r at t (ns): the gap since its previous token updates
-    its largest gap and gap count and goes to the ITL histogram ``ih``
-    (``planner.kernel.token_gaps``; vLLM bench's ITL, ``vllm/benchmarks/serve.py``).
-    ``memo`` is the last (gap, bin) computed: a step's decodes mostly share
-    their gap. Returns the new memo."""
-    if st.last_ns[r] >= 0:
-        g = t - st.last_ns[r]
-        st.max_gap_ns[r] = max(st.max_gap_ns[r], g)
-        st.ngap[r] += 1
-        if g != memo[0]:
-            memo = (g, gap_bin(g))
-        ih[memo[1]] += 1
+    its largest gap and gap count and goes to the ITL histogram (``_count_gap``).
+    Returns the new memo."""
+    last = st.last_ns[r]
     st.last_ns[r] = t
+    if last >= 0:
+        g = t - last
+        if g > st.max_gap_ns[r]:
+            st.max_gap_ns[r] = g
+        st.ngap[r] += 1
+        memo = _count_gap(g, ih, memo)
     return memo
 
 
@@ -542,6 +566,11 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
     limit = min(next_entry, cfg[K.HORIZON_NS])
     ip = cfg[K.B0 : K.B2 + 1]
     tab = rq.lat_tables[cfg[K.LAT_TABLE]]
+    if periodic and cfg[K.LAT_KIND] == LINEAR:
+        dt = step_time_ns(LINEAR, ip, cfgf, np.int64(0), n_run, np.int64(0), np.int64(0), tab)
+        if dt > 0:
+            used0 = k[S.O_USABLE] - free
+            return _linear_run(kmax, limit - k[CLOCK], dt, n_run, used0, hist, bs, ih, kind)
     elapsed, first, n = 0, 0, 0
     prev, gmax, gbin, glast, used, kv_int = 0, 0, 0, -1, k[S.O_USABLE] - free, 0
     jb = 0  # (n mod bs) + 1: hist's slot of the requests needing a block in step n
@@ -574,6 +603,34 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
 
 
 @njit(cache=True, inline="always")
+def _linear_run(kmax, room, dt, n_run, used0, hist, bs, ih, kind):
+    """``_decode_run_length``'s step loop in closed form, for the linear step
+    time (every step of a decode run lasts ``dt`` ns: no term depends on the
+    context) with periodic block needs. ``room``: ns from the clock to the
+    limit (a step after the first must start before it). The run has
+    n = min(kmax, max(1, ceil(room / dt))) steps; its n - 1 token gaps per
+    running request are all ``dt``; blocks in use after step m are ``used0``
+    plus the first m entries of ``hist``'s cycle 1..bs, summed in O(bs)
+    (int64 arithmetic, so the integral equals the loop's bit for bit).
+    Returns what ``_decode_run_length`` returns."""
+    n = min(kmax, (room - 1) // dt + 1) if room > 0 else 1
+    if n < 2:
+        return 0, 0, 0, 0, 0, 0, 0
+    ih[gap_bin(dt)] += n_run * (n - 1)
+    q, rem = n // bs, n % bs
+    prefix, sum_prefix, sum_rem = 0, 0, 0  # P[x]; sum of P[0..bs-1]; of P[1..rem]
+    for x in range(bs):
+        sum_prefix += prefix
+        prefix += hist[x + 1]
+        if x + 1 <= rem:
+            sum_rem += prefix
+    total = prefix  # P[bs]: blocks taken per whole cycle
+    floors = bs * q * (q - 1) // 2 + q * (rem + 1)  # sum of m // bs for m = 1..n
+    used_sum = n * used0 + total * floors + q * sum_prefix + sum_rem
+    return n, n * dt, dt, dt, dt, used_sum * dt, kind
+
+
+@njit(cache=True, inline="always")
 def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih, p):
     """Advance every running request by n decode steps; finish those that stop
     at the end of step n. Async: the token in flight before the run lands at
@@ -587,8 +644,9 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
     clock = k[CLOCK]
     async_ = cfg[K.ASYNC] != 0
     used, alloc, freed, n_fin, waste = 0, 0, 0, 0, 0.0
-    memo = (np.int64(-1), np.int64(0))  # (gap, bin) last computed (``_token_gap``)
-
+    memo = NO_GAPS
+    t_first = clock if async_ else clock + first_dt
+    t_last = clock + elapsed - (last_dt if async_ else 0)
     for i in range(n_run):
         r = q.run[i]
         c0 = st.ncomp[r]
@@ -597,13 +655,17 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             waste += w * share
         st.ncomp[r] = c0 + n
         st.nout[r] += n
-        t_first = clock if async_ else clock + first_dt
         if st.first_ns[r] < 0:
             st.first_ns[r] = t_first
-        st.ngap[r] += n - 1
-        st.max_gap_ns[r] = max(st.max_gap_ns[r], gmax)
-        memo = _token_gap(r, t_first, st, ih, memo)
-        st.last_ns[r] = clock + elapsed - (last_dt if async_ else 0)
+        # The run's own n - 1 gaps (largest gmax), and the gap before its first
+        # token (``_token_gap``, read and written once here).
+        last, ngap, max_gap = st.last_ns[r], st.ngap[r] + n - 1, max(st.max_gap_ns[r], gmax)
+        if last >= 0:
+            g = t_first - last
+            max_gap = max(max_gap, g)
+            ngap += 1
+            memo = _count_gap(g, ih, memo)
+        st.ngap[r], st.max_gap_ns[r], st.last_ns[r] = ngap, max_gap, t_last
         if c0 + n > st.hw[r]:
             st.hw[r] = c0 + n
         if c0 + n > st.held[r] * bs:
@@ -622,6 +684,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             n_fin += 1
         else:
             used += st.held[r]
+    _flush_gaps(ih, memo)
     return alloc, freed, n_fin, used, waste
 
 
@@ -1323,7 +1386,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
     max_tokens or the stop length, freeing its blocks at once."""
     k = o.counters
     clock = k[CLOCK]
-    memo = (np.int64(-1), np.int64(0))
+    memo = NO_GAPS
     for j in range(s[N_SCHED]):
         r = q.slist[j]
         if st.ncomp[r] != rq.prompt[r] + st.nout[r]:
@@ -1336,6 +1399,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
             k[FREE] += _finish(r, clock, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
+    _flush_gaps(o.itl_hist, memo)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -1347,7 +1411,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
     it). Then this step's batch becomes the one in flight."""
     k = o.counters
     bs, start = cfg[K.BS], s[START]
-    memo = (np.int64(-1), np.int64(0))
+    memo = NO_GAPS
     for j in range(k[S.O_N_PEND]):
         r = q.plist[j]
         n = q.ptok[j]
@@ -1381,6 +1445,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
             k[FREE] += _finish(r, start, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 2, r, 0, S.EV_FINISH)
+    _flush_gaps(o.itl_hist, memo)
     s[N_FLIGHT] = k[S.O_N_PEND]
     for j in range(s[N_SCHED]):
         q.plist[j] = q.slist[j]
