@@ -207,6 +207,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "width": Bound(MIN_PIXELS, MAX_PIXELS, integer=True, why="pixels"),
     "height": Bound(MIN_PIXELS, MAX_PIXELS, integer=True, why="pixels"),
     "grid": Bound(1, 1024, integer=True, why="grid x grid configs"),
+    "repeats": Bound(1, 20, integer=True, why="runs per figure; the best counts"),
 }
 
 

@@ -328,6 +328,24 @@ CALIBRATE_RULES: tuple[Rule, ...] = (
 # config on a trace, not the grid.
 BENCH_RULES: tuple[Rule, ...] = (
     Rule(
+        (
+            "grid",
+            "reference",
+            "async_scheduling",
+            "enable_prefix_caching",
+            "startup",
+            "max_rate",
+            "mooncake",
+        ),
+        lambda p: bool(p.get("record")),
+        "has no effect with --record (it measures every figure with its own settings)",
+    ),
+    Rule(
+        ("out", "against", "repeats"),
+        lambda p: not p.get("record"),
+        "has no effect without --record (only the speed record is written or compared)",
+    ),
+    Rule(
         ("grid", "reference", "async_scheduling", "enable_prefix_caching", "max_rate", "mooncake"),
         lambda p: bool(p.get("startup")),
         "has no effect with --startup (it times fresh plan run processes)",

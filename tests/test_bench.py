@@ -44,3 +44,54 @@ def test_mooncake_bench_times_caching_off_and_on(capsys):
         assert f"{plain:.3f} s without caching, {caching:.3f} s with it" in out
     code, _, err = run_cli(capsys, "bench", "--mooncake", "--enable-prefix-caching")
     assert code == 2 and "has no effect with --mooncake" in err
+
+
+def _fake_figures(scale: float) -> dict[str, float]:
+    from planner.answers.bench_record import FIGURES
+
+    return {f.key: scale * (i + 1) for i, f in enumerate(FIGURES)}
+
+
+def test_record_writes_every_figure_and_compares_with_an_earlier_one(capsys, tmp_path, monkeypatch):
+    """--record --out writes a JSON record of every figure; --against prints
+    each figure beside the earlier record with now/before. The measuring is
+    replaced (it takes minutes; each figure's bench is tested on its own)."""
+    import json
+
+    from planner.answers import bench_record as BR
+
+    monkeypatch.setattr(BR, "measure_record", lambda repeats: _fake_figures(2.0))
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps({"figures": _fake_figures(1.0)}))
+    out = tmp_path / "now.json"
+    code, text, err = run_cli(
+        capsys, "bench", "--record", "--out", str(out), "--against", str(before)
+    )
+    assert code == 0, err
+    rec = json.loads(out.read_text())
+    assert rec["figures"] == _fake_figures(2.0)
+    assert rec["planner_version"] and rec["repeats"] == 3
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(BR.FIGURES)
+    for f, line in zip(BR.FIGURES, lines[1:], strict=True):
+        assert line.startswith(f.label) and line.endswith("2.00x")
+
+
+def test_record_refuses_bad_files_and_stray_options(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    cases = [
+        (("--record", "--against", str(bad)), "no 'figures' object"),
+        (("--record", "--against", str(tmp_path / "missing.json")), "not a readable"),
+        (
+            ("--record", "--out", str(tmp_path / "no" / "x.json")),
+            "not a file in an existing folder",
+        ),
+        (("--record", "--out", str(tmp_path)), "not a file in an existing folder"),
+        (("--out", str(tmp_path / "x.json")), "has no effect without --record"),
+        (("--record", "--grid", "8"), "--grid has no effect with --record"),
+        (("--record", "--repeats", "0"), "--repeats"),
+    ]
+    for args, why in cases:
+        code, _, err = run_cli(capsys, "bench", *args)
+        assert code == 2 and why in err and len(err.strip().splitlines()) == 1, (args, err)

@@ -257,10 +257,12 @@ def _cpu_of(cfg: SchedulerConfig, wl: Workload, lat: object) -> float:
 STARTUP_ARGS = ("run", "--num-requests", "20", "--json")
 
 
-def _child_run(env: dict[str, str], extra: tuple[str, ...] = ()) -> tuple[float, float]:
+def _child_run(
+    env: dict[str, str], extra: tuple[str, ...] = (), base: tuple[str, ...] = STARTUP_ARGS
+) -> tuple[float, float]:
     """(wall s, CPU s of the child and its own children: the compile-ahead
-    process) for one ``plan run`` (``STARTUP_ARGS`` + ``extra``) in a fresh
-    interpreter."""
+    process) for one ``plan`` command (``base`` + ``extra``, by default a
+    ``plan run`` of ``STARTUP_ARGS``) in a fresh interpreter."""
     import resource
     import subprocess
     import sys
@@ -268,7 +270,7 @@ def _child_run(env: dict[str, str], extra: tuple[str, ...] = ()) -> tuple[float,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "planner.cli", *STARTUP_ARGS, *extra],
+        [sys.executable, "-m", "planner.cli", *base, *extra],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,

@@ -244,11 +244,37 @@ def bench(
             "with prefix caching off and on, and print the ratio."
         ),
     ] = False,
+    record: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: measure every speed figure (S1 grids plain, caching and async; CPU "
+            "per config at 64, 1,024 and 4,096 configs; Mooncake caching/plain; warm and first "
+            "plan runs). Several minutes."
+        ),
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="With --record: write the figures to this JSON file."),
+    ] = None,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --record: an earlier record's JSON file; each figure is printed "
+            "beside it with now/before."
+        ),
+    ] = None,
+    repeats: Annotated[
+        int,
+        typer.Option(help="With --record: best of this many runs per in-process figure."),
+    ] = 3,
 ) -> None:
     """Measure kernel speed on scenario S1 across a max_num_seqs x num_gpu_blocks grid."""
     from planner.answers.bench import run_bench, run_startup_bench
 
     reject_inert(ctx, BENCH_RULES)
+    if record:
+        _bench_record(out, against, repeats)
+        return
     # scenario S1's server, no model or GPU: the planner's defaults (off, off)
     async_scheduling = bool(async_scheduling)
     enable_prefix_caching = bool(enable_prefix_caching)
@@ -276,6 +302,32 @@ def bench(
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
     )
+
+
+def _bench_record(out: Path | None, against: Path | None, repeats: int) -> None:
+    """``plan bench --record``: check the files first (one line, exit 2), then
+    measure, write ``out`` atomically and print (``answers.bench_record``)."""
+    import json
+
+    from planner.answers import bench_record as BR
+    from planner.sweep.store import atomic_write_bytes
+
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):
+        raise InputError(f"--out {out}: not a file in an existing folder")
+    try:
+        before = BR.read_record(against) if against is not None else None
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    print("plan bench --record: measuring every figure (several minutes) ...", file=sys.stderr)
+    figures = BR.measure_record(repeats)
+    if out is not None:
+        text = json.dumps(BR.record(figures, repeats), indent=2) + "\n"
+        try:
+            atomic_write_bytes(out, lambda tmp: Path(tmp).write_text(text))
+        except OSError as e:
+            raise InputError(f"cannot write {out}: {os_error_reason(e)}") from None
+        print(f"plan: wrote {out}", file=sys.stderr)
+    BR.print_record(figures, before)
 
 
 register_capacity_commands(app)
