@@ -78,6 +78,8 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from planner.kernel.uindex import uidx
+
 FREE_LEN, IN_USE, REFS, FREE_SLOTS, FQ_HEAD, FQ_TAIL = 0, 1, 2, 3, 4, 5
 PC_FIELDS = 6  # the length of ``pc``
 
@@ -296,15 +298,15 @@ def _fq_push(b, front, p):
     else:
         c = p.pc[FQ_TAIL]
         p.pc[FQ_TAIL] = c + 1
-    p.fq[c & mask] = b
-    p.fpos[b] = c & mask
+    p.fq[uidx(c & mask)] = b
+    p.fpos[uidx(b)] = c & mask
 
 
 @njit(cache=True, inline="always")
 def fq_next_live(c, fq):
     """The first position >= c of the free-queue ring holding a block."""
     mask = fq.shape[0] - 1
-    while fq[c & mask] < 0:
+    while fq[uidx(c & mask)] < 0:
         c += 1
     return c
 
@@ -414,11 +416,12 @@ def get_new_blocks(n, s, start, p):
     c = p.pc[FQ_HEAD]
     for i in range(n):
         c = fq_next_live(c, p.fq)
-        b = p.fq[c & mask]
+        b = p.fq[uidx(c & mask)]
+        ub = uidx(b)
         c += 1
-        if p.hkey[b] != -1:
+        if p.hkey[ub] != -1:
             drop_hash(b, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
-        p.ref[b] = 1
+        p.ref[ub] = 1
         p.table[s, start + i] = b
     p.pc[FQ_HEAD] = c
     p.pc[FREE_LEN] -= n
@@ -444,7 +447,7 @@ def lookup(r, nmax, bs, rq, p):
         b = p.thead[i]
         p.hits[k] = b
         k += 1
-        if p.ref[b] == 0:
+        if p.ref[uidx(b)] == 0:
             evictable += 1
     return k, evictable
 
@@ -454,11 +457,12 @@ def touch(k, s, p):
     """Take a reference on each of the k hit blocks; copy them to the front of table[s]."""
     for i in range(k):
         b = p.hits[i]
-        if p.ref[b] == 0:
-            p.fq[p.fpos[b]] = -1  # leaves the free queue (``remove``)
+        ub = uidx(b)
+        if p.ref[ub] == 0:
+            p.fq[p.fpos[ub]] = -1  # leaves the free queue (``remove``)
             p.pc[FREE_LEN] -= 1
             p.pc[IN_USE] += 1
-        p.ref[b] += 1
+        p.ref[ub] += 1
         p.table[s, i] = b
     p.pc[REFS] += k
 
@@ -477,7 +481,7 @@ def cache_blocks(r, upto, bs, rq, p):
         stop = min(end, n_full)
         for i in range(j, stop):
             b, k = p.table[s, i], off + i
-            if hash_of(b, p.hkey) != k:
+            if hash_of(uidx(b), p.hkey) != k:
                 set_hash(b, k, n_req * maxb, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
         j = stop
     if n_full > p.ncached[r]:
@@ -497,10 +501,11 @@ def free_blocks(s, n, p, blis):
     u = 0  # unhashed blocks freed so far, parked at table[s, n - u:]
     for i in range(n - 1, -1, -1):
         b = p.table[s, i]
-        p.ref[b] -= 1
-        if p.ref[b] == 0:
+        ub = uidx(b)
+        p.ref[ub] -= 1
+        if p.ref[ub] == 0:
             freed += 1
-            if p.hkey[b] != -1 or blis:
+            if p.hkey[ub] != -1 or blis:
                 _fq_push(b, False, p)
             else:
                 u += 1

@@ -105,6 +105,7 @@ from planner.kernel.state import (
     THR_NOW,
 )
 from planner.kernel.token_gaps import gap_bin
+from planner.kernel.uindex import uidx
 from planner.latency.step_time import LINEAR, blis_step_ns, step_time_ns
 from planner.workload.front_end import front_end_rejects
 
@@ -226,16 +227,6 @@ def caching_marker(cfg: np.ndarray) -> bool | None:
 
 
 @njit(cache=True, inline="always")
-def _u(r):
-    """Request id ``r`` as an unsigned index for the hot per-request loops:
-    Numba wraps a signed index (a negative one counts from the end), which
-    costs every array read a sign test and a reload of the array's length;
-    an unsigned index skips it (``numba/np/arrayobj.py``, ``fix_integer_index``).
-    About 10% of the S1 grid's CPU (2026-12-04, one thread, alternating)."""
-    return np.uint64(r)
-
-
-@njit(cache=True, inline="always")
 def _log(ev, k, step, r, value, kind):
     """Append one event (``state.EV_*``) if the log exists and has room; counts
     every event in ``k[O_EVENTS]``."""
@@ -282,7 +273,7 @@ def _drop_finished(run, n_run, status):
     m = 0
     for i in range(n_run):
         r = run[i]
-        if status[_u(r)] == S.RUNNING:
+        if status[uidx(r)] == S.RUNNING:
             run[m] = r
             m += 1
     return m
@@ -442,7 +433,7 @@ def _blocks_needed_after(n, run, n_run, ncomp, held, mml, bs):
     """New blocks the running decodes need over the next n steps."""
     total = 0
     for i in range(n_run):
-        u = _u(run[i])
+        u = uidx(run[i])
         nb = blocks_for_tokens(ncomp[u] + n, mml, bs) - held[u]
         if nb > 0:
             total += nb
@@ -468,7 +459,7 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
         hist[j] = 0
     for i in range(k[N_RUN]):
         r = q.run[i]
-        u = _u(r)
+        u = uidx(r)
         ntok = rq.prompt[u] + st.nout[u]
         if async_:
             if st.ph[u] != 1 or st.infl[u] != 1 or st.ncomp[u] != ntok:
@@ -660,7 +651,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
     t_last = clock + elapsed - (last_dt if async_ else 0)
     for i in range(n_run):
         r = q.run[i]
-        u = _u(r)
+        u = uidx(r)
         c0 = st.ncomp[u]
         w = min(c0 + n, st.hw[u]) - c0
         if w > 0:
@@ -743,19 +734,20 @@ def _replay_cache_run(n, kind, cfg, rq, st, q, k, p, offs, ev):
     for j in range(bs + 1):
         offs[j] = 0
     for i in range(n_run):
-        r = q.run[i]
-        offs[st.held[r] * bs - st.ncomp[r] + 1] += 1
+        u = uidx(q.run[i])
+        offs[st.held[u] * bs - st.ncomp[u] + 1] += 1
         if kind == 2:
-            offs[(p.ncached[r] + 1) * bs - st.ncomp[r]] += 1
+            offs[(p.ncached[u] + 1) * bs - st.ncomp[u]] += 1
     for j in range(bs):
         offs[j + 1] += offs[j]
     for i in range(n_run):  # a stable placement: running order within a phase
         r = q.run[i]
-        a = st.held[r] * bs - st.ncomp[r]
+        u = uidx(r)
+        a = st.held[u] * bs - st.ncomp[u]
         ev[offs[a]] = 2 * r
         offs[a] += 1
         if kind == 2:
-            c = (p.ncached[r] + 1) * bs - st.ncomp[r] - 1
+            c = (p.ncached[u] + 1) * bs - st.ncomp[u] - 1
             ev[offs[c]] = 2 * r + 1
             offs[c] += 1
     for j in range(bs, 0, -1):  # offs[j] was the end of phase j: shift back to starts
@@ -790,21 +782,22 @@ def _run_cache_events(n, bs, rq, st, p, offs, ev):
         ph = j % bs
         for e in range(offs[ph], offs[ph + 1]):
             r = ev[e] >> 1
-            s = p.slot_of[r]
+            u = uidx(r)
+            s = p.slot_of[u]
             if ev[e] & 1 == 0:
                 c = PC.fq_next_live(c, fq)
-                b = fq[c & mask]
+                b = fq[uidx(c & mask)]
                 c += 1
-                if hkey[b] != -1:
+                if hkey[uidx(b)] != -1:
                     PC.drop_hash(b, hkey, hnext, hprev, tkey, thead, ttail)
-                ref[b] = 1
-                p.table[s, st.held[r] + (j - ph) // bs] = b
+                ref[uidx(b)] = 1
+                p.table[s, st.held[u] + (j - ph) // bs] = b
                 taken += 1
             else:
-                jb = (st.ncomp[r] + j + 1) // bs - 1  # the block just filled
+                jb = (st.ncomp[u] + j + 1) // bs - 1  # the block just filled
                 key = PC.block_key(r, jb, bs, rq, n_req, maxb)
                 PC.set_hash(p.table[s, jb], key, private, hkey, hnext, hprev, tkey, thead, ttail)
-                p.ncached[r] = jb + 1
+                p.ncached[u] = jb + 1
     p.pc[PC.FQ_HEAD] = c
     p.pc[PC.FREE_LEN] -= taken
     p.pc[PC.IN_USE] += taken
@@ -1093,7 +1086,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     i = 0
     while i < n_run and budget > 0:
         r = q.run[i]
-        u = _u(r)
+        u = uidx(r)
         c0 = st.ncomp[u]
         ntok = rq.prompt[u] + st.nout[u]
         if async_ and st.ph[u] > 0 and c0 + 2 - st.ph[u] >= rq.prompt[u] + rq.max_tokens[u]:
@@ -1369,7 +1362,7 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
     n_sched, n_tok = s[N_SCHED], s[PREFILL] + s[DECODE]
     for j in range(n_sched):
         r = q.slist[j]
-        u = _u(r)
+        u = uidx(r)
         n = q.sched_tok[u]
         c0 = st.ncomp[u]
         known = rq.prompt[u] + st.nout[u] + st.ph[u]
@@ -1403,7 +1396,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
     memo = NO_GAPS
     for j in range(s[N_SCHED]):
         r = q.slist[j]
-        u = _u(r)
+        u = uidx(r)
         if st.ncomp[u] != rq.prompt[u] + st.nout[u]:
             continue
         st.nout[u] += 1
@@ -1429,7 +1422,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
     memo = NO_GAPS
     for j in range(k[S.O_N_PEND]):
         r = q.plist[j]
-        u = _u(r)
+        u = uidx(r)
         n = q.ptok[j]
         samples = n < 0
         n = abs(n)
