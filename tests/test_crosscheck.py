@@ -356,6 +356,8 @@ def test_seeded_random_cases_cover_every_path():
         window_preempted=0,
         window_async=0,
         hybrid_preempted=0,
+        restart_fast_path=0,
+        restart_livelocked=0,
     )
     for _ in range(320):
         cfgs, wl, lat = _random_case(rng, wrng)
@@ -411,6 +413,10 @@ def test_seeded_random_cases_cover_every_path():
             seen["roofline_fast_path"] += (
                 isinstance(lat, RooflineLatency) and oi[S.O_MACRO_STEPS] > 0
             )
+            # restart preemption takes the fast path while requests can arrive
+            restart = cfgs[c].preemption_mode == "restart"
+            seen["restart_fast_path"] += restart and oi[S.O_MACRO_STEPS] > 0
+            seen["restart_livelocked"] += restart and oi[S.O_LIVELOCKED] > 0
     for path, count in seen.items():
         assert count >= 20, f"random cases rarely reach {path}: {seen}"
 

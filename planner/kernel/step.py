@@ -493,7 +493,7 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
 
 
 @njit(cache=True, inline="always")
-def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
+def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish):
     """How many upcoming steps are provably identical decode-only steps.
 
     They are when every running request decodes one token, the waiting head
@@ -510,7 +510,9 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
     running request (sync: steps 1..n-1's durations; async: steps 0..n-2's,
     as tokens land at step starts), so each accepted step adds n_run gaps to
     the ITL histogram ``ih``; blocks in use grow by ``hist``'s first needs
-    (periodic) or by ``_blocks_needed_after``."""
+    (periodic) or by ``_blocks_needed_after``. ``to_finish``: only a run
+    that ends with the step in which the first requests finish (sync), else
+    none (restart preemption once nothing can arrive, ``_decode_fast_path``)."""
     bs, mml, n_run, free = cfg[K.BS], cfg[K.MML], k[N_RUN], k[FREE]
     kf, need1, ctx0, proj, periodic, kind = _decode_scan(cfg, rq, st, q, k, hist, p)
     if kf < 2 or need1 > free:
@@ -568,11 +570,16 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
     limit = min(next_entry, cfg[K.HORIZON_NS])
     ip = cfg[K.B0 : K.B2 + 1]
     tab = rq.lat_tables[cfg[K.LAT_TABLE]]
+    if to_finish and kmax != kf:
+        return 0, 0, 0, 0, 0, 0, 0
     if periodic and cfg[K.LAT_KIND] == LINEAR:
         dt = step_time_ns(LINEAR, ip, cfgf, np.int64(0), n_run, np.int64(0), np.int64(0), tab)
         if dt > 0:
             used0 = k[S.O_USABLE] - free
-            return _linear_run(kmax, limit - k[CLOCK], dt, n_run, used0, hist, bs, ih, kind)
+            room = limit - k[CLOCK]
+            return _linear_run(kmax, room, dt, n_run, used0, hist, bs, ih, kind, to_finish)
+    if to_finish and _timed_run_length(kmax, limit, ctx0, n_run, ip, cfgf, tab, cfg, k) != kmax:
+        return 0, 0, 0, 0, 0, 0, 0  # the clock's limit cuts it before the finish
     elapsed, first, n = 0, 0, 0
     prev, gmax, gbin, glast, used, kv_int = 0, 0, 0, -1, k[S.O_USABLE] - free, 0
     jb = 0  # (n mod bs) + 1: hist's slot of the requests needing a block in step n
@@ -605,7 +612,21 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p):
 
 
 @njit(cache=True, inline="always")
-def _linear_run(kmax, room, dt, n_run, used0, hist, bs, ih, kind):
+def _timed_run_length(kmax, limit, ctx0, n_run, ip, cfgf, tab, cfg, k):
+    """The steps ``_decode_run_length``'s loop takes before the clock's
+    ``limit`` (ns) or ``kmax``, from the step times alone (nothing written)."""
+    elapsed, n = 0, 0
+    while n < kmax:
+        if n > 0 and k[CLOCK] + elapsed >= limit:
+            break
+        kv = ctx0 + n_run * (n + 1)
+        elapsed += step_time_ns(cfg[K.LAT_KIND], ip, cfgf, np.int64(0), n_run, kv, kv, tab)
+        n += 1
+    return n
+
+
+@njit(cache=True, inline="always")
+def _linear_run(kmax, room, dt, n_run, used0, hist, bs, ih, kind, to_finish):
     """``_decode_run_length``'s step loop in closed form, for the linear step
     time (every step of a decode run lasts ``dt`` ns: no term depends on the
     context) with periodic block needs. ``room``: ns from the clock to the
@@ -614,9 +635,10 @@ def _linear_run(kmax, room, dt, n_run, used0, hist, bs, ih, kind):
     running request are all ``dt``; blocks in use after step m are ``used0``
     plus the first m entries of ``hist``'s cycle 1..bs, summed in O(bs)
     (int64 arithmetic, so the integral equals the loop's bit for bit).
+    With ``to_finish``, only a run of all ``kmax`` steps (none otherwise).
     Returns what ``_decode_run_length`` returns."""
     n = min(kmax, (room - 1) // dt + 1) if room > 0 else 1
-    if n < 2:
+    if n < 2 or (to_finish and n != kmax):
         return 0, 0, 0, 0, 0, 0, 0
     ih[gap_bin(dt)] += n_run * (n - 1)
     q, rem = n // bs, n % bs
@@ -820,6 +842,15 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
         return False
     R = rq.prompt.shape[0]
     nxt = k[NXT]
+    # Restart preemption discards outputs, so decodes are not progress: once
+    # nothing can arrive, the livelock detector counts quiet steps and takes
+    # snapshots (cycle.py). A run that ends with a finish is still exact: no
+    # state inside it can repeat an earlier one (the finish would never come),
+    # and the finish resets the detector as after_fast_path does. Async runs
+    # end before any finish, so they are not taken then.
+    to_finish = cfg[K.PREEMPT] == 1 and not (nxt < arrival_limit(cfg, k, R) or may_receive(k))
+    if to_finish and cfg[K.ASYNC] != 0:
+        return False
     # The run stops before an arrival that can become the head (nothing waits,
     # or priority order), and in any case before the last arrival: that one
     # starts the livelock detector (cycle.py), which must see it at the step
@@ -835,7 +866,7 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     head = q.wq[k[WH]] if k[WL] > 0 else -1
     ih = o.itl_hist
     n, elapsed, first_dt, last_dt, gmax, kv_int, kind = _decode_run_length(
-        cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p
+        cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish
     )
     if n < 2:
         return False
@@ -1548,15 +1579,15 @@ def _past_horizon(cfg, clock):
 @njit(cache=True, inline="always")
 def fast_path_allowed(cfg, o, use_macro):
     """Whether the decode fast path may run for this config: asked for, no
-    per-step trace or event log, not restart preemption (its livelock detector
-    must see every step: decodes are not progress there, cycle.py) nor compat
-    blis (it implies restart; the fast path knows none of its rules), and not
+    per-step trace or event log, not compat blis (the fast path knows none of
+    its rules; restart preemption alone takes it only while requests can still
+    arrive, ``_decode_fast_path``), and not
     caching under async scheduling (blocks are hashed as outputs land, step by
     step), nor a sliding window (blocks leave the window step by step; the
     run's block counts assume full attention), nor several KV cache groups
     (the run counts one table's blocks)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    macro = macro and cfg[K.PREEMPT] != 1 and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0
+    macro = macro and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0
     macro = macro and cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW] == 1
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 
