@@ -78,11 +78,35 @@ def test_record_writes_every_figure_and_compares_with_an_earlier_one(capsys, tmp
 
 
 def test_record_refuses_bad_files_and_stray_options(capsys, tmp_path):
+    """Each is refused in one line before anything is measured (a hostile
+    tryout's cases: an --out under /proc, a deeply nested or unusable
+    --against, a named pipe)."""
+    import os
+
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)
+    unusable = {
+        "nan": '{"figures": {"grid32_plain_mtok_per_cpu_s": NaN}}',
+        "bool": '{"figures": {"grid32_plain_mtok_per_cpu_s": true}}',
+        "zero": '{"figures": {"grid32_plain_mtok_per_cpu_s": 0}}',
+        "unknown": '{"figures": {"unrelated": 1.0}}',
+    }
+    for name, text in unusable.items():
+        (tmp_path / f"{name}.json").write_text(text)
     cases = [
+        (("--record", "--against", str(deep)), "nested too deeply"),
+        (("--record", "--against", str(pipe)), "not a regular file"),
+        (("--record", "--against", str(tmp_path / "nan.json")), "not a finite number above 0"),
+        (("--record", "--against", str(tmp_path / "bool.json")), "not a finite number above 0"),
+        (("--record", "--against", str(tmp_path / "zero.json")), "not a finite number above 0"),
+        (("--record", "--against", str(tmp_path / "unknown.json")), "none of its figures"),
+        (("--record", "--out", "/proc/planner-record.json"), "cannot write there"),
         (("--record", "--against", str(bad)), "no 'figures' object"),
-        (("--record", "--against", str(tmp_path / "missing.json")), "not a readable"),
+        (("--record", "--against", str(tmp_path / "missing.json")), "not a regular file"),
         (
             ("--record", "--out", str(tmp_path / "no" / "x.json")),
             "not a file in an existing folder",

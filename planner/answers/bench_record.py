@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import io
 import json
+import math
 import os
 import platform
 import time
@@ -135,16 +136,29 @@ def record(figures: dict[str, float], repeats: int) -> dict:
 
 
 def read_record(path: Path) -> dict[str, float]:
-    """The figures of an earlier record. Raises ValueError (one line) when
-    ``path`` cannot be read or is not such a record."""
+    """The figures of an earlier record: every value a finite number above 0
+    (not a boolean), at least one of them a figure of ``FIGURES``. Raises
+    ValueError (one line) when ``path`` is not a regular readable file or
+    not such a record."""
+    where = f"--against {path}"
+    if not path.is_file():
+        raise ValueError(f"{where}: not a regular file (give a record written by --record --out)")
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"--against {path}: not a readable plan bench record ({e})") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise ValueError(f"{where}: not a readable plan bench record ({why})") from None
     figures = data.get("figures") if isinstance(data, dict) else None
     if not isinstance(figures, dict) or not figures:
-        raise ValueError(f"--against {path}: no 'figures' object (write one with --record --out)")
-    return {k: float(v) for k, v in figures.items() if isinstance(v, (int, float))}
+        raise ValueError(f"{where}: no 'figures' object (write one with --record --out)")
+    for key, v in figures.items():
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not ok or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{where}: figure {key!r} is {v!r}, not a finite number above 0")
+    known = {f.key for f in FIGURES}
+    if not known & set(figures):
+        raise ValueError(f"{where}: none of its figures is one this version measures")
+    return {k: float(v) for k, v in figures.items()}
 
 
 def print_record(figures: dict[str, float], before: dict[str, float] | None = None) -> None:

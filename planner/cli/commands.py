@@ -304,6 +304,20 @@ def bench(
     )
 
 
+def _check_writable(out: Path) -> None:
+    """Refuse ``--out`` before minutes of measuring unless a file can be
+    created beside it (a temporary one, removed at once). Raises InputError."""
+    import tempfile
+
+    if out.is_dir() or not out.parent.is_dir():
+        raise InputError(f"--out {out}: not a file in an existing folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot write there ({os_error_reason(e)})") from None
+
+
 def _bench_record(out: Path | None, against: Path | None, repeats: int) -> None:
     """``plan bench --record``: check the files first (one line, exit 2), then
     measure, write ``out`` atomically and print (``answers.bench_record``)."""
@@ -312,8 +326,8 @@ def _bench_record(out: Path | None, against: Path | None, repeats: int) -> None:
     from planner.answers import bench_record as BR
     from planner.sweep.store import atomic_write_bytes
 
-    if out is not None and (out.is_dir() or not out.parent.is_dir()):
-        raise InputError(f"--out {out}: not a file in an existing folder")
+    if out is not None:
+        _check_writable(out)
     try:
         before = BR.read_record(against) if against is not None else None
     except ValueError as e:
