@@ -39,6 +39,8 @@ SLOW = (
     "--latency measured",  # needs the optional extra aic (tests/test_measured.py runs it)
     # the 70B safe-limit example: test_capacity_commands.py runs it and checks its figures
     "llama-3.1-70b --gpu H100 --tensor-parallel-size 4 --max-model-len 32768",
+    # minutes of measuring: test_bench.py runs its CLI with the measuring replaced
+    "bench --record",
 )
 
 
