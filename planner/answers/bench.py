@@ -62,11 +62,11 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
     wl = s1_workload()
     lat = LinearLatency()
     t0 = time.perf_counter()
-    _warm(wl, lat, **options)
+    warm_variants(wl, lat, **options)
     compile_s = time.perf_counter() - t0
 
     cfgs = s1_grid(side, **options)
-    wall, cpu, tokens, steps = _time_grid(cfgs, wl, lat)
+    wall, cpu, tokens, steps = time_grid(cfgs, wl, lat)
     fig = {
         "configs": len(cfgs),
         "compile_or_cache_load_s": compile_s,
@@ -89,7 +89,7 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
     print(f"output tokens per wall-second: {fig['tokens_per_wall_s'] / 1e6:10.1f} M")
     if options.get("enable_prefix_caching"):
         plain = s1_grid(side, **{**options, "enable_prefix_caching": False})
-        _, p_cpu, p_tokens, _ = _time_grid(plain, wl, lat)
+        _, p_cpu, p_tokens, _ = time_grid(plain, wl, lat)
         fig["plain_tokens_per_cpu_s"] = p_tokens / p_cpu
         fig["caching_cost_ratio"] = fig["plain_tokens_per_cpu_s"] / fig["tokens_per_cpu_s"]
         print(f"same, without caching:         {fig['plain_tokens_per_cpu_s'] / 1e6:10.1f} M")
@@ -116,7 +116,7 @@ def run_bench(side: int, with_reference: bool, **options: bool) -> dict[str, flo
     return fig
 
 
-def _warm(wl: Workload, lat: LinearLatency, **options: bool) -> None:
+def warm_variants(wl: Workload, lat: LinearLatency, **options: bool) -> None:
     """Compile or load every kernel variant the timed runs use (with caching
     also the plain one ``run_bench`` compares with), so no timing includes it."""
     small = SchedulerConfig(num_gpu_blocks=100, max_model_len=256, horizon_s=1.0)
@@ -130,7 +130,7 @@ def _options_text(options: dict[str, bool]) -> str:
     return ", ".join(on) or "none (vLLM sync, no caching)"
 
 
-def _time_grid(
+def time_grid(
     cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency
 ) -> tuple[float, float, float, float]:
     """One timed ``simulate`` of ``cfgs``: (wall s, CPU s, output tokens, steps)."""
@@ -157,7 +157,7 @@ def run_max_rate_bench(side: int, **options: bool) -> dict[str, float]:
     from planner.slo import SLO
 
     wl, lat = s1_workload(), LinearLatency()
-    _warm(wl, lat, **options)
+    warm_variants(wl, lat, **options)
     cfgs = s1_grid(side, **options)
     t0 = time.perf_counter()
     simulate(cfgs, wl, lat, check_invariants=False).metrics()
@@ -257,7 +257,7 @@ def _cpu_of(cfg: SchedulerConfig, wl: Workload, lat: object) -> float:
 STARTUP_ARGS = ("run", "--num-requests", "20", "--json")
 
 
-def _child_run(
+def child_run(
     env: dict[str, str], extra: tuple[str, ...] = (), base: tuple[str, ...] = STARTUP_ARGS
 ) -> tuple[float, float]:
     """(wall s, CPU s of the child and its own children: the compile-ahead
@@ -294,10 +294,10 @@ def run_startup_bench() -> dict[str, float]:
 
     with tempfile.TemporaryDirectory(prefix="planner-bench-") as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-        cold = _child_run(env)
-        warm = _child_run(env)
+        cold = child_run(env)
+        warm = child_run(env)
     with tempfile.TemporaryDirectory(prefix="planner-bench-") as cache:
-        caching = _child_run(dict(os.environ, NUMBA_CACHE_DIR=cache), ("--enable-prefix-caching",))
+        caching = child_run(dict(os.environ, NUMBA_CACHE_DIR=cache), ("--enable-prefix-caching",))
     fig = {"cold_wall_s": cold[0], "cold_cpu_s": cold[1], "warm_wall_s": warm[0]}
     fig |= {"warm_cpu_s": warm[1], "caching_cold_wall_s": caching[0]}
     fig["caching_cold_cpu_s"] = caching[1]

@@ -16,7 +16,7 @@ machine, never asserted:
   caching (``bench.run_startup_bench``: compile included).
 
 Timings on a shared machine are noisy, so each in-process figure is the best
-(least CPU) of ``repeats`` runs. A record is JSON (``write_record``); given
+(least CPU) of ``repeats`` runs. A record is JSON (``record``); given
 an earlier one (``--against``), each figure is printed beside it with the
 ratio, so two commits measured in separate virtual environments compare
 figure by figure.
@@ -86,9 +86,9 @@ def measure_record(repeats: int = 3) -> dict[str, float]:
         ("async", {"async_scheduling": True}),
     ):
         with contextlib.redirect_stdout(io.StringIO()):
-            bench._warm(wl, lat, **options)
+            bench.warm_variants(wl, lat, **options)
         cfgs = bench.s1_grid(32, **options)
-        runs = [bench._time_grid(cfgs, wl, lat) for _ in range(repeats)]
+        runs = [bench.time_grid(cfgs, wl, lat) for _ in range(repeats)]
         _, cpu, tokens, _ = min(runs, key=lambda r: r[1])
         fig[f"grid32_{key}_mtok_per_cpu_s"] = tokens / cpu / 1e6
     plain, caching = fig["grid32_plain_mtok_per_cpu_s"], fig["grid32_caching_mtok_per_cpu_s"]
@@ -120,7 +120,7 @@ def _end_to_end_cpu(cfgs: list, wl: object, lat: LinearLatency) -> float:
 def _fresh_run_cpu() -> float:
     """CPU seconds of one warm ``plan run`` (``WARM_RUN_ARGS``) in a fresh
     interpreter (imports included; the kernel loads from Numba's cache)."""
-    return bench._child_run(dict(os.environ), base=WARM_RUN_ARGS)[1]
+    return bench.child_run(dict(os.environ), base=WARM_RUN_ARGS)[1]
 
 
 def record(figures: dict[str, float], repeats: int) -> dict:
@@ -173,6 +173,6 @@ def print_record(figures: dict[str, float], before: dict[str, float] | None = No
         better = "higher" if f.higher_is_better else "lower"
         label = f"{f.label} ({f.unit}, {better} is better)"
         line = f"{label:<{LABEL_WIDTH}} {figures[f.key]:>10.3g}"
-        if before is not None and f.key in before and before[f.key] > 0:
+        if before is not None and f.key in before:  # read_record: every figure > 0
             line += f" {before[f.key]:>10.3g} {figures[f.key] / before[f.key]:>10.2f}x"
         print(line)
