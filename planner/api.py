@@ -21,6 +21,7 @@ from planner.kernel.arena import Arenas
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
+from planner.kernel.variant import PLAIN, Features, describe, features_of, union
 from planner.kernel.warm import compile_ahead
 from planner.latency.step_time import Latency, LinearLatency
 from planner.slo import SLO
@@ -134,7 +135,9 @@ class SimResult:
         return ev.reset_index(drop=True)
 
 
-def kernel_status(num_configs: int, fleet: bool = False, caching: bool = False) -> str:
+def kernel_status(
+    num_configs: int, fleet: bool = False, caching: bool = False, features: Features = PLAIN
+) -> str:
     """Whether the kernel ``simulate`` uses is ``'loaded'`` (compiled in this
     process), ``'cached'`` (in Numba's on-disk cache: the next call loads it),
     ``'cold'`` (the next call compiles it) or ``'unknown'``.
@@ -142,51 +145,59 @@ def kernel_status(num_configs: int, fleet: bool = False, caching: bool = False) 
     Configs run ``step.run_steps`` (``simulate_one``; several at once in a
     thread pool: ``num_configs`` does not change the kernel); configs with
     replicas (``fleet``) run ``kernel.fleet.simulate_fleet``. Each is compiled
-    once without prefix caching and once with it (``caching``; the prefix
-    cache argument is None or not: ``step.prefix_cache_of``). Reads Numba's
-    cache index (``numba/core/caching.py``, ``FunctionCache``); if that
-    internal API changes, says ``'unknown'``.
+    once per kernel variant: without and with prefix caching (``caching``; the
+    prefix cache argument is None or not: ``step.prefix_cache_of``) and per
+    set of feature markers (``features``, ``kernel.variant``; in the
+    ``Requests`` argument's type). Reads Numba's cache index
+    (``numba/core/caching.py``, ``FunctionCache``); if that internal API
+    changes, says ``'unknown'``.
     """
     fn, pos = (simulate_fleet, 9) if fleet else (run_steps, 7)
+    marks = numba.typeof(features)
 
-    def variant(sig: tuple) -> bool:  # the signature's prefix-cache argument is not None
+    def variant(sig: tuple) -> bool:  # this caching setting and these markers
         args = getattr(sig, "args", sig)
-        return not isinstance(args[pos], numba.types.NoneType)
+        rq = args[0].types[2] if fleet else args[2]  # simulate_fleet: kx = (cfg, cfgf, rq, ...)
+        has_cache = not isinstance(args[pos], numba.types.NoneType)
+        return has_cache == caching and rq.types[-1] == marks
 
-    if any(variant(sig) == caching for sig in fn.signatures):
+    if any(variant(sig) for sig in fn.signatures):
         return "loaded"
     try:
         keys = fn._cache._cache_file._load_index()
-        cached = any(variant(key[0]) == caching for key in keys)
+        cached = any(variant(key[0]) for key in keys)
     except Exception:  # noqa: BLE001 (internal API: never fail a run over it)
         return "unknown"
     return "cached" if cached else "cold"
 
 
-def kernels_status(fleet: bool, caching: Iterable[bool]) -> str:
+def kernels_status(fleet: bool, caching: Iterable[bool], features: Features = PLAIN) -> str:
     """``kernel_status`` of every kernel variant a run needs (``caching``: the
-    values its configs take): the least ready of them."""
-    states = {kernel_status(1, fleet, c) for c in set(caching)}
+    values its configs take; ``features``: the run's markers): the least
+    ready of them."""
+    states = {kernel_status(1, fleet, c, features) for c in set(caching)}
     for state in ("cold", "unknown", "cached"):
         if state in states:
             return state
     return "loaded"
 
 
-def compile_note(fleet: bool = False, caching: Iterable[bool] = (False,)) -> str:
+def compile_note(
+    fleet: bool = False, caching: Iterable[bool] = (False,), features: Features = PLAIN
+) -> str:
     """A one-line note when a kernel variant ``simulate`` will use is neither
     compiled in this process nor in Numba's on-disk cache
     (``kernels_status`` is ``'cold'``; the next call then compiles it first),
     else ''. It quotes no time: how long a compile takes depends on the
     machine, so the caller measures it and says it after (``compiled_note``)."""
     caching = set(caching)
-    if kernels_status(fleet, caching) != "cold":
+    if kernels_status(fleet, caching, features) != "cold":
         return ""
     which = "replicas' " if fleet else ""
     both = " (each prefix-caching setting compiles its own)" if len(caching) > 1 else ""
     return (
-        f"compiling the {which}simulation kernel for this machine{both}: once; "
-        "later runs load it from Numba's cache"
+        f"compiling the {which}simulation kernel ({describe(features)}) for this machine{both}: "
+        "once; later runs load it from Numba's cache"
     )
 
 
@@ -206,10 +217,17 @@ def compiled_note(wall_s: float, cpu_s: float) -> str:
     )
 
 
-def compile_note_for(configs: Sequence[SchedulerConfig]) -> str:
-    """``compile_note`` for the kernels ``simulate(configs, ...)`` will run."""
+def compile_note_for(
+    configs: Sequence[SchedulerConfig],
+    workload: Workload | None = None,
+    features: Features | None = None,
+) -> str:
+    """``compile_note`` for the kernels ``simulate(configs, workload,
+    features=features)`` will run (None: ``features_for(configs, workload)``)."""
     fleet = any(c.replicas > 1 for c in configs)
-    return compile_note(fleet, {c.enable_prefix_caching for c in configs})
+    if features is None:
+        features = features_for(configs, workload)
+    return compile_note(fleet, {c.enable_prefix_caching for c in configs}, features)
 
 
 def entry_times_ns(
@@ -255,6 +273,7 @@ def simulate(
     arrival_s: np.ndarray | None = None,
     replica_path: bool = False,
     on_config: Callable[[int], None] | None = None,
+    features: Features | None = None,
 ) -> SimResult:
     """Simulate every config against ``workload`` in one jitted, parallel call.
 
@@ -277,10 +296,14 @@ def simulate(
             compare it with the lone-server kernel); it runs whenever one has.
         on_config: called with 1 as each config's run ends (from the kernel's
             worker threads: it must be thread-safe), for progress.
+        features: the compiled kernel's feature markers (``kernel.variant``):
+            None, those these configs use; a sweep passes its whole grid's
+            (``features_for``) so that its chunks share one kernel.
     Returns:
         SimResult. Raises ValueError on inconsistent inputs (including an
         ``arrival_s`` that is not (C, R) or holds times outside
-        0..``workload.MAX_ARRIVAL_S``).
+        0..``workload.MAX_ARRIVAL_S``, and ``features`` without one these
+        configs use).
     """
     configs = list(configs)
     lats = [latency] if isinstance(latency, Latency) else list(latency)
@@ -315,7 +338,7 @@ def simulate(
     kernel_hashes = (hashes[0], private_singletons(hashes[1]), hashes[2])
     requests = S.Requests(
         prompt, max_tokens, priority, group, shared_len, *kernel_hashes, next_turn,
-        pack_tables(lats),
+        pack_tables(lats), _kernel_features(features_of(rcfg, next_turn), features),
     )  # fmt: skip
     if fleet:
         keys = RP.no_keys(r)
@@ -335,6 +358,27 @@ def simulate(
         return SimResult(configs, per, workload, cfg, sent, merged, FleetRun(lay, st))
     arrival_ns = _sent_ns(cfg, arrival_ns, prompt, next_turn, st.req)
     return SimResult(configs, per, workload, cfg, arrival_ns, st)
+
+
+def _kernel_features(used: Features, given: Features | None) -> Features:
+    """The markers the kernel is compiled with: ``given`` (None: ``used``).
+    Raises ValueError when ``given`` lacks a feature the configs use."""
+    if given is None:
+        return used
+    if union(used, given) != given:
+        raise ValueError(
+            f"features {describe(given)} lack {describe(used)}, which these configs use"
+        )
+    return given
+
+
+def features_for(configs: Sequence[SchedulerConfig], workload: Workload | None = None) -> Features:
+    """The feature markers ``simulate(configs, workload)`` compiles for
+    (``kernel.variant.features_of``; None: a workload without sessions), to
+    share one kernel across calls."""
+    cfg, _ = pack_configs(list(configs), [LinearLatency()])
+    turns = workload.next_turn() if workload is not None else np.full(0, -1, dtype=np.int32)
+    return features_of(cfg, turns)
 
 
 def _per_config(lats: list[Latency], c: int) -> list[Latency]:
@@ -549,7 +593,7 @@ def _compile_ahead_if_cold(
         return
     for caching in (False, True):
         rows_of = np.flatnonzero((cfg[:, K.CACHING] != 0) == caching)
-        if len(rows_of) == 0 or kernel_status(1, caching=caching) != "cold":
+        if len(rows_of) == 0 or kernel_status(1, False, caching, requests.features) != "cold":
             continue
         c = int(rows_of[0])
         rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))

@@ -91,10 +91,11 @@ def _finish_records(recs: list[dict]) -> list[dict]:
     return recs
 
 
-def kernel_steps(scn: dict) -> tuple[list[dict], dict]:
-    """Per-step records in golden form, and final facts, from the kernel."""
+def kernel_steps(scn: dict, features=None) -> tuple[list[dict], dict]:
+    """Per-step records in golden form, and final facts, from the kernel
+    (variant ``features``; None: the scenario's own, ``api.simulate``)."""
     wl, lat, perm = workload_of(scn)
-    res = simulate([config_of(scn)], wl, lat, log_entries=4_000_000)
+    res = simulate([config_of(scn)], wl, lat, log_entries=4_000_000, features=features)
     n = int(res.state.out.counters[0, S.O_EVENTS])
     assert n <= res.state.out.events.shape[1], "event log truncated"
     steps = int(res.state.out.counters[0, S.O_STEPS])

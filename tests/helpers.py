@@ -139,11 +139,15 @@ def compare_final(res, c: int, eng: Engine) -> None:
     assert oi[S.O_KV_ALLOC_FAILURES] == eng.sched.kv.alloc_failures
 
 
-def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency):
+def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency, features=None):
+    """The kernel traced and on its fast path (kernel variant ``features``,
+    None: the configs' own, ``api.simulate``), and the reference engine."""
     steps = max(c.max_steps for c in cfgs)
     per_step = S.max_events_per_step(max(c.max_num_seqs for c in cfgs), wl.num_requests)
-    traced = simulate(cfgs, wl, lat, trace_steps=steps + 1, log_entries=steps * per_step)
-    fast = simulate(cfgs, wl, lat)
+    traced = simulate(
+        cfgs, wl, lat, trace_steps=steps + 1, log_entries=steps * per_step, features=features
+    )
+    fast = simulate(cfgs, wl, lat, features=features)
     engines = [run_reference(c, wl, lat) for c in cfgs]
     return traced, fast, engines
 

@@ -52,7 +52,7 @@ def test_the_step_loop_calls_the_phases_in_order() -> None:
         "_schedule_waiting",
         "_step_time",
         "_update_after_schedule",
-        "_update_from_output_async",
+        "_update_from_output_async_if",  # variant.gated: compiled only when a config is async
         "_update_from_output",
         "_end_step",
     ]

@@ -155,7 +155,7 @@ def test_jit_allowance_follows_the_cache(monkeypatch, states, allowance):
     (the first compiled one at the first variant's cost when none is in)."""
     from planner import api
 
-    monkeypatch.setattr(api, "kernel_status", lambda n, fleet=False, caching=False: states[caching])
+    monkeypatch.setattr(api, "kernel_status", lambda n, fleet=False, cache=False, *a: states[cache])
     assert driver.jit_bytes(False, (False, True))[0] == allowance
     assert driver.jit_bytes(False, (False,))[0] == driver.jit_bytes(False, (False, False))[0]
     assert driver.JIT_COMPILE_BYTES > driver.JIT_LOAD_BYTES > 0

@@ -96,11 +96,11 @@ def test_no_room_names_the_activation_peak(capsys):
     ],
 )
 def test_the_compile_note_follows_the_kernel_that_compiles(monkeypatch, fleet, caching, needle):
-    monkeypatch.setattr(api, "kernels_status", lambda f, c: "cold")
+    monkeypatch.setattr(api, "kernels_status", lambda f, c, *a: "cold")
     note = api.compile_note(fleet, caching)
     assert needle in note and ("replicas'" in note) == fleet
     assert not re.search(r"\d", note), "a typed-in time would go stale; the caller measures it"
-    monkeypatch.setattr(api, "kernels_status", lambda f, c: "cached")
+    monkeypatch.setattr(api, "kernels_status", lambda f, c, *a: "cached")
     assert api.compile_note(fleet, caching) == ""
 
 
@@ -111,7 +111,7 @@ def test_the_first_run_says_its_measured_time(capsys, monkeypatch, status):
     from planner.cli import options as opt
     from planner.config import SchedulerConfig
 
-    monkeypatch.setattr(api, "kernels_status", lambda f, c: status)
+    monkeypatch.setattr(api, "kernels_status", lambda f, c, *a: status)
     clock = iter([100.0, 142.0])
     cpu = iter([3.0, 80.0])
     monkeypatch.setattr(opt.time, "perf_counter", lambda: next(clock))

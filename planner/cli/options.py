@@ -708,7 +708,7 @@ def say_compile(
     if workload is not None:
         check_block_sizes(workload, configs)
         check_horizon(workload, configs, "--horizon")
-    note = compile_note_for(configs)
+    note = compile_note_for(configs, workload)
     if note:
         print(f"plan: {note}", file=sys.stderr, flush=True)
     t0, c0 = time.perf_counter(), cpu_seconds()

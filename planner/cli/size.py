@@ -3,6 +3,7 @@ vLLM flags) that serves a spec's workload within its SLOs (``planner.answers.siz
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -20,6 +21,7 @@ from planner.cli import options as opt
 from planner.cli.json_out import dumps, print_json
 from planner.cli.progress import stderr_reporter
 from planner.install_check import provenance
+from planner.kernel.variant import PLAIN, union
 from planner.metrics import front_end_failures, front_end_text
 from planner.slo import SLO
 from planner.sweep import store
@@ -573,7 +575,8 @@ def _check_memory(cands: list[sizing.Candidate], limit: int, workers: int | None
     sweeps = [c.spec.sweep for c in cands if c.spec is not None]  # type: ignore[attr-defined]
     fleet = any(driver.has_fleets(sw) for sw in sweeps)
     caching = set().union(*(driver.caching_values(sw) for sw in sweeps))
-    budget = driver.chunk_budget(limit, workers, fleet, caching)
+    marks = functools.reduce(union, (driver.sweep_features(sw) for sw in sweeps), PLAIN)
+    budget = driver.chunk_budget(limit, workers, fleet, caching, marks)
     plans = [driver.plan_chunks(sw, None, budget) for sw in sweeps]
     k = len(VERIFY_FRACTIONS)
     after = AFTER_RUNS_BYTES + max(

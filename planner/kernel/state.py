@@ -186,6 +186,9 @@ Requests = namedtuple(
         # one row per table, padded; config c reads row cfg[c, LAT_TABLE].
         # ``latency.NO_TABLE`` when no config uses one.
         "lat_tables",
+        # The run's compile-time feature markers (``kernel.variant.Features``:
+        # None for a feature no config uses, whose code is then not compiled).
+        "features",
     ],
 )
 

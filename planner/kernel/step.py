@@ -106,6 +106,7 @@ from planner.kernel.state import (
 )
 from planner.kernel.token_gaps import gap_bin
 from planner.kernel.uindex import uidx
+from planner.kernel.variant import gated
 from planner.latency.step_time import LINEAR, blis_step_ns, step_time_ns
 from planner.workload.front_end import front_end_rejects
 
@@ -279,7 +280,7 @@ def _drop_finished(run, n_run, status):
     return m
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _blis_last_slot(cfg, rq, st, k, p, r):
     """compat blis: ``Simulator.processCompletions`` (``sim/simulator.go``)
     allocates a slot for a finished request's last token before freeing it
@@ -298,6 +299,11 @@ def _blis_last_slot(cfg, rq, st, k, p, r):
     return 1
 
 
+_blis_last_slot_if = gated(_blis_last_slot, 0)
+_answered_if = gated(answered)
+_blis_step_ns_if = gated(blis_step_ns, 0)
+
+
 @njit(cache=True, inline="always")
 def _finish(r, t, cfg, rq, st, k, p):
     """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``);
@@ -306,7 +312,7 @@ def _finish(r, t, cfg, rq, st, k, p):
     blis = cfg[K.COMPAT] != 0
     taken = 0
     if p is not None:  # compat blis implies prefix caching
-        taken = _blis_last_slot(cfg, rq, st, k, p, r) if blis else 0
+        taken = _blis_last_slot_if(rq.features.extras, cfg, rq, st, k, p, r) if blis else 0
     freed = _pool_blocks(cfg, st, r)  # its null blocks were never pool blocks
     if p is not None:
         if p.slot_of[r] >= 0:
@@ -317,7 +323,7 @@ def _finish(r, t, cfg, rq, st, k, p):
     freed -= taken
     st.status[r] = S.FINISHED
     st.finish_ns[r] = t
-    answered(cfg, rq, st, k, r, t)
+    _answered_if(rq.features.extras, cfg, rq, st, k, r, t)
     return freed
 
 
@@ -339,7 +345,8 @@ def _arrivals(cfg, rq, st, q, k):
         if front_end_rejects(rq.prompt[r], rq.max_tokens[r], cfg[K.MML]):
             st.status[r] = S.REJECTED
             k[S.O_REJECTED] += 1
-            answered(cfg, rq, st, k, r, st.entry_ns[r])  # closed loop: the client's answer
+            # closed loop: the client's answer
+            _answered_if(rq.features.extras, cfg, rq, st, k, r, st.entry_ns[r])
         elif by_priority:
             st.status[r] = S.WAITING
             k[WL] = _enqueue_sorted(r, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
@@ -705,7 +712,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             st.held[u] = 0
             st.status[u] = S.FINISHED
             st.finish_ns[u] = clock + elapsed
-            answered(cfg, rq, st, k, r, clock + elapsed)
+            _answered_if(rq.features.extras, cfg, rq, st, k, r, clock + elapsed)
             n_fin += 1
         else:
             used += st.held[u]
@@ -1356,7 +1363,7 @@ def _step_time(cfg, cfgf, rq, k, s):
     ip = cfg[K.B0 : K.B2 + 1]
     tab = rq.lat_tables[cfg[K.LAT_TABLE]]
     if cfg[K.COMPAT] != 0:
-        dt = blis_step_ns(ip, p_tok, d_tok)
+        dt = _blis_step_ns_if(rq.features.extras, ip, p_tok, d_tok)
     else:
         dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab)
     dt += s[SWAP_NS]
@@ -1491,6 +1498,9 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
         q.plist[j] = q.slist[j]
         q.ptok[j] = q.sched_tok[q.slist[j]]
     k[S.O_N_PEND] = s[N_SCHED]
+
+
+_update_from_output_async_if = gated(_update_from_output_async)
 
 
 # ---- End of step -----------------------------------------------------------
@@ -1645,7 +1655,8 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
         dt = _step_time(cfg, cfgf, rq, k, sc.step)
         _update_after_schedule(cfg, dt, rq, st, q, o, sc.step)
         if async_:
-            _update_from_output_async(cfg, rq, st, q, o, sc.step, p)
+            f = rq.features.extras
+            _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p)
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
         if _end_step(cfg, st, q, o, sc.step, p, check):

@@ -81,8 +81,9 @@ def phase_signatures(types: tuple) -> tuple[list, list]:
         (ST._decode_fast_path, (cfg, cfgf, rq, st, q, o, sc, p, check)),
         (CY.livelock_proven, (cfg, st, q, k, p, cyc)),
         (CY.after_fast_path, (cfg, k, cyc)),
-        (ST._update_from_output_async, (cfg, rq, st, q, o, s, p)),
     ]
+    if _field(rq, "features").types[0] != numba.types.none:  # variant.Features.extras
+        child.append((ST._update_from_output_async, (cfg, rq, st, q, o, s, p)))
     here = [
         (ST._schedule_running, (cfg, rq, st, q, o, s, p)),
         (ST._schedule_waiting, (cfg, rq, st, q, o, sc, p)),

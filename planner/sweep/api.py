@@ -299,11 +299,19 @@ def estimate(
     if chunk_size is not None and chunk_size < 1:
         raise SweepError(f"chunk_size must be >= 1, got {chunk_size!r}")
     budget = driver.chunk_budget(
-        _memory_limit(memory_limit), None, driver.has_fleets(sweep), driver.caching_values(sweep)
+        _memory_limit(memory_limit),
+        None,
+        driver.has_fleets(sweep),
+        driver.caching_values(sweep),
+        driver.sweep_features(sweep),
     )
     plan = driver.plan_chunks(sweep, chunk_size, budget)
     first = plan.chunks[0]
-    simulate([sweep.configs[int(first.config_ids[0])]], sweep.workloads[first.workload_key])
+    simulate(
+        [sweep.configs[int(first.config_ids[0])]],
+        sweep.workloads[first.workload_key],
+        features=driver.sweep_features(sweep),
+    )
     return driver.estimate(sweep, plan, workers or numba.get_num_threads())
 
 

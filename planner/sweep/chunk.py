@@ -13,8 +13,9 @@ import numba
 import numpy as np
 import pandas as pd
 
-from planner.api import simulate
+from planner.api import features_for, simulate
 from planner.capacity import analytic_safe_max_num_seqs
+from planner.kernel.variant import PLAIN, Features, union
 from planner.maxrate.search import search_max_rate
 from planner.slo import SLO
 from planner.sweep.spec import Sweep
@@ -46,6 +47,19 @@ def thread_order(n: int, threads: int) -> np.ndarray:
     return j[np.argsort(block, kind="stable")]
 
 
+def sweep_features(sweep: Sweep) -> Features:
+    """The kernel's feature markers for the whole grid (``api.features_for``
+    over its workloads; ``kernel.variant``), computed once per sweep: every
+    chunk, the estimate and the dry run compile or load the same kernel."""
+    cached = sweep.__dict__.get("_kernel_features")
+    if cached is None:
+        cached = PLAIN
+        for wl in sweep.workloads.values():
+            cached = union(cached, features_for(sweep.configs, wl))
+        sweep.__dict__["_kernel_features"] = cached
+    return cached
+
+
 def run_chunk(
     sweep: Sweep, chunk: Chunk, on_config: Callable[[int], None] | None = None
 ) -> pd.DataFrame:
@@ -57,7 +71,9 @@ def run_chunk(
     wl = sweep.workloads[chunk.workload_key]
     perm = thread_order(len(configs), numba.get_num_threads())
     tick = on_config if sweep.search is None else None
-    df = simulate([configs[k] for k in perm], wl, sweep.latency, on_config=tick).metrics(sweep.slo)
+    marks = sweep_features(sweep)
+    res = simulate([configs[k] for k in perm], wl, sweep.latency, on_config=tick, features=marks)
+    df = res.metrics(sweep.slo)
     df = df.iloc[np.argsort(perm)].reset_index(drop=True)  # back to the chunk's order
     df.insert(0, "config_id", chunk.config_ids)
     mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}

@@ -35,8 +35,14 @@ from planner.config import SchedulerConfig
 from planner.install_check import VERSION
 from planner.kernel import warm
 from planner.kernel.state import O_DECODE_TOKENS, bytes_per_config, kernel_scratch_bytes
+from planner.kernel.variant import PLAIN, Features
 from planner.sweep import executors, store
-from planner.sweep.chunk import Chunk, run_chunk, thread_order  # noqa: F401 (driver API)
+from planner.sweep.chunk import (  # noqa: F401 (driver API)
+    Chunk,
+    run_chunk,
+    sweep_features,
+    thread_order,
+)
 from planner.sweep.memory import resident_bytes
 from planner.sweep.report import Reporter
 from planner.sweep.spec import Sweep
@@ -226,16 +232,19 @@ def _variant_bytes(fleet: bool, state: str, first: bool) -> int:
     return JIT_COMPILE_BYTES if first else JIT_COMPILE_EACH_BYTES
 
 
-def jit_bytes(fleet: bool = False, caching: Iterable[bool] = (False,)) -> tuple[int, str]:
+def jit_bytes(
+    fleet: bool = False, caching: Iterable[bool] = (False,), features: Features = PLAIN
+) -> tuple[int, str]:
     """The JIT allowance still to come (bytes) and how it was chosen: the sum,
     over the kernel variants the sweep needs that are not compiled in this
     process, of each one's allowance (``_variant_bytes``: loaded from Numba's
     cache or compiled cold), the costliest charged as the first variant when no
     variant is in the process yet. The variants: the lone-server kernel
     without and with prefix caching (``caching``: the values the configs
-    take), and with replicas (``fleet``) the router's kernel too."""
+    take), and with replicas (``fleet``) the router's kernel too, each with
+    the run's feature markers (``features``, ``kernel.variant``)."""
     every = [(f, c) for f in (False, True) for c in (False, True)]
-    states = {v: api.kernel_status(1, *v) for v in every}
+    states = {v: api.kernel_status(1, *v, features) for v in every}
     needed = [(f, c) for f in sorted({False, fleet}) for c in sorted(set(caching))]
     missing = [v for v in needed if states[v] != "loaded"]
     if not missing:
@@ -281,14 +290,16 @@ def chunk_budget(
     threads: int | None = None,
     fleet: bool = False,
     caching: Iterable[bool] = (False,),
+    features: Features = PLAIN,
 ) -> MemoryBudget:
     """The fixed part of a sweep's memory for a process limit ``memory_limit``
     (bytes): what the process holds now (``resident_bytes``, so call it once
-    the spec and its workloads are loaded) and the JIT allowance (``jit_bytes``).
+    the spec and its workloads are loaded) and the JIT allowance (``jit_bytes``
+    of the variants ``fleet``, ``caching`` and ``features`` name).
     ``threads`` defaults to Numba's. ``plan_chunks`` adds the kernel inputs and
     refuses when nothing fits."""
     _start_libraries()
-    jit, kind = jit_bytes(fleet, caching)
+    jit, kind = jit_bytes(fleet, caching, features)
     return MemoryBudget(
         memory_limit,
         resident_bytes(),
@@ -501,7 +512,9 @@ def _run(
         check_merge(sweep, memory_limit)
         budget = worker_budget(sweep, memory_limit, client, workers or 1)
     else:
-        budget = chunk_budget(memory_limit, workers, has_fleets(sweep), caching_values(sweep))
+        budget = chunk_budget(
+            memory_limit, workers, has_fleets(sweep), caching_values(sweep), sweep_features(sweep)
+        )
     plan = plan_chunks(sweep, chunk_size, budget, fixed)
     if manifest is not None:
         todo = _verify_chunks(out, plan, manifest, reporter)
@@ -564,7 +577,7 @@ def _run_chunks(
     and row count in the manifest (rewritten atomically after each chunk).
     Returns the number of configs run."""
     done_configs = plan.num_configs - sum(len(c.config_ids) for c in todo)
-    note = compile_note_for(sweep.configs) if client is None else ""
+    note = compile_note_for(sweep.configs, features=sweep_features(sweep)) if client is None else ""
     if todo and note:
         reporter.line(f"plan: {note}")
     t0, c0 = time.perf_counter(), cpu_seconds()
@@ -795,6 +808,7 @@ def estimate(
         for i in range(0, len(ids), plan.sizes[k])
     ]
     before = numba.get_num_threads()
+    marks = sweep_features(sweep)
     steps = 0.0
     seconds = 0.0
     parallel = None
@@ -802,7 +816,9 @@ def estimate(
         numba.set_num_threads(1)
         for k, ids in pieces:
             t = time.perf_counter()
-            res = simulate([sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency)
+            res = simulate(
+                [sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency, features=marks
+            )
             res.metrics()  # a chunk's work includes its metrics
             seconds += time.perf_counter() - t
             steps += float(res.state.out.counters[:, O_DECODE_TOKENS].sum())
@@ -811,8 +827,9 @@ def estimate(
             t = time.perf_counter()
             for k, ids in pieces:
                 simulate(
-                    [sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency
-                ).metrics()
+                    [sweep.configs[i] for i in ids], sweep.workloads[k], sweep.latency,
+                    features=marks,
+                ).metrics()  # fmt: skip
             parallel = time.perf_counter() - t
     finally:
         numba.set_num_threads(before)
@@ -826,14 +843,16 @@ def dry_run(
     compile time reported separately), a line each to ``reporter``. Returns the
     figures."""
     threads = workers if workers is not None else numba.get_num_threads()
-    budget = chunk_budget(memory_limit, threads, has_fleets(sweep), caching_values(sweep))
+    budget = chunk_budget(
+        memory_limit, threads, has_fleets(sweep), caching_values(sweep), sweep_features(sweep)
+    )
     plan = plan_chunks(sweep, chunk_size, budget)
     budget = plan.budget
     key = plan.chunks[0].workload_key
     wl = sweep.workloads[key]
     t = time.perf_counter()
     for cfg in kernel_variants(sweep):  # compiled (or loaded) here, not in the estimate
-        simulate([cfg], wl, sweep.latency)
+        simulate([cfg], wl, sweep.latency, features=sweep_features(sweep))
     compile_s = time.perf_counter() - t
     est = estimate(sweep, plan, threads)
     peak = plan.largest_chunk_bytes

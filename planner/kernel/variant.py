@@ -1,0 +1,104 @@
+"""Kernel variants: a run compiles only the features its configurations use.
+
+Why: Numba compiles a jitted function once per argument-type signature, and
+every branch it types, whether or not a config ever takes it: the step loop
+of a plain run compiled async scheduling's output path, closed-loop clients
+and BLIS compatibility too (issue 34). Here those features sit behind one
+*marker*, ``True`` when some config of the run uses one of them and ``None``
+when none does; it travels as ``state.Requests.features``, so it is part of
+the argument types and Numba compiles (and caches) one kernel per marker. A
+feature's code is reached through ``gated``: with a ``None`` marker the call
+compiles to a constant, and the feature's functions are never typed,
+compiled or loaded.
+
+Why one marker and not one per feature: every variant is a whole compile of
+the step loop (about 20 CPU-s on a 2-core machine, 2026-12-04), so a marker
+per feature would make a user who tries async, then closed loop, then
+compat blis wait for three compiles, and the test suite for eight. The plain
+variant (vLLM's sync scheduler, open loop) is the one sweeps and the README
+main job run; the marker's features are the rarer ones.
+
+The marker is the union over one ``api.simulate`` call (a sweep passes its
+whole grid's, so all its chunks share one kernel). Inside the kernel each
+config still reads its own flags (``cfg[K.ASYNC]`` ...), so a run with the
+marker on computes exactly what it did before; the marker is off only when
+no config of the run can take a gated branch, so the constant is never the
+value a config sees (``tests/test_variants.py`` runs the reference
+cross-check under both values).
+
+Prefix caching is the other compile-time choice, made per config: the prefix
+cache argument is ``None`` without it (``step.prefix_cache_of``).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Callable
+
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+from planner import config as K
+
+ON = True  # a marker: some config of the run uses the feature
+
+# ``extras``: some config uses async scheduling (cfg[K.ASYNC] != 0:
+# ``step._update_from_output_async``), closed-loop clients or sessions
+# (cfg[K.CONC] > 0 or a workload with next turns: ``arrivals.answered``,
+# ``arrivals.release``) or compat blis (cfg[K.COMPAT] != 0:
+# ``latency.blis_step_ns``, ``step._blis_last_slot``). None: none does.
+Features = namedtuple("Features", "extras")
+
+PLAIN = Features(None)
+ALL = Features(ON)
+VARIANTS = (PLAIN, ALL)  # every value ``features_of`` can return
+
+
+def features_of(cfg: np.ndarray, next_turn: np.ndarray) -> Features:
+    """The markers of a run of configs ``cfg`` ((C, NCOLS) int64,
+    ``config.pack_configs``) on a workload whose sessions' next turns are
+    ``next_turn`` ((R,) int32, -1 for none). Pure; raises nothing."""
+    used = bool(np.any(cfg[:, K.ASYNC] != 0) or np.any(cfg[:, K.CONC] != 0))
+    used = used or bool(np.any(cfg[:, K.COMPAT] != 0) or np.any(next_turn >= 0))
+    return ALL if used else PLAIN
+
+
+def union(a: Features, b: Features) -> Features:
+    """The markers on in ``a`` or ``b``."""
+    pairs = zip(a, b, strict=True)
+    return Features(*(ON if x is not None or y is not None else None for x, y in pairs))
+
+
+def describe(f: Features) -> str:
+    """What a variant compiles, for messages."""
+    if f.extras is None:
+        return "plain"
+    return "with async scheduling, closed loop and compat blis"
+
+
+def gated(fn: Callable, off: object = None) -> Callable:
+    """``fn`` behind a marker: jitted code calls ``g(marker, *args)``, which is
+    ``fn(*args)`` when ``marker`` is not None and the constant ``off`` when it
+    is (``fn`` is then never compiled into the caller). ``off`` must have the
+    type ``fn`` returns (None for a function returning nothing); callers only
+    reach ``g`` where a config's own flag says the feature is used, so with
+    the marker off ``off`` is never a value a config sees. Also callable from
+    Python, with the same meaning. Numba's ``overload`` picks the body by the
+    marker's type at compile time. Raises TypeError for an ``inline="always"``
+    ``fn`` (Numba cannot inline it into a call with ``*args``)."""
+    if getattr(fn, "targetoptions", {}).get("inline") == "always":
+        raise TypeError(f"gated({fn.__name__}): compile it without inline='always'")
+
+    def g(marker, *args):  # noqa: ANN001, ANN002, ANN202 (a jitted call's stub)
+        return off if marker is None else fn(*args)
+
+    @overload(g, inline="never")
+    def _typed(marker, *args):  # noqa: ANN001, ANN002, ANN202
+        if isinstance(marker, types.NoneType):
+            return lambda marker, *args: off
+        return lambda marker, *args: fn(*args)
+
+    g.__name__ = g.__qualname__ = f"{fn.__name__}_if"
+    g.__doc__ = f"``{fn.__name__}(*args)`` unless ``marker`` is None, else {off!r} (``gated``)."
+    return g

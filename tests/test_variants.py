@@ -1,0 +1,184 @@
+"""Kernel variants (issue 34): a run compiles only what its configs use
+(``planner.kernel.variant``), and every variant computes the same results.
+
+The variants are ``variant.VARIANTS`` (the gated features off or on) times
+prefix caching off or on (the prefix cache argument is None or not). Each is
+checked here against the vLLM goldens and the reference engine."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conformance import config_of, golden_names, kernel_steps, load, workload_of
+from numba import njit
+from test_crosscheck import _random_case
+
+import planner.kernel.step as step_module
+from helpers import (
+    compare_final,
+    kernel_events,
+    kernel_log,
+    kernel_trace_rows,
+    reference_events,
+    reference_log,
+    reference_trace_rows,
+    run_both,
+)
+from planner.api import features_for, simulate
+from planner.config import BLIS_IMPLIED, SchedulerConfig
+from planner.kernel import state as S
+from planner.kernel.variant import ALL, PLAIN, VARIANTS, gated
+from planner.workload.arrays import LengthDist, synthetic
+
+
+def _workload(sessions: bool):
+    d = LengthDist("constant", 8)
+    wl = synthetic(4, 10.0, d, d, seed=1)
+    if sessions:
+        wl = replace(wl, session=np.array([0, 0, 1, 1], dtype=np.int32))
+    return wl
+
+
+@pytest.mark.parametrize(
+    ("fields", "sessions", "want"),
+    [
+        ({}, False, PLAIN),
+        ({"async_scheduling": True}, False, ALL),
+        ({"max_concurrency": 2}, False, ALL),
+        ({**BLIS_IMPLIED, "compat": "blis"}, False, ALL),
+        ({}, True, ALL),
+        ({"enable_prefix_caching": True}, False, PLAIN),
+        ({"preemption_mode": "swap"}, False, PLAIN),
+    ],
+)
+def test_each_gated_feature_turns_the_marker_on(fields, sessions, want):
+    cfg = SchedulerConfig(num_gpu_blocks=100, **fields)
+    assert features_for([cfg], _workload(sessions)) == want
+    # one config using a feature makes the whole call's kernel carry it
+    assert features_for([SchedulerConfig(num_gpu_blocks=100), cfg], _workload(sessions)) == want
+
+
+def test_the_variants_are_every_marker_the_configs_can_ask_for():
+    seen = set()
+    for a, c, b, s in itertools.product((False, True), (0, 2), (False, True), (False, True)):
+        if a and b:
+            continue  # compat blis schedules in sync (config refuses both)
+        blis = {**BLIS_IMPLIED, "compat": "blis"} if b else {}
+        cfg = SchedulerConfig(num_gpu_blocks=100, async_scheduling=a, max_concurrency=c, **blis)
+        seen.add(features_for([cfg], _workload(s)))
+    assert seen == set(VARIANTS)
+
+
+def test_a_gated_function_is_not_compiled_under_a_none_marker():
+    @njit
+    def heavy(a):
+        return a + 1
+
+    heavy_if = gated(heavy, 0)
+
+    @njit
+    def caller(marker, a):
+        return heavy_if(marker, a)
+
+    assert caller(None, 5) == 0
+    assert heavy.signatures == []  # never typed, never compiled
+    assert caller(True, 5) == 6
+    assert len(heavy.signatures) == 1
+
+
+def test_gated_refuses_a_function_numba_must_inline():
+    @njit(inline="always")
+    def tiny(a):
+        return a
+
+    with pytest.raises(TypeError, match="inline"):
+        gated(tiny)
+
+
+def test_the_step_loop_reaches_gated_features_only_through_their_markers():
+    tree = ast.parse(Path(step_module.__file__).read_text())
+    direct = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    wrapped = {
+        node.args[0].id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "gated"
+    }
+    for name in ("answered", "blis_step_ns", "_blis_last_slot", "_update_from_output_async"):
+        assert name not in direct, f"{name} called directly: it would compile into every variant"
+        assert name in wrapped, f"{name} is not behind variant.gated"
+
+
+SHORT = [n for n in golden_names() if not n.startswith(("s1_exact", "swa_s1_time", "hyb_s1_time"))]
+
+
+def _variant_of(name: str):
+    scn = load(name)["scenario"]
+    wl, _, _ = workload_of(scn)
+    return features_for([config_of(scn)], wl)
+
+
+def test_the_goldens_cover_both_variants():
+    assert {_variant_of(n) for n in SHORT} == set(VARIANTS)
+    caching = {load(n)["scenario"]["enable_prefix_caching"] for n in SHORT}
+    assert caching == {False, True}
+
+
+@pytest.mark.parametrize("name", [n for n in SHORT if _variant_of(n) == PLAIN])
+def test_a_plain_golden_runs_the_same_with_every_feature_compiled_in(name):
+    """test_conformance checks each golden under its own variant; the plain
+    ones also run under ``ALL``, which must change nothing."""
+    scn = load(name)["scenario"]
+    assert kernel_steps(scn, ALL) == kernel_steps(scn)
+
+
+@pytest.mark.slow
+def test_both_variants_match_the_reference_on_seeded_cases():
+    """Seeded random cases (tests/test_crosscheck.py's generator): each under
+    the variant its configs need and, when that is ``PLAIN``, under ``ALL``
+    too; the kernel must match the reference engine step for step in both,
+    and each variant must meet preemption, a proven livelock and the fast
+    path."""
+    rng = np.random.default_rng(20261204)
+    wrng = np.random.default_rng(20261205)
+    seen = {v: {"cases": 0, "preempted": 0, "livelocked": 0, "fast_path": 0} for v in VARIANTS}
+    for _ in range(120):
+        cfgs, wl, lat = _random_case(rng, wrng)
+        if rng.random() < 0.5:  # the generator mixes features in; keep half plain
+            plain = dict(async_scheduling=False, max_concurrency=0, think_time_s=0.0)
+            cfgs = [replace(c, **plain) for c in cfgs if c.compat != "blis"] or [
+                SchedulerConfig(num_gpu_blocks=40, max_steps=3000)
+            ]
+            wl = replace(wl, session=None)
+        own = features_for(cfgs, wl)
+        for variant in {own, ALL}:
+            traced, fast, engines = run_both(cfgs, wl, lat, features=variant)
+            for c, eng in enumerate(engines):
+                assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
+                assert kernel_log(traced, c) == reference_log(eng)
+                assert kernel_events(traced, c) == reference_events(eng)
+                compare_final(traced, c, eng)
+                compare_final(fast, c, eng)
+                oi = fast.state.out.counters[c]
+                assert oi[S.O_INVARIANT_ERRORS] == 0
+                s = seen[variant]
+                s["cases"] += 1
+                s["preempted"] += oi[S.O_PREEMPTIONS] > 0
+                s["livelocked"] += oi[S.O_LIVELOCKED] > 0
+                s["fast_path"] += oi[S.O_MACRO_STEPS] > 0
+    for variant, counts in seen.items():
+        assert min(counts.values()) >= 10, f"variant {variant} rarely exercised: {seen}"
+
+
+def test_simulate_refuses_a_variant_without_a_feature_its_configs_use():
+    wl = _workload(False)
+    with pytest.raises(ValueError, match="lack"):
+        simulate([SchedulerConfig(num_gpu_blocks=100, async_scheduling=True)], wl, features=PLAIN)
