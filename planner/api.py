@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,11 +19,12 @@ from planner.bounds import INT64_MAX
 from planner.config import ROUTERS, SchedulerConfig, pack_configs, pack_tables
 from planner.kernel import state as S
 from planner.kernel.arena import Arenas
+from planner.kernel.compile_time import estimate_cpu_s
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
 from planner.kernel.variant import PLAIN, Features, describe, features_of, union
-from planner.kernel.warm import compile_ahead
+from planner.kernel.warm import compile_ahead, compile_loop
 from planner.latency.step_time import Latency, LinearLatency
 from planner.slo import SLO
 from planner.workload.arrays import MAX_ARRIVAL_S, Workload
@@ -188,16 +190,22 @@ def compile_note(
     """A one-line note when a kernel variant ``simulate`` will use is neither
     compiled in this process nor in Numba's on-disk cache
     (``kernels_status`` is ``'cold'``; the next call then compiles it first),
-    else ''. It quotes no time: how long a compile takes depends on the
-    machine, so the caller measures it and says it after (``compiled_note``)."""
+    else ''. Its time is estimated from a compile measured now
+    (``kernel.compile_time``; none for the replicas' kernel, which is not
+    calibrated); the caller measures the real one and says it after
+    (``compiled_note``)."""
     caching = set(caching)
     if kernels_status(fleet, caching, features) != "cold":
         return ""
     which = "replicas' " if fleet else ""
     both = " (each prefix-caching setting compiles its own)" if len(caching) > 1 else ""
+    about = ""
+    if not fleet:
+        est = estimate_cpu_s({(c, features.extras is not None) for c in caching})
+        about = f", about {est:.0f} CPU-s (estimated from a probe compile)"
     return (
-        f"compiling the {which}simulation kernel ({describe(features)}) for this machine{both}: "
-        "once; later runs load it from Numba's cache"
+        f"compiling the {which}simulation kernel ({describe(features)}) for this machine{both}"
+        f"{about}: once; later runs load it from Numba's cache"
     )
 
 
@@ -208,9 +216,16 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def compiled_note(wall_s: float, cpu_s: float) -> str:
-    """The line said after a first (compiling) call: its measured wall and CPU
-    seconds (compile and the run together; ``cpu_seconds`` differences)."""
+def compiled_note(wall_s: float, cpu_s: float, first: int = 0) -> str:
+    """The line said after a first (compiling) call: the compile's measured
+    wall and CPU seconds (``COMPILES`` from index ``first``, where the caller
+    started), or, when none was recorded there (the replicas' kernel compiles
+    within its run), ``wall_s`` and ``cpu_s``, the whole call's (compile and
+    run together; ``cpu_seconds`` differences)."""
+    done = COMPILES[first:]
+    if done:
+        wall, cpu = sum(w for w, _ in done), sum(c for _, c in done)
+        return f"compiled the kernel in {wall:.0f} s wall, {cpu:.0f} CPU-s (measured)"
     return (
         f"first run on this machine: {wall_s:.0f} s wall, {cpu_s:.0f} CPU-s "
         "(compile included; measured)"
@@ -574,7 +589,7 @@ def _run_kernel(
         if on_config is not None:
             on_config(1)
 
-    _compile_ahead_if_cold(cfg, cfgf, requests, st, check_invariants)
+    _compile_if_cold(cfg, cfgf, requests, st, check_invariants)
 
     if cfg.shape[0] == 1:
         _interruptible(one, (0,), ctl)
@@ -582,22 +597,32 @@ def _run_kernel(
     _interruptible(_pool, (one, range(cfg.shape[0])), ctl)
 
 
-def _compile_ahead_if_cold(
+# Each cold compile of the step loop ``_compile_if_cold`` made in this process:
+# (wall s, CPU s with children), appended in order (``compile_seconds``).
+COMPILES: list[tuple[float, float]] = []
+
+
+def _compile_if_cold(
     cfg: np.ndarray, cfgf: np.ndarray, requests: S.Requests, st: S.State, check: bool
 ) -> None:
-    """On a cold cache, compile ``run_steps``' phases in two processes first
-    (``kernel.warm``; about 10 s less to wait on 2 cores), for each variant
-    the configs need (with and without prefix caching); a row of each
-    variant gives the signatures, which its rows share."""
-    if (os.cpu_count() or 1) < 2:
-        return
+    """On a cold cache, compile the step loop before any config runs, for
+    each variant the configs need (with and without prefix caching; a row of
+    each variant gives the signatures, which its rows share), and record its
+    wall and CPU time in ``COMPILES``. With 2 or more cores, ``run_steps``'
+    phases compile in two processes first (``kernel.warm``; about 10 s less
+    to wait on 2 cores)."""
     for caching in (False, True):
         rows_of = np.flatnonzero((cfg[:, K.CACHING] != 0) == caching)
         if len(rows_of) == 0 or kernel_status(1, False, caching, requests.features) != "cold":
             continue
         c = int(rows_of[0])
         rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
-        compile_ahead((cfg[c], cfgf[c], requests, *rows, bool(check), caching_marker(cfg[c])))
+        args = (cfg[c], cfgf[c], requests, *rows, bool(check), caching_marker(cfg[c]))
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        if (os.cpu_count() or 1) >= 2:
+            compile_ahead(args)
+        compile_loop(args)
+        COMPILES.append((time.perf_counter() - t0, cpu_seconds() - c0))
 
 
 def _pool(fn: Callable[[int], None], items: Sequence[int]) -> None:
@@ -624,7 +649,7 @@ def _run_fleets(
     (about half of the fleet kernel's compile time)."""
     ctl = np.zeros(1, dtype=np.int64)
     starts, sizes, conc, think = fleets
-    _compile_ahead_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants)
+    _compile_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants)
 
     per = scratch_sizes(kx[0], kx[2])
     most = int(sizes.max())

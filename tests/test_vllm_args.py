@@ -96,12 +96,33 @@ def test_no_room_names_the_activation_peak(capsys):
     ],
 )
 def test_the_compile_note_follows_the_kernel_that_compiles(monkeypatch, fleet, caching, needle):
+    """Issue 34: the estimate is a probe compile measured now, scaled
+    (``kernel.compile_time``): twice the probe, twice the estimate; none for
+    the replicas' kernel, which is not calibrated."""
+    from planner.kernel import compile_time
+
     monkeypatch.setattr(api, "kernels_status", lambda f, c, *a: "cold")
-    note = api.compile_note(fleet, caching)
-    assert needle in note and ("replicas'" in note) == fleet
-    assert not re.search(r"\d", note), "a typed-in time would go stale; the caller measures it"
+    estimates = []
+    for probe in (0.1, 0.2):
+        monkeypatch.setattr(compile_time, "probe_seconds", lambda probe=probe: probe)
+        note = api.compile_note(fleet, caching)
+        assert needle in note and ("replicas'" in note) == fleet
+        estimates.append([int(x) for x in re.findall(r"about (\d+) CPU-s", note)])
+    if fleet:
+        assert estimates == [[], []] and not re.search(r"\d", note)
+    else:
+        per = sum(compile_time.PROBES_PER_KERNEL[(c, False)] for c in caching)
+        assert estimates == [[round(0.1 * per)], [round(0.2 * per)]]
     monkeypatch.setattr(api, "kernels_status", lambda f, c, *a: "cached")
     assert api.compile_note(fleet, caching) == ""
+
+
+def test_the_compiled_note_says_the_compile_it_timed(monkeypatch):
+    monkeypatch.setattr(api, "COMPILES", [(1.0, 2.0), (12.4, 19.6), (0.5, 1.0)])
+    assert api.compiled_note(99.0, 99.0, 1) == (
+        "compiled the kernel in 13 s wall, 21 CPU-s (measured)"
+    )
+    assert "first run on this machine: 99 s wall" in api.compiled_note(99.0, 99.0, 3)
 
 
 @pytest.mark.parametrize("status", ["cold", "cached"])

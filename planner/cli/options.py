@@ -702,7 +702,7 @@ def say_compile(
     With ``workload``, first raise what ``simulate`` would refuse about it
     before compiling (``workload_checks.check_block_sizes`` and
     ``check_horizon``: WorkloadError), so a refusal stays one line."""
-    from planner.api import compile_note_for, compiled_note, cpu_seconds
+    from planner.api import COMPILES, compile_note_for, compiled_note, cpu_seconds
     from planner.workload_checks import check_block_sizes, check_horizon
 
     if workload is not None:
@@ -711,8 +711,8 @@ def say_compile(
     note = compile_note_for(configs, workload)
     if note:
         print(f"plan: {note}", file=sys.stderr, flush=True)
-    t0, c0 = time.perf_counter(), cpu_seconds()
+    t0, c0, n0 = time.perf_counter(), cpu_seconds(), len(COMPILES)
     yield
     if note:
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-        print(f"plan: {compiled_note(wall, cpu)}", file=sys.stderr, flush=True)
+        print(f"plan: {compiled_note(wall, cpu, n0)}", file=sys.stderr, flush=True)

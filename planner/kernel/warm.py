@@ -59,7 +59,7 @@ def allowed(on: bool) -> Iterator[None]:
         _ALLOWED[0] = before
 
 
-def phase_signatures(types: tuple) -> tuple[list, list]:
+def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, list]:
     """(child part, here part): (dispatcher, signature) of every phase call
     ``run_steps`` makes, for the Numba ``types`` of (cfg, cfgf, rq, st, q, o,
     check, caching) as ``step.simulate_one`` gets them (``caching`` a
@@ -71,11 +71,7 @@ def phase_signatures(types: tuple) -> tuple[list, list]:
     phases."""
     cfg, cfgf, rq, st, q, o, check, caching = types
     k = _field(o, "counters")
-    a32, a64 = (numba.typeof(np.empty(1, dtype=t)) for t in (np.int32, np.int64))
-    sc = _returns(ST._init, (cfg, rq, k, a32))
-    p = caching  # None's type: no prefix caching (step.prefix_cache_of)
-    if caching != numba.types.none:
-        p = _returns(ST.new_prefix_cache, (cfg, rq, a32, a64))
+    sc, p = made if made is not None else _scratch_and_cache(types)
     s, cyc, dt = _field(sc, "step"), _field(sc, "cycle"), numba.types.int64
     child = [
         (ST._decode_fast_path, (cfg, cfgf, rq, st, q, o, sc, p, check)),
@@ -96,6 +92,31 @@ def phase_signatures(types: tuple) -> tuple[list, list]:
         (ST._adapt_cap, (cfg, k)),
     ]
     return child, here
+
+
+def _scratch_and_cache(types: tuple) -> tuple[numba.types.Type, numba.types.Type]:
+    """The Numba types of ``run_steps``' scratch and prefix-cache arguments
+    for ``types`` (as ``phase_signatures`` takes them): what ``_init`` and
+    ``new_prefix_cache`` return (compiled here for them; never run), or
+    None's type without prefix caching (``step.prefix_cache_of``)."""
+    cfg, _, rq, _, _, o, _, caching = types
+    a32, a64 = (numba.typeof(np.empty(1, dtype=t)) for t in (np.int32, np.int64))
+    sc = _returns(ST._init, (cfg, rq, _field(o, "counters"), a32))
+    p = caching
+    if caching != numba.types.none:
+        p = _returns(ST.new_prefix_cache, (cfg, rq, a32, a64))
+    return sc, p
+
+
+def compile_loop(args: tuple) -> None:
+    """Compile (or load from Numba's cache) ``run_steps`` for ``args`` (as
+    ``compile_ahead`` takes them) with the signature ``step.simulate_one``
+    calls it with, so that a caller can time the compile apart from the run."""
+    types = tuple(numba.typeof(a) for a in args)
+    cfg, cfgf, rq, st, q, o, check, _ = types
+    sc, p = _scratch_and_cache(types)
+    ctl = numba.typeof(np.zeros(1, dtype=np.int64))
+    ST.run_steps.compile((cfg, cfgf, rq, st, q, o, sc, p, ctl, numba.types.boolean, check))
 
 
 def _returns(fn: object, sig: tuple) -> numba.types.Type:
@@ -119,9 +140,12 @@ def compile_ahead(args: tuple) -> bool:
         if types in _DONE or not _ALLOWED[0]:
             return False
         _DONE.add(types)
-        proc = _start_child(types)  # it compiles _init too: both need its types
+        # The scratch and cache types first (compiling _init): the child gets
+        # them rather than compiling _init again (1.1 CPU-s, 2026-12-04).
+        made = _scratch_and_cache(types)
+        proc = _start_child((types, made))
         try:
-            for fn, sig in phase_signatures(types)[1]:
+            for fn, sig in phase_signatures(types, made)[1]:
                 fn.compile(sig)
             return _wait(proc)
         finally:  # Ctrl-C or an error here: the child's work is no longer wanted
@@ -130,9 +154,10 @@ def compile_ahead(args: tuple) -> bool:
                 proc.wait()
 
 
-def _start_child(types: tuple) -> subprocess.Popen | None:
-    """``python -m planner.kernel.warm`` with ``types`` pickled on its stdin;
-    None if it cannot start."""
+def _start_child(payload: tuple) -> subprocess.Popen | None:
+    """``python -m planner.kernel.warm`` with ``payload`` (the argument types
+    and ``_scratch_and_cache``'s) pickled on its stdin; None if it cannot
+    start."""
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "planner.kernel.warm"],
@@ -141,7 +166,7 @@ def _start_child(types: tuple) -> subprocess.Popen | None:
             stderr=subprocess.DEVNULL,
         )
         assert proc.stdin is not None
-        proc.stdin.write(pickle.dumps(types))
+        proc.stdin.write(pickle.dumps(payload))
         proc.stdin.close()
         return proc
     except (OSError, pickle.PicklingError):
@@ -158,9 +183,10 @@ def _wait(proc: subprocess.Popen | None) -> bool:
         return False
 
 
-def _compile_child_part(types: tuple) -> None:
+def _compile_child_part(payload: tuple) -> None:
     """The child's work: compile the child part of ``phase_signatures``."""
-    for fn, sig in phase_signatures(types)[0]:
+    types, made = payload
+    for fn, sig in phase_signatures(types, made)[0]:
         fn.compile(sig)
 
 

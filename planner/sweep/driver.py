@@ -580,7 +580,7 @@ def _run_chunks(
     note = compile_note_for(sweep.configs, features=sweep_features(sweep)) if client is None else ""
     if todo and note:
         reporter.line(f"plan: {note}")
-    t0, c0 = time.perf_counter(), cpu_seconds()
+    t0, c0, n0 = time.perf_counter(), cpu_seconds(), len(api.COMPILES)
     ran = ticked = 0  # configs run; of them, reported by tick in the running chunk
     lock = threading.Lock()  # ticks come from the kernel's worker threads
     reporter.start(sweep.name, plan.num_configs, done_configs)
@@ -613,7 +613,8 @@ def _run_chunks(
     finally:
         reporter.stop()
     if todo and note:
-        reporter.line(f"plan: {compiled_note(time.perf_counter() - t0, cpu_seconds() - c0)}")
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        reporter.line(f"plan: {compiled_note(wall, cpu, n0)}")
     return ran
 
 
