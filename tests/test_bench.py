@@ -119,3 +119,14 @@ def test_record_refuses_bad_files_and_stray_options(capsys, tmp_path):
     for args, why in cases:
         code, _, err = run_cli(capsys, "bench", *args)
         assert code == 2 and why in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_against_a_subnormal_figure_says_off_scale(capsys):
+    """A figure of 1e-320 in an earlier record is positive and finite, so it
+    is read; now/before overflows and is shown as off scale, not ``infx``."""
+    from planner.answers.bench_record import FIGURES, print_record
+
+    key = FIGURES[0].key
+    print_record({key: 300.0}, {key: 1e-320})
+    out = capsys.readouterr().out
+    assert "off scale" in out and "inf" not in out

@@ -20,6 +20,7 @@ import argparse
 import os
 import statistics
 import subprocess
+import tempfile
 
 CHILD = r"""
 import sys, time
@@ -51,9 +52,13 @@ BIG = ("S1 grid 64 (4,096 configs), plain", "64", "0", 1)
 
 def _cpu(python: str, side: str, caching: str, repeats: int) -> float:
     env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    # From a neutral directory: ``python -c`` puts the working directory first
+    # on sys.path, so run inside a checkout it would import that checkout's
+    # planner instead of the venv's.
     out = subprocess.run(
         [python, "-c", CHILD, side, caching, str(repeats)],
         env=env,
+        cwd=tempfile.gettempdir(),
         check=True,
         capture_output=True,
         text=True,

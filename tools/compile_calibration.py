@@ -43,7 +43,7 @@ def one(variant: tuple[bool, bool]) -> dict:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         out = subprocess.run(
             [sys.executable, "-c", CHILD, json.dumps(variant)],
-            env=env, capture_output=True, text=True, check=True,
+            env=env, capture_output=True, text=True, check=True, cwd=cache,
         ).stdout  # fmt: skip
     return json.loads(out.strip().splitlines()[-1])
 

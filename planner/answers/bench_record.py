@@ -174,5 +174,7 @@ def print_record(figures: dict[str, float], before: dict[str, float] | None = No
         label = f"{f.label} ({f.unit}, {better} is better)"
         line = f"{label:<{LABEL_WIDTH}} {figures[f.key]:>10.3g}"
         if before is not None and f.key in before:  # read_record: every figure > 0
-            line += f" {before[f.key]:>10.3g} {figures[f.key] / before[f.key]:>10.2f}x"
+            ratio = figures[f.key] / before[f.key]  # inf when before is subnormal
+            shown = f"{ratio:>10.2f}x" if math.isfinite(ratio) else f"{'off scale':>11}"
+            line += f" {before[f.key]:>10.3g} {shown}"
         print(line)
