@@ -145,11 +145,12 @@ def test_both_variants_match_the_reference_on_seeded_cases():
     """Seeded random cases (tests/test_crosscheck.py's generator): each under
     the variant its configs need and, when that is ``PLAIN``, under ``ALL``
     too; the kernel must match the reference engine step for step in both,
-    and each variant must meet preemption, a proven livelock and the fast
-    path."""
+    and each variant must meet preemption, a proven livelock, the fast path
+    and prefix caching."""
     rng = np.random.default_rng(20261204)
     wrng = np.random.default_rng(20261205)
     seen = {v: {"cases": 0, "preempted": 0, "livelocked": 0, "fast_path": 0} for v in VARIANTS}
+    with_caching = dict.fromkeys(VARIANTS, 0)  # configs with prefix caching, per variant
     for _ in range(120):
         cfgs, wl, lat = _random_case(rng, wrng)
         if rng.random() < 0.5:  # the generator mixes features in; keep half plain
@@ -174,8 +175,11 @@ def test_both_variants_match_the_reference_on_seeded_cases():
                 s["preempted"] += oi[S.O_PREEMPTIONS] > 0
                 s["livelocked"] += oi[S.O_LIVELOCKED] > 0
                 s["fast_path"] += oi[S.O_MACRO_STEPS] > 0
+                with_caching[variant] += cfgs[c].enable_prefix_caching
     for variant, counts in seen.items():
         assert min(counts.values()) >= 10, f"variant {variant} rarely exercised: {seen}"
+    # each variant also with the prefix cache argument (the other compile-time choice)
+    assert min(with_caching.values()) >= 10, with_caching
 
 
 def test_simulate_refuses_a_variant_without_a_feature_its_configs_use():

@@ -25,10 +25,10 @@ from numba import njit
 # 3.11, Numba 0.68): medians of 3 cold runs each, alternating (probe about
 # 0.10 s).
 PROBES_PER_KERNEL = {
-    (False, False): 181.0,
-    (False, True): 214.0,
-    (True, False): 282.0,
-    (True, True): 331.0,
+    (False, False): 191.0,
+    (False, True): 204.0,
+    (True, False): 287.0,
+    (True, True): 329.0,
 }
 
 
