@@ -204,7 +204,8 @@ def compile_note(
         est = estimate_cpu_s({(c, features.extras is not None) for c in caching})
         about = f", about {est:.0f} CPU-s (estimated from a probe compile)"
     return (
-        f"compiling the {which}simulation kernel ({describe(features)}) for this machine{both}"
+        f"compiling the {which}simulation kernel ({describe(features, caching == {True})}) "
+        f"for this machine{both}"
         f"{about}: once; later runs load it from Numba's cache"
     )
 
@@ -381,9 +382,7 @@ def _kernel_features(used: Features, given: Features | None) -> Features:
     if given is None:
         return used
     if union(used, given) != given:
-        raise ValueError(
-            f"features {describe(given)} lack {describe(used)}, which these configs use"
-        )
+        raise ValueError(f"features={given} lack what these configs use: a kernel {describe(used)}")
     return given
 
 

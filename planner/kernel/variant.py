@@ -70,11 +70,15 @@ def union(a: Features, b: Features) -> Features:
     return Features(*(ON if x is not None or y is not None else None for x, y in pairs))
 
 
-def describe(f: Features) -> str:
-    """What a variant compiles, for messages."""
-    if f.extras is None:
+def describe(f: Features, caching: bool = False) -> str:
+    """What a variant compiles (with prefix caching when ``caching``), for
+    messages: 'plain' or 'with ...'."""
+    parts = ["prefix caching"] if caching else []
+    if f.extras is not None:
+        parts += ["async scheduling", "closed loop", "compat blis"]
+    if not parts:
         return "plain"
-    return "with async scheduling, closed loop and compat blis"
+    return "with " + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1])
 
 
 def gated(fn: Callable, off: object = None) -> Callable:
