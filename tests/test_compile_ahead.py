@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -106,3 +107,29 @@ def test_no_child_when_not_allowed(monkeypatch):
     with warm.allowed(False):
         assert warm.compile_ahead((np.zeros(1),) * 7) is False
     assert started == []
+
+
+def test_the_child_compiles_the_package_this_process_runs(monkeypatch, tmp_path):
+    """Started from a folder holding another ``planner`` (a checkout's root,
+    where the README's commands run an installed copy), ``python -m`` would
+    import that one and compile into a cache the parent never reads: the
+    child starts in the folder of the parent's own package."""
+    import planner
+
+    decoy = tmp_path / "planner"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy')\n")
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            seen.update(kwargs, cmd=cmd)
+            self.stdin = open(os.devnull, "wb")  # noqa: SIM115 (closed by _start_child)
+
+    monkeypatch.setattr(warm.subprocess, "Popen", FakePopen)
+    warm._start_child(((), ()))
+    assert seen["cmd"][1:] == ["-m", "planner.kernel.warm"]
+    root = Path(seen["cwd"])
+    assert (root / "planner" / "__init__.py").resolve() == Path(planner.__file__).resolve()
+    assert root != tmp_path
