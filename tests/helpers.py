@@ -152,6 +152,17 @@ def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency, feat
     return traced, fast, engines
 
 
+def assert_step_for_step(traced, fast, c: int, eng: Engine) -> None:
+    """Kernel config c matches the reference engine ``eng`` step for step in
+    the traced run (per-step rows, the scheduler log, the event log) and in
+    every final output of both the traced and the fast-path run."""
+    assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
+    assert kernel_log(traced, c) == reference_log(eng)
+    assert kernel_events(traced, c) == reference_events(eng)
+    compare_final(traced, c, eng)
+    compare_final(fast, c, eng)
+
+
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     """Run ``plan ARGS`` in-process: (exit code, stdout, stderr)."""
     try:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import (
+    assert_step_for_step,
     compare_final,
     kernel_events,
     kernel_log,
@@ -180,11 +181,7 @@ def test_kernel_matches_reference(cfgs, wl, lat):
     cfgs = _linear_for_compat(_open_loop_for_sessions(cfgs, wl), lat)
     traced, fast, engines = run_both(cfgs, wl, lat)
     for c, eng in enumerate(engines):
-        assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
-        assert kernel_log(traced, c) == reference_log(eng)
-        assert kernel_events(traced, c) == reference_events(eng)
-        compare_final(traced, c, eng)
-        compare_final(fast, c, eng)
+        assert_step_for_step(traced, fast, c, eng)
         for res in (traced, fast):
             oi = res.state.out.counters[c]
             # Block conservation at every step (counted inside the kernel).
@@ -363,11 +360,7 @@ def test_seeded_random_cases_cover_every_path():
         cfgs, wl, lat = _random_case(rng, wrng)
         traced, fast, engines = run_both(cfgs, wl, lat)
         for c, eng in enumerate(engines):
-            assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
-            assert kernel_log(traced, c) == reference_log(eng)
-            assert kernel_events(traced, c) == reference_events(eng)
-            compare_final(traced, c, eng)
-            compare_final(fast, c, eng)
+            assert_step_for_step(traced, fast, c, eng)
             oi = fast.state.out.counters[c]
             seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
             seen["async_fast_path"] += cfgs[c].async_scheduling and oi[S.O_MACRO_STEPS] > 0

@@ -19,16 +19,7 @@ from numba import njit
 from test_crosscheck import _random_case
 
 import planner.kernel.step as step_module
-from helpers import (
-    compare_final,
-    kernel_events,
-    kernel_log,
-    kernel_trace_rows,
-    reference_events,
-    reference_log,
-    reference_trace_rows,
-    run_both,
-)
+from helpers import assert_step_for_step, run_both
 from planner.api import features_for, simulate
 from planner.config import BLIS_IMPLIED, SchedulerConfig
 from planner.kernel import state as S
@@ -163,11 +154,7 @@ def test_both_variants_match_the_reference_on_seeded_cases():
         for variant in {own, ALL}:
             traced, fast, engines = run_both(cfgs, wl, lat, features=variant)
             for c, eng in enumerate(engines):
-                assert kernel_trace_rows(traced, c) == reference_trace_rows(eng)
-                assert kernel_log(traced, c) == reference_log(eng)
-                assert kernel_events(traced, c) == reference_events(eng)
-                compare_final(traced, c, eng)
-                compare_final(fast, c, eng)
+                assert_step_for_step(traced, fast, c, eng)
                 oi = fast.state.out.counters[c]
                 assert oi[S.O_INVARIANT_ERRORS] == 0
                 s = seen[variant]
