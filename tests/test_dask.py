@@ -85,3 +85,16 @@ def test_unreachable_scheduler_is_one_line(capsys, tmp_path, local_blob, monkeyp
     assert "cannot reach the Dask scheduler" in err.strip().splitlines()[-1]
     code, _, err = run_cli(capsys, "sweep", str(spec), "--address", "tcp://127.0.0.1:9")
     assert code == 2 and "--executor dask" in err
+
+
+def test_the_workers_warm_up_the_variants_the_sweep_runs():
+    """A sweep's chunks run its own kernel variants (prefix caching values,
+    ``kernel.variant`` markers); the warm-up before the tasks loads exactly
+    those, so no task waits for a compile."""
+    from planner import api
+    from planner.kernel.variant import ALL
+    from planner.sweep import executors
+
+    assert executors._warm_variants((False, True), ALL)
+    assert api.kernel_status(1, False, False, ALL) == "loaded"
+    assert api.kernel_status(1, False, True, ALL) == "loaded"

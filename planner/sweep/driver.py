@@ -607,7 +607,8 @@ def _run_chunks(
 
     try:
         if client is not None:
-            executors.run_dask(sweep, out, todo, done, client)
+            caching = tuple(sorted(caching_values(sweep)))
+            executors.run_dask(sweep, out, todo, done, client, caching, sweep_features(sweep))
         else:
             executors.run_local(sweep, out, todo, done, tick)
     finally:

@@ -82,17 +82,26 @@ def load_on_worker(text: str, base_dir: str, memory_limit: int | None = None) ->
 
 
 def _warm_up(threads: int) -> bool:
-    """Compile or load the kernel once per worker process; pin its threads."""
+    """Compile or load the plain kernel once per worker process; pin its threads."""
     import numba
 
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    return _warm_variants((False,), None)
+
+
+def _warm_variants(caching: tuple[bool, ...], features: object) -> bool:
+    """Compile or load, in a worker, the kernel variants a sweep runs: each
+    prefix-caching value in ``caching`` with the sweep's feature markers
+    (``features``, ``kernel.variant.Features``; None: plain), so that no
+    chunk task waits for a compile."""
     from planner.api import simulate
     from planner.config import SchedulerConfig
     from planner.workload.arrays import LengthDist, synthetic
 
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     d = LengthDist("constant", 8)
-    two = [SchedulerConfig(num_gpu_blocks=8, max_model_len=64)] * 2  # the parallel variant
-    simulate(two, synthetic(2, 1.0, d, d))
+    for c in caching:
+        cfg = SchedulerConfig(num_gpu_blocks=8, max_model_len=64, enable_prefix_caching=c)
+        simulate([cfg] * 2, synthetic(2, 1.0, d, d), features=features)  # the parallel variant
     return True
 
 
@@ -137,11 +146,23 @@ def dask_client(address: str | None, n_workers: int | None, threads_per_worker: 
             scratch.cleanup()
 
 
-def run_dask(sweep: Sweep, out: Path, todo: list, done: Done, client: object) -> None:
+def run_dask(
+    sweep: Sweep,
+    out: Path,
+    todo: list,
+    done: Done,
+    client: object,
+    caching: tuple[bool, ...] = (False,),
+    features: object = None,
+) -> None:
     """Submit one task per chunk (retried once) and call ``done(chunk, record)``
-    as each finishes. Raises ExecutorError naming a chunk that failed twice."""
+    as each finishes, after every worker has compiled or loaded the kernel
+    variants the chunks run (``caching``, the sweep's prefix-caching values,
+    with its ``features``: ``_warm_variants``). Raises ExecutorError naming a
+    chunk that failed twice."""
     from distributed import as_completed
 
+    client.run(_warm_variants, caching, features)  # type: ignore[attr-defined]
     futures = {
         client.submit(  # type: ignore[attr-defined]
             _chunk_task, sweep.text, str(sweep.base_dir), str(out.resolve()), chunk,
