@@ -286,3 +286,26 @@ def test_a_varied_setting_is_not_printed_as_one_default(capsys):
     assert "max_model_len 4,096" not in out.splitlines()[0] and "max_num_seqs 256" in out
     code, out, err = run_cli(capsys, *args, "--json")
     assert "max_model_len" not in json.loads(out)["server_settings"]
+
+
+def test_every_round_of_a_search_runs_one_kernel_variant(monkeypatch):
+    """Rounds run shrinking subsets of the configs; each passes the markers
+    of all of them (``kernel.variant``), so a mixed set compiles one kernel,
+    not one per subset."""
+    from planner.kernel.variant import ALL
+
+    seen = []
+
+    def spy(configs, *args, **kwargs):
+        seen.append((kwargs.get("features"), any(c.async_scheduling for c in configs)))
+        return simulate(configs, *args, **kwargs)
+
+    monkeypatch.setattr(maxrate, "simulate", spy)
+    wl = s1_exact().due_by(20.0)
+    cfgs = [
+        SchedulerConfig(max_num_seqs=256, num_gpu_blocks=9000),
+        SchedulerConfig(max_num_seqs=4, num_gpu_blocks=600, async_scheduling=True),
+    ]
+    search_max_rate(cfgs, wl, LinearLatency(), SLO(), SearchRange(0.1, 64.0))
+    assert {f for f, _ in seen} == {ALL}
+    assert any(not has_async for _, has_async in seen), "no round ran the sync config alone"

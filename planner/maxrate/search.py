@@ -38,8 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from planner.api import simulate
+from planner.api import features_for, simulate
 from planner.config import SchedulerConfig
+from planner.kernel.variant import Features
 from planner.latency.step_time import Latency
 from planner.maxrate.search_range import SearchError, SearchRange
 from planner.metrics import front_end_failures
@@ -122,6 +123,7 @@ def search_max_rate(
     latency: Latency,
     slo: SLO,
     rng: SearchRange = SearchRange(),
+    features: Features | None = None,
 ) -> SearchResult:
     """The highest sustainable rate scale of every configuration (module doc).
 
@@ -132,12 +134,16 @@ def search_max_rate(
         latency: the step-time model of every configuration.
         slo: the SLOs (may set none: then only overload and completion count).
         rng: the scales searched and the tolerance.
+        features: the kernel variant's markers for every round
+            (``api.simulate``; None: those ``configs`` use, ``api.features_for``),
+            so that rounds over different subsets share one compiled kernel.
     Returns:
         SearchResult. Raises SearchError for a workload with no arrival span.
     """
     rps, tps = offered_rates(wl)
     c = len(configs)
-    trials = _Trials(configs, wl, latency, slo)
+    marks = features if features is not None else features_for(configs, wl)
+    trials = _Trials(configs, wl, latency, slo, marks)
     refused = np.array([int(wl.rejected(cfg.max_model_len).sum()) for cfg in configs])
     cut = np.array([int(wl.cut(cfg.max_model_len).sum()) for cfg in configs])
     cand = np.where(refused + cut > 0, np.nan, min(max(1.0, rng.lo), rng.hi))
@@ -186,9 +192,16 @@ class _Trials:
     the ``AT_MAX_COLUMNS`` of each passing run; ``run`` makes one kernel call
     over any set of them."""
 
-    def __init__(self, configs: Sequence[SchedulerConfig], wl: Workload, lat: Latency, slo: SLO):
+    def __init__(
+        self,
+        configs: Sequence[SchedulerConfig],
+        wl: Workload,
+        lat: Latency,
+        slo: SLO,
+        features: Features,
+    ) -> None:
         self.runs = [dataclasses.replace(cfg, horizon_s=math.inf) for cfg in configs]
-        self.wl, self.lat, self.slo = wl, lat, slo
+        self.wl, self.lat, self.slo, self.features = wl, lat, slo, features
         self.log: list[dict[float, bool]] = [{} for _ in configs]
         self.figures: list[dict[float, np.ndarray]] = [{} for _ in configs]
         self.rounds = self.evaluations = 0
@@ -201,6 +214,7 @@ class _Trials:
             self.lat,
             check_invariants=False,
             arrival_s=self.wl.arrival_s[None, :] / scales[:, None],
+            features=self.features,
         )
         df = res.metrics(self.slo)
         ok = passes(df, self.slo)

@@ -99,7 +99,9 @@ def run_chunk(
         ]
     extra |= sweep.hardware_columns
     if sweep.search is not None:  # [search]: the highest sustainable rate of each config
-        found = search_max_rate(configs, wl, sweep.latency, sweep.slo or SLO(), sweep.search)
+        found = search_max_rate(
+            configs, wl, sweep.latency, sweep.slo or SLO(), sweep.search, sweep_features(sweep)
+        )
         extra |= {col: found.table[col].to_numpy() for col in found.table.columns}
     extra |= {"workload_fingerprint": wl.fingerprint(), "spec": sweep.name}
     for name in [k for k in extra if k in df.columns]:  # a metrics column: set in place
