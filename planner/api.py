@@ -217,13 +217,14 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def compiled_note(wall_s: float, cpu_s: float, first: int = 0) -> str:
+def compiled_note(wall_s: float, cpu_s: float, first: int | None = 0) -> str:
     """The line said after a first (compiling) call: the compile's measured
     wall and CPU seconds (``COMPILES`` from index ``first``, where the caller
-    started), or, when none was recorded there (the replicas' kernel compiles
-    within its run), ``wall_s`` and ``cpu_s``, the whole call's (compile and
-    run together; ``cpu_seconds`` differences)."""
-    done = COMPILES[first:]
+    started), or, when none was recorded there or ``first`` is None (a run
+    with replicas, whose kernel compiles within its run), ``wall_s`` and
+    ``cpu_s``, the whole call's (compile and run together; ``cpu_seconds``
+    differences)."""
+    done = COMPILES[first:] if first is not None else []
     if done:
         wall, cpu = sum(w for w, _ in done), sum(c for _, c in done)
         return f"compiled the kernel in {wall:.0f} s wall, {cpu:.0f} CPU-s (measured)"
@@ -386,13 +387,17 @@ def _kernel_features(used: Features, given: Features | None) -> Features:
     return given
 
 
-def features_for(configs: Sequence[SchedulerConfig], workload: Workload | None = None) -> Features:
+def features_for(
+    configs: Sequence[SchedulerConfig], workload: Workload | Sequence[Workload] | None = None
+) -> Features:
     """The feature markers ``simulate(configs, workload)`` compiles for
-    (``kernel.variant.features_of``; None: a workload without sessions), to
-    share one kernel across calls."""
+    (``kernel.variant.features_of``), to share one kernel across calls;
+    with several workloads, the markers of any of them (None: a workload
+    without sessions). Packs the configs once."""
     cfg, _ = pack_configs(list(configs), [LinearLatency()])
-    turns = workload.next_turn() if workload is not None else np.full(0, -1, dtype=np.int32)
-    return features_of(cfg, turns)
+    wls = [workload] if isinstance(workload, Workload) else list(workload or [])
+    turns = [np.full(0, -1, dtype=np.int32)] + [wl.next_turn() for wl in wls]
+    return features_of(cfg, np.concatenate(turns))
 
 
 def _per_config(lats: list[Latency], c: int) -> list[Latency]:
@@ -596,20 +601,28 @@ def _run_kernel(
     _interruptible(_pool, (one, range(cfg.shape[0])), ctl)
 
 
-# Each cold compile of the step loop ``_compile_if_cold`` made in this process:
-# (wall s, CPU s with children), appended in order (``compile_seconds``).
+# Each cold compile of the lone-server step loop ``_compile_if_cold`` made in
+# this process: (wall s, CPU s with children), appended in order
+# (``compiled_note`` reads them).
 COMPILES: list[tuple[float, float]] = []
 
 
 def _compile_if_cold(
-    cfg: np.ndarray, cfgf: np.ndarray, requests: S.Requests, st: S.State, check: bool
+    cfg: np.ndarray,
+    cfgf: np.ndarray,
+    requests: S.Requests,
+    st: S.State,
+    check: bool,
+    loop: bool = True,
 ) -> None:
-    """On a cold cache, compile the step loop before any config runs, for
-    each variant the configs need (with and without prefix caching; a row of
-    each variant gives the signatures, which its rows share), and record its
-    wall and CPU time in ``COMPILES``. With 2 or more cores, ``run_steps``'
-    phases compile in two processes first (``kernel.warm``; about 10 s less
-    to wait on 2 cores)."""
+    """On a cold cache, for each variant the configs need (with and without
+    prefix caching; a row of each variant gives the signatures, which its
+    rows share): with 2 or more cores, compile ``run_steps``' phases in two
+    processes (``kernel.warm``; about 10 s less to wait on 2 cores); with
+    ``loop``, then compile the step loop itself before any config runs and
+    record the whole compile's wall and CPU time in ``COMPILES``. Replicas
+    (``loop`` False) run ``fleet.simulate_fleet``, which compiles within its
+    run: nothing is recorded, so the note after it times the whole run."""
     for caching in (False, True):
         rows_of = np.flatnonzero((cfg[:, K.CACHING] != 0) == caching)
         if len(rows_of) == 0 or kernel_status(1, False, caching, requests.features) != "cold":
@@ -620,8 +633,9 @@ def _compile_if_cold(
         t0, c0 = time.perf_counter(), cpu_seconds()
         if (os.cpu_count() or 1) >= 2:
             compile_ahead(args)
-        compile_loop(args)
-        COMPILES.append((time.perf_counter() - t0, cpu_seconds() - c0))
+        if loop:
+            compile_loop(args)
+            COMPILES.append((time.perf_counter() - t0, cpu_seconds() - c0))
 
 
 def _pool(fn: Callable[[int], None], items: Sequence[int]) -> None:
@@ -648,7 +662,7 @@ def _run_fleets(
     (about half of the fleet kernel's compile time)."""
     ctl = np.zeros(1, dtype=np.int64)
     starts, sizes, conc, think = fleets
-    _compile_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants)
+    _compile_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants, loop=False)
 
     per = scratch_sizes(kx[0], kx[2])
     most = int(sizes.max())

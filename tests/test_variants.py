@@ -173,3 +173,10 @@ def test_simulate_refuses_a_variant_without_a_feature_its_configs_use():
     wl = _workload(False)
     with pytest.raises(ValueError, match="lack"):
         simulate([SchedulerConfig(num_gpu_blocks=100, async_scheduling=True)], wl, features=PLAIN)
+
+
+def test_a_sweep_over_several_workloads_takes_the_markers_of_any():
+    plain = SchedulerConfig(num_gpu_blocks=100)
+    assert features_for([plain], [_workload(False), _workload(True)]) == ALL
+    assert features_for([plain], [_workload(False), _workload(False)]) == PLAIN
+    assert features_for([plain], []) == PLAIN

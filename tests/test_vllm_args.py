@@ -167,3 +167,24 @@ def test_ctrl_c_inside_the_compiler_is_an_interruption(capsys, monkeypatch):
     monkeypatch.setattr(resolve, "latency", bug)
     with pytest.raises(RuntimeError, match="a bug"):  # without a Ctrl-C it stays an error
         cli.main(["run", "--num-requests", "5"])
+
+
+def test_a_run_with_replicas_times_its_whole_first_run(monkeypatch):
+    """Replicas run the router's kernel, which compiles within its run: the
+    lone step loop is not compiled ahead for them and nothing is recorded as
+    the compile, so the note after a first run times the whole run."""
+    from planner.config import SchedulerConfig
+    from planner.workload.arrays import LengthDist, synthetic
+
+    loops = []
+    monkeypatch.setattr(api, "kernel_status", lambda *a, **k: "cold")
+    monkeypatch.setattr(api, "compile_ahead", lambda args: False)
+    monkeypatch.setattr(api, "compile_loop", lambda args: loops.append(args))
+    monkeypatch.setattr(api, "COMPILES", [(1.0, 2.0)])
+    d = LengthDist("constant", 8)
+    cfg = SchedulerConfig(num_gpu_blocks=100, replicas=2)
+    api.simulate([cfg], synthetic(4, 10.0, d, d))
+    assert loops == [] and api.COMPILES == [(1.0, 2.0)]
+    assert api.compiled_note(30.0, 40.0, None).startswith("first run on this machine: 30 s")
+    api.simulate([SchedulerConfig(num_gpu_blocks=100)], synthetic(4, 10.0, d, d))
+    assert len(loops) == 1 and len(api.COMPILES) == 2  # the lone server: timed apart

@@ -711,7 +711,8 @@ def say_compile(
     note = compile_note_for(configs, workload)
     if note:
         print(f"plan: {note}", file=sys.stderr, flush=True)
-    t0, c0, n0 = time.perf_counter(), cpu_seconds(), len(COMPILES)
+    fleet = any(c.replicas > 1 for c in configs)  # compiles within its run
+    t0, c0, n0 = time.perf_counter(), cpu_seconds(), None if fleet else len(COMPILES)
     yield
     if note:
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0

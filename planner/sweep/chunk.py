@@ -15,7 +15,7 @@ import pandas as pd
 
 from planner.api import features_for, simulate
 from planner.capacity import analytic_safe_max_num_seqs
-from planner.kernel.variant import PLAIN, Features, union
+from planner.kernel.variant import Features
 from planner.maxrate.search import search_max_rate
 from planner.slo import SLO
 from planner.sweep.spec import Sweep
@@ -53,9 +53,7 @@ def sweep_features(sweep: Sweep) -> Features:
     chunk, the estimate and the dry run compile or load the same kernel."""
     cached = sweep.__dict__.get("_kernel_features")
     if cached is None:
-        cached = PLAIN
-        for wl in sweep.workloads.values():
-            cached = union(cached, features_for(sweep.configs, wl))
+        cached = features_for(sweep.configs, list(sweep.workloads.values()))
         sweep.__dict__["_kernel_features"] = cached
     return cached
 

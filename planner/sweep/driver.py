@@ -580,7 +580,8 @@ def _run_chunks(
     note = compile_note_for(sweep.configs, features=sweep_features(sweep)) if client is None else ""
     if todo and note:
         reporter.line(f"plan: {note}")
-    t0, c0, n0 = time.perf_counter(), cpu_seconds(), len(api.COMPILES)
+    n0 = None if has_fleets(sweep) else len(api.COMPILES)  # replicas compile within their run
+    t0, c0 = time.perf_counter(), cpu_seconds()
     ran = ticked = 0  # configs run; of them, reported by tick in the running chunk
     lock = threading.Lock()  # ticks come from the kernel's worker threads
     reporter.start(sweep.name, plan.num_configs, done_configs)
