@@ -14,11 +14,17 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planner import bounds
+from planner.latency.allreduce import interp_s
 from planner.latency.step_time import (
+    AR_COUNT,
+    AR_EAGER,
+    AR_ELEMENTS,
+    AR_GRAPH,
     LINEAR,
     MEASURED,
     NO_TABLE,
     ROOFLINE,
+    ROOFLINE_FLOATS,
     Latency,
     LinearLatency,
     MeasuredLatency,
@@ -100,7 +106,7 @@ BLIS_IMPLIED = {
 ) = range(43)
 NCOLS = 43
 MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
-NFLOAT = 9  # roofline floats per config (latency.RooflineLatency.floats)
+NFLOAT = ROOFLINE_FLOATS  # roofline floats per config (latency.RooflineLatency.floats)
 
 NO_HORIZON_NS = bounds.INT64_MAX
 MAX_INT = bounds.INT32_MAX  # sizes and counts fit int32 arrays in the kernel
@@ -425,6 +431,14 @@ def blis_config(**fields: object) -> SchedulerConfig:
     return SchedulerConfig(**{**fields, **implied, "compat": "blis"})  # type: ignore[arg-type]
 
 
+def _worst_allreduce_s(fp: tuple[float, ...], tokens: float) -> float:
+    """The measured all-reduce of a ``tokens``-token step at the slower of
+    its CUDA-graph and eager latencies (a bound for ``max_step_ns``)."""
+    f = np.array(fp, dtype=np.float64)
+    n = tokens * f[AR_ELEMENTS]
+    return f[AR_COUNT] * max(interp_s(f, AR_GRAPH, n), interp_s(f, AR_EAGER, n))
+
+
 def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
     """The longest step ``cfg`` can take under ``lat``, in ns (a float, an upper bound).
 
@@ -460,7 +474,8 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
         fp = lat.floats()
         flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
         nbytes = fp[2] + fp[7] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
-        t = b0 + math.ceil((max(flops / fp[4], nbytes / fp[5]) + fp[6] * tokens) * 1e9)
+        comm = fp[6] * tokens + _worst_allreduce_s(fp, tokens)
+        t = b0 + math.ceil((max(flops / fp[4], nbytes / fp[5]) + comm) * 1e9)
     if cfg.preemption_mode == "swap":
         t += float(cfg.swap_ns_per_block) * 2 * cfg.num_gpu_blocks
     return float(t)

@@ -38,6 +38,7 @@ from planner.latency.step_time import (
     LinearLatency,
     MeasuredLatency,
     RooflineLatency,
+    allreduce_step_s,
     hardware_options,
     step_time_ns,
 )
@@ -188,12 +189,14 @@ def fit_roofline(
     """MFU, MBU (grid) and overhead (closed form) of ``base``'s model, GPU,
     tensor parallelism, quantization and KV cache dtype."""
     unit = dataclasses.replace(base, mfu=1.0, mbu=1.0)
-    f0, f1, w, kvb, peak, bw, comm, experts, idle = unit.floats()
+    fp = np.array(unit.floats(), dtype=np.float64)
+    f0, f1, w, kvb, peak, bw, comm, experts, idle = fp[:9]
     p, d, att, kv = (a.astype(np.float64) for a in _inputs(steps))
     t_c = (f0 * (p + d) + f1 * att) / peak * 1e6  # us at MFU 1
     touched = 1.0 - np.exp(idle * (p + d))  # routed experts a step reads (RooflineLatency)
     t_m = (w + experts * touched + kvb * kv) / bw * 1e6  # us at MBU 1
-    t_ar = comm * (p + d) * 1e6  # all-reduce us, outside the max
+    measured_ar = np.array([allreduce_step_s(fp, int(n)) for n in p + d])
+    t_ar = (comm * (p + d) + measured_ar) * 1e6  # all-reduce us, outside the max
     y = steps["step_ms"] * 1000.0
     _check_physical(y / (np.maximum(t_c, t_m) + t_ar), "the roofline at MFU 1 and MBU 1")
     grid = np.arange(1, int(round(1 / GRID_STEP)) + 1) * GRID_STEP

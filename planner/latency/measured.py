@@ -25,18 +25,9 @@ from importlib import metadata
 
 import numpy as np
 
+from planner.latency.aic_systems import AIC_SYSTEMS
 from planner.latency.step_time import MeasuredLatency
 from planner.models import hardware
-
-# planner GPU name -> aiconfigurator system with vLLM data
-# (aiconfigurator_core/systems/query_versions.yaml; SXM parts, as hardware.GPUS).
-AIC_SYSTEMS: dict[str, str] = {
-    "H100": "h100_sxm",
-    "H200": "h200_sxm",
-    "A100-80GB": "a100_sxm",
-    "L40S": "l40s",
-    "B200": "b200_sxm",
-}
 
 # catalog id -> the aiconfigurator model config of the same architecture
 # (aiconfigurator_core/model_configs; Instruct and base checkpoints share one).

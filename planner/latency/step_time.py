@@ -21,6 +21,8 @@ import numpy as np
 from numba import njit
 
 from planner import bounds
+from planner.latency import allreduce
+from planner.latency.allreduce import KNOTS, interp_s
 
 # Seed coefficients: llama-3.1-8b on H100 (BLIS defaults, shared/docs/semantics.md).
 SEED_ALPHA_US: tuple[float, float, float] = (232.46, 1.75, 3357.44)
@@ -64,7 +66,7 @@ class LinearLatency:
 
     def floats(self) -> tuple[float, ...]:
         """Roofline floats: unused by the linear model (ones, to avoid 0/0)."""
-        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+        return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0) + (0.0,) * (ROOFLINE_FLOATS - 6)
 
     def describe(self) -> str:
         a, b = self.alpha, self.beta
@@ -76,6 +78,14 @@ class LinearLatency:
 # peak HBM bandwidth decode kernels typically reach. Both are parameters.
 DEFAULT_MFU = 0.5
 DEFAULT_MBU = 0.8
+
+# RooflineLatency.floats() layout past the first nine: the measured all-reduce
+# (``planner.latency.allreduce``): all-reduces per step (0 without a table),
+# elements per token (hidden_size), the CUDA-graph token ceiling, then KNOTS
+# graph and KNOTS eager latencies in seconds.
+AR_COUNT, AR_ELEMENTS, AR_GRAPH_TOKENS, AR_GRAPH = 9, 10, 11, 12
+AR_EAGER = AR_GRAPH + KNOTS
+ROOFLINE_FLOATS = AR_EAGER + KNOTS
 
 
 def overhead_ns(
@@ -119,14 +129,17 @@ class RooflineLatency:
       (1 - k/E)^T, so a step reads the fraction 1 - (1 - k/E)^T of them
       (k/E at T = 1, nearly all for a large batch).
     - tensor-parallel communication, added (vLLM runs the all-reduces on the
-      critical path): per token, 2 all-reduces per layer of hidden_size
-      activations in the model dtype (Megatron-LM's split: one after
-      attention, one after the MLP; Shoeybi et al., 2019), each moving
-      2 (tp - 1) / tp of its bytes over every GPU's link (ring all-reduce;
-      Patarasuk and Yuan, JPDC 2009), at the GPU's link bandwidth
-      (``hardware.GpuSpec.link_bytes_per_s``). Zero at tp = 1. A bound: it
-      leaves out each all-reduce's latency (a few microseconds) and any
-      overlap; ``--step-overhead-us`` can carry the former.
+      critical path): 2 x layers + 1 all-reduces of (tokens x hidden_size)
+      activations per step, each timed from vLLM's own all-reduce as
+      aiconfigurator-core measured it on that GPU and tensor-parallel size
+      (``planner.latency.allreduce``: latency and bandwidth both). Where
+      nothing was measured (RTX 4090, MI300X, tp above 8), a bandwidth-only
+      bound: per token, 2 all-reduces per layer of hidden_size activations in
+      the model dtype (Megatron-LM's split: one after attention, one after
+      the MLP; Shoeybi et al., 2019), each moving 2 (tp - 1) / tp of its
+      bytes over every GPU's link (ring all-reduce; Patarasuk and Yuan, JPDC
+      2009) at ``hardware.GpuSpec.link_bytes_per_s``, without the latency of
+      each all-reduce (``--step-overhead-us`` can carry it). Zero at tp = 1.
 
     The roofline idea: Williams et al., CACM 2009; its use for LLM inference:
     Yuan et al., "LLM Inference Unveiled" (2024). alpha (queueing delay,
@@ -163,14 +176,22 @@ class RooflineLatency:
 
     def floats(self) -> tuple[float, ...]:
         """(FLOPs/token, FLOPs/attended pair, weight bytes read every step,
-        KV bytes/token, effective FLOP/s, effective bytes/s, all-reduce
-        seconds/token, routed expert weight bytes, ln(1 - k/E)) on one GPU
-        (``config.NFLOAT`` floats); the last two are 0 for a dense model."""
+        KV bytes/token, effective FLOP/s, effective bytes/s, bandwidth-only
+        all-reduce seconds/token, routed expert weight bytes, ln(1 - k/E),
+        then the measured all-reduce at ``AR_COUNT``..``ROOFLINE_FLOATS``) on
+        one GPU (``config.NFLOAT`` floats); expert terms are 0 for a dense
+        model, the bandwidth-only term 0 where a measurement is used."""
         from planner.models.hardware import gpu, model
 
         m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         heads = m.num_heads / self.tp
         experts = m.expert_weight_bytes(self.tp)
+        tab = self.allreduce_table()
+        measured: tuple[float, ...] = (0.0,) * (ROOFLINE_FLOATS - AR_COUNT)
+        if tab is not None:
+            count, per_token = 2.0 * m.num_layers + 1.0, float(m.hidden_size)
+            graph = float(allreduce.graph_tokens(g.sm))
+            measured = (count, per_token, graph, *tab.graph_s, *tab.eager_s)
         return (
             2.0 * m.active_params() / self.tp,
             4.0 * m.num_layers * heads * m.head_dim,
@@ -178,13 +199,20 @@ class RooflineLatency:
             float(m.kv_bytes_per_token(self.tp)),
             g.bf16_flops * self.mfu,
             g.hbm_bytes_per_s * self.mbu,
-            self.comm_s_per_token(),
+            0.0 if tab is not None else self.comm_s_per_token(),
             experts,
             idle_log(m.experts_per_token, m.num_experts),
+            *measured,
         )
 
+    def allreduce_table(self) -> allreduce.AllReduceTable | None:
+        """The measured all-reduce of this GPU at this tp; None at tp 1 or
+        where nothing was measured (``planner.latency.allreduce``)."""
+        return None if self.tp == 1 else allreduce.lookup(self.gpu, self.tp)
+
     def comm_s_per_token(self) -> float:
-        """Seconds of tensor-parallel all-reduce per token (class docstring)."""
+        """Seconds per token of the bandwidth-only all-reduce bound (class
+        docstring), used where no measurement exists."""
         from planner.models.hardware import gpu, model
 
         if self.tp == 1:
@@ -200,8 +228,19 @@ class RooflineLatency:
         return (
             f"roofline {self.model} on {self.tp} x {self.gpu} "
             f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us{dtypes}"
-            + (f", all-reduce {self.comm_s_per_token() * 1e6:.3g} us/token" if self.tp > 1 else "")
+            + self._comm_text()
             + ")"
+        )
+
+    def _comm_text(self) -> str:
+        if self.tp == 1:
+            return ""
+        tab = self.allreduce_table()
+        if tab is not None:
+            return f", all-reduce measured ({tab.source})"
+        return (
+            f", all-reduce {self.comm_s_per_token() * 1e6:.3g} us/token, bandwidth only "
+            "(no measurement for this GPU and tp)"
         )
 
 
@@ -239,8 +278,9 @@ class MeasuredLatency:
         return overhead_ns(self.overhead_us, self.alpha)
 
     def floats(self) -> tuple[float, ...]:
-        """(scale, 0, 0, 0, 1, 1, 0, 0, 0): the kernel's float params of the measured kind."""
-        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+        """(scale, 0, 0, 0, 1, 1, 0, ...): the kernel's float params of the
+        measured kind (aiconfigurator's estimate includes its all-reduces)."""
+        return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0) + (0.0,) * (ROOFLINE_FLOATS - 6)
 
     def describe(self) -> str:
         dtypes = f", quantization {self.quantization}" if self.quantization else ""
@@ -391,8 +431,21 @@ def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # no
     if kind == MEASURED:
         t_ns = fp[0] * measured_table_ns(tab, prefill, decode, attended, kv_tokens)
         return ip[0] + max(int(math.ceil(t_ns)), 1)
-    flops = fp[0] * (prefill + decode) + fp[1] * attended
-    touched = 1.0 - math.exp(fp[8] * (prefill + decode))  # routed experts read (class doc)
+    tokens = prefill + decode
+    flops = fp[0] * tokens + fp[1] * attended
+    touched = 1.0 - math.exp(fp[8] * tokens)  # routed experts read (class doc)
     nbytes = fp[2] + fp[7] * touched + fp[3] * kv_tokens
-    t = max(flops / fp[4], nbytes / fp[5]) + fp[6] * (prefill + decode)
+    t = max(flops / fp[4], nbytes / fp[5]) + fp[6] * tokens + allreduce_step_s(fp, tokens)
     return ip[0] + int(math.ceil(t * 1e9))
+
+
+@njit(cache=True)
+def allreduce_step_s(fp, tokens):  # noqa: ANN001, ANN201
+    """Seconds of measured tensor-parallel all-reduce in a step of ``tokens``
+    tokens (``RooflineLatency``; 0 without a measurement): ``fp[AR_COUNT]``
+    all-reduces of ``tokens x fp[AR_ELEMENTS]`` elements, at the CUDA-graph
+    latencies up to ``fp[AR_GRAPH_TOKENS]`` tokens, eager ones above."""
+    if fp[AR_COUNT] == 0.0:
+        return 0.0
+    base = AR_GRAPH if tokens <= fp[AR_GRAPH_TOKENS] else AR_EAGER
+    return fp[AR_COUNT] * interp_s(fp, base, tokens * fp[AR_ELEMENTS])

@@ -1,0 +1,25 @@
+"""Planner GPU names -> aiconfigurator-core 0.12.0 system folders
+(``aiconfigurator_core/systems/<system>.yaml``), one definition for the
+measured step-time tables (``planner.latency.measured``) and the measured
+all-reduce times (``planner.latency.allreduce``)."""
+
+from __future__ import annotations
+
+# GPUs whose system has vLLM step data (query_versions.yaml; SXM parts, as
+# hardware.GPUS): --latency measured runs on these.
+AIC_SYSTEMS: dict[str, str] = {
+    "H100": "h100_sxm",
+    "H200": "h200_sxm",
+    "A100-80GB": "a100_sxm",
+    "L40S": "l40s",
+    "B200": "b200_sxm",
+}
+
+# GPUs with vLLM all-reduce measurements: the above, the A100 40 GB on the A100
+# SXM's NVLink fabric (the same NVSwitch, measured on the 80 GB part) and the
+# RTX PRO 6000 Server Edition (PCIe only).
+ALLREDUCE_SYSTEMS: dict[str, str] = {
+    **AIC_SYSTEMS,
+    "A100-40GB": "a100_sxm",
+    "RTX-PRO-6000": "rtx_pro_6000_server",
+}
