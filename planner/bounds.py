@@ -189,6 +189,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "mbu": EFFICIENCY,
     "step_overhead_us": Bound(0.0, MAX_COEFF_US, why="microseconds"),
     "measured_scale": Bound(0.0, 1000.0, lo_open=True, why="a factor on the measured table"),
+    "step_time_error": Bound(0.0, 1.0, hi_open=True, why="a fraction of the step time"),
     # plan check / safe-limit
     "tokens_per_request": COUNTS,
     "percentile": Bound(0.0, 100.0),

@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 
 from helpers import ROOFLINE_H100, SMALL_SYNTHETIC, run_cli
+from planner.latency import validated
+from planner.latency.step_time import RooflineLatency
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CONV = ROOT / "planner" / "data" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -150,6 +152,14 @@ max_num_seqs = [256]
     assert code == 0, err
     r = rep["answer"]["replicas"]
     assert r > 1 and rep["answer"]["one_fewer_replica_meets_target"] is False
+    # The answer rerun with step times off by the roofline's validated error
+    # (tests/test_sensitivity.py checks the search itself).
+    sens = rep["answer"]["sensitivity"]
+    assert sens["error"] == validated.for_latency(RooflineLatency("llama-3.1-8b", "H100")).error
+    slower, faster = sens["replicas_if_slower"], sens["replicas_if_faster"]
+    assert slower is None or slower >= r
+    assert faster <= r
+    assert "slower than modelled" in rep["answer"]["sensitivity_text"]
     run = [
         "run", "--trace-file", str(AZURE_CONV), "--rate-scale", "8", "--model", "llama-3.1-8b",
         "--gpu", "h100", "--latency", "roofline", "--max-model-len", "16384",

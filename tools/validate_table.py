@@ -1,11 +1,17 @@
 """Print docs/validate.md's table: every shipped real run replayed by
-``plan validate`` with the roofline at its default efficiencies, signed errors of the means and
-of throughput. Run: ``python tools/validate_table.py`` (about a minute)."""
+``plan validate`` with every step-time backend (the roofline at its default
+efficiencies; aiconfigurator-core's measured tables where it has data for the
+GPU and model, with the optional extra ``aic`` installed), signed errors of
+the means and of throughput. Run: ``python tools/validate_table.py`` (about
+two minutes). It also writes ``planner/data/step_time_validation.json``
+(``planner.latency.validated``): per step-time model, the TPOT errors and
+their median absolute value."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -13,33 +19,67 @@ from pathlib import Path
 RUNS = Path(__file__).resolve().parents[1] / "planner" / "data" / "real-runs-llmservingsim"
 # (folder, extra options): the runs name the base Llama-3.1-8B (the catalog holds
 # the Instruct config, the same shapes); the RTX PRO 6000 runs record no GPU name.
-ROOF = ["--latency", "roofline"]
-PRO = ["--gpu", "RTX-PRO-6000", *ROOF]
+PRO = ["--gpu", "RTX-PRO-6000"]
 CASES = [
-    ("RTX4090_Llama-3.1-8B", ["--model", "llama-3.1-8b", *ROOF]),
+    ("RTX4090_Llama-3.1-8B", ["--model", "llama-3.1-8b"]),
     ("RTXPRO6000_Llama-3.1-8B", ["--model", "llama-3.1-8b", *PRO]),
     ("RTXPRO6000_Qwen3-32B", PRO),
     ("RTXPRO6000_Qwen3-30B-A3B-Instruct-2507", PRO),
 ]
+BACKENDS = ("roofline", "measured")
+OUT = RUNS.parent / "step_time_validation.json"
 
 
 def main() -> None:
     print(f"Run {datetime.date.today()} with `python tools/validate_table.py`.\n")
-    print("| run | blocks | TTFT mean | TPOT mean | E2E mean | throughput |")
-    print("|---|---|---|---|---|---|")
+    print("| run | step time | blocks | TTFT mean | TPOT mean | E2E mean | throughput |")
+    print("|---|---|---|---|---|---|---|")
+    tpot: dict[str, dict[str, float]] = {b: {} for b in BACKENDS}
     for name, extra in CASES:
-        cmd = [sys.executable, "-m", "planner.cli", "validate", str(RUNS / name), *extra, "--json"]
-        p = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if p.returncode != 0:
-            print(
-                f"| {name} | not replayed: {p.stderr.strip().removeprefix('plan: error: ')} |||||"
-            )
-            continue
-        o = json.loads(p.stdout)
-        err = {(r["metric"], r["stat"]): r["error"] for r in o["comparison"]}
-        cells = [f"{err[k]:+.1%}" for k in (("ttft_s", "mean"), ("tpot_s", "mean"),
-                                            ("e2e_s", "mean"), ("throughput_rps", ""))]  # fmt: skip
-        print(f"| {name} | {o['num_gpu_blocks']:,} | " + " | ".join(cells) + " |")
+        for backend in BACKENDS:
+            line, err = _row(name, backend, [*extra, "--latency", backend])
+            print(line)
+            if err is not None:
+                tpot[backend][name] = err
+    _write(tpot)
+
+
+def _write(tpot: dict[str, dict[str, float]]) -> None:
+    kinds = {
+        b: {
+            "tpot_error": runs,
+            "median_abs_tpot_error": statistics.median(abs(e) for e in runs.values())
+            if runs
+            else None,
+        }
+        for b, runs in tpot.items()
+    }
+    doc = {
+        "about": "Signed error of the mean TPOT (predicted / measured - 1) of each shipped "
+        "real run replayed by plan validate, per step-time model, and the median of their "
+        "absolute values (planner.latency.validated).",
+        "date": str(datetime.date.today()),
+        "script": "tools/validate_table.py",
+        "kinds": kinds,
+    }
+    tmp = OUT.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(OUT)
+
+
+def _row(name: str, backend: str, options: list[str]) -> tuple[str, float | None]:
+    """The table row of one run and backend, and its TPOT error (None: not replayed)."""
+    cmd = [sys.executable, "-m", "planner.cli", "validate", str(RUNS / name), *options, "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        why = p.stderr.strip().removeprefix("plan: error: ").replace(str(RUNS) + "/", "")
+        return f"| {name} | {backend} | not replayed: {why} |||||", None
+    o = json.loads(p.stdout)
+    err = {(r["metric"], r["stat"]): r["error"] for r in o["comparison"]}
+    cells = [f"{err[k]:+.1%}" for k in (("ttft_s", "mean"), ("tpot_s", "mean"),
+                                        ("e2e_s", "mean"), ("throughput_rps", ""))]  # fmt: skip
+    line = f"| {name} | {backend} | {o['num_gpu_blocks']:,} | " + " | ".join(cells) + " |"
+    return line, float(err[("tpot_s", "mean")])
 
 
 if __name__ == "__main__":

@@ -24,11 +24,18 @@ from planner.cli.inert import given, reject_inert, reject_inert_hardware
 from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig, clock_bound
 from planner.inert import RUN_RULES
-from planner.maxrate.search_range import DEFAULT_MAX_SCALE, DEFAULT_MIN_SCALE, DEFAULT_REL_TOL
+from planner.latency.step_time import Latency
+from planner.maxrate.search_range import (
+    DEFAULT_MAX_SCALE,
+    DEFAULT_MIN_SCALE,
+    DEFAULT_REL_TOL,
+    SearchRange,
+)
 from planner.metrics import front_end_text
 from planner.models import vllm_defaults
-from planner.slo import FIELDS, NAMES, seconds_text
+from planner.slo import FIELDS, NAMES, SLO, seconds_text
 from planner.text import count
+from planner.workload.arrays import Workload
 from planner.workload_checks import unused_field_warnings
 
 # Scheduler settings ``--vary`` may list (integers, SchedulerConfig fields).
@@ -142,6 +149,7 @@ def max_rate(
     mbu: opt.Mbu = None,
     step_overhead_us: opt.StepOverheadUs = 0.0,
     measured_scale: opt.MeasuredScale = None,
+    step_time_error: opt.StepTimeError = None,
     ttft_slo: opt.TtftSlo = None,
     tpot_slo: opt.TpotSlo = None,
     itl_slo: opt.ItlSlo = None,
@@ -242,6 +250,7 @@ def max_rate(
         found = search_max_rate(configs, wl, lat, slo, rng)
     wall = time.perf_counter() - t0
     table = pd.concat([pd.DataFrame(combos, index=range(len(configs))), found.table], axis=1)
+    shifts = _sensitivity(configs, combos, found.table, wl, lat, slo, step_time_error, rng)
     if as_json:
         out = {
             "workload": wl.name,
@@ -259,6 +268,7 @@ def max_rate(
                 for c, r in zip(configs, table.to_dict("records"), strict=True)
             ],
             "server_settings": resolve.server_json(shown),
+            "sensitivity": shifts,
         }
         print_json(out)
         return
@@ -292,9 +302,61 @@ def max_rate(
         rates = "" if rps_t == "-" else f" ({rps_t} req/s, {tps_t} output tokens/s)"
         at = f"; at it: {_at_rate(row)}" if rps_t != "-" else "; nothing in the range passes"
         c.print(f"{name}: max_rate_scale {scale}{rates}{at}{_monotone_text(row)}", soft_wrap=True)
+    c.print(_sensitivity_text(shifts), soft_wrap=True)
     c.print(
         f"{found.rounds} rounds (one kernel call each), {found.evaluations} runs, {wall:.1f} s",
         soft_wrap=True,
+    )
+
+
+def _sensitivity(
+    configs: list[SchedulerConfig],
+    combos: list[dict],
+    found: pd.DataFrame,
+    wl: Workload,
+    lat: Latency,
+    slo: SLO,
+    given: float | None,
+    rng: SearchRange,
+) -> dict:
+    """The highest rate of the best configuration (the highest max_rps; the
+    first on ties) with step times off by the validated or given error
+    (``answers.sensitivity``); ``{"error": None}`` when there is none."""
+    from planner.answers import sensitivity
+
+    chosen = sensitivity.chosen_error(given, lat)
+    rates = found["max_rps"].to_numpy(dtype=float)
+    if chosen is None:
+        return {"error": None, "why": sensitivity.no_error_text(given)}
+    if np.isnan(rates).all():
+        return {"error": None, "why": "no configuration sustains a rate in the search range"}
+    error, basis = chosen
+    best = int(np.nanargmax(rates))
+    slower, faster = sensitivity.max_rate(configs[best], wl, lat, slo, error, rng)
+    return {
+        "error": error,
+        "basis": basis,
+        "config": best,
+        "config_name": ", ".join(f"{k} {v}" for k, v in combos[best].items()) or None,
+        "max_rps": float(rates[best]),
+        "max_rps_if_slower": slower.value,
+        "max_rps_if_faster": faster.value,
+    }
+
+
+def _sensitivity_text(s: dict) -> str:
+    if s["error"] is None:
+        return f"step-time sensitivity: not computed ({s['why']})"
+    e = f"{s['error']:.1%}"
+
+    def rate(x: float) -> str:
+        return "none in the search range" if math.isnan(x) else f"{x:.3f} req/s"
+
+    who = f" ({s['config_name']})" if s["config_name"] else ""
+    return (
+        f"if step times are {e} slower than modelled, the max rate{who} is "
+        f"{rate(s['max_rps_if_slower'])}; {e} faster: {rate(s['max_rps_if_faster'])} "
+        f"(here {rate(s['max_rps'])}; {e} is {s['basis']})"
     )
 
 

@@ -197,6 +197,14 @@ MeasuredScale = Annotated[
     float | None,
     typer.Option(help="Measured: factor on the table's step times (plan calibrate fits it)."),
 ]
+StepTimeError = Annotated[
+    float | None,
+    typer.Option(
+        help="Fraction the step time may be off by: the answer is also given with every step "
+        "that much slower and faster [default: the step-time model's median TPOT error on the "
+        "shipped real runs (docs/validate.md), none for a model they did not exercise; 0: off]."
+    ),
+]
 
 
 def coeffs(text: str, flag: str) -> tuple[float, float, float]:

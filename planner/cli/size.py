@@ -114,6 +114,7 @@ def size(
     itl_slo: opt.ItlSlo = None,
     e2e_slo: opt.E2eSlo = None,
     goodput: opt.Goodput = None,
+    step_time_error: opt.StepTimeError = None,
     out: Annotated[
         Path | None,
         typer.Option(help="Output directory [default: results/size-NAME]."),
@@ -190,11 +191,14 @@ def size(
         wall = time.perf_counter() - t0
         result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])
         headroom = _headroom(result, cands, target)
+        shifts = _sensitivity(result, cands, target, step_time_error, max_replicas)
         paths = sizing.write(result, dest)
         png = _plot(result, target, dest)
         report = {**provenance(), **_report(result, cands, base, table, target, wall, headroom)}
-        if report["answer"] is not None:  # the line plan size prints, for plan report
+        if report["answer"] is not None:  # the lines plan size prints, for plan report
             report["answer"]["headroom_text"] = _headroom_text(headroom)
+            report["answer"]["sensitivity"] = shifts
+            report["answer"]["sensitivity_text"] = _sensitivity_text(shifts, report["answer"])
         _write_answer(dest, report)
         if as_json:
             print_json(report)
@@ -359,6 +363,59 @@ def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) ->
     }
 
 
+def _sensitivity(
+    result: sizing.Sizing,
+    cands: list[sizing.Candidate],
+    slo: SLO,
+    given: float | None,
+    max_replicas: int,
+) -> dict | None:
+    """The chosen deployment's fewest replicas with step times off by the
+    validated (or given) error (``answers.sensitivity``), or None: no answer,
+    or no error to apply."""
+    from planner.answers import sensitivity
+
+    if result.best is None:
+        return None
+    row = result.table.loc[result.best]
+    sweep = cands[int(row["candidate"])].spec.sweep  # type: ignore[union-attr]
+    cid = int(row["config_id"])
+    chosen = sensitivity.chosen_error(given, sweep.latency)
+    if chosen is None:
+        return {"error": None, "why": sensitivity.no_error_text(given)}
+    error, basis = chosen
+    key = next(k for k, ids in sweep.ids_by_workload().items() if cid in set(ids.tolist()))
+    slower, faster = sensitivity.replicas(
+        sweep.configs[cid], sweep.workloads[key], sweep.latency, slo, error, max_replicas
+    )
+    return {
+        "error": error,
+        "basis": basis,
+        "max_replicas": max_replicas,
+        "replicas_if_slower": slower.value,
+        "replicas_if_faster": faster.value,
+    }
+
+
+def _sensitivity_text(s: dict | None, a: dict) -> str:
+    """The sensitivity line plan size prints."""
+    if s is None or s["error"] is None:
+        return f"step-time sensitivity: not computed ({'-' if s is None else s['why']})"
+    e = f"{s['error']:.1%}"
+
+    def fleet(k: int | None) -> str:
+        if k is None:
+            return f"none of up to {s['max_replicas']} replicas meets the target"
+        same = " (the same)" if k == a["replicas"] else ""
+        return f"{count(k, 'replica')}{same}"
+
+    return (
+        f"if step times are {e} slower than modelled: {fleet(s['replicas_if_slower'])}; "
+        f"{e} faster: {fleet(s['replicas_if_faster'])} (same GPU, tensor parallelism and "
+        f"flags; {e} is {s['basis']})"
+    )
+
+
 def _report(
     result: sizing.Sizing,
     cands: list[sizing.Candidate],
@@ -506,6 +563,7 @@ def _print(rep: dict, paths: list[Path]) -> None:
             fewer = count(a["replicas"] - 1, "replica")
             c.print(f"with {fewer} and the same flags it does not")
         c.print(f"step time: {a['step_time_model']}")
+        c.print(a["sensitivity_text"])
         c.print(a["vllm_serve"])
     c.print(f"wrote {', '.join(str(p) for p in paths)}")
 

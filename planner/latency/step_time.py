@@ -14,6 +14,7 @@ in microseconds, so this rounding is exact for them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -36,6 +37,11 @@ LINEAR_PRESETS: dict[tuple[str, str], tuple[tuple[float, ...], tuple[float, ...]
 
 
 MAX_COEFF_US = bounds.MAX_COEFF_US  # 1,000 s; bounds.clock_bound checks the whole run
+
+
+def _check_factor(factor: float) -> None:
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"a step-time factor must be positive and finite, got {factor!r}")
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,14 @@ class LinearLatency:
     def describe(self) -> str:
         a, b = self.alpha, self.beta
         return f"linear alpha=({a[0]:g}, {a[1]:g}, {a[2]:g}) beta=({b[0]:g}, {b[1]:g}, {b[2]:g}) us"
+
+    def slower(self, factor: float) -> LinearLatency:
+        """The same model with every step ``factor`` times as long (the betas
+        scaled; alpha, queueing before a request enters, unchanged). Raises
+        ValueError for a factor that is not positive and finite or a scaled
+        coefficient outside ``planner.bounds``."""
+        _check_factor(factor)
+        return LinearLatency(self.alpha, tuple(b * factor for b in self.beta))  # type: ignore[arg-type]
 
 
 # Default efficiencies of the roofline model. MFU 0.5 is the usual planning
@@ -159,9 +173,12 @@ class RooflineLatency:
     alpha: tuple[float, float, float] = (0.0, 0.0, 0.0)
     quantization: str | None = None  # vLLM's --quantization: weight bytes
     kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: KV bytes
+    time_scale: float = 1.0  # every step this many times as long (``slower``)
 
     def __post_init__(self) -> None:
         from planner.models.hardware import gpu, model
+
+        _check_factor(self.time_scale)
 
         model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         bounds.check_option("mfu", self.mfu)
@@ -172,7 +189,15 @@ class RooflineLatency:
 
     def ns(self) -> tuple[int, int, int, int, int, int]:
         """(b0, b1, b2, a0, a1, a2) in ns: b0 is the fixed overhead, b1 = b2 = 0."""
-        return overhead_ns(self.overhead_us, self.alpha)
+        return overhead_ns(self.overhead_us * self.time_scale, self.alpha)
+
+    def slower(self, factor: float) -> RooflineLatency:
+        """The same model with every step ``factor`` times as long: its rates
+        divided and its overhead and all-reduce times multiplied by it
+        (``time_scale``). Raises ValueError for a factor that is not positive
+        and finite."""
+        _check_factor(factor)
+        return dataclasses.replace(self, time_scale=self.time_scale * factor)
 
     def floats(self) -> tuple[float, ...]:
         """(FLOPs/token, FLOPs/attended pair, weight bytes read every step,
@@ -192,14 +217,17 @@ class RooflineLatency:
             count, per_token = 2.0 * m.num_layers + 1.0, float(m.hidden_size)
             graph = float(allreduce.graph_tokens(g.sm))
             measured = (count, per_token, graph, *tab.graph_s, *tab.eager_s)
+        f = self.time_scale
+        if tab is not None:
+            measured = (*measured[:3], *(x * f for x in measured[3:]))
         return (
             2.0 * m.active_params() / self.tp,
             4.0 * m.num_layers * heads * m.head_dim,
             m.weight_bytes(self.tp) - experts,
             float(m.kv_bytes_per_token(self.tp)),
-            g.bf16_flops * self.mfu,
-            g.hbm_bytes_per_s * self.mbu,
-            0.0 if tab is not None else self.comm_s_per_token(),
+            g.bf16_flops * self.mfu / f,
+            g.hbm_bytes_per_s * self.mbu / f,
+            (0.0 if tab is not None else self.comm_s_per_token()) * f,
             experts,
             idle_log(m.experts_per_token, m.num_experts),
             *measured,
@@ -228,6 +256,7 @@ class RooflineLatency:
         return (
             f"roofline {self.model} on {self.tp} x {self.gpu} "
             f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us{dtypes}"
+            + (f", step times x{self.time_scale:.3g}" if self.time_scale != 1.0 else "")
             + self._comm_text()
             + ")"
         )
@@ -281,6 +310,15 @@ class MeasuredLatency:
         """(scale, 0, 0, 0, 1, 1, 0, ...): the kernel's float params of the
         measured kind (aiconfigurator's estimate includes its all-reduces)."""
         return (self.scale, 0.0, 0.0, 0.0, 1.0, 1.0) + (0.0,) * (ROOFLINE_FLOATS - 6)
+
+    def slower(self, factor: float) -> MeasuredLatency:
+        """The same table with every step ``factor`` times as long (its scale
+        and overhead multiplied). Raises ValueError for a factor that is not
+        positive and finite or a result outside ``planner.bounds``."""
+        _check_factor(factor)
+        return dataclasses.replace(
+            self, scale=self.scale * factor, overhead_us=self.overhead_us * factor
+        )
 
     def describe(self) -> str:
         dtypes = f", quantization {self.quantization}" if self.quantization else ""

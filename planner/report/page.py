@@ -238,6 +238,8 @@ def _size(r: Result) -> dict:
         ]  # fmt: skip
         sections.append(_section("The command to start it", pre=a.get("vllm_serve", "")))
         sections.append(_section("Headroom", pre=str(a.get("headroom_text", "-"))))
+        if "sensitivity_text" in a:  # answers written before it have none
+            sections.append(_section("If the step time is off", pre=str(a["sensitivity_text"])))
     else:
         verdict = f"No deployment met the target. {r.record.get('bound', '')}"
         headline = []
