@@ -4,6 +4,7 @@ needed) and, with aiconfigurator-core installed, the tables it builds."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,3 +214,45 @@ def test_a_spec_takes_the_measured_kind(tmp_path):
             MEASURED_SPEC.replace('kind = "measured"', 'kind = "measured"\nbeta = [1, 1, 1]'),
             tmp_path,
         )
+
+
+def test_any_catalog_model_or_config_json_aiconfigurator_reads(capsys, tmp_path):
+    """Issue 33: not only the models aiconfigurator ships a config for. The
+    catalog's Mixtral (not in AIC_MODELS) and a config.json path holding
+    Llama-3.1-8B's config build tables; the config.json path gives the same
+    table as the preset (aiconfigurator reads the same architecture), and a
+    config without architectures gets the model type's."""
+    pytest.importorskip("aiconfigurator_core")
+    import json
+
+    from planner.latency import measured
+    from planner.models import catalog
+
+    assert "mistralai/Mixtral-8x7B-Instruct-v0.1" not in measured.AIC_MODELS
+    mix = measured.build("mixtral-8x7b", "H100", tp=2, quiet=True)
+    assert mix.table.size > 0 and "h100_sxm" in mix.source
+    cfg = dict(catalog.entries()["meta-llama/Llama-3.1-8B-Instruct"]["config"])
+    assert "architectures" not in cfg
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    mine = measured.build(str(tmp_path), "H100", quiet=True)
+    preset = measured.build("llama-3.1-8b", "H100", quiet=True)
+    np.testing.assert_allclose(mine.table, preset.table, rtol=0.02)
+    folder = measured.aic_model(str(tmp_path))
+    written = json.loads((Path(folder) / "config.json").read_text())
+    assert written["architectures"] == ["LlamaForCausalLM"]
+
+
+def test_a_model_aiconfigurator_cannot_read_is_one_line(capsys, tmp_path):
+    pytest.importorskip("aiconfigurator_core")
+    code, _, err = run_cli(
+        capsys, "run", "--latency", "measured", "--model", "mistral-7b", "--gpu", "H100",
+        "--num-requests", "5",
+    )  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "mistral-7b" in err and "MistralForCausalLM" in err and "--latency roofline" in err
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "no_such_type", "hidden_size": 64}')
+    from planner.latency import measured
+
+    with pytest.raises(measured.MeasuredError, match="no_such_type"):
+        measured.aic_model(str(bad))

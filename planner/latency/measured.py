@@ -18,10 +18,15 @@ It needs the optional extra ``pip install 'vllm-capacity-planner[aic]'``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import sys
+import tempfile
 from functools import cache
 from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +47,31 @@ AIC_MODELS: dict[str, str] = {
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
     "deepseek-ai/DeepSeek-V3": "deepseek-ai/DeepSeek-V3",
 }
+
+# model_type -> the "architectures" entry of the Hugging Face config.json of the
+# catalog's models of that type (each catalog file names its source), which
+# aiconfigurator needs to read a config.json folder; the catalog's trimmed copies
+# leave the field out.
+ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3": "Gemma3ForConditionalGeneration",
+    "llama4": "Llama4ForConditionalGeneration",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+}
+# Where config.json folders for aiconfigurator are written (``aic_model``).
+AIC_CONFIGS = Path(tempfile.gettempdir()) / "planner-aic-configs"
 
 # vLLM's --quantization / --kv-cache-dtype -> aiconfigurator dtypes it has data for.
 AIC_WEIGHT_DTYPES: dict[str | None, str | None] = {None: None, "fp8": "fp8"}
@@ -88,12 +118,6 @@ def resolve(
             f"--latency measured: aiconfigurator has no vLLM data for GPU {g.name} "
             f"(GPUs with data: {', '.join(AIC_SYSTEMS)}); use --latency roofline"
         )
-    mid = hardware.catalog.aliases().get(model.lower())
-    if mid not in AIC_MODELS:
-        raise MeasuredError(
-            f"--latency measured: no aiconfigurator model config for {model!r} "
-            f"(models with one: {', '.join(AIC_MODELS)}); use --latency roofline"
-        )
     if quantization not in AIC_WEIGHT_DTYPES:
         raise MeasuredError(
             f"--latency measured: no aiconfigurator data for --quantization {quantization} "
@@ -104,7 +128,44 @@ def resolve(
             f"--latency measured: no aiconfigurator data for --kv-cache-dtype {kv_cache_dtype} "
             "(with data: auto, fp8)"
         )
-    return m.name, g.name, AIC_MODELS[mid], system  # type: ignore[index]
+    return m.name, g.name, aic_model(model), system
+
+
+def aic_model(model: str) -> str:
+    """What aiconfigurator reads for ``model``: its own config of the same
+    architecture for the catalog models it ships (``AIC_MODELS``), else a
+    folder holding the model's config.json (the catalog's copy or the user's
+    file; aiconfigurator reads a local folder), written once per content
+    under the system's temporary directory, with ``architectures`` added
+    from ``ARCHITECTURES`` when the config has none. Raises MeasuredError
+    (one line) for a model type it cannot name."""
+    mid = hardware.catalog.aliases().get(model.lower())
+    if mid in AIC_MODELS:
+        return AIC_MODELS[mid]  # type: ignore[index]
+    if mid is not None:
+        cfg = dict(hardware.catalog.entries()[mid]["config"])
+    else:
+        p = Path(model)
+        cfg = json.loads((p / "config.json" if p.is_dir() else p).read_text())
+    if "architectures" not in cfg:
+        kind = cfg.get("model_type")
+        if kind not in ARCHITECTURES:
+            raise MeasuredError(
+                f"--latency measured: {model}'s config.json names no architectures and its "
+                f"model_type {kind!r} is not one the planner can name "
+                f'({", ".join(sorted(ARCHITECTURES))}); add "architectures" to it or use '
+                "--latency roofline"
+            )
+        cfg["architectures"] = [ARCHITECTURES[kind]]
+    text = json.dumps(cfg, sort_keys=True)
+    folder = AIC_CONFIGS / hashlib.sha256(text.encode()).hexdigest()[:16]
+    target = folder / "config.json"
+    if not target.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"config.json.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        tmp.replace(target)  # atomic: a concurrent writer writes the same bytes
+    return str(folder)
 
 
 def data_version(system: str) -> str:
@@ -120,7 +181,13 @@ class Estimator:
     D decode requests holding Xd KV tokens in all."""
 
     def __init__(
-        self, aic_model: str, system: str, tp: int, quantization: str | None, kv: str
+        self,
+        aic_model: str,
+        system: str,
+        tp: int,
+        quantization: str | None,
+        kv: str,
+        label: str | None = None,
     ) -> None:
         aic_version()
         from aiconfigurator_core.sdk.rust_engine_step import RustForwardPassPerfModel
@@ -146,9 +213,11 @@ class Estimator:
         try:
             self._m = RustForwardPassPerfModel.from_native(cfg)
         except (ValueError, RuntimeError) as e:
+            first = str(e).splitlines()[0].split(" Supported architectures:")[0]
+            what = label or aic_model
             raise MeasuredError(
-                f"--latency measured: aiconfigurator cannot model {aic_model} on {tp} x "
-                f"{system}: {str(e).splitlines()[0][:200]}"
+                f"--latency measured: aiconfigurator cannot model {what} on {tp} x "
+                f"{system}: {first[-240:]}; use --latency roofline"
             ) from None
         finally:
             quiet.setLevel(level)
@@ -195,9 +264,9 @@ def table(est: Estimator, grid: tuple[tuple[int, ...], ...] = GRID) -> np.ndarra
 
 @cache
 def _cached_table(
-    aic_model: str, system: str, tp: int, quantization: str | None, kv: str
+    aic_model: str, system: str, tp: int, quantization: str | None, kv: str, label: str
 ) -> tuple[np.ndarray, str]:
-    est = Estimator(aic_model, system, tp, quantization, kv)
+    est = Estimator(aic_model, system, tp, quantization, kv, label)
     return table(est), est.version
 
 
@@ -218,7 +287,7 @@ def build(
     ``quiet``) which aiconfigurator data version it uses and that it predates
     vLLM 0.33. Raises MeasuredError (one line)."""
     name, gname, aic_model, system = resolve(model, gpu, quantization, kv_cache_dtype)
-    tab, version = _cached_table(aic_model, system, tp, quantization, kv_cache_dtype)
+    tab, version = _cached_table(aic_model, system, tp, quantization, kv_cache_dtype, model)
     source = f"aiconfigurator-core {aic_version()}, {system} vLLM {version} data"
     if not quiet:
         print(
