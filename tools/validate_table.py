@@ -30,17 +30,26 @@ BACKENDS = ("roofline", "measured")
 OUT = RUNS.parent / "step_time_validation.json"
 
 
-def main() -> None:
-    print(f"Run {datetime.date.today()} with `python tools/validate_table.py`.\n")
-    print("| run | step time | blocks | TTFT mean | TPOT mean | E2E mean | throughput |")
-    print("|---|---|---|---|---|---|---|")
+def table() -> tuple[list[str], dict[str, dict[str, float]]]:
+    """The markdown table's lines and, per backend, each replayed run's TPOT error."""
+    lines = [
+        "| run | step time | blocks | TTFT mean | TPOT mean | E2E mean | throughput |",
+        "|---|---|---|---|---|---|---|",
+    ]
     tpot: dict[str, dict[str, float]] = {b: {} for b in BACKENDS}
     for name, extra in CASES:
         for backend in BACKENDS:
             line, err = _row(name, backend, [*extra, "--latency", backend])
-            print(line)
+            lines.append(line)
             if err is not None:
                 tpot[backend][name] = err
+    return lines, tpot
+
+
+def main() -> None:
+    print(f"Run {datetime.date.today()} with `python tools/validate_table.py`.\n")
+    lines, tpot = table()
+    print("\n".join(lines))
     _write(tpot)
 
 

@@ -6,13 +6,15 @@ all-reduce times (``planner.latency.allreduce``)."""
 from __future__ import annotations
 
 # GPUs whose system has vLLM step data (query_versions.yaml; SXM parts, as
-# hardware.GPUS): --latency measured runs on these.
+# hardware.GPUS, and the RTX PRO 6000 Server Edition, as its preset): --latency
+# measured runs on these.
 AIC_SYSTEMS: dict[str, str] = {
     "H100": "h100_sxm",
     "H200": "h200_sxm",
     "A100-80GB": "a100_sxm",
     "L40S": "l40s",
     "B200": "b200_sxm",
+    "RTX-PRO-6000": "rtx_pro_6000_server",
 }
 
 # GPUs with vLLM all-reduce measurements: the above, the A100 40 GB on the A100
