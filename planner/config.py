@@ -25,6 +25,9 @@ from planner.latency.step_time import (
     NO_TABLE,
     ROOFLINE,
     ROOFLINE_FLOATS,
+    SW_KV,
+    SW_PAIR,
+    SW_WINDOW,
     Latency,
     LinearLatency,
     MeasuredLatency,
@@ -103,8 +106,9 @@ BLIS_IMPLIED = {
     SW_CAP,
     GROUPS_FULL,
     GROUPS_SW,
-) = range(43)
-NCOLS = 43
+    PRICE_WIN2,  # window of a hybrid's sliding layers in the roofline (floats' SW_WINDOW; 0: none)
+) = range(44)
+NCOLS = 44
 MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
 NFLOAT = ROOFLINE_FLOATS  # roofline floats per config (latency.RooflineLatency.floats)
 
@@ -472,8 +476,9 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
         t = b0 + 2.0 * lat.scale * worst
     else:
         fp = lat.floats()
-        flops = fp[0] * tokens + fp[1] * tokens * cfg.max_model_len
-        nbytes = fp[2] + fp[7] + fp[3] * (cfg.num_gpu_blocks * cfg.block_size + tokens)
+        pair, kv = fp[1] + fp[SW_PAIR], fp[3] + fp[SW_KV]  # a hybrid's layers as full ones
+        flops = fp[0] * tokens + pair * tokens * cfg.max_model_len
+        nbytes = fp[2] + fp[7] + kv * (cfg.num_gpu_blocks * cfg.block_size + tokens)
         comm = fp[6] * tokens + _worst_allreduce_s(fp, tokens)
         t = b0 + math.ceil((max(flops / fp[4], nbytes / fp[5]) + comm) * 1e9)
     if cfg.preemption_mode == "swap":
@@ -574,6 +579,7 @@ def pack_configs(
             c.sliding_window_cap,
             c.full_attention_groups,
             c.sliding_window_groups,
+            int(outf[i, SW_WINDOW]),
         )
         if c.compat == "blis":
             check_compat_latency(c.compat, isinstance(lat, LinearLatency))

@@ -44,6 +44,7 @@ from planner.kernel.cycle import QUIET_STEPS
 from planner.kernel.token_gaps import NBINS, SUB, SUB_BITS
 from planner.latency.step_time import (
     LINEAR,
+    SW_WINDOW,
     Latency,
     blis_alpha2_ns,
     blis_queue_ns,
@@ -707,6 +708,8 @@ class Engine:
         self.lat_kind = lat_kind(latency)
         self.lat_ints = np.array([b0, b1, b2], dtype=np.int64)
         self.lat_floats = np.array(latency.floats(), dtype=np.float64)
+        # A hybrid's sliding layers, priced on their window (RooflineLatency).
+        self.win2 = int(self.lat_floats[SW_WINDOW])
         self.lat_table = pack_tables([latency])[0]
         self.sched = Scheduler(cfg)
         self.blis = cfg.compat == "blis"
@@ -826,19 +829,20 @@ class Engine:
         )
 
     def _priced_window(self) -> int:
-        """The window the roofline prices: every layer sliding, else none (a
-        hybrid is priced as full attention, an upper bound)."""
+        """The window of the main attention sums: every layer sliding, else
+        none (a hybrid's sliding layers are summed apart, ``win2``)."""
         return self.cfg.sliding_window if self.cfg.full_attention_groups == 0 else 0
 
-    def _pairs(self, c: int, n: int) -> int:
-        """(query, key) pairs of a chunk of n tokens after c computed ones."""
-        w = self._priced_window()
+    def _pairs(self, c: int, n: int, w: int | None = None) -> int:
+        """(query, key) pairs of a chunk of n tokens after c computed ones
+        (``w``: the window, default the priced one)."""
+        w = self._priced_window() if w is None else w
         return sum(min(c + i, w) if w else c + i for i in range(1, n + 1))
 
-    def _kv_tokens(self, c: int, n: int) -> int:
+    def _kv_tokens(self, c: int, n: int, w: int | None = None) -> int:
         """KV tokens the chunk reads or writes: positions from the first
         query's window start to its last token."""
-        w = self._priced_window()
+        w = self._priced_window() if w is None else w
         return c + n - (max(0, c - w + 1) if w else 0)
 
     def queue_delay(self, prompt: int) -> int:
@@ -933,6 +937,16 @@ class Engine:
             # and the chunk touches the union of its windows.
             attended = sum(self._pairs(r.num_computed_tokens, n) for r, n in scheduled)
             kv_touched = sum(self._kv_tokens(r.num_computed_tokens, n) for r, n in scheduled)
+            # A hybrid's sliding layers: the same sums bounded by their window.
+            w2 = self.win2
+            attended_w = (
+                sum(self._pairs(r.num_computed_tokens, n, w2) for r, n in scheduled) if w2 else 0
+            )
+            kv_w = (
+                sum(self._kv_tokens(r.num_computed_tokens, n, w2) for r, n in scheduled)
+                if w2
+                else 0
+            )
             start = self.clock
             if self.blis:  # whole microseconds, even for a step that priced nothing
                 dt = blis_step_ns(self.lat_ints, prefill, decode)
@@ -946,6 +960,8 @@ class Engine:
                     attended,
                     kv_touched,
                     self.lat_table,
+                    attended_w,
+                    kv_w,
                 )
             dt += sched.swap_ns
             for req, _ in scheduled:

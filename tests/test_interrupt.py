@@ -26,8 +26,12 @@ LONG_RUN = [
 @pytest.mark.slow
 def test_ctrl_c_stops_a_long_run_within_seconds(tmp_path: Path) -> None:
     env = dict(os.environ)
-    # Warm the Numba cache first, so the signal lands while the kernel runs.
-    warm = subprocess.run([*PLAN, "run"], env=env, capture_output=True, text=True, timeout=600)
+    # Warm the Numba cache first, the long run's own kernel variant (prefix
+    # caching), so the signal lands while the kernel runs, not while it compiles.
+    warm = subprocess.run(
+        [*PLAN, "run", "--enable-prefix-caching"], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
     assert warm.returncode == 0, warm.stderr
     proc = subprocess.Popen(
         [*PLAN, *LONG_RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

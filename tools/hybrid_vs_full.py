@@ -6,8 +6,8 @@ as full attention (vLLM with the hybrid KV cache manager off,
     .venv/bin/python tools/hybrid_vs_full.py [--model gemma-3-27b] [--rate 0.35]
 
 Workload: R requests of 8,000 prompt and 2,000 output tokens, Poisson arrivals
-(seed 7). Both rows use the roofline step time, which prices a hybrid's
-attention as full attention, so only the KV accounting differs.
+(seed 7). Both rows use the same roofline step time (the sliding layers
+priced on their window), so only the KV accounting differs.
 """
 
 from __future__ import annotations

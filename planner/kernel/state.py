@@ -105,8 +105,10 @@ NOUT_I = 43
     THR_NOW,  # long_prefill_token_threshold in force this step
     N_FLIGHT,  # async: requests whose output landed this step
     N_FIN,  # requests finished
-) = range(14)
-NSTEP = 14
+    ATTENDED_W,  # ATTENDED bounded by PRICE_WIN2 (a hybrid's sliding layers, roofline)
+    KV_W,  # KV_TOUCHED bounded by PRICE_WIN2
+) = range(16)
+NSTEP = 16
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)

@@ -89,10 +89,12 @@ from planner.kernel.policies import (
 )
 from planner.kernel.state import (
     ATTENDED,
+    ATTENDED_W,
     BUDGET,
     CYCLE,
     DECODE,
     KV_TOUCHED,
+    KV_W,
     N_ADM,
     N_FIN,
     N_FLIGHT,
@@ -936,19 +938,20 @@ def _attention(n, c0, win):
 
 @njit(cache=True, inline="always")
 def _priced_window(cfg):
-    """The window ``_attention`` prices: the sliding window when every layer
-    slides; 0 (full attention, an upper bound) for a hybrid, whose full
-    layers attend everything, and for full attention."""
+    """The window of the main attention sums: the sliding window when every
+    layer slides; 0 for full attention and for a hybrid, whose full layers
+    attend everything (its sliding layers are summed apart, ``K.PRICE_WIN2``)."""
     return cfg[K.SW] if cfg[K.GROUPS_FULL] == 0 else 0
 
 
 @njit(cache=True, inline="always")
-def _add_to_batch(r, num_new, c0, known, q, s, pend, win):
+def _add_to_batch(r, num_new, c0, known, q, s, pend, win, win2):
     """Put r in this step's batch with num_new tokens after c0 computed ones
     (``known`` tokens known), priced as ``_is_decode`` says (``pend``), its
     attention work as ``_attention`` says (``win``: the sliding window, 0 for
-    full attention). A 0-token entry (compat blis: a fully cached prompt)
-    samples its first token without being priced."""
+    full attention; ``win2`` > 0: also bounded by that window, for a hybrid's
+    sliding layers, ``K.PRICE_WIN2``). A 0-token entry (compat blis: a fully
+    cached prompt) samples its first token without being priced."""
     q.sched_tok[r] = num_new
     q.slist[s[N_SCHED]] = r
     s[N_SCHED] += 1
@@ -962,10 +965,14 @@ def _add_to_batch(r, num_new, c0, known, q, s, pend, win):
     pairs, kv = _attention(num_new, c0, win)
     s[ATTENDED] += pairs
     s[KV_TOUCHED] += kv
+    if win2 > 0:
+        pairs, kv = _attention(num_new, c0, win2)
+        s[ATTENDED_W] += pairs
+        s[KV_W] += kv
 
 
 @njit(cache=True, inline="always")
-def _unschedule(v, rq, st, q, s, pend, win):
+def _unschedule(v, rq, st, q, s, pend, win, win2):
     """A victim that already ran this step gives its tokens back (async may have
     skipped it: then it is not in the batch); ``pend`` as ``_is_decode``,
     ``win`` as ``_add_to_batch``."""
@@ -989,6 +996,10 @@ def _unschedule(v, rq, st, q, s, pend, win):
     pairs, kv = _attention(n, c0, win)
     s[ATTENDED] -= pairs
     s[KV_TOUCHED] -= kv
+    if win2 > 0:
+        pairs, kv = _attention(n, c0, win2)
+        s[ATTENDED_W] -= pairs
+        s[KV_W] -= kv
 
 
 @njit(cache=True, inline="always")
@@ -1036,7 +1047,14 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     if vi < i:
         i -= 1
         _unschedule(
-            v, rq, st, q, s, rq.prompt[v] if cfg[K.COMPAT] != 0 else -1, _priced_window(cfg)
+            v,
+            rq,
+            st,
+            q,
+            s,
+            rq.prompt[v] if cfg[K.COMPAT] != 0 else -1,
+            _priced_window(cfg),
+            cfg[K.PRICE_WIN2],
         )
     for j in range(vi, k[N_RUN] - 1):
         q.run[j] = q.run[j + 1]
@@ -1116,7 +1134,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]  # 1 with caching
     # Loop-invariant settings read once (the loop writes other arrays, so the
     # compiler cannot keep cfg's entries in registers by itself).
-    windowed, win = cfg[K.SW] > 0, _priced_window(cfg)
+    windowed, win, win2 = cfg[K.SW] > 0, _priced_window(cfg), cfg[K.PRICE_WIN2]
     thr_now = s[THR_NOW]
     # The hot scalars live in locals during the walk (the counters array is
     # written back before a preemption, which updates it, and at the end).
@@ -1170,7 +1188,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         st.held[u] += grow
         s[BUDGET] = budget
         pend = rq.prompt[u] if blis else -1
-        _add_to_batch(r, num_new, c0, ntok + st.ph[u], q, s, pend, win)
+        _add_to_batch(r, num_new, c0, ntok + st.ph[u], q, s, pend, win, win2)
         budget = s[BUDGET]
         i += 1
     s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
@@ -1287,7 +1305,10 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         st.ncomp[r] = c0
         _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
-    _add_to_batch(r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1, _priced_window(cfg))
+    _add_to_batch(
+        r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1, _priced_window(cfg),
+        cfg[K.PRICE_WIN2],
+    )  # fmt: skip
     s[N_ADM] += 1
 
 
@@ -1365,7 +1386,10 @@ def _step_time(cfg, cfgf, rq, k, s):
     if cfg[K.COMPAT] != 0:
         dt = _blis_step_ns_if(rq.features.extras, ip, p_tok, d_tok)
     else:
-        dt = step_time_ns(cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab)
+        dt = step_time_ns(
+            cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab,
+            s[ATTENDED_W], s[KV_W],
+        )  # fmt: skip
     dt += s[SWAP_NS]
     k[CLOCK] += dt
     k[S.O_BUSY_NS] += dt
@@ -1597,7 +1621,7 @@ def fast_path_allowed(cfg, o, use_macro):
     run's block counts assume full attention), nor several KV cache groups
     (the run counts one table's blocks)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
-    macro = macro and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0
+    macro = macro and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0 and cfg[K.PRICE_WIN2] == 0
     macro = macro and cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW] == 1
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 

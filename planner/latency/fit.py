@@ -35,6 +35,8 @@ import numpy as np
 from planner.latency.step_time import (
     MEASURED,
     ROOFLINE,
+    SW_KV,
+    SW_PAIR,
     LinearLatency,
     MeasuredLatency,
     RooflineLatency,
@@ -191,6 +193,9 @@ def fit_roofline(
     unit = dataclasses.replace(base, mfu=1.0, mbu=1.0)
     fp = np.array(unit.floats(), dtype=np.float64)
     f0, f1, w, kvb, peak, bw, comm, experts, idle = fp[:9]
+    # A steps file gives whole-context sums only: a hybrid's sliding layers are
+    # priced on them too (an upper bound), as ``_ms`` prices them.
+    f1, kvb = f1 + fp[SW_PAIR], kvb + fp[SW_KV]
     p, d, att, kv = (a.astype(np.float64) for a in _inputs(steps))
     t_c = (f0 * (p + d) + f1 * att) / peak * 1e6  # us at MFU 1
     touched = 1.0 - np.exp(idle * (p + d))  # routed experts a step reads (RooflineLatency)
@@ -249,7 +254,7 @@ def _ms(lat: RooflineLatency | MeasuredLatency, p: int, d: int, att: int, kv: in
     tab = lat.table if isinstance(lat, MeasuredLatency) else np.zeros(4)
     ip = np.array(lat.ns()[:3], dtype=np.int64)
     fp = np.array(lat.floats(), dtype=np.float64)
-    return step_time_ns(kind, ip, fp, p, d, att, kv, tab) / 1e6
+    return step_time_ns(kind, ip, fp, p, d, att, kv, tab, att, kv) / 1e6
 
 
 def fit_measured(

@@ -99,7 +99,11 @@ DEFAULT_MBU = 0.8
 # graph and KNOTS eager latencies in seconds.
 AR_COUNT, AR_ELEMENTS, AR_GRAPH_TOKENS, AR_GRAPH = 9, 10, 11, 12
 AR_EAGER = AR_GRAPH + KNOTS
-ROOFLINE_FLOATS = AR_EAGER + KNOTS
+# Then a hybrid's sliding-window layers, priced apart (``RooflineLatency``):
+# FLOPs per (query, key) pair and KV bytes per token of those layers, and
+# their window in tokens (all 0 unless the model mixes full and sliding layers).
+SW_PAIR, SW_KV, SW_WINDOW = AR_EAGER + KNOTS, AR_EAGER + KNOTS + 1, AR_EAGER + KNOTS + 2
+ROOFLINE_FLOATS = SW_WINDOW + 1
 
 
 def overhead_ns(
@@ -154,6 +158,14 @@ class RooflineLatency:
       bytes over every GPU's link (ring all-reduce; Patarasuk and Yuan, JPDC
       2009) at ``hardware.GpuSpec.link_bytes_per_s``, without the latency of
       each all-reduce (``--step-overhead-us`` can carry it). Zero at tp = 1.
+    - sliding-window layers read and attend only their window: a model
+      whose layers all slide is priced with its window (the kernel's pairs
+      and KV tokens are window-bounded, ``kernel.step._attention``); a hybrid
+      (full and sliding layers: gemma-2/3, gpt-oss) prices its full layers'
+      share on whole-context pairs and KV tokens and its sliding layers' share
+      on window-bounded ones, each share its layer count over all layers
+      (``sliding_split``). Other layer kinds (chunked local, linear, Mamba)
+      are priced as full attention, an upper bound.
 
     The roofline idea: Williams et al., CACM 2009; its use for LLM inference:
     Yuan et al., "LLM Inference Unveiled" (2024). alpha (queueing delay,
@@ -212,7 +224,7 @@ class RooflineLatency:
         heads = m.num_heads / self.tp
         experts = m.expert_weight_bytes(self.tp)
         tab = self.allreduce_table()
-        measured: tuple[float, ...] = (0.0,) * (ROOFLINE_FLOATS - AR_COUNT)
+        measured: tuple[float, ...] = (0.0,) * (SW_PAIR - AR_COUNT)
         if tab is not None:
             count, per_token = 2.0 * m.num_layers + 1.0, float(m.hidden_size)
             graph = float(allreduce.graph_tokens(g.sm))
@@ -220,18 +232,39 @@ class RooflineLatency:
         f = self.time_scale
         if tab is not None:
             measured = (*measured[:3], *(x * f for x in measured[3:]))
+        n_sw, window = self.sliding_split()
+        per_pair = 4.0 * heads * m.head_dim  # one layer's attention FLOPs per pair
+        per_kv = float(m.kv_bytes_per_token_layer(self.tp))
+        full = m.num_layers - n_sw
         return (
             2.0 * m.active_params() / self.tp,
-            4.0 * m.num_layers * heads * m.head_dim,
+            full * per_pair,
             m.weight_bytes(self.tp) - experts,
-            float(m.kv_bytes_per_token(self.tp)),
+            full * per_kv,
             g.bf16_flops * self.mfu / f,
             g.hbm_bytes_per_s * self.mbu / f,
             (0.0 if tab is not None else self.comm_s_per_token()) * f,
             experts,
             idle_log(m.experts_per_token, m.num_experts),
             *measured,
+            n_sw * per_pair,
+            n_sw * per_kv,
+            float(window),
         )
+
+    def sliding_split(self) -> tuple[int, int]:
+        """(sliding-window layers, window in tokens) priced apart: a hybrid's
+        (full and sliding layers both); (0, 0) for full attention and for a
+        model whose layers all slide (the kernel's own sums are then
+        window-bounded already)."""
+        from planner.models.config_json import SLIDING
+        from planner.models.hardware import model
+
+        m = model(self.model, self.quantization, self.kv_cache_dtype)
+        n_sw = sum(1 for t in m.layer_types if t == SLIDING)
+        if n_sw == 0 or n_sw == m.num_layers or not m.sliding_window:
+            return 0, 0
+        return n_sw, int(m.sliding_window)
 
     def allreduce_table(self) -> allreduce.AllReduceTable | None:
         """The measured all-reduce of this GPU at this tp; None at tp 1 or
@@ -452,15 +485,17 @@ def blis_alpha2_ns(a2: int) -> int:
 
 
 @njit(cache=True)
-def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # noqa: ANN001, ANN201
+def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab, attended_w=0, kv_w=0):  # noqa: ANN001, ANN201, E501
     """Duration of one step in integer ns; 0 for a step that scheduled nothing.
 
     ``ip``: int params (b0, b1, b2) in ns; ``fp``: the roofline floats of
     ``RooflineLatency.floats`` (measured: ``fp[0]`` scales the table).
     ``attended``: (query, key) pairs of the step; ``kv_tokens``: KV tokens
     read or written; ``tab``: the config's measured table (``MEASURED`` only,
-    ``measured_table_ns``), a step taking at least 1 ns. Shared by the kernel
-    and the reference engine.
+    ``measured_table_ns``), a step taking at least 1 ns. ``attended_w`` and
+    ``kv_w``: the same sums bounded by a hybrid's sliding window
+    (``fp[SW_WINDOW]``; roofline only, 0 otherwise). Shared by the kernel and
+    the reference engine.
     """
     if prefill + decode == 0:
         return 0
@@ -470,9 +505,9 @@ def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab):  # no
         t_ns = fp[0] * measured_table_ns(tab, prefill, decode, attended, kv_tokens)
         return ip[0] + max(int(math.ceil(t_ns)), 1)
     tokens = prefill + decode
-    flops = fp[0] * tokens + fp[1] * attended
+    flops = fp[0] * tokens + fp[1] * attended + fp[SW_PAIR] * attended_w
     touched = 1.0 - math.exp(fp[8] * tokens)  # routed experts read (class doc)
-    nbytes = fp[2] + fp[7] * touched + fp[3] * kv_tokens
+    nbytes = fp[2] + fp[7] * touched + fp[3] * kv_tokens + fp[SW_KV] * kv_w
     t = max(flops / fp[4], nbytes / fp[5]) + fp[6] * tokens + allreduce_step_s(fp, tokens)
     return ip[0] + int(math.ceil(t * 1e9))
 
