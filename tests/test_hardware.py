@@ -13,7 +13,17 @@ from planner.latency.step_time import (
     RooflineLatency,
     step_time_ns,
 )
-from planner.models.hardware import GIB, GPUS, MODELS, HardwareError, gpu, model, num_gpu_blocks
+from planner.models.hardware import (
+    GIB,
+    GPU_ALIASES,
+    GPU_SOURCES,
+    GPUS,
+    MODELS,
+    HardwareError,
+    gpu,
+    model,
+    num_gpu_blocks,
+)
 from planner.resolve import latency
 
 
@@ -52,6 +62,35 @@ def test_unknown_presets_and_bad_utilisation():
     with pytest.raises(HardwareError, match="utilization"):
         num_gpu_blocks(model("qwen2.5-7b"), gpu("L40S"), 1.5)
     assert gpu("h100") is GPUS["H100"] and gpu("a100") is GPUS["A100-80GB"]
+
+
+# Issue 33 item 4: the GPUs the presets must cover (SXM parts as H100/A100/H200).
+ISSUE_33_GPUS = (
+    "RTX-4090", "RTX-PRO-6000", "L40S", "L4", "A10G", "A100-40GB", "A100-80GB", "H100",
+    "H100-PCIe", "H100-NVL", "H200", "B200", "GB200", "MI300X", "MI325X",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ISSUE_33_GPUS)
+def test_issue_33_gpu_presets_exist_with_figures_and_sources(name):
+    g = gpu(name)
+    assert g is GPUS[name] and g.name == name
+    assert g.memory_gib > 0 and g.bf16_flops > 0 and g.hbm_bytes_per_s > 0
+    assert 0 < g.link_bytes_per_s < g.hbm_bytes_per_s  # a link is slower than HBM
+    assert (g.sm == 0) == name.startswith("MI")  # compute capability on CUDA, 0 on ROCm
+    assert GPU_SOURCES[name].strip()
+    assert gpu(name.lower()) is g and gpu(name.upper()) is g  # case-insensitive
+    # Llama-3.1-8B (16 GB of bf16 weights) fits one of each, even a 24 GB card.
+    assert num_gpu_blocks(model("llama-3.1-8b"), g, 0.9) > 1000
+
+
+def test_every_gpu_alias_resolves_to_its_preset():
+    assert set(GPU_ALIASES.values()) <= set(GPUS)
+    for alias, name in GPU_ALIASES.items():
+        assert alias == alias.lower() and gpu(alias) is GPUS[name]
+    assert gpu("h100-pcie") is GPUS["H100-PCIe"] and gpu("h100nvl") is GPUS["H100-NVL"]
+    assert gpu("a10g") is GPUS["A10G"] and gpu("l4") is GPUS["L4"]
+    assert gpu("gb200") is GPUS["GB200"] and gpu("mi325x") is GPUS["MI325X"]
 
 
 def test_roofline_decode_is_memory_bound_and_prefill_compute_bound():

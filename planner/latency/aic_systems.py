@@ -18,10 +18,12 @@ AIC_SYSTEMS: dict[str, str] = {
 }
 
 # GPUs with vLLM all-reduce measurements: the above, the A100 40 GB on the A100
-# SXM's NVLink fabric (the same NVSwitch, measured on the 80 GB part) and the
-# RTX PRO 6000 Server Edition (PCIe only).
+# SXM's NVLink fabric (the same NVSwitch, measured on the 80 GB part), the
+# RTX PRO 6000 Server Edition (PCIe only) and GB200 (tensor-parallel 2 and 4,
+# within one 4-GPU compute tray). L4 and H100 PCIe ship no vLLM measurements.
 ALLREDUCE_SYSTEMS: dict[str, str] = {
     **AIC_SYSTEMS,
     "A100-40GB": "a100_sxm",
     "RTX-PRO-6000": "rtx_pro_6000_server",
+    "GB200": "gb200",
 }

@@ -26,7 +26,8 @@ Left out: the logits gather of the LM head and any overlap of communication
 with compute (vLLM 0.33 overlaps none by default).
 
 A GPU or tensor-parallel size without a measurement (RTX 4090, MI300X,
-tensor parallelism above 8) keeps the bandwidth-only ring formula of
+MI325X, L4, A10G, H100 PCIe and NVL, GB200 at tp 8, tensor parallelism above
+8) keeps the bandwidth-only ring formula of
 ``RooflineLatency`` and says so in its description.
 """
 

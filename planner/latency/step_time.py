@@ -151,7 +151,7 @@ class RooflineLatency:
       activations per step, each timed from vLLM's own all-reduce as
       aiconfigurator-core measured it on that GPU and tensor-parallel size
       (``planner.latency.allreduce``: latency and bandwidth both). Where
-      nothing was measured (RTX 4090, MI300X, tp above 8), a bandwidth-only
+      nothing was measured (RTX 4090, L4, A10G, MI300X, ...), a bandwidth-only
       bound: per token, 2 all-reduces per layer of hidden_size activations in
       the model dtype (Megatron-LM's split: one after attention, one after
       the MLP; Shoeybi et al., 2019), each moving 2 (tp - 1) / tp of its

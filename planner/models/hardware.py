@@ -32,8 +32,9 @@ MODELS: dict[str, ModelSpec] = {name: catalog.lookup(name) for name in PRESETS} 
 class GpuSpec:
     """One accelerator: memory visible to torch, dense bf16 peak, HBM bandwidth,
     and the GPU-to-GPU bandwidth tensor parallelism's all-reduces use (each
-    direction: NVLink's or Infinity Fabric's total over two; PCIe Gen4 x16's
-    32 GB/s for cards without such links)."""
+    direction: NVLink's or Infinity Fabric's total over two; for cards without
+    such links PCIe's one-direction rate, 32 GB/s for Gen4 x16, 64 GB/s for Gen5
+    x16)."""
 
     name: str
     memory_gib: float  # torch.cuda total memory, GiB
@@ -60,12 +61,45 @@ GPU_SOURCES: dict[str, str] = {
     "aic-core/src/aiconfigurator_core/systems/rtx_pro_6000_server.yaml (Server Edition: "
     "97,887 MiB from nvidia-smi, 467.8 TFLOP/s bf16 dense at its observed 2,430 MHz, 1.792 TB/s "
     "GDDR7, PCIe Gen5 x16 64 GB/s each way; recorded 2026-12-04)",
+    # Added 2026-12-05 (issue 33 item 4); "AIC" = ai-dynamo/aiconfigurator (Apache-2.0)
+    # commit 095f58a5, aic-core/src/aiconfigurator_core/systems/, the same files as the
+    # aiconfigurator-core 0.12.0 wheel.
+    "L4": "AIC l4.yaml (121 TFLOP/s bf16 dense, 300 GB/s GDDR6, PCIe Gen4 x16 32 GB/s each "
+    "way, sm 89); 22.03 GiB total from torch's out-of-memory message on an L4, "
+    "https://github.com/ArcInstitute/evo2/issues/190",
+    "A10G": "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/ "
+    "(24 GB GDDR6, 600 GB/s); 70 TFLOP/s 16-bit tensor from full-stack-deep-learning/"
+    "website docs/cloud-gpus/index.md, citing NVIDIA's A10G datasheet "
+    "https://d1.awsstatic.com/product-marketing/ec2/"
+    "NVIDIA_AWS_A10G_DataSheet_FINAL_02_17_2022.pdf; "
+    "22.20 GiB total from torch on a g5.12xlarge, "
+    "https://github.com/XavierXiao/Dreambooth-Stable-Diffusion/issues/18 (secondary sources)",
+    "H100-PCIe": "AIC h100_pcie.yaml (756.5 TFLOP/s bf16 dense, 2 TB/s HBM2e, PCIe Gen5 x16 "
+    "64 GB/s each way without NVLink, sm 90); NVIDIA H100 PCIe product brief PB-11133-001_v02 "
+    "(80 GB, >2,000 GB/s); memory: the 80 GB label converted (80e9 B = 74.51 GiB)",
+    "H100-NVL": "https://www.nvidia.com/en-us/data-center/h100/ as quoted by "
+    "https://github.com/KellerJordan/modded-nanogpt/issues/116 (1,671 TFLOP/s bf16 with "
+    "sparsity); 94 GB HBM3, 3.9 TB/s, NVLink bridge 600 GB/s: secondary summaries of NVIDIA's "
+    "page; 93.00 GiB total from torch on an H100 NVL, "
+    "https://github.com/ali-vilab/VACE/issues/56",
+    "GB200": "AIC gb200.yaml (one Blackwell GPU of a GB200 superchip: 189,471 MiB from "
+    "nvidia-smi, 2,500 TFLOP/s bf16, 8 TB/s HBM3e, NVLink 5 900 GB/s each way, sm 100; "
+    "it cites NVIDIA's Blackwell datasheet https://nvdam.widen.net/s/wwnsxrhm2w/"
+    "blackwell-datasheet-3384703)",
+    "MI325X": "https://rocm.docs.amd.com/en/7.13.0-preview/reference/gpu-specs.html (256 GiB "
+    "VRAM); https://docs.vultr.com/inference-cookbook/rocm/getting-started/hardware-requirements "
+    "(6.0 TB/s, 1,307 TFLOP/s 16-bit, from AMD's MI325X page); 1,307.4 TFLOP/s bf16 dense "
+    "and 7 Infinity Fabric links as on MI300X: secondary summaries of AMD's page",
 }
 GPU_SOURCES_RECORDED = "2026-11-30"
 # GPU-to-GPU links (``link_bytes_per_s``) from the same pages, recorded
 # 2026-12-01: NVLink 900 GB/s (H100, H200 SXM), 600 GB/s (A100 SXM4), 1.8 TB/s
 # (B200), AMD Infinity Fabric 896 GB/s aggregate (MI300X); L40S and RTX 4090
-# have no NVLink and talk over PCIe Gen4 x16 (64 GB/s both ways).
+# have no NVLink and talk over PCIe Gen4 x16 (64 GB/s both ways). Added
+# 2026-12-05 from GPU_SOURCES: L4 and A10G PCIe Gen4 x16, H100 PCIe Gen5 x16
+# (128 GB/s both ways; its optional two-card NVLink bridge is not modelled),
+# H100 NVL's NVLink bridge 600 GB/s (pairs only), GB200 NVLink 5 1.8 TB/s,
+# MI325X 7 x 128 GB/s Infinity Fabric links (896 GB/s, as MI300X).
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
@@ -90,13 +124,32 @@ GPUS: dict[str, GpuSpec] = {
         # RTX PRO 6000 Blackwell (Server Edition's figures, GPU_SOURCES): 96 GB GDDR7,
         # 97,887 MiB = 95.59 GiB visible, 467.8 TFLOP/s bf16 dense, 1.792 TB/s
         GpuSpec("RTX-PRO-6000", 95.59, 467.8e12, 1.792e12, 64e9, 120),  # PCIe Gen5 x16
+        # L4 24GB: 121 TFLOP/s bf16 dense, 300 GB/s GDDR6; torch reports 22.03 GiB
+        GpuSpec("L4", 22.03, 121e12, 0.3e12, 32e9, 89),  # PCIe Gen4 x16
+        # A10G 24GB (AWS G5): 70 TFLOP/s 16-bit tensor (dense: a measured bf16 matmul
+        # reaches 69.5), 600 GB/s GDDR6; torch reports 22.20 GiB; GA102, sm 86
+        GpuSpec("A10G", 22.20, 70e12, 0.6e12, 32e9, 86),  # PCIe Gen4 x16
+        # H100 PCIe 80GB: 756.5 TFLOP/s bf16 dense, 2 TB/s HBM2e; no torch figure
+        # found, the label converted: 80e9 B = 74.51 GiB (SXM's log: 79.19)
+        GpuSpec("H100-PCIe", 74.51, 756.5e12, 2.0e12, 64e9, 90),  # PCIe Gen5 x16
+        # H100 NVL 94GB: 835.5 TFLOP/s bf16 dense (1,671 with sparsity), 3.9 TB/s
+        # HBM3; torch reports 93.00 GiB
+        GpuSpec("H100-NVL", 93.0, 835.5e12, 3.9e12, 300e9, 90),  # NVLink bridge 600 GB/s
+        # GB200, one Blackwell GPU: 2,500 TFLOP/s bf16 dense, 8 TB/s HBM3e;
+        # 189,471 MiB = 185.03 GiB from nvidia-smi (as RTX-PRO-6000)
+        GpuSpec("GB200", 185.03, 2500e12, 8.0e12, 900e9, 100),  # NVLink 1.8 TB/s both ways
+        # AMD Instinct MI325X 256GB: 1,307.4 TFLOP/s bf16 dense, 6 TB/s HBM3E;
+        # 256 GiB of HBM (ROCm's table); the figure visible to torch not found
+        GpuSpec("MI325X", 256.0, 1307.4e12, 6.0e12, 448e9),  # Infinity Fabric 896 GB/s
     )
 }
 GPU_ALIASES = {"h100": "H100", "h100-80gb": "H100", "h200": "H200", "a100": "A100-80GB",
                "a100-80gb": "A100-80GB", "a100-40gb": "A100-40GB", "l40s": "L40S",
                "b200": "B200", "rtx-4090": "RTX-4090", "rtx4090": "RTX-4090",
                "4090": "RTX-4090", "mi300x": "MI300X", "rtx-pro-6000": "RTX-PRO-6000",
-               "rtxpro6000": "RTX-PRO-6000"}  # fmt: skip
+               "rtxpro6000": "RTX-PRO-6000", "l4": "L4", "a10g": "A10G",
+               "h100-pcie": "H100-PCIe", "h100pcie": "H100-PCIe", "h100-nvl": "H100-NVL",
+               "h100nvl": "H100-NVL", "gb200": "GB200", "mi325x": "MI325X"}  # fmt: skip
 
 
 class HardwareError(ValueError):
