@@ -48,3 +48,21 @@ def no_leftover_temp_files(session_tmpdir: Path) -> Iterator[None]:
     yield
     left = sorted(_contents(session_tmpdir) - before)
     assert not left, f"left in TMPDIR (use tmp_path, or clean up): {left}"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-long",
+        action="store_true",
+        help="also run the tests marked long (minutes each: the sizing search, the speed record)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``long`` tests, saying how to run them, unless ``--run-long`` is given."""
+    if config.getoption("--run-long"):
+        return
+    skip = pytest.mark.skip(reason="minutes on 2 cores: run with pytest --run-long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)

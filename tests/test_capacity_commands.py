@@ -26,7 +26,8 @@ from planner.models import hardware
 from planner.slo import SLO, seconds_text
 from planner.workload.traces import s1_exact
 
-S1_CSV = str(Path(__file__).parents[1] / "planner" / "data" / "s1_seed7.csv")
+ROOT = Path(__file__).parents[1]
+S1_CSV = str(ROOT / "planner" / "data" / "s1_seed7.csv")
 
 
 def test_s3_pool_gap_and_startup_rules():
@@ -355,6 +356,11 @@ def test_70b_example_claims_nothing_while_overloaded(capsys):
     assert "Safe" not in flat and "Recommended" not in flat
     assert "every one is overloaded" in flat and "capacity grow about" in flat
     assert "overloaded" in flat.split("simulation-verified")[1].split("throughput-optimal")[0]
+    # docs/capacity-checks.md quotes this run's figures: the page and the code agree
+    page = " ".join((ROOT / "docs" / "capacity-checks.md").read_text().split())
+    figures = ("7.844 req/s", "max_num_seqs 354", "about 29%", "1.41x", "0.692x", "31%", "1.45x")
+    for figure in figures:
+        assert figure in flat and figure in page, figure
 
 
 def test_plan_check_on_the_issue_hybrid(capsys):

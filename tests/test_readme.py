@@ -1,10 +1,12 @@
 """The README and the documentation site say what the code does (issues 18 and 31).
 
 Every ``plan`` command in a shell block of README.md or docs/*.md must parse
-against the real command (every option exists, every value converts). Commands
-that take seconds run for real, page by page in the order shown, in a
-temporary folder where they would write; a trailing ``# ... exit N`` comment
-gives the exit status the page promises. The README's shape (length, the two
+against the real command (every option exists, every value converts) and runs
+for real, page by page in the order shown, in a temporary folder where it
+would write (tests/doc_commands.py says how, and which commands run elsewhere:
+the sweeps of thousands of configurations in tests/test_docs_sweeps.py, the
+minutes-long ones there under ``--run-long``); a trailing ``# ... exit N``
+comment gives the exit status the page promises. The README's shape (length, the two
 fresh-machine commands and the question table in its first 30 lines), its
 links, and the figures it and the docs quote (catalog size, GPU presets, the
 compile note, the quick sweep's time) are checked against the code.
@@ -13,51 +15,26 @@ compile note, the quick sweep's time) are checked against the code.
 from __future__ import annotations
 
 import re
-import shlex
-from pathlib import Path
 
 import pytest
 import typer
 import yaml
 
+from doc_commands import (
+    DOCS,
+    ELSEWHERE,
+    PAGES,
+    README,
+    ROOT,
+    is_heavy,
+    is_long,
+    page_commands,
+    run_page,
+    runnable,
+    runs_elsewhere,
+)
 from helpers import run_cli
 from planner.cli.commands import app
-
-ROOT = Path(__file__).parents[1]
-README = ROOT / "README.md"
-DOCS = ROOT / "docs"
-PAGES = [README, *sorted(DOCS.glob("*.md"))]
-# Commands that take minutes, need a cluster or stand for the user's own file:
-# parsed, not run.
-SLOW = (
-    "sweeps/seed-starvation.toml",
-    "sweeps/azure-conv.toml",
-    "sweeps/azure-conv-size.toml",
-    "--address",
-    "results/seed-",
-    "log.csv",
-    "--latency measured",  # needs the optional extra aic (tests/test_measured.py runs it)
-    # the 70B safe-limit example: test_capacity_commands.py runs it and checks its figures
-    "llama-3.1-70b --gpu H100 --tensor-parallel-size 4 --max-model-len 32768",
-    # minutes of measuring: test_bench.py runs its CLI with the measuring replaced
-    "bench --record",
-)
-
-
-def page_commands(page: Path) -> list[tuple[list[str], int]]:
-    """(argv after ``plan``, expected exit code) for each ``plan`` command in ``page``."""
-    blocks = re.findall(r"```(?:bash|sh|console)?\n(.*?)```", page.read_text(), flags=re.S)
-    found = []
-    for block in blocks:
-        for line in block.replace("\\\n", " ").splitlines():
-            code, _, comment = line.partition("#")
-            m = re.search(r"exit (\d)", comment)
-            for part in code.split("&&"):
-                first = part.split()[:1]
-                if first and Path(first[0]).name == "plan":
-                    found.append((shlex.split(part)[1:], int(m.group(1)) if m else 0))
-    return found
-
 
 COMMANDS = [(page.name, argv, code) for page in PAGES for argv, code in page_commands(page)]
 
@@ -81,39 +58,25 @@ def test_every_shown_command_parses(capsys, argv):
     cmd.make_context(argv[0], list(argv[1:]))  # raises on an unknown option or a bad value
 
 
-def _redirect(argv: list[str], tmp: Path) -> list[str]:
-    """Send outputs to ``tmp``: sweep and size --out, run's --out, heatmap's and
-    report's result (one made under results/) and --out."""
-    argv = list(argv)
-    if argv[0] in ("sweep", "size") and "--dry-run" not in argv and "--out" not in argv:
-        argv += ["--out", str(tmp / Path(argv[1]).stem)]
-    if argv[0] == "heatmap" or argv[0] == "report" and argv[1].startswith("results/"):
-        argv[1] = str(tmp / Path(argv[1]).name)
-    if argv[0] in ("heatmap", "report", "run") and "--out" in argv:
-        i = argv.index("--out") + 1
-        argv[i] = str(tmp / Path(argv[i]).name)
-    return argv
+def test_every_command_not_run_here_runs_somewhere():
+    """A command the page tests leave out is long (run under --run-long by
+    tests/test_docs_sweeps.py) or run, with its figures, by the test file named."""
+    for key, test_file in ELSEWHERE.items():
+        text = " ".join((ROOT / test_file).read_text().split()).replace('", "', " ")
+        assert any(key in " ".join(a) for _, a, _ in COMMANDS), f"no page shows {key}"
+        assert key in text, f"{test_file} does not run {key}"
+    left_out = [a for _, a, _ in COMMANDS if a and (is_long(a) or runs_elsewhere(a))]
+    assert len(left_out) <= 5, left_out  # a new long command needs a reason, not a pass
 
 
-def _runnable(page: Path) -> list[tuple[list[str], int]]:
-    return [
-        (a, c)
-        for a, c in page_commands(page)
-        if a and not a[0].startswith("-") and not any(s in " ".join(a) for s in SLOW)
-    ]
-
-
-RUN_PAGES = [p for p in PAGES if _runnable(p)]
+LIGHT_PAGES = [p for p in PAGES if runnable(p) and not is_heavy(p)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", RUN_PAGES, ids=[p.name for p in RUN_PAGES])
+@pytest.mark.parametrize("page", LIGHT_PAGES, ids=[p.name for p in LIGHT_PAGES])
 def test_shown_commands_run(capsys, tmp_path, monkeypatch, page):
-    """Run a page's fast commands in its order (a sweep before its heatmap)."""
     monkeypatch.chdir(ROOT)
-    for argv, expected in _runnable(page):
-        code, out, err = run_cli(capsys, *_redirect(argv, tmp_path))
-        assert code == expected, f"{page.name}: plan {' '.join(argv)}: exit {code}\n{err}"
+    run_page(capsys, tmp_path, page)
 
 
 # --- The README's shape and links -------------------------------------------------
