@@ -4,6 +4,8 @@ are measured and printed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from helpers import run_cli
 from planner.answers.bench import run_bench
 
@@ -37,7 +39,14 @@ def test_mooncake_bench_times_caching_off_and_on(capsys):
 
     fig = run_mooncake_bench(repeats=1)
     out = capsys.readouterr().out
-    assert "28,204 blocks" in out  # the H100 preset's pool for Llama-3.1-8B
+    from planner import resolve
+
+    blocks, _ = resolve.num_gpu_blocks(
+        None, "llama-3.1-8b", "H100", 0.9, 16, 1, 0, max_num_seqs=256, max_num_batched_tokens=2048
+    )
+    assert f"{blocks:,} blocks" in out  # the H100 preset's pool for Llama-3.1-8B
+    page = (Path(__file__).parents[1] / "docs" / "prefix-caching.md").read_text()
+    assert f"Llama-3.1-8B linear preset, {blocks:,}\nblocks" in page  # the page quotes it
     for mnbt in MOONCAKE_MNBT:
         plain, caching = fig[f"plain_{mnbt}_s"], fig[f"caching_{mnbt}_s"]
         assert plain > 0 and caching > 0 and fig[f"ratio_{mnbt}"] == caching / plain

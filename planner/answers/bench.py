@@ -207,7 +207,7 @@ def run_mooncake_bench(repeats: int = 3, **options: bool) -> dict[str, float]:
     and bookkeeping) and their ratio, issue 17's
     measure on a trace with real sharing. The pool is what the H100 preset
     derives for Llama-3.1-8B at gpu_memory_utilization 0.9, max_num_seqs 256
-    and 2,048 batched tokens (``resolve.num_gpu_blocks``: 28,204 blocks), held
+    and 2,048 batched tokens (``resolve.num_gpu_blocks``: 28,173 blocks), held
     for both token budgets; max_model_len 131,072, linear step times of the
     preset. ``options``: async_scheduling. Returns {"plain_<mnbt>_s",
     "caching_<mnbt>_s", "ratio_<mnbt>"}."""

@@ -251,10 +251,10 @@ def num_gpu_blocks(
     0.33's H100 defaults (8,192 batched tokens, 1,024 sequences):
     79.19 GiB x 0.90 = 71.271 GiB; weights 8.030e9 x 2 B = 14.957 GiB;
     activation peak max(8,192 x (4 x 4,096 + 3 x 14,336) x 2 B = 0.906 GiB,
-    1,024 x 128,256 x 12 B = 1.468 GiB) = 1.468 GiB; non-torch 0.50 GiB; CUDA
-    graphs 0.36 GiB; 53.986 GiB left. A block holds 16 tokens x 2 (K, V) x 32
-    layers x 8 KV heads x 128 x 2 B = 2 MiB, so num_gpu_blocks = 27,641
-    (-1.2% from the 27,967 this planner quoted from vLLM's log of ~54.6 GiB).
+    1,024 x 128,256 x 14 B = 1.712 GiB) = 1.712 GiB; non-torch 0.50 GiB; CUDA
+    graphs 0.36 GiB; 53.742 GiB left. A block holds 16 tokens x 2 (K, V) x 32
+    layers x 8 KV heads x 128 x 2 B = 2 MiB, so num_gpu_blocks = 27,515
+    (-1.6% from the 27,967 this planner quoted from vLLM's log of ~54.6 GiB).
 
     Raises:
         HardwareError: if the utilisation is outside (0, 1], tp < 1, tp does

@@ -20,7 +20,19 @@ vLLM measures the last three on the GPU; here each is a stated estimate:
   the dummy sampler over S = min(max_num_seqs, max_num_batched_tokens) rows
   (``GPUModelRunner._dummy_run`` spreads its T tokens over that many requests
   and ``_dummy_sampler_run`` samples one row per request),
-  ``S x vocab x 3 x 4 B`` (fp32 logits, probabilities and log-probabilities).
+  ``S x vocab x 14 B``: the logits in the model's dtype (2 B, bf16) that
+  ``_dummy_sampler_run`` holds while ``Sampler.forward`` works on their fp32
+  copy (4 B; temperature divides it in place), and then the two fp32 tensors
+  of the sampling step (4 + 4 B): FlashInfer's top-k mask and probabilities
+  (``flashinfer_sample``), or on the second, seeded call that
+  ``_dummy_sampler_run`` makes, the probabilities and the exponential noise
+  ``q`` of ``random_sample`` (Triton's top-k/top-p works in place, and the
+  noise divides the probabilities in place). No log-probabilities: the dummy
+  metadata asks for none (``vllm/v1/sample/sampler.py``,
+  ``vllm/v1/sample/ops/topk_topp_sampler.py``, vLLM 0.33.0). Not counted: the
+  Triton kernels' cached (programs x vocab) fp32 buffer, about 80 MiB (vLLM
+  PR #33538). Releases before that PR sorted the vocabulary (values and int64
+  indices) and peaked near 39 B (``tests/data/memory_logs.json``'s llm-d rows).
   Both terms follow the server's own max_num_batched_tokens and max_num_seqs,
   so the pool does too: every command sizes a configuration's pool at that
   configuration's two values (``planner.resolve.num_gpu_blocks``).
@@ -48,7 +60,7 @@ NON_TORCH_TP1_GIB = 0.5
 NON_TORCH_TP_GIB = 1.0
 CUDA_GRAPH_GIB = 0.36
 ACT_BYTES = 2  # bf16 activations
-LOGIT_BYTES = 4 * 3  # fp32 logits, probs, logprobs per (row, vocab entry)
+LOGIT_BYTES = 2 + 4 + 4 + 4  # per (row, vocab entry): module docstring
 
 
 # vLLM 0.33's MXFP4 MoE kernel for each CUDA architecture (compute capability
