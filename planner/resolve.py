@@ -92,6 +92,40 @@ def latency(
     return LinearLatency(alpha or a, b)  # type: ignore[arg-type]
 
 
+def has_linear_preset(model: str, gpu: str, tp: int = 1) -> bool:
+    """Whether fitted linear coefficients exist for ``model`` on ``tp`` x ``gpu``
+    (``LINEAR_PRESETS``: BLIS's fit for Llama-3.1-8B on one H100)."""
+    return tp == 1 and (hardware.model(model).name, hardware.gpu(gpu).name) in LINEAR_PRESETS
+
+
+def best_available_latency(
+    model: str,
+    gpu: str,
+    tp: int = 1,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    overhead_us: float = 0.0,
+) -> tuple[Latency, str]:
+    """The step-time model to use when none was chosen and no linear preset
+    exists (issue 33, item 3: the most accurate one the planner has): the
+    measured tables where aiconfigurator-core is installed and has data for
+    the model and GPU, else the roofline at its default efficiencies; with
+    the reason, one clause. Raises ValueError (one line) where neither can
+    serve (a model the roofline cannot price)."""
+    from planner.latency import measured
+
+    try:
+        lat = measured.build(model, gpu, tp, quantization, kv_cache_dtype, overhead_us=overhead_us)
+        return lat, "measured, since aiconfigurator-core has data for them"
+    except measured.MeasuredError as e:
+        why = str(e).split(";")[0].split(": unsupported")[0].removeprefix("--latency measured: ")
+        if "needs aiconfigurator-core" in why:
+            why = "aiconfigurator-core is not installed (pip install 'vllm-capacity-planner[aic]')"
+    rf = latency("roofline", model, gpu, tp, None, None, None, None, overhead_us, quantization,
+                 kv_cache_dtype)  # fmt: skip
+    return rf, f"roofline, since {why}"
+
+
 def kv_block_bytes(
     explicit: int | None,
     model: str | None,

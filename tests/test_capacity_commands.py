@@ -265,7 +265,7 @@ def test_safe_limit_takes_the_latency_options_its_errors_name(capsys):
     base = ["safe-limit", "--model", "llama-3.1-70b", "--gpu", "H100",
             "--tensor-parallel-size", "2", "--num-requests", "20", "--horizon", "30",
             "--max-num-batched-tokens", "2048"]  # fmt: skip
-    code, _, err = run_cli(capsys, *base)
+    code, _, err = run_cli(capsys, *base, "--latency", "linear")  # no preset for the pair
     assert code == 2 and "--beta-coeffs" in err
     rps = []
     for beta in ("6000,20,6", "12000,40,12"):

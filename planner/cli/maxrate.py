@@ -198,7 +198,7 @@ def max_rate(
     shown = {k: v for k, v in srv.items() if k not in varied}  # a varied one is given per row
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
-        step_overhead_us, measured_scale=measured_scale,
+        step_overhead_us, measured_scale=measured_scale, latency_given=given(ctx, "latency"),
     )  # fmt: skip
     if "num_gpu_blocks" in varied and given(ctx, "gpu_memory_utilization"):
         raise ValueError(

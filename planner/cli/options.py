@@ -158,7 +158,14 @@ class LatencyKind(StrEnum):
     measured = "measured"
 
 
-LatencyOpt = Annotated[LatencyKind, typer.Option(help="Step-time model.")]
+LatencyOpt = Annotated[
+    LatencyKind,
+    typer.Option(
+        help="Step-time model. Not given, with --model and --gpu that have no linear preset "
+        "(only llama-3.1-8b on one H100 has one): measured where aiconfigurator-core has "
+        "data for them, else roofline, said on stderr."
+    ),
+]
 
 
 class GdnPrefillBackendKind(StrEnum):
@@ -234,12 +241,33 @@ def step_time(
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
     measured_scale: float | None = None,
+    latency_given: bool = True,
 ) -> Latency:
     """The step-time model from the latency options above (``resolve.latency``
     picks it and states the defaults); the roofline reads the model's weight
-    and KV bytes under ``--quantization`` and ``--kv-cache-dtype``."""
+    and KV bytes under ``--quantization`` and ``--kv-cache-dtype``. With no
+    ``--latency`` given (``latency_given`` False), no linear coefficients and
+    no linear preset for the model and GPU, the best model available instead
+    (``resolve.best_available_latency``), said on stderr."""
     if measured_scale is not None and latency != LatencyKind.measured:
         raise ValueError("--measured-scale needs --latency measured")
+    linear_options = (alpha_coeffs, beta_coeffs, mfu, mbu)
+    if (
+        not latency_given
+        and model is not None
+        and gpu is not None
+        and all(x is None for x in linear_options)
+        and not resolve.has_linear_preset(model, gpu, tp)
+    ):
+        lat, why = resolve.best_available_latency(
+            model, gpu, tp, quantization, kv_cache_dtype, step_overhead_us
+        )
+        print(
+            f"plan: note: no --latency given and no linear preset for {model} on {tp} x {gpu}, "
+            f"so {why}: {lat.describe()}",
+            file=sys.stderr,
+        )
+        return lat
     lat = resolve.latency(
         latency.value,
         model,

@@ -341,6 +341,7 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
     lat = opt.step_time(
         o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
         o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
+        latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
     )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,

@@ -139,7 +139,7 @@ def validate(
     s = server.values(srv)
     lat = opt.step_time(
         latency, name, gpu_name, tp, alpha_coeffs, beta_coeffs, mfu, mbu, step_overhead_us,
-        None, kv_dtype, measured_scale,
+        None, kv_dtype, measured_scale, latency_given=given(ctx, "latency"),
     )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
         o.get("num_gpu_blocks"), name, gpu_name, s["gpu_memory_utilization"], s["block_size"], tp,

@@ -1,0 +1,63 @@
+"""With --model and --gpu but no --latency and no linear preset for them, the
+step time is the best the planner has (issue 33, item 3): aiconfigurator-core's
+measured tables where it has data, else the roofline; said in one note. An
+explicit --latency linear is never replaced."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import run_cli
+from planner.latency import measured
+
+S1 = "planner/data/s1_seed7.csv"
+NOTE = "plan: note: no --latency given and no linear preset for"
+
+
+def test_a_model_without_a_preset_gets_measured_step_times(capsys):
+    pytest.importorskip("aiconfigurator_core")
+    code, out, err = run_cli(capsys, "run", "--model", "qwen3-32b", "--gpu", "H100",
+                             "--num-requests", "20")  # fmt: skip
+    assert code == 0, err
+    assert f"{NOTE} qwen3-32b on 1 x H100, so measured, since" in err
+    assert "step time: measured qwen3-32b on 1 x H100" in out
+
+
+def test_a_gpu_without_measured_data_gets_the_roofline(capsys):
+    code, out, err = run_cli(capsys, "run", "--model", "llama-3.1-8b", "--gpu", "RTX-4090",
+                             "--num-requests", "20")  # fmt: skip
+    assert code == 0, err
+    assert "so roofline, since aiconfigurator has no vLLM data for GPU RTX-4090" in err
+    assert "step time: roofline llama-3.1-8b on 1 x RTX-4090" in out
+
+
+def test_without_aiconfigurator_the_roofline_says_why(capsys, monkeypatch):
+    def not_installed(name: str) -> str:
+        raise measured.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(measured.metadata, "version", not_installed)
+    code, out, err = run_cli(capsys, "max-rate", "--model", "qwen3-32b", "--gpu", "H100",
+                             "--trace-file", S1, "--ttft-slo", "2",
+                             "--max-requests", "50")  # fmt: skip
+    assert code == 0, err
+    assert "so roofline, since aiconfigurator-core is not installed (pip install" in err
+    assert "roofline qwen3-32b on 1 x H100" in err
+
+
+def test_the_preset_pair_keeps_its_linear_coefficients(capsys):
+    code, out, err = run_cli(capsys, "run", "--model", "llama-3.1-8b", "--gpu", "H100",
+                             "--num-requests", "20")  # fmt: skip
+    assert code == 0, err
+    assert NOTE not in err and "step time: linear alpha=" in out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--latency", "linear"], ["--compat", "blis"], ["--mfu", "0.4"], ["--beta-coeffs", "1,2"]],
+    ids=["explicit linear", "blis compat", "mfu without roofline", "bad beta"],
+)
+def test_an_explicit_choice_is_never_replaced(capsys, extra):
+    code, _, err = run_cli(capsys, "run", "--model", "qwen3-32b", "--gpu", "H100",
+                           "--num-requests", "5", *extra)  # fmt: skip
+    assert code == 2 and NOTE not in err
+    assert err.startswith("plan: error:") and len(err.strip().splitlines()) == 1, err
