@@ -61,3 +61,21 @@ def test_an_explicit_choice_is_never_replaced(capsys, extra):
                            "--num-requests", "5", *extra)  # fmt: skip
     assert code == 2 and NOTE not in err
     assert err.startswith("plan: error:") and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_sweep_spec_without_a_latency_kind_takes_the_best_available(capsys, tmp_path):
+    spec = tmp_path / "q.toml"
+    spec.write_text(
+        'name = "q"\n[workload]\nkind = "synthetic"\nnum_requests = 20\n'
+        'prompt = { kind = "constant", mean = 500 }\noutput = { kind = "constant", mean = 50 }\n'
+        '[hardware]\nmodel = "llama-3.1-8b"\ngpu = "RTX-4090"\n'
+        "[axes]\nmax_num_seqs = [16, 32]\n"
+    )
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert "no latency.kind given and no linear preset for llama-3.1-8b on 1 x RTX-4090" in err
+    assert "so roofline, since aiconfigurator has no vLLM data for GPU RTX-4090" in err
+    linear = spec.read_text().replace("[axes]", '[latency]\nkind = "linear"\n[axes]')
+    spec.write_text(linear)  # an explicit kind is never replaced
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "out2"))
+    assert code == 2 and "no linear coefficients for llama-3.1-8b" in err

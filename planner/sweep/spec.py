@@ -913,12 +913,32 @@ class Sweep:
             raise SpecError(spec_names(f"workload: {e}")) from None
 
     def _latency(self) -> Latency:
+        """The step-time model of ``[latency]``; with no ``kind`` given, a
+        ``[hardware]`` pair without a linear preset and no BLIS compat, the best
+        available (``resolve.best_available_latency``), noted in ``warnings``."""
         lat, hw = self.spec.latency, self.spec.hardware
         if hw is not None:  # a hardware error is the [hardware] table's, pool given or not
             try:
                 resolve.check_tensor_parallel(hw.model, hw.tensor_parallel_size)
             except ValueError as e:
                 raise SpecError(spec_names(f"hardware: {e}")) from None
+        if (
+            hw is not None
+            and not {"kind", "alpha", "beta"} & lat.model_fields_set
+            and not any(c.compat == "blis" for c in self.configs)
+            and not resolve.has_linear_preset(hw.model, hw.gpu, hw.tensor_parallel_size)
+        ):
+            try:
+                best, why = resolve.best_available_latency(
+                    hw.model, hw.gpu, hw.tensor_parallel_size, overhead_us=lat.overhead_us
+                )
+            except ValueError as e:
+                raise SpecError(spec_names(f"latency: {e}")) from None
+            self._warn(
+                f"no latency.kind given and no linear preset for {hw.model} on "
+                f"{hw.tensor_parallel_size} x {hw.gpu}, so {why}: {best.describe()}"
+            )
+            return best
         try:
             return resolve.latency(
                 lat.kind,
