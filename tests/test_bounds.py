@@ -307,7 +307,11 @@ def test_bound_text_is_exact():
     [
         ("[latency]\nbeta = [0, 0, 0]\n", "latency.beta"),
         ('[hardware]\nmodel = "llama-3.1-8b"\ngpu = "B300"\n', "hardware.gpu"),
-        ('[hardware]\nmodel = "qwen2.5-7b"\ngpu = "H100"\n', "latency.beta"),
+        # an explicit linear kind without a preset (no kind: the best available)
+        (
+            '[hardware]\nmodel = "qwen2.5-7b"\ngpu = "H100"\n[latency]\nkind = "linear"\n',
+            "latency.beta",
+        ),
     ],
 )
 def test_spec_errors_use_spec_field_names(tmp_path, extra, field):
