@@ -18,6 +18,7 @@ TABLES = {
     "shared_prefix_table.py": "prefix-caching.md",
     "replicas_table.py": "replicas.md",
     "hybrid_vs_full.py": "sliding-window.md",
+    "sliding_window_table.py": "sliding-window.md",
 }
 
 
