@@ -113,9 +113,13 @@ def uses_scheduler(page: Path) -> bool:
     return any(SCHEDULER in a for a, _ in runnable(page))
 
 
-def run_page(capsys: pytest.CaptureFixture, tmp_path: Path, page: Path) -> None:
+def run_page(
+    capsys: pytest.CaptureFixture, tmp_path: Path, page: Path, done: set[str] | None = None
+) -> None:
     """Run a page's commands in its order (a sweep before its heatmap), writing
-    under ``tmp_path``; a page naming the user's Dask scheduler gets a LocalCluster."""
+    under ``tmp_path``; a page naming the user's Dask scheduler gets a LocalCluster.
+    ``done``: commands already run into the same ``tmp_path`` by an earlier page
+    (pages sharing it skip a sweep another page ran, whose result is there)."""
     scheduler = None
     cluster = None
     if uses_scheduler(page):
@@ -132,7 +136,11 @@ def run_page(capsys: pytest.CaptureFixture, tmp_path: Path, page: Path) -> None:
         scheduler = cluster.scheduler_address
     try:
         for argv, expected in runnable(page):
+            if done is not None and (key := " ".join(argv)) in done:
+                continue
             code, out, err = run_cli(capsys, *redirect(argv, tmp_path, scheduler))
+            if done is not None:
+                done.add(key)
             assert code == expected, f"{page.name}: plan {' '.join(argv)}: exit {code}\n{err}"
     finally:
         if cluster is not None:

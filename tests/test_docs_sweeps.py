@@ -31,11 +31,19 @@ def test_the_heavy_pages_are_the_sweep_pages():
     assert all(not is_heavy(p) or runnable(p) for p in PAGES)
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One folder and one record of commands run for the heavy pages: both show
+    the same 8,192-config sweep, which runs once (about 25 s on 2 cores)."""
+    return tmp_path_factory.mktemp("heavy"), set()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", HEAVY_PAGES, ids=[p.name for p in HEAVY_PAGES])
-def test_heavy_pages_run(capsys, tmp_path, monkeypatch, page):
+def test_heavy_pages_run(capsys, monkeypatch, shared, page):
     monkeypatch.chdir(ROOT)
-    run_page(capsys, tmp_path, page)
+    folder, done = shared
+    run_page(capsys, folder, page, done)
 
 
 @pytest.mark.slow

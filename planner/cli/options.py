@@ -161,9 +161,10 @@ class LatencyKind(StrEnum):
 LatencyOpt = Annotated[
     LatencyKind,
     typer.Option(
-        help="Step-time model. Not given, with --model and --gpu that have no linear preset "
-        "(only llama-3.1-8b on one H100 has one): measured where aiconfigurator-core has "
-        "data for them, else roofline, said on stderr."
+        help="Step-time model [default: linear; with --model and --gpu that have no linear "
+        "preset (only llama-3.1-8b on one H100 has one): measured where aiconfigurator-core "
+        "has data for them, else roofline, said on stderr].",
+        show_default=False,
     ),
 ]
 

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -70,8 +69,14 @@ ARCHITECTURES: dict[str, str] = {
     "nemotron_h": "NemotronHForCausalLM",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
 }
-# Where config.json folders for aiconfigurator are written (``aic_model``).
-AIC_CONFIGS = Path(tempfile.gettempdir()) / "planner-aic-configs"
+# Where config.json folders for aiconfigurator are written (``aic_model``): a
+# user cache (XDG_CACHE_HOME, else ~/.cache), kept between runs, one folder per
+# distinct config.json; not the temp folder, which a run's caller may clean.
+AIC_CONFIGS = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "vllm-capacity-planner"
+    / "aic-configs"
+)
 
 # vLLM's --quantization / --kv-cache-dtype -> aiconfigurator dtypes it has data for.
 AIC_WEIGHT_DTYPES: dict[str | None, str | None] = {None: None, "fp8": "fp8"}
