@@ -98,6 +98,27 @@ def has_linear_preset(model: str, gpu: str, tp: int = 1) -> bool:
     return tp == 1 and (hardware.model(model).name, hardware.gpu(gpu).name) in LINEAR_PRESETS
 
 
+def unchosen_latency(
+    model: str,
+    gpu: str,
+    tp: int = 1,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    overhead_us: float = 0.0,
+) -> tuple[Latency, str] | None:
+    """The step time of a run that chose none (no ``--latency``, no linear
+    coefficients): None where a linear preset exists (``resolve.latency``
+    takes it), else ``best_available_latency`` and one note saying which and
+    why, in the CLI's flag names (a spec spells them with ``spec_names``)."""
+    if has_linear_preset(model, gpu, tp):
+        return None
+    lat, why = best_available_latency(model, gpu, tp, quantization, kv_cache_dtype, overhead_us)
+    return lat, (
+        f"no --latency given and no linear preset for {model} on {tp} x {gpu}, "
+        f"so {why}: {lat.describe()}"
+    )
+
+
 def best_available_latency(
     model: str,
     gpu: str,

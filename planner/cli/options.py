@@ -252,23 +252,14 @@ def step_time(
     (``resolve.best_available_latency``), said on stderr."""
     if measured_scale is not None and latency != LatencyKind.measured:
         raise ValueError("--measured-scale needs --latency measured")
-    linear_options = (alpha_coeffs, beta_coeffs, mfu, mbu)
-    if (
-        not latency_given
-        and model is not None
-        and gpu is not None
-        and all(x is None for x in linear_options)
-        and not resolve.has_linear_preset(model, gpu, tp)
-    ):
-        lat, why = resolve.best_available_latency(
+    chose = latency_given or any(x is not None for x in (alpha_coeffs, beta_coeffs, mfu, mbu))
+    if not chose and model is not None and gpu is not None:
+        unchosen = resolve.unchosen_latency(
             model, gpu, tp, quantization, kv_cache_dtype, step_overhead_us
         )
-        print(
-            f"plan: note: no --latency given and no linear preset for {model} on {tp} x {gpu}, "
-            f"so {why}: {lat.describe()}",
-            file=sys.stderr,
-        )
-        return lat
+        if unchosen is not None:
+            print(f"plan: note: {unchosen[1]}", file=sys.stderr)
+            return unchosen[0]
     lat = resolve.latency(
         latency.value,
         model,

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -166,7 +167,12 @@ def aic_model(model: str) -> str:
     folder = AIC_CONFIGS / hashlib.sha256(text.encode()).hexdigest()[:16]
     target = folder / "config.json"
     if not target.exists():
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:  # no writable user cache: the temp folder, as before
+            folder = Path(tempfile.gettempdir()) / "planner-aic-configs" / folder.name
+            target = folder / "config.json"
+            folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f"config.json.{os.getpid()}.tmp"
         tmp.write_text(text)
         tmp.replace(target)  # atomic: a concurrent writer writes the same bytes

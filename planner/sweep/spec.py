@@ -922,23 +922,17 @@ class Sweep:
                 resolve.check_tensor_parallel(hw.model, hw.tensor_parallel_size)
             except ValueError as e:
                 raise SpecError(spec_names(f"hardware: {e}")) from None
-        if (
-            hw is not None
-            and not {"kind", "alpha", "beta"} & lat.model_fields_set
-            and not any(c.compat == "blis" for c in self.configs)
-            and not resolve.has_linear_preset(hw.model, hw.gpu, hw.tensor_parallel_size)
-        ):
+        chose = {"kind", "alpha", "beta"} & lat.model_fields_set
+        if hw is not None and not chose and not any(c.compat == "blis" for c in self.configs):
             try:
-                best, why = resolve.best_available_latency(
+                unchosen = resolve.unchosen_latency(
                     hw.model, hw.gpu, hw.tensor_parallel_size, overhead_us=lat.overhead_us
                 )
             except ValueError as e:
                 raise SpecError(spec_names(f"latency: {e}")) from None
-            self._warn(
-                f"no latency.kind given and no linear preset for {hw.model} on "
-                f"{hw.tensor_parallel_size} x {hw.gpu}, so {why}: {best.describe()}"
-            )
-            return best
+            if unchosen is not None:
+                self._warn(spec_names(unchosen[1]))
+                return unchosen[0]
         try:
             return resolve.latency(
                 lat.kind,
