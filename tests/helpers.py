@@ -207,7 +207,8 @@ def fuzz_settings(max_examples: int) -> settings:
 
 def verdicts_around(capsys, args: list[str], scale: float) -> list[bool]:
     """``plan run ARGS --rate-scale`` at 0.9x and 1.1x of ``scale`` (a
-    max-rate answer): for each, whether it meets its SLOs and is not overloaded."""
+    max-rate answer): for each, whether it meets its SLOs and keeps up (not
+    overloaded, on a window long enough to judge: ``metrics.keeps_up``)."""
     import json
 
     out_verdicts = []
@@ -215,7 +216,8 @@ def verdicts_around(capsys, args: list[str], scale: float) -> list[bool]:
         code, out, err = run_cli(capsys, "run", *args, "--rate-scale", f"{scale * f!r}", "--json")
         assert code == 0, err
         row = json.loads(out)
-        out_verdicts.append(row["meets_slo"] and not row["overloaded"])
+        keeps = not row["overloaded"] and row["overload_judged"]
+        out_verdicts.append(row["meets_slo"] and keeps)
     return out_verdicts
 
 

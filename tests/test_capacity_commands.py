@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -191,14 +192,18 @@ def test_s1_exact_safe_limits(s1_limits):
 def test_recommendation_is_one_answer_that_keeps_up_and_meets_the_slos():
     """Issue 13 item 2 (this replaces the "Safe: ... Fastest: ..." pair, which
     headlined two answers): one max_num_seqs, with its reason and its own p99s,
-    and it keeps up and meets the SLOs."""
-    cfg = SchedulerConfig(num_gpu_blocks=60000, max_model_len=4096, horizon_s=120.0)
-    s = find_safe_limits(s1_exact(), cfg, LinearLatency(), slo=SLO(ttft_s=2.0, tpot_s=0.05))
+    and it keeps up and meets the SLOs. S1 at a third of its rate: at its own
+    10 req/s its 300 requests arrive within one median E2E, too short to judge
+    overload (``metrics.OVERLOAD_MIN_LIFETIMES``)."""
+    cfg = SchedulerConfig(num_gpu_blocks=60000, max_model_len=4096, horizon_s=150.0)
+    wl = s1_exact()
+    wl = dataclasses.replace(wl, arrival_s=wl.arrival_s * 3)
+    s = find_safe_limits(wl, cfg, LinearLatency(), slo=SLO(ttft_s=2.0, tpot_s=0.05))
     rec = recommend(s)
     assert rec.max_num_seqs is not None and rec.text.count("Recommended: max_num_seqs") == 1
     assert "Safe:" not in rec.text and "Fastest:" not in rec.text
     row = s.row(rec.max_num_seqs)
-    assert not row.overloaded and row.meets_slo and row.completed > 0
+    assert not row.overloaded and row.overload_judged and row.meets_slo and row.completed > 0
     assert f"TTFT p99 {seconds_text(row.ttft_s_p99)}" in rec.text
     assert f"TPOT p99 {seconds_text(row.tpot_s_p99)}" in rec.text and "E2E p99" in rec.text
     assert "None" not in rec.text
@@ -530,3 +535,25 @@ def test_a_hybrid_with_more_seqs_than_mamba_blocks_does_not_start(capsys):
         "--max-num-seqs", "1024",
     )  # fmt: skip
     assert code == 2 and "--max-num-seqs" in err and err.count("\n") == 1
+
+
+def test_a_burst_is_never_called_safe(capsys):
+    """S1's 300 requests at its own rate arrive within one median E2E: on
+    60,000 blocks they meet a loose SLO without a queue, but that says nothing
+    about the rate sustained, so check says NOT SHOWN SAFE (exit 1) and
+    safe-limit recommends nothing and says why; at 0.4x the same is SAFE."""
+    base = ["--trace-file", "planner/data/s1_seed7.csv", "--num-gpu-blocks", "60000"]
+    slo = ["--ttft-slo", "2", "--tpot-slo", "0.05"]
+    code, out, err = run_cli(capsys, "check", *base, *slo, "--json")
+    o = json.loads(out)
+    assert code == 1 and o["verdict"] == "not_judged", err
+    assert o["traffic"]["meets_slo"] and not o["traffic"]["keeps_up"]
+    assert o["traffic"]["overload_judged"] is False
+    code, out, err = run_cli(capsys, "check", *base, *slo)
+    assert "verdict: NOT SHOWN SAFE" in out and "SAFE -" not in out.replace("SHOWN SAFE -", "")
+    code, out, err = run_cli(capsys, "safe-limit", *base, *slo)
+    flat = " ".join(out.split())
+    assert code == 0, err
+    assert "Nothing recommended: whether any max_num_seqs" in flat and "is not judged" in flat
+    code, out, err = run_cli(capsys, "check", *base, *slo, "--rate-scale", "0.4", "--json")
+    assert code == 0 and json.loads(out)["verdict"] == "safe", err

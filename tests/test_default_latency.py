@@ -79,3 +79,11 @@ def test_a_sweep_spec_without_a_latency_kind_takes_the_best_available(capsys, tm
     spec.write_text(linear)  # an explicit kind is never replaced
     code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "out2"))
     assert code == 2 and "no linear coefficients for llama-3.1-8b" in err
+
+
+def test_blis_compat_without_coefficients_names_a_way_it_takes(capsys):
+    """--compat blis refuses the roofline, so its error may not suggest it."""
+    code, _, err = run_cli(capsys, "run", "--model", "qwen3-32b", "--gpu", "H100",
+                           "--num-requests", "5", "--compat", "blis")  # fmt: skip
+    assert code == 2 and "--compat blis needs the linear step time" in err
+    assert "--beta-coeffs" in err and "roofline" not in err

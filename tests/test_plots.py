@@ -417,6 +417,7 @@ horizon_s = 120.0
 [workload]
 kind = "trace"
 path = "{S1_CSV}"
+rate_scale = 0.4
 
 [axes]
 max_num_seqs = [32, 128, 256, 512]

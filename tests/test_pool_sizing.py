@@ -166,7 +166,9 @@ TRAFFIC = ["--num-requests", "24", "--latency", "roofline"]
 def _size_blocks(capsys, tmp_path, model: str) -> set[int]:
     spec = tmp_path / "one.toml"
     spec.write_text(
-        'name = "one"\n' + SMALL_SYNTHETIC + f'[hardware]\nmodel = "{model}"\ngpu = "H100"\n'
+        'name = "one"\n'
+        + SMALL_SYNTHETIC.replace("num_requests = 5", "num_requests = 5\nrate = 1")
+        + f'[hardware]\nmodel = "{model}"\ngpu = "H100"\n'
         'gpu_memory_utilization = 0.85\n[latency]\nkind = "roofline"\n[scheduler]\n'
         "max_num_batched_tokens = 4096\nmax_model_len = 8192\n[axes]\nmax_num_seqs = [24]\n"
     )

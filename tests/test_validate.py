@@ -160,3 +160,12 @@ def test_a_gpu_that_contradicts_the_run_is_refused(capsys):
         "--latency", "roofline",
     )  # fmt: skip
     assert code == 2 and "contradicts the run, which ran on NVIDIA GeForce RTX 4090" in err
+
+
+def test_an_unknown_recorded_model_names_meta_json_not_the_flag(capsys):
+    """The run's meta.json names meta-llama/Llama-3.1-8B (the base model, not
+    in the catalog): the error blames the run and suggests the preset."""
+    code, _, err = run_cli(capsys, "validate", str(RUNS / "RTX4090_Llama-3.1-8B"))
+    assert code == 2 and "the run records model 'meta-llama/Llama-3.1-8B'" in err
+    assert "--model llama-3.1-8b" in err and "--model: unknown" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from planner import metrics
 from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
 from planner.config import SchedulerConfig
@@ -229,16 +230,18 @@ def _closest_rate(
 ) -> None:
     """Nothing qualifies: find the value that comes closest (the most started
     per second when all are overloaded, else the smallest p99 / SLO ratio among
-    those that keep up) and the highest rate scale at which it qualifies
+    those that are not overloaded, or the most started without SLOs) and the
+    highest rate scale at which it qualifies
     (``maxrate.search_max_rate``, below 1). Sets ``s.closest*``; an offline
     workload (no rate to scale) leaves them unset."""
     from planner.maxrate.search import SearchRange, search_max_rate
 
     t = s.table
     alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
-    keeps_up = alive & ~t.overloaded.astype(bool)
+    keeps_up = alive & ~t.overloaded.astype(bool)  # a burst too short to judge, too
     sub = t[keeps_up] if keeps_up.any() else t[alive]
-    col, pick = ("slo_margin", "idxmin") if keeps_up.any() else ("served_rps", "idxmax")
+    by_slo = keeps_up.any() and "slo_margin" in t
+    col, pick = ("slo_margin", "idxmin") if by_slo else ("served_rps", "idxmax")
     seqs = int(sub.loc[getattr(sub[col], pick)()].max_num_seqs)
     try:
         found = search_max_rate([_at(cfg, seqs, pool)], wl, lat, s.slo, SearchRange(hi=1.0))
@@ -375,9 +378,18 @@ def _nothing_qualifies(s: SafeLimits) -> Recommendation:
     """Nothing recommended: say what fails at every max_num_seqs, and how far off it is."""
     t = s.table
     alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
-    keeps_up = alive & ~t.overloaded.astype(bool)
+    keeps_up = alive & metrics.keeps_up(t)
     span = f"from 1 to {s.search_limit:,}"
-    if not keeps_up.any():
+    calm = alive & ~t.overloaded.astype(bool)  # keeps up, or a burst too short to judge
+    meets = t.meets_slo.astype(bool) if s.slo.given() else calm
+    if not keeps_up.any() and (calm & meets).any():  # only the workload's length is missing
+        text = (
+            f"Nothing recommended: whether any max_num_seqs {span} keeps up is not judged: "
+            + metrics.burst_text(t[calm & meets].iloc[0])
+            + "."
+        )
+        return Recommendation(None, "not judged", text)
+    if not calm.any():
         best = t[alive].loc[t[alive].served_rps.idxmax()]
         frac = float(1 / best.load_ratio)  # no rejections here (``recommend``)
         text = (
@@ -390,12 +402,13 @@ def _nothing_qualifies(s: SafeLimits) -> Recommendation:
         )
         text += _rate_text(s)
         return Recommendation(None, "overloaded", text, frac)
-    sub = t[keeps_up]
+    sub = t[keeps_up] if keeps_up.any() else t[calm]
     best = sub.loc[sub.slo_margin.idxmin()]
+    how = "keeps up" if keeps_up.any() else "is not overloaded in this burst"
     text = (
         f"Nothing recommended: no max_num_seqs {span} keeps up and meets the SLOs "
         f"({s.slo.describe()}). Closest: "
-        f"max_num_seqs {int(best.max_num_seqs)} keeps up, with {latency_text(best, s.slo)}: "
+        f"max_num_seqs {int(best.max_num_seqs)} {how}, with {latency_text(best, s.slo)}: "
         f"{'at least ' if _any_bound(best) else ''}{best.slo_margin:.2f}x its tightest SLO."
         + _rate_text(s)
     )
@@ -414,6 +427,12 @@ def _rate_text(s: SafeLimits) -> str:
             "(hardware, model) or a larger pool."
         )
     r = s.closest_rate_scale
+    if s.closest_rate_limit == "workload_too_short":
+        return (
+            f" Run to completion, max_num_seqs {s.closest} {cond} up to at least {r:.3g}x "
+            "the offered rate (plan max-rate; the workload is too short to judge a higher "
+            f"one): the load must fall by at most {(1 - r) * 100:.0f}%."
+        )
     return (
         f" Run to completion, max_num_seqs {s.closest} {cond} up to {r:.3g}x the offered "
         f"rate (plan max-rate): the load must fall by {(1 - r) * 100:.0f}% or the capacity "

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from planner.maxrate.search import passes
-from planner.metrics import front_end_failures
+from planner.metrics import front_end_failures, keeps_up
 from planner.models.prices import PriceTable
 from planner.slo import SLO
 from planner.sweep.spec import SpecError, traffic_axis
@@ -274,7 +274,7 @@ def finish(
     first = df["router"].iloc[0]
     df = df[(df["replicas"] > 1) | (df["router"] == first)].reset_index(drop=True)
     df = cost_columns(df, prices, slo)
-    served = ~df["overloaded"].astype(bool) & ~df["livelocked"] & ~df["step_limit_hit"]
+    served = keeps_up(df) & ~df["livelocked"] & ~df["step_limit_hit"]
     # A fleet that rejects or cuts requests serves less than the traffic asks.
     served &= front_end_failures(df) == 0
     cost = df["usd_per_hour"].to_numpy(float)

@@ -22,7 +22,7 @@ from planner.cli.inert import given, reject_inert, reject_inert_hardware, spelle
 from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.inert import CHECK_RULES, RUN_RULES, InertOption
-from planner.metrics import front_end_text
+from planner.metrics import burst_text, front_end_text, keeps_up
 from planner.models import hardware, kv_cache, vllm_defaults
 from planner.slo import FIELDS
 from planner.text import count
@@ -174,7 +174,9 @@ def check(
     always keep one prefill checkpoint block in align mode).
 
     Exit code 0: safe; 1: a livelock gap exists, vLLM >= 0.29 refuses the
-    pool, or (with an SLO) the traffic is overloaded or misses it; 2: bad input.
+    pool, or (with an SLO) the traffic is overloaded, misses it or is a burst
+    too short to judge whether it keeps up (``metrics.overload_judged``); 2:
+    bad input.
     """
     reject_inert(ctx, CHECK_RULES)
     srv = server.resolve_server(
@@ -348,6 +350,7 @@ def check(
         out["workload_rejected"] = int(wl.rejected(max_model_len).sum())
         out["workload_cut"] = int(wl.cut(max_model_len).sum())
     safe = starts and gap is None
+    pool_ok = safe
     if slo.given():
         assert trace_file is not None  # CHECK_RULES
         lat = opt.step_time(
@@ -370,6 +373,8 @@ def check(
             out["traffic"] = traffic_check(cfg, wl, lat, slo)
         safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
     out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
+    if "traffic" in out and pool_ok and _traffic_verdict(out["traffic"]).startswith("NOT"):
+        out["verdict"] = "not_judged"  # only the workload's length is missing
     out["server_settings"] = resolve.server_json(srv)
     if as_json:
         print_json(out)
@@ -399,7 +404,8 @@ def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) ->
     ]
     out = {k: _plain(row[k]) for k in keys}
     out["max_num_seqs"] = cfg.max_num_seqs
-    out["keeps_up"] = not bool(row.overloaded)
+    out["keeps_up"] = bool(keeps_up(row.to_frame().T)[0])
+    out["overload_judged"] = bool(row.overload_judged)
     out["meets_slo"] = bool(row.meets_slo)
     out["slo"] = slo.describe()
     out["verdict_line"] = _traffic_line(row, slo, cfg.max_num_seqs)
@@ -411,18 +417,34 @@ def _plain(v: object) -> object:
     return v.item() if hasattr(v, "item") else v  # type: ignore[union-attr]
 
 
+def _traffic_verdict(t: dict) -> str:
+    """'UNSAFE - ... the traffic is overloaded and misses the SLOs', or 'NOT
+    SHOWN SAFE - ...' when the traffic is a burst too short to judge whether it
+    keeps up (``metrics.overload_judged``): no claim either way."""
+    burst = not t["keeps_up"] and t["overload_judged"] is False
+    fails = ["is overloaded"] if not t["keeps_up"] and not burst else []
+    fails += [] if t["meets_slo"] else ["misses the SLOs"]
+    if burst:
+        fails.insert(0, "is a burst too short to judge whether it keeps up (above)")
+    head = "NOT SHOWN SAFE" if burst and t["meets_slo"] else "UNSAFE"
+    return f"{head} - the pool starts and cannot livelock, but the traffic " + " and ".join(fails)
+
+
 def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:
     """One line: the traffic verdict at max_num_seqs ``seqs`` with its p99s."""
     from planner.answers.safelimit import latency_text, started_text
 
     over, met = bool(row.overloaded), bool(row.meets_slo)
     fails = (["is OVERLOADED"] if over else []) + ([] if met else ["MISSES the SLOs"])
+    if not over and not bool(row.overload_judged):
+        fails.insert(0, "is NOT JUDGED to keep up")
     state = " and ".join(fails) if fails else "keeps up and meets the SLOs"
     rejected = int(row.rejected)
     why = f" ({count(rejected, 'request')} rejected by the front end count as misses)"
+    burst = "" if over or bool(row.overload_judged) else f"; {burst_text(row)}"
     return (
         f"traffic at max_num_seqs {seqs}: {state} ({slo.describe()}){why * (rejected > 0)}: "
-        f"{latency_text(row, slo)}; {started_text(row)}"
+        f"{latency_text(row, slo)}; {started_text(row)}{burst}"
     )
 
 
@@ -704,14 +726,8 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
         )
     elif pool_safe:
         c.print(
-            "verdict: UNSAFE - the pool starts and cannot livelock, but the traffic "
-            + ("is overloaded" if not o["traffic"]["keeps_up"] else "misses the SLOs")
-            + (
-                " and misses the SLOs"
-                if not o["traffic"]["keeps_up"] and not o["traffic"]["meets_slo"]
-                else ""
-            )
-            + ": plan safe-limit and plan max-rate say what would hold"
+            f"verdict: {_traffic_verdict(o['traffic'])}: plan safe-limit and plan max-rate say "
+            "what would hold"
         )
     elif not o["vllm_0_33_starts"]:
         older = ""

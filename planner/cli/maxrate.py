@@ -31,7 +31,7 @@ from planner.maxrate.search_range import (
     DEFAULT_REL_TOL,
     SearchRange,
 )
-from planner.metrics import front_end_text
+from planner.metrics import OVERLOAD_MIN_LIFETIMES, front_end_text
 from planner.models import vllm_defaults
 from planner.slo import FIELDS, NAMES, SLO, seconds_text
 from planner.text import count
@@ -172,6 +172,7 @@ def max_rate(
         AT_MAX,
         BELOW_MIN,
         REJECTS,
+        TOO_SHORT,
         SearchRange,
         offered_rates,
         search_max_rate,
@@ -282,13 +283,14 @@ def max_rate(
     _print_pools(c, configs, source)
     cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
     c.print(
-        f"sustainable = {cond}not overloaded, every request run to completion; scales "
+        f"sustainable = {cond}not overloaded over arrivals spanning at least "
+        f"{OVERLOAD_MIN_LIFETIMES:g} median E2Es, every request run to completion; scales "
         f"{rng.lo:g}..{rng.hi:g}, within {rng.rel_tol:.0%}",
         soft_wrap=True,
     )
     for i, combo in enumerate(combos):
         row = table.iloc[i]
-        scale, rps_t, tps_t = _answer(row, rng.lo, AT_MAX, BELOW_MIN)
+        scale, rps_t, tps_t = _answer(row, rng.lo, AT_MAX, BELOW_MIN, TOO_SHORT)
         name = ", ".join(f"{k} {v}" for k, v in combo.items()) or "this configuration"
         if row.max_rate_limit == REJECTS:
             what = front_end_text(
@@ -301,7 +303,11 @@ def max_rate(
             continue
         rates = "" if rps_t == "-" else f" ({rps_t} req/s, {tps_t} output tokens/s)"
         at = f"; at it: {_at_rate(row)}" if rps_t != "-" else "; nothing in the range passes"
-        c.print(f"{name}: max_rate_scale {scale}{rates}{at}{_monotone_text(row)}", soft_wrap=True)
+        short = _short_text(row, wl.num_requests) if row.max_rate_limit == TOO_SHORT else ""
+        c.print(
+            f"{name}: max_rate_scale {scale}{rates}{at}{_monotone_text(row)}{short}",
+            soft_wrap=True,
+        )
     c.print(_sensitivity_text(shifts), soft_wrap=True)
     c.print(
         f"{found.rounds} rounds (one kernel call each), {found.evaluations} runs, {wall:.1f} s",
@@ -396,16 +402,32 @@ def _with_derived_pool(
     return dataclasses.replace(c, num_gpu_blocks=n)
 
 
-def _answer(row: pd.Series, lo: float, at_max: str, below_min: str) -> tuple[str, str, str]:
-    """The three rate cells of a result row: a bound at the range's ends."""
+def _answer(
+    row: pd.Series, lo: float, at_max: str, below_min: str, too_short: str
+) -> tuple[str, str, str]:
+    """The three rate cells of a result row: a bound at the range's ends or
+    where the workload is too short to judge a higher rate."""
     if row.max_rate_limit == below_min:
         return f"< {lo:g} (search limit)", "-", "-"
-    bound = row.max_rate_limit == at_max
-    mark, suffix = ("≥ ", " (search limit)") if bound else ("", "")
+    if np.isnan(row.max_rate_scale):
+        return "none judged", "-", "-"
+    bound = row.max_rate_limit in (at_max, too_short)
+    suffix = " (search limit)" if row.max_rate_limit == at_max else " (workload length limit)"
+    mark, suffix = ("≥ ", suffix) if bound else ("", "")
     return (
         f"{mark}{row.max_rate_scale:.4g}{suffix}",
         f"{mark}{row.max_rps:.3f}",
         f"{mark}{row.max_output_tps:,.0f}",
+    )
+
+
+def _short_text(row: pd.Series, requests: int) -> str:
+    """Why the answer is a lower bound set by the workload's length."""
+    return (
+        f"; at {row.max_rate_fail_scale:.4g}x the {requests:,} requests arrive within less "
+        f"than {OVERLOAD_MIN_LIFETIMES:g} median E2Es, a burst the running set absorbs, which "
+        "says nothing about a sustained rate: offer more requests (--num-requests, or a longer "
+        "trace window) to judge higher rates"
     )
 
 

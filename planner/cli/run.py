@@ -338,11 +338,19 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         o[k] for k in ("model", "tensor_parallel_size", "quantization", "kv_cache_dtype")
     )
     hybrid = o["disable_hybrid_kv_cache_manager_given"]
-    lat = opt.step_time(
-        o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
-        o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
-        latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
-    )  # fmt: skip
+    try:
+        lat = opt.step_time(
+            o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
+            o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
+            latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
+        )  # fmt: skip
+    except ValueError as e:  # the roofline the shared message suggests is no way out here
+        if compat == "vllm" or not str(e).startswith("no linear coefficients"):
+            raise
+        raise ValueError(
+            f"--compat {compat} needs the linear step time, and there are {str(e).split(';')[0]}: "
+            "pass --beta-coeffs (and --alpha-coeffs)"
+        ) from None
     blocks, derived = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
         DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,

@@ -13,7 +13,13 @@ from planner import capacity
 from planner.answers.safelimit import started_text
 from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
-from planner.metrics import LIVELOCKED, OK, front_end_failures, front_end_text
+from planner.metrics import (
+    LIVELOCKED,
+    OK,
+    burst_text,
+    front_end_failures,
+    front_end_text,
+)
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.text import count
 from planner.workload.arrays import Workload
@@ -38,6 +44,7 @@ SUMMARY_ROWS = (
     ("preemptions", "{:.0f}"),
     ("preempted_requests", "{:.0f}"),
     ("overloaded", "{}"),
+    ("overload_judged", "{}"),
     ("offered_rps", "{:.3f}"),
     ("accepted_rps", "{:.3f}"),
     ("served_rps", "{:.3f}"),
@@ -285,6 +292,14 @@ def print_run(
                 "traffic does"
             )
         console.print(rates + why, soft_wrap=True)
+    elif not judged(row):
+        console.print(f"note: overload not judged: {burst_text(row)}", soft_wrap=True)
+
+
+def judged(row: object) -> bool:
+    """Whether the run's overload verdict was judged (``metrics.overload_judged``;
+    a row from before that column counts as judged)."""
+    return bool(row.get("overload_judged", True))  # type: ignore[attr-defined]
 
 
 def _cache_rows(row: object) -> list[tuple[str, str]]:
@@ -381,6 +396,11 @@ def slo_verdict(row: object, slo: SLO) -> str:
     if not misses and not over and bool(row["concurrency_bound"]):  # type: ignore[index]
         n = int(row["max_concurrency"])  # type: ignore[index]
         return f"verdict: MEETS SLO ({slo.describe()}) with at most {n:,} requests in the system"
+    if not misses and not over and not judged(row):
+        return (
+            f"verdict: MEETS SLO ({slo.describe()}) for this burst; whether it keeps up with "
+            "the offered rate is not judged (below)"
+        )
     if not misses and not over:
         return f"verdict: MEETS SLO ({slo.describe()}) and keeps up with the offered load"
     parts = misses + (["overloaded"] if over else [])

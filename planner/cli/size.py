@@ -22,7 +22,8 @@ from planner.cli.json_out import dumps, print_json
 from planner.cli.progress import stderr_reporter
 from planner.install_check import provenance
 from planner.kernel.variant import PLAIN, union
-from planner.metrics import front_end_failures, front_end_text
+from planner.maxrate.search import too_short
+from planner.metrics import burst_text, front_end_failures, front_end_text
 from planner.slo import SLO
 from planner.sweep import store
 from planner.text import count, noun
@@ -457,6 +458,13 @@ def _report(
             int(df["max_model_len"].iloc[least]),
         )  # fmt: skip
         rep["bound"] = f"in every fleet {what}: raise max_model_len in the spec"
+        return rep
+    burst = too_short(df, slo) if result.best is None else np.zeros(len(df), bool)
+    if burst.any():  # only the workload's length stands between them and an answer
+        rep["bound"] = (
+            "no deployment searched can be judged to keep up: in each that met the rest "
+            + burst_text(df[burst].iloc[0])
+        )
         return rep
     if result.best is None:
         biggest = int(df["replicas"].max())

@@ -121,6 +121,8 @@ def validate(
     name = model or eng.get("model")
     if name is None:
         raise v.RunError(f"{run}: names no model; pass --model")
+    if model is None:
+        _check_recorded_model(run, name)
     recorded = v.gpu_preset(r.gpu_name)
     if gpu is not None and recorded is not None and hardware.gpu(gpu).name != recorded:
         raise v.RunError(f"--gpu {gpu} contradicts the run, which ran on {r.gpu_name}")
@@ -228,6 +230,26 @@ def _write_folder(folder: Path, record: dict, r: Any, predicted: dict) -> None:
 
 def _pct(x: float) -> str:
     return "n/a" if not math.isfinite(x) else f"{x:+.1%}"
+
+
+def _check_recorded_model(run: object, name: str) -> None:
+    """Raise RunError (one line) when the model the run records is not one the
+    catalog or a preset names, suggesting the preset of the same name when one
+    exists (a base model and its Instruct variant share an architecture)."""
+    from planner.answers import validate as v
+
+    try:
+        hardware.model(name)
+    except hardware.HardwareError:
+        guess = name.rsplit("/", 1)[-1].lower()
+        try:
+            hint = f" (e.g. --model {hardware.model(guess).name}, its architecture)"
+        except hardware.HardwareError:
+            hint = " (plan models lists them; or a path to its config.json)"
+        raise v.RunError(
+            f"{run}: the run records model {name!r}, which no preset or catalog entry names; "
+            f"pass --model{hint}"
+        ) from None
 
 
 def _print(

@@ -43,7 +43,7 @@ from planner.config import SchedulerConfig
 from planner.kernel.variant import Features
 from planner.latency.step_time import Latency
 from planner.maxrate.search_range import SearchError, SearchRange
-from planner.metrics import front_end_failures
+from planner.metrics import front_end_failures, keeps_up
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 
@@ -53,6 +53,10 @@ EXPAND = 4.0  # bracketing step: from 1, x4 or /4 per round until pass and fail 
 VERIFY_FRACTIONS = (0.8, 0.9, 0.95)
 MAX_VERIFY_ROUNDS = 4
 FOUND, AT_MAX, BELOW_MIN = "found", "at_search_max", "below_search_min"
+# The smallest failing scale failed only because its arrivals were a burst too
+# short to judge overload (``metrics.OVERLOAD_MIN_LIFETIMES``): the answer is a
+# lower bound set by the workload's length, not by the configuration.
+TOO_SHORT = "workload_too_short"
 # A configuration whose max_model_len makes the front end reject or cut short
 # some requests (``metrics.front_end_failures``): they fail at every rate, so it
 # is not searched.
@@ -71,10 +75,21 @@ AT_MAX_COLUMNS = (
 
 def passes(df: pd.DataFrame, slo: SLO) -> np.ndarray:
     """(C,) bool: the search's predicate on ``summarize`` rows: something
-    completed, no livelock or step limit, not overloaded, no request rejected
-    or cut short by the front end (``metrics.front_end_failures``), every SLO
-    met."""
-    ok = (df.completed > 0) & ~df.livelocked & ~df.step_limit_hit & ~df.overloaded.astype(bool)
+    completed, no livelock or step limit, judged not overloaded
+    (``metrics.keeps_up``: a burst too short to judge fails), no request
+    rejected or cut short by the front end (``metrics.front_end_failures``),
+    every SLO met."""
+    return _passes_but_judged(df, slo) & keeps_up(df)
+
+
+def too_short(df: pd.DataFrame, slo: SLO) -> np.ndarray:
+    """(C,) bool: the run meets every other condition of ``passes`` but its
+    arrivals are a burst too short to judge overload (``overload_judged``)."""
+    return _passes_but_judged(df, slo) & ~df.overloaded.astype(bool).to_numpy() & ~keeps_up(df)
+
+
+def _passes_but_judged(df: pd.DataFrame, slo: SLO) -> np.ndarray:
+    ok = (df.completed > 0) & ~df.livelocked & ~df.step_limit_hit
     ok &= front_end_failures(df) == 0
     if slo.given():
         ok &= df.meets_slo.astype(bool)
@@ -166,6 +181,7 @@ def search_max_rate(
     limit = np.where(
         np.isnan(good), BELOW_MIN, np.where(np.isnan(bad) & (good >= rng.hi), AT_MAX, FOUND)
     )
+    limit = np.where([trials.short_at(i, bad[i]) for i in range(c)], TOO_SHORT, limit)
     limit = np.where(refused + cut > 0, REJECTS, limit)
     table = pd.DataFrame(
         {
@@ -203,6 +219,7 @@ class _Trials:
         self.runs = [dataclasses.replace(cfg, horizon_s=math.inf) for cfg in configs]
         self.wl, self.lat, self.slo, self.features = wl, lat, slo, features
         self.log: list[dict[float, bool]] = [{} for _ in configs]
+        self.short: list[set[float]] = [set() for _ in configs]  # failed only as a burst
         self.figures: list[dict[float, np.ndarray]] = [{} for _ in configs]
         self.rounds = self.evaluations = 0
 
@@ -217,10 +234,12 @@ class _Trials:
             features=self.features,
         )
         df = res.metrics(self.slo)
-        ok = passes(df, self.slo)
+        ok, short = passes(df, self.slo), too_short(df, self.slo)
         figures = df.reindex(columns=AT_MAX_COLUMNS).to_numpy(dtype=float)
         for k, (i, scale) in enumerate(zip(idx, scales, strict=True)):
             self.log[i][float(scale)] = bool(ok[k])
+            if short[k]:
+                self.short[i].add(float(scale))
             if ok[k]:
                 self.figures[i][float(scale)] = figures[k]
         self.rounds += 1
@@ -239,6 +258,10 @@ class _Trials:
         it (NaN: none): where pass/fail is not monotone, the lower figure."""
         bad = self.bad(i)
         return max((s for s, ok in self.log[i].items() if ok and not s >= bad), default=math.nan)
+
+    def short_at(self, i: int, scale: float) -> bool:
+        """Whether the run at ``scale`` failed only as a burst too short to judge."""
+        return scale in self.short[i]
 
     def monotone(self, i: int) -> bool:
         """No failing scale tried below a passing one."""

@@ -24,7 +24,7 @@ from matplotlib.collections import LineCollection, PatchCollection  # noqa: E402
 from matplotlib.colors import Colormap, LogNorm, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING  # noqa: E402
+from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING, keeps_up  # noqa: E402
 from planner.plots.files import save_figure  # noqa: E402
 from planner.slo import NAMES  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
@@ -54,6 +54,10 @@ OVERLAYS = (
 # Overload is a verdict beside the outcome (column ``overloaded``): its own
 # hatch, drawn over whatever class the cell has.
 OVERLOAD_HATCH = ("\\\\", "deepskyblue")
+# A burst too short to judge overload (``overload_judged`` False): it cannot
+# qualify, and says so with its own hatch.
+UNJUDGED_HATCH = ("++", "0.6")
+UNJUDGED = "overload not judged (burst)"
 # Colour map of the metric, and the colour of a cell with no value (NaN, ±inf, or no
 # configuration there): a light grey, which viridis never produces.
 CMAP = "viridis"
@@ -303,9 +307,10 @@ def _colormap() -> Colormap:
 
 def qualifying(part: pd.DataFrame) -> pd.Series:
     """Rows that meet the sweep's SLOs (``meets_slo``, from its ``[slo]`` table),
-    keep up (not ``overloaded``), complete something and neither livelock nor
-    stop at the step limit: the rule of ``safelimit.qualifies``."""
-    ok = part["meets_slo"].astype(bool) & ~part["overloaded"].astype(bool)
+    keep up (``metrics.keeps_up``: not ``overloaded``, judged on a window long
+    enough), complete something and neither livelock nor stop at the step
+    limit: the rule of ``safelimit.qualifies``."""
+    ok = part["meets_slo"].astype(bool) & keeps_up(part)
     ok &= (part["completed"] > 0) & ~part["livelocked"].astype(bool)
     return ok & ~part["step_limit_hit"].astype(bool)
 
@@ -442,6 +447,9 @@ def heatmap(
     if "overloaded" in df.columns and df["overloaded"].astype(bool).any():
         h, c = OVERLOAD_HATCH
         handles.append(Patch(facecolor="none", edgecolor=c, hatch=h, label="overloaded"))
+    if _unjudged(df).any():
+        h, c = UNJUDGED_HATCH
+        handles.append(Patch(facecolor="none", edgecolor=c, hatch=h, label=UNJUDGED))
     if any(not np.isfinite(g).all() for g in grids):
         handles.append(Patch(facecolor=NO_DATA, edgecolor="0.5", label="no data"))
     if color_scale == "log" and bool((every <= 0).any()):
@@ -489,7 +497,7 @@ def _slo(df: pd.DataFrame) -> str:
         for c, n in names.items()
         if c in df.columns and np.isfinite(df[c].iloc[0])
     ]
-    return ", ".join(parts) + (" and " if parts else "") + "keeps up (not overloaded)"
+    return ", ".join(parts) + (" and " if parts else "") + "keeps up (judged not overloaded)"
 
 
 def _contour(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
@@ -515,6 +523,13 @@ def _contour(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
         )
 
 
+def _unjudged(part: pd.DataFrame) -> np.ndarray:
+    """(rows,) bool: not overloaded, but a burst too short to judge it."""
+    if "overloaded" not in part.columns:
+        return np.zeros(len(part), bool)
+    return ~part["overloaded"].astype(bool).to_numpy() & ~keeps_up(part)
+
+
 def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
     """Hatch every cell whose outcome is a failure class, and every overloaded cell."""
     xi = {v: i for i, v in enumerate(xs)}
@@ -522,6 +537,7 @@ def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
     layers = [(part[part["outcome"] == n], h, c) for n, h, c in OVERLAYS]
     if "overloaded" in part.columns:
         layers.append((part[part["overloaded"].astype(bool)], *OVERLOAD_HATCH))
+        layers.append((part[_unjudged(part)], *UNJUDGED_HATCH))
     for cells, hatch, color in layers:
         rects = [
             Rectangle((xe[xi[a]], ye[yi[b]]), xe[xi[a] + 1] - xe[xi[a]], ye[yi[b] + 1] - ye[yi[b]])

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from planner.metrics import keeps_up  # noqa: E402
 from planner.plots.files import save_figure  # noqa: E402
 from planner.slo import SLO  # noqa: E402
 
@@ -29,7 +30,7 @@ def pareto_png(df: pd.DataFrame, best: int | None, slo: SLO, path: Path) -> Path
     """Draw ``sizing.Sizing.table`` (its ``usd_per_hour``, latency, Pareto and
     candidate columns) to ``path`` (PNG), atomically. Returns ``path``."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 5), constrained_layout=True)
-    served = ~df["overloaded"].astype(bool) & ~df["livelocked"] & ~df["step_limit_hit"]
+    served = keeps_up(df) & ~df["livelocked"] & ~df["step_limit_hit"]
     gpus = list(dict.fromkeys(df["gpu"]))
     tps = sorted(set(int(t) for t in df["tensor_parallel_size"]))
     colours = plt.get_cmap("tab10")
