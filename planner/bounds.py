@@ -161,7 +161,11 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "max_replicas": Bound(1, MAX_REPLICAS, integer=True, why="vLLM servers behind the router"),
     "router_seed": Bound(0, MAX_SEED, integer=True, why="int64"),
     # hardware
-    "gpu_memory_utilization": EFFICIENCY,
+    "gpu_memory_utilization": Bound(
+        MIN_EFFICIENCY,
+        1.0,
+        why="share of the GPU's memory vLLM may use; vLLM takes (0, 1], below 0.001 no model fits",
+    ),
     "tensor_parallel_size": Bound(1, MAX_TP, integer=True, why="GPUs per replica"),
     # traces
     "trace_start": Bound(0.0, MAX_ARRIVAL_S, why="seconds; int64 ns"),

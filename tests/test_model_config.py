@@ -362,3 +362,18 @@ def test_a_config_without_a_dtype_is_sized_as_vllm_serves_it(capsys, tmp_path):
     code, out, err = run_cli(capsys, "check", "--model", str(path), "--gpu", "H100", "--json")
     assert code in (0, 1), err
     assert "names no torch_dtype" in json.loads(out)["model_source"]
+
+
+def test_a_binary_config_file_is_one_line(capsys, tmp_path):
+    """A --model file that is not UTF-8 text: one line naming it, exit 2."""
+    p = tmp_path / "config.json"
+    p.write_bytes(bytes(range(256)))
+    code, _, err = run_cli(capsys, "check", "--model", str(p), "--gpu", "H100")
+    assert code == 2 and "is not JSON (not UTF-8 text)" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_gpu_help_lists_every_preset(capsys):
+    code, out, _ = run_cli(capsys, "run", "--help")
+    flat = "".join(out.split())
+    assert code == 0 and all(name in flat for name in hardware.GPUS)

@@ -26,6 +26,7 @@ import typer
 from planner import bounds, resolve
 from planner.config import ADMISSIONS, COMPATS, ROUTERS, VICTIMS, SchedulerConfig
 from planner.latency.step_time import Latency
+from planner.models.hardware import GPUS
 from planner.slo import SLO, from_options
 from planner.workload.arrays import (
     S1_OUTPUT,
@@ -443,10 +444,7 @@ Model = Annotated[
 ]
 Gpu = Annotated[
     str | None,
-    typer.Option(
-        help="GPU preset: H100, H200, A100-80GB, A100-40GB, L40S, B200, RTX-4090, MI300X, "
-        "RTX-PRO-6000."
-    ),
+    typer.Option(help=f"GPU preset: {', '.join(GPUS)} (case-insensitive; H100 is H100-80GB SXM)."),
 ]
 Quantization = Annotated[
     str | None,

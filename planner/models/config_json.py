@@ -944,6 +944,8 @@ def load(path: Path, name: str | None = None) -> ModelSpec:
         raise ModelConfigError(f"--model {path}: cannot read {p} ({e.strerror})") from None
     except json.JSONDecodeError as e:
         raise ModelConfigError(f"--model {path}: {p} is not JSON ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise ModelConfigError(f"--model {path}: {p} is not JSON (not UTF-8 text)") from None
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"--model {path}: {p} is not a JSON object")
     tok = _tokenizer_max_length(p.parent / "tokenizer_config.json")
