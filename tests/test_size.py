@@ -385,7 +385,7 @@ def test_headroom_searches_the_specs_own_range(capsys, tmp_path):
     )
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("headroom:"))
-    assert "without overload (at least: the search's top)" in line, line
+    assert "sustains at least" in line and "without overload (the search's top)" in line, line
 
 
 def test_closed_loop_answer_says_clients_not_traffic_kept_up_with(capsys, tmp_path):
@@ -494,7 +494,11 @@ def test_headroom_text_for_a_search_range_below_the_traffic():
     low |= {"monotone": True, "fail_scale": float("nan"), "requests": 5000, "window_s": 60.0}
     assert _headroom_text(low).startswith("headroom: not measured: the spec's [search] range")
     high = {**low, "max_rate_scale": 1.3}
-    assert "at least: the search's top" in _headroom_text(high)
+    assert "sustains at least 1.30x" in _headroom_text(high)
+    assert "(the search's top)" in _headroom_text(high)
+    short = {**high, "limit": "workload_too_short", "fail_scale": 1.32}
+    assert "sustains at least 1.30x" in _headroom_text(short)
+    assert "at 1.32x the workload's requests arrive within one median E2E" in _headroom_text(short)
     assert "not monotone" not in _headroom_text(high)
     odd = {**low, "max_rate_scale": 1.05, "limit": "found", "monotone": False, "fail_scale": 1.02}
     assert "pass/fail is not monotone (1.02x failed below a pass)" in _headroom_text(odd)

@@ -588,7 +588,12 @@ def _headroom_text(h: dict | None) -> str:
             f"headroom: not measured: the spec's [search] range ends at "
             f"{h['max_rate_scale']:.2f}x, below this traffic"
         )
-    bound = " (at least: the search's top)" if h["limit"] == "at_search_max" else ""
+    bound = " (the search's top)" if h["limit"] == "at_search_max" else ""
+    if h["limit"] == "workload_too_short":
+        bound = (
+            f" (at {h['fail_scale']:.3g}x the workload's requests arrive within one median "
+            "E2E, too short to judge a higher rate)"
+        )
     held = "at the SLOs" if h["slo"] else "without overload"
     odd = (
         f"; pass/fail is not monotone ({h['fail_scale']:.3g}x failed below a pass): every "
@@ -597,7 +602,8 @@ def _headroom_text(h: dict | None) -> str:
         else ""
     )
     return (
-        f"headroom: sustains up to {h['max_rate_scale']:.2f}x this traffic "
+        f"headroom: sustains {'at least' if bound else 'up to'} {h['max_rate_scale']:.2f}x "
+        "this traffic "
         f"({h['max_rps']:.2f} req/s) {held}{bound}{odd}{_short_window(h)}"
     )
 

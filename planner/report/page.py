@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from planner.install_check import VERSION, VLLM_MIRRORED
+from planner.metrics import keeps_up
 from planner.plots.heatmap import recommended
 from planner.report import charts
 from planner.report.results import SIZE_PARETO, Result
@@ -182,8 +183,12 @@ def _sweep(r: Result) -> dict:
     if "overloaded" in df:
         headline.append(("overloaded", "overloaded", _fmt(int(df["overloaded"].sum()))))
     if "meets_slo" in df:
-        ok = df["meets_slo"].astype(bool) & ~df.get("overloaded", False)
-        headline.append(("meet the SLOs, not overloaded", "meets_slo", _fmt(int(ok.sum()))))
+        ok = df["meets_slo"].astype(bool) & keeps_up(df) if "overloaded" in df else df["meets_slo"]
+        headline.append(("meet the SLOs and keep up", "meets_slo", _fmt(int(ok.sum()))))
+    if "overload_judged" in df and "overloaded" in df:
+        burst = int((~df["overloaded"].astype(bool) & ~df["overload_judged"].astype(bool)).sum())
+        if burst:
+            headline.append(("overload not judged (a burst)", "overload_judged", _fmt(burst)))
     pictures = charts.sweep_heatmaps(r.folder, df)
     return {
         "title": f"plan sweep: {r.record.get('name', r.folder.name)}",
@@ -269,7 +274,15 @@ def run_verdict(rec: dict) -> str:
     parts = [f"outcome {rec.get('outcome', '-')}"]
     if slo:
         parts.append("meets its SLOs" if rec.get("meets_slo") else "misses its SLOs")
-    parts.append("overloaded: the queue grows" if over else "keeps up with the offered load")
+    if over:
+        parts.append("overloaded: the queue grows")
+    elif rec.get("overload_judged", True):
+        parts.append("keeps up with the offered load")
+    else:
+        parts.append(
+            "overload not judged: its arrivals span less than one median E2E, a burst "
+            "that says nothing about the rate sustained"
+        )
     text = "Verdict: " + ", ".join(parts)
     if rec.get("ended_by_horizon"):
         text += (
