@@ -1,6 +1,7 @@
 """``plan size``'s picture: fleet cost against tail latency, one panel for
 TTFT p99 and one for TPOT p99, every simulated deployment a point (colour:
-GPU; marker: tensor parallelism; hollow: overloaded, livelocked or stopped, so its
+GPU; marker: tensor parallelism; hollow: overloaded, a burst too short to judge
+(``metrics.overload_judged``), livelocked or stopped, so its
 latency is not a service level), the Pareto front of the served ones as a
 line, the SLO as a dashed line, and the answer circled."""
 
@@ -64,5 +65,7 @@ def pareto_png(df: pd.DataFrame, best: int | None, slo: SLO, path: Path) -> Path
         ax.set_title(f"cost against {label}: Pareto front of served fleets (line)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="upper right", ncols=2)
-    fig.suptitle("plan size: every simulated deployment (hollow: overloaded or stopped)")
+    fig.suptitle(
+        "plan size: every simulated deployment (hollow: overloaded, not judged or stopped)"
+    )
     return save_figure(fig, path, 110)
