@@ -87,3 +87,13 @@ def test_blis_compat_without_coefficients_names_a_way_it_takes(capsys):
                            "--num-requests", "5", "--compat", "blis")  # fmt: skip
     assert code == 2 and "--compat blis needs the linear step time" in err
     assert "--beta-coeffs" in err and "roofline" not in err
+
+
+def test_bad_input_after_the_note_is_still_one_line(capsys):
+    """The step-time note waits until the input is accepted: a pool that
+    cannot hold the model is reported in one line, and the next command in
+    the same process does not inherit the dropped note."""
+    code, _, err = run_cli(capsys, "run", "--model", "llama-3.1-70b", "--gpu", "L4")
+    assert code == 2 and NOTE not in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = run_cli(capsys, "run", "--num-requests", "5")
+    assert code == 0 and NOTE not in err, err

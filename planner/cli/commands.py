@@ -371,16 +371,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     cmd = typer.main.get_command(app)
+    opt.flush_notes(keep=False)  # an earlier in-process call that failed left its own
     _watch_sigint()
     try:
         # Not standalone: errors come back here as exceptions; typer.Exit comes
         # back as the return value.
         rc = cmd.main(args=argv, prog_name="plan", standalone_mode=False)
+        opt.flush_notes(keep=rc in (None, 0, 1))
         if rc == 130:  # Typer turns KeyboardInterrupt into Exit(130)
             print("plan: interrupted", file=sys.stderr)
         if isinstance(rc, int) and rc != 0:
             sys.exit(rc)
     except typer.Exit as e:
+        opt.flush_notes(keep=e.exit_code in (0, 1))
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         print("plan: interrupted", file=sys.stderr)

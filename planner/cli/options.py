@@ -230,6 +230,25 @@ def coeffs(text: str, flag: str) -> tuple[float, float, float]:
     return vals  # type: ignore[return-value]
 
 
+# Notes a command says on stderr once its input has passed every check: held
+# until the simulation starts (``say_compile``) or the command ends, and
+# dropped when it fails on bad input, whose report stays one line.
+_NOTES: list[str] = []
+
+
+def note(text: str) -> None:
+    """Say ``plan: note: TEXT`` on stderr once the command's input is accepted."""
+    _NOTES.append(text)
+
+
+def flush_notes(keep: bool = True) -> None:
+    """Print the held notes (``keep``) or drop them (bad input), and forget them."""
+    if keep:
+        for text in _NOTES:
+            print(f"plan: note: {text}", file=sys.stderr, flush=True)
+    _NOTES.clear()
+
+
 def step_time(
     latency: LatencyKind,
     model: str | None,
@@ -250,7 +269,8 @@ def step_time(
     and KV bytes under ``--quantization`` and ``--kv-cache-dtype``. With no
     ``--latency`` given (``latency_given`` False), no linear coefficients and
     no linear preset for the model and GPU, the best model available instead
-    (``resolve.best_available_latency``), said on stderr."""
+    (``resolve.best_available_latency``), said on stderr once the input is
+    accepted (``note``)."""
     if measured_scale is not None and latency != LatencyKind.measured:
         raise ValueError("--measured-scale needs --latency measured")
     chose = latency_given or any(x is not None for x in (alpha_coeffs, beta_coeffs, mfu, mbu))
@@ -259,7 +279,7 @@ def step_time(
             model, gpu, tp, quantization, kv_cache_dtype, step_overhead_us
         )
         if unchosen is not None:
-            print(f"plan: note: {unchosen[1]}", file=sys.stderr)
+            note(unchosen[1])
             return unchosen[0]
     lat = resolve.latency(
         latency.value,
@@ -734,6 +754,7 @@ def say_compile(
     if workload is not None:
         check_block_sizes(workload, configs)
         check_horizon(workload, configs, "--horizon")
+    flush_notes()  # the input passed its checks
     note = compile_note_for(configs, workload)
     if note:
         print(f"plan: {note}", file=sys.stderr, flush=True)
