@@ -352,3 +352,12 @@ def test_a_burst_is_not_a_rate(capsys):
     )
     assert "for this burst" in out and "overload not judged" in out
     assert "keeps up with the offered load" not in out
+
+
+def test_an_offline_batch_is_not_said_to_keep_up(capsys):
+    """All requests at once have no rate: the verdict says so instead of
+    claiming the server keeps up with one."""
+    args = ("run", "--num-requests", "20", "--arrival", "offline", "--ttft-slo", "100")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "for this batch sent at once (no rate)" in out and "keeps up" not in out

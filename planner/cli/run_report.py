@@ -401,6 +401,8 @@ def slo_verdict(row: object, slo: SLO) -> str:
             f"verdict: MEETS SLO ({slo.describe()}) for this burst; whether it keeps up with "
             "the offered rate is not judged (below)"
         )
+    if not misses and not over and not float(row["overload_window_s"]) > 0:  # type: ignore[index]
+        return f"verdict: MEETS SLO ({slo.describe()}) for this batch sent at once (no rate)"
     if not misses and not over:
         return f"verdict: MEETS SLO ({slo.describe()}) and keeps up with the offered load"
     parts = misses + (["overloaded"] if over else [])
