@@ -695,7 +695,9 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             (st.req.status == S.REJECTED) | ~sent,
             (res.workload.rejected(cfg[:, K.MML]) & asked).sum(axis=1),  # the front end's
             until,
-            q["e2e"],
+            # an unfinished request's lifetime is unknown (only at least its
+            # wait): +inf, so a run cut short is not judged on a median too short
+            np.where(q["e2e_censored"], np.inf, q["e2e"]),
         ),
         "ended_by_horizon": ended_by_horizon,
     }

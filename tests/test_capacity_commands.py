@@ -557,3 +557,13 @@ def test_a_burst_is_never_called_safe(capsys):
     assert "Nothing recommended: whether any max_num_seqs" in flat and "is not judged" in flat
     code, out, err = run_cli(capsys, "check", *base, *slo, "--rate-scale", "0.4", "--json")
     assert code == 0 and json.loads(out)["verdict"] == "safe", err
+
+
+def test_a_horizon_that_cuts_requests_short_does_not_make_a_burst_judged(capsys):
+    """Unfinished requests' lifetimes are unknown, not their wait so far: S1
+    cut at 20 s (nothing completed) is still a burst, never SAFE."""
+    args = ["check", "--trace-file", "planner/data/s1_seed7.csv", "--num-gpu-blocks", "60000",
+            "--ttft-slo", "2", "--horizon", "20", "--json"]  # fmt: skip
+    code, out, err = run_cli(capsys, *args)
+    o = json.loads(out)
+    assert code == 1 and o["verdict"] != "safe" and not o["traffic"]["keeps_up"], err

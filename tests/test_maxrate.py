@@ -145,7 +145,7 @@ def test_max_rate_command_one_and_a_list(capsys):
     code, out, err = run_cli(capsys, *base, "--num-gpu-blocks", "60000")
     assert code == 0, err
     assert "this configuration: max_rate_scale ≥ 0.8" in out and "None" not in out
-    assert "(workload length limit)" in out and "less than 1 median E2Es" in out
+    assert "(workload length limit)" in out and "less than 1x their median E2E" in out
     code, out, err = run_cli(
         capsys, *base, "--vary", "max_num_seqs=32,256", "--vary", "num_gpu_blocks=7463,60000",
         "--json",

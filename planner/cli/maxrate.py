@@ -284,7 +284,7 @@ def max_rate(
     cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
     c.print(
         f"sustainable = {cond}not overloaded over arrivals spanning at least "
-        f"{OVERLOAD_MIN_LIFETIMES:g} median E2Es, every request run to completion; scales "
+        f"{OVERLOAD_MIN_LIFETIMES:g}x the median E2E, every request run to completion; scales "
         f"{rng.lo:g}..{rng.hi:g}, within {rng.rel_tol:.0%}",
         soft_wrap=True,
     )
@@ -425,9 +425,9 @@ def _short_text(row: pd.Series, requests: int) -> str:
     """Why the answer is a lower bound set by the workload's length."""
     return (
         f"; at {row.max_rate_fail_scale:.4g}x the {requests:,} requests arrive within less "
-        f"than {OVERLOAD_MIN_LIFETIMES:g} median E2Es, a burst the running set absorbs, which "
-        "says nothing about a sustained rate: offer more requests (--num-requests, or a longer "
-        "trace window) to judge higher rates"
+        f"than {OVERLOAD_MIN_LIFETIMES:g}x their median E2E, a burst the running set absorbs, "
+        "which says nothing about a sustained rate: offer more requests (--num-requests, "
+        "or a longer trace window) to judge higher rates"
     )
 
 
