@@ -236,10 +236,17 @@ def burst_text(row: pd.Series) -> str:
 
 def keeps_up(df: pd.DataFrame) -> np.ndarray:
     """(C,) bool on ``summarize`` rows: the run is judged not overloaded
-    (``overloaded`` False on a window long enough to judge, ``overload_judged``).
-    A frame written before that column existed counts as judged."""
-    judged = df["overload_judged"] if "overload_judged" in df else True
-    return (~df["overloaded"].astype(bool) & judged).to_numpy(dtype=bool)
+    (``overloaded`` False on a window long enough to judge, ``overload_judged``)."""
+    return ~df["overloaded"].astype(bool).to_numpy() & ~bursts(df)
+
+
+def bursts(df: pd.DataFrame) -> np.ndarray:
+    """(C,) bool on ``summarize`` rows: not overloaded, but a burst too short to
+    judge it (``overload_judged`` False, which implies not overloaded). A frame
+    written before that column existed has none."""
+    if "overload_judged" not in df:
+        return np.zeros(len(df), bool)
+    return ~df["overload_judged"].astype(bool).to_numpy()
 
 
 def _backlog_growth(

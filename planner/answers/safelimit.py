@@ -238,9 +238,9 @@ def _closest_rate(
 
     t = s.table
     alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
-    keeps_up = alive & ~t.overloaded.astype(bool)  # a burst too short to judge, too
-    sub = t[keeps_up] if keeps_up.any() else t[alive]
-    by_slo = keeps_up.any() and "slo_margin" in t
+    calm = alive & ~t.overloaded.astype(bool)  # keeps up, or a burst too short to judge
+    sub = t[calm] if calm.any() else t[alive]
+    by_slo = calm.any() and "slo_margin" in t
     col, pick = ("slo_margin", "idxmin") if by_slo else ("served_rps", "idxmax")
     seqs = int(sub.loc[getattr(sub[col], pick)()].max_num_seqs)
     try:
@@ -376,16 +376,18 @@ def recommend(s: SafeLimits) -> Recommendation:
 
 def _nothing_qualifies(s: SafeLimits) -> Recommendation:
     """Nothing recommended: say what fails at every max_num_seqs, and how far off it is."""
+    from planner.maxrate.search import too_short
+
     t = s.table
     alive = (t.completed > 0) & ~t.livelocked & ~t.step_limit_hit
     keeps_up = alive & metrics.keeps_up(t)
     span = f"from 1 to {s.search_limit:,}"
     calm = alive & ~t.overloaded.astype(bool)  # keeps up, or a burst too short to judge
-    meets = t.meets_slo.astype(bool) if s.slo.given() else calm
-    if not keeps_up.any() and (calm & meets).any():  # only the workload's length is missing
+    short = too_short(t, s.slo)  # only the workload's length stands between it and a pass
+    if not keeps_up.any() and short.any():
         text = (
             f"Nothing recommended: whether any max_num_seqs {span} keeps up is not judged: "
-            + metrics.burst_text(t[calm & meets].iloc[0])
+            + metrics.burst_text(t[short].iloc[0])
             + "."
         )
         return Recommendation(None, "not judged", text)

@@ -22,7 +22,7 @@ from planner.cli.inert import given, reject_inert, reject_inert_hardware, spelle
 from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.inert import CHECK_RULES, RUN_RULES, InertOption
-from planner.metrics import burst_text, front_end_text, keeps_up
+from planner.metrics import burst_text, front_end_text
 from planner.models import hardware, kv_cache, vllm_defaults
 from planner.slo import FIELDS
 from planner.text import count
@@ -404,7 +404,7 @@ def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) ->
     ]
     out = {k: _plain(row[k]) for k in keys}
     out["max_num_seqs"] = cfg.max_num_seqs
-    out["keeps_up"] = bool(keeps_up(row.to_frame().T)[0])
+    out["keeps_up"] = not bool(row.overloaded) and bool(row.overload_judged)
     out["overload_judged"] = bool(row.overload_judged)
     out["meets_slo"] = bool(row.meets_slo)
     out["slo"] = slo.describe()
@@ -421,7 +421,7 @@ def _traffic_verdict(t: dict) -> str:
     """'UNSAFE - ... the traffic is overloaded and misses the SLOs', or 'NOT
     SHOWN SAFE - ...' when the traffic is a burst too short to judge whether it
     keeps up (``metrics.overload_judged``): no claim either way."""
-    burst = not t["keeps_up"] and t["overload_judged"] is False
+    burst = t["overload_judged"] is False  # never overloaded (``metrics.bursts``)
     fails = ["is overloaded"] if not t["keeps_up"] and not burst else []
     fails += [] if t["meets_slo"] else ["misses the SLOs"]
     if burst:

@@ -140,10 +140,9 @@ def sweep(
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     if "overloaded" in df.columns:  # a verdict beside the outcome class: said with it
         summary += f"; overloaded {int(df['overloaded'].astype(bool).sum()):,}"
-        from planner.metrics import keeps_up
+        from planner.metrics import bursts
 
-        calm = ~df["overloaded"].astype(bool)
-        if (burst := int((calm & ~keeps_up(df)).sum())) > 0:
+        if (burst := int(bursts(df).sum())) > 0:
             summary += f", overload not judged {burst:,} (a burst: metrics.overload_judged)"
     report.print(
         f"wrote {count(len(df), 'config')} to {dest / 'data.parquet'} in {wall:.1f} s ({summary})"

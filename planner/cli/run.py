@@ -338,19 +338,19 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         o[k] for k in ("model", "tensor_parallel_size", "quantization", "kv_cache_dtype")
     )
     hybrid = o["disable_hybrid_kv_cache_manager_given"]
-    try:
-        lat = opt.step_time(
-            o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
-            o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
-            latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
-        )  # fmt: skip
-    except ValueError as e:  # the roofline the shared message suggests is no way out here
-        if compat == "vllm" or not str(e).startswith("no linear coefficients"):
-            raise
+    no_preset = model is not None and o["gpu"] is not None and o["beta_coeffs"] is None
+    if compat != "vllm" and no_preset and not resolve.has_linear_preset(model, o["gpu"], tp):
+        # resolve.latency's message suggests the roofline, which compat refuses
         raise ValueError(
-            f"--compat {compat} needs the linear step time, and there are {str(e).split(';')[0]}: "
-            "pass --beta-coeffs (and --alpha-coeffs)"
-        ) from None
+            f"--compat {compat} needs the linear step time, and there are no linear "
+            f"coefficients for {model} on {tp} x {o['gpu']}: pass --beta-coeffs (and "
+            "--alpha-coeffs)"
+        )
+    lat = opt.step_time(
+        o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
+        o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
+        latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
+    )  # fmt: skip
     blocks, derived = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
         DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,

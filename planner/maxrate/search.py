@@ -43,7 +43,7 @@ from planner.config import SchedulerConfig
 from planner.kernel.variant import Features
 from planner.latency.step_time import Latency
 from planner.maxrate.search_range import SearchError, SearchRange
-from planner.metrics import front_end_failures, keeps_up
+from planner.metrics import bursts, front_end_failures, keeps_up
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 
@@ -79,16 +79,17 @@ def passes(df: pd.DataFrame, slo: SLO) -> np.ndarray:
     (``metrics.keeps_up``: a burst too short to judge fails), no request
     rejected or cut short by the front end (``metrics.front_end_failures``),
     every SLO met."""
-    return _passes_but_judged(df, slo) & keeps_up(df)
+    return passes_but_judged(df, slo) & keeps_up(df)
 
 
 def too_short(df: pd.DataFrame, slo: SLO) -> np.ndarray:
     """(C,) bool: the run meets every other condition of ``passes`` but its
-    arrivals are a burst too short to judge overload (``overload_judged``)."""
-    return _passes_but_judged(df, slo) & ~df.overloaded.astype(bool).to_numpy() & ~keeps_up(df)
+    arrivals are a burst too short to judge overload (``metrics.bursts``)."""
+    return passes_but_judged(df, slo) & bursts(df)
 
 
-def _passes_but_judged(df: pd.DataFrame, slo: SLO) -> np.ndarray:
+def passes_but_judged(df: pd.DataFrame, slo: SLO) -> np.ndarray:
+    """(C,) bool: every condition of ``passes`` but the overload verdict."""
     ok = (df.completed > 0) & ~df.livelocked & ~df.step_limit_hit
     ok &= front_end_failures(df) == 0
     if slo.given():
@@ -234,7 +235,8 @@ class _Trials:
             features=self.features,
         )
         df = res.metrics(self.slo)
-        ok, short = passes(df, self.slo), too_short(df, self.slo)
+        base = passes_but_judged(df, self.slo)  # one evaluation for both verdicts
+        ok, short = base & keeps_up(df), base & bursts(df)
         figures = df.reindex(columns=AT_MAX_COLUMNS).to_numpy(dtype=float)
         for k, (i, scale) in enumerate(zip(idx, scales, strict=True)):
             self.log[i][float(scale)] = bool(ok[k])

@@ -24,7 +24,7 @@ from matplotlib.collections import LineCollection, PatchCollection  # noqa: E402
 from matplotlib.colors import Colormap, LogNorm, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING, keeps_up  # noqa: E402
+from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING, bursts, keeps_up  # noqa: E402
 from planner.plots.files import save_figure  # noqa: E402
 from planner.slo import NAMES  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
@@ -447,7 +447,7 @@ def heatmap(
     if "overloaded" in df.columns and df["overloaded"].astype(bool).any():
         h, c = OVERLOAD_HATCH
         handles.append(Patch(facecolor="none", edgecolor=c, hatch=h, label="overloaded"))
-    if _unjudged(df).any():
+    if bursts(df).any():
         h, c = UNJUDGED_HATCH
         handles.append(Patch(facecolor="none", edgecolor=c, hatch=h, label=UNJUDGED))
     if any(not np.isfinite(g).all() for g in grids):
@@ -523,13 +523,6 @@ def _contour(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
         )
 
 
-def _unjudged(part: pd.DataFrame) -> np.ndarray:
-    """(rows,) bool: not overloaded, but a burst too short to judge it."""
-    if "overloaded" not in part.columns:
-        return np.zeros(len(part), bool)
-    return ~part["overloaded"].astype(bool).to_numpy() & ~keeps_up(part)
-
-
 def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
     """Hatch every cell whose outcome is a failure class, and every overloaded cell."""
     xi = {v: i for i, v in enumerate(xs)}
@@ -537,7 +530,7 @@ def _overlay(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
     layers = [(part[part["outcome"] == n], h, c) for n, h, c in OVERLAYS]
     if "overloaded" in part.columns:
         layers.append((part[part["overloaded"].astype(bool)], *OVERLOAD_HATCH))
-        layers.append((part[_unjudged(part)], *UNJUDGED_HATCH))
+        layers.append((part[bursts(part)], *UNJUDGED_HATCH))
     for cells, hatch, color in layers:
         rects = [
             Rectangle((xe[xi[a]], ye[yi[b]]), xe[xi[a] + 1] - xe[xi[a]], ye[yi[b] + 1] - ye[yi[b]])

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from planner.install_check import VERSION, VLLM_MIRRORED
-from planner.metrics import keeps_up
+from planner.metrics import bursts, keeps_up
 from planner.plots.heatmap import recommended
 from planner.report import charts
 from planner.report.results import SIZE_PARETO, Result
@@ -185,9 +185,8 @@ def _sweep(r: Result) -> dict:
     if "meets_slo" in df:
         ok = df["meets_slo"].astype(bool) & keeps_up(df) if "overloaded" in df else df["meets_slo"]
         headline.append(("meet the SLOs and keep up", "meets_slo", _fmt(int(ok.sum()))))
-    if "overload_judged" in df and "overloaded" in df:
-        burst = int((~df["overloaded"].astype(bool) & ~df["overload_judged"].astype(bool)).sum())
-        if burst:
+    if "overloaded" in df:
+        if burst := int(bursts(df).sum()):
             headline.append(("overload not judged (a burst)", "overload_judged", _fmt(burst)))
     pictures = charts.sweep_heatmaps(r.folder, df)
     return {
