@@ -375,6 +375,20 @@ def test_where_cannot_pin_a_drawn_axis(tmp_path, capsys, pin):
     assert code == 2 and "pin another axis" in err
 
 
+@pytest.mark.parametrize("value", ["banana", "2", ""])
+def test_where_refuses_a_boolean_that_is_neither(tmp_path, capsys, value):
+    """--where overloaded=banana pinned every row to False, silently."""
+    z = [1.0] * 2 * len(SEQS)
+    folder = _dataset(
+        tmp_path, z, overloaded=[False], num_gpu_blocks=[1000, 4000], max_num_seqs=SEQS
+    )
+    args = ["heatmap", str(folder), "--facet", "", "--out", str(tmp_path / "h.png"), "--where"]
+    code, _, err = run_cli(capsys, *args, f"overloaded={value}")
+    assert code == 2 and "not true or false" in err, err
+    code, _, err = run_cli(capsys, *args, "overloaded=false")
+    assert code == 0, err
+
+
 def test_overloaded_cells_get_their_own_hatch(tmp_path):
     """Overload is drawn beside the outcome: its hatch on exactly the overloaded
     cells, and a legend entry only when some cell is overloaded."""

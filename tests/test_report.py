@@ -352,3 +352,28 @@ def test_odd_requests_and_a_missing_out_folder_are_handled(capsys, results, tmp_
     assert code == 0 and "not drawn" in _page(run), err  # a page saying what it lacks
     code, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "no" / "r.html"))
     assert code == 2 and "make it first" in err and not (tmp_path / "no").exists()
+
+
+def test_a_sweep_over_traffic_recommends_per_workload_value():
+    """The page recommended 'rate_scale 0.4' as if the traffic were a setting;
+    with a workload axis it now recommends a configuration at each value."""
+    from planner.report.page import _recommended
+
+    grid = pd.MultiIndex.from_product(
+        [[0.4, 1.0], [1000, 4000], [8, 64]], names=["rate_scale", "num_gpu_blocks", "max_num_seqs"]
+    ).to_frame(index=False)
+    grid["config_id"] = range(len(grid))
+    grid["completed"] = 10
+    grid["livelocked"] = grid["step_limit_hit"] = False
+    grid["overload_judged"] = True
+    # at 1.0 only the largest pool at 64 keeps up; at 0.4 every one does
+    grid["overloaded"] = (grid.rate_scale == 1.0) & ~(
+        (grid.num_gpu_blocks == 4000) & (grid.max_num_seqs == 64)
+    )
+    grid["meets_slo"] = True
+    grid["goodput_rps"] = grid.max_num_seqs / 10.0
+    text = _recommended(grid)
+    assert text.startswith("Recommended (per workload")
+    assert "at rate_scale 0.4: max_num_seqs 64, num_gpu_blocks 1,000" in text
+    assert "at rate_scale 1: max_num_seqs 64, num_gpu_blocks 4,000" in text
+    assert "rate_scale 0.4 (config_id" not in text

@@ -93,9 +93,10 @@ def test_chosen_error_follows_the_option():
 
 
 def _busy_workload():
-    """Constant arrivals that two S1 servers keep up with and one does not."""
+    """Constant arrivals that two S1 servers keep up with and one does not,
+    spanning enough request lifetimes to judge it (``metrics.overload``)."""
     return synthetic(
-        200, rate=80.0, prompt=LengthDist("constant", 400.0), output=LengthDist("constant", 150.0)
+        600, rate=80.0, prompt=LengthDist("constant", 400.0), output=LengthDist("constant", 150.0)
     )
 
 

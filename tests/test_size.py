@@ -498,7 +498,9 @@ def test_headroom_text_for_a_search_range_below_the_traffic():
     assert "(the search's top)" in _headroom_text(high)
     short = {**high, "limit": "workload_too_short", "fail_scale": 1.32}
     assert "sustains at least 1.30x" in _headroom_text(short)
-    assert "at 1.32x the workload's requests arrive within one median E2E" in _headroom_text(short)
+    assert "at 1.32x the workload's requests arrive within 2x their median E2E" in _headroom_text(
+        short
+    )
     assert "not monotone" not in _headroom_text(high)
     odd = {**low, "max_rate_scale": 1.05, "limit": "found", "monotone": False, "fail_scale": 1.02}
     assert "pass/fail is not monotone (1.02x failed below a pass)" in _headroom_text(odd)
@@ -783,8 +785,10 @@ def test_a_batch_sent_at_once_is_priced_by_its_run_and_its_json_is_standard(caps
 
 
 def test_headroom_on_a_short_burst_says_it_is_not_a_sustained_rate(capsys, tmp_path):
-    """50 requests at 5 req/s: the headroom search's answer is a rate the fleet
-    absorbed once, and the answer says so; 1,000 requests or more carry no caveat."""
+    """50 requests at 5 req/s: the headroom search's answer is a bound the
+    workload's length sets, and the answer says so; at the SLOs on fewer than
+    1,000 requests the p99s rest on a few requests, and it says that; 1,000
+    requests or more, or no SLO, carry no caveat."""
     from planner.cli.size import SHORT_WINDOW_REQUESTS, _headroom_text
 
     code, out, err = run_cli(
@@ -792,11 +796,13 @@ def test_headroom_on_a_short_burst_says_it_is_not_a_sustained_rate(capsys, tmp_p
     )
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("headroom:"))
-    assert "measured on 50 requests" in line and "too short" in line
+    assert "sustains at least" in line and "too short to judge a higher rate" in line
     h = {"requests": SHORT_WINDOW_REQUESTS, "window_s": 100.0, "max_rate_scale": 2.0}
     h |= {"max_rps": 20.0, "limit": "slo", "monotone": True, "fail_scale": 2.1, "slo": True}
-    assert "too short" not in _headroom_text(h)
-    assert "too short" in _headroom_text(h | {"requests": SHORT_WINDOW_REQUESTS - 1})
+    assert "rests on" not in _headroom_text(h)
+    few = h | {"requests": SHORT_WINDOW_REQUESTS - 1}
+    assert "measured on 999 requests, so each p99 rests on the slowest 9" in _headroom_text(few)
+    assert "rests on" not in _headroom_text(few | {"slo": False})
 
 
 def test_a_plan_sweep_folder_is_refused_and_left_as_it_was(capsys, tmp_path):

@@ -30,6 +30,7 @@ from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
 from planner.metrics import front_end_failures, front_end_text
 from planner.slo import FIELDS, NAMES, SLO, seconds_text
+from planner.text import count
 from planner.workload.arrays import Workload
 
 COARSE_POINTS = 40
@@ -294,6 +295,8 @@ def started_text(row: pd.Series) -> str:
     """'S of O req/s offered started over the arrival window', with the rate
     the front end rejected (``front_end.REJECT_RULE``) when it rejected any:
     those never start, whatever the capacity (``metrics.overload``)."""
+    if not float(row.overload_window_s) > 0:  # ``metrics.batches``
+        return "every request sent at once: no arrival rate to keep up with"
     text = f"{row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started"
     refused = row.offered_rps - row.accepted_rps
     if refused > 0:
@@ -353,17 +356,20 @@ def recommend(s: SafeLimits) -> Recommendation:
         row = sub.iloc[_knee(sub, col)]
         seqs = int(row.max_num_seqs)
         what = "goodput" if s.slo.given() else "completions per second"
+        pace = "keep up with the offered load"
+        if metrics.batches(t).all():
+            pace = "serve this batch sent at once"
         reason = (
-            f"the smallest max_num_seqs within 1% of the best {what} among those that keep up "
-            f"with the offered load{slo_part}"
+            f"the smallest max_num_seqs within 1% of the best {what} among those that {pace}"
+            f"{slo_part}"
             + (f" and have {crit}" if kv_safe.any() else f"; none of those has {crit}")
         )
         text = (
             f"Recommended: max_num_seqs {seqs}, {reason}. At it: "
             f"{row.throughput_rps:.3f} req/s completed"
             + (f", goodput {row.goodput_rps:.3f} req/s" if s.slo.given() else "")
-            + f", {latency_text(row, s.slo)}, {row.preemptions:.0f} preemptions, keeps up "
-            f"({started_text(row)})."
+            + f", {latency_text(row, s.slo)}, {row.preemptions:.0f} preemptions, "
+            f"{metrics.pace_text(row)} ({started_text(row)})."
         )
         if seqs >= s.search_limit:
             text += (
@@ -391,6 +397,9 @@ def _nothing_qualifies(s: SafeLimits) -> Recommendation:
             + "."
         )
         return Recommendation(None, "not judged", text)
+    stuck = ~alive & ~t.overloaded.astype(bool)  # neither overloaded nor serving
+    if not calm.any() and stuck.any():
+        return _stuck_or_overloaded(t, stuck, span)
     if not calm.any():
         best = t[alive].loc[t[alive].served_rps.idxmax()]
         frac = float(1 / best.load_ratio)  # no rejections here (``recommend``)
@@ -415,6 +424,29 @@ def _nothing_qualifies(s: SafeLimits) -> Recommendation:
         + _rate_text(s)
     )
     return Recommendation(None, "misses the SLOs", text, s.closest_rate_scale)
+
+
+def _stuck_or_overloaded(t: pd.DataFrame, stuck: pd.Series, span: str) -> Recommendation:
+    """Nothing recommended when every max_num_seqs is overloaded or, though not
+    overloaded, completed nothing, livelocked or hit --max-steps: say which,
+    without calling the latter overloaded."""
+    why = []
+    if (stuck & (t.completed == 0) & ~t.livelocked & ~t.step_limit_hit).any():
+        why.append("complete no request before the run ends (a --horizon shorter than a request)")
+    if (stuck & t.livelocked).any():
+        why.append("livelock")
+    if (stuck & t.step_limit_hit).any():
+        why.append("hit --max-steps")
+    over = int(t.overloaded.astype(bool).sum())
+    seqs = [f"{v:,}" for v in sorted(t[stuck].max_num_seqs.astype(int))]
+    which = "max_num_seqs " + ", ".join(seqs if len(seqs) <= 4 else [*seqs[:2], "...", seqs[-1]])
+    text = (
+        f"Nothing recommended: no max_num_seqs {span} keeps up: {count(over, 'value')} "
+        f"{'is' if over == 1 else 'are'} overloaded, and the {count(len(seqs), 'other')} "
+        f"({which}) {' or '.join(why)}, which shows nothing about the rate sustained. "
+        "Run them longer (a longer --horizon, or none)."
+    )
+    return Recommendation(None, "nothing completes", text)
 
 
 def _rate_text(s: SafeLimits) -> str:

@@ -15,14 +15,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner import capacity, resolve
+from planner import capacity, metrics, resolve
 from planner.cli import options as opt
 from planner.cli import server
 from planner.cli.inert import given, reject_inert, reject_inert_hardware, spelled
 from planner.cli.json_out import print_json
 from planner.config import SchedulerConfig, check_vllm_args, clock_bound
 from planner.inert import CHECK_RULES, RUN_RULES, InertOption
-from planner.metrics import burst_text, front_end_text
+from planner.metrics import burst_text, front_end_text, pace_text
 from planner.models import hardware, kv_cache, vllm_defaults
 from planner.slo import FIELDS
 from planner.text import count
@@ -371,7 +371,8 @@ def check(
         clock_bound(cfg, lat)
         with opt.say_compile([cfg], wl):
             out["traffic"] = traffic_check(cfg, wl, lat, slo)
-        safe = safe and out["traffic"]["keeps_up"] and out["traffic"]["meets_slo"]
+        keeps_up = out["traffic"]["keeps_up"] is not False  # None: a batch, no rate
+        safe = safe and keeps_up and out["traffic"]["meets_slo"]
     out["verdict"] = ("safe" if full_only else "starts") if safe else "unsafe"
     if "traffic" in out and pool_ok and _traffic_verdict(out["traffic"]).startswith("NOT"):
         out["verdict"] = "not_judged"  # only the workload's length is missing
@@ -386,9 +387,10 @@ def check(
 
 def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) -> dict:
     """Simulate ``cfg`` on the workload and judge it: ``keeps_up`` (not
-    ``metrics.overload``-ed), ``meets_slo`` (``metrics.slo_columns``), with the
-    p99s (and whether each is a lower bound), the offered, accepted and served rates and
-    the goodput."""
+    ``metrics.overload``-ed on a window long enough to judge; None for a batch
+    sent at once, ``metrics.batches``, which has no rate), ``meets_slo``
+    (``metrics.slo_columns``), with the p99s (and whether each is a lower
+    bound), the offered, accepted and served rates and the goodput."""
     from planner.api import simulate
 
     row = simulate([cfg], wl, lat).metrics(slo).iloc[0]
@@ -405,6 +407,9 @@ def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) ->
     out = {k: _plain(row[k]) for k in keys}
     out["max_num_seqs"] = cfg.max_num_seqs
     out["keeps_up"] = not bool(row.overloaded) and bool(row.overload_judged)
+    out["sent_at_once"] = bool(metrics.batches(row.to_frame().T)[0])
+    if out["sent_at_once"]:
+        out["keeps_up"] = None  # no arrival rate to keep up with
     out["overload_judged"] = bool(row.overload_judged)
     out["meets_slo"] = bool(row.meets_slo)
     out["slo"] = slo.describe()
@@ -438,10 +443,11 @@ def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:
     fails = (["is OVERLOADED"] if over else []) + ([] if met else ["MISSES the SLOs"])
     if not over and not bool(row.overload_judged):
         fails.insert(0, "is NOT JUDGED to keep up")
-    state = " and ".join(fails) if fails else "keeps up and meets the SLOs"
+    state = " and ".join(fails) if fails else f"{pace_text(row)} and meets the SLOs"
     rejected = int(row.rejected)
     why = f" ({count(rejected, 'request')} rejected by the front end count as misses)"
-    burst = "" if over or bool(row.overload_judged) else f"; {burst_text(row)}"
+    more = opt.more_requests(trace=True)  # check simulates a --trace-file only
+    burst = "" if over or bool(row.overload_judged) else f"; {burst_text(row, more)}"
     return (
         f"traffic at max_num_seqs {seqs}: {state} ({slo.describe()}){why * (rejected > 0)}: "
         f"{latency_text(row, slo)}; {started_text(row)}{burst}"
@@ -717,7 +723,12 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
     if o["verdict"] == "safe" and "traffic" in o:
         c.print(
             "verdict: SAFE - vLLM >= 0.29 starts, no request can livelock, and the trace's "
-            f"traffic keeps up and meets the SLOs at max_num_seqs {o['traffic']['max_num_seqs']}"
+            + (
+                "batch (sent at once, no rate)"
+                if o["traffic"]["sent_at_once"]
+                else "traffic keeps up and"
+            )
+            + f" meets the SLOs at max_num_seqs {o['traffic']['max_num_seqs']}"
         )
     elif o["verdict"] == "safe":
         c.print(
@@ -933,6 +944,7 @@ EVALUATED_COLUMNS = (
     "e2e_s_p99",
     "e2e_s_p99_is_lower_bound",
     "overloaded",
+    "overload_judged",
     "offered_rps",
     "accepted_rps",
     "served_rps",
@@ -1054,6 +1066,8 @@ def _state(s: object, seqs: int | None) -> str:
     if row is None:
         return ""
     notes = ["overloaded"] if bool(row.overloaded) else []
+    if not bool(row.get("overload_judged", True)):
+        notes.append("overload not judged (a burst)")
     if s.slo.given() and not bool(row.meets_slo):
         notes.append("misses the SLOs")
     return f"; {' and '.join(notes)}" if notes else ""

@@ -303,7 +303,9 @@ def max_rate(
             continue
         rates = "" if rps_t == "-" else f" ({rps_t} req/s, {tps_t} output tokens/s)"
         at = f"; at it: {_at_rate(row)}" if rps_t != "-" else "; nothing in the range passes"
-        short = _short_text(row, wl.num_requests) if row.max_rate_limit == TOO_SHORT else ""
+        short = ""
+        if row.max_rate_limit == TOO_SHORT:
+            short = _short_text(row, wl.num_requests, opt.more_requests(trace_file is not None))
         c.print(
             f"{name}: max_rate_scale {scale}{rates}{at}{_monotone_text(row)}{short}",
             soft_wrap=True,
@@ -421,13 +423,13 @@ def _answer(
     )
 
 
-def _short_text(row: pd.Series, requests: int) -> str:
-    """Why the answer is a lower bound set by the workload's length."""
+def _short_text(row: pd.Series, requests: int, more: str) -> str:
+    """Why the answer is a lower bound set by the workload's length; ``more``
+    says how to offer more requests (``options.more_requests``)."""
     return (
         f"; at {row.max_rate_fail_scale:.4g}x the {requests:,} requests arrive within less "
         f"than {OVERLOAD_MIN_LIFETIMES:g}x their median E2E, a burst the running set absorbs, "
-        "which says nothing about a sustained rate: offer more requests (--num-requests, "
-        "or a longer trace window) to judge higher rates"
+        f"which says nothing about a sustained rate: offer {more} to judge higher rates"
     )
 
 

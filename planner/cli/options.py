@@ -552,6 +552,14 @@ Goodput = Annotated[
 ]
 
 
+def more_requests(trace: bool) -> str:
+    """How plan run, max-rate and safe-limit offer more requests, for
+    ``metrics.burst_text``: a longer trace window, or more synthetic ones."""
+    if trace:
+        return "more requests (a longer trace, or a longer --trace-duration window of it)"
+    return "more requests (--num-requests)"
+
+
 def slo_from(
     ttft_slo: float | None,
     tpot_slo: float | None,

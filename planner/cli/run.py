@@ -291,7 +291,9 @@ def run(ctx: typer.Context, **o: Any) -> None:
         print_json(out)
     else:
         server.print_settings(srv, also=_s1_assumes(o))
-        _table(res, row, cfg, wl, lat, slo, wall, o["num_gpu_blocks"] is not None, derived)
+        given = o["num_gpu_blocks"] is not None
+        more = opt.more_requests(o["trace_file"] is not None)
+        _table(res, row, cfg, wl, lat, slo, wall, given, derived, more)
     if row["outcome"] in fail_classes or (OVERLOADED in fail_classes and row["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
 
@@ -448,14 +450,14 @@ def _json(res: Any, row: Any, cfg: SchedulerConfig, slo: SLO, derived: bool) -> 
 
 def _table(
     res: Any, row: Any, cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO, wall: float,
-    given_blocks: bool, derived: bool,
+    given_blocks: bool, derived: bool, more: str,
 ) -> None:  # fmt: skip
     """``plan run``'s table output: the summary, each replica, the stuck requests, the gap fix."""
     source = "given" if given_blocks else "default"
     if derived:
         at = resolve.sized_at(cfg.max_num_seqs, cfg.max_num_batched_tokens)
         source = f"derived from presets; {at}"
-    report.print_run(wl, cfg.num_gpu_blocks, source, lat, row, wall, slo, cfg)
+    report.print_run(wl, cfg.num_gpu_blocks, source, lat, row, wall, slo, cfg, more)
     if cfg.replicas > 1:
         report.print_replicas(report.per_replica(res, slo))
     stuck = res.stuck_requests()

@@ -184,11 +184,13 @@ def print_run(
     wall: float,
     slo: SLO,
     cfg: SchedulerConfig | None = None,
+    more: str = "more requests (a longer workload)",
 ) -> None:
     """The human-readable summary table of ``plan run``; ``source`` says where
     num_gpu_blocks came from; ``cfg`` the config (its attention is named
     when it is not full attention); with an SLO, its verdict
-    (``metrics.slo_columns``)."""
+    (``metrics.slo_columns``); ``more`` how to offer more requests when the run
+    is a burst (``metrics.burst_text``)."""
     console = Console(markup=False)
     console.print(f"plan run: {wl.name}, {count(wl.num_requests, 'request')}", soft_wrap=True)
     console.print(f"num_gpu_blocks {blocks:,} ({source})", soft_wrap=True)
@@ -293,7 +295,7 @@ def print_run(
             )
         console.print(rates + why, soft_wrap=True)
     elif not judged(row):
-        console.print(f"note: overload not judged: {burst_text(row)}", soft_wrap=True)
+        console.print(f"note: overload not judged: {burst_text(row, more)}", soft_wrap=True)
 
 
 def judged(row: object) -> bool:

@@ -143,7 +143,10 @@ def select(df: pd.DataFrame, x: str, y: str, facet: str | None, where: list[str]
         col = df[key]
         target: object = value
         if pd.api.types.is_bool_dtype(col):
-            target = value.lower() in ("1", "true", "yes")
+            truth = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+            if value.lower() not in truth:
+                raise PlotError(f"--where {key}: not true or false: {value!r}")
+            target = truth[value.lower()]
         elif pd.api.types.is_numeric_dtype(col):
             try:
                 target = float(value)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from planner.install_check import VERSION, VLLM_MIRRORED
-from planner.metrics import bursts, keeps_up
+from planner.metrics import OVERLOAD_MIN_LIFETIMES, bursts, keeps_up
 from planner.plots.heatmap import recommended
 from planner.report import charts
 from planner.report.results import SIZE_PARETO, Result
@@ -29,8 +29,8 @@ MAX_ROWS = 20_000  # rows a page's table holds (about 15 MB); more are counted, 
 SWEEP_COLUMNS = (
     "config_id", "max_num_seqs", "num_gpu_blocks", "max_num_batched_tokens", "preemption_mode",
     "enable_prefix_caching", "async_scheduling", "rate_scale", "outcome", "overloaded",
-    "meets_slo", "completed", "throughput_rps", "goodput_rps", "ttft_s_p99", "tpot_s_p99",
-    "itl_s_p99", "e2e_s_p99", "preemptions", "kv_safe_max_num_seqs",
+    "overload_judged", "meets_slo", "completed", "throughput_rps", "goodput_rps", "ttft_s_p99",
+    "tpot_s_p99", "itl_s_p99", "e2e_s_p99", "preemptions", "kv_safe_max_num_seqs",
 )  # fmt: skip
 SIZE_COLUMNS = (
     "gpu", "tensor_parallel_size", "replicas", "gpus", "router", "max_num_seqs",
@@ -206,19 +206,35 @@ def _recommended(df: pd.DataFrame) -> str:
     """The sweep's recommended configuration, as the heatmaps mark it
     (``planner.plots.heatmap.recommended``: it meets the SLOs and keeps up,
     within a tolerance of the best goodput, with the fewest resources), or
-    that none qualifies; empty without SLOs."""
+    that none qualifies; empty without SLOs. The workload is the traffic, not
+    a setting to choose: when a workload axis varies, one recommendation per
+    workload value."""
     if "meets_slo" not in df.columns:
         return ""
     axes = charts.heatmap_axes(df)
     x, y = axes[:2] if axes else ("max_num_seqs", "num_gpu_blocks")
-    row = recommended(df, x, y)
-    if row is None:
-        return "Recommended: none: no configuration meets the SLOs and keeps up with its traffic."
     varied = [a for a in (*SCHEDULER_AXES, *WORKLOAD_AXES, *HARDWARE_AXES) if a in df]
     varied = [a for a in varied if df[a].nunique() > 1]
-    setting = ", ".join(f"{a} {_fmt(row[a])}" for a in varied)
+    traffic = [a for a in varied if a in WORKLOAD_AXES]
+    settings = [a for a in varied if a not in WORKLOAD_AXES]
+    if not traffic:
+        return "Recommended: " + _one_recommendation(df, x, y, settings)
+    parts = []
+    for key, part in df.groupby(traffic, sort=True):
+        values = key if isinstance(key, tuple) else (key,)
+        at = ", ".join(f"{a} {_fmt(v)}" for a, v in zip(traffic, values, strict=True))
+        parts.append(f"at {at}: {_one_recommendation(part, x, y, settings)}")
+    return "Recommended (per workload: the traffic is not a setting to choose): " + "; ".join(parts)
+
+
+def _one_recommendation(df: pd.DataFrame, x: str, y: str, settings: list[str]) -> str:
+    """The recommended row of ``df`` (``recommended``) in words, or 'none'."""
+    row = recommended(df, x, y)
+    if row is None:
+        return "none: no configuration meets the SLOs and keeps up with its traffic"
+    setting = ", ".join(f"{a} {_fmt(row[a])}" for a in settings)
     return (
-        f"Recommended: {setting} (config_id {int(row['config_id'])}): meets the SLOs, keeps up, "
+        f"{setting} (config_id {int(row['config_id'])}): meets the SLOs, keeps up, "
         f"goodput {_fmt(row['goodput_rps'])} req/s"
     )
 
@@ -279,8 +295,8 @@ def run_verdict(rec: dict) -> str:
         parts.append("keeps up with the offered load")
     else:
         parts.append(
-            "overload not judged: its arrivals span less than one median E2E, a burst "
-            "that says nothing about the rate sustained"
+            f"overload not judged: its arrivals span less than {OVERLOAD_MIN_LIFETIMES:g}x "
+            "its median E2E, a burst that says nothing about the rate sustained"
         )
     text = "Verdict: " + ", ".join(parts)
     if rec.get("ended_by_horizon"):
