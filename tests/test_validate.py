@@ -93,9 +93,56 @@ def test_the_rtx_4090_run_replays_on_its_logged_pool(capsys):
     assert all(np.isfinite(r["error"]) for r in o["comparison"])
 
 
+def _with_engine(tmp_path: Path, src: Path, **engine) -> Path:
+    """A copy of the run ``src`` whose meta.json states ``engine`` too."""
+    folder = tmp_path / f"{src.name}-edited"
+    shutil.copytree(src, folder)
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["engine_kwargs"].update(engine)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_data_parallel_ranks_replay_as_replicas(capsys, tmp_path):
+    """The MoE run's two data-parallel ranks replay as two replicas behind
+    least_outstanding (vLLM's DP load balancer), each its own scheduler and
+    pool, with what is not modelled printed; one rank of the same run serves
+    less and queues more."""
+    args = ["--model", "qwen3-30b-a3b", "--gpu", "RTX-PRO-6000", "--latency", "roofline", "--json"]
+    code, out, err = run_cli(capsys, "validate", str(MOE_DP), *args)
+    assert code == 0, err
+    two = json.loads(out)
+    assert two["data_parallel_size"] == 2
+    notes = " ".join(two["data_parallel_notes"])
+    assert "least_outstanding" in notes and "enable_expert_parallel: not modelled" in notes
+    one_rank = _with_engine(tmp_path, MOE_DP, data_parallel_size=1, enable_expert_parallel=False)
+    code, out, err = run_cli(capsys, "validate", str(one_rank), *args)
+    assert code == 0, err
+    one = json.loads(out)
+    assert one["data_parallel_size"] == 1 and one["data_parallel_notes"] == []
+
+    def pred(o, metric, stat):
+        return next(
+            r["predicted"] for r in o["comparison"] if (r["metric"], r["stat"]) == (metric, stat)
+        )
+
+    assert pred(two, "throughput_rps", "") > 1.2 * pred(one, "throughput_rps", "")
+    assert pred(two, "ttft_s", "mean") < pred(one, "ttft_s", "mean")
+    code, out, _ = run_cli(capsys, "validate", str(MOE_DP), *args[:-1])
+    assert "per rank, 2 data-parallel ranks" in out and "note: data_parallel_size 2" in out
+
+
 def test_what_the_planner_cannot_express_is_refused_in_one_line(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "validate", str(MOE_DP))
-    assert code == 2 and "data_parallel_size 2 is not modelled" in err and err.count("\n") == 1
+    piped = _with_engine(tmp_path, RTX4090, pipeline_parallel_size=2)
+    code, _, err = run_cli(capsys, "validate", str(piped), "--model", "llama-3.1-8b")
+    assert code == 2 and "pipeline_parallel_size 2 is not modelled" in err
+    assert err.count("\n") == 1
+    bad = _with_engine(tmp_path / "b", RTX4090, data_parallel_size=0.5)
+    code, _, err = run_cli(capsys, "validate", str(bad), "--model", "llama-3.1-8b")
+    assert code == 2 and "data_parallel_size: input should be a valid integer" in err
+    huge = _with_engine(tmp_path / "h", RTX4090, data_parallel_size=5000)
+    code, _, err = run_cli(capsys, "validate", str(huge), "--model", "llama-3.1-8b")
+    assert code == 2 and "data_parallel_size 5,000: at most 1,024 ranks" in err
     code, _, err = run_cli(
         capsys, "validate", str(RTX4090), "--model", "llama-3.1-8b", "--max-num-seqs", "64"
     )

@@ -40,3 +40,15 @@ def test_docs_table_and_validated_errors_come_from_the_current_code():
         for name, err in runs.items():
             assert committed[backend]["tpot_error"][name] == pytest.approx(err, abs=1e-9), name
     assert len(tpot["roofline"]) >= 3  # every run the planner can express is replayed
+
+
+def test_readme_quotes_the_committed_medians():
+    """The README's medians are the committed ones (the test above ties those to the code)."""
+    kinds = json.loads(_script().OUT.read_text())["kinds"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for kind, runs in (("roofline", "4 runs"), ("measured", "3 runs")):
+        median = kinds[kind]["median_abs_tpot_error"]
+        assert len(kinds[kind]["tpot_error"]) == int(runs.split()[0]), kind
+        assert (
+            f"by a median {median:.1%} ({runs})" in readme or f"by {median:.1%} ({runs}" in readme
+        )

@@ -19,12 +19,14 @@ from pathlib import Path
 RUNS = Path(__file__).resolve().parents[1] / "planner" / "data" / "real-runs-llmservingsim"
 # (folder, extra options): the runs name the base Llama-3.1-8B (the catalog holds
 # the Instruct config, the same shapes); the RTX PRO 6000 runs record no GPU name.
+# Qwen3-30B-A3B-Instruct-2507 has Qwen3-30B-A3B's shapes (its longer
+# max_position_embeddings aside, which no request of the run comes near).
 PRO = ["--gpu", "RTX-PRO-6000"]
 CASES = [
     ("RTX4090_Llama-3.1-8B", ["--model", "llama-3.1-8b"]),
     ("RTXPRO6000_Llama-3.1-8B", ["--model", "llama-3.1-8b", *PRO]),
     ("RTXPRO6000_Qwen3-32B", PRO),
-    ("RTXPRO6000_Qwen3-30B-A3B-Instruct-2507", PRO),
+    ("RTXPRO6000_Qwen3-30B-A3B-Instruct-2507", ["--model", "qwen3-30b-a3b", *PRO]),
 ]
 BACKENDS = ("roofline", "measured")
 OUT = RUNS.parent / "step_time_validation.json"
@@ -87,7 +89,9 @@ def _row(name: str, backend: str, options: list[str]) -> tuple[str, float | None
     err = {(r["metric"], r["stat"]): r["error"] for r in o["comparison"]}
     cells = [f"{err[k]:+.1%}" for k in (("ttft_s", "mean"), ("tpot_s", "mean"),
                                         ("e2e_s", "mean"), ("throughput_rps", ""))]  # fmt: skip
-    line = f"| {name} | {backend} | {o['num_gpu_blocks']:,} | " + " | ".join(cells) + " |"
+    dp = o.get("data_parallel_size", 1)
+    blocks = f"{o['num_gpu_blocks']:,}" + (f" per rank, DP {dp}" if dp > 1 else "")
+    line = f"| {name} | {backend} | {blocks} | " + " | ".join(cells) + " |"
     return line, float(err[("tpot_s", "mean")])
 
 

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner import resolve
+from planner import bounds, resolve
 from planner.cli import options as opt
 from planner.cli import server
 from planner.cli.inert import given
@@ -102,14 +102,17 @@ def validate(
         check_result_folder(out, VALIDATE_FILES, "plan validate result")  # before any work
     r = v.read_run(run)
     eng = r.engine
-    for k in ("data_parallel_size", "pipeline_parallel_size"):
-        if int(eng.get(k) or 1) > 1:
-            raise v.RunError(
-                f"{run}: {k} {eng[k]} is not modelled (one engine per replica, tensor parallelism "
-                "only); no replay"
-            )
-    if eng.get("enable_expert_parallel"):
-        raise v.RunError(f"{run}: expert parallelism is not modelled yet; no replay")
+    if int(eng.get("pipeline_parallel_size") or 1) > 1:
+        raise v.RunError(
+            f"{run}: pipeline_parallel_size {eng['pipeline_parallel_size']} is not modelled "
+            "(tensor and data parallelism only); no replay"
+        )
+    dp = int(eng.get("data_parallel_size") or 1)  # a Count (``answers.validate``)
+    if dp > bounds.MAX_REPLICAS:
+        raise v.RunError(
+            f"{run}: data_parallel_size {dp:,}: at most {bounds.MAX_REPLICAS:,} ranks are "
+            "replayed (one replica each)"
+        )
     o = dict(ctx.params)
     for k in STATED:
         mine = given(ctx, k)
@@ -150,7 +153,7 @@ def validate(
     )  # fmt: skip
     attn = resolve.attention(None, name, None, kv_dtype)
     fields = {k: s[k] for k in vllm_defaults.FIELDS if k != "gpu_memory_utilization"}
-    cfg = SchedulerConfig(num_gpu_blocks=blocks, **fields, **attn)
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, **fields, **attn, **dp_fleet(dp))
     cfg.check_vllm_starts()
     wl = r.workload()
     with opt.say_compile([cfg], wl):
@@ -162,6 +165,8 @@ def validate(
     if plot is not None:
         _plot(plot, r, predicted, f"plan validate: {r.name} on {tp} x {gpu_name}, {lat.describe()}")
     pool = f"{blocks:,} blocks ({'the run logged' if not derived else 'sized from the presets'})"
+    if dp > 1:
+        pool = f"{pool} per rank, {dp} data-parallel ranks"
     record = {
         **provenance(),
         "run": str(run),
@@ -171,6 +176,8 @@ def validate(
         "model": name,
         "gpu": gpu_name,
         "tensor_parallel_size": tp,
+        "data_parallel_size": dp,
+        "data_parallel_notes": dp_notes(dp, bool(eng.get("enable_expert_parallel"))),
         "num_gpu_blocks": blocks,
         "latency_model": lat.describe(),
         "server_settings": resolve.server_json(srv),
@@ -182,6 +189,46 @@ def validate(
         print_json(record)
         return
     _print(r, table, name, gpu_name, tp, pool, lat.describe(), srv)
+    for note in record["data_parallel_notes"]:
+        print(f"note: {note}")
+
+
+# vLLM 0.33's data-parallel front end (``vllm/v1/engine/core_client.py``,
+# ``DPLBAsyncMPClient.get_core_engine_for_request``) sends a request to the
+# rank with the lowest max(in flight, waiting + running), plus 6 x waiting x
+# (KV cache usage - 0.5) when usage is above half, rotating where the scan
+# starts to break ties. least_outstanding (fewest in flight, ties by KV in
+# use, then the lowest rank) is the same rule while no rank has requests
+# waiting on a KV cache more than half full.
+DP_ROUTER = "least_outstanding"
+
+
+def dp_fleet(dp: int) -> dict:
+    """SchedulerConfig fields for ``dp`` data-parallel ranks: each is a vLLM
+    engine core with its own scheduler and KV cache (``vllm/v1/engine/core.py``,
+    ``DPEngineCoreProc``), so each is a replica behind ``DP_ROUTER``."""
+    return {"replicas": dp, "router": DP_ROUTER} if dp > 1 else {}
+
+
+def dp_notes(dp: int, expert_parallel: bool) -> list[str]:
+    """What a replay of ``dp`` data-parallel ranks does not model, for people."""
+    if dp <= 1:
+        return []
+    notes = [
+        f"data_parallel_size {dp}: {dp} engine cores, each a replica with its own scheduler and "
+        f"KV pool of the size above, routed by {DP_ROUTER} (vLLM's DP load balancer, "
+        "DPLBAsyncMPClient, while no rank queues on a KV cache over half full); the ranks "
+        "step independently, whereas vLLM steps a mixture of experts' ranks together (an idle "
+        "rank runs a dummy batch): not modelled"
+    ]
+    if expert_parallel:
+        notes.append(
+            "enable_expert_parallel: not modelled: each rank is priced holding and reading every "
+            f"expert (vLLM spreads them over the {dp} ranks), so its pool is sized on full "
+            "weights (smaller than vLLM's) and its weight reads are an upper bound, and the "
+            "experts' all-to-all between ranks is not charged"
+        )
+    return notes
 
 
 def _plot(path: Path, r: Any, predicted: dict, title: str) -> None:
