@@ -184,6 +184,7 @@ def num_gpu_blocks(
     full_attention_only: bool = True,
     simulated: bool = False,
     disable_hybrid_kv_cache_manager: bool | None = None,
+    data_parallel_size: int = 1,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
@@ -197,7 +198,9 @@ def num_gpu_blocks(
     with any layer that is not full attention (``full_attention_model``), as
     an analysis for full attention needs; ``simulated`` (with
     ``full_attention_only`` off): refuse only what the simulator cannot run
-    (``simulated_model``).
+    (``simulated_model``). ``data_parallel_size``: the ranks of a
+    data-parallel deployment, which split a mixture of experts' routed experts
+    (``ModelSpec.expert_weight_bytes``); the pool is one rank's.
 
     Raises:
         ValueError: one of --model/--gpu without the other; a model the
@@ -220,8 +223,9 @@ def num_gpu_blocks(
     elif simulated:
         simulated_model(m)
     n = hardware.num_gpu_blocks(
-        m, g, gpu_memory_utilization, block_size, tp, max_num_batched_tokens, max_num_seqs
-    )
+        m, g, gpu_memory_utilization, block_size, tp, max_num_batched_tokens, max_num_seqs,
+        dp=data_parallel_size,
+    )  # fmt: skip
     return n, True
 
 

@@ -67,3 +67,29 @@ def test_moe_decode_throughput_grows_with_the_batch(capsys):
         assert code == 0, err
         tps.append(json.loads(out)["output_tps"])
     assert tps[1] >= 1.8 * tps[0], tps
+
+
+def test_data_parallel_ranks_split_the_experts_by_hand():
+    """Two data-parallel ranks (vLLM's FusedMoEParallelConfig flattens tp
+    across dp): each GPU holds and reads half the routed experts, touched by
+    both ranks' tokens, and all-gathers/reduce-scatters 2 x (D - 1) x 2,048
+    bf16 values per token per MoE layer over the link; the pool grows by the
+    bytes freed. Dense models and one rank are unchanged."""
+    one = RooflineLatency("qwen3-30b-a3b", "RTX-PRO-6000").floats()
+    two = RooflineLatency("qwen3-30b-a3b", "RTX-PRO-6000", data_parallel_size=2).floats()
+    g = hardware.gpu("RTX-PRO-6000")
+    assert two[7] == pytest.approx(48 * EXPERTS * 2 / 2) and one[7] == pytest.approx(
+        48 * EXPERTS * 2
+    )
+    assert two[2] == pytest.approx(one[2])  # attention, router, embeddings: replicated
+    assert two[8] == pytest.approx(2 * math.log1p(-8 / 128))
+    assert two[0] == one[0]  # each rank computes its own tokens' share of expert FLOPs
+    assert two[6] - one[6] == pytest.approx(2 * 1 * 2048 * 48 * 2 / g.link_bytes_per_s)
+    m = hardware.model("qwen3-30b-a3b")
+    assert m.weight_bytes(1, 2) == pytest.approx(m.weight_bytes(1) - 48 * EXPERTS * 2 / 2)
+    one_pool = hardware.num_gpu_blocks(m, g, 0.9)
+    two_pool = hardware.num_gpu_blocks(m, g, 0.9, dp=2)
+    page = hardware.kv_page_bytes(m, 16)
+    assert two_pool - one_pool == pytest.approx(48 * EXPERTS * 2 / 2 / page, abs=1)
+    dense = RooflineLatency("llama-3.1-8b", "H100", data_parallel_size=2).floats()
+    assert dense == RooflineLatency("llama-3.1-8b", "H100").floats()

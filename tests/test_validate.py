@@ -114,7 +114,8 @@ def test_data_parallel_ranks_replay_as_replicas(capsys, tmp_path):
     two = json.loads(out)
     assert two["data_parallel_size"] == 2
     notes = " ".join(two["data_parallel_notes"])
-    assert "least_outstanding" in notes and "enable_expert_parallel: not modelled" in notes
+    assert "least_outstanding" in notes and "1/2 of the routed experts read" in notes
+    assert two["num_gpu_blocks"] > 1.5 * 20452  # half the experts' bytes freed for KV
     one_rank = _with_engine(tmp_path, MOE_DP, data_parallel_size=1, enable_expert_parallel=False)
     code, out, err = run_cli(capsys, "validate", str(one_rank), *args)
     assert code == 0, err
@@ -127,6 +128,7 @@ def test_data_parallel_ranks_replay_as_replicas(capsys, tmp_path):
         )
 
     assert pred(two, "throughput_rps", "") > 1.2 * pred(one, "throughput_rps", "")
+    assert one["num_gpu_blocks"] == 20452  # one rank holds every expert
     assert pred(two, "ttft_s", "mean") < pred(one, "ttft_s", "mean")
     code, out, _ = run_cli(capsys, "validate", str(MOE_DP), *args[:-1])
     assert "per rank, 2 data-parallel ranks" in out and "note: data_parallel_size 2" in out

@@ -7,6 +7,7 @@ what neither states takes vLLM 0.33's default (``server.resolve_server``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from planner.cli.json_out import print_json
 from planner.cli.result_folder import check_result_folder
 from planner.config import SchedulerConfig
 from planner.install_check import provenance
+from planner.latency.step_time import RooflineLatency
 from planner.models import hardware, vllm_defaults
 
 # Settings a run may state (meta.json's engine_kwargs and kv_cache), by field.
@@ -150,7 +152,10 @@ def validate(
         o.get("num_gpu_blocks"), name, gpu_name, s["gpu_memory_utilization"], s["block_size"], tp,
         None, max_num_seqs=s["max_num_seqs"], max_num_batched_tokens=s["max_num_batched_tokens"],
         kv_cache_dtype=kv_dtype, full_attention_only=False, simulated=True,
+        data_parallel_size=dp,
     )  # fmt: skip
+    if dp > 1 and isinstance(lat, RooflineLatency):
+        lat = dataclasses.replace(lat, data_parallel_size=dp)
     attn = resolve.attention(None, name, None, kv_dtype)
     fields = {k: s[k] for k in vllm_defaults.FIELDS if k != "gpu_memory_utilization"}
     cfg = SchedulerConfig(num_gpu_blocks=blocks, **fields, **attn, **dp_fleet(dp))
@@ -177,7 +182,7 @@ def validate(
         "gpu": gpu_name,
         "tensor_parallel_size": tp,
         "data_parallel_size": dp,
-        "data_parallel_notes": dp_notes(dp, bool(eng.get("enable_expert_parallel"))),
+        "data_parallel_notes": dp_notes(dp, isinstance(lat, RooflineLatency)),
         "num_gpu_blocks": blocks,
         "latency_model": lat.describe(),
         "server_settings": resolve.server_json(srv),
@@ -210,23 +215,29 @@ def dp_fleet(dp: int) -> dict:
     return {"replicas": dp, "router": DP_ROUTER} if dp > 1 else {}
 
 
-def dp_notes(dp: int, expert_parallel: bool) -> list[str]:
-    """What a replay of ``dp`` data-parallel ranks does not model, for people."""
+def dp_notes(dp: int, roofline: bool) -> list[str]:
+    """How a replay of ``dp`` data-parallel ranks is modelled and what it
+    leaves out, for people; ``roofline``: the step time prices the split."""
     if dp <= 1:
         return []
     notes = [
         f"data_parallel_size {dp}: {dp} engine cores, each a replica with its own scheduler and "
-        f"KV pool of the size above, routed by {DP_ROUTER} (vLLM's DP load balancer, "
-        "DPLBAsyncMPClient, while no rank queues on a KV cache over half full); the ranks "
-        "step independently, whereas vLLM steps a mixture of experts' ranks together (an idle "
-        "rank runs a dummy batch): not modelled"
+        f"KV pool of the size above (a mixture of experts' routed experts split over the "
+        f"{dp} ranks), routed by {DP_ROUTER} (vLLM's DP load balancer, DPLBAsyncMPClient, "
+        "while no rank queues on a KV cache over half full); the replicas step independently, "
+        "whereas vLLM steps a mixture of experts' ranks together (an idle rank runs a dummy "
+        "batch): not modelled"
     ]
-    if expert_parallel:
+    if roofline:
         notes.append(
-            "enable_expert_parallel: not modelled: each rank is priced holding and reading every "
-            f"expert (vLLM spreads them over the {dp} ranks), so its pool is sized on full "
-            "weights (smaller than vLLM's) and its weight reads are an upper bound, and the "
-            "experts' all-to-all between ranks is not charged"
+            f"step time: one of {dp} ranks: 1/{dp} of the routed experts read, touched by the "
+            f"tokens of all {dp} ranks (taken as {dp} x its own batch), plus the MoE layers' "
+            "all-gather and reduce-scatter at the GPU link's bandwidth (RooflineLatency)"
+        )
+    else:
+        notes.append(
+            "step time: the measured tables price each rank holding every expert, with no "
+            "data-parallel collective (not modelled: an upper bound on weight reads)"
         )
     return notes
 

@@ -166,6 +166,18 @@ class RooflineLatency:
       on window-bounded ones, each share its layer count over all layers
       (``sliding_split``). Other layer kinds (chunked local, linear, Mamba)
       are priced as full attention, an upper bound.
+    - data parallelism (``data_parallel_size`` D > 1, one rank's GPU priced):
+      vLLM splits a mixture of experts' routed experts over the tp x D GPUs
+      (``ModelSpec.expert_weight_bytes``) and steps the ranks together, each
+      MoE layer gathering every rank's tokens, so a GPU reads 1/D of the
+      routed experts, touched by the tokens of all D ranks (taken as D x its
+      own: the other ranks' batches are not simulated, and are assumed as
+      large), and computes its own tokens' share of expert FLOPs. vLLM 0.33's
+      default ``--all2all-backend allgather_reducescatter``
+      (``ParallelConfig.all2all_backend``) all-gathers the tokens' hidden
+      states before each MoE layer and reduce-scatters its output, so each GPU
+      receives 2 x (D - 1) x hidden_size values per token of its batch per MoE
+      layer, charged at ``GpuSpec.link_bytes_per_s`` (bandwidth only) on top.
 
     The roofline idea: Williams et al., CACM 2009; its use for LLM inference:
     Yuan et al., "LLM Inference Unveiled" (2024). alpha (queueing delay,
@@ -186,11 +198,13 @@ class RooflineLatency:
     quantization: str | None = None  # vLLM's --quantization: weight bytes
     kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: KV bytes
     time_scale: float = 1.0  # every step this many times as long (``slower``)
+    data_parallel_size: int = 1  # ranks a mixture of experts is split over (class doc)
 
     def __post_init__(self) -> None:
         from planner.models.hardware import gpu, model
 
         _check_factor(self.time_scale)
+        bounds.check_option("replicas", self.data_parallel_size)
 
         model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         bounds.check_option("mfu", self.mfu)
@@ -222,7 +236,8 @@ class RooflineLatency:
 
         m, g = model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         heads = m.num_heads / self.tp
-        experts = m.expert_weight_bytes(self.tp)
+        dp = self.data_parallel_size
+        experts = m.expert_weight_bytes(self.tp, dp)
         tab = self.allreduce_table()
         measured: tuple[float, ...] = (0.0,) * (SW_PAIR - AR_COUNT)
         if tab is not None:
@@ -239,13 +254,14 @@ class RooflineLatency:
         return (
             2.0 * m.active_params() / self.tp,
             full * per_pair,
-            m.weight_bytes(self.tp) - experts,
+            m.weight_bytes(self.tp, dp) - experts,
             full * per_kv,
             g.bf16_flops * self.mfu / f,
             g.hbm_bytes_per_s * self.mbu / f,
-            (0.0 if tab is not None else self.comm_s_per_token()) * f,
+            ((0.0 if tab is not None else self.comm_s_per_token()) + self.dp_comm_s_per_token())
+            * f,
             experts,
-            idle_log(m.experts_per_token, m.num_experts),
+            dp * idle_log(m.experts_per_token, m.num_experts),
             *measured,
             n_sw * per_pair,
             n_sw * per_kv,
@@ -282,10 +298,23 @@ class RooflineLatency:
         ring = 2.0 * (self.tp - 1) / self.tp
         return 2.0 * m.num_layers * ring * m.hidden_size * m.dtype_bytes / g.link_bytes_per_s
 
+    def dp_comm_s_per_token(self) -> float:
+        """Seconds per token of a data-parallel MoE's all-gather and
+        reduce-scatter (class docstring); 0 for one rank or a dense model."""
+        from planner.models.hardware import gpu, model
+
+        m = model(self.model, self.quantization, self.kv_cache_dtype)
+        if self.data_parallel_size == 1 or not m.num_experts:
+            return 0.0
+        values = 2.0 * (self.data_parallel_size - 1) * m.hidden_size * m.moe_layers
+        return values * m.dtype_bytes / gpu(self.gpu).link_bytes_per_s
+
     def describe(self) -> str:
         dtypes = f", quantization {self.quantization}" if self.quantization else ""
         if self.kv_cache_dtype != "auto":
             dtypes += f", KV {self.kv_cache_dtype}"
+        if self.data_parallel_size > 1:
+            dtypes += f", one of {self.data_parallel_size} data-parallel ranks"
         return (
             f"roofline {self.model} on {self.tp} x {self.gpu} "
             f"(MFU {self.mfu:g}, MBU {self.mbu:g}, overhead {self.overhead_us:g} us{dtypes}"

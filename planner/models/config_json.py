@@ -246,6 +246,7 @@ class ModelSpec:
     routed_expert_params: float = 0.0
     num_experts: int = 0
     experts_per_token: int = 0
+    moe_layers: int = 0
     # Local-attention layers (sliding, chunked) whose KV the pool stores as
     # full attention because the hybrid KV cache manager is off
     # (``without_hybrid_kv_cache_manager``); their compute stays local.
@@ -322,17 +323,25 @@ class ModelSpec:
         idle = self.routed_expert_params * (1.0 - self.experts_per_token / self.num_experts)
         return self.params - idle
 
-    def expert_weight_bytes(self, tp: int = 1) -> float:
+    def expert_weight_bytes(self, tp: int = 1, dp: int = 1) -> float:
         """Bytes of the routed experts' weights on one GPU (at ``weight_bits``,
-        an even split across tp ranks); 0 for a dense model."""
-        return self.routed_expert_params * self.weight_bits / 8 / tp
+        an even split across the tp x dp GPUs); 0 for a dense model. ``dp``:
+        data-parallel ranks. vLLM splits a MoE layer over all tp x dp GPUs of a
+        data-parallel deployment (``FusedMoEParallelConfig.make``, vLLM 0.33
+        ``model_executor/layers/fused_moe/config.py``: it flattens tp across
+        dp; each GPU holds whole experts under --enable-expert-parallel,
+        slices of every expert otherwise: the same bytes)."""
+        return self.routed_expert_params * self.weight_bits / 8 / (tp * dp)
 
-    def weight_bytes(self, tp: int = 1) -> float:
+    def weight_bytes(self, tp: int = 1, dp: int = 1) -> float:
         """Weight bytes on one GPU (an even split across tp ranks): linear
-        layers at ``weight_bits``, the rest (embeddings, lm_head) at the dtype."""
+        layers at ``weight_bits``, the rest (embeddings, lm_head) at the dtype;
+        with ``dp`` data-parallel ranks the routed experts' share is split
+        over tp x dp GPUs (``expert_weight_bytes``), the rest replicated."""
         linear = self.linear_params or self.params
         rest = self.params - linear
-        return (linear * self.weight_bits / 8 + rest * self.dtype_bytes) / tp
+        whole = (linear * self.weight_bits / 8 + rest * self.dtype_bytes) / tp
+        return whole - self.expert_weight_bytes(tp) + self.expert_weight_bytes(tp, dp)
 
     def with_options(
         self, quantization_flag: str | None, kv_cache_dtype: str = "auto"
@@ -745,18 +754,19 @@ def _params(cfg: Mapping[str, Any], layers: int, heads: int, kv: int, hd: int, w
     return float(linear + embed), float(linear), float(layers * attn)
 
 
-def _routed_experts(cfg: Mapping[str, Any], layers: int) -> tuple[float, int, int]:
-    """(routed expert parameters over all MoE layers, experts E, top-k) as
+def _routed_experts(cfg: Mapping[str, Any], layers: int) -> tuple[float, int, int, int]:
+    """(routed expert parameters over all MoE layers, experts E, top-k, MoE
+    layers) as
     ``_params`` counts them: 3 x hidden x moe_intermediate_size per expert
     (gate, up, down), on every layer but DeepSeek's first_k_dense_replace
     ones and, for Llama 4, every interleave_moe_layer_step-th; (0, 0, 0) for
-    a dense model."""
+    a dense model (four zeros)."""
     experts = next(
         (cfg[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)),
         0,
     )
     if not experts:
-        return 0.0, 0, 0
+        return 0.0, 0, 0, 0
     k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1)
     moe_i = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
     n_moe = layers - int(cfg.get("first_k_dense_replace", 0) or 0)
@@ -766,6 +776,7 @@ def _routed_experts(cfg: Mapping[str, Any], layers: int) -> tuple[float, int, in
         float(n_moe * experts * 3 * int(cfg["hidden_size"]) * moe_i),
         int(experts),
         min(k, experts),
+        n_moe,
     )
 
 
@@ -849,7 +860,7 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
             f"{where}: quantization_config.kv_cache_quant_algo stores the KV cache as "
             f"{kv_dtype}, which the planner does not size"
         )
-    routed, n_experts, top_k = _routed_experts(cfg, layers)
+    routed, n_experts, top_k, moe_layers = _routed_experts(cfg, layers)
     typed = {**cfg, "model_type": outer.get("model_type") or cfg.get("model_type")}
     mml, mml_key = max_len.derived_max_model_len(typed, outer.get("_tokenizer_max_length"))
     mml_limit = max_len.max_model_len_limit(typed, outer.get("_tokenizer_max_length"))
@@ -884,6 +895,7 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         routed_expert_params=routed,
         num_experts=n_experts,
         experts_per_token=top_k,
+        moe_layers=moe_layers,
         **gdn,
         **m2,
     )

@@ -243,9 +243,11 @@ def num_gpu_blocks(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 1024,
     cudagraphs: bool = True,
+    dp: int = 1,
 ) -> int:
     """KV blocks vLLM would allocate on each GPU: ``memory_profile.terms``
-    (available bytes) // ``kv_page_bytes``.
+    (available bytes) // ``kv_page_bytes``; ``dp`` data-parallel ranks split
+    a mixture of experts' routed experts (``ModelSpec.expert_weight_bytes``).
 
     Worked example, Llama-3.1-8B on one H100 at 0.90, block_size 16, vLLM
     0.33's H100 defaults (8,192 batched tokens, 1,024 sequences):
@@ -271,7 +273,9 @@ def num_gpu_blocks(
         m.check_tensor_parallel(tp)
     except ModelConfigError as e:
         raise HardwareError(str(e)) from None
-    args = (g, gpu_memory_utilization, block_size, max_num_batched_tokens, max_num_seqs, cudagraphs)
+    args = (
+        g, gpu_memory_utilization, block_size, max_num_batched_tokens, max_num_seqs, cudagraphs, dp
+    )  # fmt: skip
     blocks = _blocks(m, tp, *args)
     if blocks < 2:
         fits = [t for t in TP_SIZES if t > tp and _fits(m, t, args)]
@@ -301,17 +305,18 @@ def _fits(m: ModelSpec, tp: int, args: tuple) -> bool:
 
 def memory_terms(
     m: ModelSpec, g: GpuSpec, util: float, tp: int = 1, max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 1024, cudagraphs: bool = True,
+    max_num_seqs: int = 1024, cudagraphs: bool = True, dp: int = 1,
 ) -> memory_profile.MemoryTerms:  # fmt: skip
     """``memory_profile.terms`` for a GPU preset."""
     return memory_profile.terms(
-        m, g.memory_gib, util, tp, max_num_batched_tokens, max_num_seqs, cudagraphs, g.sm
+        m, g.memory_gib, util, tp, max_num_batched_tokens, max_num_seqs, cudagraphs, g.sm, dp
     )
 
 
 def _blocks(
-    m: ModelSpec, tp: int, g: GpuSpec, util: float, block_size: int, mnbt: int, mns: int, cg: bool
-) -> int:
+    m: ModelSpec, tp: int, g: GpuSpec, util: float, block_size: int, mnbt: int, mns: int, cg: bool,
+    dp: int = 1,
+) -> int:  # fmt: skip
     """floor(available bytes / bytes per block): the sizing formula."""
-    avail = memory_terms(m, g, util, tp, mnbt, mns, cg).available
+    avail = memory_terms(m, g, util, tp, mnbt, mns, cg, dp).available
     return int(avail // kv_page_bytes(m, block_size, tp))

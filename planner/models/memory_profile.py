@@ -145,16 +145,20 @@ def terms(
     max_num_seqs: int = 1024,
     cudagraphs: bool = True,
     sm: int = 0,
+    dp: int = 1,
 ) -> MemoryTerms:
     """The memory terms for one GPU of CUDA architecture ``sm`` (compute
-    capability x 10; 0: ROCm or unknown). Defaults: vLLM 0.33's for an OpenAI
-    server on an H100-class GPU (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``:
-    8,192 batched tokens, 1,024 sequences)."""
-    pad = mxfp4_padding_bytes(m, sm, tp)
+    capability x 10; 0: ROCm or unknown) of a deployment of ``dp``
+    data-parallel ranks (a mixture of experts' routed experts are split over
+    them, ``ModelSpec.expert_weight_bytes``). Defaults: vLLM 0.33's for an
+    OpenAI server on an H100-class GPU
+    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``: 8,192
+    batched tokens, 1,024 sequences)."""
+    pad = mxfp4_padding_bytes(m, sm, tp) / dp
     return MemoryTerms(
         requested=memory_gib * GIB * gpu_memory_utilization,
         weight_padding=pad,
-        weights=m.weight_bytes(tp) + pad,
+        weights=m.weight_bytes(tp, dp) + pad,
         activation=activation_bytes(m, max_num_batched_tokens, max_num_seqs, tp),
         non_torch=(NON_TORCH_TP1_GIB if tp == 1 else NON_TORCH_TP_GIB) * GIB,
         cuda_graphs=CUDA_GRAPH_GIB * GIB if cudagraphs else 0.0,
