@@ -101,3 +101,46 @@ def test_a_window_is_judged_from_two_median_lifetimes():
     assert _row(20.0, e2e)["overload_judged"]
     assert not _row(1e6, np.full(40, np.inf))["overload_judged"]
     assert _row(0.0, e2e)["overload_judged"]  # a batch: nothing to judge, no burst
+
+
+def test_the_judged_lifetime_is_weighted_by_occupancy():
+    """90 requests of 1 s and 10 of 100 s: the long ones hold 10 / 10.9 of the
+    running set's request-seconds, so the lifetime the rule uses is theirs
+    (100 s), not the plain median (1 s); an unfinished request counts as
+    +inf, weighted by its lower bound."""
+    life = np.array([[1.0] * 90 + [100.0] * 10])
+    mask = np.ones(life.shape, bool)
+    assert metrics.occupancy_median(life, None, mask)[0] == 100.0
+    assert metrics.occupancy_median(np.full((1, 10), 5.0), None, mask[:, :10])[0] == 5.0
+    unfinished = np.zeros(life.shape, bool)
+    unfinished[0, 90:] = True  # the long ones still running at 100 s
+    assert metrics.occupancy_median(life, unfinished, mask)[0] == np.inf
+    assert metrics.occupancy_median(life, None, np.zeros(life.shape, bool))[0] == 0.0
+    e2e = np.array([1.0] * 90 + [100.0] * 10)
+    assert not _row(150.0, e2e)["overload_judged"]  # 1.5 x the weighted lifetime
+    assert _row(200.0, e2e)["overload_judged"]
+
+
+def test_report_and_heatmap_say_a_batch_is_served_not_kept_up_with():
+    """plan report's run verdict, its sweep recommendation and the heatmap's
+    SLO-contour legend said 'keeps up' for a batch sent at once."""
+    from planner.plots.heatmap import _slo
+    from planner.report.page import _one_recommendation, run_verdict
+
+    rec = {"outcome": "ok", "overloaded": False, "overload_judged": True, "meets_slo": True}
+    rec |= {"ttft_slo_s": 5.0, "overload_window_s": 0.0}
+    assert "serves this batch" in run_verdict(rec) and "keeps up" not in run_verdict(rec)
+    assert "keeps up" in run_verdict(rec | {"overload_window_s": 30.0})
+    df = pd.DataFrame(
+        {
+            "config_id": [0, 1], "max_num_seqs": [8, 16], "num_gpu_blocks": [1000, 1000],
+            "meets_slo": [True, True], "overloaded": [False, False],
+            "overload_judged": [True, True], "overload_window_s": [0.0, 0.0],
+            "completed": [5, 5], "livelocked": [False, False], "step_limit_hit": [False, False],
+            "goodput_rps": [1.0, 1.0], "ttft_slo_s": [5.0, 5.0],
+        }
+    )  # fmt: skip
+    text = _one_recommendation(df, "max_num_seqs", "num_gpu_blocks", ["max_num_seqs"])
+    assert "serves this batch" in text and "keeps up" not in text
+    assert "serves its batch" in _slo(df) and "keeps up" not in _slo(df)
+    assert "keeps up" in _slo(df.assign(overload_window_s=30.0))

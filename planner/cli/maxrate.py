@@ -284,7 +284,8 @@ def max_rate(
     cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
     c.print(
         f"sustainable = {cond}not overloaded over arrivals spanning at least "
-        f"{OVERLOAD_MIN_LIFETIMES:g}x the median E2E, every request run to completion; scales "
+        f"{OVERLOAD_MIN_LIFETIMES:g}x the occupancy-weighted median E2E, every request run to "
+        "completion; scales "
         f"{rng.lo:g}..{rng.hi:g}, within {rng.rel_tol:.0%}",
         soft_wrap=True,
     )
@@ -428,7 +429,8 @@ def _short_text(row: pd.Series, requests: int, more: str) -> str:
     says how to offer more requests (``options.more_requests``)."""
     return (
         f"; at {row.max_rate_fail_scale:.4g}x the {requests:,} requests arrive within less "
-        f"than {OVERLOAD_MIN_LIFETIMES:g}x their median E2E, a burst the running set absorbs, "
+        f"than {OVERLOAD_MIN_LIFETIMES:g}x their occupancy-weighted median E2E, a burst the "
+        "running set absorbs, "
         f"which says nothing about a sustained rate: offer {more} to judge higher rates"
     )
 

@@ -592,7 +592,8 @@ def _headroom_text(h: dict | None) -> str:
     if h["limit"] == "workload_too_short":
         bound = (
             f" (at {h['fail_scale']:.3g}x the workload's requests arrive within "
-            f"{OVERLOAD_MIN_LIFETIMES:g}x their median E2E, too short to judge a higher rate)"
+            f"{OVERLOAD_MIN_LIFETIMES:g}x their occupancy-weighted median E2E, too short to judge "
+            "a higher rate)"
         )
     held = "at the SLOs" if h["slo"] else "without overload"
     odd = (

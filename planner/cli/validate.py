@@ -169,7 +169,10 @@ def validate(
     table = v.compare(r, predicted)
     if plot is not None:
         _plot(plot, r, predicted, f"plan validate: {r.name} on {tp} x {gpu_name}, {lat.describe()}")
-    pool = f"{blocks:,} blocks ({'the run logged' if not derived else 'sized from the presets'})"
+    source = "sized from the presets" if derived else "the run logged"
+    if given(ctx, "num_gpu_blocks"):
+        source = "given"
+    pool = f"{blocks:,} blocks ({source})"
     if dp > 1:
         pool = f"{pool} per rank, {dp} data-parallel ranks"
     record = {

@@ -24,7 +24,16 @@ from matplotlib.collections import LineCollection, PatchCollection  # noqa: E402
 from matplotlib.colors import Colormap, LogNorm, Normalize  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from planner.metrics import CHURNING, LIVELOCKED, STARVED, STEP_LIMIT, THRASHING, bursts, keeps_up  # noqa: E402
+from planner.metrics import (  # noqa: E402
+    CHURNING,
+    LIVELOCKED,
+    STARVED,
+    STEP_LIMIT,
+    THRASHING,
+    batches,
+    bursts,
+    keeps_up,
+)
 from planner.plots.files import save_figure  # noqa: E402
 from planner.slo import NAMES  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
@@ -143,7 +152,8 @@ def select(df: pd.DataFrame, x: str, y: str, facet: str | None, where: list[str]
         col = df[key]
         target: object = value
         if pd.api.types.is_bool_dtype(col):
-            truth = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+            truth = dict.fromkeys(("1", "true", "yes", "on"), True)
+            truth |= dict.fromkeys(("0", "false", "no", "off"), False)
             if value.lower() not in truth:
                 raise PlotError(f"--where {key}: not true or false: {value!r}")
             target = truth[value.lower()]
@@ -500,7 +510,10 @@ def _slo(df: pd.DataFrame) -> str:
         for c, n in names.items()
         if c in df.columns and np.isfinite(df[c].iloc[0])
     ]
-    return ", ".join(parts) + (" and " if parts else "") + "keeps up (judged not overloaded)"
+    pace = "keeps up (judged not overloaded)"
+    if "overload_window_s" in df and batches(df).all():
+        pace = "serves its batch (sent at once: no rate)"
+    return ", ".join(parts) + (" and " if parts else "") + pace
 
 
 def _contour(ax, part, x, y, xs, ys, xe, ye) -> None:  # noqa: ANN001
