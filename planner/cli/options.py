@@ -325,7 +325,14 @@ MAX_HELP = "Upper clamp, tokens [default: S1's when no length option is given, e
 
 NumRequests = Annotated[int, typer.Option(help="Synthetic: request count.")]
 Rate = Annotated[float, typer.Option(help="Synthetic: requests per second.")]
-ArrivalOpt = Annotated[Arrival, typer.Option(help="Synthetic arrival process.")]
+ArrivalOpt = Annotated[
+    Arrival,
+    typer.Option(
+        help="Synthetic arrival process: constant gaps, poisson (exponential gaps), gamma (on the "
+        "command line its coefficient of variation is 1, which is poisson; a sweep spec's "
+        "workload.gamma_cv sets another) or offline (all at time 0)."
+    ),
+]
 LengthDistOpt = Annotated[LengthKind, typer.Option(help="Synthetic length law.")]
 PromptTokens = Annotated[float | None, typer.Option(help=PROMPT_HELP)]
 OutputTokens = Annotated[float | None, typer.Option(help=OUTPUT_HELP)]
