@@ -158,6 +158,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "turns": Bound(1, 10_000, integer=True, why="turns per session"),
     # replicas behind a router (SchedulerConfig; kernel/fleet.py)
     "replicas": Bound(1, MAX_REPLICAS, integer=True, why="vLLM servers behind the router"),
+    "data_parallel_size": Bound(1, MAX_REPLICAS, integer=True, why="ranks, one replica each"),
     "max_replicas": Bound(1, MAX_REPLICAS, integer=True, why="vLLM servers behind the router"),
     "router_seed": Bound(0, MAX_SEED, integer=True, why="int64"),
     # hardware

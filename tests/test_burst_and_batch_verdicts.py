@@ -40,6 +40,8 @@ def test_check_on_a_batch_claims_no_rate(capsys, tmp_path):
     # an SLO the batch misses still fails it
     code, out, err = run_cli(capsys, *args[:-1], "1")
     assert code == 1 and "UNSAFE" in out and "misses the SLOs" in out
+    assert "overloaded" not in out  # a batch has no rate to be overloaded at
+    assert "the batch (sent at once, no rate) misses the SLOs" in out
 
 
 def test_safe_limit_on_a_batch_claims_no_rate(capsys, tmp_path):

@@ -295,7 +295,7 @@ def started_text(row: pd.Series) -> str:
     """'S of O req/s offered started over the arrival window', with the rate
     the front end rejected (``front_end.REJECT_RULE``) when it rejected any:
     those never start, whatever the capacity (``metrics.overload``)."""
-    if not float(row.overload_window_s) > 0:  # ``metrics.batches``
+    if metrics.is_batch(row):
         return "every request sent at once: no arrival rate to keep up with"
     text = f"{row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started"
     refused = row.offered_rps - row.accepted_rps

@@ -406,8 +406,8 @@ def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) ->
     ]
     out = {k: _plain(row[k]) for k in keys}
     out["max_num_seqs"] = cfg.max_num_seqs
-    out["keeps_up"] = not bool(row.overloaded) and bool(row.overload_judged)
-    out["sent_at_once"] = bool(metrics.batches(row.to_frame().T)[0])
+    out["keeps_up"] = bool(metrics.keeps_up(row.to_frame().T)[0])
+    out["sent_at_once"] = metrics.is_batch(row)
     if out["sent_at_once"]:
         out["keeps_up"] = None  # no arrival rate to keep up with
     out["overload_judged"] = bool(row.overload_judged)
@@ -427,12 +427,13 @@ def _traffic_verdict(t: dict) -> str:
     SHOWN SAFE - ...' when the traffic is a burst too short to judge whether it
     keeps up (``metrics.overload_judged``): no claim either way."""
     burst = t["overload_judged"] is False  # never overloaded (``metrics.bursts``)
-    fails = ["is overloaded"] if not t["keeps_up"] and not burst else []
+    fails = ["is overloaded"] if t["keeps_up"] is False and not burst else []  # None: a batch
     fails += [] if t["meets_slo"] else ["misses the SLOs"]
     if burst:
         fails.insert(0, "is a burst too short to judge whether it keeps up (above)")
     head = "NOT SHOWN SAFE" if burst and t["meets_slo"] else "UNSAFE"
-    return f"{head} - the pool starts and cannot livelock, but the traffic " + " and ".join(fails)
+    what = "batch (sent at once, no rate)" if t["sent_at_once"] else "traffic"
+    return f"{head} - the pool starts and cannot livelock, but the {what} " + " and ".join(fails)
 
 
 def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:

@@ -19,6 +19,7 @@ from planner.metrics import (
     burst_text,
     front_end_failures,
     front_end_text,
+    is_batch,
 )
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.text import count
@@ -403,7 +404,7 @@ def slo_verdict(row: object, slo: SLO) -> str:
             f"verdict: MEETS SLO ({slo.describe()}) for this burst; whether it keeps up with "
             "the offered rate is not judged (below)"
         )
-    if not misses and not over and not float(row["overload_window_s"]) > 0:  # type: ignore[index]
+    if not misses and not over and is_batch(row):  # type: ignore[arg-type]
         return f"verdict: MEETS SLO ({slo.describe()}) for this batch sent at once (no rate)"
     if not misses and not over:
         return f"verdict: MEETS SLO ({slo.describe()}) and keeps up with the offered load"

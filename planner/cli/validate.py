@@ -185,7 +185,7 @@ def validate(
         "gpu": gpu_name,
         "tensor_parallel_size": tp,
         "data_parallel_size": dp,
-        "data_parallel_notes": dp_notes(dp, isinstance(lat, RooflineLatency)),
+        "data_parallel_notes": dp_notes(dp, lat),
         "num_gpu_blocks": blocks,
         "latency_model": lat.describe(),
         "server_settings": resolve.server_json(srv),
@@ -218,9 +218,10 @@ def dp_fleet(dp: int) -> dict:
     return {"replicas": dp, "router": DP_ROUTER} if dp > 1 else {}
 
 
-def dp_notes(dp: int, roofline: bool) -> list[str]:
+def dp_notes(dp: int, lat: Any) -> list[str]:
     """How a replay of ``dp`` data-parallel ranks is modelled and what it
-    leaves out, for people; ``roofline``: the step time prices the split."""
+    leaves out, for people; only the roofline step time ``lat`` prices the
+    split (``RooflineLatency.data_parallel_size``)."""
     if dp <= 1:
         return []
     notes = [
@@ -231,7 +232,7 @@ def dp_notes(dp: int, roofline: bool) -> list[str]:
         "whereas vLLM steps a mixture of experts' ranks together (an idle rank runs a dummy "
         "batch): not modelled"
     ]
-    if roofline:
+    if isinstance(lat, RooflineLatency):
         notes.append(
             f"step time: one of {dp} ranks: 1/{dp} of the routed experts read, touched by the "
             f"tokens of all {dp} ranks (taken as {dp} x its own batch), plus the MoE layers' "
@@ -239,8 +240,8 @@ def dp_notes(dp: int, roofline: bool) -> list[str]:
         )
     else:
         notes.append(
-            "step time: the measured tables price each rank holding every expert, with no "
-            "data-parallel collective (not modelled: an upper bound on weight reads)"
+            f"step time: {lat.describe().split(' ')[0]} prices each rank as the whole model, "
+            "every expert and no data-parallel collective (the split is not modelled)"
         )
     return notes
 

@@ -204,7 +204,7 @@ class RooflineLatency:
         from planner.models.hardware import gpu, model
 
         _check_factor(self.time_scale)
-        bounds.check_option("replicas", self.data_parallel_size)
+        bounds.check_option("data_parallel_size", self.data_parallel_size)
 
         model(self.model, self.quantization, self.kv_cache_dtype), gpu(self.gpu)
         bounds.check_option("mfu", self.mfu)

@@ -511,7 +511,7 @@ def _slo(df: pd.DataFrame) -> str:
         if c in df.columns and np.isfinite(df[c].iloc[0])
     ]
     pace = "keeps up (judged not overloaded)"
-    if "overload_window_s" in df and batches(df).all():
+    if batches(df).all():
         pace = "serves its batch (sent at once: no rate)"
     return ", ".join(parts) + (" and " if parts else "") + pace
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from planner.install_check import VERSION, VLLM_MIRRORED
-from planner.metrics import OVERLOAD_MIN_LIFETIMES, batches, bursts, keeps_up, pace_text
+from planner.metrics import OVERLOAD_MIN_LIFETIMES, batches, bursts, is_batch, keeps_up, pace_text
 from planner.plots.heatmap import recommended
 from planner.report import charts
 from planner.report.results import SIZE_PARETO, Result
@@ -184,7 +184,7 @@ def _sweep(r: Result) -> dict:
         headline.append(("overloaded", "overloaded", _fmt(int(df["overloaded"].sum()))))
     if "meets_slo" in df:
         ok = df["meets_slo"].astype(bool) & keeps_up(df) if "overloaded" in df else df["meets_slo"]
-        pace = "serve their batch" if "overload_window_s" in df and batches(df).all() else "keep up"
+        pace = "serve their batch" if batches(df).all() else "keep up"
         headline.append((f"meet the SLOs and {pace}", "meets_slo", _fmt(int(ok.sum()))))
     if "overloaded" in df:
         if burst := int(bursts(df).sum()):
@@ -234,7 +234,7 @@ def _one_recommendation(df: pd.DataFrame, x: str, y: str, settings: list[str]) -
     if row is None:
         return "none: no configuration meets the SLOs and keeps up with its traffic"
     setting = ", ".join(f"{a} {_fmt(row[a])}" for a in settings)
-    pace = "keeps up" if "overload_window_s" not in row else pace_text(row)
+    pace = pace_text(row)
     return (
         f"{setting} (config_id {int(row['config_id'])}): meets the SLOs, {pace}, "
         f"goodput {_fmt(row['goodput_rps'])} req/s"
@@ -293,7 +293,7 @@ def run_verdict(rec: dict) -> str:
         parts.append("meets its SLOs" if rec.get("meets_slo") else "misses its SLOs")
     if over:
         parts.append("overloaded: the queue grows")
-    elif not float(rec.get("overload_window_s") or 0.0) > 0:  # ``metrics.batches``
+    elif is_batch(rec):
         parts.append("serves this batch sent at once (no arrival rate to keep up with)")
     elif rec.get("overload_judged", True):
         parts.append("keeps up with the offered load")
