@@ -218,3 +218,10 @@ def test_an_unknown_recorded_model_names_meta_json_not_the_flag(capsys):
     assert code == 2 and "the run records model 'meta-llama/Llama-3.1-8B'" in err
     assert "--model llama-3.1-8b" in err and "--model: unknown" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_an_instruct_variant_suggests_its_base_preset(capsys):
+    """The MoE run records Qwen/Qwen3-30B-A3B-Instruct-2507; the catalog has
+    qwen3-30b-a3b, the same shapes: the one-line error suggests it."""
+    code, _, err = run_cli(capsys, "validate", str(MOE_DP))
+    assert code == 2 and "--model qwen3-30b-a3b" in err and len(err.strip().splitlines()) == 1

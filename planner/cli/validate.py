@@ -303,11 +303,14 @@ def _check_recorded_model(run: object, name: str) -> None:
     try:
         hardware.model(name)
     except hardware.HardwareError:
-        guess = name.rsplit("/", 1)[-1].lower()
-        try:
-            hint = f" (e.g. --model {hardware.model(guess).name}, its architecture)"
-        except hardware.HardwareError:
-            hint = " (plan models lists them; or a path to its config.json)"
+        base = name.rsplit("/", 1)[-1].lower()
+        hint = " (plan models lists them; or a path to its config.json)"
+        for guess in (base, base.split("-instruct")[0]):  # an Instruct variant: the base's shapes
+            try:
+                hint = f" (e.g. --model {hardware.model(guess).name}, its architecture)"
+                break
+            except hardware.HardwareError:
+                continue
         raise v.RunError(
             f"{run}: the run records model {name!r}, which no preset or catalog entry names; "
             f"pass --model{hint}"
