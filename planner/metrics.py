@@ -121,6 +121,27 @@ OVERLOAD_MIN_BACKLOG = 2
 # flight than the server holds (max_num_seqs or the KV pool), and past that cap
 # the backlog rule counts the queue.
 OVERLOAD_MIN_LIFETIMES = 2.0
+# The in-system rule (``_in_system_growth``). Both rules above watch requests
+# waiting for a *first* token; when the KV pool binds, vLLM admits a request,
+# gives it a first token and later preempts it (RECOMPUTE), so an overloaded
+# server can start every request on time and still fall behind. The requests
+# in the system (arrived, not finished) count those too: in a steady state
+# their number per recent arrival is stationary (Little's law, L = lambda W),
+# under overload it grows by (lambda - mu) per second. It is counted once the
+# running set has filled, OVERLOAD_FILL_QUANTILE of the request lifetimes
+# after the first arrival (and not before a quarter of the window), and again
+# just before the last arrival, and judged only where the pool preempted in
+# between; growth above OVERLOAD_WINDOW_SHARE of the arrivals between and
+# above OVERLOAD_NOISE_SDS standard deviations of the two counts' Poisson
+# noise (sqrt of each count; counts of a stable server fluctuate by that
+# much under Poisson arrivals) is overload. Measured on the default synthetic
+# workload (capacity 2.58 req/s at a constant rate): 355 requests at 2.95
+# req/s grow by 32-38 against thresholds of about 26 (both other rules pass
+# them; 3,000 such requests serve 2.48 req/s); with Poisson arrivals at 2.2
+# req/s (85%) no run of 355 or 1,000 requests (four seeds) was overloaded,
+# the largest growth 24 against 38 (docs/overload.md).
+OVERLOAD_FILL_QUANTILE = 95.0
+OVERLOAD_NOISE_SDS = 2.0
 
 
 def overload(
@@ -133,6 +154,8 @@ def overload(
     until: np.ndarray | None = None,
     lifetime_s: np.ndarray | None = None,
     unfinished: np.ndarray | None = None,
+    finish_s: np.ndarray | None = None,
+    preempted: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per config: the growth of queueing delay over the arrival window and the
     overload verdict, with the offered and served rates.
@@ -158,6 +181,11 @@ def overload(
             None = every window is long enough (``overload_judged`` True).
         unfinished: (C, R) bool, requests whose ``lifetime_s`` is only a lower
             bound (their lifetime counts as unknown, +inf); None = none.
+        finish_s: (C, R) float64 seconds each request finished (NaN = not by
+            the end), for the in-system rule; None = that rule is not applied.
+        preempted: (C, R) float64 seconds each request was first preempted
+            (NaN = never): the in-system rule applies only where the pool
+            preempted while it watched; None = that rule is not applied.
     Returns:
         ``queue_delay_growth_s``: median delay (first token - arrival; for a
         request never served, end - arrival, a lower bound) of the last quarter
@@ -167,8 +195,10 @@ def overload(
         into the window; ``overloaded``: delay growth >
         max(OVERLOAD_MIN_GROWTH_S, OVERLOAD_WINDOW_SHARE x window), or backlog
         growth > max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x arrivals
-        after that quarter); and
-        ``offered_rps`` (arrivals / window), ``accepted_rps`` (arrivals the
+        after that quarter), or ``in_system_growth`` (``_in_system_growth``)
+        > max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x arrivals between
+        its two counts, OVERLOAD_NOISE_SDS x sqrt(sum of the two counts));
+        and ``offered_rps`` (arrivals / window), ``accepted_rps`` (arrivals the
         front end passed to the scheduler, offered - refused, / window),
         ``served_rps`` (requests whose first token came by the last arrival,
         / window), ``load_ratio`` (accepted / served: a rejected request asks
@@ -215,7 +245,16 @@ def overload(
         started = (first_s <= last[:, None]).sum(axis=1)
         served_rps = np.where(window > 0, started / window, np.nan)
         ratio = accepted_rps / served_rps
-    over = (window > 0) & ((growth > limit) | backlogged)  # a queue that grew is a finding
+    pre = None
+    if preempted is not None:
+        pre = np.where(np.isfinite(waits), np.nan_to_num(preempted, nan=np.inf), np.inf)
+    in_system, counted = _in_system_growth(waits, pre, finish_s, end_s, first, last, window)
+    grew = in_system > np.maximum(
+        np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * counted[0]),
+        OVERLOAD_NOISE_SDS * np.sqrt(counted[1]),
+    )
+    # a queue that grew is a finding
+    over = (window > 0) & ((growth > limit) | backlogged | grew)
     life = occupancy_median(lifetime_s, unfinished, judged_wait)
     return {
         "offered_rps": offered_rps,
@@ -224,6 +263,7 @@ def overload(
         "load_ratio": ratio,
         "queue_delay_growth_s": growth,
         "backlog_growth": backlog,
+        "in_system_growth": in_system,
         "overload_window_s": window,
         "overloaded": over,
         "overload_lifetime_s": life,
@@ -328,6 +368,81 @@ def _backlog_growth(
     arrivals = ((arrival_s > t1[:, None]) & (arrival_s < t2[:, None])).sum(axis=1)
     starts = ((started > t1[:, None]) & (started <= t2[:, None])).sum(axis=1)
     return arrivals - starts
+
+
+def _in_system_growth(
+    arrival_s: np.ndarray,
+    preempted_s: np.ndarray | None,
+    finish_s: np.ndarray | None,
+    end_s: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    window: np.ndarray,
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The in-system rule's figures (see OVERLOAD_FILL_QUANTILE), per config.
+
+    Args: ``arrival_s`` (C, R) float64 seconds of the requests judged (+inf
+    for the others), ``preempted_s`` (C, R) float64 seconds each judged
+    request was first preempted (+inf for the others and the never
+    preempted) or None, ``finish_s`` (C, R) float64 (NaN = unfinished) or
+    None, ``end_s``, ``first``, ``last`` and ``window`` (C,) float64 seconds.
+
+    The fill time L is the OVERLOAD_FILL_QUANTILE percentile of the
+    lifetimes (an unfinished request's end - arrival); n1 requests are in
+    the system (arrived, not finished) at t1 = first + max(window / 4, L),
+    and n2 just before the last arrival instant (those arriving at it
+    excluded). A steady server holds about as many per arrival of the last
+    L seconds at both instants (Little's law: a trace whose rate rises holds
+    more without falling behind), so the growth is n2 minus n1 scaled by the
+    ratio of the arrivals in the L seconds before each instant.
+
+    The rule applies only where the KV pool churned while it was watched:
+    more requests were first preempted between t1 and the last arrival than
+    max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x the arrivals between).
+    With room in the pool, more requests in the system mostly means longer
+    ones running side by side, not a server falling behind, and a request
+    that cannot start waits for its first token, which the backlog rule
+    counts: Mooncake's conversation trace on two H100 replicas of
+    Llama-3.1-8B (28,000 blocks each) holds four times as many at the end of
+    a 90 s window as after its fill with one preemption or none, and 600 s
+    of it keep up at that rate.
+    Under KV-bound churn the requests in the system are admitted ones
+    preempted and slowed, and their number grows with the backlog (S1's
+    lengths at 2.95 req/s on 7,463 blocks: from 70 to 108 over 120 s of
+    arrivals while fewer than 3 wait for a first token).
+
+    Returns ``in_system_growth`` (C,) float64, 0 where the rule does not
+    apply (t1 not before the last arrival, too few preemptions in between, or
+    ``finish_s``/``preempted_s`` None); and (arrivals in (t1, last), n1 +
+    n2), each (C,) int64."""
+    c = arrival_s.shape[0]
+    zero = np.zeros(c, np.int64)
+    if finish_s is None or preempted_s is None:
+        return np.zeros(c), (zero, zero)
+    seen = np.isfinite(arrival_s)
+    fin = np.where(np.isnan(finish_s), np.inf, finish_s)
+    life = np.where(seen, np.minimum(fin, end_s[:, None]) - arrival_s, np.nan)
+    with warnings.catch_warnings():  # a config with no request judged
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fill = np.nan_to_num(np.nanpercentile(life, OVERLOAD_FILL_QUANTILE, axis=1), nan=np.inf)
+    t1 = first + np.maximum(window / 4, fill)
+    late = ((arrival_s > t1[:, None]) & (arrival_s < last[:, None])).sum(axis=1)
+    churned = ((preempted_s > t1[:, None]) & (preempted_s < last[:, None])).sum(axis=1)
+    applies = (t1 < last) & (
+        churned > np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * late)
+    )
+
+    def counts(t: np.ndarray, before: bool) -> tuple[np.ndarray, np.ndarray]:
+        came = arrival_s < t[:, None] if before else arrival_s <= t[:, None]
+        with np.errstate(invalid="ignore"):  # t - inf where nothing was judged
+            recent = came & (arrival_s > (t - fill)[:, None])
+        return (came & (fin > t[:, None])).sum(axis=1), recent.sum(axis=1)
+
+    n1, a1 = counts(t1, before=False)
+    n2, a2 = counts(last, before=True)
+    expected = np.where(a1 > 0, a2 * n1 / np.maximum(a1, 1), n1)
+    growth = np.where(applies, n2 - expected, 0.0)
+    return growth, (np.where(applies, late, 0), np.where(applies, n1 + n2, 0))
 
 
 # Stands in for +inf (an unserved request) in the upper percentile of
@@ -501,7 +616,8 @@ def requests_table(res: SimResult, config: int = 0) -> pd.DataFrame:
     """One row per request of config ``config`` (``plan run --requests-out``):
     ``request`` (0-based, arrival order), ``arrival_s``, ``prompt_tokens``,
     ``max_tokens``, ``output_tokens`` (generated), ``first_scheduled_s``, ``first_token_s``,
-    ``finish_s`` (seconds from the run's start, NaN if it never happened),
+    ``first_preempted_s``, ``finish_s`` (seconds from the run's start, NaN if
+    it never happened; the engine's times, before any BLIS alpha2 a latency adds),
     ``ttft_s``, ``tpot_s``, ``e2e_s``, ``queue_delay_s`` (``per_request``: NaN
     where not measured; the ``*_censored`` columns mark lower bounds for
     requests the run did not finish) and ``preemptions``."""
@@ -520,6 +636,7 @@ def requests_table(res: SimResult, config: int = 0) -> pd.DataFrame:
         "output_tokens": st.nout[config],
         "first_scheduled_s": at(st.sched_ns[config]),
         "first_token_s": at(st.first_ns[config]),
+        "first_preempted_s": at(st.pre_ns[config]),
         "finish_s": at(st.finish_ns[config]),
     }
     for k in ("ttft", "tpot", "e2e", "queue_delay"):
@@ -772,6 +889,12 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             until,
             q["e2e"],
             q["e2e_censored"],
+            np.where(q["done"], st.req.finish_ns / 1e9, np.nan),
+            np.where(
+                (st.req.pre_ns >= 0) & (st.req.pre_ns <= counted_by(cfg)[:, None]),
+                st.req.pre_ns / 1e9,
+                np.nan,
+            ),
         ),
         "ended_by_horizon": ended_by_horizon,
     }

@@ -355,3 +355,64 @@ def test_output_tokens_asked_counts_only_requests_due_within_the_horizon(capsys,
     d = json.loads(out)
     assert d["ended_by_horizon"] is True
     assert d["output_tokens_asked"] == 10 * 50 and d["output_tokens_served"] <= 10 * 50
+
+
+def _churn(n: int, rate: float, blocks: int = 7463) -> pd.Series:
+    """The default synthetic workload (S1's lengths) at ``rate`` req/s, constant arrivals."""
+    from planner.workload.arrays import S1_OUTPUT, S1_PROMPT, synthetic
+
+    wl = synthetic(n, rate, S1_PROMPT, S1_OUTPUT)
+    cfg = SchedulerConfig(num_gpu_blocks=blocks, max_num_seqs=256)
+    return simulate([cfg], wl).metrics().iloc[0]
+
+
+def test_preempted_requests_piling_up_are_overload():
+    """The known gap of the first-token rules (docs/overload.md): 355 requests
+    at 2.95 req/s all get a first token, so delay and backlog barely move,
+    but KV-bound preemption leaves ever more admitted requests waiting again;
+    3,000 such requests are overloaded by the first-token rules too. At 2.3
+    req/s nothing is preempted and nothing grows."""
+    over = _churn(355, 2.95)
+    assert over.preempted_requests > 100 and bool(over.overloaded)
+    limit = max(1.0, 0.05 * over.overload_window_s)
+    assert over.queue_delay_growth_s < limit and over.backlog_growth <= 2  # the old rules pass it
+    assert over.in_system_growth > 20  # 70 in the system after the fill, 108 at the end
+    calm = _churn(355, 2.3)
+    assert calm.preempted_requests == 0 and calm.in_system_growth == 0
+    assert not bool(calm.overloaded)
+
+
+def test_in_system_rule_by_hand():
+    """A hundred requests a second apart, each with a first token 0.1 s
+    later (the first-token rules see nothing), finishing at 0.8 per second
+    from 4 s on, each preempted 1 s after arrival: 4 + 0.25 i s lifetimes,
+    the fill (their 95th percentile, interpolated) 27.51 s. In the system:
+    9 at 27.51 s, 22 just before 99 s, with 27 arrivals in the 27.51 s
+    before each, so the growth is 13 > max(2, 5% of 71 arrivals, 2 x
+    sqrt(31)). Never preempted, or preempted only after the last arrival,
+    the rule does not apply (a request that cannot start waits for its first
+    token, the backlog rule's); finishing at the rate they come, no growth.
+    A rate that doubles holds twice as many per arrival: no growth (Little's
+    law)."""
+    i = np.arange(100.0)
+    arr = i[None, :]
+    first = arr + 0.1
+    finish = 4 + i[None, :] / 0.8
+    args = (arr, first, np.array([200.0]), np.array([100]))
+    out = overload(*args, finish_s=finish, preempted=arr + 1.0)
+    assert out["in_system_growth"][0] == pytest.approx(13.0) and out["overloaded"][0]
+    plain = overload(*args)  # the first-token rules alone
+    assert (
+        plain["queue_delay_growth_s"][0] == pytest.approx(0, abs=1e-9)
+        and not plain["overloaded"][0]
+    )
+    none = overload(*args, finish_s=finish, preempted=np.full((1, 100), np.nan))
+    assert none["in_system_growth"][0] == 0 and not none["overloaded"][0]
+    late = overload(*args, finish_s=finish, preempted=np.full((1, 100), 150.0))
+    assert late["in_system_growth"][0] == 0 and not late["overloaded"][0]
+    steady = overload(*args, finish_s=arr + 4.0, preempted=arr + 1.0)
+    assert steady["in_system_growth"][0] == 0 and not steady["overloaded"][0]
+    fast = np.concatenate([np.arange(20.0), 20 + np.arange(40.0) / 2])[None, :]
+    args = (fast, fast + 0.1, np.array([60.0]), np.array([60]))
+    rising = overload(*args, finish_s=fast + 4.0, preempted=fast + 1.0)
+    assert abs(rising["in_system_growth"][0]) < 1 and not rising["overloaded"][0]

@@ -294,14 +294,22 @@ class Recommendation:
 def started_text(row: pd.Series) -> str:
     """'S of O req/s offered started over the arrival window', with the rate
     the front end rejected (``front_end.REJECT_RULE``) when it rejected any:
-    those never start, whatever the capacity (``metrics.overload``)."""
+    those never start, whatever the capacity (``metrics.overload``); on an
+    overloaded row, how many more requests were in the system at the end than
+    after the fill (``in_system_growth``), since a server that starts every
+    request can still fall behind by preempting them."""
     if metrics.is_batch(row):
         return "every request sent at once: no arrival rate to keep up with"
     text = f"{row.served_rps:.3f} of {row.offered_rps:.3f} req/s offered started"
     refused = row.offered_rps - row.accepted_rps
     if refused > 0:
         text += f" ({refused:.3f} req/s rejected by the front end)"
-    return text + " over the arrival window"
+    text += " over the arrival window"
+    grew = int(row.get("in_system_growth", 0))
+    if bool(row.get("overloaded", False)) and grew > 0:
+        text += f", and {grew} more requests were in the system (arrived, not finished) at its end"
+        text += " than once the running set had filled"
+    return text
 
 
 def latency_text(row: pd.Series, slo: SLO) -> str:

@@ -50,6 +50,7 @@ SUMMARY_ROWS = (
     ("accepted_rps", "{:.3f}"),
     ("served_rps", "{:.3f}"),
     ("queue_delay_growth_s", "{:.3f}"),
+    ("in_system_growth", "{:.0f}"),
     ("throughput_rps", "{:.3f}"),
     ("output_tps", "{:.1f}"),
     ("first_completion_s", "{:.3f}"),
