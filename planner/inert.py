@@ -38,6 +38,7 @@ SYNTHETIC_ONLY = (
     "num_requests",
     "rate",
     "arrival",
+    "gamma_cv",
     "length_dist",
     "prompt_tokens",
     "prompt_tokens_stdev",
@@ -82,6 +83,11 @@ RUN_RULES: tuple[Rule, ...] = (
         lambda p: option_value(p.get("arrival")) == "offline",
         "has no effect with --arrival offline (every request arrives at t = 0)",
     ),  # fmt: skip
+    Rule(
+        ("gamma_cv",),
+        lambda p: p.get("trace_file") is None and option_value(p.get("arrival")) != "gamma",
+        "needs --arrival gamma (the other arrival processes have no such parameter)",
+    ),
     Rule(
         ("gpu_memory_utilization",),
         lambda p: p.get("num_gpu_blocks") is not None or p.get("model") is None,

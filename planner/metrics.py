@@ -130,9 +130,10 @@ OVERLOAD_MIN_LIFETIMES = 2.0
 # under overload it grows by (lambda - mu) per second. It is counted once the
 # running set has filled, OVERLOAD_FILL_QUANTILE of the request lifetimes
 # after the first arrival (and not before a quarter of the window), and again
-# just before the last arrival, and judged only where the pool preempted in
-# between; growth above OVERLOAD_WINDOW_SHARE of the arrivals between and
-# above OVERLOAD_NOISE_SDS standard deviations of the two counts' Poisson
+# just before the last arrival, and judged only where enough of the requests
+# arriving in between were preempted (the pool churned); growth above
+# OVERLOAD_WINDOW_SHARE of the arrivals between and above
+# OVERLOAD_NOISE_SDS standard deviations of the two counts' Poisson
 # noise (sqrt of each count; counts of a stable server fluctuate by that
 # much under Poisson arrivals) is overload. Measured on the default synthetic
 # workload (capacity 2.58 req/s at a constant rate): 355 requests at 2.95
@@ -183,9 +184,9 @@ def overload(
             bound (their lifetime counts as unknown, +inf); None = none.
         finish_s: (C, R) float64 seconds each request finished (NaN = not by
             the end), for the in-system rule; None = that rule is not applied.
-        preempted: (C, R) float64 seconds each request was first preempted
-            (NaN = never): the in-system rule applies only where the pool
-            preempted while it watched; None = that rule is not applied.
+        preempted: (C, R) bool, requests preempted at least once by the end:
+            the in-system rule applies only where enough of those it watched
+            were; None = that rule is not applied.
     Returns:
         ``queue_delay_growth_s``: median delay (first token - arrival; for a
         request never served, end - arrival, a lower bound) of the last quarter
@@ -245,10 +246,7 @@ def overload(
         started = (first_s <= last[:, None]).sum(axis=1)
         served_rps = np.where(window > 0, started / window, np.nan)
         ratio = accepted_rps / served_rps
-    pre = None
-    if preempted is not None:
-        pre = np.where(np.isfinite(waits), np.nan_to_num(preempted, nan=np.inf), np.inf)
-    in_system, counted = _in_system_growth(waits, pre, finish_s, end_s, first, last, window)
+    in_system, counted = _in_system_growth(waits, preempted, finish_s, end_s, first, last, window)
     grew = in_system > np.maximum(
         np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * counted[0]),
         OVERLOAD_NOISE_SDS * np.sqrt(counted[1]),
@@ -372,7 +370,7 @@ def _backlog_growth(
 
 def _in_system_growth(
     arrival_s: np.ndarray,
-    preempted_s: np.ndarray | None,
+    preempted: np.ndarray | None,
     finish_s: np.ndarray | None,
     end_s: np.ndarray,
     first: np.ndarray,
@@ -382,9 +380,8 @@ def _in_system_growth(
     """The in-system rule's figures (see OVERLOAD_FILL_QUANTILE), per config.
 
     Args: ``arrival_s`` (C, R) float64 seconds of the requests judged (+inf
-    for the others), ``preempted_s`` (C, R) float64 seconds each judged
-    request was first preempted (+inf for the others and the never
-    preempted) or None, ``finish_s`` (C, R) float64 (NaN = unfinished) or
+    for the others), ``preempted`` (C, R) bool, requests preempted at least
+    once by the end, or None, ``finish_s`` (C, R) float64 (NaN = unfinished) or
     None, ``end_s``, ``first``, ``last`` and ``window`` (C,) float64 seconds.
 
     The fill time L is the OVERLOAD_FILL_QUANTILE percentile of the
@@ -397,8 +394,9 @@ def _in_system_growth(
     ratio of the arrivals in the L seconds before each instant.
 
     The rule applies only where the KV pool churned while it was watched:
-    more requests were first preempted between t1 and the last arrival than
-    max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x the arrivals between).
+    more of the requests arriving between t1 and the last arrival were
+    preempted (by the end of the run; the run keeps no preemption times) than
+    max(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE x those arrivals).
     With room in the pool, more requests in the system mostly means longer
     ones running side by side, not a server falling behind, and a request
     that cannot start waits for its first token, which the backlog rule
@@ -413,11 +411,11 @@ def _in_system_growth(
 
     Returns ``in_system_growth`` (C,) float64, 0 where the rule does not
     apply (t1 not before the last arrival, too few preemptions in between, or
-    ``finish_s``/``preempted_s`` None); and (arrivals in (t1, last), n1 +
+    ``finish_s``/``preempted`` None); and (arrivals in (t1, last), n1 +
     n2), each (C,) int64."""
     c = arrival_s.shape[0]
     zero = np.zeros(c, np.int64)
-    if finish_s is None or preempted_s is None:
+    if finish_s is None or preempted is None:
         return np.zeros(c), (zero, zero)
     seen = np.isfinite(arrival_s)
     fin = np.where(np.isnan(finish_s), np.inf, finish_s)
@@ -426,8 +424,8 @@ def _in_system_growth(
         warnings.simplefilter("ignore", RuntimeWarning)
         fill = np.nan_to_num(np.nanpercentile(life, OVERLOAD_FILL_QUANTILE, axis=1), nan=np.inf)
     t1 = first + np.maximum(window / 4, fill)
-    late = ((arrival_s > t1[:, None]) & (arrival_s < last[:, None])).sum(axis=1)
-    churned = ((preempted_s > t1[:, None]) & (preempted_s < last[:, None])).sum(axis=1)
+    watched = (arrival_s > t1[:, None]) & (arrival_s < last[:, None])
+    late, churned = watched.sum(axis=1), (watched & preempted).sum(axis=1)
     applies = (t1 < last) & (
         churned > np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * late)
     )
@@ -616,8 +614,8 @@ def requests_table(res: SimResult, config: int = 0) -> pd.DataFrame:
     """One row per request of config ``config`` (``plan run --requests-out``):
     ``request`` (0-based, arrival order), ``arrival_s``, ``prompt_tokens``,
     ``max_tokens``, ``output_tokens`` (generated), ``first_scheduled_s``, ``first_token_s``,
-    ``first_preempted_s``, ``finish_s`` (seconds from the run's start, NaN if
-    it never happened; the engine's times, before any BLIS alpha2 a latency adds),
+    ``finish_s`` (seconds from the run's start, NaN if it never happened; the
+    engine's times, before any BLIS alpha2 a latency adds),
     ``ttft_s``, ``tpot_s``, ``e2e_s``, ``queue_delay_s`` (``per_request``: NaN
     where not measured; the ``*_censored`` columns mark lower bounds for
     requests the run did not finish) and ``preemptions``."""
@@ -636,7 +634,6 @@ def requests_table(res: SimResult, config: int = 0) -> pd.DataFrame:
         "output_tokens": st.nout[config],
         "first_scheduled_s": at(st.sched_ns[config]),
         "first_token_s": at(st.first_ns[config]),
-        "first_preempted_s": at(st.pre_ns[config]),
         "finish_s": at(st.finish_ns[config]),
     }
     for k in ("ttft", "tpot", "e2e", "queue_delay"):
@@ -726,6 +723,41 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     # by it never ranks such a run first.
     margin = np.where(front_end_failures(df) > 0, np.inf, margin)
     return {"meets_slo": meets, "slo_margin": margin}
+
+
+def slo_open_bounds(row: Mapping[str, Any], slo: SLO) -> list[str]:
+    """The p99 columns (e.g. ``ttft_s_p99``) that leave a ``summarize`` row's
+    SLO verdict undecided, or [] when it is decided: the horizon ended the
+    run before the last arrival (``ended_by_horizon``), it is not overloaded
+    and nothing failed at the front end, and every objective the row does
+    not meet has a p99 that is only a lower bound (requests unserved when the
+    run ended) at or below its limit, so a longer run could still meet it.
+    Such a row is not ``meets_slo``, yet nothing in it misses either."""
+    if not bool(row.get("ended_by_horizon", False)) or bool(row.get("overloaded", False)):
+        return []
+    if int(row.get("rejected", 0)) > 0 or int(row.get("cut", 0)) > 0:
+        return []
+    open_keys = []
+    for field, limit in slo.items():
+        key = f"{field}_p{SLO_PERCENTILE}"
+        p = float(row[key])
+        upper = float(row.get(f"{key}_upper_bound", math.inf))
+        if math.isnan(p) or upper <= limit:
+            continue  # no request to judge, or met whatever the unserved do
+        if not bool(row[f"{key}_is_lower_bound"]) or p > limit:
+            return []  # a miss no longer run can undo
+        open_keys.append(key)
+    return open_keys
+
+
+def open_bounds_text(keys: list[str]) -> str:
+    """Why ``slo_open_bounds`` ``keys`` leave an SLO verdict open, for people."""
+    which = " and ".join(keys)
+    bounds = "is only a lower bound" if len(keys) == 1 else "are only lower bounds"
+    return (
+        "the horizon ended the run while requests that had waited less than the SLO were "
+        f"unserved ({which} {bounds} below it): run without --horizon, or longer"
+    )
 
 
 def slo_upper_bound(df: pd.DataFrame, field: str) -> np.ndarray:
@@ -890,11 +922,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
             q["e2e"],
             q["e2e_censored"],
             np.where(q["done"], st.req.finish_ns / 1e9, np.nan),
-            np.where(
-                (st.req.pre_ns >= 0) & (st.req.pre_ns <= counted_by(cfg)[:, None]),
-                st.req.pre_ns / 1e9,
-                np.nan,
-            ),
+            st.req.npre > 0,
         ),
         "ended_by_horizon": ended_by_horizon,
     }

@@ -80,7 +80,6 @@ class Request:
     shared_len: int = 0  # prompt tokens shared with the group: min(prefix_len, prompt)
     num_cached_blocks: int = 0  # blocks hashed into the prefix cache so far
     first_scheduled_ns: int = -1  # start of the first step that scheduled it
-    first_preempted_ns: int = -1  # start of the first step that preempted it
     last_token_ns: int = -1  # time of its latest output token
     max_token_gap_ns: int = 0  # largest gap between two consecutive output tokens
     num_token_gaps: int = 0  # gaps between consecutive output tokens
@@ -917,9 +916,6 @@ class Engine:
                 self.window_end = len(self.steps) + self.cfg.adaptive_window
 
             scheduled, preempted, admitted = sched.schedule()
-            for rid in sched.victims:
-                if self.requests[rid].first_preempted_ns < 0:
-                    self.requests[rid].first_preempted_ns = self.clock
             prefill = decode = 0
             kinds = []
             for req, n in scheduled:

@@ -118,7 +118,6 @@ def compare_final(res, c: int, eng: Engine) -> None:
     assert st.req.finish_ns[c].tolist() == [r.finish_ns for r in reqs]
     assert st.req.ncomp[c].tolist() == [r.num_computed_tokens for r in reqs]
     assert st.req.sched_ns[c].tolist() == [r.first_scheduled_ns for r in reqs]
-    assert st.req.pre_ns[c].tolist() == [r.first_preempted_ns for r in reqs]
     assert st.req.last_ns[c].tolist() == [r.last_token_ns for r in reqs]
     assert st.req.max_gap_ns[c].tolist() == [r.max_token_gap_ns for r in reqs]
     assert st.req.ngap[c].tolist() == [r.num_token_gaps for r in reqs]

@@ -341,6 +341,25 @@ def test_a_horizon_leaves_an_slo_unjudged_not_missed(capsys):
     assert "verdict: MISSES SLO" in out, out
 
 
+def test_check_leaves_an_slo_cut_by_the_horizon_unjudged(capsys):
+    """plan check said UNSAFE, 'misses the SLOs', where --horizon 3 left
+    every p99 a lower bound below its objective (tryout finding): NOT SHOWN
+    SAFE, exit 1, naming the bounds; a bound already above it is a miss."""
+    base = ("check", "--trace-file", "planner/data/s1_seed7.csv", "--num-gpu-blocks", "7463")
+    base += ("--max-num-seqs", "256", "--horizon", "3", "--tpot-slo", "0.05")
+    code, out, err = run_cli(capsys, *base, "--e2e-slo", "60")
+    verdict = out.strip().splitlines()[-1]
+    assert code == 1 and verdict.startswith("verdict: NOT SHOWN SAFE"), out
+    assert "misses" not in verdict and "cut by --horizon" in verdict
+    assert "tpot_s_p99 and e2e_s_p99 are only lower bounds" in out
+    code, out, err = run_cli(capsys, *base, "--e2e-slo", "60", "--json")
+    t = json.loads(out)["traffic"]
+    assert t["slo_open"] == ["tpot_s_p99", "e2e_s_p99"] and not t["meets_slo"]
+    code, out, err = run_cli(capsys, *base, "--e2e-slo", "1")
+    verdict = out.strip().splitlines()[-1]
+    assert code == 1 and verdict.startswith("verdict: UNSAFE") and "misses the SLOs" in verdict
+
+
 def test_output_tokens_asked_counts_only_requests_due_within_the_horizon(capsys, tmp_path):
     """Issue 38: a request due after the horizon ended the run was never asked
     of this server: twenty requests a second apart, a 9.5 s horizon, ten asked."""
@@ -385,12 +404,12 @@ def test_preempted_requests_piling_up_are_overload():
 def test_in_system_rule_by_hand():
     """A hundred requests a second apart, each with a first token 0.1 s
     later (the first-token rules see nothing), finishing at 0.8 per second
-    from 4 s on, each preempted 1 s after arrival: 4 + 0.25 i s lifetimes,
+    from 4 s on, each preempted: 4 + 0.25 i s lifetimes,
     the fill (their 95th percentile, interpolated) 27.51 s. In the system:
     9 at 27.51 s, 22 just before 99 s, with 27 arrivals in the 27.51 s
     before each, so the growth is 13 > max(2, 5% of 71 arrivals, 2 x
-    sqrt(31)). Never preempted, or preempted only after the last arrival,
-    the rule does not apply (a request that cannot start waits for its first
+    sqrt(31)). Never preempted, or only the requests before the fill, the
+    rule does not apply (a request that cannot start waits for its first
     token, the backlog rule's); finishing at the rate they come, no growth.
     A rate that doubles holds twice as many per arrival: no growth (Little's
     law)."""
@@ -399,20 +418,21 @@ def test_in_system_rule_by_hand():
     first = arr + 0.1
     finish = 4 + i[None, :] / 0.8
     args = (arr, first, np.array([200.0]), np.array([100]))
-    out = overload(*args, finish_s=finish, preempted=arr + 1.0)
+    every = np.ones((1, 100), bool)
+    out = overload(*args, finish_s=finish, preempted=every)
     assert out["in_system_growth"][0] == pytest.approx(13.0) and out["overloaded"][0]
     plain = overload(*args)  # the first-token rules alone
     assert (
         plain["queue_delay_growth_s"][0] == pytest.approx(0, abs=1e-9)
         and not plain["overloaded"][0]
     )
-    none = overload(*args, finish_s=finish, preempted=np.full((1, 100), np.nan))
+    none = overload(*args, finish_s=finish, preempted=~every)
     assert none["in_system_growth"][0] == 0 and not none["overloaded"][0]
-    late = overload(*args, finish_s=finish, preempted=np.full((1, 100), 150.0))
-    assert late["in_system_growth"][0] == 0 and not late["overloaded"][0]
-    steady = overload(*args, finish_s=arr + 4.0, preempted=arr + 1.0)
+    early = overload(*args, finish_s=finish, preempted=arr < 20)
+    assert early["in_system_growth"][0] == 0 and not early["overloaded"][0]
+    steady = overload(*args, finish_s=arr + 4.0, preempted=every)
     assert steady["in_system_growth"][0] == 0 and not steady["overloaded"][0]
     fast = np.concatenate([np.arange(20.0), 20 + np.arange(40.0) / 2])[None, :]
     args = (fast, fast + 0.1, np.array([60.0]), np.array([60]))
-    rising = overload(*args, finish_s=fast + 4.0, preempted=fast + 1.0)
+    rising = overload(*args, finish_s=fast + 4.0, preempted=np.ones((1, 60), bool))
     assert abs(rising["in_system_growth"][0]) < 1 and not rising["overloaded"][0]

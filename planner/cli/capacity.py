@@ -412,6 +412,8 @@ def traffic_check(cfg: SchedulerConfig, wl: Workload, lat: Latency, slo: SLO) ->
         out["keeps_up"] = None  # no arrival rate to keep up with
     out["overload_judged"] = bool(row.overload_judged)
     out["meets_slo"] = bool(row.meets_slo)
+    # p99s only bounded from below when --horizon cut the run: neither met nor missed
+    out["slo_open"] = metrics.slo_open_bounds(row, slo)
     out["slo"] = slo.describe()
     out["verdict_line"] = _traffic_line(row, slo, cfg.max_num_seqs)
     return out
@@ -428,10 +430,14 @@ def _traffic_verdict(t: dict) -> str:
     keeps up (``metrics.overload_judged``): no claim either way."""
     burst = t["overload_judged"] is False  # never overloaded (``metrics.bursts``)
     fails = ["is overloaded"] if t["keeps_up"] is False and not burst else []  # None: a batch
-    fails += [] if t["meets_slo"] else ["misses the SLOs"]
+    open_ = bool(t.get("slo_open"))  # --horizon cut it: the SLOs are neither met nor missed
+    if open_:
+        fails += ["was cut by --horizon before its SLOs could be judged (above)"]
+    elif not t["meets_slo"]:
+        fails += ["misses the SLOs"]
     if burst:
         fails.insert(0, "is a burst too short to judge whether it keeps up (above)")
-    head = "NOT SHOWN SAFE" if burst and t["meets_slo"] else "UNSAFE"
+    head = "NOT SHOWN SAFE" if (burst or open_) and (t["meets_slo"] or open_) else "UNSAFE"
     what = "batch (sent at once, no rate)" if t["sent_at_once"] else "traffic"
     return f"{head} - the pool starts and cannot livelock, but the {what} " + " and ".join(fails)
 
@@ -441,7 +447,9 @@ def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:
     from planner.answers.safelimit import latency_text, started_text
 
     over, met = bool(row.overloaded), bool(row.meets_slo)
-    fails = (["is OVERLOADED"] if over else []) + ([] if met else ["MISSES the SLOs"])
+    open_ = metrics.slo_open_bounds(row, slo)
+    missed = ["is NOT JUDGED against the SLOs"] if open_ else [] if met else ["MISSES the SLOs"]
+    fails = (["is OVERLOADED"] if over else []) + missed
     if not over and not bool(row.overload_judged):
         fails.insert(0, "is NOT JUDGED to keep up")
     state = " and ".join(fails) if fails else f"{pace_text(row)} and meets the SLOs"
@@ -449,6 +457,7 @@ def _traffic_line(row: pd.Series, slo: SLO, seqs: int) -> str:
     why = f" ({count(rejected, 'request')} rejected by the front end count as misses)"
     more = opt.more_requests(trace=True)  # check simulates a --trace-file only
     burst = "" if over or bool(row.overload_judged) else f"; {burst_text(row, more)}"
+    burst += f"; {metrics.open_bounds_text(open_)}" if open_ else ""
     return (
         f"traffic at max_num_seqs {seqs}: {state} ({slo.describe()}){why * (rejected > 0)}: "
         f"{latency_text(row, slo)}; {started_text(row)}{burst}"
@@ -792,6 +801,7 @@ def safe_limit(
     num_requests: opt.NumRequests = 300,
     rate: opt.Rate = 10.0,
     arrival: opt.ArrivalOpt = opt.Arrival.constant,
+    gamma_cv: opt.GammaCv = None,
     length_dist: opt.LengthDistOpt = opt.LengthKind.gaussian,
     prompt_tokens: opt.PromptTokens = None,
     prompt_tokens_stdev: opt.Stdev = None,
@@ -870,7 +880,8 @@ def safe_limit(
         trace_file, trace_format.value, trace_columns, topts,
         (num_requests, rate, arrival, length_dist,
          (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
-         (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
+         (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
+         gamma_cv),
         (prefix_groups, prefix_len, prefix_share), seed,
     )  # fmt: skip
     # A derived pool is sized at the largest max_num_seqs searched: the smallest

@@ -129,6 +129,7 @@ def max_rate(
     num_requests: opt.NumRequests = 300,
     rate: opt.Rate = 10.0,
     arrival: opt.ArrivalOpt = opt.Arrival.constant,
+    gamma_cv: opt.GammaCv = None,
     length_dist: opt.LengthDistOpt = opt.LengthKind.gaussian,
     prompt_tokens: opt.PromptTokens = None,
     prompt_tokens_stdev: opt.Stdev = None,
@@ -240,7 +241,8 @@ def max_rate(
         trace_file, trace_format.value, trace_columns, topts,
         (num_requests, rate, arrival, length_dist,
          (prompt_tokens, prompt_tokens_stdev, prompt_tokens_min, prompt_tokens_max),
-         (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max)),
+         (output_tokens, output_tokens_stdev, output_tokens_min, output_tokens_max),
+         gamma_cv),
         (prefix_groups, prefix_len, prefix_share), seed,
     )  # fmt: skip
     for message in unused_field_warnings(wl, configs):

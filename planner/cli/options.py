@@ -328,9 +328,16 @@ Rate = Annotated[float, typer.Option(help="Synthetic: requests per second.")]
 ArrivalOpt = Annotated[
     Arrival,
     typer.Option(
-        help="Synthetic arrival process: constant gaps, poisson (exponential gaps), gamma (on the "
-        "command line its coefficient of variation is 1, which is poisson; a sweep spec's "
-        "workload.gamma_cv sets another) or offline (all at time 0)."
+        help="Synthetic arrival process: constant gaps, poisson (exponential gaps), gamma (gaps "
+        "with coefficient of variation --gamma-cv) or offline (all at time 0)."
+    ),
+]
+GammaCv = Annotated[
+    float | None,
+    typer.Option(
+        help="With --arrival gamma: the coefficient of variation of the gaps between arrivals "
+        "(standard deviation / mean; 1 is poisson, above 1 burstier, below 1 smoother) "
+        "[default: 1]."
     ),
 ]
 LengthDistOpt = Annotated[LengthKind, typer.Option(help="Synthetic length law.")]
@@ -364,12 +371,14 @@ def synthetic_workload(
     length_dist: LengthKind,
     prompt: Lengths,
     output: Lengths,
+    gamma_cv: float | None,
     seed: int | None,
     turns: int = 1,
     prefix: tuple[int, int, float] = (0, 0, 0.0),
 ) -> Workload:
     """The synthetic workload of the options above (``workload.synthetic``;
-    lengths by ``workload.length_from_options``, S1's shapes by default); with
+    lengths by ``workload.length_from_options``, S1's shapes by default;
+    ``gamma_cv`` None is 1, the coefficient of variation of gamma gaps); with
     ``turns`` > 1, ``num_requests`` sessions of that many turns, the prompt
     lengths being each turn's new message (``workload.sessions``).
     Warns on stderr when clamping moved the drawn mean of lengths the user
@@ -396,7 +405,8 @@ def synthetic_workload(
             f"--seed has no effect: {arrival.value} arrivals and lengths that draw nothing "
             "(constant, or no stdev) and no random prefix groups"
         )
-    wl = sessions(num_requests, turns, rate, p, o, arrival=arrival.value, seed=seed or 0)
+    cv = 1.0 if gamma_cv is None else gamma_cv
+    wl = sessions(num_requests, turns, rate, p, o, arrival.value, seed or 0, cv)
     new_messages = wl.prompt_tokens if wl.session is None else wl.prompt_tokens[::turns]
     for dist, drawn, given in ((p, new_messages, prompt), (o, wl.output_tokens, output)):
         if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):

@@ -167,6 +167,7 @@ RUN_OPTIONS = (
         P("num_requests", opt.NumRequests, 300),
         P("rate", opt.Rate, 10.0),
         P("arrival", opt.ArrivalOpt, opt.Arrival.constant),
+        P("gamma_cv", opt.GammaCv),
         P("length_dist", opt.LengthDistOpt, opt.LengthKind.gaussian),
         P("prompt_tokens", opt.PromptTokens),
         P("prompt_tokens_stdev", opt.Stdev),
@@ -395,7 +396,9 @@ def _workload(o: dict[str, Any]) -> Workload:
         tuple(o[f"{side}_tokens{s}"] for s in ("", "_stdev", "_min", "_max"))
         for side in ("prompt", "output")
     )
-    synthetic = (o["num_requests"], o["rate"], o["arrival"], o["length_dist"], *lengths)
+    synthetic = (
+        o["num_requests"], o["rate"], o["arrival"], o["length_dist"], *lengths, o["gamma_cv"],
+    )  # fmt: skip
     prefix = (o["prefix_groups"], o["prefix_len"], o["prefix_share"])
     return command_workload(
         o["trace_file"], o["trace_format"].value, o["trace_columns"], topts, synthetic, prefix,

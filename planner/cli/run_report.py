@@ -20,6 +20,8 @@ from planner.metrics import (
     front_end_failures,
     front_end_text,
     is_batch,
+    open_bounds_text,
+    slo_open_bounds,
 )
 from planner.slo import SLO, SLO_PERCENTILE, seconds_text
 from planner.text import count
@@ -358,15 +360,13 @@ def slo_verdict(row: object, slo: SLO) -> str:
     """One line: whether ``row`` (a ``summarize`` row with SLO columns) meets
     ``slo``, naming each metric that misses (a lower bound printed as '>= X')
     overload and front-end rejections, which also deny the claim."""
-    misses, open_bounds = [], []
+    misses = []
     for field, limit in slo.items():
         key = f"{field}_p{SLO_PERCENTILE}"
         p = row[key]  # type: ignore[index]
         upper = row.get(f"{key}_upper_bound", math.inf)  # type: ignore[attr-defined]
         # Unserved requests that cannot lift it past the SLO: met whatever they do.
         bound = bool(row[f"{key}_is_lower_bound"]) and not upper <= limit  # type: ignore[index]
-        if bound and p <= limit:
-            open_bounds.append(key)  # not yet missed: only a longer run can tell
         if bound:
             what = "token gaps never produced" if field == "itl_s" else "requests unserved"
             misses.append(
@@ -391,12 +391,8 @@ def slo_verdict(row: object, slo: SLO) -> str:
                 "request could be judged; run without --horizon, or longer"
             )
         misses.append("no request could be judged")
-    if horizon and not over and open_bounds and len(open_bounds) == len(misses):
-        return (
-            f"verdict: NONE for SLO ({slo.describe()}): the horizon ended the run while requests "
-            f"that had waited less than the SLO were unserved ({', '.join(open_bounds)} is only "
-            "a lower bound below it); run without --horizon, or longer"
-        )
+    if open_bounds := slo_open_bounds(row, slo):  # type: ignore[arg-type]
+        return f"verdict: NONE for SLO ({slo.describe()}): {open_bounds_text(open_bounds)}"
     if not misses and not over and bool(row["concurrency_bound"]):  # type: ignore[index]
         n = int(row["max_concurrency"])  # type: ignore[index]
         return f"verdict: MEETS SLO ({slo.describe()}) with at most {n:,} requests in the system"

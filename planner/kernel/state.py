@@ -225,7 +225,6 @@ ReqState = namedtuple(
         # (``SlidingWindowManager.remove_skipped_blocks``); it holds held - skip
         # pool blocks. 0 for full attention.
         "skip",
-        "pre_ns",  # int64 start of the step that first preempted it (ns), -1 if none
     ],
 )
 
@@ -307,7 +306,6 @@ def allocate(
         ngap=z(np.int32),
         koff=z(np.int32),
         skip=z(np.int32),
-        pre_ns=np.full((c, r), -1, dtype=np.int64),
     )
     queues = Queues(*(z(np.int32) for _ in Queues._fields))
     out = Out(

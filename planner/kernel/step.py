@@ -1011,8 +1011,6 @@ def _evict(cfg, v, st, k, s, p):
     fits there, keeping num_computed_tokens."""
     h = st.held[v]
     st.npre[v] += 1
-    if st.pre_ns[v] < 0:
-        st.pre_ns[v] = s[START]
     st.status[v] = S.WAITING
     if cfg[K.PREEMPT] == 2 and 0 < h <= k[S.O_CPU_FREE]:
         k[FREE] += h  # st.held[v] now counts CPU blocks
