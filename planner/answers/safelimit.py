@@ -307,8 +307,10 @@ def started_text(row: pd.Series) -> str:
     text += " over the arrival window"
     grew = int(row.get("in_system_growth", 0))
     if bool(row.get("overloaded", False)) and grew > 0:
-        text += f", and {grew} more requests were in the system (arrived, not finished) at its end"
-        text += " than once the running set had filled"
+        text += (
+            ", and at its end the requests in the system (arrived, not finished) exceeded what "
+            f"the run's own lifetimes explain by {grew} more than once the running set had filled"
+        )
     return text
 
 

@@ -437,7 +437,8 @@ def _traffic_verdict(t: dict) -> str:
         fails += ["misses the SLOs"]
     if burst:
         fails.insert(0, "is a burst too short to judge whether it keeps up (above)")
-    head = "NOT SHOWN SAFE" if (burst or open_) and (t["meets_slo"] or open_) else "UNSAFE"
+    unsafe = (t["keeps_up"] is False and not burst) or not (t["meets_slo"] or open_)
+    head = "UNSAFE" if unsafe else "NOT SHOWN SAFE" if burst or open_ else "SAFE"
     what = "batch (sent at once, no rate)" if t["sent_at_once"] else "traffic"
     return f"{head} - the pool starts and cannot livelock, but the {what} " + " and ".join(fails)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import click
+import numpy as np
 import typer
 
 from planner import bounds, resolve
@@ -408,10 +409,46 @@ def synthetic_workload(
     cv = 1.0 if gamma_cv is None else gamma_cv
     wl = sessions(num_requests, turns, rate, p, o, arrival.value, seed or 0, cv)
     new_messages = wl.prompt_tokens if wl.session is None else wl.prompt_tokens[::turns]
+    starts = wl.arrival_s if wl.session is None else wl.arrival_s[::turns]
+    if (msg := _drawn_rate_check(starts, rate, arrival, cv)) is not None:
+        print(f"plan: warning: {msg}", file=sys.stderr)
     for dist, drawn, given in ((p, new_messages, prompt), (o, wl.output_tokens, output)):
         if any(v is not None for v in given) and (msg := drawn_mean_warning(drawn, dist)):
             print(f"plan: warning: {msg}", file=sys.stderr)
     return wl
+
+
+# A drawn rate this far from --rate is worth a warning.
+DRAWN_RATE_TOLERANCE = 0.2
+
+
+def _drawn_rate_check(starts: np.ndarray, rate: float, arrival: Arrival, cv: float) -> str | None:
+    """Random arrivals (poisson, gamma) whose drawn rate, (n - 1) / span over
+    ``starts`` (seconds), is more than DRAWN_RATE_TOLERANCE away from
+    ``rate``: the warning, or None. Raises ValueError (one line) when every
+    arrival fell on one instant (gamma gaps so dispersed that nearly all are
+    0): such a run has no rate at all."""
+    if arrival not in (Arrival.poisson, Arrival.gamma) or len(starts) < 2:
+        return None
+    span = float(starts.max() - starts.min())
+    law = (
+        f"gamma gaps with coefficient of variation {cv:g}"
+        if arrival == Arrival.gamma
+        else ("exponential gaps")
+    )
+    if span <= 0:
+        raise ValueError(
+            f"--arrival {arrival.value} drew all {len(starts):,} arrivals at one instant ({law}): "
+            "no rate to run at; give a smaller --gamma-cv, or --arrival offline for a batch"
+        )
+    drawn = (len(starts) - 1) / span
+    if abs(drawn / rate - 1) <= DRAWN_RATE_TOLERANCE:
+        return None
+    return (
+        f"the {len(starts):,} arrivals drawn ({law}) span {span:.3g} s: {drawn:.3g} req/s, "
+        f"not the --rate {rate:g} asked; offer more requests (--num-requests) for a drawn rate "
+        "closer to it"
+    )
 
 
 # Pool, hardware, scheduler and trace options shared by run, check, safe-limit

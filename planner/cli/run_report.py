@@ -280,7 +280,7 @@ def print_run(
     if slo.given():
         console.print(slo_verdict(row, slo), soft_wrap=True)
     if row["overloaded"]:
-        rates = f"verdict: OVERLOADED - {started_text(row)} (the queue grew through it)"
+        rates = f"verdict: OVERLOADED - {started_text(row)} (it fell behind through the window)"
         if row["outcome"] == LIVELOCKED:  # the livelock, not the traffic, stopped service
             why = (
                 f"; the run stopped at {row['sim_end_s']:.3f} s on a proven livelock (below), "
@@ -391,7 +391,7 @@ def slo_verdict(row: object, slo: SLO) -> str:
                 "request could be judged; run without --horizon, or longer"
             )
         misses.append("no request could be judged")
-    if open_bounds := slo_open_bounds(row, slo):  # type: ignore[arg-type]
+    if not over and (open_bounds := slo_open_bounds(row, slo)):  # type: ignore[arg-type]
         return f"verdict: NONE for SLO ({slo.describe()}): {open_bounds_text(open_bounds)}"
     if not misses and not over and bool(row["concurrency_bound"]):  # type: ignore[index]
         n = int(row["max_concurrency"])  # type: ignore[index]
