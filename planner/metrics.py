@@ -424,19 +424,16 @@ def _in_system_growth(
         return np.zeros(c), (zero, zero)
     seen = np.isfinite(arrival_s)
     fin = np.where(np.isnan(finish_s), np.inf, finish_s)
-    life = np.where(seen, np.minimum(fin, end_s[:, None]) - arrival_s, np.nan)
-    with warnings.catch_warnings():  # a config with no request judged
-        warnings.simplefilter("ignore", RuntimeWarning)
-        fill = np.nan_to_num(np.nanpercentile(life, OVERLOAD_FILL_QUANTILE, axis=1), nan=np.inf)
+    life = np.where(seen, np.minimum(fin, end_s[:, None]) - arrival_s, np.inf)
+    order = np.sort(life, axis=1)  # the lifetimes of each config, the judged ones first
+    m = seen.sum(axis=1)
+    fill = _sorted_percentile(order, m, OVERLOAD_FILL_QUANTILE)
     t1 = first + np.maximum(window / 4, fill)
     watched = (arrival_s > t1[:, None]) & (arrival_s < last[:, None])
     late, churned = watched.sum(axis=1), (watched & preempted).sum(axis=1)
     applies = (t1 < last) & (
         churned > np.maximum(OVERLOAD_MIN_BACKLOG, OVERLOAD_WINDOW_SHARE * late)
     )
-
-    order = np.sort(np.where(np.isnan(life), np.inf, life), axis=1)  # finite first
-    m = np.isfinite(order).sum(axis=1)
 
     def excess(t: np.ndarray, before: bool) -> tuple[np.ndarray, np.ndarray]:
         """In the system at t less the expected number, and its variance."""
@@ -453,6 +450,22 @@ def _in_system_growth(
     x2, v2 = excess(last, before=True)
     growth = np.where(applies, x2 - x1, 0.0)
     return growth, (np.where(applies, late, 0), np.where(applies, v1 + v2, 0.0))
+
+
+def _sorted_percentile(order: np.ndarray, m: np.ndarray, q: float) -> np.ndarray:
+    """(C,) float64: the q-th percentile of the first ``m[c]`` values of each
+    sorted row of ``order`` (C, R), interpolated linearly between the values
+    around it as ``numpy.percentile``'s default does; +inf where m is 0. One
+    vectorised pass (``numpy.nanpercentile`` along an axis loops in Python
+    over the rows: a quarter of a 4,096-configuration summary)."""
+    pos = q / 100 * np.maximum(m - 1, 0)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(m - 1, 0))
+    rows = np.arange(order.shape[0])
+    a, b = order[rows, lo], order[rows, hi]
+    with np.errstate(invalid="ignore"):  # inf - inf where nothing was judged
+        out = a + (b - a) * (pos - lo)
+    return np.where((m > 0) & np.isfinite(a), np.where(hi == lo, a, out), np.inf)
 
 
 # Stands in for +inf (an unserved request) in the upper percentile of
