@@ -142,7 +142,7 @@ OVERLOAD_MIN_LIFETIMES = 2.0
 # (355 requests, a burst at its end) was called overloaded, and gamma
 # arrivals with CV 3 at 1.5-2.0 req/s none of twelve (docs/overload.md).
 OVERLOAD_FILL_QUANTILE = 95.0
-OVERLOAD_NOISE_SDS = 2.0
+OVERLOAD_NOISE_SDS = 3.0
 
 
 def overload(
