@@ -567,3 +567,16 @@ def test_a_horizon_that_cuts_requests_short_does_not_make_a_burst_judged(capsys)
     code, out, err = run_cli(capsys, *args)
     o = json.loads(out)
     assert code == 1 and o["verdict"] != "safe" and not o["traffic"]["keeps_up"], err
+
+
+def test_a_started_rate_near_the_offered_one_is_no_estimate(capsys):
+    """355 requests at 2.95 req/s: every max_num_seqs is overloaded (the
+    in-system rule), yet nearly every request starts, and safe-limit said
+    the load 'would have to fall by about 0%' (found after that rule
+    landed). It says the started rate bounds nothing, and gives max-rate's."""
+    args = ("safe-limit", "--num-requests", "355", "--rate", "2.95", "--num-gpu-blocks", "7463")
+    code, out, err = run_cli(capsys, *args, "--json")
+    data = json.loads(out)
+    assert "fall by about 0%" not in data["recommendation"]
+    assert "the rate started bounds nothing" in data["recommendation"]
+    assert 0.8 < data["load_fraction_served"] < 0.95  # max-rate's, not started/offered

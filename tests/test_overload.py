@@ -490,3 +490,13 @@ def test_the_fill_percentile_matches_numpy_on_random_rows():
             for c in range(3):
                 want = np.percentile(np.sort(x[c])[: m[c]], 95) if m[c] else np.inf
                 assert got[c] == pytest.approx(want)
+
+
+def test_a_run_cut_by_the_horizon_before_any_completion_says_so(capsys):
+    """plan run --horizon 10 on requests that run ~20 s printed 'starved: 100
+    requests entered the scheduler and never finished' (tryout finding): they
+    had not finished by the horizon, which says nothing about the server."""
+    code, out, err = run_cli(capsys, "run", "--horizon", "10")
+    line = next(x for x in out.splitlines() if x.startswith("starved:"))
+    assert "never finished" not in line and "--horizon 10 s ended the run" in line
+    assert "run longer, or without --horizon" in line

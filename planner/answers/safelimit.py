@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -390,6 +391,13 @@ def recommend(s: SafeLimits) -> Recommendation:
     return _nothing_qualifies(s)
 
 
+# Started within this share of the accepted rate: the rate started says nothing
+# of how far off the load is (the first-token rules resolve about 5-7%,
+# metrics.OVERLOAD_WINDOW_SHARE; an overload they pass is the in-system rule's,
+# whose requests all start and then fall behind).
+STARTED_RESOLUTION = 0.05
+
+
 def _nothing_qualifies(s: SafeLimits) -> Recommendation:
     """Nothing recommended: say what fails at every max_num_seqs, and how far off it is."""
     from planner.maxrate.search import too_short
@@ -413,14 +421,26 @@ def _nothing_qualifies(s: SafeLimits) -> Recommendation:
     if not calm.any():
         best = t[alive].loc[t[alive].served_rps.idxmax()]
         frac = float(1 / best.load_ratio)  # no rejections here (``recommend``)
-        text = (
+        head = (
             f"Nothing recommended: no max_num_seqs {span} keeps up with the offered load "
-            f"({best.offered_rps:.3f} req/s): every one is overloaded. The most any starts is "
-            f"{best.served_rps:.3f} req/s (max_num_seqs {int(best.max_num_seqs)}), so the "
-            f"load would have to fall by about {(1 - frac) * 100:.0f}% or the capacity grow "
-            f"about {1 / frac:.2f}x (blocks, GPUs, replicas; an estimate from the rate started "
-            "while overloaded); no scheduler setting fixes overload."
+            f"({best.offered_rps:.3f} req/s): every one is overloaded. "
         )
+        if frac >= 1 - STARTED_RESOLUTION:  # e.g. the in-system rule: everything started
+            frac = s.closest_rate_scale if s.closest is not None else math.nan
+            text = head + (
+                f"Even the best starts nearly every request ({best.served_rps:.3f} req/s, "
+                f"max_num_seqs {int(best.max_num_seqs)}), yet falls behind (requests waiting or "
+                "in the system grew), so the rate started bounds nothing; no scheduler "
+                "setting fixes overload."
+            )
+        else:
+            text = head + (
+                f"The most any starts is {best.served_rps:.3f} req/s (max_num_seqs "
+                f"{int(best.max_num_seqs)}), so the load would have to fall by about "
+                f"{(1 - frac) * 100:.0f}% or the capacity grow about {1 / frac:.2f}x (blocks, "
+                "GPUs, replicas; an estimate from the rate started while overloaded); no "
+                "scheduler setting fixes overload."
+            )
         text += _rate_text(s)
         return Recommendation(None, "overloaded", text, frac)
     sub = t[keeps_up] if keeps_up.any() else t[calm]

@@ -466,7 +466,9 @@ def _table(
     stuck = res.stuck_requests()
     if row["outcome"] != OK and len(stuck):
         preempted = stuck[res.state.req.npre[0, stuck] > 0]
-        report.print_stuck(str(row["outcome"]), stuck.tolist(), preempted.tolist())
+        h = cfg.horizon_s
+        cut = h if h is not None and float(row["sim_end_s"]) >= h else None
+        report.print_stuck(str(row["outcome"]), stuck.tolist(), preempted.tolist(), cut)
     if row["outcome"] == LIVELOCKED:
         report.print_gap_fix(cfg)
 

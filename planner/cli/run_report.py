@@ -130,12 +130,25 @@ def _ids(ids: list[int]) -> str:
     return text
 
 
-def print_stuck(outcome: str, stuck: list[int], preempted: list[int]) -> None:
-    """One line naming the requests that were waiting or running and never finished."""
+def print_stuck(
+    outcome: str, stuck: list[int], preempted: list[int], horizon_s: float | None = None
+) -> None:
+    """One line naming the requests that were waiting or running and never
+    finished; ``horizon_s``: the --horizon that ended the run (None: it ran
+    to its end), whose requests only had not finished by then."""
     pre = f"; preempted among them: {_ids(preempted)}" if preempted else ""
+    ended = "never finished"
+    if horizon_s is not None:
+        ended = f"had not finished when --horizon {horizon_s:g} s ended the run"
+    why = ""
+    if horizon_s is not None and outcome == "starved":
+        why = (
+            "; nothing completed within the horizon, which says nothing about the server when "
+            "the horizon is shorter than a request's run: run longer, or without --horizon"
+        )
     Console(markup=False).print(
-        f"{outcome}: {count(len(stuck), 'request')} entered the scheduler and never finished "
-        f"(request ids, 0-based in arrival order): {_ids(stuck)}{pre}",
+        f"{outcome}: {count(len(stuck), 'request')} entered the scheduler and {ended} "
+        f"(request ids, 0-based in arrival order): {_ids(stuck)}{pre}{why}",
         soft_wrap=True,
     )
 
