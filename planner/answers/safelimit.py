@@ -284,7 +284,9 @@ class Recommendation:
     accepted load that at best keeps up (served / accepted req/s of the best
     max_num_seqs, ``1 / load_ratio``, an upper bound on the load that can be
     served; requests the front end rejects are no load: NaN when the failure
-    is an SLO, not overload)."""
+    is an SLO, not overload; when nearly every request started, that ratio
+    says nothing, and it is the highest-rate search's scale instead, NaN
+    without one)."""
 
     max_num_seqs: int | None
     reason: str

@@ -431,11 +431,9 @@ def _drawn_rate_check(starts: np.ndarray, rate: float, arrival: Arrival, cv: flo
     if arrival not in (Arrival.poisson, Arrival.gamma) or len(starts) < 2:
         return None
     span = float(starts.max() - starts.min())
-    law = (
-        f"gamma gaps with coefficient of variation {cv:g}"
-        if arrival == Arrival.gamma
-        else ("exponential gaps")
-    )
+    law = "exponential gaps"
+    if arrival == Arrival.gamma:
+        law = f"gamma gaps with coefficient of variation {cv:g}"
     if span <= 0:
         raise ValueError(
             f"--arrival {arrival.value} drew all {len(starts):,} arrivals at one instant ({law}): "
