@@ -186,6 +186,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "output_tokens_min": COUNTS,
     "output_tokens_max": COUNTS,
     "seed": Bound(0, MAX_SEED, integer=True, why="int64"),
+    "spec_seed": Bound(0, MAX_SEED, integer=True, why="int64"),
     "prefix_groups": COUNTS0,
     "prefix_len": COUNTS0,
     "prefix_share": SHARE,

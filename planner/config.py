@@ -35,6 +35,7 @@ from planner.latency.step_time import (
     measured_table_ns,
 )
 from planner.models.vllm_defaults import PLANNER_DEFAULTS as S1_SERVER
+from planner.speculative import MAX_SPEC_TOKENS, Speculation
 
 # Named option values (the kernel sees the integers).
 PREEMPTION_MODES = {"recompute": 0, "restart": 1, "swap": 2}
@@ -107,8 +108,11 @@ BLIS_IMPLIED = {
     GROUPS_FULL,
     GROUPS_SW,
     PRICE_WIN2,  # window of a hybrid's sliding layers in the roofline (floats' SW_WINDOW; 0: none)
-) = range(44)
-NCOLS = 44
+    SPEC_K,  # speculative decoding: num_speculative_tokens (0: off)
+    SPEC_SEED,  # its acceptance draws' seed
+    SPEC_T,  # first of MAX_SPEC_TOKENS conditional acceptance thresholds (of 2^53)
+) = range(47)
+NCOLS = SPEC_T + MAX_SPEC_TOKENS
 MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
 NFLOAT = ROOFLINE_FLOATS  # roofline floats per config (latency.RooflineLatency.floats)
 
@@ -212,6 +216,9 @@ class SchedulerConfig:
     # has both. Resolved to counts when the config is made.
     full_attention_groups: int = -1
     sliding_window_groups: int = -1
+    # Speculative decoding (vLLM's --speculative-config with the planner's
+    # acceptance model, ``planner.speculative``); None: off.
+    speculation: Speculation | None = None
 
     def __post_init__(self) -> None:
         for name in NUMERIC_FIELDS:  # bounds.OPTION_BOUNDS: int32 counts, int64 ns
@@ -243,6 +250,7 @@ class SchedulerConfig:
         self._check_compat()
         self._resolve_groups()
         self._check_sliding_window()
+        self._check_speculation()
         for name in ("async_scheduling", "enable_prefix_caching"):
             if name == "enable_prefix_caching" and self.compat == "blis":
                 continue  # BLIS caches under restart (docs/blis-compat.md, rule 1)
@@ -338,6 +346,34 @@ class SchedulerConfig:
                 )
                 raise ValueError(f"{what} is not simulated with --{name}")
 
+    def _check_speculation(self) -> None:
+        """Speculative decoding is simulated where goldens from vLLM 0.33 check
+        it: sync scheduling (vLLM 0.33 runs it async by default, the V2 model
+        runner's; not simulated yet), recompute preemption, full attention,
+        vLLM's own rules. Raises ValueError (one line)."""
+        if self.speculation is None:
+            return
+        if not isinstance(self.speculation, Speculation):
+            raise ValueError(f"speculation must be a Speculation, got {self.speculation!r}")
+        for what, bad in (
+            ("--async-scheduling (vLLM 0.33's default; pass --no-async-scheduling)",
+             self.async_scheduling),
+            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
+            ("--compat blis", self.compat == "blis"),
+            ("a sliding window or several KV cache groups", not self.one_full_attention_group),
+            ("an adaptive cap", self.adaptive_window > 0),
+            (f"--admission {self.admission}", self.admission != "vanilla"),
+        ):  # fmt: skip
+            if bad:
+                raise ValueError(f"--speculative-config is not simulated with {what}")
+        k = self.speculation.num_speculative_tokens
+        if self.max_num_batched_tokens < 1 + k:
+            raise ValueError(
+                f"--max-num-batched-tokens {self.max_num_batched_tokens:,} cannot hold one "
+                f"request's token and its {k} draft tokens: every verification would be cut "
+                "(vLLM 0.33 starts such a server; the planner refuses it)"
+            )
+
     def check_vllm_starts(self) -> None:
         """Raise ValueError (one line) for settings vLLM 0.33 refuses at start-up:
         max_num_batched_tokens below max_num_seqs (``SchedulerConfig.
@@ -401,7 +437,22 @@ class SchedulerConfig:
         return int(self.watermark * self.num_gpu_blocks)
 
     def as_dict(self) -> dict:
+        """Field -> value (``SchedulerConfig(**c.as_dict())`` is ``c``)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def columns(self) -> dict:
+        """``as_dict`` as a results table's columns: ``speculation`` flattened
+        to ``speculative_method`` ("" when off), ``num_speculative_tokens`` (0
+        when off), ``spec_acceptance`` (the per-position rates,
+        comma-separated) and ``spec_seed``."""
+        out = self.as_dict()
+        s = out.pop("speculation")
+        out["speculative_method"] = "" if s is None else s.method
+        out["num_speculative_tokens"] = 0 if s is None else s.num_speculative_tokens
+        rates = "" if s is None else ",".join(f"{x:.4g}" for x in s.per_position())
+        out["spec_acceptance"] = rates
+        out["spec_seed"] = 0 if s is None else s.seed
+        return out
 
 
 def compat_settings(compat: str, explicit: dict) -> dict:
@@ -580,11 +631,20 @@ def pack_configs(
             c.full_attention_groups,
             c.sliding_window_groups,
             int(outf[i, SW_WINDOW]),
+            *_spec_columns(c.speculation),
         )
         if c.compat == "blis":
             check_compat_latency(c.compat, isinstance(lat, LinearLatency))
             out[i, A2] = blis_alpha2_ns(out[i, A2])
     return out, outf
+
+
+def _spec_columns(spec: Speculation | None) -> tuple[int, ...]:
+    """``SPEC_K``, ``SPEC_SEED`` and the ``SPEC_T`` thresholds of one config
+    (all 0 without speculative decoding)."""
+    if spec is None:
+        return (0,) * (2 + MAX_SPEC_TOKENS)
+    return (spec.num_speculative_tokens, spec.seed, *(int(x) for x in spec.thresholds()))
 
 
 def check_compat_latency(compat: str, linear: bool) -> None:

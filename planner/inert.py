@@ -89,6 +89,11 @@ RUN_RULES: tuple[Rule, ...] = (
         "needs --arrival gamma (the other arrival processes have no such parameter)",
     ),
     Rule(
+        ("spec_acceptance", "spec_seed"),
+        lambda p: p.get("speculative_config") is None,
+        "needs --speculative-config (speculative decoding is off without it)",
+    ),
+    Rule(
         ("gpu_memory_utilization",),
         lambda p: p.get("num_gpu_blocks") is not None or p.get("model") is None,
         "only sizes the pool from --model and --gpu, without --num-gpu-blocks",

@@ -895,7 +895,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         np.nan,
     )
 
-    df = pd.DataFrame([c.as_dict() for c in res.configs])
+    df = pd.DataFrame([c.columns() for c in res.configs])
     df["workload"] = res.workload.name
     cols: dict[str, np.ndarray] = {
         "completed": completed,

@@ -51,6 +51,7 @@ from planner.latency.step_time import (
     blis_step_ns,
     step_time_ns,
 )
+from planner.speculative import accepted_drafts_py
 from planner.workload.front_end import front_end_rejects
 
 
@@ -90,6 +91,9 @@ class Request:
     uncounted: int = 0
     # block tables of the KV cache groups after the first (hybrid models)
     more: list[list[int]] = field(default_factory=list)
+    # speculative decoding: draft tokens pending (``spec_token_ids``), or -1
+    # after a non-final prefill chunk (``is_prefill_chunk``)
+    spec: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -420,6 +424,7 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.victims.append(req.rid)
+        req.spec = 0  # ``_preempt_request`` drops its drafts
         req.stale = req.in_flight  # async: in-flight output arrives stale
         req.placeholders = 0
         n = len(req.blocks)
@@ -478,7 +483,8 @@ class Scheduler:
             ):
                 idx += 1  # async: its last token is already in flight
                 continue
-            n = self._cap(req.num_tokens + req.placeholders - req.num_computed_tokens)
+            drafts = max(req.spec, 0)  # ``num_tokens_with_spec``
+            n = self._cap(req.num_tokens + req.placeholders + drafts - req.num_computed_tokens)
             n = min(n, budget, self.cfg.max_model_len - 1 - req.num_computed_tokens)
             if n <= 0:
                 idx += 1
@@ -509,6 +515,10 @@ class Scheduler:
             idx += 1
 
         admitted = 0
+        # ``pad_spec_decode``'s conditions: a running request was scheduled,
+        # none of them mid-prefill
+        ran = bool(out)
+        prefill_ran = any(r.spec < 0 for r, _ in out)
         if preempted == 0:
             skipped: list[Request] = []
             while self.waiting and budget > 0 and len(self.running) < self.cap:
@@ -519,8 +529,12 @@ class Scheduler:
                 # A preempted or new request first claims its prefix-cache hits.
                 hits = self.kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else []
                 hit_tokens = len(hits) * self.cfg.block_size
-                n = self._cap(req.num_tokens - req.num_computed_tokens - hit_tokens)
-                n = min(n, budget)
+                n = req.num_tokens - req.num_computed_tokens - hit_tokens
+                if n == 1 and self.cfg.speculation is not None:
+                    n = self._padded(req.num_computed_tokens + hit_tokens, ran, prefill_ran, budget)
+                    if n < 0:
+                        break
+                n = min(self._cap(n), budget)
                 if self.cfg.admission != "vanilla" and (
                     sum(self.final_blocks(r) for r in self.running) + self.final_blocks(req)
                     > self.kv.pool.num_usable
@@ -548,6 +562,19 @@ class Scheduler:
                 admitted += 1
             self.waiting[:0] = skipped
         return out, preempted, admitted
+
+    def _padded(self, computed: int, ran: bool, prefill_ran: bool, budget: int) -> int:
+        """``pad_spec_decode``: a waiting request with one token left goes
+        with k invalid drafts (1 + k tokens) when no running request
+        scheduled this step is mid-prefill and one was scheduled or it has
+        computed tokens, if they fit max_model_len; -1 when 1 + k exceeds
+        the budget (the waiting phase ends)."""
+        k = self.cfg.speculation.num_speculative_tokens
+        if prefill_ran or not (ran or computed > 0):
+            return 1
+        if computed + 1 + k + 1 > self.cfg.max_model_len:
+            return 1
+        return -1 if 1 + k > budget else 1 + k
 
     def choose_victim(self) -> Request:
         """The running request to preempt (planner.kernel.policies documents the rules)."""
@@ -607,6 +634,8 @@ class Scheduler:
     def update_from_output(self, batch: list[tuple[Request, int, bool]], now_ns: int) -> list[int]:
         """Apply a batch's sampled tokens, ``check_stop``, free finished requests.
         Returns the ids that finished."""
+        if self.cfg.speculation is not None:
+            return self._update_with_drafts(batch, now_ns)
         finished = []
         for req, n, samples in batch:
             req.in_flight -= n
@@ -638,6 +667,52 @@ class Scheduler:
                 self.kv.last_token_slot(req)
                 self.kv.free(req)
                 finished.append(req.rid)
+        self.running = [r for r in self.running if r.status != "finished"]
+        return finished
+
+    def _update_with_drafts(self, batch: list[tuple[Request, int, bool]], now_ns: int) -> list[int]:
+        """``update_from_output`` (sync) with speculative decoding: a prefill
+        chunk drops its drafts; a sampling request verifies the real drafts it
+        was scheduled with, keeps the accepted leading run plus one token
+        (``check_stop`` after each), hashes its verified blocks, and gets k
+        new drafts unless it finished (``planner.speculative``)."""
+        spec = self.cfg.speculation
+        thr = spec.thresholds()
+        finished = []
+        for req, n, samples in batch:
+            req.in_flight -= n
+            if not samples:
+                req.spec = -1
+                continue
+            extra = req.num_computed_tokens - req.num_tokens  # draft positions scheduled
+            drafts = min(max(req.spec, 0), extra)
+            a = accepted_drafts_py(spec.seed, req.rid, req.num_output_tokens, drafts, thr)
+            if req.high_water == req.num_computed_tokens:
+                req.high_water -= extra - a
+            req.num_computed_tokens -= extra - a
+            if req.first_token_ns < 0:
+                req.first_token_ns = now_ns
+            if req.last_token_ns >= 0:  # one gap per step's tokens (a streamed chunk)
+                gap = now_ns - req.last_token_ns
+                req.max_token_gap_ns = max(req.max_token_gap_ns, gap)
+                req.num_token_gaps += 1
+                self.itl_hist[gap_bin(gap)] += 1
+            req.last_token_ns = now_ns
+            done = False
+            for t in range(a + 1):
+                req.num_output_tokens += 1
+                if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.stop_len:
+                    req.num_computed_tokens -= a - t
+                    done = True
+                    break
+            self.kv.cache_blocks(req, req.num_computed_tokens)
+            if done:
+                req.status = "finished"
+                req.finish_ns = now_ns
+                self.kv.free(req)
+                finished.append(req.rid)
+            else:
+                req.spec = spec.num_speculative_tokens
         self.running = [r for r in self.running if r.status != "finished"]
         return finished
 
@@ -789,7 +864,7 @@ class Engine:
             nulls = sum(b == NULL for b in r.blocks)  # sliding window: blocks freed
             pre = min(r.num_preemptions, k) if k > 0 else 0
             return (r.rid, r.status, r.num_computed_tokens, r.num_output_tokens, held,
-                    nulls, r.placeholders, r.in_flight, r.stale, pre)  # fmt: skip
+                    nulls, r.placeholders, r.in_flight, r.stale, pre, r.spec)  # fmt: skip
 
         adapt = self.cfg.adaptive_window > 0
         window = (
@@ -923,12 +998,13 @@ class Engine:
                 if self.blis:  # ``BlackboxLatencyModel.StepTime``: by the chunk's start
                     is_decode = c0 >= req.prompt_len
                 else:
-                    is_decode = n == 1 and c0 == req.num_tokens + req.placeholders - 1
+                    # the last token, with the drafts verified after it
+                    is_decode = c0 == req.num_tokens + req.placeholders - 1
                 kinds.append(is_decode)
                 if n == 0:
                     continue  # compat blis: a fully cached prompt, not priced
                 if is_decode:
-                    decode += 1
+                    decode += 1 if self.blis else n
                 else:
                     prefill += n
             # Roofline inputs: a chunk of n tokens after c cached ones attends

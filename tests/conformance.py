@@ -15,6 +15,7 @@ from planner.config import SchedulerConfig
 from planner.kernel import state as S
 from planner.latency.step_time import LinearLatency
 from planner.reference import Engine
+from planner.speculative import Speculation
 from planner.workload.arrays import Workload
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -50,6 +51,16 @@ def config_of(scn: dict) -> SchedulerConfig:
         sliding_window_groups=scn.get("sliding_window_groups", -1),
         horizon_s=scn["horizon_s"] if timed else float("inf"),
         max_steps=MAX_STEPS,
+        speculation=_speculation(scn.get("speculative")),
+    )
+
+
+def _speculation(spec: dict | None) -> Speculation | None:
+    """A golden's ``speculative`` entry as a ``Speculation`` (None: off)."""
+    if not spec:
+        return None
+    return Speculation(
+        spec["method"], spec["num_speculative_tokens"], tuple(spec["acceptance"]), spec["seed"]
     )
 
 

@@ -29,6 +29,7 @@ from planner.config import BLIS_IMPLIED, SchedulerConfig
 from planner.kernel import state as S
 from planner.latency.step_time import LinearLatency, RooflineLatency
 from planner.models.hardware import GPUS, MODELS
+from planner.speculative import Speculation
 from planner.workload.arrays import Workload
 
 MAX_STEPS = 3000
@@ -108,7 +109,23 @@ def configs(draw):
             horizon_s=horizon,
             max_steps=MAX_STEPS,
         )
-    return cfg
+    return _with_drafts(draw, cfg)
+
+
+def _with_drafts(draw, cfg: SchedulerConfig) -> SchedulerConfig:
+    """Speculative decoding on half of the configs that can take it (sync,
+    recompute, full attention, no adaptive cap or projected admission, a
+    budget of at least 1 + k), with mitigations, closed loop and horizons."""
+    able = cfg.compat == "vllm" and cfg.preemption_mode == "recompute"
+    able = able and not cfg.async_scheduling and cfg.one_full_attention_group
+    able = able and cfg.admission == "vanilla" and cfg.adaptive_window == 0
+    if not able or not draw(st.booleans()):
+        return cfg
+    k = draw(st.integers(1, 4))
+    if cfg.max_num_batched_tokens < 1 + k:
+        return cfg
+    rate = draw(st.sampled_from([0.0, 0.6, 1.0]))
+    return replace(cfg, speculation=Speculation("ngram", k, (rate,), draw(st.integers(0, 3))))
 
 
 def _blis_fields(defect: bool) -> dict:

@@ -19,6 +19,7 @@ TABLES = {
     "replicas_table.py": "replicas.md",
     "hybrid_vs_full.py": "sliding-window.md",
     "sliding_window_table.py": "sliding-window.md",
+    "spec_decode_table.py": "speculative-decoding.md",
 }
 
 

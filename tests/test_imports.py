@@ -104,6 +104,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "planner.resolve",
         "planner.inert",
         "planner.workload_checks",
+        "planner.speculative",
     ),
     ("planner.kernel", "planner.reference"),
     ("planner.api", "planner.metrics", "planner.replicas"),

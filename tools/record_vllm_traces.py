@@ -56,6 +56,16 @@ Conventions (also in ``tests/golden/README.md``):
   ``FullAttentionSpec`` and S with the ``SlidingWindowSpec`` share the one
   pool (vLLM's per-group block tables, ``KVCacheCoordinatorNoPrefixCache``
   without prefix caching).
+- **Speculative decoding** (``spec_*``, step mode, sync): a scenario with
+  ``speculative`` {method, num_speculative_tokens, acceptance, seed} runs
+  vLLM's ``SpeculativeConfig`` (ngram). After each step's output the fake
+  drafter proposes k drafts for every scheduled request
+  (``Scheduler.update_draft_token_ids``, as ``EngineCore.post_step`` does);
+  the fake runner accepts a leading run of the real drafts scheduled (padded
+  ``-1`` drafts never) by the draw rule of ``planner/speculative.py``
+  (the request's number in it is its index in arrival order, ties by id),
+  written out again here (``_accepted``) so that the recorder checks it
+  rather than imports it, and returns accepted + 1 sampled tokens.
 """
 
 from __future__ import annotations
@@ -95,6 +105,37 @@ TINY_LLAMA = {
 
 
 # ---------------------------------------------------------------- scenarios
+
+_MASK = (1 << 64) - 1
+
+
+def _accepted(spec: dict, rid: int, nout: int, drafts: int) -> int:
+    """Drafts accepted: a leading run, each draft j accepted when
+    splitmix64(seed, rid, nout, j) >> 11 is below its conditional threshold x
+    2^53 (one rate alpha: alpha at every position; per-position rates a_j:
+    a_j / a_(j-1))."""
+    rates = spec["acceptance"]
+    k = spec["num_speculative_tokens"]
+    if len(rates) == 1:
+        cond = [rates[0]] * k
+    else:
+        cond, prev = [], 1.0
+        for a in rates:
+            cond.append(0.0 if prev == 0.0 else min(a / prev, 1.0))
+            prev = a
+    thr = [1 << 53 if p >= 1.0 else int(p * (1 << 53) // 1) for p in cond]
+
+    def mix(z: int) -> int:
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        return z ^ (z >> 31)
+
+    base = (spec["seed"] * 0x9E3779B97F4A7C15 + rid * 0xBF58476D1CE4E5B9) & _MASK
+    base = (base + nout * 0x94D049BB133111EB) & _MASK
+    a = 0
+    while a < drafts and (mix((base + a + 1) & _MASK) >> 11) < thr[a]:
+        a += 1
+    return a
 
 
 def _base(name: str, **kw: object) -> dict:
@@ -471,7 +512,128 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     ]
     rng = random.Random(seed)
     rand = [_random_scenario(rng, i) for i in range(28)]
-    return fixed + timed + rand + window_scenarios()
+    return fixed + timed + rand + window_scenarios() + spec_scenarios()
+
+
+def _spec(k: int, acceptance: list[float], seed: int = 0) -> dict:
+    return {"method": "ngram", "num_speculative_tokens": k, "acceptance": acceptance, "seed": seed}
+
+
+def _random_spec_scenario(rng: random.Random, i: int) -> dict:
+    """A random speculative-decoding scenario: k 1..5, acceptance from none
+    to all, pools from the start-up minimum to ample, caching on in half."""
+    k = rng.randint(1, 5)
+    bs = rng.choice([4, 8, 16])
+    mml = rng.choice([128, 256, 512])
+    min_blocks = -(-mml // bs) + 1
+    n_blocks = [min_blocks, min_blocks + rng.randint(2, 12), min_blocks * rng.randint(2, 5)][i % 3]
+    caching = i % 2 == 1
+    rates = rng.choice([[0.0], [1.0], [0.6], [0.9, 0.7, 0.4, 0.2, 0.1][:k]])
+    if len(rates) > 1:
+        rates = (rates + [0.05] * k)[:k]
+    reqs = []
+    for _ in range(rng.randint(4, 18)):
+        prompt = rng.randint(1, min(200, mml - 2))
+        if rng.random() < 0.25:
+            prompt = max(1, min(mml - 2, bs * rng.randint(1, 8) + rng.choice([-1, 0, 1])))
+        r = _req(prompt, rng.randint(1, min(120, mml)), rng.randint(0, 40))
+        if caching and rng.random() < 0.5:
+            r["prefix_group"] = 0
+            r["prefix_len"] = bs * rng.randint(1, 4)
+        reqs.append(r)
+    seqs = rng.choice([1, 2, 4, 8, 32])
+    return _base(
+        f"spec_rand{i:02d}",
+        num_gpu_blocks=n_blocks,
+        block_size=bs,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=max(seqs, rng.choice([k + 1, 16, 64, 256, 2048])),
+        max_model_len=mml,
+        long_prefill_token_threshold=rng.choice([0, 0, 16]),
+        watermark=rng.choice([0.0, 0.0, 0.03]),
+        scheduler_reserve_full_isl=rng.random() < 0.8,
+        policy="priority" if i % 4 == 3 else "fcfs",
+        enable_prefix_caching=caching,
+        speculative=_spec(k, rates, seed=i),
+        requests=reqs,
+    )
+
+
+def spec_scenarios(seed: int = 20261205) -> list[dict]:
+    """Speculative decoding (ngram, sync): every draft accepted, none, per-
+    position rates; drafts cut by the token budget and by max_model_len;
+    preemption of requests holding drafts; prefix-cache re-admission with
+    one token left (``pad_spec_decode``) and one-token prompts admitted
+    beside running decodes; priority; random ones."""
+    s2 = [_req(300, 200) for _ in range(12)]
+    fixed = [
+        _base("spec_accept_all", speculative=_spec(3, [1.0]), requests=s2),
+        _base("spec_accept_none", speculative=_spec(3, [0.0]), requests=s2),
+        _base("spec_per_position", speculative=_spec(4, [0.8, 0.6, 0.3, 0.1], 1), requests=s2),
+        _base(
+            "spec_budget_cut",
+            max_num_seqs=4,
+            max_num_batched_tokens=10,
+            speculative=_spec(4, [0.7], 2),
+            requests=[_req(40 + 9 * i, 30 + i, i) for i in range(6)],
+        ),
+        _base(
+            "spec_max_model_len",
+            max_model_len=128,
+            num_gpu_blocks=40,
+            speculative=_spec(5, [1.0]),
+            requests=[_req(100 + i, 60, i) for i in range(5)],
+        ),
+        _base(
+            "spec_preempt",
+            num_gpu_blocks=40,
+            max_num_batched_tokens=256,
+            speculative=_spec(3, [0.8], 3),
+            requests=[_req(120 + 13 * i, 150, i % 4) for i in range(10)],
+        ),
+        _base(
+            "spec_caching_preempt",
+            num_gpu_blocks=45,
+            max_num_batched_tokens=256,
+            enable_prefix_caching=True,
+            speculative=_spec(3, [0.9, 0.7, 0.5], 4),
+            requests=[
+                _req(96 + 16 * (i % 3), 120, i % 3, prefix_group=i % 2, prefix_len=64)
+                for i in range(10)
+            ],
+        ),
+        _base(
+            "spec_one_token_prompts",
+            max_num_seqs=8,
+            speculative=_spec(2, [0.5], 5),
+            requests=[_req(1 if i % 2 else 50, 20, i) for i in range(10)],
+        ),
+        _base(
+            "spec_priority",
+            policy="priority",
+            num_gpu_blocks=50,
+            max_num_batched_tokens=128,
+            speculative=_spec(3, [0.6], 6),
+            requests=[_req(90 + 7 * i, 100, i // 2, priority=(i * 7) % 3) for i in range(10)],
+        ),
+        _base(
+            "spec_long_prefill",
+            long_prefill_token_threshold=32,
+            max_num_batched_tokens=64,
+            speculative=_spec(3, [0.75], 7),
+            requests=[_req(150 + 11 * i, 40, i) for i in range(8)],
+        ),
+        _base(
+            "spec_one_block_short",
+            num_gpu_blocks=64,
+            max_num_batched_tokens=256,
+            max_model_len=1024,
+            speculative=_spec(3, [0.8], 8),
+            requests=[_req(1000, 24)],
+        ),
+    ]
+    rng = random.Random(seed)
+    return fixed + [_random_spec_scenario(rng, i) for i in range(12)]
 
 
 # ---------------------------------------------------------------- the driver
@@ -531,11 +693,31 @@ class Driver:
             seed=0,
         )
         cache_cfg = CacheConfig(block_size=bs, enable_prefix_caching=scn["enable_prefix_caching"])
+        self.spec = scn.get("speculative")
+        # A request's number in the draws: its index in arrival order, the
+        # planner's workload index (ties by request id).
+        order = sorted(
+            range(len(scn["requests"])), key=lambda i: (scn["requests"][i]["arrival"], i)
+        )
+        self.rank = {i: j for j, i in enumerate(order)}
+        spec_cfg = None
+        if self.spec:
+            from vllm.config import ParallelConfig, SpeculativeConfig
+
+            spec_cfg = SpeculativeConfig(
+                method=self.spec["method"],
+                num_speculative_tokens=self.spec["num_speculative_tokens"],
+                prompt_lookup_max=3,
+                prompt_lookup_min=1,
+                target_model_config=model_cfg,
+                target_parallel_config=ParallelConfig(),
+            )
         vcfg = VllmConfig(
             scheduler_config=sched_cfg,
             model_config=model_cfg,
             cache_config=cache_cfg,
             device_config=DeviceConfig(device="cpu"),
+            speculative_config=spec_cfg,
         )
         window = scn.get("sliding_window", 0)
         layout = {"block_size": bs, "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
@@ -621,6 +803,19 @@ class Driver:
             "_samples": samples,
         }
 
+    def _sampled(self, out: Any, rid: str, samples: bool) -> list[int]:
+        """The tokens the fake runner samples for ``rid``: none for a prefill
+        chunk, else one plus the accepted drafts (``_accepted``)."""
+        if not samples:
+            return []
+        n = 1
+        if self.spec:
+            drafts = out.scheduled_spec_decode_tokens.get(rid, [])
+            real = sum(1 for t in drafts if t != -1)
+            nout = self.sched.requests[rid].num_output_tokens
+            n += _accepted(self.spec, self.rank[int(rid)], nout, real)
+        return [100 + int(rid)] * n
+
     def _runner_output(self, out: Any, samples: dict) -> Any:
         from vllm.v1.outputs import ModelRunnerOutput
 
@@ -628,11 +823,23 @@ class Driver:
         return ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index={r: j for j, r in enumerate(ids)},
-            sampled_token_ids=[[100 + int(r)] if samples[int(r)] else [] for r in ids],
+            sampled_token_ids=[self._sampled(out, r, samples[int(r)]) for r in ids],
         )
+
+    def _propose(self, out: Any) -> None:
+        """The drafter: k drafts for every request of the step
+        (``Scheduler.update_draft_token_ids`` drops those of finished
+        requests and prefill chunks)."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        ids = list(out.num_scheduled_tokens)
+        k = self.spec["num_speculative_tokens"]
+        self.sched.update_draft_token_ids(DraftTokenIds(ids, [[7] * k for _ in ids]))
 
     def _apply(self, out: Any, rec: dict, now_ns: int | None) -> None:
         eco = self.sched.update_from_output(out, self._runner_output(out, rec.pop("_samples")))
+        if self.spec:
+            self._propose(out)
         for outs in eco.values():
             for o in outs.outputs:
                 i = int(o.request_id)

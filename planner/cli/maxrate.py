@@ -110,6 +110,9 @@ def max_rate(
     max_model_len: opt.MaxModelLen = None,
     async_scheduling: opt.AsyncScheduling = None,
     enable_prefix_caching: opt.EnablePrefixCaching = None,
+    speculative_config: opt.SpeculativeConfigOpt = None,
+    spec_acceptance: opt.SpecAcceptance = None,
+    spec_seed: opt.SpecSeed = 0,
     sliding_window: opt.SlidingWindow = None,
     full_attention_groups: opt.FullAttentionGroups = None,
     sliding_window_groups: opt.SlidingWindowGroups = None,
@@ -186,6 +189,7 @@ def max_rate(
         model,
         gpu,
         usage=usage_context,
+        speculative=speculative_config is not None,
     )
     v = server.values(srv)
     block_size, max_model_len, max_num_seqs = v["block_size"], v["max_model_len"], v["max_num_seqs"]
@@ -218,6 +222,7 @@ def max_rate(
         max_model_len=max_model_len,
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
+        speculation=opt.speculation_from(speculative_config, spec_acceptance, spec_seed),
     )
     given_pool = num_gpu_blocks is not None or "num_gpu_blocks" in varied
     reject_inert_hardware(ctx, base.one_full_attention_group, given_pool)
@@ -282,6 +287,8 @@ def max_rate(
         f"({tps:,.0f} output tokens/s) at scale 1; step time: {lat.describe()}",
         soft_wrap=True,
     )
+    if configs[0].speculation is not None:
+        c.print(configs[0].speculation.line())
     _print_pools(c, configs, source)
     cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
     c.print(

@@ -29,6 +29,7 @@ from planner.config import ADMISSIONS, COMPATS, ROUTERS, VICTIMS, SchedulerConfi
 from planner.latency.step_time import Latency
 from planner.models.hardware import GPUS
 from planner.slo import SLO, from_options
+from planner.speculative import Speculation, parse_acceptance, parse_speculative_config
 from planner.workload.arrays import (
     S1_OUTPUT,
     S1_PROMPT,
@@ -548,6 +549,26 @@ AsyncScheduling = Annotated[
         + " (vLLM's: on)"
     ),
 ]
+SpeculativeConfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-config",
+        help='vLLM\'s --speculative-config JSON, e.g. \'{"method": "ngram", '
+        '"num_speculative_tokens": 3}\'. Simulated: ngram (its drafter runs no model), with '
+        "sync scheduling. Needs --spec-acceptance.",
+    ),
+]
+SpecAcceptance = Annotated[
+    str | None,
+    typer.Option(
+        help="Speculative decoding: vLLM's logged per-position acceptance rates, "
+        "comma-separated (one per draft token, non-increasing), or one rate alpha (each draft "
+        "accepted with probability alpha when the ones before it were)."
+    ),
+]
+SpecSeed = Annotated[
+    int, typer.Option(help="Speculative decoding: the seed of the acceptance draws.")
+]
 EnablePrefixCaching = Annotated[
     bool | None,
     typer.Option(help="Prefix caching. " + VLLM_DEFAULT.format("off") + " (vLLM's: on)"),
@@ -610,6 +631,26 @@ def more_requests(trace: bool) -> str:
     if trace:
         return "more requests (a longer trace, or a longer --trace-duration window of it)"
     return "more requests (--num-requests)"
+
+
+def speculation_from(config: str | None, acceptance: str | None, seed: int) -> Speculation | None:
+    """The ``speculative.Speculation`` of --speculative-config,
+    --spec-acceptance and --spec-seed; None without --speculative-config.
+
+    Raises:
+        ValueError: one line, for malformed JSON, a method not simulated,
+            num_speculative_tokens out of range, a missing or bad acceptance.
+    """
+    if config is None:
+        return None
+    d = parse_speculative_config(config)
+    if acceptance is None:
+        raise ValueError(
+            "--speculative-config needs --spec-acceptance (vLLM's logged per-position "
+            "acceptance rates, or one rate): acceptance depends on the text, which a plan lacks"
+        )
+    k = d["num_speculative_tokens"]
+    return Speculation(str(d["method"]), k, parse_acceptance(acceptance), seed)
 
 
 def slo_from(

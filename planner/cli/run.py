@@ -79,6 +79,9 @@ RUN_OPTIONS = (
         P("long_prefill_token_threshold", _option(int, "0 = off."), 0),
         P("async_scheduling", opt.AsyncScheduling),
         P("enable_prefix_caching", opt.EnablePrefixCaching),
+        P("speculative_config", opt.SpeculativeConfigOpt),
+        P("spec_acceptance", opt.SpecAcceptance),
+        P("spec_seed", opt.SpecSeed, 0),
         P(
             "policy",
             _option(Policy, "fcfs, or priority (the trace's priority column, else all 0)."),
@@ -306,6 +309,7 @@ def _server(ctx: typer.Context, o: dict[str, Any]) -> dict[str, Any]:
         ctx, o, o["model"], o["gpu"], quantization=o["quantization"],
         kv_cache_dtype=o["kv_cache_dtype"], usage=o["usage_context"],
         preemption_mode=o["preemption_mode"].value, compat=o["compat"].value,
+        speculative=o["speculative_config"] is not None,
     )  # fmt: skip
 
 
@@ -380,6 +384,9 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         kv_block_bytes=kv_block_bytes,
         think_time_s=o["think_time"],
         horizon_s=o["horizon"],
+        speculation=opt.speculation_from(
+            o["speculative_config"], o["spec_acceptance"], o["spec_seed"]
+        ),
     )
     reject_inert_hardware(ctx, cfg.one_full_attention_group, o["num_gpu_blocks"] is not None)
     cfg.check_vllm_starts()
@@ -448,7 +455,23 @@ def _json(res: Any, row: Any, cfg: SchedulerConfig, slo: SLO, derived: bool) -> 
     out["stuck_preempted_request_ids"] = stuck[res.state.req.npre[0, stuck] > 0].tolist()
     if cfg.replicas > 1:
         out["per_replica"] = report.per_replica(res, slo).to_dict(orient="records")
+    out["speculative_config"] = _speculation_json(cfg)
     return out
+
+
+def _speculation_json(cfg: SchedulerConfig) -> dict | None:
+    """``--json``'s ``speculative_config``: method, k, per-position acceptance,
+    mean acceptance length and seed; None without speculative decoding."""
+    s = cfg.speculation
+    if s is None:
+        return None
+    return {
+        "method": s.method,
+        "num_speculative_tokens": s.num_speculative_tokens,
+        "per_position_acceptance": list(s.per_position()),
+        "mean_acceptance_length": s.mean_acceptance_length(),
+        "seed": s.seed,
+    }
 
 
 def _table(

@@ -214,6 +214,8 @@ def print_run(
     if cfg is not None and (line := cfg.attention_line()):
         console.print(line, soft_wrap=True)
     console.print(f"step time: {lat.describe()}", soft_wrap=True)
+    if cfg is not None and cfg.speculation is not None:
+        console.print(cfg.speculation.line(), soft_wrap=True)
     if row["compat"] == "blis":  # type: ignore[index]
         defect = ", with its full-hit defect" if row["blis_full_hit_defect"] else ""  # type: ignore[index]
         console.print(

@@ -16,12 +16,12 @@ max_num_seqs and the adaptive window's position, the async batch in flight;
 and for every request in ``running`` (in order), ``waiting`` (in order) or in
 flight: its status, num_computed_tokens, output tokens, blocks (its block
 table's length and, under a sliding window, its leading null blocks), async
-placeholders, in-flight and stale tokens, and its preemption count where
+placeholders, in-flight and stale tokens, its preemption count where
 anti-starvation reads it (saturated at that bound: beyond it the count no
-longer changes a decision). Finished and rejected requests are never read
-again; no request is still to arrive. Not part of it: the clock (with no
-arrival left it matters only to the horizon) and the recompute high-water mark
-(it only attributes waste).
+longer changes a decision), and its pending drafts (speculative decoding).
+Finished and rejected requests are never read again; no request is still to
+arrive. Not part of it: the clock (with no arrival left it matters only to
+the horizon) and the recompute high-water mark (it only attributes waste).
 
 Detection runs only while nothing can be progress: after every arrival (closed
 loop: every arrival a release has allowed; more need a finish; replicas behind
@@ -100,7 +100,8 @@ def _emit_request(r, anti_k, st, mode, snap, pos, same):
     sat = min(np.int64(st.npre[r]), anti_k) if anti_k > 0 else np.int64(0)
     i64 = np.int64
     fields = (i64(r), i64(st.status[r]), i64(st.ncomp[r]), i64(st.nout[r]), i64(st.held[r]),
-              i64(st.skip[r]), i64(st.ph[r]), i64(st.infl[r]), i64(st.stale[r]), sat)  # fmt: skip
+              i64(st.skip[r]), i64(st.ph[r]), i64(st.infl[r]), i64(st.stale[r]), sat,
+              i64(st.spec[r]))  # fmt: skip
     for x in fields:
         pos, same = _emit(x, mode, snap, pos, same)
     return pos, same

@@ -225,6 +225,10 @@ ReqState = namedtuple(
         # (``SlidingWindowManager.remove_skipped_blocks``); it holds held - skip
         # pool blocks. 0 for full attention.
         "skip",
+        # int32 speculative decoding (``planner.speculative``): draft tokens
+        # pending for its next step (``Request.spec_token_ids``), or -1 after
+        # a non-final prefill chunk (``Request.is_prefill_chunk``); 0 without
+        "spec",
     ],
 )
 
@@ -278,7 +282,7 @@ def allocate(
 ) -> State:
     """Allocate state for C configs x R requests: zeros, except first/finish,
     first-scheduled and last-token times (-1: none yet). ``entry_ns``/``order``
-    are the caller's to fill. Memory is about 93 bytes x C x R plus 5 KB per
+    are the caller's to fill. Memory is about 125 bytes x C x R plus 5 KB per
     config (``itl_hist``), plus the traces. The kernel's own scratch (per
     running thread) is ``kernel_scratch_bytes``."""
     c, r = num_configs, num_requests
@@ -306,6 +310,7 @@ def allocate(
         ngap=z(np.int32),
         koff=z(np.int32),
         skip=z(np.int32),
+        spec=z(np.int32),
     )
     queues = Queues(*(z(np.int32) for _ in Queues._fields))
     out = Out(
@@ -426,7 +431,7 @@ def kernel_scratch_bytes(
 # The livelock detector's snapshot layout (``cycle._walk``): per request in
 # running or waiting, its id and 9 fields; per request in flight (async), 5
 # values; 9 scalars. ``cycle.new_cycle`` also keeps CYCLE_DET int64 counters.
-CYCLE_FIELDS_PER_REQUEST = 10
+CYCLE_FIELDS_PER_REQUEST = 11
 CYCLE_FIELDS_IN_FLIGHT = 5
 CYCLE_SCALARS = 9
 CYCLE_DET = 8

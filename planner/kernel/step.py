@@ -110,6 +110,7 @@ from planner.kernel.token_gaps import gap_bin
 from planner.kernel.uindex import uidx
 from planner.kernel.variant import gated
 from planner.latency.step_time import LINEAR, blis_step_ns, step_time_ns
+from planner.speculative import MAX_SPEC_TOKENS, accepted_drafts
 from planner.workload.front_end import front_end_rejects
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -181,7 +182,7 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
             int(c[K.N]),
             int(c[K.BS]),
             int(c[K.SEQS]),
-            min(most, int(c[K.MML])),
+            min(most + int(c[K.SPEC_K]), int(c[K.MML])),
             bool(c[K.CACHING] != 0),
         )
         for c in cfg
@@ -192,14 +193,15 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
 @njit(cache=True, inline="always")
 def _cache_shape(cfg, rq):
     """(block-table rows, blocks per row) of the prefix cache: min(max_num_seqs,
-    R) rows of the blocks the longest request can reach (min(prompt + output,
-    max_model_len) tokens) plus one; (1, 1) without caching."""
+    R) rows of the blocks the longest request can reach (min(prompt + output
+    + draft tokens, max_model_len) tokens: speculative decoding holds slots
+    for the drafts of its last step) plus one; (1, 1) without caching."""
     if cfg[K.CACHING] == 0:
         return np.int64(1), np.int64(1)
     R = rq.prompt.shape[0]
     longest = 0
     for r in range(R):
-        longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r], cfg[K.MML]))
+        longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r] + cfg[K.SPEC_K], cfg[K.MML]))
     return min(cfg[K.SEQS], R), cdiv(longest, cfg[K.BS]) + 1
 
 
@@ -905,20 +907,115 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     return True
 
 
+# ---- Speculative decoding (``planner.speculative``) -----------------------
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _drafts(st, u):
+    """Draft tokens pending for request u (``len(request.spec_token_ids)``:
+    ``num_tokens_with_spec`` counts them in ``Scheduler.schedule``'s running
+    phase); -1 (after a non-final prefill chunk) counts as none."""
+    return max(st.spec[u], 0)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _padded(cfg, q, st, s, c0, n_run_sched):
+    """``Scheduler.schedule``'s waiting phase, ``pad_spec_decode``: a waiting
+    request with exactly one token left (its c0 computed ones include
+    prefix-cache hits) is padded to 1 + k tokens (k invalid drafts) when no
+    running request scheduled this step was mid-prefill
+    (``prefill_scheduled``) and some running request was scheduled
+    (``scheduled_running_reqs``, the first ``n_run_sched`` of ``slist``) or c0
+    > 0, if c0 + 1 + k + 1 <= max_model_len. Returns the tokens to schedule
+    (1 or 1 + k), or -1 when the padded count exceeds the budget (vLLM then
+    ends the waiting phase)."""
+    kk = cfg[K.SPEC_K]
+    if n_run_sched == 0 and c0 == 0:
+        return 1
+    for j in range(n_run_sched):
+        if st.spec[q.slist[j]] < 0:  # ``request.is_prefill_chunk``
+            return 1
+    if c0 + 1 + kk + 1 > cfg[K.MML]:
+        return 1
+    return -1 if 1 + kk > s[BUDGET] else 1 + kk
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _update_from_output_spec(cfg, rq, st, q, o, s, p):
+    """``Scheduler.update_from_output`` (sync) with speculative decoding. A
+    request whose chunk did not reach its known tokens samples nothing and
+    its drafts are dropped (``update_draft_token_ids`` ignores prefill
+    chunks: spec = -1). One that did verifies the d real drafts it was
+    scheduled with (``scheduled_spec_decode_tokens``; padded ones are
+    invalid): ``speculative.accepted_drafts`` gives a leading run a of them;
+    the rejected ones leave ``num_computed_tokens``, a + 1 tokens are
+    appended with ``check_stop`` after each (the rest trimmed,
+    ``_update_request_with_output``), its verified full blocks are hashed
+    (``kv_cache_manager.cache_blocks`` on num_computed_tokens), and a
+    finished request is freed; otherwise the drafter proposes k drafts for
+    its next step. The step's tokens land together: one token gap (vLLM
+    bench's ITL counts one per streamed chunk). Rejected positions do not
+    raise the high-water mark of recompute waste."""
+    k = o.counters
+    clock, bs, kk = k[CLOCK], cfg[K.BS], cfg[K.SPEC_K]
+    thr = cfg[K.SPEC_T : K.SPEC_T + MAX_SPEC_TOKENS]
+    memo = NO_GAPS
+    for j in range(s[N_SCHED]):
+        r = q.slist[j]
+        u = uidx(r)
+        ntok = rq.prompt[u] + st.nout[u]
+        c1 = st.ncomp[u]
+        if c1 < ntok:
+            st.spec[u] = -1
+            continue
+        extra = c1 - ntok  # draft positions scheduled, invalid ones included
+        a = accepted_drafts(cfg[K.SPEC_SEED], r, st.nout[u], min(_drafts(st, u), extra), thr)
+        st.ncomp[u] = c1 - (extra - a)
+        if st.hw[u] == c1:
+            st.hw[u] = st.ncomp[u]
+        if st.first_ns[u] < 0:
+            st.first_ns[u] = clock
+        memo = _token_gap(r, clock, st, o.itl_hist, memo)
+        done = False
+        for t in range(a + 1):
+            st.nout[u] += 1
+            if st.nout[u] >= rq.max_tokens[u] or rq.prompt[u] + st.nout[u] >= k[S.O_STOP_LEN]:
+                st.ncomp[u] -= a - t
+                done = True
+                break
+        if p is not None:  # prefix caching
+            if st.ncomp[u] >= (p.ncached[u] + 1) * bs:
+                PC.cache_blocks(r, st.ncomp[u], bs, rq, p)
+        if done:
+            k[FREE] += _finish(r, clock, cfg, rq, st, k, p)
+            s[N_FIN] += 1
+            _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
+        else:
+            st.spec[u] = kk
+    _flush_gaps(o.itl_hist, memo)
+
+
+_drafts_if = gated(_drafts, 0)
+_padded_if = gated(_padded, 1)
+_update_from_output_spec_if = gated(_update_from_output_spec)
+
+
 # ---- schedule(): the running phase -----------------------------------------
 
 
 @njit(cache=True, inline="always")
 def _is_decode(n, c0, known, pend):
     """Whether a chunk of n tokens after c0 computed ones (``known`` tokens
-    known) is priced as decode: S1-exact's convention, the one last token;
-    compat blis (``pend`` = the prompt's length, else -1): the chunk starts
-    past the prompt (``BlackboxLatencyModel.StepTime``,
-    ``sim/latency/latency.go``: ProgressIndex >= len(InputTokens);
-    docs/blis-compat.md, rule 6)."""
+    known) is priced as decode: S1-exact's convention, the one last token,
+    with the draft tokens verified after it under speculative decoding (each
+    of its n tokens then counts as a decode token, ``_add_to_batch``; without
+    drafts n is 1 whenever c0 == known - 1); compat blis (``pend`` = the
+    prompt's length, else -1): the chunk starts past the prompt
+    (``BlackboxLatencyModel.StepTime``, ``sim/latency/latency.go``:
+    ProgressIndex >= len(InputTokens); docs/blis-compat.md, rule 6)."""
     if pend >= 0:
         return c0 >= pend
-    return n == 1 and c0 == known - 1
+    return c0 == known - 1
 
 
 @njit(cache=True, inline="always")
@@ -959,7 +1056,7 @@ def _add_to_batch(r, num_new, c0, known, q, s, pend, win, win2):
     if num_new == 0:
         return
     if _is_decode(num_new, c0, known, pend):
-        s[DECODE] += 1
+        s[DECODE] += 1 if pend >= 0 else num_new
     else:
         s[PREFILL] += num_new
     pairs, kv = _attention(num_new, c0, win)
@@ -990,7 +1087,7 @@ def _unschedule(v, rq, st, q, s, pend, win, win2):
     if n == 0:
         return
     if _is_decode(n, c0, rq.prompt[v] + st.nout[v] + st.ph[v], pend):
-        s[DECODE] -= 1
+        s[DECODE] -= 1 if pend >= 0 else n
     else:
         s[PREFILL] -= n
     pairs, kv = _attention(n, c0, win)
@@ -1012,6 +1109,7 @@ def _evict(cfg, v, st, k, s, p):
     h = st.held[v]
     st.npre[v] += 1
     st.status[v] = S.WAITING
+    st.spec[v] = 0  # ``_preempt_request`` drops its drafts
     if cfg[K.PREEMPT] == 2 and 0 < h <= k[S.O_CPU_FREE]:
         k[FREE] += h  # st.held[v] now counts CPU blocks
         k[S.O_CPU_FREE] -= h
@@ -1148,7 +1246,8 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if async_ and st.ph[u] > 0 and c0 + 2 - st.ph[u] >= rq.prompt[u] + rq.max_tokens[u]:
             i += 1
             continue
-        num_new = min(ntok + st.ph[u] - c0, budget, mml - 1 - c0)
+        num_new = ntok + st.ph[u] - c0 + _drafts_if(rq.features.extras, st, u)
+        num_new = min(num_new, budget, mml - 1 - c0)
         if 0 < thr_now < num_new:
             num_new = thr_now
         if num_new <= 0:
@@ -1198,7 +1297,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
 
 
 @njit(cache=True, inline="always")
-def _admission_test(cfg, rq, st, k, s, p, r):
+def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
     """Whether the waiting head r can be admitted now, as ``Scheduler.schedule``'s
     waiting phase and ``KVCacheManager.allocate_slots`` decide: prefix-cache
     hits first (``get_computed_blocks``: full blocks already cached; those
@@ -1241,7 +1340,12 @@ def _admission_test(cfg, rq, st, k, s, p, r):
             if evictable > k[FREE]:
                 return 0, 0, 0, 0, -1
             return c0, 0, 0, 0, 0
-    num_new = min(ntok - c0, s[BUDGET])
+    num_new = ntok - c0
+    if num_new == 1 and cfg[K.SPEC_K] > 0:  # speculative decoding: ``_padded``
+        num_new = _padded_if(rq.features.extras, cfg, q, st, s, c0, n_run_sched)
+        if num_new < 0:
+            return 0, 0, 0, 0, -1
+    num_new = min(num_new, s[BUDGET])
     if 0 < s[THR_NOW] < num_new:
         num_new = s[THR_NOW]
     full = blocks_for_tokens(ntok, mml, bs)
@@ -1332,6 +1436,7 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
                 np.int64(q.run[j]), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
             )
     n_skip = 0
+    n_run_sched = s[N_SCHED]  # ``scheduled_running_reqs``
     while k[WL] > 0 and s[BUDGET] > 0 and k[N_RUN] < k[S.O_SEQS]:
         r = q.wq[k[WH]]
         if st.stale[r] > 0:
@@ -1340,7 +1445,7 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
             k[WH] = (k[WH] + 1) % R
             k[WL] -= 1
             continue
-        a = _admission_test(cfg, rq, st, k, s, p, r)
+        a = _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched)
         if a[4] < 0:
             break
         if admission != VANILLA:
@@ -1452,7 +1557,11 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
 def _update_from_output(cfg, rq, st, q, o, s, p):
     """``Scheduler.update_from_output`` (sync): a request whose chunk reached
     its known tokens samples one now; ``check_stop`` finishes it at
-    max_tokens or the stop length, freeing its blocks at once."""
+    max_tokens or the stop length, freeing its blocks at once. Speculative
+    decoding: ``_update_from_output_spec``."""
+    if cfg[K.SPEC_K] > 0:
+        _update_from_output_spec_if(rq.features.extras, cfg, rq, st, q, o, s, p)
+        return
     k = o.counters
     clock = k[CLOCK]
     memo = NO_GAPS
@@ -1619,10 +1728,11 @@ def fast_path_allowed(cfg, o, use_macro):
     caching under async scheduling (blocks are hashed as outputs land, step by
     step), nor a sliding window (blocks leave the window step by step; the
     run's block counts assume full attention), nor several KV cache groups
-    (the run counts one table's blocks)."""
+    (the run counts one table's blocks), nor speculative decoding (each
+    step's accepted drafts differ)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
     macro = macro and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0 and cfg[K.PRICE_WIN2] == 0
-    macro = macro and cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW] == 1
+    macro = macro and cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW] == 1 and cfg[K.SPEC_K] == 0
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 
 

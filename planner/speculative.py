@@ -1,0 +1,246 @@
+"""Speculative decoding: vLLM's ``--speculative-config`` and the acceptance model.
+
+What vLLM 0.33 does (``vllm/v1/core/sched/scheduler.py``), and the kernel and
+the reference engine mirror:
+
+- After a step that sampled a token for a request, the drafter proposes
+  ``num_speculative_tokens`` (k) draft tokens for it
+  (``Scheduler.update_draft_token_ids``; drafts after a non-final prefill
+  chunk are dropped). The next ``schedule()`` gives the request
+  ``num_tokens_with_spec - num_computed_tokens`` = 1 + k tokens, cut by the
+  token budget and by ``max_model_len - num_computed_tokens - 1``; the drafts
+  it schedules are verified in that step.
+- ``update_from_output``: of the s drafts scheduled, the target model accepts
+  a leading run of a; a + 1 tokens are appended (``check_stop`` after each),
+  and the s - a rejected ones are taken back from ``num_computed_tokens``.
+- A waiting request with exactly one token left to compute is padded to
+  1 + k tokens with invalid drafts (``pad_spec_decode``), which are rejected.
+- ``update_from_output`` hashes the request's full blocks of verified
+  tokens (``kv_cache_manager.cache_blocks``) after every sampled step.
+
+Methods: ``ngram`` (and ``ngram_gpu``) only. Their drafter runs no model, so
+the step time charges nothing for it, and vLLM reserves no lookahead KV
+(``VllmConfig.num_lookahead_tokens`` is 0) and no extra query slots
+(``SpeculativeConfig.max_num_new_slots_for_drafting`` is 0). EAGLE, MTP and
+draft models add lookahead KV, prefix-hash lookahead and a draft model's
+step time: not simulated yet, and refused.
+
+The acceptance model (the planner's, not vLLM's): whether the target accepts
+a draft depends on the text, which a capacity plan does not have. The user
+gives vLLM's logged "Per-position acceptance rate" (one rate per draft
+position: the share of proposals whose draft at that position was accepted,
+non-increasing) or one rate alpha (each draft accepted with probability alpha
+given the ones before it were: per-position rates alpha, alpha^2, ...; the
+i.i.d. model of Leviathan et al., ICML 2023). Draws are deterministic: the
+draft at position j of request r, verified when r has ``nout`` output tokens,
+is accepted when ``splitmix64(seed, r, nout, j) >> 11`` is below the
+position's conditional threshold x 2^53. The same request at the same length
+draws the same, so a run is reproducible and the kernel, the reference engine
+and the recorder (``tools/record_vllm_traces.py``) agree exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+METHODS = ("ngram", "ngram_gpu")  # simulated
+KNOWN_METHODS = (
+    "ngram",
+    "ngram_gpu",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "draft_model",
+    "suffix",
+    "dflash",
+    "dspark",
+    "custom_class",
+)  # vLLM 0.33's ``SpeculativeMethod`` family (``vllm/config/speculative.py``)
+# Keys of vLLM's SpeculativeConfig accepted here; those other than method and
+# num_speculative_tokens act only through the acceptance rate the user gives.
+ACCEPTED_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
+MAX_SPEC_TOKENS = 16  # draft positions a config can carry (config columns)
+ONE = 1 << 53  # threshold of a certain acceptance (draws are 53-bit)
+
+_M1 = 0x9E3779B97F4A7C15
+_M2 = 0xBF58476D1CE4E5B9
+_M3 = 0x94D049BB133111EB
+_MASK = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """One speculative-decoding setting.
+
+    Attributes:
+        method: vLLM's method name (``METHODS``).
+        num_speculative_tokens: k, draft tokens per step, 1..``MAX_SPEC_TOKENS``.
+        acceptance: vLLM's per-position acceptance rates (k floats in [0, 1],
+            non-increasing), or one float alpha (the i.i.d. rate).
+        seed: the draws' seed (int >= 0).
+
+    Raises:
+        ValueError: one line naming the bad value.
+    """
+
+    method: str
+    num_speculative_tokens: int
+    acceptance: tuple[float, ...]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            known = "a vLLM method" if self.method in KNOWN_METHODS else "not a vLLM method"
+            raise ValueError(
+                f"--speculative-config method {self.method!r} ({known}) is not simulated: "
+                f"only {', '.join(METHODS)} (no draft model, no lookahead KV)"
+            )
+        k = self.num_speculative_tokens
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPEC_TOKENS:
+            raise ValueError(
+                f"--speculative-config num_speculative_tokens must be an integer in "
+                f"1..{MAX_SPEC_TOKENS}, got {k!r}"
+            )
+        a = self.acceptance
+        if len(a) not in (1, k):
+            raise ValueError(
+                f"--spec-acceptance needs 1 or {k} rates (num_speculative_tokens), got {len(a)}"
+            )
+        for x in a:
+            if not (isinstance(x, float | int) and math.isfinite(x) and 0.0 <= x <= 1.0):
+                raise ValueError(f"--spec-acceptance rates must be in [0, 1], got {x!r}")
+        if any(a[j + 1] > a[j] for j in range(len(a) - 1)):
+            raise ValueError(
+                "--spec-acceptance per-position rates cannot rise with the position "
+                f"(a draft is verified only after the ones before it were accepted): {list(a)}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"--spec-seed must be an integer >= 0, got {self.seed!r}")
+
+    def per_position(self) -> tuple[float, ...]:
+        """vLLM's per-position acceptance rates (k floats): P(accepted >= j)."""
+        if len(self.acceptance) == 1:
+            return tuple(self.acceptance[0] ** j for j in range(1, self.num_speculative_tokens + 1))
+        return tuple(float(x) for x in self.acceptance)
+
+    def mean_acceptance_length(self) -> float:
+        """Tokens per verifying step on average, 1 + sum of per-position rates
+        (vLLM's logged "Mean acceptance length")."""
+        return 1.0 + sum(self.per_position())
+
+    def thresholds(self) -> np.ndarray:
+        """The conditional acceptance thresholds, shape (MAX_SPEC_TOKENS,) int64:
+        position j accepts a draw below ``t[j]`` (of 2^53) given position j-1
+        accepted; rate a_j / a_(j-1), 0 after a rate of 0; unused positions 0."""
+        t = np.zeros(MAX_SPEC_TOKENS, dtype=np.int64)
+        prev, iid = 1.0, len(self.acceptance) == 1
+        for j, a in enumerate(self.per_position()):
+            p = self.acceptance[0] if iid else 0.0 if prev == 0.0 else min(a / prev, 1.0)
+            t[j] = ONE if p >= 1.0 else int(math.floor(p * ONE))
+            prev = a
+        return t
+
+    def line(self) -> str:
+        """One line for the output."""
+        rates = ", ".join(f"{x:.2f}" for x in self.per_position())
+        return (
+            f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens "
+            f"per step; per-position acceptance {rates} (mean acceptance length "
+            f"{self.mean_acceptance_length():.2f}; seed {self.seed}); the drafter runs no model"
+        )
+
+
+def parse_speculative_config(text: str) -> dict:
+    """vLLM's ``--speculative-config`` JSON (``EngineArgs.speculative_config``),
+    as a dict with ``method`` and ``num_speculative_tokens``.
+
+    Raises:
+        ValueError: one line, for text that is not a JSON object, a missing
+            ``method`` or ``num_speculative_tokens``, or a key not accepted.
+    """
+    try:
+        d = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        raise ValueError(f"--speculative-config is not JSON: {why}") from None
+    if not isinstance(d, dict):
+        raise ValueError(
+            "--speculative-config must be a JSON object, e.g. "
+            '\'{"method": "ngram", "num_speculative_tokens": 3}\''
+        )
+    for key in d:
+        if key not in ACCEPTED_KEYS:
+            raise ValueError(
+                f"--speculative-config key {key!r} is not simulated (accepted: "
+                f"{', '.join(ACCEPTED_KEYS)})"
+            )
+    for key in ("method", "num_speculative_tokens"):
+        if key not in d:
+            raise ValueError(f"--speculative-config needs {key!r}")
+    return d
+
+
+def parse_acceptance(text: str) -> tuple[float, ...]:
+    """``--spec-acceptance``: one rate or comma-separated per-position rates.
+
+    Raises:
+        ValueError: one line for text that is not numbers.
+    """
+    try:
+        vals = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"--spec-acceptance must be a rate or comma-separated rates in [0, 1], got {text!r}"
+        ) from None
+    return vals
+
+
+@njit(cache=True, inline="always")
+def _mix(z):  # noqa: ANN001, ANN202 (jitted: uint64 -> uint64)
+    """splitmix64's finalizer on a uint64."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M2)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M3)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def accepted_drafts(seed, r, nout, drafts, thr):  # noqa: ANN001, ANN201 (jitted ints -> int)
+    """Drafts accepted (a leading run, 0..``drafts``) for request ``r`` (int)
+    verifying ``drafts`` draft tokens when it has ``nout`` output tokens, under
+    the conditional thresholds ``thr`` ((MAX_SPEC_TOKENS,) int64 of 2^53,
+    ``Speculation.thresholds``) and ``seed``. Pure; raises nothing."""
+    base = (
+        np.uint64(seed) * np.uint64(_M1)
+        + np.uint64(r) * np.uint64(_M2)
+        + np.uint64(nout) * np.uint64(_M3)
+    )
+    a = 0
+    for j in range(drafts):
+        u = _mix(base + np.uint64(j + 1)) >> np.uint64(11)
+        if np.int64(u) >= thr[j]:
+            break
+        a += 1
+    return a
+
+
+def accepted_drafts_py(seed: int, r: int, nout: int, drafts: int, thr: np.ndarray) -> int:
+    """``accepted_drafts`` in plain Python integers (the reference engine's;
+    tests require both to agree)."""
+
+    def mix(z: int) -> int:
+        z = ((z ^ (z >> 30)) * _M2) & _MASK
+        z = ((z ^ (z >> 27)) * _M3) & _MASK
+        return z ^ (z >> 31)
+
+    base = (seed * _M1 + r * _M2 + nout * _M3) & _MASK
+    a = 0
+    for j in range(drafts):
+        if (mix((base + j + 1) & _MASK) >> 11) >= int(thr[j]):
+            break
+        a += 1
+    return a

@@ -1,0 +1,278 @@
+"""Speculative decoding (``planner.speculative``): the draws, the kernel against
+the reference engine, the limits the issue names, and bad input.
+
+The step-for-step checks against vLLM 0.33 are the ``spec_*`` goldens
+(tests/test_conformance.py); ``test_spec_goldens_cover_the_rules`` says what
+they exercise.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from conformance import golden_names, load
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import STEP_LATENCY, assert_step_for_step, plan_quiet, run_both, run_cli, uniform
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.kernel import state as S
+from planner.latency.step_time import RooflineLatency
+from planner.speculative import (
+    MAX_SPEC_TOKENS,
+    Speculation,
+    accepted_drafts,
+    accepted_drafts_py,
+    parse_speculative_config,
+)
+from planner.workload.arrays import Workload
+
+NGRAM3 = '{"method": "ngram", "num_speculative_tokens": 3}'
+
+
+def test_jitted_and_plain_draws_agree():
+    rng = random.Random(7)
+    for rates in ((0.0,), (1.0,), (0.63,), (0.9, 0.5, 0.45, 0.1)):
+        thr = Speculation("ngram", 4, rates).thresholds()
+        for _ in range(3000):
+            args = (rng.randrange(2**62), rng.randrange(2**31), rng.randrange(2**31))
+            d = rng.randrange(0, 5)
+            assert accepted_drafts(*args, d, thr) == accepted_drafts_py(*args, d, thr)
+
+
+@pytest.mark.parametrize("rates", [(0.8, 0.6, 0.3), (0.5,), (1.0, 1.0, 0.0)])
+def test_draws_follow_the_per_position_rates(rates):
+    """P(at least j drafts accepted) over many draws is the j-th per-position
+    rate (vLLM's logged metric), within sampling noise."""
+    spec = Speculation("ngram", 3, rates, seed=3)
+    thr = spec.thresholds()
+    n = 40_000
+    got = np.array([accepted_drafts(3, r, 17, 3, thr) for r in range(n)])
+    for j, want in enumerate(spec.per_position(), start=1):
+        assert abs(float(np.mean(got >= j)) - want) < 4 * np.sqrt(want * (1 - want) / n) + 1e-9
+
+
+@st.composite
+def spec_configs(draw):
+    k = draw(st.integers(1, 5))
+    mnbt = draw(st.integers(k + 1, 200))
+    rates = draw(st.sampled_from([(0.0,), (1.0,), (0.7,), (0.9, 0.6, 0.3, 0.2, 0.1)]))
+    return SchedulerConfig(
+        num_gpu_blocks=draw(st.integers(4, 60)),
+        block_size=draw(st.sampled_from([1, 4, 16])),
+        max_num_seqs=draw(st.integers(1, 6)),
+        max_num_batched_tokens=mnbt,
+        max_model_len=draw(st.integers(8, 300)),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3, 32])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.05])),
+        scheduler_reserve_full_isl=draw(st.booleans()),
+        policy=draw(st.sampled_from(["fcfs", "priority"])),
+        enable_prefix_caching=draw(st.booleans()),
+        async_scheduling=False,
+        max_steps=4000,
+        speculation=Speculation(
+            "ngram",
+            k,
+            (rates + (0.05,) * k)[:k] if len(rates) > 1 else rates,
+            seed=draw(st.integers(0, 9)),
+        ),  # fmt: skip
+    )
+
+
+@st.composite
+def small_workloads(draw):
+    r = draw(st.integers(1, 8))
+    groups = draw(st.lists(st.integers(-1, 1), min_size=r, max_size=r))
+    return Workload(
+        np.cumsum(draw(st.lists(st.floats(0, 3e-5), min_size=r, max_size=r))),
+        np.array(draw(st.lists(st.integers(1, 120), min_size=r, max_size=r)), np.int32),
+        np.array(draw(st.lists(st.integers(1, 90), min_size=r, max_size=r)), np.int32),
+        name="random",
+        priority=np.array(draw(st.lists(st.integers(0, 2), min_size=r, max_size=r))),
+        prefix_group=np.array(groups, np.int32),
+        prefix_len=np.full(r, draw(st.sampled_from([4, 16, 40])), np.int32),
+    )
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(cfg=spec_configs(), wl=small_workloads())
+def test_kernel_matches_reference_with_drafts(cfg, wl):
+    """Randomized: the kernel (traced and untraced) and the reference engine
+    agree step for step with speculative decoding, and the run conserves
+    requests and blocks; the same config without drafts rides along."""
+    cfgs = [cfg, replace(cfg, speculation=None)]
+    traced, fast, engines = run_both(cfgs, wl, STEP_LATENCY)
+    for c, eng in enumerate(engines):
+        assert_step_for_step(traced, fast, c, eng)
+        oi = fast.state.out.counters[c]
+        assert oi[S.O_INVARIANT_ERRORS] == 0
+        done = oi[S.O_FINISHED] + oi[S.O_RUNNING_END] + oi[S.O_WAITING_END] + oi[S.O_REJECTED]
+        assert done == oi[S.O_ARRIVED]
+
+
+def _decode_steps(k: int | None, rate: float, output: int = 401) -> int:
+    """Steps a lone request (100-token prompt) takes after its prefill."""
+    spec = None if k is None else Speculation("ngram", k, (rate,))
+    cfg = SchedulerConfig(num_gpu_blocks=200, async_scheduling=False, speculation=spec)
+    res = simulate([cfg], uniform(1, 100, output), STEP_LATENCY)
+    assert int(res.state.req.nout[0, 0]) == output
+    return int(res.state.out.counters[0, S.O_STEPS]) - 1
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_acceptance_one_divides_decode_steps_by_k_plus_one(k):
+    """The issue's limit: with every draft accepted, a lone request's decode
+    steps fall to within 10% of 1/(k+1) of those without drafts."""
+    plain, spec = _decode_steps(None, 1.0), _decode_steps(k, 1.0)
+    assert abs(spec / plain - 1 / (k + 1)) <= 0.1 / (k + 1)
+
+
+def test_acceptance_zero_costs_throughput():
+    """The issue's limit: drafts that are never accepted take as many steps as
+    none and price k more tokens in each: the same load runs slower."""
+    assert _decode_steps(3, 0.0) == _decode_steps(None, 0.0)
+    lat = RooflineLatency("llama-3.1-8b", "H100")
+    wl = uniform(64, 900, 300)
+    base = SchedulerConfig(num_gpu_blocks=20_000, max_num_seqs=64, async_scheduling=False)
+    cfgs = [base, replace(base, speculation=Speculation("ngram", 3, (0.0,)))]
+    end = simulate(cfgs, wl, lat).state.out.counters[:, S.O_END_NS]
+    assert end[1] > end[0] * 1.02
+
+
+def test_spec_goldens_cover_the_rules():
+    """The vLLM 0.33 goldens with drafts: at least 10 scenarios; every draft
+    accepted and none; preemption of requests holding drafts; prefix-cache
+    re-admission; padding (a waiting request with one token left scheduled
+    with k invalid drafts); drafts cut by the token budget; a proven livelock."""
+    golds = [load(n) for n in golden_names() if load(n)["scenario"].get("speculative")]
+    assert len(golds) >= 10
+    rates = {tuple(g["scenario"]["speculative"]["acceptance"]) for g in golds}
+    assert {(0.0,), (1.0,)} <= rates
+    pads = cut = pre = hits = 0
+    for g in golds:
+        scn = g["scenario"]
+        k = scn["speculative"]["num_speculative_tokens"]
+        for s in g["steps"]:
+            sched = dict(map(tuple, s["sched"]))
+            pre += len(s["preempted"])
+            for r, c in s["new"] + s["resumed"]:
+                hits += c > 0
+                pads += sched.get(r, 0) == 1 + k and scn["requests"][r]["prompt_len"] - c <= 1
+            cut += any(1 < n < 1 + k for n in sched.values()) and scn["max_num_batched_tokens"] < 64
+    assert pads >= 3 and pre >= 20 and hits >= 10 and cut >= 1
+    assert any(g["outcome"] == "stalled" for g in golds)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(method="eagle3"), "not simulated"),
+        (dict(method="nonsense"), "not a vLLM method"),
+        (dict(num_speculative_tokens=0), "1..16"),
+        (dict(num_speculative_tokens=MAX_SPEC_TOKENS + 1), "1..16"),
+        (dict(acceptance=(1.5,)), r"\[0, 1\]"),
+        (dict(acceptance=(-0.1,)), r"\[0, 1\]"),
+        (dict(acceptance=(float("nan"),)), r"\[0, 1\]"),
+        (dict(acceptance=(0.2, 0.5, 0.1)), "cannot rise"),
+        (dict(acceptance=(0.5, 0.4)), "needs 1 or 3"),
+        (dict(seed=-1), "--spec-seed"),
+    ],
+)
+def test_bad_speculation_is_one_line(kw, match):
+    args = dict(method="ngram", num_speculative_tokens=3, acceptance=(0.5,), seed=0) | kw
+    with pytest.raises(ValueError, match=match) as e:
+        Speculation(**args)
+    assert "\n" not in str(e.value)
+
+
+def test_configs_the_goldens_do_not_check_are_refused():
+    spec = Speculation("ngram", 3, (0.5,))
+    for kw, match in (
+        (dict(async_scheduling=True), "async"),
+        (dict(max_num_batched_tokens=3, max_num_seqs=1), "cannot hold"),
+        (dict(preemption_mode="swap", enable_prefix_caching=False), "swap"),
+        (dict(sliding_window=64, enable_prefix_caching=False), "sliding window"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            SchedulerConfig(**({"async_scheduling": False, "speculation": spec} | kw))
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("{", "not JSON"),
+        ("[1]", "JSON object"),
+        ('{"method": "ngram"}', "num_speculative_tokens"),
+        ('{"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}',
+         "not simulated"),
+    ],
+)  # fmt: skip
+def test_bad_speculative_config_json(text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_speculative_config(text)
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--speculative-config", NGRAM3], "needs --spec-acceptance"),
+        (["--speculative-config", NGRAM3, "--spec-acceptance", "1.5"], r"\[0, 1\]"),
+        (["--speculative-config", NGRAM3, "--spec-acceptance", "x"], "rates in"),
+        (["--speculative-config", "{bad", "--spec-acceptance", "0.5"], "not JSON"),
+        (["--spec-acceptance", "0.5"], "needs --speculative-config"),
+        (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5", "--async-scheduling"],
+         "async"),
+        (["--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}',
+          "--spec-acceptance", "0.5"], "not simulated"),
+        (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5",
+          "--max-num-batched-tokens", "3", "--max-num-seqs", "2"], "cannot hold"),
+    ],
+)  # fmt: skip
+def test_plan_run_bad_speculation_is_one_line_exit_2(args, match):
+    code, err = plan_quiet("run", "--num-requests", "5", *args)
+    assert code == 2
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(match, lines[0]), lines[0]
+
+
+def test_plan_run_names_the_speculation_and_the_sync_difference(capsys):
+    code, out, err = run_cli(
+        capsys,
+        "run", "--num-requests", "20", "--model", "llama-3.1-8b", "--gpu", "H100",
+        "--speculative-config", NGRAM3, "--spec-acceptance", "0.8,0.6,0.4",
+    )  # fmt: skip
+    assert code == 0, err
+    out += err
+    assert "speculative decoding: ngram, 3 draft tokens" in out
+    assert "mean acceptance length 2.80" in out
+    assert "async_scheduling false (planner differs from vLLM" in out
+
+
+def _max_rps(capsys, *spec: str) -> float:
+    code, out, err = run_cli(
+        capsys, "max-rate", "--num-requests", "600", "--prompt-tokens", "1000",
+        "--prompt-tokens-stdev", "0", "--output-tokens", "300", "--output-tokens-stdev", "0",
+        "--tpot-slo", "0.02", "--model", "llama-3.1-8b", "--gpu", "h100", "--latency",
+        "roofline", "--no-async-scheduling", *spec, "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    return float(json.loads(out)["configs"][0]["max_rps"])
+
+
+@pytest.mark.slow
+def test_max_rate_moves_with_the_acceptance(capsys):
+    """plan max-rate takes --speculative-config: under a TPOT SLO, drafts the
+    target mostly accepts raise the highest rate, drafts it never accepts
+    lower it (the roofline prices their tokens)."""
+    none = _max_rps(capsys)
+    good = _max_rps(capsys, "--speculative-config", NGRAM3, "--spec-acceptance", "0.9")
+    bad = _max_rps(capsys, "--speculative-config", NGRAM3, "--spec-acceptance", "0")
+    assert bad < none < good
