@@ -348,16 +348,13 @@ class SchedulerConfig:
 
     def _check_speculation(self) -> None:
         """Speculative decoding is simulated where goldens from vLLM 0.33 check
-        it: sync scheduling (vLLM 0.33 runs it async by default, the V2 model
-        runner's; not simulated yet), recompute preemption, full attention,
-        vLLM's own rules. Raises ValueError (one line)."""
+        it: recompute preemption, full attention, vLLM's own rules, sync or
+        async scheduling. Raises ValueError (one line)."""
         if self.speculation is None:
             return
         if not isinstance(self.speculation, Speculation):
             raise ValueError(f"speculation must be a Speculation, got {self.speculation!r}")
         for what, bad in (
-            ("--async-scheduling (vLLM 0.33's default; pass --no-async-scheduling)",
-             self.async_scheduling),
             (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
             ("--compat blis", self.compat == "blis"),
             ("a sliding window or several KV cache groups", not self.one_full_attention_group),

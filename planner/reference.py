@@ -614,11 +614,11 @@ class Scheduler:
 
     no_more_arrivals = False
 
-    def after_schedule(
-        self, scheduled: list[tuple[Request, int]]
-    ) -> list[tuple[Request, int, bool]]:
+    def after_schedule(self, scheduled: list[tuple[Request, int]]) -> list[tuple]:
         """``_update_after_schedule``: advance num_computed_tokens. Returns the batch
-        with, per request, whether its chunk reached the known end (it samples)."""
+        with, per request, whether its chunk reached the known end (it samples)
+        and, with speculative decoding, (draft positions scheduled, real drafts
+        among them) (``_drafts_scheduled``)."""
         batch = []
         for req, n in scheduled:
             known = req.num_tokens + req.placeholders
@@ -626,40 +626,76 @@ class Scheduler:
             req.num_computed_tokens += n
             samples = req.num_computed_tokens >= known
             req.in_flight += n
+            drafts = self._drafts_scheduled(req, known, samples)
             if self.cfg.async_scheduling and samples:
-                req.placeholders += 1
-            batch.append((req, n, samples))
+                req.placeholders += 1 + drafts[0]
+            batch.append((req, n, samples, drafts))
         return batch
 
-    def update_from_output(self, batch: list[tuple[Request, int, bool]], now_ns: int) -> list[int]:
-        """Apply a batch's sampled tokens, ``check_stop``, free finished requests.
-        Returns the ids that finished."""
-        if self.cfg.speculation is not None:
-            return self._update_with_drafts(batch, now_ns)
+    def _drafts_scheduled(self, req: Request, known: int, samples: bool) -> tuple[int, int]:
+        """Speculative decoding: (s, d), the draft positions this chunk
+        scheduled past the known tokens (``scheduled_spec_decode_tokens``) and
+        the real drafts among them (a padded request's are invalid); then the
+        request's drafts for its next step: k if it samples
+        (``update_draft_token_ids``; async: ``AsyncScheduler.
+        _update_after_schedule``'s placeholders), none after a prefill chunk
+        (-1). (0, 0) without speculative decoding."""
+        spec = self.cfg.speculation
+        if spec is None:
+            return (0, 0)
+        s = max(0, req.num_computed_tokens - known)
+        d = min(max(req.spec, 0), s)
+        req.spec = spec.num_speculative_tokens if samples else -1
+        return (s, d)
+
+    def update_from_output(self, batch: list[tuple], now_ns: int) -> list[int]:
+        """Apply a batch's sampled tokens (with speculative decoding, a leading
+        run of the real drafts accepted, ``planner.speculative``, and the
+        rejected ones taken back from num_computed_tokens and the
+        placeholders), ``check_stop`` after each token, free finished
+        requests. Returns the ids that finished."""
         finished = []
-        for req, n, samples in batch:
+        spec = self.cfg.speculation
+        thr = None if spec is None else spec.thresholds()
+        for req, n, samples, (s, d) in batch:
             req.in_flight -= n
             was_stale = req.stale > 0
             if was_stale:
                 req.stale -= n
             if req.status == "finished" or not samples:
                 continue
+            a = 0 if spec is None else accepted_drafts_py(
+                spec.seed, req.rid, req.num_output_tokens, d, thr
+            )  # fmt: skip
+            if s and not was_stale:  # the rejected drafts
+                if req.num_computed_tokens > 0:
+                    req.num_computed_tokens -= s - a
+                    req.high_water = max(req.num_computed_tokens, req.high_water - (s - a))
+                if req.placeholders > 0:
+                    req.placeholders -= s - a
             had_placeholders = req.placeholders > 0
-            req.num_output_tokens += 1
-            if not was_stale and req.placeholders > 0:
-                req.placeholders -= 1
             if req.first_token_ns < 0:
                 req.first_token_ns = now_ns
-            if req.last_token_ns >= 0:  # ITL: the gap since its previous token
+            if req.last_token_ns >= 0:  # ITL: one gap per step's tokens (a streamed chunk)
                 gap = now_ns - req.last_token_ns
                 req.max_token_gap_ns = max(req.max_token_gap_ns, gap)
                 req.num_token_gaps += 1
                 self.itl_hist[gap_bin(gap)] += 1
             req.last_token_ns = now_ns
-            if not was_stale and req.status == "running" and had_placeholders:
-                # Async: blocks whose tokens are now all known join the cache.
+            stopped = False
+            for t in range(a + 1):  # ``_update_request_with_output``
+                req.num_output_tokens += 1
+                if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.stop_len:
+                    stopped = True
+                    if not was_stale:
+                        req.num_computed_tokens -= a - t  # the trimmed tokens
+                    break
+            if not was_stale and req.placeholders > 0:
+                req.placeholders -= a + 1
+            if not was_stale and req.status == "running" and (had_placeholders or spec):
+                # Blocks whose tokens are now all known join the cache.
                 self.kv.cache_blocks(req, req.num_computed_tokens - req.in_flight)
-            if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.stop_len:
+            if stopped:
                 if req.status == "waiting":  # preempted; its stale token ended it
                     self.waiting.remove(req)
                 req.status = "finished"
@@ -667,52 +703,6 @@ class Scheduler:
                 self.kv.last_token_slot(req)
                 self.kv.free(req)
                 finished.append(req.rid)
-        self.running = [r for r in self.running if r.status != "finished"]
-        return finished
-
-    def _update_with_drafts(self, batch: list[tuple[Request, int, bool]], now_ns: int) -> list[int]:
-        """``update_from_output`` (sync) with speculative decoding: a prefill
-        chunk drops its drafts; a sampling request verifies the real drafts it
-        was scheduled with, keeps the accepted leading run plus one token
-        (``check_stop`` after each), hashes its verified blocks, and gets k
-        new drafts unless it finished (``planner.speculative``)."""
-        spec = self.cfg.speculation
-        thr = spec.thresholds()
-        finished = []
-        for req, n, samples in batch:
-            req.in_flight -= n
-            if not samples:
-                req.spec = -1
-                continue
-            extra = req.num_computed_tokens - req.num_tokens  # draft positions scheduled
-            drafts = min(max(req.spec, 0), extra)
-            a = accepted_drafts_py(spec.seed, req.rid, req.num_output_tokens, drafts, thr)
-            if req.high_water == req.num_computed_tokens:
-                req.high_water -= extra - a
-            req.num_computed_tokens -= extra - a
-            if req.first_token_ns < 0:
-                req.first_token_ns = now_ns
-            if req.last_token_ns >= 0:  # one gap per step's tokens (a streamed chunk)
-                gap = now_ns - req.last_token_ns
-                req.max_token_gap_ns = max(req.max_token_gap_ns, gap)
-                req.num_token_gaps += 1
-                self.itl_hist[gap_bin(gap)] += 1
-            req.last_token_ns = now_ns
-            done = False
-            for t in range(a + 1):
-                req.num_output_tokens += 1
-                if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.stop_len:
-                    req.num_computed_tokens -= a - t
-                    done = True
-                    break
-            self.kv.cache_blocks(req, req.num_computed_tokens)
-            if done:
-                req.status = "finished"
-                req.finish_ns = now_ns
-                self.kv.free(req)
-                finished.append(req.rid)
-            else:
-                req.spec = spec.num_speculative_tokens
         self.running = [r for r in self.running if r.status != "finished"]
         return finished
 
@@ -844,7 +834,7 @@ class Engine:
         self.waste_ns = 0.0
         self.invariant_errors = 0
         self.kv_block_ns = 0.0  # blocks in use (after allocation) x step time, summed
-        self.in_flight: list[tuple[Request, int, bool]] = []  # async: batch in flight
+        self.in_flight: list[tuple] = []  # async: the batch in flight (``after_schedule``)
         self.finished = 0
         self.decode_total = 0  # decode tokens scheduled (kept in the batch)
         self.window_end = cfg.adaptive_window
@@ -879,7 +869,10 @@ class Engine:
             window,
             tuple(fields(r) for r in sched.running),
             tuple(fields(r) for r in sched.waiting),
-            tuple((r.rid, n, smp, r.status, r.in_flight, r.stale) for r, n, smp in self.in_flight),
+            tuple(
+                (r.rid, n, smp, r.status, r.in_flight, r.stale, sd)
+                for r, n, smp, sd in self.in_flight
+            ),
         )
         if not self.cfg.enable_prefix_caching:
             return state

@@ -345,7 +345,6 @@ def server(
     usage: str = vllm_defaults.SERVE,
     preemption_mode: str = "recompute",
     compat: str = "vllm",
-    speculative: bool = False,
 ) -> dict[str, Setting]:
     """The server settings a command runs (``vllm_defaults.settings``: given,
     else vLLM 0.33's default for the model and GPU, else scenario S1's), with
@@ -356,9 +355,7 @@ def server(
       (vLLM's ``SlidingWindowManager.find_longest_cache_hit`` is not simulated);
     - prefix caching and async scheduling off under a named preemption mode
       other than recompute (they are modelled with recompute only);
-    - async scheduling off under ``--compat blis`` (BLIS schedules in sync);
-    - async scheduling off with speculative decoding (``speculative``; vLLM
-      0.33's V2 model runner runs it async, which is not simulated yet).
+    - async scheduling off under ``--compat blis`` (BLIS schedules in sync).
 
     ``given``: field -> value or None (not given), for ``vllm_defaults.FIELDS``.
     Raises ValueError (one line) for an unknown model, GPU or usage context.
@@ -379,10 +376,6 @@ def server(
     if compat == "blis":
         out[run_async] = vllm_defaults.differs(
             out[run_async], False, "--compat blis schedules in sync"
-        )
-    if speculative:
-        out[run_async] = vllm_defaults.differs(
-            out[run_async], False, "speculative decoding is simulated with sync scheduling only"
         )
     return out
 

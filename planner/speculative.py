@@ -17,6 +17,11 @@ the reference engine mirror:
   1 + k tokens with invalid drafts (``pad_spec_decode``), which are rejected.
 - ``update_from_output`` hashes the request's full blocks of verified
   tokens (``kv_cache_manager.cache_blocks``) after every sampled step.
+- Async scheduling (``AsyncScheduler._update_after_schedule``, vLLM 0.33's
+  default): a sampling step adds 1 + s output placeholders (s draft
+  positions) and k placeholder drafts, so the next step is scheduled with
+  1 + k tokens before this one's output lands; the output then takes the
+  rejected drafts back from the computed tokens and the placeholders.
 
 Methods: ``ngram`` (and ``ngram_gpu``) only. Their drafter runs no model, so
 the step time charges nothing for it, and vLLM reserves no lookahead KV

@@ -113,11 +113,12 @@ def configs(draw):
 
 
 def _with_drafts(draw, cfg: SchedulerConfig) -> SchedulerConfig:
-    """Speculative decoding on half of the configs that can take it (sync,
-    recompute, full attention, no adaptive cap or projected admission, a
-    budget of at least 1 + k), with mitigations, closed loop and horizons."""
+    """Speculative decoding on half of the configs that can take it
+    (recompute, full attention, no adaptive cap or projected admission, a
+    budget of at least 1 + k), with async scheduling, mitigations, closed
+    loop and horizons."""
     able = cfg.compat == "vllm" and cfg.preemption_mode == "recompute"
-    able = able and not cfg.async_scheduling and cfg.one_full_attention_group
+    able = able and cfg.one_full_attention_group
     able = able and cfg.admission == "vanilla" and cfg.adaptive_window == 0
     if not able or not draw(st.booleans()):
         return cfg

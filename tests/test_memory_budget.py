@@ -109,10 +109,10 @@ def test_async_skip_buffer_grows_with_requests():
 
 
 def test_livelock_snapshot_grows_with_requests_and_the_pool():
-    """cycle.new_cycle: (11 + 5) int32 per request and 9 scalars; with caching
+    """cycle.new_cycle: (11 + 6) int32 per request and 9 scalars; with caching
     also 1 per request, the block tables (S x maxb) and 4 per block, however
     large the pool (no size turns detection off)."""
-    assert scratch(num_requests=10_000) - scratch() == 4 * 16 * (10_000 - 100)
+    assert scratch(num_requests=10_000) - scratch() == 4 * 17 * (10_000 - 100)
     on = {"caching": True}
     grow = scratch(num_requests=10_000, **on) - scratch(**on)
     assert grow > 4 * 16 * (10_000 - 100)

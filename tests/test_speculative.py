@@ -74,7 +74,7 @@ def spec_configs(draw):
         scheduler_reserve_full_isl=draw(st.booleans()),
         policy=draw(st.sampled_from(["fcfs", "priority"])),
         enable_prefix_caching=draw(st.booleans()),
-        async_scheduling=False,
+        async_scheduling=draw(st.booleans()),
         max_steps=4000,
         speculation=Speculation(
             "ngram",
@@ -117,20 +117,23 @@ def test_kernel_matches_reference_with_drafts(cfg, wl):
         assert done == oi[S.O_ARRIVED]
 
 
-def _decode_steps(k: int | None, rate: float, output: int = 401) -> int:
+def _decode_steps(k: int | None, rate: float, output: int = 401, run_async: bool = False) -> int:
     """Steps a lone request (100-token prompt) takes after its prefill."""
     spec = None if k is None else Speculation("ngram", k, (rate,))
-    cfg = SchedulerConfig(num_gpu_blocks=200, async_scheduling=False, speculation=spec)
+    cfg = SchedulerConfig(num_gpu_blocks=200, async_scheduling=run_async, speculation=spec)
     res = simulate([cfg], uniform(1, 100, output), STEP_LATENCY)
     assert int(res.state.req.nout[0, 0]) == output
     return int(res.state.out.counters[0, S.O_STEPS]) - 1
 
 
+@pytest.mark.parametrize("run_async", [False, True])
 @pytest.mark.parametrize("k", [1, 3, 5])
-def test_acceptance_one_divides_decode_steps_by_k_plus_one(k):
+def test_acceptance_one_divides_decode_steps_by_k_plus_one(k, run_async):
     """The issue's limit: with every draft accepted, a lone request's decode
-    steps fall to within 10% of 1/(k+1) of those without drafts."""
-    plain, spec = _decode_steps(None, 1.0), _decode_steps(k, 1.0)
+    steps fall to within 10% of 1/(k+1) of those without drafts (sync and
+    async scheduling)."""
+    plain = _decode_steps(None, 1.0, run_async=run_async)
+    spec = _decode_steps(k, 1.0, run_async=run_async)
     assert abs(spec / plain - 1 / (k + 1)) <= 0.1 / (k + 1)
 
 
@@ -147,12 +150,14 @@ def test_acceptance_zero_costs_throughput():
 
 
 def test_spec_goldens_cover_the_rules():
-    """The vLLM 0.33 goldens with drafts: at least 10 scenarios; every draft
+    """The vLLM 0.33 goldens with drafts: at least 10 scenarios, sync and
+    async; every draft
     accepted and none; preemption of requests holding drafts; prefix-cache
     re-admission; padding (a waiting request with one token left scheduled
     with k invalid drafts); drafts cut by the token budget; a proven livelock."""
     golds = [load(n) for n in golden_names() if load(n)["scenario"].get("speculative")]
     assert len(golds) >= 10
+    assert {g["scenario"]["async_scheduling"] for g in golds} == {False, True}
     rates = {tuple(g["scenario"]["speculative"]["acceptance"]) for g in golds}
     assert {(0.0,), (1.0,)} <= rates
     pads = cut = pre = hits = 0
@@ -195,7 +200,6 @@ def test_bad_speculation_is_one_line(kw, match):
 def test_configs_the_goldens_do_not_check_are_refused():
     spec = Speculation("ngram", 3, (0.5,))
     for kw, match in (
-        (dict(async_scheduling=True), "async"),
         (dict(max_num_batched_tokens=3, max_num_seqs=1), "cannot hold"),
         (dict(preemption_mode="swap", enable_prefix_caching=False), "swap"),
         (dict(sliding_window=64, enable_prefix_caching=False), "sliding window"),
@@ -227,8 +231,6 @@ def test_bad_speculative_config_json(text, match):
         (["--speculative-config", NGRAM3, "--spec-acceptance", "x"], "rates in"),
         (["--speculative-config", "{bad", "--spec-acceptance", "0.5"], "not JSON"),
         (["--spec-acceptance", "0.5"], "needs --speculative-config"),
-        (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5", "--async-scheduling"],
-         "async"),
         (["--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}',
           "--spec-acceptance", "0.5"], "not simulated"),
         (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5",
@@ -243,7 +245,7 @@ def test_plan_run_bad_speculation_is_one_line_exit_2(args, match):
     assert re.search(match, lines[0]), lines[0]
 
 
-def test_plan_run_names_the_speculation_and_the_sync_difference(capsys):
+def test_plan_run_names_the_speculation(capsys):
     code, out, err = run_cli(
         capsys,
         "run", "--num-requests", "20", "--model", "llama-3.1-8b", "--gpu", "H100",
@@ -253,7 +255,7 @@ def test_plan_run_names_the_speculation_and_the_sync_difference(capsys):
     out += err
     assert "speculative decoding: ngram, 3 draft tokens" in out
     assert "mean acceptance length 2.80" in out
-    assert "async_scheduling false (planner differs from vLLM" in out
+    assert "async_scheduling true (vLLM default" in out
 
 
 def _max_rps(capsys, *spec: str) -> float:
@@ -261,7 +263,7 @@ def _max_rps(capsys, *spec: str) -> float:
         capsys, "max-rate", "--num-requests", "600", "--prompt-tokens", "1000",
         "--prompt-tokens-stdev", "0", "--output-tokens", "300", "--output-tokens-stdev", "0",
         "--tpot-slo", "0.02", "--model", "llama-3.1-8b", "--gpu", "h100", "--latency",
-        "roofline", "--no-async-scheduling", *spec, "--json",
+        "roofline", *spec, "--json",
     )  # fmt: skip
     assert code == 0, err
     return float(json.loads(out)["configs"][0]["max_rps"])

@@ -56,7 +56,7 @@ Conventions (also in ``tests/golden/README.md``):
   ``FullAttentionSpec`` and S with the ``SlidingWindowSpec`` share the one
   pool (vLLM's per-group block tables, ``KVCacheCoordinatorNoPrefixCache``
   without prefix caching).
-- **Speculative decoding** (``spec_*``, step mode, sync): a scenario with
+- **Speculative decoding** (``spec_*``, step mode, sync or async): a scenario with
   ``speculative`` {method, num_speculative_tokens, acceptance, seed} runs
   vLLM's ``SpeculativeConfig`` (ngram). After each step's output the fake
   drafter proposes k drafts for every scheduled request
@@ -65,7 +65,10 @@ Conventions (also in ``tests/golden/README.md``):
   ``-1`` drafts never) by the draw rule of ``planner/speculative.py``
   (the request's number in it is its index in arrival order, ties by id),
   written out again here (``_accepted``) so that the recorder checks it
-  rather than imports it, and returns accepted + 1 sampled tokens.
+  rather than imports it, and returns accepted + 1 sampled tokens. With
+  async scheduling the scheduler holds ``-1`` placeholders for the drafts
+  (``AsyncScheduler._update_after_schedule``) and nothing is proposed to it;
+  they count as real except for a request admitted in the step (padded).
 """
 
 from __future__ import annotations
@@ -554,6 +557,7 @@ def _random_spec_scenario(rng: random.Random, i: int) -> dict:
         scheduler_reserve_full_isl=rng.random() < 0.8,
         policy="priority" if i % 4 == 3 else "fcfs",
         enable_prefix_caching=caching,
+        async_scheduling=(i // 2) % 2 == 1,
         speculative=_spec(k, rates, seed=i),
         requests=reqs,
     )
@@ -632,8 +636,28 @@ def spec_scenarios(seed: int = 20261205) -> list[dict]:
             requests=[_req(1000, 24)],
         ),
     ]
+    fixed += [
+        dict(scn, name=scn["name"] + "_async", async_scheduling=True)
+        for scn in fixed
+        if scn["name"] in ASYNC_SPEC
+    ]
     rng = random.Random(seed)
     return fixed + [_random_spec_scenario(rng, i) for i in range(12)]
+
+
+# Fixed speculative-decoding scenarios also recorded with async scheduling.
+ASYNC_SPEC = (
+    "spec_accept_all",
+    "spec_accept_none",
+    "spec_per_position",
+    "spec_budget_cut",
+    "spec_max_model_len",
+    "spec_preempt",
+    "spec_caching_preempt",
+    "spec_one_token_prompts",
+    "spec_priority",
+    "spec_one_block_short",
+)
 
 
 # ---------------------------------------------------------------- the driver
@@ -809,9 +833,16 @@ class Driver:
         if not samples:
             return []
         n = 1
-        if self.spec:
+        if self.spec and rid in self.sched.requests:  # else finished: output ignored
             drafts = out.scheduled_spec_decode_tokens.get(rid, [])
             real = sum(1 for t in drafts if t != -1)
+            if self.scn["async_scheduling"]:
+                # Async: the scheduler holds -1 placeholders; the runner's
+                # drafts fill them, except a request admitted in this step
+                # (padded: it has no drafts from a previous step).
+                admitted = {d.req_id for d in out.scheduled_new_reqs}
+                admitted |= set(out.scheduled_cached_reqs.resumed_req_ids)
+                real = 0 if rid in admitted else len(drafts)
             nout = self.sched.requests[rid].num_output_tokens
             n += _accepted(self.spec, self.rank[int(rid)], nout, real)
         return [100 + int(rid)] * n
@@ -838,8 +869,8 @@ class Driver:
 
     def _apply(self, out: Any, rec: dict, now_ns: int | None) -> None:
         eco = self.sched.update_from_output(out, self._runner_output(out, rec.pop("_samples")))
-        if self.spec:
-            self._propose(out)
+        if self.spec and not self.scn["async_scheduling"]:
+            self._propose(out)  # async: the runner keeps its drafts (placeholders)
         for outs in eco.values():
             for o in outs.outputs:
                 i = int(o.request_id)

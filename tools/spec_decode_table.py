@@ -5,8 +5,7 @@ at light, moderate and heavy load, Llama-3.1-8B on one H100 (roofline step time)
 
 600 synthetic requests (1,000-token prompts, 300 output tokens, both fixed),
 constant arrivals at each rate; vLLM 0.33's defaults for the model and GPU
-except async scheduling off in every row (speculative decoding is simulated
-with sync scheduling only, so the rows without it run sync too). Rows: no
+(async scheduling and prefix caching on). Rows: no
 drafts, and ngram with k = 3 drafts at acceptance 0 (no draft ever right),
 0.3 and 0.8 (alpha, each draft accepted with that probability when the ones
 before it were). Then ``plan max-rate`` on the same workload under TPOT p99 <=
@@ -21,7 +20,7 @@ from plan_json import plan_json
 BASE = [
     "run", "--model", "llama-3.1-8b", "--gpu", "h100", "--latency", "roofline",
     "--num-requests", "600", "--prompt-tokens", "1000", "--prompt-tokens-stdev", "0",
-    "--output-tokens", "300", "--output-tokens-stdev", "0", "--no-async-scheduling",
+    "--output-tokens", "300", "--output-tokens-stdev", "0",
 ]  # fmt: skip
 RATES = (2, 20, 40)
 SPECS = (None, "0", "0.3", "0.8")

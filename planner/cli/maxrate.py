@@ -189,7 +189,6 @@ def max_rate(
         model,
         gpu,
         usage=usage_context,
-        speculative=speculative_config is not None,
     )
     v = server.values(srv)
     block_size, max_model_len, max_num_seqs = v["block_size"], v["max_model_len"], v["max_num_seqs"]

@@ -554,8 +554,8 @@ SpeculativeConfigOpt = Annotated[
     typer.Option(
         "--speculative-config",
         help='vLLM\'s --speculative-config JSON, e.g. \'{"method": "ngram", '
-        '"num_speculative_tokens": 3}\'. Simulated: ngram (its drafter runs no model), with '
-        "sync scheduling. Needs --spec-acceptance.",
+        '"num_speculative_tokens": 3}\'. Simulated: ngram (its drafter runs no model). '
+        "Needs --spec-acceptance.",
     ),
 ]
 SpecAcceptance = Annotated[

@@ -309,7 +309,6 @@ def _server(ctx: typer.Context, o: dict[str, Any]) -> dict[str, Any]:
         ctx, o, o["model"], o["gpu"], quantization=o["quantization"],
         kv_cache_dtype=o["kv_cache_dtype"], usage=o["usage_context"],
         preemption_mode=o["preemption_mode"].value, compat=o["compat"].value,
-        speculative=o["speculative_config"] is not None,
     )  # fmt: skip
 
 

@@ -150,7 +150,9 @@ def _walk(cfg, st, q, k, p, snap, mode):
     i64 = np.int64
     for j in range(k[S.O_N_PEND]):
         r = q.plist[j]
-        for x in (i64(r), i64(q.ptok[j]), i64(st.status[r]), i64(st.infl[r]), i64(st.stale[r])):
+        fields = (i64(r), i64(q.ptok[j]), i64(st.status[r]), i64(st.infl[r]), i64(st.stale[r]),
+                  i64(q.pspec[j]))  # fmt: skip
+        for x in fields:
             pos, same = _emit(x, mode, snap, pos, same)
     if p is not None:  # prefix caching
         if same:

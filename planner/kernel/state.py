@@ -243,6 +243,10 @@ Queues = namedtuple(
         "sched_tok",  # per request: tokens scheduled this step
         "plist",  # requests of the step whose output is in flight (async)
         "ptok",  # their scheduled tokens, negated when they sample (async)
+        # speculative decoding: per ``slist`` entry, 32 x the draft positions
+        # scheduled + the real drafts among them (``step._drafts_scheduled``)
+        "sspec",
+        "pspec",  # the same per ``plist`` entry (async)
     ],
 )
 
@@ -282,7 +286,7 @@ def allocate(
 ) -> State:
     """Allocate state for C configs x R requests: zeros, except first/finish,
     first-scheduled and last-token times (-1: none yet). ``entry_ns``/``order``
-    are the caller's to fill. Memory is about 125 bytes x C x R plus 5 KB per
+    are the caller's to fill. Memory is about 133 bytes x C x R plus 5 KB per
     config (``itl_hist``), plus the traces. The kernel's own scratch (per
     running thread) is ``kernel_scratch_bytes``."""
     c, r = num_configs, num_requests
@@ -432,7 +436,7 @@ def kernel_scratch_bytes(
 # running or waiting, its id and 9 fields; per request in flight (async), 5
 # values; 9 scalars. ``cycle.new_cycle`` also keeps CYCLE_DET int64 counters.
 CYCLE_FIELDS_PER_REQUEST = 11
-CYCLE_FIELDS_IN_FLIGHT = 5
+CYCLE_FIELDS_IN_FLIGHT = 6
 CYCLE_SCALARS = 9
 CYCLE_DET = 8
 

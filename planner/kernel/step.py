@@ -941,38 +941,47 @@ def _padded(cfg, q, st, s, c0, n_run_sched):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _drafts_scheduled(cfg, st, u, c1, known):
+    """At ``_update_after_schedule``: the draft positions s this chunk (ending
+    at c1 computed tokens, ``known`` tokens known before it) scheduled
+    (``scheduled_spec_decode_tokens``) and the real drafts d among them (a
+    padded request's are invalid), returned as 32 s + d; then the request's
+    drafts for its next step: k if it samples (``update_draft_token_ids``;
+    async: ``AsyncScheduler._update_after_schedule``'s placeholders), none
+    after a prefill chunk (-1, ``is_prefill_chunk``)."""
+    s = max(c1 - known, 0)
+    d = min(max(st.spec[u], 0), s)
+    st.spec[u] = cfg[K.SPEC_K] if c1 >= known else -1
+    return s * 32 + d
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _update_from_output_spec(cfg, rq, st, q, o, s, p):
     """``Scheduler.update_from_output`` (sync) with speculative decoding. A
-    request whose chunk did not reach its known tokens samples nothing and
-    its drafts are dropped (``update_draft_token_ids`` ignores prefill
-    chunks: spec = -1). One that did verifies the d real drafts it was
-    scheduled with (``scheduled_spec_decode_tokens``; padded ones are
-    invalid): ``speculative.accepted_drafts`` gives a leading run a of them;
-    the rejected ones leave ``num_computed_tokens``, a + 1 tokens are
-    appended with ``check_stop`` after each (the rest trimmed,
+    request whose chunk reached its known tokens verifies the d real drafts
+    of its s draft positions (``_drafts_scheduled``):
+    ``speculative.accepted_drafts`` gives a leading run a of them; the s - a
+    rejected ones leave ``num_computed_tokens``, a + 1 tokens are appended
+    with ``check_stop`` after each (the rest trimmed,
     ``_update_request_with_output``), its verified full blocks are hashed
-    (``kv_cache_manager.cache_blocks`` on num_computed_tokens), and a
-    finished request is freed; otherwise the drafter proposes k drafts for
-    its next step. The step's tokens land together: one token gap (vLLM
+    (``kv_cache_manager.cache_blocks`` on num_computed_tokens) and a finished
+    request is freed. The step's tokens land together: one token gap (vLLM
     bench's ITL counts one per streamed chunk). Rejected positions do not
     raise the high-water mark of recompute waste."""
     k = o.counters
-    clock, bs, kk = k[CLOCK], cfg[K.BS], cfg[K.SPEC_K]
+    clock, bs = k[CLOCK], cfg[K.BS]
     thr = cfg[K.SPEC_T : K.SPEC_T + MAX_SPEC_TOKENS]
     memo = NO_GAPS
     for j in range(s[N_SCHED]):
         r = q.slist[j]
         u = uidx(r)
-        ntok = rq.prompt[u] + st.nout[u]
-        c1 = st.ncomp[u]
-        if c1 < ntok:
-            st.spec[u] = -1
-            continue
-        extra = c1 - ntok  # draft positions scheduled, invalid ones included
-        a = accepted_drafts(cfg[K.SPEC_SEED], r, st.nout[u], min(_drafts(st, u), extra), thr)
-        st.ncomp[u] = c1 - (extra - a)
-        if st.hw[u] == c1:
-            st.hw[u] = st.ncomp[u]
+        if st.ncomp[u] < rq.prompt[u] + st.nout[u]:
+            continue  # a prefill chunk: it samples nothing
+        code = q.sspec[j]
+        extra = code >> 5
+        a = accepted_drafts(cfg[K.SPEC_SEED], r, st.nout[u], code & 31, thr)
+        st.ncomp[u] -= extra - a
+        st.hw[u] = max(st.ncomp[u], st.hw[u] - (extra - a))
         if st.first_ns[u] < 0:
             st.first_ns[u] = clock
         memo = _token_gap(r, clock, st, o.itl_hist, memo)
@@ -990,12 +999,11 @@ def _update_from_output_spec(cfg, rq, st, q, o, s, p):
             k[FREE] += _finish(r, clock, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
-        else:
-            st.spec[u] = kk
     _flush_gaps(o.itl_hist, memo)
 
 
 _drafts_if = gated(_drafts, 0)
+_drafts_scheduled_if = gated(_drafts_scheduled, 0)
 _padded_if = gated(_padded, 1)
 _update_from_output_spec_if = gated(_update_from_output_spec)
 
@@ -1515,7 +1523,9 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
     waste (linear model: the step's fixed cost shared per request plus the
     token's unit cost; roofline: the step time pro rata). Async: scheduled
     tokens go in flight, and a chunk reaching the known end adds a
-    placeholder (its ``sched_tok`` is negated: it samples). First it logs
+    placeholder (its ``sched_tok`` is negated: it samples), one more per
+    draft position it scheduled (speculative decoding, ``_drafts_scheduled``,
+    which also sets each request's drafts for its next step). First it logs
     the state after scheduling (EV_STATE, EV_FREE) and adds blocks in use x
     the step's duration to ``F_KV_BLOCK_NS``; a request scheduled for the
     first time gets ``sched_ns`` (the step's start)."""
@@ -1526,6 +1536,7 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
     async_ = cfg[K.ASYNC] != 0
     linear = cfg[K.LAT_KIND] == LINEAR
     blis = cfg[K.COMPAT] != 0
+    spec = cfg[K.SPEC_K] > 0
     n_sched, n_tok = s[N_SCHED], s[PREFILL] + s[DECODE]
     for j in range(n_sched):
         r = q.slist[j]
@@ -1546,10 +1557,14 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
         if st.sched_ns[u] < 0:
             st.sched_ns[u] = s[START]
         _log(o.events, k, k[STEPS] - 1, r, n, S.EV_SCHED)
+        drafts = 0
+        if spec:  # speculative decoding: ``_drafts_scheduled``
+            q.sspec[j] = _drafts_scheduled_if(rq.features.extras, cfg, st, u, c0 + n, known)
+            drafts = q.sspec[j] >> 5
         if async_:
             st.infl[u] += n
             if c0 + n >= known:
-                st.ph[u] += 1
+                st.ph[u] += 1 + drafts
                 q.sched_tok[u] = -n
 
 
@@ -1587,9 +1602,16 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
     (``EngineCore.step_with_batch_queue``): the previous step's output lands
     now, at this step's start; its tokens leave flight; stale output of a
     preempted request is delivered without advancing it (but can still end
-    it). Then this step's batch becomes the one in flight."""
+    it). With speculative decoding a sampling entry verifies its real drafts
+    (``pspec``, ``_drafts_scheduled``): a leading run a accepted
+    (``speculative.accepted_drafts``), the rejected ones taken back from
+    ``num_computed_tokens`` and the placeholders, a + 1 tokens appended with
+    ``check_stop`` after each. Then this step's batch becomes the one in
+    flight."""
     k = o.counters
     bs, start = cfg[K.BS], s[START]
+    spec = cfg[K.SPEC_K] > 0
+    thr = cfg[K.SPEC_T : K.SPEC_T + MAX_SPEC_TOKENS]
     memo = NO_GAPS
     for j in range(k[S.O_N_PEND]):
         r = q.plist[j]
@@ -1605,21 +1627,37 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
                 k[S.O_N_STALE] -= 1
         if st.status[u] == S.FINISHED or not samples:
             continue
+        code = q.pspec[j] if spec else 0
+        extra, a = code >> 5, 0
+        if extra > 0:
+            a = accepted_drafts(cfg[K.SPEC_SEED], r, st.nout[u], code & 31, thr)
+            if not was_stale:  # the rejected drafts
+                if st.ncomp[u] > 0:
+                    st.ncomp[u] -= extra - a
+                    st.hw[u] = max(st.ncomp[u], st.hw[u] - (extra - a))
+                if st.ph[u] > 0:
+                    st.ph[u] -= extra - a
         had_ph = st.ph[u] > 0
-        st.nout[u] += 1
-        if not was_stale and st.ph[u] > 0:
-            st.ph[u] -= 1
         if st.first_ns[u] < 0:
             st.first_ns[u] = start
         memo = _token_gap(r, start, st, o.itl_hist, memo)
-
+        stopped = False
+        for t in range(a + 1):  # ``_update_request_with_output``
+            st.nout[u] += 1
+            if st.nout[u] >= rq.max_tokens[u] or rq.prompt[u] + st.nout[u] >= k[S.O_STOP_LEN]:
+                stopped = True
+                if not was_stale:
+                    st.ncomp[u] -= a - t  # the trimmed tokens
+                break
+        if not was_stale and st.ph[u] > 0:
+            st.ph[u] -= a + 1
         if p is not None:  # prefix caching
             upto = min(st.ncomp[u] - st.infl[u], rq.prompt[u] + st.nout[u])
-            if not was_stale and st.status[u] == S.RUNNING and had_ph:
+            if not was_stale and st.status[u] == S.RUNNING and (had_ph or spec):
                 # Blocks whose tokens are now all known join the cache.
                 if upto >= (p.ncached[u] + 1) * bs:
                     PC.cache_blocks(r, upto, bs, rq, p)
-        if st.nout[u] >= rq.max_tokens[u] or rq.prompt[u] + st.nout[u] >= k[S.O_STOP_LEN]:
+        if stopped:
             if st.status[u] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
             k[FREE] += _finish(r, start, cfg, rq, st, k, p)
@@ -1630,6 +1668,8 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
     for j in range(s[N_SCHED]):
         q.plist[j] = q.slist[j]
         q.ptok[j] = q.sched_tok[q.slist[j]]
+        if spec:
+            q.pspec[j] = q.sspec[j]
     k[S.O_N_PEND] = s[N_SCHED]
 
 
