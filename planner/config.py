@@ -355,8 +355,8 @@ class SchedulerConfig:
         if not isinstance(self.speculation, Speculation):
             raise ValueError(f"speculation must be a Speculation, got {self.speculation!r}")
         for what, bad in (
-            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
             ("--compat blis", self.compat == "blis"),
+            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
             ("a sliding window or several KV cache groups", not self.one_full_attention_group),
             ("an adaptive cap", self.adaptive_window > 0),
             (f"--admission {self.admission}", self.admission != "vanilla"),
@@ -439,16 +439,19 @@ class SchedulerConfig:
 
     def columns(self) -> dict:
         """``as_dict`` as a results table's columns: ``speculation`` flattened
-        to ``speculative_method`` ("" when off), ``num_speculative_tokens`` (0
-        when off), ``spec_acceptance`` (the per-position rates,
-        comma-separated) and ``spec_seed``."""
+        to the options that set it, ``speculative_config`` (vLLM's JSON, ""
+        when off), ``spec_acceptance`` (as given, "" when off) and
+        ``spec_seed``, and to ``speculative_method`` ("" when off),
+        ``num_speculative_tokens`` (0 when off) and ``mean_acceptance_length``
+        (tokens per verifying step; 1 when off)."""
         out = self.as_dict()
         s = out.pop("speculation")
+        out["speculative_config"] = "" if s is None else s.config_json()
+        out["spec_acceptance"] = "" if s is None else s.acceptance_text()
+        out["spec_seed"] = 0 if s is None else s.seed
         out["speculative_method"] = "" if s is None else s.method
         out["num_speculative_tokens"] = 0 if s is None else s.num_speculative_tokens
-        rates = "" if s is None else ",".join(f"{x:.4g}" for x in s.per_position())
-        out["spec_acceptance"] = rates
-        out["spec_seed"] = 0 if s is None else s.seed
+        out["mean_acceptance_length"] = 1.0 if s is None else s.mean_acceptance_length()
         return out
 
 

@@ -89,7 +89,7 @@ RUN_RULES: tuple[Rule, ...] = (
         "needs --arrival gamma (the other arrival processes have no such parameter)",
     ),
     Rule(
-        ("spec_acceptance", "spec_seed"),
+        ("spec_acceptance", "spec_acceptance_log", "spec_seed"),
         lambda p: p.get("speculative_config") is None,
         "needs --speculative-config (speculative decoding is off without it)",
     ),

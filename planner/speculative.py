@@ -48,24 +48,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 METHODS = ("ngram", "ngram_gpu")  # simulated
-KNOWN_METHODS = (
-    "ngram",
-    "ngram_gpu",
-    "eagle",
-    "eagle3",
-    "mtp",
-    "draft_model",
-    "suffix",
-    "dflash",
-    "dspark",
-    "custom_class",
-)  # vLLM 0.33's ``SpeculativeMethod`` family (``vllm/config/speculative.py``)
 # Keys of vLLM's SpeculativeConfig accepted here; those other than method and
 # num_speculative_tokens act only through the acceptance rate the user gives.
 ACCEPTED_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
@@ -97,14 +87,17 @@ class Speculation:
     num_speculative_tokens: int
     acceptance: tuple[float, ...]
     seed: int = 0
+    # vLLM's n-gram window, (prompt_lookup_min, prompt_lookup_max) as given
+    # (None: vLLM's defaults, 5 and 5); it acts through the acceptance only
+    prompt_lookup: tuple[int | None, int | None] = (None, None)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            known = "a vLLM method" if self.method in KNOWN_METHODS else "not a vLLM method"
             raise ValueError(
-                f"--speculative-config method {self.method!r} ({known}) is not simulated: "
-                f"only {', '.join(METHODS)} (no draft model, no lookahead KV)"
+                f"--speculative-config method {self.method!r} is not simulated: only "
+                f"{', '.join(METHODS)} (no draft model, no lookahead KV)"
             )
+        self._check_lookup()
         k = self.num_speculative_tokens
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPEC_TOKENS:
             raise ValueError(
@@ -126,6 +119,20 @@ class Speculation:
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--spec-seed must be an integer >= 0, got {self.seed!r}")
+
+    def _check_lookup(self) -> None:
+        """``prompt_lookup_min``/``max`` as vLLM 0.33 takes them
+        (``SpeculativeConfig``: integers >= 1, min <= max). Raises ValueError."""
+        for name, v in zip(
+            ("prompt_lookup_min", "prompt_lookup_max"), self.prompt_lookup, strict=True
+        ):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"--speculative-config {name} must be an integer >= 1, got {v!r}")
+        lo, hi = self.prompt_lookup
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(
+                f"--speculative-config prompt_lookup_min {lo} must be <= prompt_lookup_max {hi}"
+            )
 
     def per_position(self) -> tuple[float, ...]:
         """vLLM's per-position acceptance rates (k floats): P(accepted >= j)."""
@@ -150,6 +157,20 @@ class Speculation:
             prev = a
         return t
 
+    def config_json(self) -> str:
+        """vLLM's ``--speculative-config`` for this setting (compact JSON)."""
+        d: dict = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        for name, v in zip(
+            ("prompt_lookup_min", "prompt_lookup_max"), self.prompt_lookup, strict=True
+        ):
+            if v is not None:
+                d[name] = v
+        return json.dumps(d, separators=(",", ":"))
+
+    def acceptance_text(self) -> str:
+        """The acceptance as given (``--spec-acceptance``'s spelling)."""
+        return ",".join(f"{x:g}" for x in self.acceptance)
+
     def line(self) -> str:
         """One line for the output."""
         rates = ", ".join(f"{x:.2f}" for x in self.per_position())
@@ -157,7 +178,21 @@ class Speculation:
             f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens "
             f"per step; per-position acceptance {rates} (mean acceptance length "
             f"{self.mean_acceptance_length():.2f}; seed {self.seed}); the drafter runs no model"
+            + self._lookup_note()
         )
+
+    def _lookup_note(self) -> str:
+        """The n-gram window given, which acts through the acceptance only."""
+        given = [
+            f"{n} {v}"
+            for n, v in zip(
+                ("prompt_lookup_min", "prompt_lookup_max"), self.prompt_lookup, strict=True
+            )
+            if v is not None
+        ]
+        if not given:
+            return ""
+        return f"; {', '.join(given)} (acting only through the acceptance given)"
 
 
 def parse_speculative_config(text: str) -> dict:
@@ -188,6 +223,90 @@ def parse_speculative_config(text: str) -> dict:
         if key not in d:
             raise ValueError(f"--speculative-config needs {key!r}")
     return d
+
+
+def speculation_from(
+    config: str | None, acceptance: str | float | None, seed: int = 0
+) -> Speculation | None:
+    """The ``Speculation`` of --speculative-config, --spec-acceptance and
+    --spec-seed (a sweep spec's ``speculative_config``, ``spec_acceptance``,
+    ``spec_seed``); None without a config (or an empty one).
+
+    Raises:
+        ValueError: one line, for malformed JSON, a method not simulated,
+            num_speculative_tokens out of range, a missing or bad acceptance.
+    """
+    if config is None or config == "":
+        if acceptance is not None:
+            raise ValueError(
+                "--spec-acceptance needs --speculative-config (speculative decoding is off "
+                "without it)"
+            )
+        return None
+    d = parse_speculative_config(config)
+    if acceptance is None:
+        raise ValueError(
+            "--speculative-config needs --spec-acceptance (vLLM's logged per-position "
+            "acceptance rates, or one rate): acceptance depends on the text, which a plan lacks"
+        )
+    rates = (
+        (float(acceptance),)
+        if isinstance(acceptance, int | float) and not isinstance(acceptance, bool)
+        else parse_acceptance(str(acceptance))
+    )
+    lookup = (d.get("prompt_lookup_min"), d.get("prompt_lookup_max"))
+    return Speculation(str(d["method"]), d["num_speculative_tokens"], rates, seed, lookup)
+
+
+LOG_ROUNDING = 0.0005  # the log prints each rate to 3 decimals (``f"{p:.3f}"``)
+# vLLM 0.33's SpecDecodingLogging.log line (``vllm/v1/spec_decode/metrics.py``).
+_LOG_LINE = re.compile(
+    r"SpecDecoding metrics: .*?Drafted: (\d+) tokens, "
+    r"Per-position acceptance rate: ([0-9., ]+?), Avg Draft acceptance rate"
+)
+
+
+def acceptance_from_log(path: Path) -> tuple[tuple[float, ...], int, int]:
+    """vLLM's per-position acceptance rates fitted from a server log: every
+    "SpecDecoding metrics" line (``SpecDecodingLogging.log``, one per logging
+    interval) averaged position by position, each weighted by its drafted
+    tokens (the line's own count of verified drafts is not logged; drafted
+    tokens are it times the drafts per proposal). Returns (rates, lines
+    read, drafted tokens).
+
+    Raises:
+        ValueError: one line, for an unreadable file, no such line, lines
+            with different draft counts, or no drafted tokens.
+    """
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as e:
+        raise ValueError(f"--spec-acceptance-log {path}: {e.strerror or e}") from None
+    rows = [(int(m[1]), [float(x) for x in m[2].split(",")]) for m in _LOG_LINE.finditer(text)]
+    if not rows:
+        raise ValueError(
+            f"--spec-acceptance-log {path}: no 'SpecDecoding metrics' line (vLLM logs one per "
+            "interval when speculative decoding runs)"
+        )
+    if len({len(r) for _, r in rows}) > 1:
+        raise ValueError(f"--spec-acceptance-log {path}: its lines give different draft counts")
+    for _, r in rows:
+        if any(not 0.0 <= x <= 1.0 for x in r) or any(
+            b > a + LOG_ROUNDING for a, b in zip(r, r[1:], strict=False)
+        ):
+            shown = ", ".join(f"{x:.3f}" for x in r)
+            raise ValueError(
+                f"--spec-acceptance-log {path}: a line's per-position rates are not non-increasing "
+                f"rates in [0, 1]: {shown}"
+            )
+    drafted = sum(n for n, _ in rows)
+    if drafted == 0:
+        raise ValueError(f"--spec-acceptance-log {path}: no drafted tokens")
+    k = len(rows[0][1])
+    rates = tuple(sum(n * r[j] for n, r in rows) / drafted for j in range(k))
+    # each line's rates are printed to 3 decimals, so a later position may
+    # print up to LOG_ROUNDING above the one before: cap it there
+    return tuple(min(rates[: j + 1]) for j in range(k)), len(rows), drafted
 
 
 def parse_acceptance(text: str) -> tuple[float, ...]:

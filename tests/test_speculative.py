@@ -179,7 +179,8 @@ def test_spec_goldens_cover_the_rules():
     "kw, match",
     [
         (dict(method="eagle3"), "not simulated"),
-        (dict(method="nonsense"), "not a vLLM method"),
+        (dict(method="nonsense"), "not simulated"),
+        (dict(prompt_lookup=(0, None)), "prompt_lookup_min must be an integer >= 1"),
         (dict(num_speculative_tokens=0), "1..16"),
         (dict(num_speculative_tokens=MAX_SPEC_TOKENS + 1), "1..16"),
         (dict(acceptance=(1.5,)), r"\[0, 1\]"),
@@ -231,6 +232,13 @@ def test_bad_speculative_config_json(text, match):
         (["--speculative-config", NGRAM3, "--spec-acceptance", "x"], "rates in"),
         (["--speculative-config", "{bad", "--spec-acceptance", "0.5"], "not JSON"),
         (["--spec-acceptance", "0.5"], "needs --speculative-config"),
+        (["--speculative-config", "", "--spec-seed", "3"], "is empty"),
+        (["--speculative-config", NGRAM3[:-1] + ', "prompt_lookup_max": "x"}',
+          "--spec-acceptance", "0.5"], "prompt_lookup_max must be an integer"),
+        (["--speculative-config", NGRAM3[:-1] + ', "prompt_lookup_min": 5, '
+          '"prompt_lookup_max": 2}', "--spec-acceptance", "0.5"], "must be <= prompt_lookup_max"),
+        (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5", "--compat", "blis"],
+         "with --compat blis"),
         (["--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}',
           "--spec-acceptance", "0.5"], "not simulated"),
         (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5",
@@ -278,3 +286,136 @@ def test_max_rate_moves_with_the_acceptance(capsys):
     good = _max_rps(capsys, "--speculative-config", NGRAM3, "--spec-acceptance", "0.9")
     bad = _max_rps(capsys, "--speculative-config", NGRAM3, "--spec-acceptance", "0")
     assert bad < none < good
+
+
+SPEC_SWEEP = """
+name = "spec-sweep"
+[workload]
+kind = "synthetic"
+num_requests = 600
+rate = 30
+[workload.prompt]
+mean = 1000
+[workload.output]
+mean = 300
+[hardware]
+model = "llama-3.1-8b"
+[latency]
+kind = "roofline"
+[slo]
+ttft_slo = 2.0
+tpot_slo = 0.02
+[axes]
+speculative_config = ["", '{"method": "ngram", "num_speculative_tokens": 3}']
+[scheduler]
+spec_acceptance = 0.8
+"""
+
+
+def test_a_sweep_crosses_speculative_decoding_on_and_off(tmp_path):
+    """A spec's speculative_config axis (with spec_acceptance fixed) gives
+    rows with and without drafts; their columns say which, as given."""
+    from planner.sweep.spec import load_spec_text
+
+    text = SPEC_SWEEP.replace("[hardware]", '[hardware]\ngpu = "H100"')
+    sweep = load_spec_text(text, tmp_path)
+    off, on = sweep.configs
+    assert off.speculation is None
+    assert on.speculation == Speculation("ngram", 3, (0.8,))
+    cols = on.columns()
+    assert cols["speculative_config"] == '{"method":"ngram","num_speculative_tokens":3}'
+    assert cols["spec_acceptance"] == "0.8" and cols["num_speculative_tokens"] == 3
+    assert off.columns()["speculative_config"] == "" and off.columns()["spec_acceptance"] == ""
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (("spec_acceptance = 0.8", "spec_acceptance = 1.7"), "scheduler.spec_acceptance: "),
+        (("spec_acceptance = 0.8", 'spec_acceptance = "x"'), "scheduler.spec_acceptance: "),
+        (("spec_acceptance = 0.8", "spec_acceptance = true"), "scheduler.spec_acceptance: "),
+        (("spec_acceptance = 0.8", ""), "needs spec_acceptance"),
+        (('"num_speculative_tokens": 3}', '"num_speculative_tokens": 3, "x": 1}'),
+         "axes.speculative_config: "),
+        (("'{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'", '"{"'), "not JSON"),
+        (("speculative_config = [", "max_num_seqs = [64]\n#"), "no effect without"),
+    ],
+)  # fmt: skip
+def test_bad_speculation_in_a_spec_is_one_line(tmp_path, edit, needle):
+    from planner.sweep.spec import SpecError, load_spec_text
+
+    text = SPEC_SWEEP.replace("[hardware]", '[hardware]\ngpu = "H100"').replace(*edit)
+    with pytest.raises(SpecError) as e:
+        load_spec_text(text, tmp_path)
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.slow
+def test_plan_size_says_which_side_of_speculative_decoding_wins(capsys, tmp_path):
+    """plan size over a speculative_config axis: the answer's vllm serve
+    command carries --speculative-config when drafts win, and the answer
+    names the cheapest fleet on the other side."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC_SWEEP)
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "3", "--out", str(out),
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    a = json.loads(stdout)["answer"]
+    other = a["other_speculation"]
+    assert other is not None and other["speculative_decoding"] != bool(a["speculative_config"])
+    if a["speculative_config"]:
+        assert '--speculative-config \'{"method":"ngram"' in a["vllm_serve"]
+        assert not other["meets_target"] or other["usd_per_hour"] >= a["usd_per_hour"]
+    else:
+        assert "--speculative-config" not in a["vllm_serve"]
+
+
+LOG_LINE = (
+    "INFO 12-01 10:00:{s:02d} [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
+    "2.10, Accepted throughput: 100.00 tokens/s, Drafted throughput: 300.00 tokens/s, "
+    "Accepted: 1100 tokens, Drafted: {n} tokens, Per-position acceptance rate: {rates}, "
+    "Avg Draft acceptance rate: 36.7%"
+)
+
+
+def test_acceptance_fitted_from_a_vllm_log_weights_by_drafted_tokens(tmp_path):
+    from planner.speculative import acceptance_from_log
+
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "\n".join(
+            [
+                "INFO starting",
+                LOG_LINE.format(s=1, n=3000, rates="0.600, 0.350, 0.150"),
+                "INFO other",
+                LOG_LINE.format(s=11, n=1000, rates="0.700, 0.450, 0.250"),
+            ]
+        )
+    )
+    rates, lines, drafted = acceptance_from_log(log)
+    assert (lines, drafted) == (2, 4000)
+    assert rates == pytest.approx((0.625, 0.375, 0.175))
+
+
+@pytest.mark.parametrize(
+    "text, k, match",
+    [
+        ("no metrics here", 3, "no 'SpecDecoding metrics' line"),
+        (LOG_LINE.format(s=1, n=10, rates="0.6, 0.3"), 3, "its drafts have 2 positions"),
+        (LOG_LINE.format(s=1, n=0, rates="0.6, 0.3, 0.1"), 3, "no drafted tokens"),
+        (LOG_LINE.format(s=1, n=9, rates="0.2, 0.9, 0.95"), 3, "not non-increasing"),
+        (LOG_LINE.format(s=1, n=9, rates="1.8, 0.9, 0.5"), 3, "not non-increasing"),
+    ],
+)
+def test_bad_acceptance_logs_are_one_line_exit_2(tmp_path, text, k, match):
+    log = tmp_path / "vllm.log"
+    log.write_text(text)
+    config = f'{{"method": "ngram", "num_speculative_tokens": {k}}}'
+    code, err = plan_quiet(
+        "run", "--num-requests", "5", "--speculative-config", config,
+        "--spec-acceptance-log", str(log),
+    )  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1 and match in err, err

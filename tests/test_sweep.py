@@ -118,7 +118,7 @@ def test_sweep_rows_equal_plan_run(capsys, tmp_path):
                 continue  # where plan run sized a derived pool; whose each setting is
             if key in ("planner_version", "vllm_version_mirrored", "model", "gpu"):
                 continue  # who made the result (a sweep's Parquet metadata); the options given
-            if key in ("tensor_parallel_size", "speculative_config"):
+            if key in ("tensor_parallel_size", "speculation"):
                 continue  # options of plan run, not columns of a pool-given sweep
             got = row[key]
             if value is None:  # JSON has no NaN or inf: both print as null

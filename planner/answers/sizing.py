@@ -265,6 +265,32 @@ def choose(df: pd.DataFrame) -> int | None:
     return int(ok.index[0])
 
 
+def other_speculation(df: pd.DataFrame, best: int) -> dict | None:
+    """When the grid crosses speculative decoding on and off: the cheapest
+    row meeting the target on the other side of the answer's (``choose``'s
+    order) as {"speculative_config", "gpus", "usd_per_hour", "replicas",
+    "gpu", "tensor_parallel_size"}, with None for each number when no row
+    there meets it; None when the grid does not cross it."""
+    if "speculative_config" not in df or df["speculative_config"].eq("").nunique() < 2:
+        return None
+    spec_on = df.loc[best, "speculative_config"] != ""
+    other = df[(df["speculative_config"] != "") != spec_on]
+    pick = choose(other)
+    if pick is None:
+        return {"speculative_decoding": not spec_on, "meets_target": False}
+    r = other.loc[pick]
+    return {
+        "speculative_decoding": not spec_on,
+        "meets_target": True,
+        "speculative_config": str(r["speculative_config"]),
+        "replicas": int(r["replicas"]),
+        "gpu": str(r["gpu"]),
+        "tensor_parallel_size": int(r["tensor_parallel_size"]),
+        "gpus": int(r["gpus"]),
+        "usd_per_hour": float(r["usd_per_hour"]),
+    }
+
+
 def finish(
     frames: list[pd.DataFrame], prices: PriceTable, slo: SLO, skipped: list[Candidate]
 ) -> Sizing:
@@ -308,6 +334,8 @@ def serve_command(row: pd.Series, model: str) -> str:
     settings = {k: row[k] for k in keys}
     if row["policy"] != "fcfs":
         settings["scheduling_policy"] = row["policy"]  # vLLM's name for the policy
+    if row.get("speculative_config"):  # vLLM's JSON, quoted for the shell
+        settings["speculative_config"] = f"'{row['speculative_config']}'"
     return f"vllm serve {hf_id} " + " ".join(_vllm_flag(k, v) for k, v in settings.items())
 
 

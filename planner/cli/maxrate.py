@@ -112,6 +112,7 @@ def max_rate(
     enable_prefix_caching: opt.EnablePrefixCaching = None,
     speculative_config: opt.SpeculativeConfigOpt = None,
     spec_acceptance: opt.SpecAcceptance = None,
+    spec_acceptance_log: opt.SpecAcceptanceLog = None,
     spec_seed: opt.SpecSeed = 0,
     sliding_window: opt.SlidingWindow = None,
     full_attention_groups: opt.FullAttentionGroups = None,
@@ -221,7 +222,9 @@ def max_rate(
         max_model_len=max_model_len,
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
-        speculation=opt.speculation_from(speculative_config, spec_acceptance, spec_seed),
+        speculation=opt.speculation_from(
+            speculative_config, spec_acceptance, spec_seed, spec_acceptance_log
+        ),
     )
     given_pool = num_gpu_blocks is not None or "num_gpu_blocks" in varied
     reject_inert_hardware(ctx, base.one_full_attention_group, given_pool)
@@ -271,7 +274,7 @@ def max_rate(
             "evaluations": found.evaluations,
             "wall_s": wall,
             "configs": [
-                {"config": dataclasses.asdict(c), **r, "num_gpu_blocks_sized_at": _at(c, source)}
+                {"config": c.columns(), **r, "num_gpu_blocks_sized_at": _at(c, source)}
                 for c, r in zip(configs, table.to_dict("records"), strict=True)
             ],
             "server_settings": resolve.server_json(shown),

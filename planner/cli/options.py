@@ -29,7 +29,8 @@ from planner.config import ADMISSIONS, COMPATS, ROUTERS, VICTIMS, SchedulerConfi
 from planner.latency.step_time import Latency
 from planner.models.hardware import GPUS
 from planner.slo import SLO, from_options
-from planner.speculative import Speculation, parse_acceptance, parse_speculative_config
+from planner.speculative import Speculation, acceptance_from_log, parse_speculative_config
+from planner.speculative import speculation_from as _speculation_from
 from planner.workload.arrays import (
     S1_OUTPUT,
     S1_PROMPT,
@@ -566,6 +567,14 @@ SpecAcceptance = Annotated[
         "accepted with probability alpha when the ones before it were)."
     ),
 ]
+SpecAcceptanceLog = Annotated[
+    Path | None,
+    typer.Option(
+        help="Speculative decoding: fit the per-position acceptance rates from a vLLM server "
+        "log (its 'SpecDecoding metrics' lines, weighted by drafted tokens) instead of "
+        "--spec-acceptance."
+    ),
+]
 SpecSeed = Annotated[
     int, typer.Option(help="Speculative decoding: the seed of the acceptance draws.")
 ]
@@ -633,24 +642,36 @@ def more_requests(trace: bool) -> str:
     return "more requests (--num-requests)"
 
 
-def speculation_from(config: str | None, acceptance: str | None, seed: int) -> Speculation | None:
-    """The ``speculative.Speculation`` of --speculative-config,
-    --spec-acceptance and --spec-seed; None without --speculative-config.
-
-    Raises:
-        ValueError: one line, for malformed JSON, a method not simulated,
-            num_speculative_tokens out of range, a missing or bad acceptance.
-    """
-    if config is None:
-        return None
-    d = parse_speculative_config(config)
-    if acceptance is None:
+def speculation_from(
+    config: str | None, acceptance: str | None, seed: int, log: Path | None = None
+) -> Speculation | None:
+    """``speculative.speculation_from`` for the options of a command (None
+    without --speculative-config); with --spec-acceptance-log ``log``, the
+    rates fitted from it (``speculative.acceptance_from_log``, said on
+    stderr). Raises ValueError (one line)."""
+    if config == "":
         raise ValueError(
-            "--speculative-config needs --spec-acceptance (vLLM's logged per-position "
-            "acceptance rates, or one rate): acceptance depends on the text, which a plan lacks"
+            "--speculative-config is empty: give vLLM's JSON, or leave the option out for no "
+            "speculative decoding"
         )
-    k = d["num_speculative_tokens"]
-    return Speculation(str(d["method"]), k, parse_acceptance(acceptance), seed)
+    if log is not None:
+        if acceptance is not None:
+            raise ValueError("give --spec-acceptance or --spec-acceptance-log, not both")
+        rates, lines, drafted = acceptance_from_log(log)
+        k = parse_speculative_config(config or "{}").get("num_speculative_tokens")
+        if config and k != len(rates):
+            raise ValueError(
+                f"--spec-acceptance-log {log}: its drafts have {len(rates)} positions, "
+                f"--speculative-config num_speculative_tokens {k}"
+            )
+        spec = _speculation_from(config, ",".join(f"{x:.6g}" for x in rates), seed)
+        print(
+            f"plan: acceptance fitted from {lines:,} 'SpecDecoding metrics' lines of {log} "
+            f"({drafted:,} drafted tokens)",
+            file=sys.stderr,
+        )
+        return spec
+    return _speculation_from(config, acceptance, seed)
 
 
 def slo_from(

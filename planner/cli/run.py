@@ -81,6 +81,7 @@ RUN_OPTIONS = (
         P("enable_prefix_caching", opt.EnablePrefixCaching),
         P("speculative_config", opt.SpeculativeConfigOpt),
         P("spec_acceptance", opt.SpecAcceptance),
+        P("spec_acceptance_log", opt.SpecAcceptanceLog),
         P("spec_seed", opt.SpecSeed, 0),
         P(
             "policy",
@@ -384,8 +385,11 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         think_time_s=o["think_time"],
         horizon_s=o["horizon"],
         speculation=opt.speculation_from(
-            o["speculative_config"], o["spec_acceptance"], o["spec_seed"]
-        ),
+            o["speculative_config"],
+            o["spec_acceptance"],
+            o["spec_seed"],
+            o["spec_acceptance_log"],
+        ),  # fmt: skip
     )
     reject_inert_hardware(ctx, cfg.one_full_attention_group, o["num_gpu_blocks"] is not None)
     cfg.check_vllm_starts()
@@ -454,12 +458,12 @@ def _json(res: Any, row: Any, cfg: SchedulerConfig, slo: SLO, derived: bool) -> 
     out["stuck_preempted_request_ids"] = stuck[res.state.req.npre[0, stuck] > 0].tolist()
     if cfg.replicas > 1:
         out["per_replica"] = report.per_replica(res, slo).to_dict(orient="records")
-    out["speculative_config"] = _speculation_json(cfg)
+    out["speculation"] = _speculation_json(cfg)
     return out
 
 
 def _speculation_json(cfg: SchedulerConfig) -> dict | None:
-    """``--json``'s ``speculative_config``: method, k, per-position acceptance,
+    """``--json``'s ``speculation``: method, k, per-position acceptance,
     mean acceptance length and seed; None without speculative decoding."""
     s = cfg.speculation
     if s is None:

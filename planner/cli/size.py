@@ -497,8 +497,11 @@ def _report(
         "output_tokens_asked": int(row["output_tokens_asked"]),
         "output_tokens_served": int(row["output_tokens_served"]),
         "max_concurrency": int(row["max_concurrency"]),
+        "speculative_config": str(row.get("speculative_config", "")),
+        "spec_acceptance": str(row.get("spec_acceptance", "")),
         "step_time_model": row["latency_model"],
         "vllm_serve": sizing.serve_command(row, model),
+        "other_speculation": sizing.other_speculation(df, result.best),
         "headroom": headroom,
         "one_fewer_replica_meets_target": fewer,
     }
@@ -512,7 +515,9 @@ def _one_fewer(df: pd.DataFrame, best: int) -> bool | None:
     if int(row["replicas"]) == 1:
         return None
     same = (df["candidate"] == row["candidate"]) & (df["replicas"] == row["replicas"] - 1)
-    for col in ("max_num_seqs", "max_num_batched_tokens", "router", "gpu_memory_utilization"):
+    cols = ["max_num_seqs", "max_num_batched_tokens", "router", "gpu_memory_utilization"]
+    cols += [c for c in ("speculative_config", "spec_acceptance", "spec_seed") if c in df]
+    for col in cols:
         same &= df[col] == row[col]
     hit = df[same]
     return None if hit.empty else bool(hit["meets_target"].iloc[0])
@@ -542,6 +547,24 @@ def _print(rep: dict, paths: list[Path]) -> None:
             f"{a['max_num_batched_tokens']}, gpu_memory_utilization "
             f"{a['gpu_memory_utilization']:g} ({a['num_gpu_blocks']:,} blocks per replica)"
         )
+        if a["speculative_config"]:
+            c.print(
+                f"speculative decoding {a['speculative_config']} at acceptance "
+                f"{a['spec_acceptance']} (--spec-acceptance): the answer rests on that "
+                "acceptance; measure it on your traffic (vLLM logs it per position)"
+            )
+        if (o := a["other_speculation"]) is not None:
+            side = "with" if o["speculative_decoding"] else "without"
+            c.print(
+                f"{side} speculative decoding: "
+                + (
+                    f"{o['replicas']} x {o['gpu']} at tensor parallelism "
+                    f"{o['tensor_parallel_size']} ({count(o['gpus'], 'GPU')}), "
+                    f"${o['usd_per_hour']:.2f}/h"
+                    if o["meets_target"]
+                    else "no fleet searched meets the target"
+                )
+            )
         c.print(
             f"cost: ${a['usd_per_hour']:.2f}/h ({a['gpus']} x ${a['usd_per_gpu_hour']:.3f} per "
             f"GPU-hour from {rep['price_table']}), ${a['usd_per_million_output_tokens']:.3f} "

@@ -182,7 +182,7 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
             int(c[K.N]),
             int(c[K.BS]),
             int(c[K.SEQS]),
-            min(most + int(c[K.SPEC_K]), int(c[K.MML])),
+            min(most + draft_slack(int(c[K.SPEC_K])), int(c[K.MML])),
             bool(c[K.CACHING] != 0),
         )
         for c in cfg
@@ -191,17 +191,25 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
 
 
 @njit(cache=True, inline="always")
+def draft_slack(k):  # noqa: ANN001, ANN201 (jitted: int -> int)
+    """Tokens past prompt + output a request's blocks can cover with k draft
+    tokens per step: its last steps' drafts, two steps of 1 + k under async
+    scheduling (one in flight), so 2 (k + 1); 0 without drafts."""
+    return 2 * (k + 1) if k > 0 else 0
+
+
+@njit(cache=True, inline="always")
 def _cache_shape(cfg, rq):
     """(block-table rows, blocks per row) of the prefix cache: min(max_num_seqs,
     R) rows of the blocks the longest request can reach (min(prompt + output
-    + draft tokens, max_model_len) tokens: speculative decoding holds slots
-    for the drafts of its last step) plus one; (1, 1) without caching."""
+    + ``draft_slack``, max_model_len) tokens) plus one; (1, 1) without caching."""
     if cfg[K.CACHING] == 0:
         return np.int64(1), np.int64(1)
     R = rq.prompt.shape[0]
     longest = 0
+    slack = draft_slack(cfg[K.SPEC_K])
     for r in range(R):
-        longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r] + cfg[K.SPEC_K], cfg[K.MML]))
+        longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r] + slack, cfg[K.MML]))
     return min(cfg[K.SEQS], R), cdiv(longest, cfg[K.BS]) + 1
 
 

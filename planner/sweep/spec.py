@@ -54,6 +54,7 @@ from planner.maxrate.search_range import (
 from planner.models import vllm_defaults
 from planner.models.hardware import HardwareError
 from planner.slo import SLO, from_options
+from planner.speculative import Speculation, speculation_from
 from planner.sweep.memory import resident_bytes
 from planner.workload.arrays import (
     MAX_TURNS,
@@ -127,7 +128,13 @@ SCHEDULER_AXES = (
     "sliding_window",
     "full_attention_groups",
     "sliding_window_groups",
+    # speculative decoding (``planner.speculative``): vLLM's JSON ("" = off),
+    # the acceptance as --spec-acceptance spells it, the draws' seed
+    "speculative_config",
+    "spec_acceptance",
+    "spec_seed",
 )
+SPEC_AXES = ("speculative_config", "spec_acceptance", "spec_seed")
 WORKLOAD_AXES = ("rate", "seed", "rate_scale")
 # Axes that change the traffic, not the server: a search for the cheapest or
 # fastest server (plan size, a [search]) must not choose among them, or its
@@ -162,6 +169,8 @@ STR_AXES = {
     "admission",
     "router",
     "compat",
+    "speculative_config",
+    "spec_acceptance",
 }
 INT_AXES = {
     "max_num_seqs",
@@ -183,6 +192,7 @@ INT_AXES = {
     "sliding_window",
     "full_attention_groups",
     "sliding_window_groups",
+    "spec_seed",
 }
 
 
@@ -606,6 +616,7 @@ class Sweep:
         self._servers: dict[tuple, dict] = {}
         self.server_notes: list[str] = []  # the settings vLLM's defaults gave (first row)
         self.configs = [self._config(row) for row in self._axis_rows()]
+        self._reject_inert_speculation()
         self._reject_inert_settings()
         self._reject_inert_hardware()
         if self.spec.workload.turns > 1 and any(c.max_concurrency > 0 for c in self.configs):
@@ -836,6 +847,7 @@ class Sweep:
                 raise SpecError(f"{_where(k, self)}: unknown preemption mode {v!r}")
             if k == "stop_bound" and v not in STOP_BOUNDS:
                 raise SpecError(f"{_where(k, self)}: unknown stop bound {v!r}")
+        values["speculation"] = self._speculation(values)
         try:
             # compat blis implies some fields; one the spec sets against it is refused.
             values |= compat_settings(str(values.get("compat", "vllm")), values)
@@ -856,6 +868,42 @@ class Sweep:
                 rest += "blis in a spec of its own"
             rest = rest.replace("--compat blis", 'compat "blis"')  # a spec's spelling
             raise SpecError(f"{_where(key, self)}: {rest}") from None
+
+    def _speculation(self, values: dict[str, Any]) -> Speculation | None:
+        """The row's speculative decoding from ``speculative_config``,
+        ``spec_acceptance`` (a number or --spec-acceptance's text) and
+        ``spec_seed``, popped from ``values`` (``speculative.speculation_from``);
+        None in a row without a config (its acceptance then acts in other rows
+        or is refused, ``_reject_inert_speculation``). Raises SpecError (one
+        line, naming the key)."""
+        config, acc, seed = (values.pop(k, None) for k in SPEC_AXES)
+        if config is None or config == "":
+            return None
+        if isinstance(acc, bool) or not isinstance(acc, str | int | float | None):
+            raise SpecError(f"{_where('spec_acceptance', self)}: expected a rate or rates text")
+        try:
+            return speculation_from(config, acc, 0 if seed is None else seed)
+        except ValueError as e:
+            flag = str(e).split(" ", 1)[0]
+            key = {"--spec-acceptance": "spec_acceptance", "--spec-seed": "spec_seed"}.get(
+                flag, "speculative_config"
+            )
+            msg = str(e)
+            for name in SPEC_AXES:
+                msg = msg.replace("--" + name.replace("_", "-"), name)
+            raise SpecError(f"{_where(key, self)}: {msg}") from None
+
+    def _reject_inert_speculation(self) -> None:
+        """``spec_acceptance`` or ``spec_seed`` given while no row has a
+        ``speculative_config``: refused (one line)."""
+        if any(c.speculation is not None for c in self.configs):
+            return
+        for key in SPEC_AXES[1:]:
+            if key in self.axes or key in self.spec.scheduler:
+                raise SpecError(
+                    f"{_where(key, self)}: no effect without speculative_config (speculative "
+                    "decoding is off in every configuration)"
+                )
 
     def _workload(self, axis_values: dict[str, Any]) -> Workload:
         w = self.spec.workload
