@@ -419,3 +419,19 @@ def test_bad_acceptance_logs_are_one_line_exit_2(tmp_path, text, k, match):
         "--spec-acceptance-log", str(log),
     )  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1 and match in err, err
+
+
+def test_the_run_report_names_the_speculation():
+    """plan report's facts for a plan run result with drafts (its --json
+    ``speculation``), and none without."""
+    from planner.report.results import _run_facts
+
+    spec = Speculation("ngram", 3, (0.8, 0.6, 0.4))
+    record = {"speculation": {
+        "method": spec.method, "num_speculative_tokens": 3,
+        "per_position_acceptance": list(spec.per_position()),
+        "mean_acceptance_length": spec.mean_acceptance_length(),
+    }}  # fmt: skip
+    fact = _run_facts(record)["speculative decoding"]
+    assert "ngram, 3 draft tokens" in fact and "0.80, 0.60, 0.40" in fact and "2.80" in fact
+    assert "speculative decoding" not in _run_facts({"speculation": None})

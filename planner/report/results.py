@@ -212,6 +212,21 @@ def _run_facts(record: dict) -> dict[str, str]:
             if int(record.get("replicas", 1) or 1) > 1
             else {}
         ),
+        **_speculation_fact(record),
+    }
+
+
+def _speculation_fact(record: dict) -> dict[str, str]:
+    """The run's speculative decoding, as plan run's ``--json`` gives it
+    (``speculation``), or nothing when off."""
+    s = record.get("speculation")
+    if not s:
+        return {}
+    rates = ", ".join(f"{x:.2f}" for x in s.get("per_position_acceptance", ()))
+    return {
+        "speculative decoding": f"{s.get('method')}, {s.get('num_speculative_tokens')} draft "
+        f"tokens per step; per-position acceptance {rates} (assumed; mean acceptance length "
+        f"{float(s.get('mean_acceptance_length', 1.0)):.2f})"
     }
 
 
