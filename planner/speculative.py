@@ -157,6 +157,18 @@ class Speculation:
             prev = a
         return t
 
+    def as_json(self) -> dict:
+        """A command's ``--json`` ``speculation``: method, k, per-position
+        acceptance, mean acceptance length, seed, vLLM's config."""
+        return {
+            "method": self.method,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "per_position_acceptance": list(self.per_position()),
+            "mean_acceptance_length": self.mean_acceptance_length(),
+            "seed": self.seed,
+            "speculative_config": self.config_json(),
+        }
+
     def config_json(self) -> str:
         """vLLM's ``--speculative-config`` for this setting (compact JSON)."""
         d: dict = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}

@@ -435,3 +435,19 @@ def test_the_run_report_names_the_speculation():
     fact = _run_facts(record)["speculative decoding"]
     assert "ngram, 3 draft tokens" in fact and "0.80, 0.60, 0.40" in fact and "2.80" in fact
     assert "speculative decoding" not in _run_facts({"speculation": None})
+
+
+def test_safe_limit_takes_the_speculation(capsys):
+    """plan safe-limit simulates its max_num_seqs candidates with the drafts
+    given and says so in --json (``speculation``)."""
+    args = ["safe-limit", "--num-gpu-blocks", "2000", "--num-requests", "60", "--json"]
+    spec = ["--speculative-config", NGRAM3, "--spec-acceptance", "0.7"]
+    code, out, err = run_cli(capsys, *args, *spec)
+    assert code == 0, err
+    got = json.loads(out)
+    assert (
+        got["speculation"]["speculative_config"] == '{"method":"ngram","num_speculative_tokens":3}'
+    )
+    assert got["speculation"]["per_position_acceptance"] == pytest.approx([0.7, 0.49, 0.343])
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and json.loads(out)["speculation"] is None, err

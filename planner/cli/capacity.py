@@ -835,6 +835,10 @@ def safe_limit(
     measured_scale: opt.MeasuredScale = None,
     enable_prefix_caching: opt.EnablePrefixCaching = None,
     async_scheduling: opt.AsyncScheduling = None,
+    speculative_config: opt.SpeculativeConfigOpt = None,
+    spec_acceptance: opt.SpecAcceptance = None,
+    spec_acceptance_log: opt.SpecAcceptanceLog = None,
+    spec_seed: opt.SpecSeed = 0,
     prefix_groups: opt.PrefixGroups = 0,
     prefix_len: opt.PrefixLen = 0,
     prefix_share: opt.PrefixShare = 0.0,
@@ -902,6 +906,9 @@ def safe_limit(
         horizon_s=horizon,
         enable_prefix_caching=enable_prefix_caching,
         async_scheduling=async_scheduling,
+        speculation=opt.speculation_from(
+            speculative_config, spec_acceptance, spec_seed, spec_acceptance_log
+        ),
     )
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     for message in unused_field_warnings(wl, [cfg]):
@@ -924,9 +931,12 @@ def safe_limit(
             at_seqs, max_num_batched_tokens, num_gpu_blocks is None
         )
         out["server_settings"] = resolve.server_json(srv)
+        out["speculation"] = None if cfg.speculation is None else cfg.speculation.as_json()
         print_json(out)
         return
     server.print_settings(srv)
+    if cfg.speculation is not None:
+        print(cfg.speculation.line())
     _print_limits(s, wl.name, n, block_size, rec.text)
     if num_gpu_blocks is None:
         blocks = s.table.num_gpu_blocks

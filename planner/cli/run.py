@@ -463,18 +463,8 @@ def _json(res: Any, row: Any, cfg: SchedulerConfig, slo: SLO, derived: bool) -> 
 
 
 def _speculation_json(cfg: SchedulerConfig) -> dict | None:
-    """``--json``'s ``speculation``: method, k, per-position acceptance,
-    mean acceptance length and seed; None without speculative decoding."""
-    s = cfg.speculation
-    if s is None:
-        return None
-    return {
-        "method": s.method,
-        "num_speculative_tokens": s.num_speculative_tokens,
-        "per_position_acceptance": list(s.per_position()),
-        "mean_acceptance_length": s.mean_acceptance_length(),
-        "seed": s.seed,
-    }
+    """``--json``'s ``speculation`` (``Speculation.as_json``); None without."""
+    return None if cfg.speculation is None else cfg.speculation.as_json()
 
 
 def _table(
