@@ -215,6 +215,10 @@ def parse_speculative_config(text: str) -> dict:
         ValueError: one line, for text that is not a JSON object, a missing
             ``method`` or ``num_speculative_tokens``, or a key not accepted.
     """
+    if not isinstance(text, str):
+        raise ValueError(
+            f"--speculative-config must be vLLM's JSON text, got {type(text).__name__} {text!r}"
+        )
     try:
         d = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:

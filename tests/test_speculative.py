@@ -339,9 +339,16 @@ def test_a_sweep_crosses_speculative_decoding_on_and_off(tmp_path):
          "axes.speculative_config: "),
         (("'{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'", '"{"'), "not JSON"),
         (("speculative_config = [", "max_num_seqs = [64]\n#"), "no effect without"),
+        (("speculative_config = [\"\", ", "speculative_config = [3, "), "JSON text, got int"),
+        (("speculative_config = [\"\", ", "speculative_config = [true, "), "JSON text, got bool"),
+        (("speculative_config = [\"\", '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}']",
+          "speculative_config = ['{\"method\": \"ngram\", \"num_speculative_tokens\": 3}', "
+          "'{\"num_speculative_tokens\":3,\"method\":\"ngram\"}']"), "mean the same"),
     ],
 )  # fmt: skip
 def test_bad_speculation_in_a_spec_is_one_line(tmp_path, edit, needle):
+    """A spec's speculative keys: bad values, repeats that mean the same and
+    keys without effect are one-line SpecErrors naming the key."""
     from planner.sweep.spec import SpecError, load_spec_text
 
     text = SPEC_SWEEP.replace("[hardware]", '[hardware]\ngpu = "H100"').replace(*edit)
@@ -451,3 +458,17 @@ def test_safe_limit_takes_the_speculation(capsys):
     assert got["speculation"]["per_position_acceptance"] == pytest.approx([0.7, 0.49, 0.343])
     code, out, err = run_cli(capsys, *args)
     assert code == 0 and json.loads(out)["speculation"] is None, err
+
+
+def test_an_acceptance_axis_over_rows_without_drafts_warns(tmp_path):
+    """Crossing spec_acceptance with "" repeats the rows without drafts: the
+    sweep says so (one warning), and the rows with drafts differ."""
+    from planner.sweep.spec import load_spec_text
+
+    text = SPEC_SWEEP.replace("[hardware]", '[hardware]\ngpu = "H100"')
+    text = text.replace("[scheduler]\nspec_acceptance = 0.8", "spec_acceptance = [0.5, 0.9]")
+    sweep = load_spec_text(text, tmp_path)
+    assert len(sweep.configs) == 4
+    assert any("no effect in the 2 rows without speculative_config" in w for w in sweep.warnings)
+    acc = [c.speculation.acceptance for c in sweep.configs if c.speculation is not None]
+    assert sorted(acc) == [(0.5,), (0.9,)]

@@ -268,9 +268,10 @@ def choose(df: pd.DataFrame) -> int | None:
 def other_speculation(df: pd.DataFrame, best: int) -> dict | None:
     """When the grid crosses speculative decoding on and off: the cheapest
     row meeting the target on the other side of the answer's (``choose``'s
-    order) as {"speculative_config", "gpus", "usd_per_hour", "replicas",
-    "gpu", "tensor_parallel_size"}, with None for each number when no row
-    there meets it; None when the grid does not cross it."""
+    order) as {"speculative_decoding", "meets_target", "speculative_config",
+    "spec_acceptance", "replicas", "gpu", "tensor_parallel_size", "gpus",
+    "usd_per_hour"}, only the first two when no row there meets it; None when
+    the grid does not cross it."""
     if "speculative_config" not in df or df["speculative_config"].eq("").nunique() < 2:
         return None
     spec_on = df.loc[best, "speculative_config"] != ""
@@ -283,6 +284,7 @@ def other_speculation(df: pd.DataFrame, best: int) -> dict | None:
         "speculative_decoding": not spec_on,
         "meets_target": True,
         "speculative_config": str(r["speculative_config"]),
+        "spec_acceptance": str(r["spec_acceptance"]),
         "replicas": int(r["replicas"]),
         "gpu": str(r["gpu"]),
         "tensor_parallel_size": int(r["tensor_parallel_size"]),

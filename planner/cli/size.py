@@ -550,13 +550,20 @@ def _print(rep: dict, paths: list[Path]) -> None:
         if a["speculative_config"]:
             c.print(
                 f"speculative decoding {a['speculative_config']} at acceptance "
-                f"{a['spec_acceptance']} (--spec-acceptance): the answer rests on that "
+                f"{a['spec_acceptance']} (spec_acceptance): the answer rests on that "
                 "acceptance; measure it on your traffic (vLLM logs it per position)"
             )
         if (o := a["other_speculation"]) is not None:
-            side = "with" if o["speculative_decoding"] else "without"
+            side = (
+                f"with speculative decoding {o['speculative_config']} at acceptance "
+                f"{o['spec_acceptance']} (spec_acceptance; this comparison rests on it)"
+                if o["speculative_decoding"] and o["meets_target"]
+                else "with speculative decoding"
+                if o["speculative_decoding"]
+                else "without speculative decoding"
+            )
             c.print(
-                f"{side} speculative decoding: "
+                f"{side}: "
                 + (
                     f"{o['replicas']} x {o['gpu']} at tensor parallelism "
                     f"{o['tensor_parallel_size']} ({count(o['gpus'], 'GPU')}), "

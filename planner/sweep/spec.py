@@ -54,7 +54,12 @@ from planner.maxrate.search_range import (
 from planner.models import vllm_defaults
 from planner.models.hardware import HardwareError
 from planner.slo import SLO, from_options
-from planner.speculative import Speculation, speculation_from
+from planner.speculative import (
+    Speculation,
+    parse_acceptance,
+    parse_speculative_config,
+    speculation_from,
+)
 from planner.sweep.memory import resident_bytes
 from planner.workload.arrays import (
     MAX_TURNS,
@@ -617,6 +622,7 @@ class Sweep:
         self.server_notes: list[str] = []  # the settings vLLM's defaults gave (first row)
         self.configs = [self._config(row) for row in self._axis_rows()]
         self._reject_inert_speculation()
+        self._same_speculation_twice()
         self._reject_inert_settings()
         self._reject_inert_hardware()
         if self.spec.workload.turns > 1 and any(c.max_concurrency > 0 for c in self.configs):
@@ -640,6 +646,7 @@ class Sweep:
                 "max_concurrency must be 0 (closed loop sets its own rate)"
             )
         self.warnings: list[str] = []  # one-line notes for the user, each once
+        self._warn_speculation_repeats()
         self.workloads: dict[tuple, Workload] = {}
         for key in self.workload_keys():
             self.workloads[key] = self._workload(dict(zip(self.workload_axes(), key, strict=True)))
@@ -893,6 +900,32 @@ class Sweep:
                 msg = msg.replace("--" + name.replace("_", "-"), name)
             raise SpecError(f"{_where(key, self)}: {msg}") from None
 
+    def _same_speculation_twice(self) -> None:
+        """Refuse speculative axis values that differ as text but mean the same
+        (reordered JSON keys, 0.7 and "0.70"): their rows would repeat."""
+        for key in SPEC_AXES[:2]:
+            if key not in self.axes:
+                continue
+            seen: dict[object, object] = {}
+            for v in self.axes[key]:
+                meaning = _spec_meaning(key, v)
+                if meaning in seen:
+                    raise SpecError(
+                        f"axes.{key}: {seen[meaning]!r} and {v!r} mean the same; give each once"
+                    )
+                seen[meaning] = v
+
+    def _warn_speculation_repeats(self) -> None:
+        """Warn when a ``spec_acceptance``/``spec_seed`` axis meets rows
+        without drafts, which then repeat (the key acts in the other rows)."""
+        plain = sum(c.speculation is None for c in self.configs)
+        crossed = [k for k in SPEC_AXES[1:] if len(self.axes.get(k, ())) > 1]
+        if plain and crossed:
+            self._warn(
+                f"axes.{crossed[0]}: no effect in the {plain:,} rows without speculative_config, "
+                "which repeat once per value"
+            )
+
     def _reject_inert_speculation(self) -> None:
         """``spec_acceptance`` or ``spec_seed`` given while no row has a
         ``speculative_config``: refused (one line)."""
@@ -1061,6 +1094,21 @@ def spec_names(message: str) -> str:
 def _given(key: str, sweep: Sweep) -> bool:
     """Whether the spec sets ``key`` as an axis or a [scheduler] value."""
     return key in sweep.axes or key in sweep.spec.scheduler
+
+
+def _spec_meaning(key: str, v: object) -> object:
+    """What a speculative axis value means, for spotting repeats: the parsed
+    JSON (keys sorted) of a ``speculative_config``, the rates of a
+    ``spec_acceptance``; the value itself when it does not parse (the config
+    build refuses it)."""
+    try:
+        if key == "speculative_config":
+            return json.dumps(parse_speculative_config(v), sort_keys=True) if v else ""
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return (float(v),)
+        return parse_acceptance(str(v))
+    except (ValueError, TypeError):
+        return repr(v)
 
 
 def _where(key: str, sweep: Sweep) -> str:
