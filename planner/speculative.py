@@ -120,13 +120,16 @@ class Speculation:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--spec-seed must be an integer >= 0, got {self.seed!r}")
 
+    def _lookup_given(self) -> list[tuple[str, int]]:
+        """(vLLM's key, value) of each n-gram window bound given."""
+        keys = ("prompt_lookup_min", "prompt_lookup_max")
+        return [(n, v) for n, v in zip(keys, self.prompt_lookup, strict=True) if v is not None]
+
     def _check_lookup(self) -> None:
         """``prompt_lookup_min``/``max`` as vLLM 0.33 takes them
         (``SpeculativeConfig``: integers >= 1, min <= max). Raises ValueError."""
-        for name, v in zip(
-            ("prompt_lookup_min", "prompt_lookup_max"), self.prompt_lookup, strict=True
-        ):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        for name, v in self._lookup_given():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"--speculative-config {name} must be an integer >= 1, got {v!r}")
         lo, hi = self.prompt_lookup
         if lo is not None and hi is not None and lo > hi:
@@ -171,13 +174,8 @@ class Speculation:
 
     def config_json(self) -> str:
         """vLLM's ``--speculative-config`` for this setting (compact JSON)."""
-        d: dict = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
-        for name, v in zip(
-            ("prompt_lookup_min", "prompt_lookup_max"), self.prompt_lookup, strict=True
-        ):
-            if v is not None:
-                d[name] = v
-        return json.dumps(d, separators=(",", ":"))
+        d = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        return json.dumps(d | dict(self._lookup_given()), separators=(",", ":"))
 
     def acceptance_text(self) -> str:
         """The acceptance as given (``--spec-acceptance``'s spelling)."""
@@ -195,13 +193,7 @@ class Speculation:
 
     def _lookup_note(self) -> str:
         """The n-gram window given, which acts through the acceptance only."""
-        given = [
-            f"{n} {v}"
-            for n, v in zip(
-                ("prompt_lookup_min", "prompt_lookup_max"), self.prompt_lookup, strict=True
-            )
-            if v is not None
-        ]
+        given = [f"{n} {v}" for n, v in self._lookup_given()]
         if not given:
             return ""
         return f"; {', '.join(given)} (acting only through the acceptance given)"
@@ -242,17 +234,18 @@ def parse_speculative_config(text: str) -> dict:
 
 
 def speculation_from(
-    config: str | None, acceptance: str | float | None, seed: int = 0
+    config: str | None, acceptance: str | float | tuple[float, ...] | None, seed: int = 0
 ) -> Speculation | None:
-    """The ``Speculation`` of --speculative-config, --spec-acceptance and
-    --spec-seed (a sweep spec's ``speculative_config``, ``spec_acceptance``,
-    ``spec_seed``); None without a config (or an empty one).
+    """The ``Speculation`` of --speculative-config, --spec-acceptance (text,
+    one number, or the rates themselves) and --spec-seed (a sweep spec's
+    ``speculative_config``, ``spec_acceptance``, ``spec_seed``); None without
+    a config.
 
     Raises:
         ValueError: one line, for malformed JSON, a method not simulated,
             num_speculative_tokens out of range, a missing or bad acceptance.
     """
-    if config is None or config == "":
+    if config is None:
         if acceptance is not None:
             raise ValueError(
                 "--spec-acceptance needs --speculative-config (speculative decoding is off "
@@ -265,11 +258,12 @@ def speculation_from(
             "--speculative-config needs --spec-acceptance (vLLM's logged per-position "
             "acceptance rates, or one rate): acceptance depends on the text, which a plan lacks"
         )
-    rates = (
-        (float(acceptance),)
-        if isinstance(acceptance, int | float) and not isinstance(acceptance, bool)
-        else parse_acceptance(str(acceptance))
-    )
+    if isinstance(acceptance, tuple):
+        rates = acceptance
+    elif isinstance(acceptance, int | float) and not isinstance(acceptance, bool):
+        rates = (float(acceptance),)
+    else:
+        rates = parse_acceptance(str(acceptance))
     lookup = (d.get("prompt_lookup_min"), d.get("prompt_lookup_max"))
     return Speculation(str(d["method"]), d["num_speculative_tokens"], rates, seed, lookup)
 
@@ -298,7 +292,10 @@ def acceptance_from_log(path: Path) -> tuple[tuple[float, ...], int, int]:
         text = Path(path).read_text(errors="replace")
     except OSError as e:
         raise ValueError(f"--spec-acceptance-log {path}: {e.strerror or e}") from None
-    rows = [(int(m[1]), [float(x) for x in m[2].split(",")]) for m in _LOG_LINE.finditer(text)]
+    try:
+        rows = [(int(m[1]), [float(x) for x in m[2].split(",")]) for m in _LOG_LINE.finditer(text)]
+    except ValueError:
+        raise ValueError(f"--spec-acceptance-log {path}: a rate that is not a number") from None
     if not rows:
         raise ValueError(
             f"--spec-acceptance-log {path}: no 'SpecDecoding metrics' line (vLLM logs one per "

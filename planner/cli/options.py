@@ -654,24 +654,26 @@ def speculation_from(
             "--speculative-config is empty: give vLLM's JSON, or leave the option out for no "
             "speculative decoding"
         )
-    if log is not None:
-        if acceptance is not None:
-            raise ValueError("give --spec-acceptance or --spec-acceptance-log, not both")
-        rates, lines, drafted = acceptance_from_log(log)
-        k = parse_speculative_config(config or "{}").get("num_speculative_tokens")
-        if config and k != len(rates):
-            raise ValueError(
-                f"--spec-acceptance-log {log}: its drafts have {len(rates)} positions, "
-                f"--speculative-config num_speculative_tokens {k}"
-            )
-        spec = _speculation_from(config, ",".join(f"{x:.6g}" for x in rates), seed)
-        print(
-            f"plan: acceptance fitted from {lines:,} 'SpecDecoding metrics' lines of {log} "
-            f"({drafted:,} drafted tokens)",
-            file=sys.stderr,
+    if log is None:
+        return _speculation_from(config, acceptance, seed)
+    if acceptance is not None:
+        raise ValueError("give --spec-acceptance or --spec-acceptance-log, not both")
+    if config is None:
+        raise ValueError("--spec-acceptance-log needs --speculative-config")
+    rates, lines, drafted = acceptance_from_log(log)
+    k = parse_speculative_config(config)["num_speculative_tokens"]
+    if k != len(rates):
+        raise ValueError(
+            f"--spec-acceptance-log {log}: its drafts have {len(rates)} positions, "
+            f"--speculative-config num_speculative_tokens {k}"
         )
-        return spec
-    return _speculation_from(config, acceptance, seed)
+    spec = _speculation_from(config, rates, seed)
+    print(
+        f"plan: acceptance fitted from {lines:,} 'SpecDecoding metrics' lines of {log} "
+        f"({drafted:,} drafted tokens)",
+        file=sys.stderr,
+    )
+    return spec
 
 
 def slo_from(
