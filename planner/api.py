@@ -343,7 +343,11 @@ def simulate(
     group, shared_len = _prefix_groups(workload, cfg, prompt, max_tokens)
     rcfg, rcfgf = (cfg[lay.rows], cfgf[lay.rows]) if fleet else (cfg, cfgf)
     rarr = arrival_ns[lay.rows] if fleet and arrival_ns.ndim == 2 else arrival_ns
-    st = S.allocate(rcfg.shape[0], r, trace_steps, log_entries)
+    remote = _remote_flags(workload, cfg)
+    xfer = bool(np.any(rcfg[:, K.XFER] != 0))
+    st = S.allocate(rcfg.shape[0], r, trace_steps, log_entries, kv_transfer=xfer)
+    if xfer:  # the decode side's requests start remote (remote_kv.py)
+        st.req.pd[rcfg[:, K.XFER] != 0] = remote * S.PD_REMOTE
     _fill_entries(rcfg, rarr, prompt, next_turn, st.req)
     if fleet:  # the router sends by arrival; clients are the fleet's (kernel/fleet.py)
         streams = np.argsort(arrival_ns, axis=-1, kind="stable").astype(np.int32)
@@ -354,7 +358,7 @@ def simulate(
     hashes = hash_arrays(workload, configs)
     kernel_hashes = (hashes[0], private_singletons(hashes[1]), hashes[2])
     requests = S.Requests(
-        prompt, max_tokens, priority, group, shared_len, *kernel_hashes, next_turn,
+        prompt, max_tokens, priority, group, shared_len, *kernel_hashes, next_turn, remote,
         pack_tables(lats), _kernel_features(features_of(rcfg, next_turn), features),
     )  # fmt: skip
     if fleet:
@@ -427,6 +431,20 @@ def _prefix_groups(
     return group, shared_len.astype(np.int32)
 
 
+def _remote_flags(workload: Workload, cfg: np.ndarray) -> np.ndarray:
+    """(R,) int8: ``workload.remote`` (zeros for None). Raises ValueError (one
+    line) for remote requests on a config without ``kv_transfer``: they would
+    be served colocated, silently."""
+    if workload.remote is None or not np.any(workload.remote):
+        return np.zeros(workload.num_requests, dtype=np.int8)
+    if np.any(cfg[:, K.XFER] == 0):
+        raise ValueError(
+            f"{workload.name}: remote requests (KV from a prefill instance) need a "
+            "config with kv_transfer (a disaggregated decode side)"
+        )
+    return np.ascontiguousarray(workload.remote, dtype=np.int8)
+
+
 def _check_replica_path(
     cfg: np.ndarray, workload: Workload, trace_steps: int, log_entries: int
 ) -> None:
@@ -439,6 +457,11 @@ def _check_replica_path(
     if trace_steps or log_entries:
         raise ValueError(
             "--replicas: per-step traces and event logs are kept per server; use --replicas 1"
+        )
+    if np.any(cfg[:, K.XFER] != 0):
+        raise ValueError(
+            "a disaggregated decode side runs one server per config; "
+            "planner.disagg routes requests to decode replicas"
         )
 
 

@@ -168,6 +168,11 @@ OPTION_BOUNDS: dict[str, Bound] = {
         why="share of the GPU's memory vLLM may use; vLLM takes (0, 1], below 0.001 no model fits",
     ),
     "tensor_parallel_size": Bound(1, MAX_TP, integer=True, why="GPUs per replica"),
+    # disaggregated prefill/decode (planner.kv_transfer, planner.disagg)
+    "prefill_replicas": Bound(0, MAX_REPLICAS, integer=True, why="prefill servers"),
+    "prefill_tensor_parallel_size": Bound(1, MAX_TP, integer=True, why="GPUs per prefill replica"),
+    "kv_transfer_bandwidth": Bound(0.0, 1e6, lo_open=True, why="GB/s per GPU"),
+    "kv_transfer_latency": Bound(0.0, 1e9, why="microseconds"),
     # traces
     "trace_start": Bound(0.0, MAX_ARRIVAL_S, why="seconds; int64 ns"),
     "trace_duration": Bound(0.0, MAX_ARRIVAL_S, lo_open=True, inf_ok=True, why="seconds"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planner import bounds
+from planner.kv_transfer import KVTransfer
 from planner.latency.allreduce import interp_s
 from planner.latency.step_time import (
     AR_COUNT,
@@ -108,10 +109,13 @@ BLIS_IMPLIED = {
     GROUPS_FULL,
     GROUPS_SW,
     PRICE_WIN2,  # window of a hybrid's sliding layers in the roofline (floats' SW_WINDOW; 0: none)
+    XFER,  # disaggregated decode side (``kv_transfer``): 1 = on
+    XFER_LAT_NS,  # its load latency, ns
+    XFER_PS,  # its transfer time per external token, ps
     SPEC_K,  # speculative decoding: num_speculative_tokens (0: off)
     SPEC_SEED,  # its acceptance draws' seed
     SPEC_T,  # first of MAX_SPEC_TOKENS conditional acceptance thresholds (of 2^53)
-) = range(47)
+) = range(50)
 NCOLS = SPEC_T + MAX_SPEC_TOKENS
 MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
 NFLOAT = ROOFLINE_FLOATS  # roofline floats per config (latency.RooflineLatency.floats)
@@ -219,6 +223,10 @@ class SchedulerConfig:
     # Speculative decoding (vLLM's --speculative-config with the planner's
     # acceptance model, ``planner.speculative``); None: off.
     speculation: Speculation | None = None
+    # Disaggregated decode side (vLLM's --kv-transfer-config on a decode
+    # instance, ``planner.kv_transfer``): requests marked remote load their
+    # prompt's KV from a prefill instance; None: a colocated server.
+    kv_transfer: KVTransfer | None = None
 
     def __post_init__(self) -> None:
         for name in NUMERIC_FIELDS:  # bounds.OPTION_BOUNDS: int32 counts, int64 ns
@@ -251,6 +259,7 @@ class SchedulerConfig:
         self._resolve_groups()
         self._check_sliding_window()
         self._check_speculation()
+        self._check_kv_transfer()
         for name in ("async_scheduling", "enable_prefix_caching"):
             if name == "enable_prefix_caching" and self.compat == "blis":
                 continue  # BLIS caches under restart (docs/blis-compat.md, rule 1)
@@ -371,6 +380,32 @@ class SchedulerConfig:
                 "(vLLM 0.33 starts such a server; the planner refuses it)"
             )
 
+    def _check_kv_transfer(self) -> None:
+        """The decode side is simulated where goldens from vLLM 0.33 check it:
+        synchronous scheduling, full attention, recompute preemption, vLLM's
+        own rules, no drafts. Raises ValueError (one line)."""
+        if self.kv_transfer is None:
+            return
+        if not isinstance(self.kv_transfer, KVTransfer):
+            raise ValueError(f"kv_transfer must be a KVTransfer, got {self.kv_transfer!r}")
+        for what, bad in (
+            ("--compat blis", self.compat == "blis"),
+            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
+            ("a sliding window or several KV cache groups", not self.one_full_attention_group),
+            ("an adaptive cap", self.adaptive_window > 0),
+            (f"--admission {self.admission}", self.admission != "vanilla"),
+            ("--speculative-config", self.speculation is not None),
+            (
+                "--async-scheduling (a KV consumer defers block frees, defer_block_free; "
+                "not modelled yet: add --no-async-scheduling)",
+                self.async_scheduling,
+            ),
+            ("--replicas > 1 (each decode replica is one config)", self.replicas > 1),
+            ("--max-concurrency (a closed loop)", self.max_concurrency > 0),
+        ):  # fmt: skip
+            if bad:
+                raise ValueError(f"a disaggregated decode side is not simulated with {what}")
+
     def check_vllm_starts(self) -> None:
         """Raise ValueError (one line) for settings vLLM 0.33 refuses at start-up:
         max_num_batched_tokens below max_num_seqs (``SchedulerConfig.
@@ -445,6 +480,8 @@ class SchedulerConfig:
         ``num_speculative_tokens`` (0 when off) and ``mean_acceptance_length``
         (tokens per verifying step; 1 when off)."""
         out = self.as_dict()
+        x = out.pop("kv_transfer")
+        out["kv_transfer"] = "" if x is None else x.as_text()
         s = out.pop("speculation")
         out["speculative_config"] = "" if s is None else s.config_json()
         out["spec_acceptance"] = "" if s is None else s.acceptance_text()
@@ -631,6 +668,7 @@ def pack_configs(
             c.full_attention_groups,
             c.sliding_window_groups,
             int(outf[i, SW_WINDOW]),
+            *_xfer_columns(c.kv_transfer),
             *_spec_columns(c.speculation),
         )
         if c.compat == "blis":
@@ -645,6 +683,11 @@ def _spec_columns(spec: Speculation | None) -> tuple[int, ...]:
     if spec is None:
         return (0,) * (2 + MAX_SPEC_TOKENS)
     return (spec.num_speculative_tokens, spec.seed, *(int(x) for x in spec.thresholds()))
+
+
+def _xfer_columns(x: KVTransfer | None) -> tuple[int, int, int]:
+    """``XFER``, ``XFER_LAT_NS``, ``XFER_PS`` of one config (0s: colocated)."""
+    return (0, 0, 0) if x is None else (1, x.latency_ns, x.ps_per_token)
 
 
 def check_compat_latency(compat: str, linear: bool) -> None:

@@ -541,6 +541,12 @@ def _stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.nda
     return out
 
 
+def latency_stats(prefix: str, x: np.ndarray, censored: np.ndarray) -> dict[str, np.ndarray]:
+    """``_stats`` for callers outside this module (``planner.disagg``): mean,
+    p50, p90, p99 of a (C, R) float array with its lower-bound flags."""
+    return _stats(prefix, x, censored)
+
+
 def outcome(
     livelocked: np.ndarray,
     completed: np.ndarray,

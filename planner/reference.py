@@ -94,6 +94,14 @@ class Request:
     # speculative decoding: draft tokens pending (``spec_token_ids``), or -1
     # after a non-final prefill chunk (``is_prefill_chunk``)
     spec: int = 0
+    # disaggregated decode side (``kv_transfer``): the prompt's KV comes from a
+    # prefill instance (``do_remote_prefill``, cleared once the load starts);
+    # ``loading``: WAITING_FOR_REMOTE_KVS; ``recv_done``: in
+    # ``finished_recving_kv_req_ids``; ``inflight``: in ``_inflight_prefills``
+    remote: bool = False
+    loading: bool = False
+    recv_done: bool = False
+    inflight: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -251,7 +259,13 @@ class KVCacheManager:
         full_sequence_must_fit: bool,
         watermark: bool,
         hits: list[int] | None = None,
+        external: int = 0,
+        reserved: int = 0,
     ) -> bool:
+        """``allocate_slots``; ``external``: tokens a KV connector loads
+        (``num_external_computed_tokens``), whose blocks are not cached until
+        the load lands (``delay_cache_blocks``); ``reserved``: free blocks the
+        allocation must leave (``reserved_blocks``, not in the gate)."""
         hits = hits or []
         wm = self.watermark_blocks if watermark else 0
         # Hit blocks sitting in the free queue leave it when touched.
@@ -266,7 +280,7 @@ class KVCacheManager:
             req.num_cached_blocks = len(hits)
             return True
         have = len(req.blocks) + len(hits)
-        computed = req.num_computed_tokens + len(hits) * self.block_size
+        computed = req.num_computed_tokens + len(hits) * self.block_size + external
         free = self.pool.num_free()
         if full_sequence_must_fit:
             full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
@@ -284,14 +298,15 @@ class KVCacheManager:
         target = blocks_for_tokens(
             computed + num_new_tokens - req.uncounted, self.max_model_len, self.block_size
         )
-        if len(self.kinds) * max(0, target - have) + evictable + wm > free:
+        if len(self.kinds) * max(0, target - have) + evictable + wm > free - reserved:
             return False
         self.pool.touch(hits)
         req.blocks.extend(hits)
         req.num_cached_blocks += len(hits)
         for table in self.tables(req):  # allocate_new_blocks, group by group
             table.extend(self.pool.get_new_blocks(max(0, target - len(table))))
-        self.cache_blocks(req, computed + num_new_tokens)
+        if not external:
+            self.cache_blocks(req, computed + num_new_tokens)
         return True
 
     def remove_skipped_blocks(self, req: Request) -> None:
@@ -415,6 +430,11 @@ class Scheduler:
         self.cache_stats_preempted = [0, 0]
         self.victims: list[int] = []
         self.cycle_detected = False
+        # disaggregated decode side: ``kv_holding_waiting`` (requests holding
+        # blocks: loading, or loaded and not yet scheduled), and the loads the
+        # step started, (request id, external tokens)
+        self.holding: list[Request] = []
+        self.loads_started: list[tuple[int, int]] = []
 
     thr_now = 0  # long_prefill_token_threshold in force this step
 
@@ -424,6 +444,7 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.victims.append(req.rid)
+        req.inflight = False
         req.spec = 0  # ``_preempt_request`` drops its drafts
         req.stale = req.in_flight  # async: in-flight output arrives stale
         req.placeholders = 0
@@ -468,7 +489,7 @@ class Scheduler:
         # compat blis applies the threshold always (``VLLMBatchFormation.FormBatch``).
         self.thr_now = (
             self.cfg.long_prefill_token_threshold
-            if len(self.running) + len(self.waiting) > 1 or self.kv.blis
+            if len(self.running) + len(self.waiting) + len(self.holding) > 1 or self.kv.blis
             else 0
         )
         out: list[tuple[Request, int]] = []
@@ -517,51 +538,136 @@ class Scheduler:
         admitted = 0
         # ``pad_spec_decode``'s conditions: a running request was scheduled,
         # none of them mid-prefill
-        ran = bool(out)
-        prefill_ran = any(r.spec < 0 for r, _ in out)
+        self.ran = bool(out)
+        self.prefill_ran = any(r.spec < 0 for r, _ in out)
+        self.loads_started = []
         if preempted == 0:
-            skipped: list[Request] = []
-            while self.waiting and budget > 0 and len(self.running) < self.cap:
-                req = self.waiting[0]
-                if req.stale > 0:  # async: its stale output has not arrived yet
-                    skipped.append(self.waiting.pop(0))
-                    continue
-                # A preempted or new request first claims its prefix-cache hits.
-                hits = self.kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else []
-                hit_tokens = len(hits) * self.cfg.block_size
-                n = req.num_tokens - req.num_computed_tokens - hit_tokens
-                if n == 1 and self.cfg.speculation is not None:
-                    n = self._padded(req.num_computed_tokens + hit_tokens, ran, prefill_ran, budget)
-                    if n < 0:
-                        break
-                n = min(self._cap(n), budget)
-                if self.cfg.admission != "vanilla" and (
-                    sum(self.final_blocks(r) for r in self.running) + self.final_blocks(req)
-                    > self.kv.pool.num_usable
-                ):
-                    break
-                if not self.kv.allocate_slots(
-                    req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running), hits
-                ):
-                    break
-                if self.kv.caching and req.num_computed_tokens == 0:
-                    stats = self.cache_stats_preempted if req.num_preemptions else self.cache_stats
-                    stats[0] += req.num_tokens
-                    stats[1] += hit_tokens
-                req.num_computed_tokens += hit_tokens
-                self.waiting.pop(0)
-                self.admissions.append((req.rid, req.num_computed_tokens))
-                if req.swapped_blocks:  # swap the KV back in
-                    self.cpu_free += req.swapped_blocks
-                    self.swap_ns += req.swapped_blocks * self.cfg.swap_ns_per_block
-                    req.swapped_blocks = 0
-                self.running.append(req)
-                req.status = "running"
-                out.append((req, n))
-                budget -= n
-                admitted += 1
-            self.waiting[:0] = skipped
+            budget, admitted = self._schedule_waiting(out, budget)
         return out, preempted, admitted
+
+    def _schedule_waiting(self, out: list[tuple[Request, int]], budget: int) -> tuple[int, int]:
+        """The waiting phase: ``kv_holding_waiting`` drained first, then
+        ``waiting``; a request skipped this step (its KV still loading, or
+        async stale output) goes back to the front of its queue at the end.
+        Returns (budget left, requests admitted)."""
+        admitted = 0
+        skipped: list[Request] = []
+        skipped_holding: list[Request] = []
+        while budget > 0:
+            queue = self.holding if self.holding else self.waiting
+            if not queue or len(self.running) >= self.cap:
+                break
+            req = queue[0]
+            if req.loading:  # ``_handle_blocked_waiting_request``
+                if not req.recv_done:
+                    skipped_holding.append(queue.pop(0))
+                    continue
+                self._update_waiting_for_remote_kv(req)
+            if req.stale > 0:  # async: its stale output has not arrived yet
+                skipped.append(queue.pop(0))
+                continue
+            # A preempted or new request first claims its prefix-cache hits.
+            hits = self.kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else []
+            hit_tokens = len(hits) * self.cfg.block_size
+            if req.remote and req.num_computed_tokens == 0:
+                if not self._start_load(req, hits):
+                    break
+                skipped_holding.append(queue.pop(0))
+                continue
+            n = req.num_tokens - req.num_computed_tokens - hit_tokens
+            if n == 1 and self.cfg.speculation is not None:
+                n = self._padded(
+                    req.num_computed_tokens + hit_tokens, self.ran, self.prefill_ran, budget
+                )
+                if n < 0:
+                    break
+            n = min(self._cap(n), budget)
+            if self.cfg.admission != "vanilla" and (
+                sum(self.final_blocks(r) for r in self.running) + self.final_blocks(req)
+                > self.kv.pool.num_usable
+            ):
+                break
+            if not self.kv.allocate_slots(
+                req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running), hits
+            ):
+                break
+            if self.kv.caching and req.num_computed_tokens == 0:
+                self._record_cache_stats(req, hit_tokens)
+            req.num_computed_tokens += hit_tokens
+            queue.pop(0)
+            self.admissions.append((req.rid, req.num_computed_tokens))
+            if req.swapped_blocks:  # swap the KV back in
+                self.cpu_free += req.swapped_blocks
+                self.swap_ns += req.swapped_blocks * self.cfg.swap_ns_per_block
+                req.swapped_blocks = 0
+            if req.num_computed_tokens + n < req.num_tokens:
+                req.inflight = True
+            self.running.append(req)
+            req.status = "running"
+            out.append((req, n))
+            budget -= n
+            admitted += 1
+        if self.by_priority:  # ``PriorityRequestQueue.prepend_requests`` re-sorts
+            for r in skipped_holding:
+                bisect.insort(self.holding, r, key=Request.sort_key)
+        else:
+            self.holding[:0] = skipped_holding
+        self.waiting[:0] = skipped
+        return budget, admitted
+
+    def _record_cache_stats(self, req: Request, hit_tokens: int) -> None:
+        """``record_prefix_cache_stats`` at admission (or at a load's start)."""
+        stats = self.cache_stats_preempted if req.num_preemptions else self.cache_stats
+        stats[0] += req.num_tokens
+        stats[1] += hit_tokens
+
+    def _start_load(self, req: Request, hits: list[int]) -> bool:
+        """A remote request's KV load (``Scheduler.schedule``'s ``load_kv_async``
+        path): the connector (``NixlConnectorScheduler.
+        get_num_new_matched_tokens``, ``nixl/pull_scheduler.py``) loads every
+        prompt token past the local hit; ``allocate_slots`` takes the prompt's
+        blocks with none to compute, leaving the blocks in-flight prefills
+        still need (``_inflight_prefill_reserved_blocks``); the request then
+        waits in WAITING_FOR_REMOTE_KVS. False if the blocks do not fit."""
+        hit_tokens = len(hits) * self.cfg.block_size
+        external = req.prompt_len - hit_tokens
+        reserved = sum(
+            self._remaining_blocks(r) for r in (*self.running, *self.holding) if r.inflight
+        )
+        if not self.kv.allocate_slots(
+            req,
+            0,
+            self.cfg.scheduler_reserve_full_isl,
+            bool(self.running),
+            hits,
+            external=external,
+            reserved=reserved,
+        ):
+            return False
+        if self.kv.caching:
+            self._record_cache_stats(req, hit_tokens)
+        req.num_computed_tokens = hit_tokens + external
+        req.remote = False  # one load per request (``update_state_after_alloc``)
+        req.loading = True
+        req.inflight = True
+        self.loads_started.append((req.rid, external))
+        return True
+
+    def _remaining_blocks(self, req: Request) -> int:
+        """``_request_remaining_blocks``: blocks an in-flight prefill still
+        needs to hold its whole sequence."""
+        full = blocks_for_tokens(req.num_tokens, self.cfg.max_model_len, self.cfg.block_size)
+        return max(full - len(req.blocks), 0)
+
+    def _update_waiting_for_remote_kv(self, req: Request) -> None:
+        """``_update_waiting_for_remote_kv``: the loaded blocks join the prefix
+        cache; a whole-prompt load recomputes its last token, so the next one
+        can be sampled."""
+        self.kv.cache_blocks(req, req.num_computed_tokens)
+        if req.num_computed_tokens == req.num_tokens:
+            req.num_computed_tokens = req.num_tokens - 1
+        req.loading = False
+        req.recv_done = False
 
     def _padded(self, computed: int, ran: bool, prefill_ran: bool, budget: int) -> int:
         """``pad_spec_decode``: a waiting request with one token left goes
@@ -604,7 +710,7 @@ class Scheduler:
         """A request alone in the scheduler preempted itself twice into the same
         state: the run would repeat forever (the engine also requires that no
         request is still to arrive)."""
-        if self.running or len(self.waiting) != 1:
+        if self.running or len(self.waiting) != 1 or self.holding:
             return
         key = (req.rid, req.num_tokens)
         if self.lone_self_preemption == key and self.no_more_arrivals:
@@ -625,6 +731,8 @@ class Scheduler:
             req.high_water = max(req.high_water, req.num_computed_tokens + n)
             req.num_computed_tokens += n
             samples = req.num_computed_tokens >= known
+            if samples:  # no longer prefilling: out of ``_inflight_prefills``
+                req.inflight = False
             req.in_flight += n
             drafts = self._drafts_scheduled(req, known, samples)
             if self.cfg.async_scheduling and samples:
@@ -699,6 +807,7 @@ class Scheduler:
                 if req.status == "waiting":  # preempted; its stale token ended it
                     self.waiting.remove(req)
                 req.status = "finished"
+                req.inflight = False
                 req.finish_ns = now_ns
                 self.kv.last_token_slot(req)
                 self.kv.free(req)
@@ -724,7 +833,9 @@ class CycleDetector:
 
     def proven(self, engine: Engine, nxt: int) -> bool:
         """Call after each step; True when the state repeated."""
-        if engine.pending or self._progressed(engine, nxt):
+        # Requests in ``holding`` (disaggregated decode side): loads land with
+        # time, so the state is not a cycle's (``kernel/cycle.py``).
+        if engine.pending or engine.sched.holding or self._progressed(engine, nxt):
             self.quiet = 0
             self.snapshot = None
             return False
@@ -766,6 +877,7 @@ class Engine:
         hash_ids: list[list[int]] | None = None,
         hash_block_size: int = 0,
         session: list[int] | None = None,
+        remote: list[bool] | None = None,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
@@ -807,6 +919,11 @@ class Engine:
                     self.next_turn[last[sid]] = i
                 last[sid] = i
                 self.requests[i].session = sid
+        if remote is not None:  # disaggregated decode side: KV from a prefill instance
+            for req, r in zip(self.requests, remote, strict=True):
+                req.remote = bool(r)
+        self.xfer = cfg.kv_transfer
+        self.loads: dict[int, int] = {}  # request -> when its KV load lands (ns)
         self.entry = entry
         # the client has an answer alpha2 x outputs after its finish (compat
         # blis: alpha2 in whole microseconds, ``OutputTokenProcessingTime``)
@@ -869,6 +986,7 @@ class Engine:
             window,
             tuple(fields(r) for r in sched.running),
             tuple(fields(r) for r in sched.waiting),
+            tuple(fields(r) for r in sched.holding),
             tuple(
                 (r.rid, n, smp, r.status, r.in_flight, r.stale, sd)
                 for r, n, smp, sd in self.in_flight
@@ -955,6 +1073,23 @@ class Engine:
         self.pending.append(i)
         self.pending.sort(key=lambda j: (self.entry[j], j))
 
+    def _next_entry(self) -> list[int]:
+        """The next request's entry time, if one is still to come."""
+        return [self.entry[self.pending[0]]] if self.pending else []
+
+    def _start_loads(self, start: int) -> None:
+        """The KV loads this step started land ``kv_transfer.duration_ns``
+        after the step's start (the worker starts them as it runs the step)."""
+        for rid, external in self.sched.loads_started:
+            self.loads[rid] = start + self.xfer.duration_ns(external)
+
+    def _finish_loads(self) -> None:
+        """The step's output reports the loads landed by its end
+        (``finished_recving``, ``_update_from_kv_xfer_finished``)."""
+        for rid in [r for r, t in self.loads.items() if t <= self.clock]:
+            del self.loads[rid]
+            self.requests[rid].recv_done = True
+
     def run(self) -> Engine:
         horizon = self.cfg.horizon_s
         horizon_ns = None if horizon == float("inf") else int(round(horizon * 1e9))
@@ -962,7 +1097,7 @@ class Engine:
         sched = self.sched
         while True:
             nxt = self._admit_arrivals()
-            if not sched.running and not sched.waiting:
+            if not sched.running and not sched.waiting and not sched.holding:
                 self.in_flight = []  # only finished requests can have output in flight
                 if not self.pending:
                     break
@@ -1033,6 +1168,10 @@ class Engine:
                     kv_w,
                 )
             dt += sched.swap_ns
+            self._start_loads(start)
+            waited = not scheduled and bool(self.loads)
+            if waited:  # no model run: the engine polls until a transfer lands
+                dt = max(0, min([*self.loads.values(), *self._next_entry()]) - start)
             for req, _ in scheduled:
                 if req.first_scheduled_ns < 0:
                     req.first_scheduled_ns = start
@@ -1048,9 +1187,11 @@ class Engine:
                 else:
                     self.waste_ns += dt * wasted / (prefill + decode)
             self.clock += dt
+            self._finish_loads()
             self.preemptions += preempted
             self.min_free = min(self.min_free, sched.kv.pool.num_free())
-            sched_state = (len(sched.running), len(sched.waiting), sched.kv.pool.num_free())
+            queued = len(sched.waiting) + len(sched.holding)
+            sched_state = (len(sched.running), queued, sched.kv.pool.num_free())
             batch = sched.after_schedule(scheduled)
             in_flight = 0
             if self.cfg.async_scheduling:
@@ -1065,7 +1206,8 @@ class Engine:
                 done = []
                 finishes = sched.update_from_output(batch, self.clock)
             pool = sched.kv.pool
-            refs = sum(sum(b != NULL for t in sched.kv.tables(r) for b in t) for r in sched.running)
+            holders = (*sched.running, *sched.holding)
+            refs = sum(sum(b != NULL for t in sched.kv.tables(r) for b in t) for r in holders)
             in_use = sum(c > 0 for c in pool.ref_cnt)
             if in_use + pool.num_free() != pool.num_usable or refs != sum(pool.ref_cnt):
                 self.invariant_errors += 1
@@ -1077,7 +1219,7 @@ class Engine:
                     prefill,
                     decode,
                     len(sched.running),
-                    len(sched.waiting),
+                    len(sched.waiting) + len(sched.holding),
                     sched.kv.pool.num_free(),
                     preempted,
                     len(finishes) + len(done),
@@ -1095,7 +1237,9 @@ class Engine:
             for rid in done:
                 self._client_answered(start, rid)
             self.decode_total += decode
-            if (not scheduled and preempted == 0 and in_flight == 0) or sched.cycle_detected:
+            if (
+                not scheduled and preempted == 0 and in_flight == 0 and not waited
+            ) or sched.cycle_detected:
                 self.livelocked = True
                 break
             if self.cycles.proven(self, nxt):  # a state repeated (kernel/cycle.py)

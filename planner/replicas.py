@@ -126,7 +126,10 @@ def merge(st: S.State, lay: Layout) -> S.State:
     ``O_LIVELOCK_STEP`` is the earliest livelocked replica's step, else -1."""
     own = owners(st, lay)
     cols = np.arange(own.shape[1])[None, :]
-    req = S.ReqState(*(a[own, cols] for a in st.req))
+    # (C, 1) arrays (the decode side's, when no config has one) stay as they are
+    req = S.ReqState(
+        *(a[own, cols] if a.shape[1] == own.shape[1] else a[lay.starts] for a in st.req)
+    )
     req = req._replace(order=np.argsort(req.entry_ns, axis=1, kind="stable").astype(np.int32))
     counters = np.add.reduceat(st.out.counters, lay.starts, axis=0)
     for j in _MIN:

@@ -13,6 +13,7 @@ from helpers import STEP_LATENCY
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
+from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import LinearLatency
 from planner.reference import Engine
 from planner.speculative import Speculation
@@ -52,7 +53,22 @@ def config_of(scn: dict) -> SchedulerConfig:
         horizon_s=scn["horizon_s"] if timed else float("inf"),
         max_steps=MAX_STEPS,
         speculation=_speculation(scn.get("speculative")),
+        kv_transfer=_kv_transfer(scn.get("kv_transfer"), timed),
     )
+
+
+def _kv_transfer(x: dict | None, timed: bool) -> KVTransfer | None:
+    """A golden's ``kv_transfer`` (latency in steps, steps per 1,000 external
+    tokens; a step is 1 us) as a ``KVTransfer``; None: colocated."""
+    if not x:
+        return None
+    assert not timed, "kv_transfer goldens are step mode"
+    return KVTransfer(x["latency"] * 1000, x["per_kilotoken"] * 1000)
+
+
+def remote_of(scn: dict, perm: np.ndarray) -> np.ndarray:
+    """(R,) bool: request perm[j] is remote (its KV comes from a prefill instance)."""
+    return np.array([bool(scn["requests"][i].get("remote")) for i in perm], dtype=bool)
 
 
 def _speculation(spec: dict | None) -> Speculation | None:
@@ -82,6 +98,7 @@ def workload_of(scn: dict) -> tuple[Workload, LinearLatency, np.ndarray]:
         priority=np.array([reqs[i].get("priority", 0) for i in perm], dtype=np.int64),
         prefix_group=np.array([reqs[i].get("prefix_group", -1) for i in perm], dtype=np.int32),
         prefix_len=np.array([reqs[i].get("prefix_len", 0) for i in perm], dtype=np.int32),
+        remote=remote_of(scn, perm) if scn.get("kv_transfer") else None,
     )
     return wl, lat, perm
 
@@ -152,6 +169,7 @@ def reference_steps(scn: dict) -> tuple[list[dict], dict]:
         wl.priority.tolist(),
         wl.prefix_group.tolist(),
         wl.prefix_len.tolist(),
+        remote=None if wl.remote is None else wl.remote.tolist(),
     ).run()
     recs = []
     for s in eng.steps:

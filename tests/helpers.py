@@ -47,6 +47,7 @@ def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Eng
         hashes,
         wl.hash_block_size,
         None if wl.session is None else wl.session.tolist(),
+        None if wl.remote is None else wl.remote.tolist(),
     ).run()
 
 

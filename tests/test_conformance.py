@@ -130,3 +130,37 @@ def test_matches_vllm(name, engine):
     if gold["outcome"] == "drained":
         assert final["num_output_tokens"] == [r["num_output_tokens"] for r in gold["requests"]]
         assert final["num_preemptions"] == [r["num_preemptions"] for r in gold["requests"]]
+
+
+@pytest.mark.slow
+def test_golden_disaggregated_decode_scenarios_cover_the_issue():
+    """Decode-side goldens (a KV connector loading remote prefills): at least
+    10, with transfers that land while the pool is full (a load refused for
+    blocks, then started), preemption of a request whose KV arrived (it
+    recomputes locally: resumed from 0), prefix caching shortening loads,
+    priority, loads held back by an in-flight prefill's reservation, and the
+    one-block-short livelock."""
+    golds = {n: load(n) for n in NAMES if load(n)["scenario"].get("kv_transfer")}
+    assert len(golds) >= 10
+    scns = [g["scenario"] for g in golds.values()]
+    assert {s["enable_prefix_caching"] for s in scns} == {True, False}
+    assert {s["policy"] for s in scns} == {"fcfs", "priority"}
+    assert any(g["outcome"] == "stalled" for g in golds.values())
+    loads = [sum(len(s["loads"]) for s in g["steps"]) for g in golds.values()]
+    assert sum(loads) >= 100
+    # A request whose KV was loaded, later preempted and resumed from scratch.
+    resumed_remote = [
+        n
+        for n, g in golds.items()
+        for s in g["steps"]
+        for i, c in s["resumed"]
+        if g["scenario"]["requests"][i].get("remote") and c == 0
+    ]
+    assert resumed_remote
+    # A load that could not start at once (blocks short) with requests waiting:
+    # some step started no load while a remote request waited and the pool was low.
+    assert any(
+        s["waiting"] > 0 and s["free"] < 20 and not s["loads"]
+        for g in golds.values()
+        for s in g["steps"]
+    )

@@ -27,6 +27,7 @@ from helpers import (
 )
 from planner.config import BLIS_IMPLIED, SchedulerConfig
 from planner.kernel import state as S
+from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import LinearLatency, RooflineLatency
 from planner.models.hardware import GPUS, MODELS
 from planner.speculative import Speculation
@@ -558,3 +559,79 @@ def test_block_sizes_beyond_the_fast_path_match_the_reference(caching):
             compare_final(fast, c, eng)
             assert fast.state.out.counters[c, S.O_MACRO_STEPS] == 0  # no fast-path run
             assert fast.state.out.counters[c, S.O_FINISHED] == r
+
+
+def _decode_side_case(rng: np.random.Generator):
+    """A random disaggregated decode side: remote and local requests, loads
+    from instant to slower than many steps, pools from tight to ample,
+    prefix caching in half, linear or roofline step time."""
+    r = int(rng.integers(1, 14))
+    wl = Workload(
+        np.cumsum(rng.uniform(0, 0.02, r)),
+        rng.integers(1, 300, r).astype(np.int32),
+        rng.integers(1, 150, r).astype(np.int32),
+        name="decode side",
+        priority=rng.integers(0, 3, r) if rng.random() < 0.4 else None,
+        prefix_group=rng.integers(-1, 3, r).astype(np.int32),
+        prefix_len=rng.choice([16, 64, 200], r).astype(np.int32),
+        remote=rng.random(r) < 0.75,
+    )
+    cfgs = [
+        SchedulerConfig(
+            num_gpu_blocks=int(rng.integers(2, 90)),
+            block_size=int(rng.choice([1, 4, 16])),
+            max_num_seqs=int(rng.integers(1, 8)),
+            max_num_batched_tokens=int(rng.integers(1, 512)),
+            max_model_len=int(rng.integers(8, 600)),
+            long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
+            watermark=float(rng.choice([0.0, 0.0, 0.05])),
+            scheduler_reserve_full_isl=bool(rng.random() < 0.7),
+            async_scheduling=False,
+            enable_prefix_caching=bool(rng.random() < 0.5),
+            null_block=bool(rng.random() < 0.8),
+            policy=str(rng.choice(["fcfs", "priority"])),
+            anti_starvation=int(rng.choice([0, 0, 2])),
+            horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
+            max_steps=MAX_STEPS,
+            kv_transfer=KVTransfer(
+                int(rng.choice([0, 1_000, 200_000])), int(rng.choice([0, 5_000, 2_000_000]))
+            ),
+        )
+        for _ in range(3)
+    ]
+    if rng.random() < 0.3:
+        lat = RooflineLatency("llama-3.1-8b", "H100", mfu=0.5, overhead_us=100.0)
+    else:
+        lat = LinearLatency(
+            alpha=(100.0, 1.0, 0.0), beta=(float(rng.integers(100, 6000)), 10.0, 2.0)
+        )
+    return cfgs, wl, lat
+
+
+def test_seeded_decode_side_cases_match_the_reference():
+    """150 seeded disaggregated decode sides x 3 configs: kernel == reference
+    step for step, blocks conserved, and the cases reach loads that wait for
+    blocks, loads that land while nothing runs, preemption after a load,
+    prefix hits shortening loads, livelocks and the horizon."""
+    rng = np.random.default_rng(20261206)
+    seen = dict(loaded=0, waited=0, preempted=0, cache_hits=0, livelocked=0, horizon=0)
+    for _ in range(150):
+        cfgs, wl, lat = _decode_side_case(rng)
+        traced, fast, engines = run_both(cfgs, wl, lat)
+        for c, eng in enumerate(engines):
+            assert_step_for_step(traced, fast, c, eng)
+            oi = fast.state.out.counters[c]
+            assert oi[S.O_INVARIANT_ERRORS] == 0
+            assert eng.invariant_errors == 0
+            # remote requests whose load started (their PD_REMOTE flag cleared)
+            loaded = wl.remote & ((fast.state.req.pd[c] & S.PD_REMOTE) == 0)
+            seen["loaded"] += bool(np.any(loaded))
+            seen["waited"] += oi[S.O_ZERO_STEPS] > 0 and not oi[S.O_LIVELOCKED]
+            seen["preempted"] += bool(np.any(loaded & (fast.state.req.npre[c] > 0)))
+            seen["cache_hits"] += cfgs[c].enable_prefix_caching and oi[S.O_PC_HITS] > 0
+            seen["livelocked"] += oi[S.O_LIVELOCKED]
+            seen["horizon"] += np.isfinite(cfgs[c].horizon_s) and (
+                oi[S.O_RUNNING_END] + oi[S.O_WAITING_END] + oi[S.O_HOLD_LEN] > 0
+            )
+    for path, count in seen.items():
+        assert count >= 10, f"random decode sides rarely reach {path}: {seen}"

@@ -20,6 +20,7 @@ TABLES = {
     "hybrid_vs_full.py": "sliding-window.md",
     "sliding_window_table.py": "sliding-window.md",
     "spec_decode_table.py": "speculative-decoding.md",
+    "disagg_table.py": "disaggregated.md",
 }
 
 

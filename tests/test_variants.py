@@ -103,7 +103,17 @@ def test_the_step_loop_reaches_gated_features_only_through_their_markers():
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "gated"
     }
-    for name in ("answered", "blis_step_ns", "_blis_last_slot", "_update_from_output_async"):
+    gated_names = (
+        "answered",
+        "blis_step_ns",
+        "_blis_last_slot",
+        "_update_from_output_async",
+        "_schedule_waiting_pd",
+        "finish_loads",
+        "load_wait_ns",
+        "leave_inflight",
+    )
+    for name in gated_names:
         assert name not in direct, f"{name} called directly: it would compile into every variant"
         assert name in wrapped, f"{name} is not behind variant.gated"
 

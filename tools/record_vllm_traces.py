@@ -69,6 +69,20 @@ Conventions (also in ``tests/golden/README.md``):
   async scheduling the scheduler holds ``-1`` placeholders for the drafts
   (``AsyncScheduler._update_after_schedule``) and nothing is proposed to it;
   they count as real except for a request admitted in the step (padded).
+- **Disaggregated decode side** (``pd_*``, step mode, sync): a scenario with
+  ``kv_transfer`` {latency, per_kilotoken} runs the scheduler with a KV
+  connector (``DecodeSideConnector`` below) that answers as vLLM's
+  ``NixlConnectorScheduler`` (``nixl/pull_scheduler.py``) does on a decode
+  instance: a request marked ``remote`` (``do_remote_prefill``) loads its
+  prompt tokens past the local prefix-cache hit asynchronously, once. A load
+  started by the ``schedule()`` of a step that starts at clock t ends at
+  ``t + latency + external_tokens * per_kilotoken / 1000`` steps; the output
+  of the first step that ends at or after it reports it in
+  ``finished_recving``. The clock counts in thousandths of a step; a step that
+  schedules no tokens while loads are in flight moves it to the next load's
+  end or arrival, whichever is first (the engine polls until a transfer
+  lands), and is not a stall. A step record adds ``loads`` (requests whose
+  load started) and ``recv`` (loads its output reported).
 """
 
 from __future__ import annotations
@@ -515,7 +529,148 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     ]
     rng = random.Random(seed)
     rand = [_random_scenario(rng, i) for i in range(28)]
-    return fixed + timed + rand + window_scenarios() + spec_scenarios()
+    return fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
+
+
+def _xfer(latency: int, per_kilotoken: int) -> dict:
+    return {"latency": latency, "per_kilotoken": per_kilotoken}
+
+
+def _random_pd_scenario(rng: random.Random, i: int) -> dict:
+    """A random decode-side scenario: remote and local requests, transfers
+    from instant to many steps, pools from the start-up minimum to ample,
+    caching on in half."""
+    bs = rng.choice([4, 8, 16])
+    mml = rng.choice([128, 256, 512])
+    min_blocks = -(-mml // bs) + 1
+    n_blocks = [min_blocks, min_blocks + rng.randint(2, 12), min_blocks * rng.randint(2, 5)][i % 3]
+    caching = i % 2 == 1
+    reqs = []
+    for _ in range(rng.randint(4, 18)):
+        prompt = rng.randint(1, min(200, mml - 2))
+        if rng.random() < 0.25:
+            prompt = max(1, min(mml - 2, bs * rng.randint(1, 8) + rng.choice([-1, 0, 1])))
+        r = _req(prompt, rng.randint(1, min(120, mml)), rng.randint(0, 40))
+        r["remote"] = rng.random() < 0.75
+        if caching and rng.random() < 0.5:
+            r["prefix_group"] = 0
+            r["prefix_len"] = bs * rng.randint(1, 4)
+        reqs.append(r)
+    seqs = rng.choice([1, 2, 4, 8, 32])
+    return _base(
+        f"pd_rand{i:02d}",
+        num_gpu_blocks=n_blocks,
+        block_size=bs,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=max(seqs, rng.choice([16, 64, 256, 2048])),
+        max_model_len=mml,
+        long_prefill_token_threshold=rng.choice([0, 0, 16]),
+        watermark=rng.choice([0.0, 0.0, 0.03]),
+        scheduler_reserve_full_isl=rng.random() < 0.8,
+        policy="priority" if i % 4 == 3 else "fcfs",
+        enable_prefix_caching=caching,
+        kv_transfer=_xfer(rng.choice([0, 1, 3, 10]), rng.choice([0, 5, 40])),
+        requests=reqs,
+    )
+
+
+def pd_scenarios(seed: int = 20261206) -> list[dict]:
+    """The decode side of disaggregated prefill/decode (sync): transfers that
+    land while the pool is full, loads held back by in-flight prefills'
+    reservations, preemption of a request whose KV arrived (it recomputes
+    locally), local prefix hits shortening the load, seats full, priority,
+    the watermark, instant transfers, the one-block-short pool, random ones."""
+    remote = [_req(200 + 17 * i, 60 + 5 * i, i, remote=True) for i in range(10)]
+    fixed = [
+        _base("pd_basic", kv_transfer=_xfer(2, 10), requests=remote),
+        _base("pd_instant", kv_transfer=_xfer(0, 0), requests=remote),
+        _base(
+            "pd_pool_full",
+            num_gpu_blocks=60,
+            max_num_batched_tokens=512,
+            kv_transfer=_xfer(1, 20),
+            requests=[_req(300 + 9 * i, 120, i // 2, remote=True) for i in range(10)],
+        ),
+        _base(
+            "pd_reserved",
+            num_gpu_blocks=70,
+            max_num_batched_tokens=64,
+            kv_transfer=_xfer(3, 5),
+            requests=[_req(400, 40, 0)]
+            + [_req(150 + 10 * i, 30, 1 + i, remote=True) for i in range(6)]
+            + [_req(380, 20, 4)],
+        ),
+        _base(
+            "pd_preempt",
+            num_gpu_blocks=48,
+            max_num_batched_tokens=256,
+            kv_transfer=_xfer(1, 10),
+            requests=[_req(120 + 13 * i, 200, i % 3, remote=i % 4 != 3) for i in range(10)],
+        ),
+        _base(
+            "pd_caching",
+            num_gpu_blocks=90,
+            max_num_batched_tokens=256,
+            enable_prefix_caching=True,
+            kv_transfer=_xfer(2, 20),
+            requests=[
+                _req(96 + 16 * (i % 3), 50, i % 4, prefix_group=i % 2, prefix_len=64, remote=i > 1)
+                for i in range(12)
+            ],
+        ),
+        _base(
+            "pd_caching_preempt",
+            num_gpu_blocks=45,
+            max_num_batched_tokens=256,
+            enable_prefix_caching=True,
+            kv_transfer=_xfer(1, 30),
+            requests=[
+                _req(96 + 16 * (i % 3), 120, i % 3, prefix_group=i % 2, prefix_len=64, remote=True)
+                for i in range(10)
+            ],
+        ),
+        _base(
+            "pd_seats",
+            max_num_seqs=3,
+            kv_transfer=_xfer(4, 10),
+            requests=[_req(100 + 20 * i, 40, i // 3, remote=True) for i in range(9)],
+        ),
+        _base(
+            "pd_priority",
+            policy="priority",
+            num_gpu_blocks=60,
+            max_num_batched_tokens=128,
+            kv_transfer=_xfer(2, 25),
+            requests=[
+                _req(90 + 7 * i, 100, i // 2, priority=(i * 7) % 3, remote=i % 3 != 0)
+                for i in range(10)
+            ],
+        ),
+        _base(
+            "pd_watermark",
+            num_gpu_blocks=80,
+            watermark=0.05,
+            kv_transfer=_xfer(1, 15),
+            requests=[_req(250, 150, i, remote=True) for i in range(8)],
+        ),
+        _base(
+            "pd_long_prefill",
+            long_prefill_token_threshold=32,
+            max_num_batched_tokens=64,
+            kv_transfer=_xfer(2, 10),
+            requests=[_req(150 + 11 * i, 40, i, remote=i % 2 == 0) for i in range(8)],
+        ),
+        _base(
+            "pd_one_block_short",
+            num_gpu_blocks=64,
+            max_num_batched_tokens=256,
+            max_model_len=1024,
+            kv_transfer=_xfer(2, 10),
+            requests=[_req(1000, 24, remote=True)],
+        ),
+    ]
+    rng = random.Random(seed)
+    return fixed + [_random_pd_scenario(rng, i) for i in range(10)]
 
 
 def _spec(k: int, acceptance: list[float], seed: int = 0) -> dict:
@@ -663,6 +818,60 @@ ASYNC_SPEC = (
 # ---------------------------------------------------------------- the driver
 
 
+def _connector_class() -> type:
+    """``DecodeSideConnector``: the scheduler side of a decode instance's KV
+    connector, answering as ``NixlConnectorScheduler`` (``nixl/pull_scheduler.py``)
+    does for ``do_remote_prefill``: every prompt token past the local hit is
+    external and loads asynchronously; the flag is cleared after the first
+    allocation, so a preempted request recomputes locally. Worker hooks are
+    no-ops (the recorder reports ``finished_recving`` itself)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+    )
+
+    class DecodeSideConnector(KVConnectorBase_V1):
+        started: list = []  # (request id, external tokens), drained by the driver
+
+        def get_num_new_matched_tokens(self, request, num_computed_tokens):  # noqa: ANN001, ANN201
+            params = request.kv_transfer_params
+            if params and params.get("do_remote_prefill"):
+                count = len(request.prompt_token_ids) - num_computed_tokens
+                if count > 0:
+                    return count, True
+            return 0, False
+
+        def update_state_after_alloc(self, request, blocks, num_external_tokens):  # noqa: ANN001, ANN201
+            params = request.kv_transfer_params
+            if params and params.get("do_remote_prefill"):
+                params["do_remote_prefill"] = False
+                if num_external_tokens > 0:
+                    DecodeSideConnector.started.append((request.request_id, num_external_tokens))
+
+        def build_connector_meta(self, scheduler_output):  # noqa: ANN001, ANN201
+            return KVConnectorMetadata()
+
+        def request_finished(self, request, block_ids):  # noqa: ANN001, ANN201
+            return False, None
+
+        def start_load_kv(self, forward_context, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            return None
+
+        def wait_for_layer_load(self, layer_name):  # noqa: ANN001, ANN201
+            return None
+
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            return None
+
+        def wait_for_save(self):  # noqa: ANN201
+            return None
+
+    return DecodeSideConnector
+
+
+DecodeSideConnector = None  # made on first use (imports vLLM)
+
+
 def _ns(us: float) -> int:
     return int(round(us * 1000))
 
@@ -736,12 +945,27 @@ class Driver:
                 target_model_config=model_cfg,
                 target_parallel_config=ParallelConfig(),
             )
+        self.xfer = scn.get("kv_transfer")
+        kv_cfg_transfer = None
+        if self.xfer:
+            from vllm.config import KVTransferConfig
+
+            global DecodeSideConnector
+            if DecodeSideConnector is None:
+                DecodeSideConnector = _connector_class()
+            DecodeSideConnector.started = []
+            kv_cfg_transfer = KVTransferConfig(
+                kv_connector="DecodeSideConnector",
+                kv_connector_module_path=__name__,
+                kv_role="kv_consumer",
+            )
         vcfg = VllmConfig(
             scheduler_config=sched_cfg,
             model_config=model_cfg,
             cache_config=cache_cfg,
             device_config=DeviceConfig(device="cpu"),
             speculative_config=spec_cfg,
+            kv_transfer_config=kv_cfg_transfer,
         )
         window = scn.get("sliding_window", 0)
         layout = {"block_size": bs, "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
@@ -773,7 +997,8 @@ class Driver:
             shared = min(r.get("prefix_len", 0), r["prompt_len"])
             g = r.get("prefix_group", -1)
             tokens = [10 + g] * shared + [100 + i] * (r["prompt_len"] - shared)
-            sp = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True)
+            extra = {"kv_transfer_params": {"do_remote_prefill": True}} if r.get("remote") else None
+            sp = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True, extra_args=extra)
             self.reqs.append(
                 Request(
                     request_id=f"{i:06d}",  # string order = index order (priority ties)
@@ -847,14 +1072,17 @@ class Driver:
             n += _accepted(self.spec, self.rank[int(rid)], nout, real)
         return [100 + int(rid)] * n
 
-    def _runner_output(self, out: Any, samples: dict) -> Any:
-        from vllm.v1.outputs import ModelRunnerOutput
+    def _runner_output(self, out: Any, samples: dict, recv: list[int] | None = None) -> Any:
+        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         ids = list(out.num_scheduled_tokens)
         return ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index={r: j for j, r in enumerate(ids)},
             sampled_token_ids=[self._sampled(out, r, samples[int(r)]) for r in ids],
+            kv_connector_output=(
+                KVConnectorOutput(finished_recving={f"{i:06d}" for i in recv}) if recv else None
+            ),
         )
 
     def _propose(self, out: Any) -> None:
@@ -868,7 +1096,8 @@ class Driver:
         self.sched.update_draft_token_ids(DraftTokenIds(ids, [[7] * k for _ in ids]))
 
     def _apply(self, out: Any, rec: dict, now_ns: int | None) -> None:
-        eco = self.sched.update_from_output(out, self._runner_output(out, rec.pop("_samples")))
+        runner = self._runner_output(out, rec.pop("_samples"), rec.get("recv"))
+        eco = self.sched.update_from_output(out, runner)
         if self.spec and not self.scn["async_scheduling"]:
             self._propose(out)  # async: the runner keeps its drafts (placeholders)
         for outs in eco.values():
@@ -886,25 +1115,28 @@ class Driver:
     def run_steps(self) -> dict:
         s = self.sched
         reqs = self.scn["requests"]
+        # The clock in thousandths of a step (a step that runs the model: 1000).
+        due = [round(r["arrival"] * 1000) for r in reqs]
         arrivals = sorted(range(len(self.reqs)), key=lambda i: (reqs[i]["arrival"], i))
         self.first_token = [None] * len(self.reqs)
         self.finish = [None] * len(self.reqs)
         steps: list[dict] = []
         queue: deque = deque()
+        loads: dict[int, int] = {}  # request -> clock its load ends (not yet reported)
         nxt = 0
         clock = 0  # steps that ran the model: an empty step takes no time
         zero = 0
         outcome = "drained"
         asyn = self.scn["async_scheduling"]
         while True:
-            while nxt < len(arrivals) and reqs[arrivals[nxt]]["arrival"] <= clock:
+            while nxt < len(arrivals) and due[arrivals[nxt]] <= clock:
                 s.add_request(self.reqs[arrivals[nxt]])
                 nxt += 1
             busy = s.has_unfinished_requests()
             if not busy and not queue:
                 if nxt >= len(arrivals):
                     break
-                clock = int(reqs[arrivals[nxt]]["arrival"])
+                clock = due[arrivals[nxt]]
                 continue
             if len(steps) >= MAX_STEPS:
                 outcome = "step_limit"
@@ -913,14 +1145,24 @@ class Driver:
                 out = s.schedule()
                 rec = self._observe(out)
                 rec["step"] = len(steps)
-                rec["clock"] = clock
+                rec["clock"] = clock // 1000
                 steps.append(rec)
+                if self.xfer:
+                    rec["loads"] = self._start_loads(loads, clock)
                 executed = out.total_num_scheduled_tokens > 0
-                clock += int(executed)
-                zero = 0 if executed else zero + 1
+                if executed:
+                    clock += 1000
+                elif loads:  # the engine polls until a transfer lands
+                    later = [due[arrivals[nxt]]] if nxt < len(arrivals) else []
+                    clock = max(clock, min([*loads.values(), *later]))
+                zero = 0 if executed or loads else zero + 1
                 if zero >= STALL_STEPS:
                     outcome = "stalled"
                     break
+                if self.xfer:
+                    rec["recv"] = sorted(i for i, end in loads.items() if end <= clock)
+                    for i in rec["recv"]:
+                        del loads[i]
                 if not asyn:
                     self._apply(out, rec, rec["step"])
                     continue
@@ -932,6 +1174,16 @@ class Driver:
         for rec in steps:
             rec.pop("_samples", None)
         return {"outcome": outcome, "steps": steps, "requests": self._request_results()}
+
+    def _start_loads(self, loads: dict[int, int], clock: int) -> list[int]:
+        """The loads this ``schedule()`` started (the connector's
+        ``update_state_after_alloc``), each with the clock it ends at."""
+        lat, per_k = self.xfer["latency"], self.xfer["per_kilotoken"]
+        started = sorted((int(rid), ext) for rid, ext in DecodeSideConnector.started)
+        DecodeSideConnector.started.clear()
+        for i, ext in started:
+            loads[i] = clock + 1000 * lat + ext * per_k
+        return [i for i, _ in started]
 
     # -- time mode (synchronous)
 

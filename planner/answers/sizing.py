@@ -311,13 +311,14 @@ def finish(
     return Sizing(df, choose(df), skipped)
 
 
-def serve_command(row: pd.Series, model: str) -> str:
+def serve_command(row: pd.Series, model: str, extra: dict | None = None) -> str:
     """``vllm serve`` for one replica of ``row``, every setting pinned where
     the planner's simulated default and vLLM's differ or depend on the GPU
     (prefix caching and async scheduling default on in vLLM 0.33 and off in
     the planner; max_num_seqs and max_num_batched_tokens default by GPU and
     usage context in ``EngineArgs``), so the deployed server is the one
-    simulated."""
+    simulated. ``extra``: more settings (name -> value), appended in vLLM's
+    spelling (e.g. a disaggregated role's ``kv_transfer_config``)."""
     from planner.models.catalog import aliases
 
     hf_id = aliases().get(model.lower(), model)
@@ -338,6 +339,7 @@ def serve_command(row: pd.Series, model: str) -> str:
         settings["scheduling_policy"] = row["policy"]  # vLLM's name for the policy
     if row.get("speculative_config"):  # vLLM's JSON, quoted for the shell
         settings["speculative_config"] = f"'{row['speculative_config']}'"
+    settings |= extra or {}
     return f"vllm serve {hf_id} " + " ".join(_vllm_flag(k, v) for k, v in settings.items())
 
 

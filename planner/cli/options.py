@@ -799,6 +799,23 @@ RouterOpt = Annotated[
     ),
 ]
 RouterSeed = Annotated[int, typer.Option(help="Seed of --router random.")]
+# The KV link of a disaggregated deployment (``planner.kv_transfer``: its
+# defaults and their sources); ``plan run --prefill-replicas``, ``plan size
+# --disaggregated``.
+KvTransferBandwidth = Annotated[
+    float,
+    typer.Option(
+        help="Disaggregated prefill/decode: the KV link, GB/s per GPU (one 400 Gb/s NIC per "
+        "GPU, ConnectX-7)."
+    ),
+]
+KvTransferLatency = Annotated[
+    float,
+    typer.Option(
+        help="Disaggregated prefill/decode: the KV link, microseconds per load (a stated "
+        "default, not measured)."
+    ),
+]
 
 
 # How a sweep runs (``plan sweep`` and ``plan size``, which runs one sweep per

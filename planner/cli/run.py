@@ -19,9 +19,9 @@ import typer
 
 from planner import resolve
 from planner.capacity import analytic_safe_max_num_seqs
+from planner.cli import disagg, server
 from planner.cli import options as opt
 from planner.cli import run_report as report
-from planner.cli import server
 from planner.cli.capacity import command_workload, warn
 from planner.cli.errors import InputError, os_error_reason
 from planner.cli.inert import given, reject_inert, reject_inert_hardware
@@ -29,6 +29,7 @@ from planner.cli.json_out import print_json
 from planner.cli.result_folder import check_result_folder
 from planner.config import SchedulerConfig, check_compat_latency, clock_bound, compat_settings
 from planner.inert import RUN_RULES
+from planner.kv_transfer import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US
 from planner.latency.step_time import Latency
 from planner.metrics import LIVELOCKED, OK, OUTCOMES, OVERLOADED
 from planner.models import vllm_defaults
@@ -196,6 +197,26 @@ RUN_OPTIONS = (
         P("router_seed", opt.RouterSeed, 0),
     ),
     *opt.panel(
+        "Disaggregated prefill/decode (planner.disagg)",
+        P(
+            "prefill_replicas",
+            _option(
+                int,
+                "Prefill replicas (0 = colocated). With P > 0 the other options describe the "
+                "decode replicas (--replicas of them), the prefill ones differ only by GPU and TP.",
+            ),
+            0,
+        ),
+        P("prefill_gpu", _option(str | None, "The prefill replicas' GPU [default: --gpu]."), None),
+        P(
+            "prefill_tensor_parallel_size",
+            _option(int | None, "The prefill replicas' TP [default: --tensor-parallel-size]."),
+            None,
+        ),
+        P("kv_transfer_bandwidth", opt.KvTransferBandwidth, DEFAULT_BANDWIDTH_GBPS),
+        P("kv_transfer_latency", opt.KvTransferLatency, DEFAULT_LATENCY_US),
+    ),
+    *opt.panel(
         "Step time",
         P("latency", opt.LatencyOpt, opt.LatencyKind.linear),
         P("alpha_coeffs", opt.AlphaCoeffs),
@@ -263,8 +284,12 @@ def run(ctx: typer.Context, **o: Any) -> None:
     srv = _server(ctx, o)
     given_hybrid = o["disable_hybrid_kv_cache_manager"]
     o = {**o, **server.values(srv), "disable_hybrid_kv_cache_manager_given": given_hybrid}
+    disagg.check_options(ctx, o)
     cfg, lat, derived = _config(ctx, o)
     wl = _workload(o)
+    if o["prefill_replicas"] > 0:  # a disaggregated deployment (planner.cli.disagg)
+        settings = (srv, _s1_assumes(o))
+        return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, settings)
     warnings = _warnings(cfg, wl, lat, o)
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     t0 = time.perf_counter()

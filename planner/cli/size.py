@@ -22,6 +22,7 @@ from planner.cli.json_out import dumps, print_json
 from planner.cli.progress import stderr_reporter
 from planner.install_check import provenance
 from planner.kernel.variant import PLAIN, union
+from planner.kv_transfer import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US
 from planner.maxrate.search import too_short
 from planner.metrics import OVERLOAD_MIN_LIFETIMES, burst_text, front_end_failures, front_end_text
 from planner.slo import SLO
@@ -129,6 +130,15 @@ def size(
     dask_workers: opt.DaskWorkers = None,
     dry_run: opt.DryRun = False,
     as_json: opt.AsJson = False,
+    disaggregated: Annotated[
+        bool,
+        typer.Option(
+            help="Also size disaggregated prefill/decode fleets (P prefill + D decode replicas "
+            "of each candidate, the answer's scheduler settings) and show both answers."
+        ),
+    ] = False,
+    kv_transfer_bandwidth: opt.KvTransferBandwidth = DEFAULT_BANDWIDTH_GBPS,
+    kv_transfer_latency: opt.KvTransferLatency = DEFAULT_LATENCY_US,
 ) -> None:
     """The cheapest deployment that meets the SLOs without overload: GPU,
     tensor parallelism, replicas, router and vLLM flags, with its cost, its
@@ -165,6 +175,8 @@ def size(
     first = next(c for c in cands if c.spec is not None)
     base = first.spec
     target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
+    if disaggregated and not target.given():
+        raise ValueError("--disaggregated needs an SLO to size against ([slo] or --ttft-slo ...)")
     name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
     # Always size-NAME, even for a spec named size-X: two specs never share a
     # folder, and plan sweep's results/NAME is never plan size's.
@@ -191,6 +203,12 @@ def size(
         frames = _run_candidates(cands, dest, limit, resume, overwrite, run)
         wall = time.perf_counter() - t0
         result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])
+        link = (kv_transfer_bandwidth, kv_transfer_latency)
+        split = (
+            _disaggregated(result, cands, table, target, max_replicas, link)
+            if disaggregated
+            else None
+        )
         headroom = _headroom(result, cands, target)
         shifts = _sensitivity(result, cands, target, step_time_error, max_replicas)
         paths = sizing.write(result, dest)
@@ -200,6 +218,8 @@ def size(
             report["answer"]["headroom_text"] = _headroom_text(headroom)
             report["answer"]["sensitivity"] = shifts
             report["answer"]["sensitivity_text"] = _sensitivity_text(shifts, report["answer"])
+        if split is not None:
+            report["disaggregated"] = split
         _write_answer(dest, report)
         if as_json:
             print_json(report)
@@ -207,6 +227,60 @@ def size(
             _print(report, [*paths, png, dest / ANSWER_FILE])
         if result.best is None:
             raise typer.Exit(1)
+
+
+def _disaggregated(
+    result: sizing.Sizing,
+    cands: list[sizing.Candidate],
+    table: object,
+    slo: SLO,
+    max_replicas: int,
+    link: tuple[float, float],
+) -> dict:
+    """``--disaggregated``: the cheapest P:D fleet (``answers.disagg_sizing``)
+    beside the aggregated answer, as the report's ``disaggregated`` entry."""
+    from planner.answers import disagg_sizing as ds
+
+    runnable = [c for c in cands if c.spec is not None]
+    sweeps = [c.spec.sweep for c in runnable]  # type: ignore[attr-defined]
+    if any(len(s.workloads) != 1 for s in sweeps):
+        raise ValueError("--disaggregated: the spec must have one workload (no workload axes)")
+    df = result.table
+    seqs = (
+        int(df["max_num_seqs"].iloc[result.best])
+        if result.best is not None
+        else max(c.max_num_seqs for c in sweeps[0].configs)
+    )
+    options = [
+        ds.Option(
+            c.gpu,
+            c.tp,
+            float(table.price(c.gpu)),  # type: ignore[attr-defined]
+            cfg := next(k for k in s.configs if k.replicas == 1 and k.max_num_seqs == seqs),
+            s.latency,
+            _kv_bytes_per_token(s, c.tp, cfg),
+        )  # fmt: skip
+        for c, s in zip(runnable, sweeps, strict=True)
+    ]
+    wl = next(iter(sweeps[0].workloads.values()))
+    best, tried = ds.search(wl, options, slo, max_replicas, *link)
+    return {
+        "max_num_seqs": seqs,
+        "kv_transfer": {"bandwidth_gbps_per_gpu": link[0], "latency_us": link[1]},
+        "answer": None if best is None else best.as_dict(),
+        "tried": [t.as_dict() for t in tried],
+        "bound": f"P + D <= {max_replicas} replicas of each candidate, the same GPU, TP and "
+        "scheduler settings in both pools",
+    }
+
+
+def _kv_bytes_per_token(sweep: object, tp: int, cfg: object) -> float:
+    """The model's KV bytes per token per GPU at ``tp`` (``resolve.kv_block_bytes``)."""
+    from planner import resolve
+
+    model = sweep.spec.hardware.model  # type: ignore[attr-defined]
+    bs = cfg.block_size  # type: ignore[attr-defined]
+    return resolve.kv_block_bytes(None, model, bs, tp) / bs
 
 
 def _write_answer(dest: Path, report: dict) -> None:
@@ -603,7 +677,43 @@ def _print(rep: dict, paths: list[Path]) -> None:
         c.print(f"step time: {a['step_time_model']}")
         c.print(a["sensitivity_text"])
         c.print(a["vllm_serve"])
+    if "disaggregated" in rep:
+        _print_disaggregated(c, rep)
     c.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+def _print_disaggregated(c: Console, rep: dict) -> None:
+    """``--disaggregated``: the cheapest P:D fleet beside the aggregated answer."""
+    d, a = rep["disaggregated"], rep["answer"]
+    x = d["kv_transfer"]
+    c.print(
+        f"disaggregated (max_num_seqs {d['max_num_seqs']}, KV link {x['bandwidth_gbps_per_gpu']:g} "
+        f"GB/s per GPU, {x['latency_us']:g} us per load; searched {len(d['tried'])} P:D fleets, "
+        f"{d['bound']}):"
+    )
+    b = d["answer"]
+    if b is None:
+        c.print("  none of the fleets searched meets the target")
+    else:
+        c.print(
+            f"  {b['prefill_replicas']} prefill + {b['decode_replicas']} decode x {b['gpu']} at "
+            f"TP {b['tensor_parallel_size']} ({count(b['gpus'], 'GPU')}), "
+            f"${b['usd_per_hour']:.2f}/h: TTFT p99 {b['ttft_s_p99']:.3f} s, TPOT p99 "
+            f"{b['tpot_s_p99'] * 1000:.1f} ms, KV load p99 {b['transfer_s_p99'] * 1000:.2f} ms"
+        )
+    if a is not None:
+        c.print(
+            f"  aggregated: {a['replicas']} x {a['gpu']} at TP {a['tensor_parallel_size']}, "
+            f"${a['usd_per_hour']:.2f}/h: TTFT p99 {a['ttft_s_p99']:.3f} s, TPOT p99 "
+            f"{a['tpot_s_p99'] * 1000:.1f} ms"
+        )
+    if a is not None and b is not None:
+        win = (
+            "aggregated" if a["usd_per_hour"] < b["usd_per_hour"]
+            else "disaggregated" if b["usd_per_hour"] < a["usd_per_hour"]
+            else "neither (equal cost)"
+        )  # fmt: skip
+        c.print(f"  cheaper at this traffic: {win}")
 
 
 def _headroom_text(h: dict | None) -> str:

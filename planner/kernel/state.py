@@ -86,8 +86,14 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     # compat blis: completion-time allocations that found no free block
     # (BLIS's ``kv_allocation_failures``, ``Simulator.processCompletions``).
     O_KV_ALLOC_FAILURES,
-) = range(43)
-NOUT_I = 43
+    # Disaggregated decode side (``planner.kv_transfer``): ``kv_holding_waiting``
+    # (ring buffer ``Queues.hq``) head and length, and KV loads in flight
+    # (started, not yet reported landed).
+    O_HOLD_HEAD,
+    O_HOLD_LEN,
+    O_LOADS,
+) = range(46)
+NOUT_I = 46
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -107,8 +113,15 @@ NOUT_I = 43
     N_FIN,  # requests finished
     ATTENDED_W,  # ATTENDED bounded by PRICE_WIN2 (a hybrid's sliding layers, roofline)
     KV_W,  # KV_TOUCHED bounded by PRICE_WIN2
-) = range(16)
-NSTEP = 16
+    WAITED,  # 1: nothing scheduled while KV loads were in flight (the step waited for one)
+) = range(17)
+NSTEP = 17
+
+# ``ReqState.pd`` flags (disaggregated decode side, ``planner.kv_transfer``).
+PD_REMOTE = 1  # its KV comes from a prefill instance (``do_remote_prefill``), load not started
+PD_LOADING = 2  # WAITING_FOR_REMOTE_KVS
+PD_RECV = 4  # its load landed (``finished_recving_kv_req_ids``)
+PD_INFLIGHT = 8  # in ``_inflight_prefills`` (its prefill or load is not done)
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)
@@ -184,6 +197,9 @@ Requests = namedtuple(
         # session's next turn), int32, -1 for none. A next turn is not in
         # ``order`` until then (``kernel/arrivals.py``).
         "next_turn",
+        # int8 (R,) 1: its prompt's KV comes from a prefill instance (a config
+        # with ``kv_transfer``; ``planner.kv_transfer``), else 0
+        "remote",
         # (T, L) float64 measured step-time tables (``latency.measured_table_ns``),
         # one row per table, padded; config c reads row cfg[c, LAT_TABLE].
         # ``latency.NO_TABLE`` when no config uses one.
@@ -229,6 +245,12 @@ ReqState = namedtuple(
         # pending for its next step (``Request.spec_token_ids``), or -1 after
         # a non-final prefill chunk (``Request.is_prefill_chunk``); 0 without
         "spec",
+        # Disaggregated decode side: int8 ``PD_*`` flags, int64 the time
+        # (ns) its KV load lands, int32 the tokens it loads. Shape (C, R) when some config has
+        # ``kv_transfer``, else (C, 1) (never read).
+        "pd",
+        "xfer_ns",
+        "xfer_tok",  # int32 the tokens its KV load carries (prompt past the local hit)
     ],
 )
 
@@ -247,6 +269,9 @@ Queues = namedtuple(
         # scheduled + the real drafts among them (``step._drafts_scheduled``)
         "sspec",
         "pspec",  # the same per ``plist`` entry (async)
+        # ``kv_holding_waiting`` ring buffer (disaggregated decode side);
+        # (C, R) when some config has ``kv_transfer``, else (C, 1)
+        "hq",
     ],
 )
 
@@ -282,13 +307,19 @@ def rows(record: tuple, c: int) -> tuple:
 
 
 def allocate(
-    num_configs: int, num_requests: int, trace_steps: int = 0, log_entries: int = 0
+    num_configs: int,
+    num_requests: int,
+    trace_steps: int = 0,
+    log_entries: int = 0,
+    kv_transfer: bool = False,
 ) -> State:
     """Allocate state for C configs x R requests: zeros, except first/finish,
     first-scheduled and last-token times (-1: none yet). ``entry_ns``/``order``
     are the caller's to fill. Memory is about 133 bytes x C x R plus 5 KB per
-    config (``itl_hist``), plus the traces. The kernel's own scratch (per
-    running thread) is ``kernel_scratch_bytes``."""
+    config (``itl_hist``), plus the traces; ``kv_transfer`` (some config has
+    a disaggregated decode side) adds 17 bytes x C x R (``pd``, ``xfer_ns``,
+    ``xfer_tok``, ``hq``). The kernel's own scratch (per running thread) is
+    ``kernel_scratch_bytes``."""
     c, r = num_configs, num_requests
 
     def z(dt: type) -> np.ndarray:
@@ -315,8 +346,14 @@ def allocate(
         koff=z(np.int32),
         skip=z(np.int32),
         spec=z(np.int32),
+        pd=np.zeros((c, r if kv_transfer else 1), dtype=np.int8),
+        xfer_ns=np.zeros((c, r if kv_transfer else 1), dtype=np.int64),
+        xfer_tok=np.zeros((c, r if kv_transfer else 1), dtype=np.int32),
     )
-    queues = Queues(*(z(np.int32) for _ in Queues._fields))
+    queues = Queues(
+        *(z(np.int32) for _ in Queues._fields[:-1]),
+        np.zeros((c, r if kv_transfer else 1), dtype=np.int32),
+    )
     out = Out(
         counters=np.zeros((c, NOUT_I), dtype=np.int64),
         floats=np.zeros((c, NOUT_F), dtype=np.float64),

@@ -70,6 +70,7 @@ from numba import njit
 from planner import config as K
 from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.kernel import prefix_cache as PC
+from planner.kernel import remote_kv as RKV
 from planner.kernel import state as S
 from planner.kernel.arena import Arenas
 from planner.kernel.arrivals import (
@@ -87,6 +88,7 @@ from planner.kernel.policies import (
     precedes,
     projected_blocks,
 )
+from planner.kernel.remote_kv import finish_loads, leave_inflight, load_wait_ns
 from planner.kernel.state import (
     ATTENDED,
     ATTENDED_W,
@@ -162,7 +164,7 @@ def _init(cfg, rq, k, snap):
     return Scratch(
         np.zeros(NSTEP, dtype=np.int64),
         np.zeros(min(bs, S.FAST_PATH_MAX_BLOCK_SIZE) + 1, dtype=np.int64),
-        np.empty(R if cfg[K.ASYNC] != 0 else 1, dtype=np.int32),
+        np.empty(R if cfg[K.ASYNC] != 0 or cfg[K.XFER] != 0 else 1, dtype=np.int32),
         new_cycle(R, cache_entries, snap),
         np.empty(2 * slots if caching else 1, dtype=np.int32),
     )
@@ -181,7 +183,7 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
             R,
             int(c[K.N]),
             int(c[K.BS]),
-            int(c[K.SEQS]),
+            R if c[K.XFER] != 0 else int(c[K.SEQS]),  # as ``_cache_shape``
             min(most + draft_slack(int(c[K.SPEC_K])), int(c[K.MML])),
             bool(c[K.CACHING] != 0),
         )
@@ -210,7 +212,10 @@ def _cache_shape(cfg, rq):
     slack = draft_slack(cfg[K.SPEC_K])
     for r in range(R):
         longest = max(longest, min(rq.prompt[r] + rq.max_tokens[r] + slack, cfg[K.MML]))
-    return min(cfg[K.SEQS], R), cdiv(longest, cfg[K.BS]) + 1
+    # A disaggregated decode side: requests loading KV hold blocks outside
+    # ``running``, so any request may hold a row.
+    rows = R if cfg[K.XFER] != 0 else min(cfg[K.SEQS], R)
+    return rows, cdiv(longest, cfg[K.BS]) + 1
 
 
 @njit(cache=True)
@@ -1191,6 +1196,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     s[N_PRE] += 1
     _log(o.events, k, k[STEPS], v, 0, S.EV_PREEMPT)
     alone = k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= arrival_limit(cfg, k, R)
+    alone = alone and k[S.O_HOLD_LEN] == 0
     if v == r and alone and not may_receive(k):
         # Alone in the system with nothing left to arrive: the state after this
         # preemption repeats the last one => a cycle.
@@ -1433,6 +1439,113 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _admit_loaded(cfg, rq, st, q, o, s, p, r):
+    """Schedule r, the head of ``kv_holding_waiting`` whose KV has landed, as
+    a new request (``Scheduler.schedule``'s waiting phase with
+    num_computed_tokens > 0): ``allocate_slots`` for its remaining tokens
+    (its last prompt token) on top of the blocks it holds, the gate and the
+    watermark as for any waiting request. Returns False (nothing changed)
+    when they do not fit."""
+    k = o.counters
+    bs, mml = cfg[K.BS], cfg[K.MML]
+    ntok = rq.prompt[r] + st.nout[r]
+    c0, have = st.ncomp[r], st.held[r]
+    num_new = min(ntok - c0, s[BUDGET])
+    if 0 < s[THR_NOW] < num_new:
+        num_new = s[THR_NOW]
+    wm = cfg[K.WM_BLOCKS] if k[N_RUN] > 0 else 0
+    if cfg[K.GATE] != 0 and max(blocks_for_tokens(ntok, mml, bs) - have, 0) + wm > k[FREE]:
+        return False
+    total = blocks_for_tokens(c0 + num_new, mml, bs)
+    need = max(total - have, 0)
+    if need + wm > k[FREE]:
+        return False
+    R = rq.prompt.shape[0]
+    k[S.O_HOLD_HEAD] = (k[S.O_HOLD_HEAD] + 1) % R
+    k[S.O_HOLD_LEN] -= 1
+    q.run[k[N_RUN]] = r
+    k[N_RUN] += 1
+    st.status[r] = S.RUNNING
+    _log(o.events, k, k[STEPS], r, c0, S.EV_ADMIT)
+    k[FREE] -= need
+    if p is not None and need > 0:
+        PC.get_new_blocks(need, p.slot_of[r], have, p)
+        PC.cache_blocks(r, min(c0 + num_new, ntok), bs, rq, p)
+    st.held[r] = have + need
+    RKV.set_inflight(st, r, c0 + num_new < ntok)
+    _add_to_batch(r, num_new, c0, ntok, q, s, -1, _priced_window(cfg), cfg[K.PRICE_WIN2])
+    s[N_ADM] += 1
+    return True
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _schedule_waiting_pd(cfg, rq, st, q, o, sc, p):
+    """``Scheduler.schedule``, waiting phase, on a disaggregated decode side
+    (``planner.kv_transfer``): ``kv_holding_waiting`` is drained first, a
+    request whose load has not landed skipped
+    (``_handle_blocked_waiting_request``) and one whose load landed
+    promoted (``_update_waiting_for_remote_kv``) and scheduled; then
+    ``waiting``, where a remote request starts its load (``RKV.start_load``)
+    and moves to ``kv_holding_waiting`` without counting against
+    max_num_seqs, and a local one is admitted as on any server. Strict
+    head-of-line blocking in both queues; skipped and loading requests go
+    back to the front of ``kv_holding_waiting`` in their order (priority
+    policy: in priority order)."""
+    k = o.counters
+    s = sc.step
+    R = rq.prompt.shape[0]
+    n_skip = 0
+    n_run_sched = s[N_SCHED]
+    while s[BUDGET] > 0:
+        hold = k[S.O_HOLD_LEN] > 0
+        if (not hold and k[WL] == 0) or k[N_RUN] >= k[S.O_SEQS]:
+            break
+        if hold:
+            r = q.hq[k[S.O_HOLD_HEAD]]
+            if st.pd[r] & S.PD_LOADING:
+                if not st.pd[r] & S.PD_RECV:
+                    sc.skipbuf[n_skip] = r
+                    n_skip += 1
+                    k[S.O_HOLD_HEAD] = (k[S.O_HOLD_HEAD] + 1) % R
+                    k[S.O_HOLD_LEN] -= 1
+                    continue
+                RKV.update_waiting_for_remote_kv(cfg, rq, st, p, r)
+            if not _admit_loaded(cfg, rq, st, q, o, s, p, r):
+                break
+            continue
+        r = q.wq[k[WH]]
+        if st.pd[r] & S.PD_REMOTE:
+            if not RKV.start_load(cfg, rq, st, q, k, s, p, r):
+                break
+            k[WH] = (k[WH] + 1) % R
+            k[WL] -= 1
+            sc.skipbuf[n_skip] = r
+            n_skip += 1
+            continue
+        a = _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched)
+        if a[4] < 0:
+            break
+        _admit(cfg, rq, st, q, o, s, p, r, a)
+        RKV.set_inflight(st, r, a[0] + a[4] < rq.prompt[r] + st.nout[r])
+    if cfg[K.POLICY] == 1:  # ``PriorityRequestQueue.prepend_requests`` re-sorts
+        for j in range(n_skip):
+            k[S.O_HOLD_LEN] = _enqueue_sorted(
+                sc.skipbuf[j], q.hq, k[S.O_HOLD_HEAD], k[S.O_HOLD_LEN], rq.priority, st.entry_ns
+            )
+    else:
+        for j in range(n_skip - 1, -1, -1):  # back in front, in their order
+            k[S.O_HOLD_HEAD] = (k[S.O_HOLD_HEAD] - 1 + R) % R
+            q.hq[k[S.O_HOLD_HEAD]] = sc.skipbuf[j]
+            k[S.O_HOLD_LEN] += 1
+
+
+_schedule_waiting_pd_if = gated(_schedule_waiting_pd)
+_finish_loads_if = gated(finish_loads)
+_load_wait_ns_if = gated(load_wait_ns, 0)
+_leave_inflight_if = gated(leave_inflight)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _schedule_waiting(cfg, rq, st, q, o, sc, p):
     """``Scheduler.schedule``, waiting phase (skipped in a step that preempted):
     admit from the head while budget and max_num_seqs allow; strict
@@ -1440,6 +1553,9 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
     preempted request whose stale output is still in flight. Projected
     admission (``policies.py``, a named option) also refuses a head whose
     completion would overfill the pool."""
+    if cfg[K.XFER] != 0:  # a disaggregated decode side
+        _schedule_waiting_pd_if(rq.features.extras, cfg, rq, st, q, o, sc, p)
+        return
     k = o.counters
     s = sc.step
     R = rq.prompt.shape[0]
@@ -1488,7 +1604,7 @@ def _begin_step(cfg, k, s):
         s[j] = 0
     s[START] = k[CLOCK]
     s[BUDGET] = cfg[K.MNBT]
-    alone = k[N_RUN] + k[WL] <= 1 and cfg[K.COMPAT] == 0
+    alone = k[N_RUN] + k[WL] + k[S.O_HOLD_LEN] <= 1 and cfg[K.COMPAT] == 0
     s[THR_NOW] = 0 if alone else cfg[K.THR]
 
 
@@ -1496,7 +1612,7 @@ def _begin_step(cfg, k, s):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _step_time(cfg, cfgf, rq, k, s):
+def _step_time(cfg, cfgf, rq, st, q, k, s):
     """Advance the clock by the step's duration (``planner.latency.step_time``; an empty
     step runs no model; ``rq.lat_tables`` holds the measured tables; compat
     blis: ``latency.blis_step_ns``, whole microseconds, docs/blis-compat.md
@@ -1504,6 +1620,14 @@ def _step_time(cfg, cfgf, rq, k, s):
     p_tok, d_tok = s[PREFILL], s[DECODE]
     ip = cfg[K.B0 : K.B2 + 1]
     tab = rq.lat_tables[cfg[K.LAT_TABLE]]
+    if p_tok + d_tok == 0 and k[S.O_LOADS] > 0:  # waits for a KV load (remote_kv.py)
+        dt = _load_wait_ns_if(rq.features.extras, cfg, st, q, k)
+        s[S.WAITED] = 1
+        k[CLOCK] += dt
+        k[STEPS] += 1
+        k[S.O_ZERO_STEPS] += 1
+        k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
+        return dt
     if cfg[K.COMPAT] != 0:
         dt = _blis_step_ns_if(rq.features.extras, ip, p_tok, d_tok)
     else:
@@ -1538,13 +1662,14 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
     the step's duration to ``F_KV_BLOCK_NS``; a request scheduled for the
     first time gets ``sched_ns`` (the step's start)."""
     k = o.counters
-    _log(o.events, k, k[STEPS] - 1, k[N_RUN], k[WL], S.EV_STATE)
+    _log(o.events, k, k[STEPS] - 1, k[N_RUN], k[WL] + k[S.O_HOLD_LEN], S.EV_STATE)
     _log(o.events, k, k[STEPS] - 1, -1, k[FREE], S.EV_FREE)
     o.floats[S.F_KV_BLOCK_NS] += (k[S.O_USABLE] - k[FREE]) * dt
     async_ = cfg[K.ASYNC] != 0
     linear = cfg[K.LAT_KIND] == LINEAR
     blis = cfg[K.COMPAT] != 0
     spec = cfg[K.SPEC_K] > 0
+    xfer = cfg[K.XFER] != 0
     n_sched, n_tok = s[N_SCHED], s[PREFILL] + s[DECODE]
     for j in range(n_sched):
         r = q.slist[j]
@@ -1569,6 +1694,8 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
         if spec:  # speculative decoding: ``_drafts_scheduled``
             q.sspec[j] = _drafts_scheduled_if(rq.features.extras, cfg, st, u, c0 + n, known)
             drafts = q.sspec[j] >> 5
+        if xfer and c0 + n >= known:  # no longer prefilling (remote_kv.py)
+            _leave_inflight_if(rq.features.extras, st, u)
         if async_:
             st.infl[u] += n
             if c0 + n >= known:
@@ -1695,6 +1822,9 @@ def _check_invariants(cfg, st, q, k, p):
     used = 0
     for i in range(k[N_RUN]):
         used += _pool_blocks(cfg, st, q.run[i])
+    R = q.hq.shape[0]
+    for j in range(k[S.O_HOLD_LEN]):  # kv_holding_waiting holds blocks too
+        used += _pool_blocks(cfg, st, q.hq[(k[S.O_HOLD_HEAD] + j) % R])
     if p is not None:  # prefix caching
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]
@@ -1718,7 +1848,7 @@ def _write_trace(o, s):
     row_[S.T_PREFILL] = s[PREFILL]
     row_[S.T_DECODE] = s[DECODE]
     row_[S.T_RUNNING] = k[N_RUN]
-    row_[S.T_WAITING] = k[WL]
+    row_[S.T_WAITING] = k[WL] + k[S.O_HOLD_LEN]
     row_[S.T_FREE] = k[FREE]
     row_[S.T_PREEMPTED] = s[N_PRE]
     row_[S.T_FINISHED] = s[N_FIN]
@@ -1742,7 +1872,7 @@ def _end_step(cfg, st, q, o, s, p, check):
         _check_invariants(cfg, st, q, k, p)
     _write_trace(o, s)
     frozen = s[PREFILL] + s[DECODE] == 0 and s[N_PRE] == 0 and s[N_FLIGHT] == 0
-    frozen = frozen and s[N_ADM] == 0
+    frozen = frozen and s[N_ADM] == 0 and s[S.WAITED] == 0
     if frozen or s[CYCLE] != 0:
         k[S.O_LIVELOCKED] = 1
         k[S.O_LIVELOCK_STEP] = k[STEPS] - 1
@@ -1781,6 +1911,7 @@ def fast_path_allowed(cfg, o, use_macro):
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
     macro = macro and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0 and cfg[K.PRICE_WIN2] == 0
     macro = macro and cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW] == 1 and cfg[K.SPEC_K] == 0
+    macro = macro and cfg[K.XFER] == 0
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 
 
@@ -1806,7 +1937,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
         if routed and k[CLOCK] >= k[S.O_ROUTE_UNTIL]:
             return PAUSED  # the router first sends what arrived by now
         _arrivals(cfg, rq, st, q, k)
-        if k[N_RUN] == 0 and k[WL] == 0:
+        if k[N_RUN] == 0 and k[WL] == 0 and k[S.O_HOLD_LEN] == 0:
             k[S.O_N_PEND] = 0  # only finished requests can still have output in flight
             if k[NXT] >= arrival_limit(cfg, k, R):
                 if routed:
@@ -1834,13 +1965,15 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
         _schedule_running(cfg, rq, st, q, o, sc.step, p)
         if sc.step[N_PRE] == 0:
             _schedule_waiting(cfg, rq, st, q, o, sc, p)
-        dt = _step_time(cfg, cfgf, rq, k, sc.step)
+        dt = _step_time(cfg, cfgf, rq, st, q, k, sc.step)
         _update_after_schedule(cfg, dt, rq, st, q, o, sc.step)
         if async_:
             f = rq.features.extras
             _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p)
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
+        if k[S.O_LOADS] > 0:
+            _finish_loads_if(rq.features.extras, st, q, k)
         if _end_step(cfg, st, q, o, sc.step, p, check):
             break
         if livelock_proven(cfg, st, q, k, p, sc.cycle):  # a state repeated (cycle.py)

@@ -49,7 +49,9 @@ ON = True  # a marker: some config of the run uses the feature
 # ``arrivals.release``), compat blis (cfg[K.COMPAT] != 0:
 # ``latency.blis_step_ns``, ``step._blis_last_slot``) or speculative
 # decoding (cfg[K.SPEC_K] != 0: ``step._update_from_output_spec``,
-# ``step._drafts``, ``step._padded``). None: none does.
+# ``step._drafts``, ``step._padded``) or a disaggregated decode side
+# (cfg[K.XFER] != 0: ``step._schedule_waiting_pd``, ``kernel/remote_kv.py``).
+# None: none does.
 Features = namedtuple("Features", "extras")
 
 PLAIN = Features(None)
@@ -63,7 +65,7 @@ def features_of(cfg: np.ndarray, next_turn: np.ndarray) -> Features:
     ``next_turn`` ((R,) int32, -1 for none). Pure; raises nothing."""
     used = bool(np.any(cfg[:, K.ASYNC] != 0) or np.any(cfg[:, K.CONC] != 0))
     used = used or bool(np.any(cfg[:, K.COMPAT] != 0) or np.any(next_turn >= 0))
-    used = used or bool(np.any(cfg[:, K.SPEC_K] != 0))
+    used = used or bool(np.any(cfg[:, K.SPEC_K] != 0) or np.any(cfg[:, K.XFER] != 0))
     return ALL if used else PLAIN
 
 
@@ -78,7 +80,13 @@ def describe(f: Features, caching: bool = False) -> str:
     messages: 'plain' or 'with ...'."""
     parts = ["prefix caching"] if caching else []
     if f.extras is not None:
-        parts += ["async scheduling", "closed loop", "compat blis", "speculative decoding"]
+        parts += [
+            "async scheduling",
+            "closed loop",
+            "compat blis",
+            "speculative decoding",
+            "a disaggregated decode side",
+        ]
     if not parts:
         return "plain"
     return "with " + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1])

@@ -82,6 +82,10 @@ class Workload:
     # send time is found by the simulation). Turn k's tokens begin with turn
     # k - 1's prompt and output, so their blocks are shared (prefix caching).
     session: np.ndarray | None = None
+    # Disaggregated decode side (``planner.kv_transfer``): remote[i] (R,) bool
+    # says request i's prompt was prefilled elsewhere and its KV is loaded
+    # (vLLM's ``kv_transfer_params.do_remote_prefill``); None: none is.
+    remote: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -91,6 +95,8 @@ class Workload:
             self._check_sessions(n)
         if self.hash_ids is not None or self.hash_offsets is not None:
             self._check_hashes(n)
+        if self.remote is not None and len(self.remote) != n:
+            raise WorkloadError(f"{self.name}: remote array differs in length")
         if self.priority is not None and len(self.priority) != n:
             raise WorkloadError(f"{self.name}: priority array differs in length")
         if (self.prefix_group is None) != (self.prefix_len is None):

@@ -1,0 +1,277 @@
+"""``plan run --prefill-replicas P``: a disaggregated prefill/decode deployment.
+
+The options of ``plan run`` describe the decode replicas (``--replicas`` of
+them, on ``--gpu`` at ``--tensor-parallel-size``); ``--prefill-replicas``,
+``--prefill-gpu`` and ``--prefill-tensor-parallel-size`` the prefill pool,
+which otherwise has the same settings; ``--kv-transfer-bandwidth`` and
+``--kv-transfer-latency`` the link (``planner.kv_transfer``). The simulation
+is ``planner.disagg.simulate_disaggregated``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import typer
+
+from planner import resolve
+from planner.cli import options as opt
+from planner.cli import server
+from planner.cli.inert import given
+from planner.cli.json_out import print_json
+from planner.config import SchedulerConfig
+from planner.disagg import DisaggResult, Pool, simulate_disaggregated, summarize_disaggregated
+from planner.kv_transfer import KVTransfer
+from planner.latency.step_time import Latency
+from planner.metrics import LIVELOCKED, OVERLOADED
+from planner.slo import SLO
+from planner.sweep.store import atomic_write_bytes
+from planner.workload.arrays import Workload
+
+EXIT_FAILURE_VERDICT = 1  # --fail-on: the outcome is one of the given classes (plan run's)
+# vLLM's KV connector for disaggregated serving (NixlConnector, both roles
+# ``kv_both`` as vLLM's disaggregated_serving example starts them).
+KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+ONLY_WITH_PREFILL = (
+    "prefill_gpu",
+    "prefill_tensor_parallel_size",
+    "kv_transfer_bandwidth",
+    "kv_transfer_latency",
+)
+NOT_WITH_PREFILL = ("trace", "out", "max_concurrency", "think_time", "turns", "router")
+
+
+def check_options(ctx: typer.Context, o: dict[str, Any]) -> None:
+    """Refuse options that would not act (one line, ``ValueError``): the
+    prefill pool's and the link's without --prefill-replicas, and with it the
+    outputs and client models the disaggregated run does not have yet."""
+    if o["prefill_replicas"] < 0:
+        raise ValueError(f"--prefill-replicas must be >= 0, got {o['prefill_replicas']}")
+    if o["prefill_replicas"] == 0:
+        for name in ONLY_WITH_PREFILL:
+            if given(ctx, name):
+                raise ValueError(f"--{name.replace('_', '-')} needs --prefill-replicas > 0")
+        return
+    for name in NOT_WITH_PREFILL:
+        if given(ctx, name):
+            raise ValueError(
+                f"--{name.replace('_', '-')} is not simulated with --prefill-replicas yet "
+                "(the router is vLLM's disaggregated proxy: round robin)"
+            )
+
+
+def run(
+    ctx: typer.Context,
+    o: dict[str, Any],
+    decode: tuple[SchedulerConfig, Latency],
+    wl: Workload,
+    slo: SLO,
+    fail_classes: frozenset[str],
+    settings: tuple[dict, str],
+) -> None:
+    """Simulate the deployment and print it (text, or --json; ``settings``:
+    the resolved server and what it assumes, ``server.print_settings``).
+    Raises ValueError (one line) for a prefill pool that cannot start, a bad
+    link or --fail-on classes it cannot judge; ``typer.Exit(1)`` when the
+    outcome is one of ``fail_classes``."""
+    if fail_classes - {LIVELOCKED, OVERLOADED}:
+        raise ValueError("--fail-on takes livelocked and overloaded with --prefill-replicas")
+    if not o["as_json"]:
+        server.print_settings(settings[0], also=settings[1])
+    summary = _simulate(ctx, o, decode, wl, slo)
+    failed = summary["livelocked"] and LIVELOCKED in fail_classes
+    if failed or (OVERLOADED in fail_classes and summary["overloaded"]):
+        raise typer.Exit(EXIT_FAILURE_VERDICT)
+
+
+def _simulate(
+    ctx: typer.Context,
+    o: dict[str, Any],
+    decode: tuple[SchedulerConfig, Latency],
+    wl: Workload,
+    slo: SLO,
+) -> dict:
+    """Simulate the deployment and print it. Returns the summary
+    (``summarize_disaggregated``)."""
+    decode_cfg, decode_lat = decode
+    if wl.session is not None or wl.hash_ids is not None:
+        raise ValueError(
+            "--prefill-replicas: multi-turn sessions and block-hash traces are not routed "
+            "through a disaggregated deployment yet"
+        )
+    prefill_cfg, prefill_lat = _prefill_pool(ctx, o, decode_cfg)
+    kv = _link(o, decode_cfg)
+    decode = Pool(decode_cfg.replicas, dataclasses.replace(decode_cfg, replicas=1), decode_lat)
+    prefill = Pool(o["prefill_replicas"], prefill_cfg, prefill_lat)
+    res = simulate_disaggregated(wl, decode, prefill, kv)
+    summary = summarize_disaggregated(res, slo)
+    if o["requests_out"] is not None:
+        _write_requests(o["requests_out"], res)
+    facts = _facts(o, prefill, decode, kv)
+    if o["as_json"]:
+        print_json({"disaggregated": facts, "summary": _jsonable(summary)})
+    else:
+        _print(facts, summary, slo)
+    return summary
+
+
+def _prefill_pool(
+    ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig
+) -> tuple[SchedulerConfig, Latency]:
+    """One prefill replica's config and step time: the decode replicas'
+    settings on --prefill-gpu at --prefill-tensor-parallel-size, its pool
+    sized for them (``resolve.num_gpu_blocks``; --num-gpu-blocks, when given,
+    sizes both pools)."""
+    gpu = o["prefill_gpu"] or o["gpu"]
+    tp = o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
+    if o["prefill_gpu"] is not None and o["gpu"] is None:
+        raise ValueError("--prefill-gpu needs --gpu (the decode replicas' GPU)")
+    try:
+        return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp)
+    except ValueError as e:
+        raise ValueError(f"the prefill replicas: {e}") from None
+
+
+def _prefill_pool_at(
+    ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig, gpu: str | None, tp: int
+) -> tuple[SchedulerConfig, Latency]:
+    """``_prefill_pool`` on ``gpu`` at ``tp``."""
+    model, quant, kv_dtype = o["model"], o["quantization"], o["kv_cache_dtype"]
+    lat = opt.step_time(
+        o["latency"], model, gpu, tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
+        o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
+        latency_given=given(ctx, "latency"),
+    )  # fmt: skip
+    blocks, _ = resolve.num_gpu_blocks(
+        o["num_gpu_blocks"], model, gpu, o["gpu_memory_utilization"], decode_cfg.block_size, tp,
+        decode_cfg.num_gpu_blocks, quantization=quant, kv_cache_dtype=kv_dtype,
+        max_num_batched_tokens=decode_cfg.max_num_batched_tokens,
+        max_num_seqs=decode_cfg.max_num_seqs, full_attention_only=False, simulated=True,
+        disable_hybrid_kv_cache_manager=o["disable_hybrid_kv_cache_manager_given"],
+    )  # fmt: skip
+    cfg = dataclasses.replace(decode_cfg, num_gpu_blocks=blocks, replicas=1)
+    return cfg, lat
+
+
+def _link(o: dict[str, Any], decode_cfg: SchedulerConfig) -> KVTransfer:
+    """The link each decode GPU pulls its share of a request's KV over: the
+    model's KV bytes per token per GPU (``SchedulerConfig.kv_block_bytes``
+    over block_size: the decode replica's tensor-parallel shard)."""
+    per_token = decode_cfg.kv_block_bytes / decode_cfg.block_size
+    return KVTransfer.from_link(per_token, o["kv_transfer_bandwidth"], o["kv_transfer_latency"])
+
+
+def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> dict:
+    """What was simulated, for the output."""
+
+    def pool(p: Pool, gpu: str | None, tp: int) -> dict:
+        return {
+            "replicas": p.replicas,
+            "gpu": gpu,
+            "tensor_parallel_size": tp,
+            "num_gpu_blocks": p.config.num_gpu_blocks,
+            "step_time": p.latency.describe(),
+        }
+
+    ptp = o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
+    out = {
+        "prefill": pool(prefill, o["prefill_gpu"] or o["gpu"], ptp),
+        "decode": pool(decode, o["gpu"], o["tensor_parallel_size"]),
+        "kv_transfer": {
+            "bandwidth_gbps_per_gpu": o["kv_transfer_bandwidth"],
+            "latency_us": o["kv_transfer_latency"],
+            "ms_per_1000_tokens": kv.duration_ns(1000) / 1e6,
+        },
+        "router": "vLLM's disaggregated proxy: round robin, prefill by arrival, "
+        "decode in the order prefills end",
+    }
+    if o["model"] is not None:
+        out["vllm_serve"] = {
+            "prefill": _serve(o, prefill.config, ptp),
+            "decode": _serve(o, decode.config, o["tensor_parallel_size"]),
+        }
+    return out
+
+
+def _serve(o: dict[str, Any], cfg: SchedulerConfig, tp: int) -> str:
+    """``vllm serve`` for one replica of a role, with the KV connector."""
+    from planner.answers.sizing import serve_command
+
+    row = pd.Series(
+        {**cfg.columns(), "tensor_parallel_size": tp,
+         "gpu_memory_utilization": o["gpu_memory_utilization"]}
+    )  # fmt: skip
+    return serve_command(row, o["model"], {"kv_transfer_config": f"'{KV_TRANSFER_CONFIG}'"})
+
+
+def _print(facts: dict, s: dict, slo: SLO) -> None:
+    """The text output."""
+    for role in ("prefill", "decode"):
+        p = facts[role]
+        where = f"{p['gpu']}, TP {p['tensor_parallel_size']}, " if p["gpu"] else ""
+        print(
+            f"{role}: {p['replicas']} replica(s) ({where}{p['num_gpu_blocks']:,} blocks; "
+            f"{p['step_time']})"
+        )
+    x = facts["kv_transfer"]
+    print(
+        f"KV transfer: {x['bandwidth_gbps_per_gpu']:g} GB/s per GPU, {x['latency_us']:g} us "
+        f"per load ({x['ms_per_1000_tokens']:.2f} ms per 1,000 prompt tokens)"
+    )
+    print(f"router: {facts['router']}")
+    print(
+        f"requests {s['requests']:,}: completed {s['completed']:,}, unfinished "
+        f"{s['unfinished']:,}; {s['throughput_rps']:.2f} req/s, {s['output_tps']:,.0f} output tok/s"
+    )
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        parts = [
+            f"p{q} {_fmt_s(s[f'{name}_p{q}'])}{'+' if s[f'{name}_p{q}_is_lower_bound'] else ''}"
+            for q in (50, 90, 99)
+        ]
+        print(f"{name[:-2].upper():5s} " + ", ".join(parts))
+    print(
+        f"KV load: mean {_fmt_s(s['transfer_s_mean'])}, p99 {_fmt_s(s['transfer_s_p99'])}; "
+        f"waiting for decode blocks p99 {_fmt_s(s['kv_wait_s_p99'])}"
+    )
+    for role in ("prefill", "decode"):
+        verdict = "OVERLOADED (falls behind its traffic)" if s[f"{role}_overloaded"] else "keeps up"
+        print(f"{role} pool: {verdict}")
+    if s["livelocked"]:
+        print("a replica LIVELOCKED (a request it can never finish)")
+    if "meets_slo" in s:
+        print(
+            f"SLO {slo.describe()}: {'met' if s['meets_slo'] else 'NOT met'}; "
+            f"goodput {s['goodput_rps']:.2f} req/s"
+        )
+    for role, cmd in facts.get("vllm_serve", {}).items():
+        print(f"vllm serve ({role}): {cmd}")
+    print("(+ = a lower bound: requests unfinished when the run ended)")
+
+
+def _write_requests(path: Path, res: DisaggResult) -> None:
+    """The per-request table: CSV, or Parquet when the name ends in parquet."""
+    if path.name.endswith("parquet"):
+        atomic_write_bytes(path, lambda tmp: res.requests.to_parquet(tmp, index=False))
+    else:
+        atomic_write_bytes(path, lambda tmp: res.requests.to_csv(tmp, index=False))
+
+
+def _jsonable(d: dict) -> dict:
+    """Scalars as JSON values (NaN and inf as null)."""
+    out = {}
+    for k, v in d.items():
+        v = v.item() if hasattr(v, "item") else v
+        out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+    return json.loads(json.dumps(out))
+
+
+def _fmt_s(x: float) -> str:
+    """A duration for the text output: ms below a second, else s; n/a for NaN."""
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x * 1e3:.3g} ms" if x < 1 else f"{x:.3g} s"

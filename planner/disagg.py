@@ -1,0 +1,342 @@
+"""Disaggregated prefill/decode: P prefill replicas, a KV transfer, D decode replicas.
+
+The deployment vLLM's disaggregated serving runs (``--kv-transfer-config``
+with NixlConnector, behind a proxy), simulated stage by stage:
+
+1. **Router, prefill side.** vLLM's reference proxy
+   (``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``, which
+   ``examples/online_serving/disaggregated_serving`` runs) sends each request
+   first to a prefill replica, round robin in arrival order, with
+   ``max_tokens`` 1 and ``do_remote_decode``. The prefill pool is simulated
+   as a colocated fleet of P replicas behind the planner's round-robin router
+   (``kernel/fleet.py``); a request's prefill ends with its one output token.
+2. **Router, decode side.** When the prefill answers, the proxy sends the
+   original request (``do_remote_prefill``) to a decode replica, round robin
+   in the order the prefills end. Its decode arrival is its prefill's end
+   (the proxy's hop and the response's transit are not modelled: a named
+   difference, zero).
+3. **Decode side.** Each decode replica runs vLLM's scheduler with the KV
+   connector's rules (``planner.kv_transfer``, kernel and reference engine,
+   checked against vLLM 0.33's goldens): the request waits in
+   ``WAITING_FOR_REMOTE_KVS`` with its prompt's blocks while its KV loads
+   (``KVTransfer.duration_ns`` from the load's start), then decodes; its first
+   token there is its first token to the client (the prefill's token is not
+   streamed: the proxy streams the decode replica's answer).
+
+With no prefill pool (P = 0) the decode replicas serve colocated, each
+request to one of them round robin in arrival order: the fleet the planner
+simulates for ``--replicas D --router round_robin`` (a test holds them equal
+bit for bit).
+
+Differences from a real deployment, named: the prefill replica frees a
+request's blocks when it finishes (vLLM holds them until the decode side has
+read them, ``request_finished``'s ``delay_free_blocks``; a prefill pool near
+its KV limit is optimistic by the blocks of transfers in flight); the decode
+router is round robin, not llm-d's load- and cache-aware scorers; transfers
+do not contend for the link (each has the whole bandwidth).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from planner import config as K
+from planner import replicas as RP
+from planner.api import SimResult, simulate
+from planner.config import SchedulerConfig
+from planner.kernel import state as S
+from planner.kv_transfer import KVTransfer
+from planner.latency.step_time import Latency
+from planner.metrics import latency_stats
+from planner.slo import SLO
+from planner.workload.arrays import Workload
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One role's replicas: how many, each one's scheduler config (its pool
+    size from its own GPU and tensor parallelism) and step-time model.
+
+    Raises:
+        ValueError: replicas < 1, or a config that already has replicas or a
+            KV transfer of its own (one line).
+    """
+
+    replicas: int
+    config: SchedulerConfig
+    latency: Latency
+
+    def __post_init__(self) -> None:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int):
+            raise ValueError(f"replicas must be an integer, got {self.replicas!r}")
+        if self.replicas < 1:
+            raise ValueError(f"a pool needs at least 1 replica, got {self.replicas}")
+        if self.config.replicas != 1 or self.config.kv_transfer is not None:
+            raise ValueError("a Pool's config is one replica's: replicas 1, no kv_transfer")
+
+
+@dataclass
+class DisaggResult:
+    """What ``simulate_disaggregated`` found.
+
+    Attributes:
+        requests: one row per request (arrival order): ``arrival_s``,
+            ``prompt_tokens``, ``max_tokens``, ``prefill_replica`` (-1 with no
+            prefill pool), ``prefill_end_s`` (NaN: none, or never ended),
+            ``decode_replica`` (-1: never reached one), ``decode_arrival_s``,
+            ``kv_load_start_s``, ``kv_landed_s``, ``transfer_s`` (the load's
+            duration), ``first_token_s``, ``finish_s``, ``output_tokens``,
+            ``ttft_s``, ``tpot_s``, ``e2e_s`` (client view: from its arrival;
+            NaN where not reached), ``done`` (bool) and ``preemptions`` (on the
+            decode replica).
+        prefill: the prefill pool's run (None with no prefill pool).
+        decode: each decode replica's run, replica order (None for a replica
+            sent nothing).
+    """
+
+    requests: pd.DataFrame
+    prefill: SimResult | None
+    decode: list[SimResult | None]
+
+
+def simulate_disaggregated(
+    workload: Workload,
+    decode: Pool,
+    prefill: Pool | None = None,
+    kv_transfer: KVTransfer | None = None,
+) -> DisaggResult:
+    """Simulate P prefill replicas (``prefill``; None: none, colocated decode
+    replicas), the KV transfer (``kv_transfer``, required with a prefill pool)
+    and D decode replicas (``decode``) on ``workload`` (module docstring).
+
+    Raises:
+        ValueError: a prefill pool without ``kv_transfer``, or the pools'
+            configs refuse it (one line).
+    """
+    if prefill is not None and kv_transfer is None:
+        raise ValueError("a prefill pool needs a kv_transfer (the link to the decode replicas)")
+    arrival_ns = np.round(workload.arrival_s * 1e9).astype(np.int64)
+    if prefill is None:
+        ready_ns = arrival_ns.copy()
+        pre, pre_rep, pre_end = None, np.full(workload.num_requests, -1), None
+        remote, dcfg = None, decode.config
+    else:
+        pre, pre_rep, ready_ns = _prefill_pool(workload, prefill)
+        pre_end = ready_ns
+        remote, dcfg = True, dataclasses.replace(decode.config, kv_transfer=kv_transfer)
+    dec_rep, runs = _decode_pool(workload, ready_ns, decode.replicas, dcfg, decode.latency, remote)
+    df = _requests_frame(workload, arrival_ns, pre_rep, pre_end, ready_ns, dec_rep, runs)
+    return DisaggResult(df, pre, [r for r, _ in runs])
+
+
+def _prefill_pool(workload: Workload, pool: Pool) -> tuple[SimResult, np.ndarray, np.ndarray]:
+    """The prefill pool's run (each request with one output token, as the
+    proxy asks), the replica each request went to, and when each prefill
+    ended (ns; -1 never: rejected, or the run stopped first)."""
+    wl = dataclasses.replace(
+        workload, output_tokens=np.ones(workload.num_requests, dtype=np.int32), remote=None
+    )
+    cfg = dataclasses.replace(pool.config, replicas=pool.replicas, router="round_robin")
+    res = simulate([cfg], wl, pool.latency)
+    rep = np.zeros(workload.num_requests, dtype=np.int64)
+    if res.fleet is not None:  # the replica the round-robin router sent each to
+        lay = res.fleet.layout
+        rep = RP.owners(res.fleet.state, lay)[0] - lay.starts[0]
+    return res, rep, res.state.req.finish_ns[0].copy()
+
+
+def _decode_pool(
+    workload: Workload,
+    ready_ns: np.ndarray,
+    replicas: int,
+    cfg: SchedulerConfig,
+    latency: Latency,
+    remote: bool | None,
+) -> tuple[np.ndarray, list[tuple[SimResult | None, np.ndarray]]]:
+    """Route the requests that reached the decode side (``ready_ns`` >= 0)
+    round robin in the order they got there (ties by index) and run each
+    replica on its share. Returns the replica of each request (-1: none)
+    and, per replica, (its run or None, the request indices it served, in
+    its workload's order)."""
+    reached = np.flatnonzero(ready_ns >= 0)
+    order = reached[np.argsort(ready_ns[reached], kind="stable")]
+    rep = np.full(workload.num_requests, -1)
+    rep[order] = np.arange(order.size) % replicas
+    runs: list[tuple[SimResult | None, np.ndarray]] = []
+    for j in range(replicas):
+        idx = order[rep[order] == j]
+        if idx.size == 0:
+            runs.append((None, idx))
+            continue
+        wl = _subset(workload, idx, ready_ns[idx], remote)
+        runs.append((simulate([cfg], wl, latency), idx))
+    return rep, runs
+
+
+def _subset(
+    workload: Workload, idx: np.ndarray, ready_ns: np.ndarray, remote: bool | None
+) -> Workload:
+    """The requests ``idx`` arriving at ``ready_ns``, with the fields a
+    replica reads (priorities, prefix groups, block hashes are not carried:
+    sessions and hash ids are refused with a prefill pool by the caller)."""
+
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[idx]
+
+    return Workload(
+        ready_ns / 1e9,
+        workload.prompt_tokens[idx],
+        workload.output_tokens[idx],
+        name=workload.name,
+        priority=pick(workload.priority),
+        prefix_group=pick(workload.prefix_group),
+        prefix_len=pick(workload.prefix_len),
+        remote=None if remote is None else np.ones(idx.size, dtype=bool),
+    )
+
+
+def _requests_frame(
+    workload: Workload,
+    arrival_ns: np.ndarray,
+    pre_rep: np.ndarray,
+    pre_end: np.ndarray | None,
+    ready_ns: np.ndarray,
+    dec_rep: np.ndarray,
+    runs: list[tuple[SimResult | None, np.ndarray]],
+) -> pd.DataFrame:
+    """``DisaggResult.requests`` (its docstring lists the columns)."""
+    n = workload.num_requests
+    first = np.full(n, -1, dtype=np.int64)
+    finish = np.full(n, -1, dtype=np.int64)
+    nout = np.zeros(n, dtype=np.int64)
+    npre = np.zeros(n, dtype=np.int64)
+    landed = np.full(n, -1, dtype=np.int64)
+    xfer = np.full(n, np.nan)
+    a2 = np.zeros(n)
+    for res, idx in runs:
+        if res is None:
+            continue
+        st = res.state.req
+        first[idx], finish[idx] = st.first_ns[0], st.finish_ns[0]
+        nout[idx], npre[idx] = st.nout[0], st.npre[0]
+        kv = res.configs[0].kv_transfer
+        if kv is not None:
+            started = (st.pd[0] & S.PD_REMOTE) == 0
+            landed[idx] = np.where(started, st.xfer_ns[0], -1)
+            took = np.array([kv.duration_ns(int(t)) for t in st.xfer_tok[0]]) / 1e9
+            xfer[idx] = np.where(started, took, np.nan)
+        a2[idx] = res.cfg[0, K.A2] / 1e9
+
+    def s(ns: np.ndarray) -> np.ndarray:
+        return np.where(ns >= 0, ns / 1e9, np.nan)
+
+    arr = arrival_ns / 1e9
+    done = finish >= 0
+    ttft = np.where(first >= 0, s(first) - arr + a2, np.nan)
+    tpot = np.where(
+        done & (nout >= 2), (s(finish) - s(first)) / np.maximum(nout - 1, 1) + a2, np.nan
+    )
+    return pd.DataFrame(
+        {
+            "request": np.arange(n),
+            "arrival_s": arr,
+            "prompt_tokens": workload.prompt_tokens,
+            "max_tokens": workload.output_tokens,
+            "prefill_replica": pre_rep,
+            "prefill_end_s": np.full(n, np.nan) if pre_end is None else s(pre_end),
+            "decode_replica": dec_rep,
+            "decode_arrival_s": s(ready_ns),
+            "kv_landed_s": s(landed),
+            "transfer_s": xfer,
+            "kv_load_start_s": s(landed) - xfer,
+            "first_token_s": s(first),
+            "finish_s": s(finish),
+            "output_tokens": nout,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": np.where(done, s(finish) - arr + a2 * nout, np.nan),
+            "done": done,
+            "preemptions": npre,
+        }
+    )
+
+
+def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
+    """The whole deployment's figures, client view (one dict of scalars).
+
+    ``requests``, ``completed``, ``unfinished`` (never finished: at the end
+    of the last pool's run they count as lower bounds in the statistics);
+    ``throughput_rps`` and ``output_tps`` over the span from the first
+    arrival to the last finish; ``ttft_s_*``, ``tpot_s_*``, ``e2e_s_*`` (mean,
+    p50, p90, p99, each with ``_is_lower_bound``; ``metrics.latency_stats``);
+    ``transfer_s_mean``/``_p99`` (KV load duration) and ``kv_wait_s_p99``
+    (decode arrival to the load's start: queueing for blocks);
+    ``prefill_overloaded`` and ``decode_overloaded`` (``metrics.overload`` on
+    each pool's own input: the prefill fleet against the arrivals, each
+    decode replica against its prefilled requests), ``overloaded`` (either),
+    ``decode_preemptions``, ``livelocked`` (any replica), and with an SLO
+    ``goodput_rps`` (finished requests within every given objective, per
+    second of span) and ``meets_slo`` (every given p99 objective holds, no
+    statistic is a lower bound, nothing overloaded or livelocked)."""
+    df = res.requests
+    n = len(df)
+    runs = [r for r in res.decode if r is not None]
+    ends = [int(r.state.out.counters[0, S.O_END_NS]) for r in runs]
+    if res.prefill is not None:
+        ends.append(int(res.prefill.state.out.counters[0, S.O_END_NS]))
+    end_s = max(ends, default=0) / 1e9
+    arr = df["arrival_s"].to_numpy()
+    done = df["done"].to_numpy()
+    waited = np.maximum(end_s - arr, 0.0)
+    out: dict = {"requests": n, "completed": int(done.sum()), "unfinished": int((~done).sum())}
+    span = (df["finish_s"].max() - arr.min()) if done.any() else np.nan
+    out["throughput_rps"] = done.sum() / span if done.any() else 0.0
+    out["output_tps"] = df["output_tokens"][done].sum() / span if done.any() else 0.0
+    no_first = df["first_token_s"].isna().to_numpy()
+    multi_open = ~done & (df["output_tokens"].to_numpy() >= 1) & ~no_first
+    stats = {
+        "ttft_s": (np.where(no_first, waited, df["ttft_s"]), no_first),
+        "tpot_s": (df["tpot_s"].to_numpy(), multi_open),
+        "e2e_s": (np.where(~done, waited, df["e2e_s"]), ~done),
+    }
+    for prefix, (x, cens) in stats.items():
+        for k, v in latency_stats(prefix, x[None, :], cens[None, :]).items():
+            out[k] = v[0].item()
+    xfer = df["transfer_s"].to_numpy()
+    wait = (df["kv_load_start_s"] - df["decode_arrival_s"]).to_numpy()
+    out["transfer_s_mean"] = float(np.nanmean(xfer)) if np.isfinite(xfer).any() else np.nan
+    out["transfer_s_p99"] = float(np.nanpercentile(xfer, 99)) if np.isfinite(xfer).any() else np.nan
+    out["kv_wait_s_p99"] = float(np.nanpercentile(wait, 99)) if np.isfinite(wait).any() else np.nan
+    pre = None if res.prefill is None else res.prefill.metrics().iloc[0]
+    dec = [r.metrics().iloc[0] for r in runs]
+    out["prefill_overloaded"] = bool(pre is not None and pre["overloaded"])
+    out["decode_overloaded"] = any(bool(d["overloaded"]) for d in dec)
+    out["overloaded"] = out["prefill_overloaded"] or out["decode_overloaded"]
+    out["decode_preemptions"] = int(sum(int(d["preemptions"]) for d in dec))
+    out["livelocked"] = any(bool(d["livelocked"]) for d in dec) or bool(
+        pre is not None and pre["livelocked"]
+    )
+    if slo is not None and slo.given():
+        out |= _slo_verdict(df, out, slo, span)
+    return out
+
+
+def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float) -> dict:
+    """``goodput_rps`` and ``meets_slo`` (``summarize_disaggregated``)."""
+    ok = df["done"].to_numpy().copy()
+    verdict = not (out["overloaded"] or out["livelocked"])
+    for name, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("e2e_s", slo.e2e_s)):
+        if limit is None:
+            continue
+        x = df[name].to_numpy()
+        ok &= np.isnan(x) | (x <= limit) if name == "tpot_s" else (x <= limit)
+        p99 = out[f"{name}_p99"]
+        verdict = verdict and p99 <= limit and not out[f"{name}_p99_is_lower_bound"]
+    if slo.itl_s is not None:
+        raise ValueError("--itl-slo is not judged for a disaggregated deployment yet")
+    good = ok.sum() / span if np.isfinite(span) and span > 0 else 0.0
+    return {"goodput_rps": float(good), "meets_slo": bool(verdict)}

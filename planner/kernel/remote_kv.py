@@ -1,0 +1,165 @@
+"""The decode side of disaggregated prefill/decode in the kernel: KV loads.
+
+The rules are vLLM 0.33's (``planner.kv_transfer`` lists them with their
+functions); ``step._schedule_waiting_pd`` composes these pieces with the
+waiting phase. The reference engine (``planner.reference``) implements the
+same rules one class at a time.
+
+Only configs with ``kv_transfer`` (``config.XFER``) reach this module, through
+the ``extras`` marker (``kernel/variant.py``): a plain run compiles none of it.
+State: ``ReqState.pd`` (``state.PD_*`` flags), ``ReqState.xfer_ns`` (when a
+load lands), ``Queues.hq`` (``kv_holding_waiting``, a ring buffer with
+``O_HOLD_HEAD``/``O_HOLD_LEN``) and ``O_LOADS`` (loads in flight).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from planner import config as K
+from planner.capacity import blocks_for_tokens
+from planner.kernel import prefix_cache as PC
+from planner.kernel import state as S
+from planner.kernel.arrivals import arrival_limit, routing_open
+
+INT64_MAX = np.iinfo(np.int64).max
+NOT_DONE = ~np.int8(S.PD_LOADING | S.PD_RECV)
+NOT_INFLIGHT = ~np.int8(S.PD_INFLIGHT)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def reserved_blocks(cfg, rq, st, q, k):
+    """``Scheduler._inflight_prefill_reserved_blocks``: blocks the requests in
+    ``_inflight_prefills`` still need to hold their whole sequence
+    (``_request_remaining_blocks``: cdiv(min(num_tokens, max_model_len),
+    block_size) less the blocks they hold). Only running ones can need any: a
+    request in ``kv_holding_waiting`` holds its whole prompt's blocks, and its
+    num_tokens is its prompt."""
+    bs, mml = cfg[K.BS], cfg[K.MML]
+    total = 0
+    for i in range(k[S.O_RUNNING_END]):
+        r = q.run[i]
+        if st.pd[r] & S.PD_INFLIGHT:
+            full = blocks_for_tokens(rq.prompt[r] + st.nout[r], mml, bs)
+            total += max(full - st.held[r], 0)
+    return total
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def leave_inflight(st, u):
+    """A request whose scheduled chunk reached its known tokens leaves
+    ``_inflight_prefills`` (``Scheduler._update_after_schedule``)."""
+    st.pd[u] &= NOT_INFLIGHT
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def set_inflight(st, r, prefilling):
+    """At admission: in ``_inflight_prefills`` iff its prefill goes on after
+    this step's chunk (``Scheduler.schedule``)."""
+    if prefilling:
+        st.pd[r] |= S.PD_INFLIGHT
+    else:
+        st.pd[r] &= NOT_INFLIGHT
+
+
+@njit(cache=True, inline="always")
+def _cache_stats(k, ntok, hit_tokens, preempted):
+    """``KVCacheManager.record_prefix_cache_stats``, recorded when the load
+    starts (``step._record_cache_stats``' rule)."""
+    if preempted:
+        k[S.O_PC_PRE_QUERIES] += ntok
+        k[S.O_PC_PRE_HITS] += hit_tokens
+    else:
+        k[S.O_PC_QUERIES] += ntok
+        k[S.O_PC_HITS] += hit_tokens
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def start_load(cfg, rq, st, q, k, s, p, r):
+    """The waiting head r, remote and fresh, starts its KV load if its blocks
+    fit (``Scheduler.schedule``'s ``load_kv_async`` path): the connector loads
+    every prompt token past the local prefix-cache hit
+    (``NixlConnectorScheduler.get_num_new_matched_tokens``); ``allocate_slots``
+    with no token to compute checks the whole-sequence gate and the watermark
+    (none with ``running`` empty), then takes the prompt's blocks out of the
+    free blocks less ``reserved_blocks`` (``reserved_blocks=``), caching none
+    yet (``delay_cache_blocks``). Returns False (nothing changed) if they do
+    not fit; else r holds them with num_computed_tokens = its prompt, is
+    WAITING_FOR_REMOTE_KVS and in ``_inflight_prefills``, and its load lands
+    at the step's start + ``KVTransfer.duration_ns``. The caller moves it to
+    ``kv_holding_waiting``."""
+    bs, mml = cfg[K.BS], cfg[K.MML]
+    ntok = rq.prompt[r] + st.nout[r]
+    wm = cfg[K.WM_BLOCKS] if k[S.O_RUNNING_END] > 0 else 0
+    nhit, evictable = 0, 0
+    if p is not None:  # prefix caching: the local hit
+        nhit, evictable = PC.lookup(r, PC.max_hit_blocks(ntok, bs), bs, rq, p)
+    c0 = nhit * bs
+    external = rq.prompt[r] - c0
+    full = blocks_for_tokens(ntok, mml, bs)
+    if cfg[K.GATE] != 0 and max(full - nhit, 0) + evictable + wm > k[S.O_FREE]:
+        return False
+    total = blocks_for_tokens(c0 + external, mml, bs)
+    need = total - nhit + evictable
+    if need + wm > k[S.O_FREE] - reserved_blocks(cfg, rq, st, q, k):
+        return False
+    k[S.O_FREE] -= need
+    if p is not None:
+        PC.take_slot(r, p)
+        PC.touch(nhit, p.slot_of[r], p)
+        PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
+        st.koff[r] = 0
+        p.ncached[r] = nhit
+        _cache_stats(k, ntok, c0, st.npre[r] > 0)
+    st.held[r] = total
+    st.ncomp[r] = c0 + external
+    st.pd[r] = (st.pd[r] & ~np.int8(S.PD_REMOTE)) | S.PD_LOADING | S.PD_INFLIGHT
+    st.xfer_ns[r] = s[S.START] + cfg[K.XFER_LAT_NS] + external * cfg[K.XFER_PS] // 1000
+    st.xfer_tok[r] = external
+    k[S.O_LOADS] += 1
+    return True
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def update_waiting_for_remote_kv(cfg, rq, st, p, r):
+    """``Scheduler._update_waiting_for_remote_kv``: r's landed blocks join the
+    prefix cache; a whole-prompt load recomputes its last token (so the next
+    one can be sampled); r is WAITING again."""
+    if p is not None:
+        PC.cache_blocks(r, st.ncomp[r], cfg[K.BS], rq, p)
+    ntok = rq.prompt[r] + st.nout[r]
+    if st.ncomp[r] == ntok:
+        st.ncomp[r] = ntok - 1
+    st.pd[r] &= NOT_DONE
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def finish_loads(st, q, k):
+    """The step's output reports the loads landed by its end
+    (``finished_recving``, ``Scheduler._update_from_kv_xfer_finished``)."""
+    R = q.hq.shape[0]
+    for j in range(k[S.O_HOLD_LEN]):
+        r = q.hq[(k[S.O_HOLD_HEAD] + j) % R]
+        f = st.pd[r]
+        if f & S.PD_LOADING and not f & S.PD_RECV and st.xfer_ns[r] <= k[S.O_END_NS]:
+            st.pd[r] = f | S.PD_RECV
+            k[S.O_LOADS] -= 1
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def load_wait_ns(cfg, st, q, k):
+    """A step that scheduled nothing while loads are in flight runs no model:
+    it lasts until the next load lands or the next request arrives, whichever
+    is first (vLLM's engine polls with empty steps). Returns its length, ns."""
+    R = q.hq.shape[0]
+    t = INT64_MAX
+    for j in range(k[S.O_HOLD_LEN]):
+        r = q.hq[(k[S.O_HOLD_HEAD] + j) % R]
+        if st.pd[r] & S.PD_LOADING and not st.pd[r] & S.PD_RECV:
+            t = min(t, st.xfer_ns[r])
+    if k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]):
+        t = min(t, st.entry_ns[st.order[k[S.O_NEXT_ARRIVAL]]])
+    if routing_open(k):  # behind a router: no later than its next send (kernel/fleet.py)
+        t = min(t, k[S.O_ROUTE_UNTIL])
+    return max(0, t - k[S.O_END_NS])

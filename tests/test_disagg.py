@@ -1,0 +1,226 @@
+"""Disaggregated prefill/decode deployments (``planner.disagg``) and
+``plan run --prefill-replicas``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from helpers import run_cli
+from planner.api import simulate
+from planner.config import SchedulerConfig
+from planner.disagg import Pool, simulate_disaggregated, summarize_disaggregated
+from planner.kv_transfer import KVTransfer
+from planner.latency.step_time import LinearLatency
+from planner.slo import SLO
+from planner.workload.arrays import Workload
+
+LAT = LinearLatency(alpha=(0, 0, 0), beta=(5000.0, 20.0, 6.0))
+CFG = SchedulerConfig(num_gpu_blocks=3000, async_scheduling=False, enable_prefix_caching=False)
+
+
+def _workload(n: int = 200, rate: float = 10.0, seed: int = 1) -> Workload:
+    rng = np.random.default_rng(seed)
+    return Workload(
+        np.sort(rng.uniform(0, n / rate, n)),
+        rng.integers(100, 2000, n).astype(np.int32),
+        rng.integers(5, 300, n).astype(np.int32),
+        name="mixed",
+    )
+
+
+@pytest.mark.parametrize("replicas,caching", [(1, False), (3, False), (4, True)])
+def test_no_prefill_pool_is_the_colocated_fleet_bit_for_bit(replicas, caching):
+    """D decode replicas and no prefill pool: every request's first token and
+    finish (ns), outputs and preemptions equal the fleet of D colocated
+    replicas behind the round-robin router (``kernel/fleet.py``)."""
+    wl = _workload()
+    cfg = dataclasses.replace(CFG, enable_prefix_caching=caching, num_gpu_blocks=900)
+    res = simulate_disaggregated(wl, Pool(replicas, cfg, LAT))
+    fleet = simulate([dataclasses.replace(cfg, replicas=replicas)], wl, LAT)
+    st = fleet.state.req
+    got = res.requests
+    for col, ns in (("first_token_s", st.first_ns[0]), ("finish_s", st.finish_ns[0])):
+        want = np.where(ns >= 0, ns / 1e9, np.nan)
+        assert np.array_equal(got[col].to_numpy(), want, equal_nan=True), col
+    assert np.array_equal(got["output_tokens"].to_numpy(), st.nout[0])
+    assert np.array_equal(got["preemptions"].to_numpy(), st.npre[0])
+    assert fleet.state.out.counters[0, 5] == sum(  # O_PREEMPTIONS
+        int(r.state.out.counters[0, 5]) for r in res.decode if r is not None
+    )
+
+
+def test_disaggregated_requests_go_prefill_transfer_decode_in_order():
+    wl = _workload()
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    res = simulate_disaggregated(wl, Pool(2, CFG, LAT), Pool(1, CFG, LAT), kv)
+    df = res.requests
+    assert df["done"].all()
+    # each stage after the one before it
+    assert (df["prefill_end_s"] > df["arrival_s"]).all()
+    assert (df["decode_arrival_s"] == df["prefill_end_s"]).all()
+    assert (df["kv_load_start_s"] >= df["decode_arrival_s"] - 1e-12).all()
+    assert np.allclose(df["kv_landed_s"] - df["kv_load_start_s"], df["transfer_s"])
+    assert (df["first_token_s"] > df["kv_landed_s"]).all()
+    # the load carries the whole prompt (no local prefix cache here)
+    want = [kv.duration_ns(int(p)) / 1e9 for p in df["prompt_tokens"]]
+    assert np.allclose(df["transfer_s"], want)
+    # round robin over 2 decode replicas in the order prefills end
+    order = np.argsort(df["prefill_end_s"].to_numpy(), kind="stable")
+    assert df["decode_replica"].to_numpy()[order].tolist() == [i % 2 for i in range(len(df))]
+    s = summarize_disaggregated(res, SLO(ttft_s=2.0, tpot_s=0.05))
+    assert s["completed"] == len(df) and not s["overloaded"] and s["meets_slo"]
+
+
+def test_a_slow_link_shows_in_ttft_not_in_tpot():
+    wl = _workload(100, 4.0)
+    fast = KVTransfer.from_link(131_072, 50.0, 20.0)
+    slow = KVTransfer.from_link(131_072, 0.5, 20.0)  # 100x slower
+    a = summarize_disaggregated(
+        simulate_disaggregated(wl, Pool(1, CFG, LAT), Pool(1, CFG, LAT), fast)
+    )
+    b = summarize_disaggregated(
+        simulate_disaggregated(wl, Pool(1, CFG, LAT), Pool(1, CFG, LAT), slow)
+    )
+    assert b["transfer_s_mean"] > 50 * a["transfer_s_mean"]
+    assert b["ttft_s_p50"] > a["ttft_s_p50"] + 0.1
+    assert b["tpot_s_p50"] == pytest.approx(a["tpot_s_p50"], rel=0.2)
+
+
+def test_an_undersized_prefill_pool_is_called_overloaded():
+    wl = _workload(300, 40.0)
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    slow = LinearLatency(alpha=(0, 0, 0), beta=(5000.0, 200.0, 6.0))  # 10x slower prefill
+    res = simulate_disaggregated(wl, Pool(4, CFG, LAT), Pool(1, CFG, slow), kv)
+    s = summarize_disaggregated(res, SLO(ttft_s=2.0))
+    assert s["prefill_overloaded"] and s["overloaded"] and not s["meets_slo"]
+
+
+def test_pool_and_pipeline_inputs_are_checked():
+    with pytest.raises(ValueError, match="at least 1 replica"):
+        Pool(0, CFG, LAT)
+    with pytest.raises(ValueError, match="kv_transfer"):
+        simulate_disaggregated(_workload(10), Pool(1, CFG, LAT), Pool(1, CFG, LAT))
+    with pytest.raises(ValueError, match="no-async-scheduling"):
+        simulate_disaggregated(
+            _workload(10),
+            Pool(1, dataclasses.replace(CFG, async_scheduling=True), LAT),
+            Pool(1, CFG, LAT),
+            KVTransfer(1000, 1000),
+        )
+
+
+BASE = ("run", "--num-requests", "60", "--rate", "5", "--no-async-scheduling")
+
+
+def test_plan_run_prefill_replicas_prints_both_pools(capsys):
+    code, out, err = run_cli(
+        capsys, *BASE, "--model", "llama-3.1-8b", "--gpu", "H100", "--prefill-replicas", "1",
+        "--replicas", "2", "--ttft-slo", "2", "--tpot-slo", "0.05",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "prefill: 1 replica" in out and "decode: 2 replica" in out
+    assert "vllm serve (decode)" in out and "NixlConnector" in out
+    assert "SLO TTFT p99 <= 2 s, TPOT p99 <= 50 ms: met" in out
+    code, out, err = run_cli(
+        capsys, *BASE, "--model", "llama-3.1-8b", "--gpu", "H100", "--prefill-replicas", "1",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["disaggregated"]["prefill"]["replicas"] == 1
+    assert d["summary"]["completed"] == 60
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (("--prefill-replicas", "1", "--kv-transfer-bandwidth", "0"), "--kv-transfer-bandwidth"),
+        (("--prefill-replicas", "1", "--kv-transfer-bandwidth", "-5"), "--kv-transfer-bandwidth"),
+        (("--prefill-replicas", "1", "--kv-transfer-latency", "-1"), "--kv-transfer-latency"),
+        (
+            (
+                "--prefill-replicas",
+                "-1",
+            ),
+            "--prefill-replicas",
+        ),
+        (("--kv-transfer-bandwidth", "10"), "needs --prefill-replicas"),
+        (("--prefill-replicas", "1", "--trace", "x.parquet"), "--trace"),
+        (
+            (
+                "--model",
+                "llama-3.1-70b",
+                "--gpu",
+                "H100",
+                "--tensor-parallel-size",
+                "4",
+                "--prefill-replicas",
+                "1",
+                "--prefill-gpu",
+                "L4",
+                "--prefill-tensor-parallel-size",
+                "1",
+            ),
+            "the prefill replicas: llama-3.1-70b on 1 x L4",
+        ),
+    ],
+)
+def test_plan_run_prefill_bad_input_is_one_line(capsys, args, msg):
+    code, out, err = run_cli(capsys, *BASE, *args)
+    assert code == 2, (out, err)
+    lines = [x for x in err.splitlines() if x.strip()]
+    errors = [x for x in lines if x.startswith("plan: error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], err
+    assert "Traceback" not in err
+    assert msg in errors[0]
+
+
+SIZE_SPEC = """
+name = "size-disagg"
+[workload]
+kind = "synthetic"
+num_requests = 200
+rate = {rate}
+[workload.prompt]
+kind = "constant"
+mean = 2000
+[workload.output]
+kind = "constant"
+mean = 200
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "roofline"
+[scheduler]
+async_scheduling = false
+max_model_len = 8192
+[axes]
+max_num_seqs = [256]
+"""
+
+
+def test_plan_size_disaggregated_answers_beside_the_aggregated_one(capsys, tmp_path):
+    """Both answers, each meeting the target by its own simulation; the
+    disaggregated one is the first P + D that does (none smaller was found),
+    and --disaggregated without an SLO is refused in one line."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SIZE_SPEC.format(rate=8))
+    argv = ("size", str(spec), "--gpus", "H100", "--max-replicas", "4", "--disaggregated")
+    slo = ("--ttft-slo", "1", "--tpot-slo", "0.02")
+    code, out, err = run_cli(capsys, *argv, *slo, "--out", str(tmp_path / "a"), "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    d = rep["disaggregated"]
+    b = d["answer"]
+    assert b is not None and b["meets_slo"] and b["ttft_s_p99"] <= 1 and b["tpot_s_p99"] <= 0.02
+    assert b["gpus"] == b["prefill_replicas"] + b["decode_replicas"]
+    smaller = [t for t in d["tried"] if t["gpus"] < b["gpus"]]
+    assert all(not t["meets_slo"] for t in smaller)
+    assert d["max_num_seqs"] == rep["answer"]["max_num_seqs"]
+    code, out, err = run_cli(capsys, *argv, "--out", str(tmp_path / "b"))
+    assert code == 2 and "needs an SLO" in err and "Traceback" not in err
