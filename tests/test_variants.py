@@ -110,7 +110,7 @@ def test_the_step_loop_reaches_gated_features_only_through_their_markers():
         "_update_from_output_async",
         "_schedule_waiting_pd",
         "finish_loads",
-        "load_wait_ns",
+        "_load_wait",
         "leave_inflight",
     )
     for name in gated_names:

@@ -1540,8 +1540,22 @@ def _schedule_waiting_pd(cfg, rq, st, q, o, sc, p):
 
 
 _schedule_waiting_pd_if = gated(_schedule_waiting_pd)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _load_wait(cfg, st, q, k, s):
+    """``_step_time`` for a step that scheduled nothing while KV loads are in
+    flight (``remote_kv.load_wait_ns``): it runs no model and lasts until the
+    next load lands or request arrives. Returns its length (ns)."""
+    dt = load_wait_ns(cfg, st, q, k)
+    s[S.WAITED] = 1
+    k[CLOCK] += dt
+    k[STEPS] += 1
+    k[S.O_ZERO_STEPS] += 1
+    k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
+    return dt
+
+
 _finish_loads_if = gated(finish_loads)
-_load_wait_ns_if = gated(load_wait_ns, 0)
+_load_wait_if = gated(_load_wait, 0)
 _leave_inflight_if = gated(leave_inflight)
 
 
@@ -1612,7 +1626,7 @@ def _begin_step(cfg, k, s):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _step_time(cfg, cfgf, rq, st, q, k, s):
+def _step_time(cfg, cfgf, rq, k, s):
     """Advance the clock by the step's duration (``planner.latency.step_time``; an empty
     step runs no model; ``rq.lat_tables`` holds the measured tables; compat
     blis: ``latency.blis_step_ns``, whole microseconds, docs/blis-compat.md
@@ -1620,14 +1634,6 @@ def _step_time(cfg, cfgf, rq, st, q, k, s):
     p_tok, d_tok = s[PREFILL], s[DECODE]
     ip = cfg[K.B0 : K.B2 + 1]
     tab = rq.lat_tables[cfg[K.LAT_TABLE]]
-    if p_tok + d_tok == 0 and k[S.O_LOADS] > 0:  # waits for a KV load (remote_kv.py)
-        dt = _load_wait_ns_if(rq.features.extras, cfg, st, q, k)
-        s[S.WAITED] = 1
-        k[CLOCK] += dt
-        k[STEPS] += 1
-        k[S.O_ZERO_STEPS] += 1
-        k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
-        return dt
     if cfg[K.COMPAT] != 0:
         dt = _blis_step_ns_if(rq.features.extras, ip, p_tok, d_tok)
     else:
@@ -1965,7 +1971,10 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
         _schedule_running(cfg, rq, st, q, o, sc.step, p)
         if sc.step[N_PRE] == 0:
             _schedule_waiting(cfg, rq, st, q, o, sc, p)
-        dt = _step_time(cfg, cfgf, rq, st, q, k, sc.step)
+        if sc.step[PREFILL] + sc.step[DECODE] == 0 and k[S.O_LOADS] > 0:
+            dt = _load_wait_if(rq.features.extras, cfg, st, q, k, sc.step)
+        else:
+            dt = _step_time(cfg, cfgf, rq, k, sc.step)
         _update_after_schedule(cfg, dt, rq, st, q, o, sc.step)
         if async_:
             f = rq.features.extras
