@@ -1540,6 +1540,8 @@ def _schedule_waiting_pd(cfg, rq, st, q, o, sc, p):
 
 
 _schedule_waiting_pd_if = gated(_schedule_waiting_pd)
+
+
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _load_wait(cfg, st, q, k, s):
     """``_step_time`` for a step that scheduled nothing while KV loads are in
