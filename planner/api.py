@@ -347,7 +347,7 @@ def simulate(
     xfer = bool(np.any(rcfg[:, K.XFER] != 0))
     st = S.allocate(rcfg.shape[0], r, trace_steps, log_entries, kv_transfer=xfer)
     if xfer:  # the decode side's requests start remote (remote_kv.py)
-        st.req.pd[rcfg[:, K.XFER] != 0] = remote * S.PD_REMOTE
+        st.remote.pd[rcfg[:, K.XFER] != 0] = remote * S.PD_REMOTE
     _fill_entries(rcfg, rarr, prompt, next_turn, st.req)
     if fleet:  # the router sends by arrival; clients are the fleet's (kernel/fleet.py)
         streams = np.argsort(arrival_ns, axis=-1, kind="stable").astype(np.int32)
@@ -366,7 +366,7 @@ def simulate(
         if np.any(cfg[:, K.ROUTER] == PREFIX_AFFINITY):
             keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
         fleets = (lay.starts, lay.sizes, cfg[:, K.CONC].copy(), cfg[:, K.THINK_NS].copy())
-        kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out)
+        kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out, st.remote)
         _run_fleets(kx, fleets, keys, fast_path, check_invariants, on_config)
     else:
         _run_kernel(cfg, cfgf, requests, st, fast_path, check_invariants, on_config)
@@ -610,7 +610,7 @@ def _run_kernel(
     arenas = Arenas(*scratch_sizes(cfg, requests))
 
     def one(c: int) -> None:
-        rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
+        rows = tuple(S.rows(rec, c) for rec in (st.req, st.queues, st.out, st.remote))
         scratch = arenas.get()
         simulate_one(cfg[c], cfgf[c], requests, *rows, ctl, fast_path, check_invariants, scratch)
         if on_config is not None:
@@ -651,7 +651,7 @@ def _compile_if_cold(
         if len(rows_of) == 0 or kernel_status(1, False, caching, requests.features) != "cold":
             continue
         c = int(rows_of[0])
-        rows = (S.rows(st.req, c), S.rows(st.queues, c), S.rows(st.out, c))
+        rows = tuple(S.rows(rec, c) for rec in (st.req, st.queues, st.out, st.remote))
         args = (cfg[c], cfgf[c], requests, *rows, bool(check), caching_marker(cfg[c]))
         t0, c0 = time.perf_counter(), cpu_seconds()
         if (os.cpu_count() or 1) >= 2:

@@ -225,9 +225,10 @@ def _requests_frame(
         nout[idx], npre[idx] = st.nout[0], st.npre[0]
         kv = res.configs[0].kv_transfer
         if kv is not None:
-            started = (st.pd[0] & S.PD_REMOTE) == 0
-            landed[idx] = np.where(started, st.xfer_ns[0], -1)
-            took = np.array([kv.duration_ns(int(t)) for t in st.xfer_tok[0]]) / 1e9
+            x = res.state.remote
+            started = (x.pd[0] & S.PD_REMOTE) == 0
+            landed[idx] = np.where(started, x.xfer_ns[0], -1)
+            took = np.array([kv.duration_ns(int(t)) for t in x.xfer_tok[0]]) / 1e9
             xfer[idx] = np.where(started, took, np.nan)
         a2[idx] = res.cfg[0, K.A2] / 1e9
 

@@ -126,10 +126,7 @@ def merge(st: S.State, lay: Layout) -> S.State:
     ``O_LIVELOCK_STEP`` is the earliest livelocked replica's step, else -1."""
     own = owners(st, lay)
     cols = np.arange(own.shape[1])[None, :]
-    # (C, 1) arrays (the decode side's, when no config has one) stay as they are
-    req = S.ReqState(
-        *(a[own, cols] if a.shape[1] == own.shape[1] else a[lay.starts] for a in st.req)
-    )
+    req = S.ReqState(*(a[own, cols] for a in st.req))
     req = req._replace(order=np.argsort(req.entry_ns, axis=1, kind="stable").astype(np.int32))
     counters = np.add.reduceat(st.out.counters, lay.starts, axis=0)
     for j in _MIN:
@@ -148,7 +145,7 @@ def merge(st: S.State, lay: Layout) -> S.State:
         itl_hist=np.add.reduceat(st.out.itl_hist, lay.starts, axis=0),
     )
     queues = S.Queues(*(a[lay.starts] for a in st.queues))
-    return S.State(req, queues, out)
+    return S.State(req, queues, out, S.Remote(*(a[lay.starts] for a in st.remote)))
 
 
 def replica_rows(st: S.State, lay: Layout) -> S.State:
@@ -157,7 +154,7 @@ def replica_rows(st: S.State, lay: Layout) -> S.State:
     own = owners(st, lay)
     mine = own[lay.rows] == np.arange(lay.num_rows)[:, None]
     entry = np.where(mine, st.req.entry_ns, INT64_MAX)
-    return S.State(st.req._replace(entry_ns=entry), st.queues, st.out)
+    return S.State(st.req._replace(entry_ns=entry), st.queues, st.out, st.remote)
 
 
 def imbalance(st: S.State, lay: Layout) -> dict[str, np.ndarray]:

@@ -624,7 +624,7 @@ def test_seeded_decode_side_cases_match_the_reference():
             assert oi[S.O_INVARIANT_ERRORS] == 0
             assert eng.invariant_errors == 0
             # remote requests whose load started (their PD_REMOTE flag cleared)
-            loaded = wl.remote & ((fast.state.req.pd[c] & S.PD_REMOTE) == 0)
+            loaded = wl.remote & ((fast.state.remote.pd[c] & S.PD_REMOTE) == 0)
             seen["loaded"] += bool(np.any(loaded))
             seen["waited"] += oi[S.O_ZERO_STEPS] > 0 and not oi[S.O_LIVELOCKED]
             seen["preempted"] += bool(np.any(loaded & (fast.state.req.npre[c] > 0)))

@@ -111,18 +111,18 @@ def _start(kx, lo, n_rep, n_keys, caching, bufs):
 def _advance(kx, lo, i, until, rp, ctl, macro, check, caching):
     """Run replica i until its clock reaches ``until`` (-1: to its end); its
     prefix cache only with ``caching`` (``step.prefix_cache_of``)."""
-    cfg, cfgf, rq, st, q, o = kx
+    cfg, cfgf, rq, st, q, o, x = kx
     c = lo + i
     o.counters[c, S.O_ROUTE_UNTIL] = until
     if caching is None:
         code = run_steps(
-            cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), rp.scs[i], None, ctl, macro,
-            check,
+            cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), row(x, c), rp.scs[i], None,
+            ctl, macro, check,
         )  # fmt: skip
     else:
         code = run_steps(
-            cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), rp.scs[i], rp.pcs[i], ctl,
-            macro, check,
+            cfg[c], cfgf[c], rq, row(st, c), row(q, c), row(o, c), row(x, c), rp.scs[i],
+            rp.pcs[i], ctl, macro, check,
         )  # fmt: skip
     rp.ended[i] = code == ENDED
 

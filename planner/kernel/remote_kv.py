@@ -7,9 +7,11 @@ same rules one class at a time.
 
 Only configs with ``kv_transfer`` (``config.XFER``) reach this module, through
 the ``extras`` marker (``kernel/variant.py``): a plain run compiles none of it.
-State: ``ReqState.pd`` (``state.PD_*`` flags), ``ReqState.xfer_ns`` (when a
-load lands), ``Queues.hq`` (``kv_holding_waiting``, a ring buffer with
-``O_HOLD_HEAD``/``O_HOLD_LEN``) and ``O_LOADS`` (loads in flight).
+State: ``state.Remote`` (``x``: ``pd``, the ``state.PD_*`` flags; ``xfer_ns``,
+when a load lands; ``xfer_tok``, the tokens it carries; ``hq``,
+``kv_holding_waiting``, a ring buffer with ``O_HOLD_HEAD``/``O_HOLD_LEN``),
+``O_LOADS`` (loads in flight) and ``O_HOLD_BLOCKS`` (blocks the holding
+requests hold).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ NOT_INFLIGHT = ~np.int8(S.PD_INFLIGHT)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def reserved_blocks(cfg, rq, st, q, k):
+def reserved_blocks(cfg, rq, st, x, q, k):
     """``Scheduler._inflight_prefill_reserved_blocks``: blocks the requests in
     ``_inflight_prefills`` still need to hold their whole sequence
     (``_request_remaining_blocks``: cdiv(min(num_tokens, max_model_len),
@@ -40,27 +42,31 @@ def reserved_blocks(cfg, rq, st, q, k):
     total = 0
     for i in range(k[S.O_RUNNING_END]):
         r = q.run[i]
-        if st.pd[r] & S.PD_INFLIGHT:
+        if x.pd[r] & S.PD_INFLIGHT:
             full = blocks_for_tokens(rq.prompt[r] + st.nout[r], mml, bs)
             total += max(full - st.held[r], 0)
     return total
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def leave_inflight(st, u):
-    """A request whose scheduled chunk reached its known tokens leaves
-    ``_inflight_prefills`` (``Scheduler._update_after_schedule``)."""
-    st.pd[u] &= NOT_INFLIGHT
+def leave_inflight(rq, st, x, q, s):
+    """After ``step._update_after_schedule``: each request of the step whose
+    chunk reached its known tokens leaves ``_inflight_prefills``
+    (``Scheduler._update_after_schedule``)."""
+    for j in range(s[S.N_SCHED]):
+        r = q.slist[j]
+        if st.ncomp[r] >= rq.prompt[r] + st.nout[r]:
+            x.pd[r] &= NOT_INFLIGHT
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def set_inflight(st, r, prefilling):
+def set_inflight(x, r, prefilling):
     """At admission: in ``_inflight_prefills`` iff its prefill goes on after
     this step's chunk (``Scheduler.schedule``)."""
     if prefilling:
-        st.pd[r] |= S.PD_INFLIGHT
+        x.pd[r] |= S.PD_INFLIGHT
     else:
-        st.pd[r] &= NOT_INFLIGHT
+        x.pd[r] &= NOT_INFLIGHT
 
 
 @njit(cache=True, inline="always")
@@ -76,7 +82,7 @@ def _cache_stats(k, ntok, hit_tokens, preempted):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def start_load(cfg, rq, st, q, k, s, p, r):
+def start_load(cfg, rq, st, x, q, k, s, p, r):
     """The waiting head r, remote and fresh, starts its KV load if its blocks
     fit (``Scheduler.schedule``'s ``load_kv_async`` path): the connector loads
     every prompt token past the local prefix-cache hit
@@ -102,7 +108,7 @@ def start_load(cfg, rq, st, q, k, s, p, r):
         return False
     total = blocks_for_tokens(c0 + external, mml, bs)
     need = total - nhit + evictable
-    if need + wm > k[S.O_FREE] - reserved_blocks(cfg, rq, st, q, k):
+    if need + wm > k[S.O_FREE] - reserved_blocks(cfg, rq, st, x, q, k):
         return False
     k[S.O_FREE] -= need
     if p is not None:
@@ -114,15 +120,16 @@ def start_load(cfg, rq, st, q, k, s, p, r):
         _cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
     st.ncomp[r] = c0 + external
-    st.pd[r] = (st.pd[r] & ~np.int8(S.PD_REMOTE)) | S.PD_LOADING | S.PD_INFLIGHT
-    st.xfer_ns[r] = s[S.START] + cfg[K.XFER_LAT_NS] + external * cfg[K.XFER_PS] // 1000
-    st.xfer_tok[r] = external
+    x.pd[r] = (x.pd[r] & ~np.int8(S.PD_REMOTE)) | S.PD_LOADING | S.PD_INFLIGHT
+    x.xfer_ns[r] = s[S.START] + cfg[K.XFER_LAT_NS] + external * cfg[K.XFER_PS] // 1000
+    x.xfer_tok[r] = external
     k[S.O_LOADS] += 1
+    k[S.O_HOLD_BLOCKS] += total
     return True
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def update_waiting_for_remote_kv(cfg, rq, st, p, r):
+def update_waiting_for_remote_kv(cfg, rq, st, x, p, r):
     """``Scheduler._update_waiting_for_remote_kv``: r's landed blocks join the
     prefix cache; a whole-prompt load recomputes its last token (so the next
     one can be sampled); r is WAITING again."""
@@ -131,33 +138,33 @@ def update_waiting_for_remote_kv(cfg, rq, st, p, r):
     ntok = rq.prompt[r] + st.nout[r]
     if st.ncomp[r] == ntok:
         st.ncomp[r] = ntok - 1
-    st.pd[r] &= NOT_DONE
+    x.pd[r] &= NOT_DONE
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def finish_loads(st, q, k):
+def finish_loads(x, k):
     """The step's output reports the loads landed by its end
     (``finished_recving``, ``Scheduler._update_from_kv_xfer_finished``)."""
-    R = q.hq.shape[0]
+    R = x.hq.shape[0]
     for j in range(k[S.O_HOLD_LEN]):
-        r = q.hq[(k[S.O_HOLD_HEAD] + j) % R]
-        f = st.pd[r]
-        if f & S.PD_LOADING and not f & S.PD_RECV and st.xfer_ns[r] <= k[S.O_END_NS]:
-            st.pd[r] = f | S.PD_RECV
+        r = x.hq[(k[S.O_HOLD_HEAD] + j) % R]
+        f = x.pd[r]
+        if f & S.PD_LOADING and not f & S.PD_RECV and x.xfer_ns[r] <= k[S.O_END_NS]:
+            x.pd[r] = f | S.PD_RECV
             k[S.O_LOADS] -= 1
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def load_wait_ns(cfg, st, q, k):
+def load_wait_ns(cfg, st, x, k):
     """A step that scheduled nothing while loads are in flight runs no model:
     it lasts until the next load lands or the next request arrives, whichever
     is first (vLLM's engine polls with empty steps). Returns its length, ns."""
-    R = q.hq.shape[0]
+    R = x.hq.shape[0]
     t = INT64_MAX
     for j in range(k[S.O_HOLD_LEN]):
-        r = q.hq[(k[S.O_HOLD_HEAD] + j) % R]
-        if st.pd[r] & S.PD_LOADING and not st.pd[r] & S.PD_RECV:
-            t = min(t, st.xfer_ns[r])
+        r = x.hq[(k[S.O_HOLD_HEAD] + j) % R]
+        if x.pd[r] & S.PD_LOADING and not x.pd[r] & S.PD_RECV:
+            t = min(t, x.xfer_ns[r])
     if k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]):
         t = min(t, st.entry_ns[st.order[k[S.O_NEXT_ARRIVAL]]])
     if routing_open(k):  # behind a router: no later than its next send (kernel/fleet.py)

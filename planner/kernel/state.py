@@ -92,8 +92,9 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_HOLD_HEAD,
     O_HOLD_LEN,
     O_LOADS,
-) = range(46)
-NOUT_I = 46
+    O_HOLD_BLOCKS,  # blocks held by the requests in kv_holding_waiting
+) = range(47)
+NOUT_I = 47
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -245,12 +246,6 @@ ReqState = namedtuple(
         # pending for its next step (``Request.spec_token_ids``), or -1 after
         # a non-final prefill chunk (``Request.is_prefill_chunk``); 0 without
         "spec",
-        # Disaggregated decode side: int8 ``PD_*`` flags, int64 the time
-        # (ns) its KV load lands, int32 the tokens it loads. Shape (C, R) when some config has
-        # ``kv_transfer``, else (C, 1) (never read).
-        "pd",
-        "xfer_ns",
-        "xfer_tok",  # int32 the tokens its KV load carries (prompt past the local hit)
     ],
 )
 
@@ -269,9 +264,21 @@ Queues = namedtuple(
         # scheduled + the real drafts among them (``step._drafts_scheduled``)
         "sspec",
         "pspec",  # the same per ``plist`` entry (async)
-        # ``kv_holding_waiting`` ring buffer (disaggregated decode side);
-        # (C, R) when some config has ``kv_transfer``, else (C, 1)
-        "hq",
+    ],
+)
+
+# The disaggregated decode side's state (``planner.kv_transfer``,
+# ``kernel/remote_kv.py``), apart from ``ReqState`` and ``Queues`` so that
+# the phases of a plain run, which never read it, do not carry it: only the
+# step loop and the gated decode-side calls take it. Each (C, R) when some
+# config has ``kv_transfer``, else (C, 1) (never read).
+Remote = namedtuple(
+    "Remote",
+    [
+        "pd",  # int8 ``PD_*`` flags
+        "xfer_ns",  # int64 when its KV load lands (ns)
+        "xfer_tok",  # int32 the tokens its load carries (prompt past the local hit)
+        "hq",  # int32 ``kv_holding_waiting`` ring buffer (O_HOLD_HEAD, O_HOLD_LEN)
     ],
 )
 
@@ -299,6 +306,7 @@ class State:
     req: ReqState
     queues: Queues
     out: Out
+    remote: Remote
 
 
 def rows(record: tuple, c: int) -> tuple:
@@ -346,13 +354,14 @@ def allocate(
         koff=z(np.int32),
         skip=z(np.int32),
         spec=z(np.int32),
-        pd=np.zeros((c, r if kv_transfer else 1), dtype=np.int8),
-        xfer_ns=np.zeros((c, r if kv_transfer else 1), dtype=np.int64),
-        xfer_tok=np.zeros((c, r if kv_transfer else 1), dtype=np.int32),
     )
-    queues = Queues(
-        *(z(np.int32) for _ in Queues._fields[:-1]),
-        np.zeros((c, r if kv_transfer else 1), dtype=np.int32),
+    queues = Queues(*(z(np.int32) for _ in Queues._fields))
+    n = r if kv_transfer else 1
+    remote = Remote(
+        pd=np.zeros((c, n), dtype=np.int8),
+        xfer_ns=np.zeros((c, n), dtype=np.int64),
+        xfer_tok=np.zeros((c, n), dtype=np.int32),
+        hq=np.zeros((c, n), dtype=np.int32),
     )
     out = Out(
         counters=np.zeros((c, NOUT_I), dtype=np.int64),
@@ -361,13 +370,13 @@ def allocate(
         events=np.zeros((c, log_entries, 4), dtype=np.int64),
         itl_hist=np.zeros((c, NBINS), dtype=np.int64),
     )
-    return State(req, queues, out)
+    return State(req, queues, out, remote)
 
 
 def _state_bytes(num_requests: int) -> int:
     """Bytes of one ``allocate(1, num_requests)`` (no traces), read from the arrays."""
     st = allocate(1, num_requests)
-    return sum(a.nbytes for rec in (st.req, st.queues, st.out) for a in rec)
+    return sum(a.nbytes for rec in (st.req, st.queues, st.out, st.remote) for a in rec)
 
 
 def bytes_per_config(num_requests: int) -> int:

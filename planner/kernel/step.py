@@ -1439,7 +1439,7 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _admit_loaded(cfg, rq, st, q, o, s, p, r):
+def _admit_loaded(cfg, rq, st, x, q, o, s, p, r):
     """Schedule r, the head of ``kv_holding_waiting`` whose KV has landed, as
     a new request (``Scheduler.schedule``'s waiting phase with
     num_computed_tokens > 0): ``allocate_slots`` for its remaining tokens
@@ -1463,6 +1463,7 @@ def _admit_loaded(cfg, rq, st, q, o, s, p, r):
     R = rq.prompt.shape[0]
     k[S.O_HOLD_HEAD] = (k[S.O_HOLD_HEAD] + 1) % R
     k[S.O_HOLD_LEN] -= 1
+    k[S.O_HOLD_BLOCKS] -= have
     q.run[k[N_RUN]] = r
     k[N_RUN] += 1
     st.status[r] = S.RUNNING
@@ -1472,14 +1473,14 @@ def _admit_loaded(cfg, rq, st, q, o, s, p, r):
         PC.get_new_blocks(need, p.slot_of[r], have, p)
         PC.cache_blocks(r, min(c0 + num_new, ntok), bs, rq, p)
     st.held[r] = have + need
-    RKV.set_inflight(st, r, c0 + num_new < ntok)
+    RKV.set_inflight(x, r, c0 + num_new < ntok)
     _add_to_batch(r, num_new, c0, ntok, q, s, -1, _priced_window(cfg), cfg[K.PRICE_WIN2])
     s[N_ADM] += 1
     return True
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _schedule_waiting_pd(cfg, rq, st, q, o, sc, p):
+def _schedule_waiting_pd(cfg, rq, st, x, q, o, sc, p):
     """``Scheduler.schedule``, waiting phase, on a disaggregated decode side
     (``planner.kv_transfer``): ``kv_holding_waiting`` is drained first, a
     request whose load has not landed skipped
@@ -1501,21 +1502,21 @@ def _schedule_waiting_pd(cfg, rq, st, q, o, sc, p):
         if (not hold and k[WL] == 0) or k[N_RUN] >= k[S.O_SEQS]:
             break
         if hold:
-            r = q.hq[k[S.O_HOLD_HEAD]]
-            if st.pd[r] & S.PD_LOADING:
-                if not st.pd[r] & S.PD_RECV:
+            r = x.hq[k[S.O_HOLD_HEAD]]
+            if x.pd[r] & S.PD_LOADING:
+                if not x.pd[r] & S.PD_RECV:
                     sc.skipbuf[n_skip] = r
                     n_skip += 1
                     k[S.O_HOLD_HEAD] = (k[S.O_HOLD_HEAD] + 1) % R
                     k[S.O_HOLD_LEN] -= 1
                     continue
-                RKV.update_waiting_for_remote_kv(cfg, rq, st, p, r)
-            if not _admit_loaded(cfg, rq, st, q, o, s, p, r):
+                RKV.update_waiting_for_remote_kv(cfg, rq, st, x, p, r)
+            if not _admit_loaded(cfg, rq, st, x, q, o, s, p, r):
                 break
             continue
         r = q.wq[k[WH]]
-        if st.pd[r] & S.PD_REMOTE:
-            if not RKV.start_load(cfg, rq, st, q, k, s, p, r):
+        if x.pd[r] & S.PD_REMOTE:
+            if not RKV.start_load(cfg, rq, st, x, q, k, s, p, r):
                 break
             k[WH] = (k[WH] + 1) % R
             k[WL] -= 1
@@ -1526,16 +1527,16 @@ def _schedule_waiting_pd(cfg, rq, st, q, o, sc, p):
         if a[4] < 0:
             break
         _admit(cfg, rq, st, q, o, s, p, r, a)
-        RKV.set_inflight(st, r, a[0] + a[4] < rq.prompt[r] + st.nout[r])
+        RKV.set_inflight(x, r, a[0] + a[4] < rq.prompt[r] + st.nout[r])
     if cfg[K.POLICY] == 1:  # ``PriorityRequestQueue.prepend_requests`` re-sorts
         for j in range(n_skip):
             k[S.O_HOLD_LEN] = _enqueue_sorted(
-                sc.skipbuf[j], q.hq, k[S.O_HOLD_HEAD], k[S.O_HOLD_LEN], rq.priority, st.entry_ns
+                sc.skipbuf[j], x.hq, k[S.O_HOLD_HEAD], k[S.O_HOLD_LEN], rq.priority, st.entry_ns
             )
     else:
         for j in range(n_skip - 1, -1, -1):  # back in front, in their order
             k[S.O_HOLD_HEAD] = (k[S.O_HOLD_HEAD] - 1 + R) % R
-            q.hq[k[S.O_HOLD_HEAD]] = sc.skipbuf[j]
+            x.hq[k[S.O_HOLD_HEAD]] = sc.skipbuf[j]
             k[S.O_HOLD_LEN] += 1
 
 
@@ -1543,11 +1544,11 @@ _schedule_waiting_pd_if = gated(_schedule_waiting_pd)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _load_wait(cfg, st, q, k, s):
+def _load_wait(cfg, st, x, k, s):
     """``_step_time`` for a step that scheduled nothing while KV loads are in
     flight (``remote_kv.load_wait_ns``): it runs no model and lasts until the
     next load lands or request arrives. Returns its length (ns)."""
-    dt = load_wait_ns(cfg, st, q, k)
+    dt = load_wait_ns(cfg, st, x, k)
     s[S.WAITED] = 1
     k[CLOCK] += dt
     k[STEPS] += 1
@@ -1569,9 +1570,6 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
     preempted request whose stale output is still in flight. Projected
     admission (``policies.py``, a named option) also refuses a head whose
     completion would overfill the pool."""
-    if cfg[K.XFER] != 0:  # a disaggregated decode side
-        _schedule_waiting_pd_if(rq.features.extras, cfg, rq, st, q, o, sc, p)
-        return
     k = o.counters
     s = sc.step
     R = rq.prompt.shape[0]
@@ -1677,7 +1675,6 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
     linear = cfg[K.LAT_KIND] == LINEAR
     blis = cfg[K.COMPAT] != 0
     spec = cfg[K.SPEC_K] > 0
-    xfer = cfg[K.XFER] != 0
     n_sched, n_tok = s[N_SCHED], s[PREFILL] + s[DECODE]
     for j in range(n_sched):
         r = q.slist[j]
@@ -1702,8 +1699,6 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
         if spec:  # speculative decoding: ``_drafts_scheduled``
             q.sspec[j] = _drafts_scheduled_if(rq.features.extras, cfg, st, u, c0 + n, known)
             drafts = q.sspec[j] >> 5
-        if xfer and c0 + n >= known:  # no longer prefilling (remote_kv.py)
-            _leave_inflight_if(rq.features.extras, st, u)
         if async_:
             st.infl[u] += n
             if c0 + n >= known:
@@ -1830,9 +1825,7 @@ def _check_invariants(cfg, st, q, k, p):
     used = 0
     for i in range(k[N_RUN]):
         used += _pool_blocks(cfg, st, q.run[i])
-    R = q.hq.shape[0]
-    for j in range(k[S.O_HOLD_LEN]):  # kv_holding_waiting holds blocks too
-        used += _pool_blocks(cfg, st, q.hq[(k[S.O_HOLD_HEAD] + j) % R])
+    used += k[S.O_HOLD_BLOCKS]  # kv_holding_waiting's (remote_kv.py), 0 on other servers
     if p is not None:  # prefix caching
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]
@@ -1924,14 +1917,15 @@ def fast_path_allowed(cfg, o, use_macro):
 
 
 @njit(cache=True, nogil=True)
-def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
+def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
     """The step loop of one configuration, from its current state: to the
     horizon, the end of its work, a proven livelock, ``max_steps`` or the
     caller's stop flag (returns ``ENDED``), or, for a replica behind a router
     (``arrivals.routing_open``), until its clock reaches the router's next
     send ``O_ROUTE_UNTIL``, before it takes in what has arrived by then (an
     idle replica waits there; returns ``PAUSED``: the router reads its state,
-    sends, and calls again). ``sc`` is ``_init``'s scratch, ``p`` the prefix
+    sends, and calls again). ``x`` is the decode side's state (``state.Remote``;
+    only its gated calls read it), ``sc`` ``_init``'s scratch, ``p`` the prefix
     cache or None without caching (``prefix_cache_of``: Numba compiles the
     loop once per case, without the caching code for None); ``macro`` is
     ``fast_path_allowed``. ``O_FIN_BEFORE_STEP`` keeps O_FINISHED as it was
@@ -1940,6 +1934,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
     k = o.counters
     R = rq.prompt.shape[0]
     async_ = cfg[K.ASYNC] != 0
+    xfer = cfg[K.XFER] != 0
     routed = routing_open(k)
     while True:
         if routed and k[CLOCK] >= k[S.O_ROUTE_UNTIL]:
@@ -1971,20 +1966,24 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
         # preempted) the waiting phase.
         _begin_step(cfg, k, sc.step)
         _schedule_running(cfg, rq, st, q, o, sc.step, p)
-        if sc.step[N_PRE] == 0:
+        if sc.step[N_PRE] == 0 and xfer:  # a disaggregated decode side (remote_kv.py)
+            _schedule_waiting_pd_if(rq.features.extras, cfg, rq, st, x, q, o, sc, p)
+        elif sc.step[N_PRE] == 0:
             _schedule_waiting(cfg, rq, st, q, o, sc, p)
         if sc.step[PREFILL] + sc.step[DECODE] == 0 and k[S.O_LOADS] > 0:
-            dt = _load_wait_if(rq.features.extras, cfg, st, q, k, sc.step)
+            dt = _load_wait_if(rq.features.extras, cfg, st, x, k, sc.step)
         else:
             dt = _step_time(cfg, cfgf, rq, k, sc.step)
         _update_after_schedule(cfg, dt, rq, st, q, o, sc.step)
+        if xfer:  # requests no longer prefilling leave _inflight_prefills
+            _leave_inflight_if(rq.features.extras, rq, st, x, q, sc.step)
         if async_:
             f = rq.features.extras
             _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p)
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
         if k[S.O_LOADS] > 0:
-            _finish_loads_if(rq.features.extras, st, q, k)
+            _finish_loads_if(rq.features.extras, x, k)
         if _end_step(cfg, st, q, o, sc.step, p, check):
             break
         if livelock_proven(cfg, st, q, k, p, sc.cycle):  # a state repeated (cycle.py)
@@ -1994,7 +1993,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, check):
     return ENDED
 
 
-def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None) -> None:
+def simulate_one(cfg, cfgf, rq, st, q, o, x, ctl, use_macro, check, scratch=None) -> None:
     """Simulate one configuration to the horizon, the end of its work, a proven
     livelock, ``max_steps`` or the caller's stop flag (``run_steps``).
 
@@ -2006,7 +2005,8 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None) -
     Args: ``cfg`` (NCOLS,) int64 and ``cfgf`` (NFLOAT,) float64, this config's
     row of ``config.pack_configs``; ``rq`` the shared ``state.Requests``;
     ``st``/``q``/``o`` this config's rows of ``state.ReqState``, ``Queues`` and
-    ``Out`` (results are written there: ``o.counters`` holds ``state.O_*``);
+    ``Out`` (results are written there: ``o.counters`` holds ``state.O_*``),
+    ``x`` its row of ``state.Remote`` (the disaggregated decode side's);
     ``ctl`` (1,) int64, a stop flag the caller may set from another thread
     (the run then ends with ``O_INTERRUPTED`` = 1); ``use_macro`` allows the
     decode fast path (off while tracing or logging events); ``check`` counts
@@ -2019,4 +2019,4 @@ def simulate_one(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None) -
     sc = _init(cfg, rq, o.counters, scratch[0])
     p = prefix_cache_of(cfg, rq, scratch[1], scratch[2])
     macro = bool(fast_path_allowed(cfg, o, use_macro))
-    run_steps(cfg, cfgf, rq, st, q, o, sc, p, ctl, macro, bool(check))
+    run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, bool(check))

@@ -70,7 +70,7 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
     The parts are balanced by measured compile time (module docstring): the
     decode fast path and the livelock detector against the scheduler's
     phases."""
-    cfg, cfgf, rq, st, q, o, check, caching = types
+    cfg, cfgf, rq, st, q, o, _, check, caching = types
     k = _field(o, "counters")
     sc, p = made if made is not None else _scratch_and_cache(types)
     s, cyc, dt = _field(sc, "step"), _field(sc, "cycle"), numba.types.int64
@@ -100,7 +100,7 @@ def _scratch_and_cache(types: tuple) -> tuple[numba.types.Type, numba.types.Type
     for ``types`` (as ``phase_signatures`` takes them): what ``_init`` and
     ``new_prefix_cache`` return (compiled here for them; never run), or
     None's type without prefix caching (``step.prefix_cache_of``)."""
-    cfg, _, rq, _, _, o, _, caching = types
+    cfg, _, rq, _, _, o, _, _, caching = types
     a32, a64 = (numba.typeof(np.empty(1, dtype=t)) for t in (np.int32, np.int64))
     sc = _returns(ST._init, (cfg, rq, _field(o, "counters"), a32))
     p = caching
@@ -114,10 +114,10 @@ def compile_loop(args: tuple) -> None:
     ``compile_ahead`` takes them) with the signature ``step.simulate_one``
     calls it with, so that a caller can time the compile apart from the run."""
     types = tuple(numba.typeof(a) for a in args)
-    cfg, cfgf, rq, st, q, o, check, _ = types
+    cfg, cfgf, rq, st, q, o, x, check, _ = types
     sc, p = _scratch_and_cache(types)
     ctl = numba.typeof(np.zeros(1, dtype=np.int64))
-    ST.run_steps.compile((cfg, cfgf, rq, st, q, o, sc, p, ctl, numba.types.boolean, check))
+    ST.run_steps.compile((cfg, cfgf, rq, st, q, o, x, sc, p, ctl, numba.types.boolean, check))
 
 
 def _returns(fn: object, sig: tuple) -> numba.types.Type:
