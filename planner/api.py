@@ -154,7 +154,7 @@ def kernel_status(
     (``numba/core/caching.py``, ``FunctionCache``); if that internal API
     changes, says ``'unknown'``.
     """
-    fn, pos = (simulate_fleet, 9) if fleet else (run_steps, 7)
+    fn, pos = (simulate_fleet, 9) if fleet else (run_steps, 8)
     marks = numba.typeof(features)
 
     def variant(sig: tuple) -> bool:  # this caching setting and these markers

@@ -279,10 +279,13 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     ``prefill_overloaded`` and ``decode_overloaded`` (``metrics.overload`` on
     each pool's own input: the prefill fleet against the arrivals, each
     decode replica against its prefilled requests), ``overloaded`` (either),
+    ``prefill_overload_judged``/``decode_overload_judged``/``overload_judged``
+    (False: a run too short to judge, ``metrics.bursts``),
     ``decode_preemptions``, ``livelocked`` (any replica), and with an SLO
     ``goodput_rps`` (finished requests within every given objective, per
-    second of span) and ``meets_slo`` (every given p99 objective holds, no
-    statistic is a lower bound, nothing overloaded or livelocked)."""
+    second of span), ``meets_slo`` (every given p99 objective holds, no
+    statistic is a lower bound, every pool judged and keeping up, nothing
+    livelocked) and ``slo_misses`` (why not, one phrase each)."""
     df = res.requests
     n = len(df)
     runs = [r for r in res.decode if r is not None]
@@ -317,6 +320,10 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     out["prefill_overloaded"] = bool(pre is not None and pre["overloaded"])
     out["decode_overloaded"] = any(bool(d["overloaded"]) for d in dec)
     out["overloaded"] = out["prefill_overloaded"] or out["decode_overloaded"]
+    # A run too short (a burst) to judge overload: no verdict either way.
+    out["prefill_overload_judged"] = bool(pre is None or pre["overload_judged"])
+    out["decode_overload_judged"] = all(bool(d["overload_judged"]) for d in dec)
+    out["overload_judged"] = out["prefill_overload_judged"] and out["decode_overload_judged"]
     out["decode_preemptions"] = int(sum(int(d["preemptions"]) for d in dec))
     out["livelocked"] = any(bool(d["livelocked"]) for d in dec) or bool(
         pre is not None and pre["livelocked"]
@@ -328,16 +335,27 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
 
 def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float) -> dict:
     """``goodput_rps`` and ``meets_slo`` (``summarize_disaggregated``)."""
+    if slo.itl_s is not None:
+        raise ValueError("--itl-slo is not judged for a disaggregated deployment yet")
     ok = df["done"].to_numpy().copy()
-    verdict = not (out["overloaded"] or out["livelocked"])
+    misses = [
+        f"the {p} pool is overloaded" for p in ("prefill", "decode") if out[f"{p}_overloaded"]
+    ]
+    misses += [
+        f"the {p} pool's run is too short to judge overload"
+        for p in ("prefill", "decode")
+        if not out[f"{p}_overload_judged"]
+    ]
+    misses += ["a replica livelocked"] if out["livelocked"] else []
     for name, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("e2e_s", slo.e2e_s)):
         if limit is None:
             continue
         x = df[name].to_numpy()
         ok &= np.isnan(x) | (x <= limit) if name == "tpot_s" else (x <= limit)
-        p99 = out[f"{name}_p99"]
-        verdict = verdict and p99 <= limit and not out[f"{name}_p99_is_lower_bound"]
-    if slo.itl_s is not None:
-        raise ValueError("--itl-slo is not judged for a disaggregated deployment yet")
+        p99, what = out[f"{name}_p99"], name.removesuffix("_s").upper()
+        if out[f"{name}_p99_is_lower_bound"]:
+            misses.append(f"{what} p99 is only a lower bound (requests unfinished)")
+        elif not p99 <= limit:
+            misses.append(f"{what} p99 {p99:.4g} s > {limit:g} s")
     good = ok.sum() / span if np.isfinite(span) and span > 0 else 0.0
-    return {"goodput_rps": float(good), "meets_slo": bool(verdict)}
+    return {"goodput_rps": float(good), "meets_slo": not misses, "slo_misses": misses}

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 # --kv-transfer-latency override them.
 DEFAULT_BANDWIDTH_GBPS = 50.0
 DEFAULT_LATENCY_US = 20.0
+MAX_PS_PER_TOKEN = 2**40  # KVTransfer's field bound: about 1.1 s per token
 
 
 @dataclass(frozen=True)
@@ -107,4 +108,12 @@ class KVTransfer:
             raise ValueError(f"gpus must be >= 1, got {gpus}")
         # bytes / (GB/s) = ns; x 1000 = ps
         ps = kv_bytes_per_token / (bandwidth_gbps * gpus) * 1000.0
+        if ps >= MAX_PS_PER_TOKEN:
+            raise ValueError(
+                f"--kv-transfer-bandwidth {bandwidth_gbps:g} GB/s is too slow to simulate: "
+                f"{kv_bytes_per_token:,.0f} bytes per token would take {ps / 1e12:.3g} s each "
+                f"(at most {MAX_PS_PER_TOKEN / 1e12:.3g} s)"
+            )
+        if latency_us * 1000 >= MAX_PS_PER_TOKEN:
+            raise ValueError(f"--kv-transfer-latency {latency_us:g} us is too long to simulate")
         return cls(int(round(latency_us * 1000)), int(math.ceil(ps)))

@@ -84,13 +84,13 @@ def test_cache_arrays_fill_the_arenas_without_overlap(monkeypatch):
     seen = []
     real = api.simulate_one
 
-    def spy(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch=None):
+    def spy(cfg, cfgf, rq, st, q, o, x, ctl, use_macro, check, scratch=None):
         snap, a32, a64 = Arenas(*ST.scratch_sizes(cfg[None, :], rq)).get()
         sc = ST._init(cfg, rq, o.counters.copy(), snap)
         p = ST.prefix_cache_of(cfg, rq, a32, a64)
         assert sc.cycle.snap.shape[0] == snap.shape[0]  # the snapshot takes the whole buffer
         seen.append((a32, a64, [] if p is None else list(p), ST.caching_marker(cfg)))
-        real(cfg, cfgf, rq, st, q, o, ctl, use_macro, check, scratch)
+        real(cfg, cfgf, rq, st, q, o, x, ctl, use_macro, check, scratch)
 
     monkeypatch.setattr(api, "simulate_one", spy)
     api.simulate(_configs(), _workload(3), STEP_LATENCY)

@@ -64,7 +64,7 @@ def test_state_bytes_match_the_allocation():
     """bytes_per_config counts every array allocate builds (the arrivals included)."""
     for r in (1, 7, 1000):
         st = S.allocate(1, r)
-        held = sum(a.nbytes for rec in (st.req, st.queues, st.out) for a in rec)
+        held = sum(a.nbytes for rec in (st.req, st.queues, st.out, st.remote) for a in rec)
         assert S.bytes_per_config(r) == held
     assert driver.config_bytes(2000) > driver.config_bytes(1000) > S.bytes_per_config(1000)
 

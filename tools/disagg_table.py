@@ -59,7 +59,9 @@ def split(p: int, d: int, bandwidth: float | None = None) -> str:
 def _overloaded(s: dict) -> str:
     """Which pool falls behind its traffic, if one does."""
     pools = [p for p in ("prefill", "decode") if s[f"{p}_overloaded"]]
-    return "yes (" + ", ".join(pools) + ")" if pools else "no"
+    if pools:
+        return "yes (" + ", ".join(pools) + ")"
+    return "no" if s["overload_judged"] else "not judged (too short)"
 
 
 def table() -> list[str]:

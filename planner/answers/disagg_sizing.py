@@ -59,7 +59,8 @@ class Split:
 
     @property
     def meets(self) -> bool:
-        return bool(self.summary.get("meets_slo")) and not self.summary["overloaded"]
+        s = self.summary
+        return bool(s.get("meets_slo")) and s["overload_judged"] and not s["overloaded"]
 
     def margin(self, slo: SLO) -> float:
         """The smallest headroom over the given p99 objectives (limit / p99, >= 1 meets)."""

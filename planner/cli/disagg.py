@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -24,13 +23,13 @@ from planner.cli import options as opt
 from planner.cli import server
 from planner.cli.inert import given
 from planner.cli.json_out import print_json
+from planner.cli.result_folder import write_requests_table
 from planner.config import SchedulerConfig
-from planner.disagg import DisaggResult, Pool, simulate_disaggregated, summarize_disaggregated
+from planner.disagg import Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
 from planner.metrics import LIVELOCKED, OVERLOADED
 from planner.slo import SLO
-from planner.sweep.store import atomic_write_bytes
 from planner.workload.arrays import Workload
 
 EXIT_FAILURE_VERDICT = 1  # --fail-on: the outcome is one of the given classes (plan run's)
@@ -43,7 +42,9 @@ ONLY_WITH_PREFILL = (
     "kv_transfer_bandwidth",
     "kv_transfer_latency",
 )
-NOT_WITH_PREFILL = ("trace", "out", "max_concurrency", "think_time", "turns", "router")
+NOT_WITH_PREFILL = (
+    "trace", "out", "max_concurrency", "think_time", "turns", "router", "router_seed",
+)  # fmt: skip
 
 
 def check_options(ctx: typer.Context, o: dict[str, Any]) -> None:
@@ -111,7 +112,7 @@ def _simulate(
     res = simulate_disaggregated(wl, decode, prefill, kv)
     summary = summarize_disaggregated(res, slo)
     if o["requests_out"] is not None:
-        _write_requests(o["requests_out"], res)
+        write_requests_table(o["requests_out"], res.requests)
     facts = _facts(o, prefill, decode, kv)
     if o["as_json"]:
         print_json({"disaggregated": facts, "summary": _jsonable(summary)})
@@ -131,6 +132,8 @@ def _prefill_pool(
     tp = o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
     if o["prefill_gpu"] is not None and o["gpu"] is None:
         raise ValueError("--prefill-gpu needs --gpu (the decode replicas' GPU)")
+    if o["prefill_tensor_parallel_size"] is not None and o["model"] is None:
+        raise ValueError("--prefill-tensor-parallel-size needs --model (it sizes the pool)")
     try:
         return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp)
     except ValueError as e:
@@ -239,26 +242,25 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
         f"waiting for decode blocks p99 {_fmt_s(s['kv_wait_s_p99'])}"
     )
     for role in ("prefill", "decode"):
-        verdict = "OVERLOADED (falls behind its traffic)" if s[f"{role}_overloaded"] else "keeps up"
+        verdict = (
+            "OVERLOADED (falls behind its traffic)" if s[f"{role}_overloaded"]
+            else "not judged (its arrivals are a burst too short to judge overload)"
+            if not s[f"{role}_overload_judged"]
+            else "keeps up"
+        )  # fmt: skip
         print(f"{role} pool: {verdict}")
     if s["livelocked"]:
         print("a replica LIVELOCKED (a request it can never finish)")
     if "meets_slo" in s:
+        why = "" if s["meets_slo"] else " (" + "; ".join(s["slo_misses"]) + ")"
         print(
-            f"SLO {slo.describe()}: {'met' if s['meets_slo'] else 'NOT met'}; "
+            f"SLO {slo.describe()}: {'met' if s['meets_slo'] else 'NOT met'}{why}; "
             f"goodput {s['goodput_rps']:.2f} req/s"
         )
     for role, cmd in facts.get("vllm_serve", {}).items():
         print(f"vllm serve ({role}): {cmd}")
-    print("(+ = a lower bound: requests unfinished when the run ended)")
-
-
-def _write_requests(path: Path, res: DisaggResult) -> None:
-    """The per-request table: CSV, or Parquet when the name ends in parquet."""
-    if path.name.endswith("parquet"):
-        atomic_write_bytes(path, lambda tmp: res.requests.to_parquet(tmp, index=False))
-    else:
-        atomic_write_bytes(path, lambda tmp: res.requests.to_csv(tmp, index=False))
+    if any(s[k] for k in s if k.endswith("_is_lower_bound")):
+        print("(+ = a lower bound: requests unfinished when the run ended)")
 
 
 def _jsonable(d: dict) -> dict:

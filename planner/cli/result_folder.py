@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.cli.errors import InputError
+from planner.cli.errors import InputError, os_error_reason
 
 
 def check_result_folder(folder: Path, files: tuple[str, ...], what: str) -> None:
@@ -20,3 +20,25 @@ def check_result_folder(folder: Path, files: tuple[str, ...], what: str) -> None
             f"--out {folder}: holds {', '.join(other[:3])}, not a {what}; give a new or "
             "empty folder"
         )
+
+
+def write_requests_table(path: Path, df: object) -> None:
+    """``--requests-out``: one row per request (a DataFrame) to ``path``,
+    CSV or Parquet by its suffix, atomically; then one line on stderr.
+    Raises InputError (one line) for another suffix or a failed write."""
+    import sys
+
+    from planner.sweep.store import atomic_write_bytes, write_table
+
+    if path.suffix not in (".csv", ".parquet"):
+        raise InputError(
+            f"--requests-out: expected a .csv or .parquet file name, got {str(path)!r}"
+        )
+    try:
+        if path.suffix == ".parquet":
+            write_table(df, path)  # type: ignore[arg-type]
+        else:
+            atomic_write_bytes(path, lambda tmp: df.to_csv(tmp, index=False))  # type: ignore[attr-defined]
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
+    print(f"plan: wrote {len(df):,} requests to {path}", file=sys.stderr)  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from planner.cli.capacity import command_workload, warn
 from planner.cli.errors import InputError, os_error_reason
 from planner.cli.inert import given, reject_inert, reject_inert_hardware
 from planner.cli.json_out import print_json
-from planner.cli.result_folder import check_result_folder
+from planner.cli.result_folder import check_result_folder, write_requests_table
 from planner.config import SchedulerConfig, check_compat_latency, clock_bound, compat_settings
 from planner.inert import RUN_RULES
 from planner.kv_transfer import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US
@@ -552,21 +552,8 @@ def _atomic_parquet(df: object, path: Path) -> None:
 def _write_requests(path: Path, res: Any) -> None:
     """``metrics.requests_table`` to ``path`` (.csv or .parquet), atomically."""
     from planner.metrics import requests_table
-    from planner.sweep.store import atomic_write_bytes
 
-    if path.suffix not in (".csv", ".parquet"):
-        raise InputError(
-            f"--requests-out: expected a .csv or .parquet file name, got {str(path)!r}"
-        )
-    df = requests_table(res)
-    if path.suffix == ".parquet":
-        _atomic_parquet(df, path)
-    else:
-        try:
-            atomic_write_bytes(path, lambda tmp: df.to_csv(tmp, index=False))
-        except OSError as e:
-            raise InputError(f"cannot write {path}: {os_error_reason(e)}") from None
-    print(f"plan: wrote {len(df):,} requests to {path}", file=sys.stderr)
+    write_requests_table(path, requests_table(res))
 
 
 MAX_TRACE_LOG_ENTRIES = 8_000_000

@@ -177,6 +177,8 @@ def size(
     target = base.sweep.slo or SLO()  # type: ignore[attr-defined]
     if disaggregated and not target.given():
         raise ValueError("--disaggregated needs an SLO to size against ([slo] or --ttft-slo ...)")
+    link = (kv_transfer_bandwidth, kv_transfer_latency)
+    _check_disaggregated(cands, disaggregated, link)
     name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
     # Always size-NAME, even for a spec named size-X: two specs never share a
     # folder, and plan sweep's results/NAME is never plan size's.
@@ -203,7 +205,6 @@ def size(
         frames = _run_candidates(cands, dest, limit, resume, overwrite, run)
         wall = time.perf_counter() - t0
         result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])
-        link = (kv_transfer_bandwidth, kv_transfer_latency)
         split = (
             _disaggregated(result, cands, table, target, max_replicas, link)
             if disaggregated
@@ -213,6 +214,7 @@ def size(
         shifts = _sensitivity(result, cands, target, step_time_error, max_replicas)
         paths = sizing.write(result, dest)
         png = _plot(result, target, dest)
+        pngs = [png] if split is None else [png, _plot_disaggregated(result, split, target, dest)]
         report = {**provenance(), **_report(result, cands, base, table, target, wall, headroom)}
         if report["answer"] is not None:  # the lines plan size prints, for plan report
             report["answer"]["headroom_text"] = _headroom_text(headroom)
@@ -224,9 +226,36 @@ def size(
         if as_json:
             print_json(report)
         else:
-            _print(report, [*paths, png, dest / ANSWER_FILE])
+            _print(report, [*paths, *pngs, dest / ANSWER_FILE])
         if result.best is None:
             raise typer.Exit(1)
+
+
+def _check_disaggregated(
+    cands: list[sizing.Candidate], disaggregated: bool, link: tuple[float, float]
+) -> None:
+    """Before any work: the link options act only with --disaggregated; with
+    it every candidate's link must be one the kernel holds and its spec
+    synchronous (the decode side is simulated so). Raises ValueError (one line)."""
+    from planner.kv_transfer import KVTransfer
+
+    if not disaggregated:
+        if link != (DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US):
+            raise ValueError(
+                "--kv-transfer-bandwidth and --kv-transfer-latency need --disaggregated"
+            )
+        return
+    for c in cands:
+        if c.spec is None:
+            continue
+        sweep = c.spec.sweep  # type: ignore[attr-defined]
+        if any(k.async_scheduling for k in sweep.configs):
+            raise ValueError(
+                "--disaggregated: the decode side is simulated with synchronous scheduling only; "
+                "set async_scheduling = false in the spec's [scheduler]"
+            )
+        cfg = sweep.configs[0]
+        KVTransfer.from_link(_kv_bytes_per_token(sweep, c.tp, cfg), *link)
 
 
 def _disaggregated(
@@ -327,7 +356,10 @@ def _run_candidates(
 
 SEARCH_FILE = store.SIZE_SEARCH  # the search that wrote a plan size folder
 ANSWER_FILE = "answer.json"  # the --json answer, for plan report
-SIZE_OUTPUTS = ("sweeps", "size.parquet", "size.csv", "pareto.png", SEARCH_FILE, ANSWER_FILE)
+SIZE_OUTPUTS = (
+    "sweeps", "size.parquet", "size.csv", "pareto.png", "disaggregated.png", SEARCH_FILE,
+    ANSWER_FILE,
+)  # fmt: skip
 
 
 def check_folder(dest: Path, search: dict, resume: bool, overwrite: bool) -> list[Path]:
@@ -814,6 +846,13 @@ def _plot(result: sizing.Sizing, slo: SLO, dest: Path) -> Path:
     from planner.plots.pareto import pareto_png
 
     return pareto_png(result.table, result.best, slo, dest / "pareto.png")
+
+
+def _plot_disaggregated(result: sizing.Sizing, split: dict, slo: SLO, dest: Path) -> Path:
+    from planner.plots.disagg import disagg_png
+
+    path = dest / "disaggregated.png"
+    return disagg_png(result.table, result.best, split["tried"], split["answer"], slo, path)
 
 
 def register(app: typer.Typer) -> None:
