@@ -118,8 +118,8 @@ BASE = ("run", "--num-requests", "60", "--rate", "5", "--no-async-scheduling")
 
 def test_plan_run_prefill_replicas_prints_both_pools(capsys):
     code, out, err = run_cli(
-        capsys, *BASE, "--num-requests", "400", "--model", "llama-3.1-8b", "--gpu", "H100", "--prefill-replicas", "1",
-        "--replicas", "2", "--ttft-slo", "2", "--tpot-slo", "0.05",
+        capsys, *BASE, "--num-requests", "400", "--model", "llama-3.1-8b", "--gpu", "H100",
+        "--prefill-replicas", "1", "--replicas", "2", "--ttft-slo", "2", "--tpot-slo", "0.05",
     )  # fmt: skip
     assert code == 0, err
     assert "prefill: 1 replica" in out and "decode: 2 replica" in out
