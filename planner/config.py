@@ -355,6 +355,20 @@ class SchedulerConfig:
                 )
                 raise ValueError(f"{what} is not simulated with --{name}")
 
+    def _vllm_rules_only(self) -> tuple[tuple[str, bool], ...]:
+        """(setting, whether this config has it) for the settings a feature
+        checked only against vLLM's own scheduler refuses (speculative
+        decoding, the decode side): BLIS compatibility, swap or restart
+        preemption, a sliding window or several KV cache groups, the
+        adaptive cap, projected admission."""
+        return (
+            ("--compat blis", self.compat == "blis"),
+            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
+            ("a sliding window or several KV cache groups", not self.one_full_attention_group),
+            ("an adaptive cap", self.adaptive_window > 0),
+            (f"--admission {self.admission}", self.admission != "vanilla"),
+        )
+
     def _check_speculation(self) -> None:
         """Speculative decoding is simulated where goldens from vLLM 0.33 check
         it: recompute preemption, full attention, vLLM's own rules, sync or
@@ -363,13 +377,7 @@ class SchedulerConfig:
             return
         if not isinstance(self.speculation, Speculation):
             raise ValueError(f"speculation must be a Speculation, got {self.speculation!r}")
-        for what, bad in (
-            ("--compat blis", self.compat == "blis"),
-            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
-            ("a sliding window or several KV cache groups", not self.one_full_attention_group),
-            ("an adaptive cap", self.adaptive_window > 0),
-            (f"--admission {self.admission}", self.admission != "vanilla"),
-        ):  # fmt: skip
+        for what, bad in self._vllm_rules_only():
             if bad:
                 raise ValueError(f"--speculative-config is not simulated with {what}")
         k = self.speculation.num_speculative_tokens
@@ -389,11 +397,7 @@ class SchedulerConfig:
         if not isinstance(self.kv_transfer, KVTransfer):
             raise ValueError(f"kv_transfer must be a KVTransfer, got {self.kv_transfer!r}")
         for what, bad in (
-            ("--compat blis", self.compat == "blis"),
-            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
-            ("a sliding window or several KV cache groups", not self.one_full_attention_group),
-            ("an adaptive cap", self.adaptive_window > 0),
-            (f"--admission {self.admission}", self.admission != "vanilla"),
+            *self._vllm_rules_only(),
             ("--speculative-config", self.speculation is not None),
             (
                 "--async-scheduling (a KV consumer defers block frees, defer_block_free; "

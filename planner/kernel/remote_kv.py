@@ -69,18 +69,6 @@ def set_inflight(x, r, prefilling):
         x.pd[r] &= NOT_INFLIGHT
 
 
-@njit(cache=True, inline="always")
-def _cache_stats(k, ntok, hit_tokens, preempted):
-    """``KVCacheManager.record_prefix_cache_stats``, recorded when the load
-    starts (``step._record_cache_stats``' rule)."""
-    if preempted:
-        k[S.O_PC_PRE_QUERIES] += ntok
-        k[S.O_PC_PRE_HITS] += hit_tokens
-    else:
-        k[S.O_PC_QUERIES] += ntok
-        k[S.O_PC_HITS] += hit_tokens
-
-
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def start_load(cfg, rq, st, x, q, k, s, p, r):
     """The waiting head r, remote and fresh, starts its KV load if its blocks
@@ -117,7 +105,7 @@ def start_load(cfg, rq, st, x, q, k, s, p, r):
         PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
         st.koff[r] = 0
         p.ncached[r] = nhit
-        _cache_stats(k, ntok, c0, st.npre[r] > 0)
+        S.record_prefix_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
     st.ncomp[r] = c0 + external
     x.pd[r] = (x.pd[r] & ~np.int8(S.PD_REMOTE)) | S.PD_LOADING | S.PD_INFLIGHT

@@ -507,3 +507,17 @@ def cycle_cache_entries(num_requests: int, num_gpu_blocks: int, slots: int, maxb
     Jitted: the kernel's ``step._init``, ``kernel_scratch_bytes`` and the
     reference engine all call this one definition."""
     return num_requests + slots * maxb + 4 * num_gpu_blocks
+
+
+@njit(cache=True, inline="always")
+def record_prefix_cache_stats(k, ntok, hit_tokens, preempted):  # noqa: ANN001, ANN201 (jitted)
+    """``KVCacheManager.record_prefix_cache_stats`` at admission (vLLM 0.33
+    records a lookup only when the request is admitted): ``ntok`` tokens
+    queried (``request.num_tokens``), ``hit_tokens`` found cached; a request
+    preempted before counts apart (``PrefixCacheStats.preempted_*``)."""
+    if preempted:
+        k[O_PC_PRE_QUERIES] += ntok
+        k[O_PC_PRE_HITS] += hit_tokens
+    else:
+        k[O_PC_QUERIES] += ntok
+        k[O_PC_HITS] += hit_tokens

@@ -1385,20 +1385,6 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
 
 
 @njit(cache=True, inline="always")
-def _record_cache_stats(k, ntok, hit_tokens, preempted):
-    """``KVCacheManager.record_prefix_cache_stats`` at admission (vLLM 0.33
-    records a lookup only when the request is admitted): ``ntok`` tokens
-    queried (``request.num_tokens``), ``hit_tokens`` found cached; a request
-    preempted before counts apart (``PrefixCacheStats.preempted_*``)."""
-    if preempted:
-        k[S.O_PC_PRE_QUERIES] += ntok
-        k[S.O_PC_PRE_HITS] += hit_tokens
-    else:
-        k[S.O_PC_QUERIES] += ntok
-        k[S.O_PC_HITS] += hit_tokens
-
-
-@njit(cache=True, inline="always")
 def _admit(cfg, rq, st, q, o, s, p, r, a):
     """Move the waiting head r to ``running`` with the allocation ``a`` of
     ``_admission_test`` (``Scheduler.schedule``: ``waiting.pop_request``,
@@ -1429,7 +1415,7 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         p.ncached[r] = nhit + st.koff[r] // bs
         PC.cache_blocks(r, min(c0 + num_new, rq.prompt[r] if blis else ntok), bs, rq, p)
         st.ncomp[r] = c0
-        _record_cache_stats(k, ntok, c0, st.npre[r] > 0)
+        S.record_prefix_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
     _add_to_batch(
         r, num_new, c0, ntok, q, s, rq.prompt[r] if blis else -1, _priced_window(cfg),
