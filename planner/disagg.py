@@ -228,7 +228,7 @@ def _requests_frame(
             x = res.state.remote
             started = (x.pd[0] & S.PD_REMOTE) == 0
             landed[idx] = np.where(started, x.xfer_ns[0], -1)
-            took = np.array([kv.duration_ns(int(t)) for t in x.xfer_tok[0]]) / 1e9
+            took = kv.duration_ns(x.xfer_tok[0].astype(np.int64)) / 1e9
             xfer[idx] = np.where(started, took, np.nan)
         a2[idx] = res.cfg[0, K.A2] / 1e9
 

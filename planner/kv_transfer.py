@@ -41,6 +41,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 # Defaults of the link (``KVTransfer.from_link``): one 400 Gb/s NIC per GPU
 # (NVIDIA ConnectX-7, the NIC of DGX H100 and HGX H100 systems: 8 per node,
 # one per GPU), i.e. 50 GB/s each way; and the latency of one RDMA read of
@@ -78,8 +80,9 @@ class KVTransfer:
         """One line for tables and reports: latency and per-token time."""
         return f"latency {self.latency_ns} ns, {self.ps_per_token} ps/token"
 
-    def duration_ns(self, tokens: int) -> int:
-        """Time to load ``tokens`` external tokens, ns (integer: the kernel's rule)."""
+    def duration_ns(self, tokens: int | np.ndarray) -> int | np.ndarray:
+        """Time to load ``tokens`` external tokens, ns (integer: the kernel's
+        rule); an int64 array of token counts gives an array of times."""
         return self.latency_ns + tokens * self.ps_per_token // 1000
 
     @classmethod

@@ -11,7 +11,6 @@ is ``planner.disagg.simulate_disaggregated``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any
 
@@ -115,7 +114,7 @@ def _simulate(
         write_requests_table(o["requests_out"], res.requests)
     facts = _facts(o, prefill, decode, kv)
     if o["as_json"]:
-        print_json({"disaggregated": facts, "summary": _jsonable(summary)})
+        print_json({"disaggregated": facts, "summary": summary})
     else:
         _print(facts, summary, slo)
     return summary
@@ -261,15 +260,6 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
         print(f"vllm serve ({role}): {cmd}")
     if any(s[k] for k in s if k.endswith("_is_lower_bound")):
         print("(+ = a lower bound: requests unfinished when the run ended)")
-
-
-def _jsonable(d: dict) -> dict:
-    """Scalars as JSON values (NaN and inf as null)."""
-    out = {}
-    for k, v in d.items():
-        v = v.item() if hasattr(v, "item") else v
-        out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
-    return json.loads(json.dumps(out))
 
 
 def _fmt_s(x: float) -> str:
