@@ -390,7 +390,7 @@ class SchedulerConfig:
 
     def _check_kv_transfer(self) -> None:
         """The decode side is simulated where goldens from vLLM 0.33 check it:
-        synchronous scheduling, full attention, recompute preemption, vLLM's
+        sync or async scheduling, full attention, recompute preemption, vLLM's
         own rules, no drafts. Raises ValueError (one line)."""
         if self.kv_transfer is None:
             return
@@ -399,11 +399,6 @@ class SchedulerConfig:
         for what, bad in (
             *self._vllm_rules_only(),
             ("--speculative-config", self.speculation is not None),
-            (
-                "--async-scheduling (a KV consumer defers block frees, defer_block_free; "
-                "not modelled yet: add --no-async-scheduling)",
-                self.async_scheduling,
-            ),
             ("--replicas > 1 (each decode replica is one config)", self.replicas > 1),
             ("--max-concurrency (a closed loop)", self.max_concurrency > 0),
         ):  # fmt: skip

@@ -25,6 +25,11 @@ and the reference engine mirror:
   ``_update_waiting_for_remote_kv`` caches the loaded blocks and sets
   ``num_computed_tokens`` to ``num_tokens - 1``, and the request is scheduled
   as a new one with its last prompt token to compute (its first output token).
+- Async scheduling: a KV consumer with two batches in flight sets
+  ``Scheduler.defer_block_free``. ``schedule()``'s running phase does not
+  preempt a request scheduled in the step in flight
+  (``_request_blocks_can_be_freed``) and stops there; a step's output, with
+  the loads it reports, is applied after the next ``schedule()``.
 
 The transfer's time (the planner's model): a load started by a step lands
 ``latency + external tokens x bytes per token / bandwidth`` after that step

@@ -435,6 +435,10 @@ class Scheduler:
         # step started, (request id, external tokens)
         self.holding: list[Request] = []
         self.loads_started: list[tuple[int, int]] = []
+        # ``Scheduler.defer_block_free``: a KV consumer with two batches in
+        # flight (async scheduling) frees no block the step in flight may
+        # still write, and so preempts no request scheduled in that step.
+        self.defer_block_free = cfg.kv_transfer is not None and cfg.async_scheduling
 
     thr_now = 0  # long_prefill_token_threshold in force this step
 
@@ -510,9 +514,12 @@ class Scheduler:
             if n <= 0:
                 idx += 1
                 continue
-            ok = True
+            ok, blocked = True, False
             while not self.kv.allocate_slots(req, n, False, False):
                 victim = self.choose_victim()
+                if self.defer_block_free and victim.in_flight > 0:
+                    blocked = True  # its blocks could not be freed at once
+                    break
                 pos = self.running.index(victim)
                 self.running.remove(victim)
                 if pos < idx:
@@ -527,6 +534,8 @@ class Scheduler:
                     ok = False
                     self._note_self_preemption(req)
                     break
+            if blocked:
+                break
             if not ok:
                 if self.by_priority:
                     continue  # it was the lowest priority; later ones may still fit
@@ -804,6 +813,11 @@ class Scheduler:
                 # Blocks whose tokens are now all known join the cache.
                 self.kv.cache_blocks(req, req.num_computed_tokens - req.in_flight)
             if stopped:
+                # ``_free_request_blocks`` would defer the free of a request in
+                # the step in flight; async never schedules a request whose
+                # in-flight token ends it, and under defer_block_free no
+                # preempted request has output in flight, so none is.
+                assert not (self.defer_block_free and req.in_flight > 0), "deferred free"
                 if req.status == "waiting":  # preempted; its stale token ended it
                     self.waiting.remove(req)
                 req.status = "finished"
@@ -924,6 +938,7 @@ class Engine:
                 req.remote = bool(r)
         self.xfer = cfg.kv_transfer
         self.loads: dict[int, int] = {}  # request -> when its KV load lands (ns)
+        self.landed: list[int] = []  # async: loads reported by the step in flight
         self.entry = entry
         # the client has an answer alpha2 x outputs after its finish (compat
         # blis: alpha2 in whole microseconds, ``OutputTokenProcessingTime``)
@@ -1083,12 +1098,23 @@ class Engine:
         for rid, external in self.sched.loads_started:
             self.loads[rid] = start + self.xfer.duration_ns(external)
 
-    def _finish_loads(self) -> None:
+    def _finish_loads(self) -> bool:
         """The step's output reports the loads landed by its end
-        (``finished_recving``, ``_update_from_kv_xfer_finished``)."""
+        (``finished_recving``, ``_update_from_kv_xfer_finished``). Async: the
+        output lands after the next ``schedule()``, so the loads it reports
+        become visible one step later (``landed``). Returns whether loads
+        reported by the previous step's output became visible now."""
+        applied = bool(self.landed)
+        for rid in self.landed:
+            self.requests[rid].recv_done = True
+        self.landed = []
         for rid in [r for r, t in self.loads.items() if t <= self.clock]:
             del self.loads[rid]
-            self.requests[rid].recv_done = True
+            if self.cfg.async_scheduling:
+                self.landed.append(rid)
+            else:
+                self.requests[rid].recv_done = True
+        return applied
 
     def run(self) -> Engine:
         horizon = self.cfg.horizon_s
@@ -1187,7 +1213,7 @@ class Engine:
                 else:
                     self.waste_ns += dt * wasted / (prefill + decode)
             self.clock += dt
-            self._finish_loads()
+            applied = self._finish_loads()
             self.preemptions += preempted
             self.min_free = min(self.min_free, sched.kv.pool.num_free())
             queued = len(sched.waiting) + len(sched.holding)
@@ -1238,7 +1264,7 @@ class Engine:
                 self._client_answered(start, rid)
             self.decode_total += decode
             if (
-                not scheduled and preempted == 0 and in_flight == 0 and not waited
+                not scheduled and preempted == 0 and in_flight == 0 and not waited and not applied
             ) or sched.cycle_detected:
                 self.livelocked = True
                 break

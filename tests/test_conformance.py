@@ -135,7 +135,7 @@ def test_matches_vllm(name, engine):
 @pytest.mark.slow
 def test_golden_disaggregated_decode_scenarios_cover_the_issue():
     """Decode-side goldens (a KV connector loading remote prefills): at least
-    10, with transfers that land while the pool is full (a load refused for
+    10, sync and async, with transfers that land while the pool is full (a load refused for
     blocks, then started), preemption of a request whose KV arrived (it
     recomputes locally: resumed from 0), prefix caching shortening loads,
     priority, loads held back by an in-flight prefill's reservation, and the
@@ -144,6 +144,13 @@ def test_golden_disaggregated_decode_scenarios_cover_the_issue():
     assert len(golds) >= 10
     scns = [g["scenario"] for g in golds.values()]
     assert {s["enable_prefix_caching"] for s in scns} == {True, False}
+    # Async scheduling (vLLM's default; a KV consumer's ``defer_block_free``):
+    # at least 10, with preemption, caching and priority among them.
+    asyn = [g for g in golds.values() if g["scenario"]["async_scheduling"]]
+    assert len(asyn) >= 10
+    assert sum(sum(r["num_preemptions"] for r in g["requests"]) for g in asyn) >= 50
+    assert {g["scenario"]["enable_prefix_caching"] for g in asyn} == {True, False}
+    assert {g["scenario"]["policy"] for g in asyn} == {"fcfs", "priority"}
     assert {s["policy"] for s in scns} == {"fcfs", "priority"}
     assert any(g["outcome"] == "stalled" for g in golds.values())
     loads = [sum(len(s["loads"]) for s in g["steps"]) for g in golds.values()]

@@ -586,7 +586,7 @@ def _decode_side_case(rng: np.random.Generator):
             long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
             watermark=float(rng.choice([0.0, 0.0, 0.05])),
             scheduler_reserve_full_isl=bool(rng.random() < 0.7),
-            async_scheduling=False,
+            async_scheduling=bool(rng.random() < 0.5),
             enable_prefix_caching=bool(rng.random() < 0.5),
             null_block=bool(rng.random() < 0.8),
             policy=str(rng.choice(["fcfs", "priority"])),
@@ -612,9 +612,11 @@ def test_seeded_decode_side_cases_match_the_reference():
     """150 seeded disaggregated decode sides x 3 configs: kernel == reference
     step for step, blocks conserved, and the cases reach loads that wait for
     blocks, loads that land while nothing runs, preemption after a load,
-    prefix hits shortening loads, livelocks and the horizon."""
+    prefix hits shortening loads, livelocks and the horizon, with sync and
+    async scheduling (``defer_block_free``)."""
     rng = np.random.default_rng(20261206)
     seen = dict(loaded=0, waited=0, preempted=0, cache_hits=0, livelocked=0, horizon=0)
+    seen.update(async_preempted=0, async_loaded=0)
     for _ in range(150):
         cfgs, wl, lat = _decode_side_case(rng)
         traced, fast, engines = run_both(cfgs, wl, lat)
@@ -630,6 +632,8 @@ def test_seeded_decode_side_cases_match_the_reference():
             seen["preempted"] += bool(np.any(loaded & (fast.state.req.npre[c] > 0)))
             seen["cache_hits"] += cfgs[c].enable_prefix_caching and oi[S.O_PC_HITS] > 0
             seen["livelocked"] += oi[S.O_LIVELOCKED]
+            seen["async_loaded"] += cfgs[c].async_scheduling and bool(np.any(loaded))
+            seen["async_preempted"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
             seen["horizon"] += np.isfinite(cfgs[c].horizon_s) and (
                 oi[S.O_RUNNING_END] + oi[S.O_WAITING_END] + oi[S.O_HOLD_LEN] > 0
             )

@@ -13,6 +13,7 @@ from helpers import run_cli
 from planner.api import simulate
 from planner.config import SchedulerConfig
 from planner.disagg import Pool, simulate_disaggregated, summarize_disaggregated
+from planner.kernel import state as S
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import LinearLatency
 from planner.slo import SLO
@@ -104,13 +105,22 @@ def test_pool_and_pipeline_inputs_are_checked():
         Pool(0, CFG, LAT)
     with pytest.raises(ValueError, match="kv_transfer"):
         simulate_disaggregated(_workload(10), Pool(1, CFG, LAT), Pool(1, CFG, LAT))
-    with pytest.raises(ValueError, match="no-async-scheduling"):
-        simulate_disaggregated(
-            _workload(10),
-            Pool(1, dataclasses.replace(CFG, async_scheduling=True), LAT),
-            Pool(1, CFG, LAT),
-            KVTransfer(1000, 1000),
-        )
+
+
+def test_async_scheduling_runs_on_both_pools():
+    """vLLM's default, async scheduling, on both pools: every request ends,
+    and the decode side's steps are no fewer than with sync (async schedules
+    the next step before the previous one's output lands)."""
+    wl = _workload(200)
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    asyn = dataclasses.replace(CFG, async_scheduling=True)
+    res = simulate_disaggregated(wl, Pool(2, asyn, LAT), Pool(1, asyn, LAT), kv)
+    sync = simulate_disaggregated(wl, Pool(2, CFG, LAT), Pool(1, CFG, LAT), kv)
+    for r in (res, sync):
+        s = summarize_disaggregated(r, SLO())
+        assert s["completed"] == 200, s
+    steps = [sum(int(d.state.out.counters[0, S.O_STEPS]) for d in r.decode) for r in (res, sync)]
+    assert steps[0] >= steps[1] > 0
 
 
 BASE = ("run", "--num-requests", "60", "--rate", "5", "--no-async-scheduling")
@@ -155,7 +165,6 @@ def test_plan_run_prefill_replicas_prints_both_pools(capsys):
         (("--prefill-replicas", "1", "--requests-out", "r.txt"), ".csv or .parquet"),
         (("--prefill-replicas", "1", "--kv-transfer-bandwidth", "0.0001"), "too slow"),
         (("--prefill-replicas", "1", "--prefill-tensor-parallel-size", "2"), "needs --model"),
-        (("--prefill-replicas", "1", "--async-scheduling"), "--no-async-scheduling"),
         (
             (
                 "--model",
@@ -234,19 +243,18 @@ def test_plan_size_disaggregated_answers_beside_the_aggregated_one(capsys, tmp_p
 
 
 def test_plan_size_refuses_before_any_work(capsys, tmp_path):
-    """The link options without --disaggregated, and --disaggregated on an
-    async spec: one line, exit 2, no output folder made."""
+    """The link options without --disaggregated, and a link with no
+    bandwidth: one line, exit 2, no output folder made."""
     spec = tmp_path / "s.toml"
     spec.write_text(SIZE_SPEC.format(rate=8))
     base = ("size", str(spec), "--gpus", "H100", "--max-replicas", "2", "--ttft-slo", "1")
     out = tmp_path / "never"
     code, _, err = run_cli(capsys, *base, "--kv-transfer-bandwidth", "10", "--out", str(out))
     assert code == 2 and "need --disaggregated" in err
-    spec.write_text(
-        SIZE_SPEC.format(rate=8).replace("async_scheduling = false", "async_scheduling = true")
+    code, _, err = run_cli(
+        capsys, *base, "--disaggregated", "--kv-transfer-bandwidth", "0", "--out", str(out)
     )
-    code, _, err = run_cli(capsys, *base, "--disaggregated", "--out", str(out))
-    assert code == 2 and "async_scheduling = false" in err and "Traceback" not in err
+    assert code == 2 and "--kv-transfer-bandwidth" in err and "Traceback" not in err
     assert not out.exists()
 
 

@@ -47,7 +47,6 @@ def test_bad_fields_are_refused():
 @pytest.mark.parametrize(
     "kw",
     [
-        {"async_scheduling": True},
         {"preemption_mode": "swap", "cpu_swap_blocks": 10},
         {"sliding_window": 64, "full_attention_groups": 0, "sliding_window_groups": 1},
         {"replicas": 2},

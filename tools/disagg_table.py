@@ -5,8 +5,7 @@ into prefill and decode pools, Llama-3.1-8B on H100 (roofline step time).
 
 600 synthetic requests (2,000-token prompts, 200 output tokens, both fixed)
 at 25 req/s, constant arrivals; vLLM 0.33's defaults for the model and GPU
-but synchronous scheduling (the decode side is simulated without async
-scheduling yet, docs/disaggregated.md). Rows: 3 aggregated replicas
+(async scheduling and prefix caching on). Rows: 3 aggregated replicas
 (``--replicas 3``), 1 prefill + 2 decode, 2 prefill + 1 decode, and 2 + 1
 over a link 100x slower than the default (0.5 GB/s per GPU). Prints the
 page's table (``tests/test_doc_tables.py`` checks the page holds it).
@@ -18,7 +17,7 @@ from plan_json import plan_json
 
 BASE = [
     "run", "--model", "llama-3.1-8b", "--gpu", "h100", "--latency", "roofline",
-    "--no-async-scheduling", "--num-requests", "600", "--rate", "25",
+    "--num-requests", "600", "--rate", "25",
     "--prompt-tokens", "2000", "--prompt-tokens-stdev", "0",
     "--output-tokens", "200", "--output-tokens-stdev", "0",
 ]  # fmt: skip

@@ -579,9 +579,16 @@ def pd_scenarios(seed: int = 20261206) -> list[dict]:
     land while the pool is full, loads held back by in-flight prefills'
     reservations, preemption of a request whose KV arrived (it recomputes
     locally), local prefix hits shortening the load, seats full, priority,
-    the watermark, instant transfers, the one-block-short pool, random ones."""
+    the watermark, instant transfers, the one-block-short pool, random ones;
+    then ``pd_async_scenarios``."""
+    rng = random.Random(seed)
+    rand = [_random_pd_scenario(rng, i) for i in range(10)]
+    return _pd_fixed() + rand + pd_async_scenarios()
+
+
+def _pd_fixed() -> list[dict]:
     remote = [_req(200 + 17 * i, 60 + 5 * i, i, remote=True) for i in range(10)]
-    fixed = [
+    return [
         _base("pd_basic", kv_transfer=_xfer(2, 10), requests=remote),
         _base("pd_instant", kv_transfer=_xfer(0, 0), requests=remote),
         _base(
@@ -669,8 +676,66 @@ def pd_scenarios(seed: int = 20261206) -> list[dict]:
             requests=[_req(1000, 24, remote=True)],
         ),
     ]
+
+
+# Fixed decode-side scenarios also recorded with async scheduling.
+PD_ASYNC = (
+    "pd_basic",
+    "pd_pool_full",
+    "pd_reserved",
+    "pd_preempt",
+    "pd_caching_preempt",
+    "pd_priority",
+    "pd_seats",
+    "pd_one_block_short",
+)
+
+
+def pd_async_scenarios(seed: int = 20261207) -> list[dict]:
+    """The decode side under async scheduling (vLLM 0.33's default): a KV
+    consumer with two batches in flight defers freeing the blocks an in-flight
+    step may still write (``Scheduler.defer_block_free``) and does not preempt
+    a request whose blocks it could not free at once. The fixed scenarios of
+    ``PD_ASYNC``, two with pools so small that preemption is the rule, and
+    random ones."""
+    fixed = [s for s in _pd_fixed() if s["name"] in PD_ASYNC]
+    out = [dict(scn, name=scn["name"] + "_async", async_scheduling=True) for scn in fixed]
+    out += [
+        _base(
+            "pd_async_thrash",
+            num_gpu_blocks=30,
+            max_num_batched_tokens=128,
+            kv_transfer=_xfer(1, 10),
+            async_scheduling=True,
+            requests=[_req(40 + 9 * i, 150, i % 4, remote=i % 3 != 2) for i in range(12)],
+        ),
+        _base(
+            "pd_async_thrash_priority",
+            policy="priority",
+            num_gpu_blocks=30,
+            max_num_batched_tokens=128,
+            kv_transfer=_xfer(1, 10),
+            async_scheduling=True,
+            requests=[
+                _req(40 + 9 * i, 150, i % 4, priority=i % 3, remote=i % 3 != 2) for i in range(12)
+            ],
+        ),
+        _base(
+            "pd_async_stop_len",
+            num_gpu_blocks=40,
+            max_model_len=128,
+            max_num_batched_tokens=128,
+            kv_transfer=_xfer(1, 10),
+            async_scheduling=True,
+            # prompt + max_tokens = max_model_len: each ends at the length cap
+            requests=[_req(60 + 7 * i, 68 - 7 * i, i % 3, remote=i % 2 == 0) for i in range(8)],
+        ),
+    ]
     rng = random.Random(seed)
-    return fixed + [_random_pd_scenario(rng, i) for i in range(10)]
+    for i in range(10):
+        scn = _random_pd_scenario(rng, i)
+        out.append(dict(scn, name=f"pd_async_rand{i:02d}", async_scheduling=True))
+    return out
 
 
 def _spec(k: int, acceptance: list[float], seed: int = 0) -> dict:

@@ -235,8 +235,8 @@ def _check_disaggregated(
     cands: list[sizing.Candidate], disaggregated: bool, link: tuple[float, float]
 ) -> None:
     """Before any work: the link options act only with --disaggregated; with
-    it every candidate's link must be one the kernel holds and its spec
-    synchronous (the decode side is simulated so). Raises ValueError (one line)."""
+    it every candidate's link must be one the kernel holds. Raises ValueError
+    (one line)."""
     from planner.kv_transfer import KVTransfer
 
     if not disaggregated:
@@ -249,11 +249,6 @@ def _check_disaggregated(
         if c.spec is None:
             continue
         sweep = c.spec.sweep  # type: ignore[attr-defined]
-        if any(k.async_scheduling for k in sweep.configs):
-            raise ValueError(
-                "--disaggregated: the decode side is simulated with synchronous scheduling only; "
-                "set async_scheduling = false in the spec's [scheduler]"
-            )
         cfg = sweep.configs[0]
         KVTransfer.from_link(_kv_bytes_per_token(sweep, c.tp, cfg), *link)
 

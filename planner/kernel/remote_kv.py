@@ -24,10 +24,13 @@ from planner.capacity import blocks_for_tokens
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.arrivals import arrival_limit, routing_open
+from planner.kernel.policies import pick_victim
 
 INT64_MAX = np.iinfo(np.int64).max
 NOT_DONE = ~np.int8(S.PD_LOADING | S.PD_RECV)
 NOT_INFLIGHT = ~np.int8(S.PD_INFLIGHT)
+NOT_LANDED = ~np.int8(S.PD_LANDED)
+REPORTED = np.int8(S.PD_RECV | S.PD_LANDED)  # in a step's finished_recving
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -130,16 +133,47 @@ def update_waiting_for_remote_kv(cfg, rq, st, x, p, r):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def finish_loads(x, k):
+def finish_loads(x, k, flag):
     """The step's output reports the loads landed by its end
-    (``finished_recving``, ``Scheduler._update_from_kv_xfer_finished``)."""
+    (``finished_recving``, ``Scheduler._update_from_kv_xfer_finished``): each
+    gets ``flag``, ``PD_RECV`` (sync: applied now) or ``PD_LANDED`` (async: the
+    output is applied after the next ``schedule()``, ``apply_landed``)."""
     R = x.hq.shape[0]
     for j in range(k[S.O_HOLD_LEN]):
         r = x.hq[(k[S.O_HOLD_HEAD] + j) % R]
         f = x.pd[r]
-        if f & S.PD_LOADING and not f & S.PD_RECV and x.xfer_ns[r] <= k[S.O_END_NS]:
-            x.pd[r] = f | S.PD_RECV
+        if f & S.PD_LOADING and not f & REPORTED and x.xfer_ns[r] <= k[S.O_END_NS]:
+            x.pd[r] = f | flag
             k[S.O_LOADS] -= 1
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def apply_landed(x, k, s):
+    """Async (``EngineCore.step_with_batch_queue``): the previous step's output,
+    applied after this step's ``schedule()``, makes the loads it reported
+    visible (``PD_LANDED`` becomes ``PD_RECV``). A step that applied any is
+    not idle: the next one schedules them (``s[WAITED]``)."""
+    R = x.hq.shape[0]
+    for j in range(k[S.O_HOLD_LEN]):
+        r = x.hq[(k[S.O_HOLD_HEAD] + j) % R]
+        if x.pd[r] & S.PD_LANDED:
+            x.pd[r] = (x.pd[r] & NOT_LANDED) | S.PD_RECV
+            s[S.WAITED] = 1
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def in_flight_victim(cfg, rq, st, q, k):
+    """``Scheduler.defer_block_free`` (a KV consumer under async scheduling):
+    whether the request ``schedule()``'s running phase would preempt next
+    (``policies.pick_victim``) was scheduled in the step in flight
+    (``_request_blocks_can_be_freed`` is False: its tokens are in flight).
+    vLLM then preempts nothing ("A deferred free will not help with immediate
+    allocation") and the running phase stops there."""
+    vi = pick_victim(
+        q.run, k[S.O_RUNNING_END], cfg[K.VICTIM], cfg[K.ANTI_STARVATION], st.npre, st.ncomp,
+        st.held, rq.priority, st.entry_ns,
+    )  # fmt: skip
+    return st.infl[q.run[vi]] > 0
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -151,7 +185,7 @@ def load_wait_ns(cfg, st, x, k):
     t = INT64_MAX
     for j in range(k[S.O_HOLD_LEN]):
         r = x.hq[(k[S.O_HOLD_HEAD] + j) % R]
-        if x.pd[r] & S.PD_LOADING and not x.pd[r] & S.PD_RECV:
+        if x.pd[r] & S.PD_LOADING and not x.pd[r] & REPORTED:
             t = min(t, x.xfer_ns[r])
     if k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]):
         t = min(t, st.entry_ns[st.order[k[S.O_NEXT_ARRIVAL]]])

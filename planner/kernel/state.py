@@ -123,6 +123,7 @@ PD_REMOTE = 1  # its KV comes from a prefill instance (``do_remote_prefill``), l
 PD_LOADING = 2  # WAITING_FOR_REMOTE_KVS
 PD_RECV = 4  # its load landed (``finished_recving_kv_req_ids``)
 PD_INFLIGHT = 8  # in ``_inflight_prefills`` (its prefill or load is not done)
+PD_LANDED = 16  # async: its load landed, reported by the step in flight (not yet applied)
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)

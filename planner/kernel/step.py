@@ -88,7 +88,13 @@ from planner.kernel.policies import (
     precedes,
     projected_blocks,
 )
-from planner.kernel.remote_kv import finish_loads, leave_inflight, load_wait_ns
+from planner.kernel.remote_kv import (
+    apply_landed,
+    finish_loads,
+    in_flight_victim,
+    leave_inflight,
+    load_wait_ns,
+)
 from planner.kernel.state import (
     ATTENDED,
     ATTENDED_W,
@@ -1246,10 +1252,13 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     long_prefill_token_threshold, max_model_len - 1 - computed) tokens, and
     ``allocate_slots`` failing preempts (``_preempt_one``) until it fits.
     Async: in-flight tokens count as known (num_output_placeholders), and a
-    request whose last token is in flight is skipped."""
+    request whose last token is in flight is skipped; on a disaggregated
+    decode side (``defer_block_free``) a victim scheduled in the step in
+    flight is not preempted and the phase stops (``remote_kv.in_flight_victim``)."""
     k = o.counters
     bs, mml = cfg[K.BS], cfg[K.MML]
     async_ = cfg[K.ASYNC] != 0
+    defer_free = async_ and cfg[K.XFER] != 0  # ``Scheduler.defer_block_free``
     blis = cfg[K.COMPAT] != 0
     groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]  # 1 with caching
     # Loop-invariant settings read once (the loop writes other arrays, so the
@@ -1286,12 +1295,17 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         need = grow * groups
         if need > free:
             s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
-            preempted_self = False
+            preempted_self = blocked = False
             while need > k[FREE]:
+                if defer_free and _in_flight_victim_if(rq.features.extras, cfg, rq, st, q, k):
+                    blocked = True  # its blocks could not be freed at once
+                    break
                 i, preempted_self = _preempt_one(cfg, rq, st, q, o, s, p, i, r)
                 if preempted_self:
                     break
             budget, free, n_run = s[BUDGET], k[FREE], k[N_RUN]
+            if blocked:
+                break
             if preempted_self:
                 if cfg[K.POLICY] == 1:
                     continue  # the lowest-priority request went; later ones may fit
@@ -1455,9 +1469,12 @@ def _admit_loaded(cfg, rq, st, x, q, o, s, p, r):
     st.status[r] = S.RUNNING
     _log(o.events, k, k[STEPS], r, c0, S.EV_ADMIT)
     k[FREE] -= need
-    if p is not None and need > 0:
-        PC.get_new_blocks(need, p.slot_of[r], have, p)
-        PC.cache_blocks(r, min(c0 + num_new, ntok), bs, rq, p)
+    if p is not None:
+        if c0 == 0:  # a one-token prompt recomputes from 0: a lookup, no hit possible
+            S.record_prefix_cache_stats(k, ntok, 0, st.npre[r] > 0)
+        if need > 0:
+            PC.get_new_blocks(need, p.slot_of[r], have, p)
+            PC.cache_blocks(r, min(c0 + num_new, ntok), bs, rq, p)
     st.held[r] = have + need
     RKV.set_inflight(x, r, c0 + num_new < ntok)
     _add_to_batch(r, num_new, c0, ntok, q, s, -1, _priced_window(cfg), cfg[K.PRICE_WIN2])
@@ -1544,6 +1561,8 @@ def _load_wait(cfg, st, x, k, s):
 
 
 _finish_loads_if = gated(finish_loads)
+_apply_landed_if = gated(apply_landed)
+_in_flight_victim_if = gated(in_flight_victim, False)
 _load_wait_if = gated(_load_wait, 0)
 _leave_inflight_if = gated(leave_inflight)
 
@@ -1966,10 +1985,12 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
         if async_:
             f = rq.features.extras
             _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p)
+            if xfer:  # the loads the previous step's output reported become visible
+                _apply_landed_if(f, x, k, sc.step)
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
         if k[S.O_LOADS] > 0:
-            _finish_loads_if(rq.features.extras, x, k)
+            _finish_loads_if(rq.features.extras, x, k, S.PD_LANDED if async_ else S.PD_RECV)
         if _end_step(cfg, st, q, o, sc.step, p, check):
             break
         if livelock_proven(cfg, st, q, k, p, sc.cycle):  # a state repeated (cycle.py)
