@@ -16,6 +16,7 @@ import numpy as np
 from planner import bounds
 from planner.kv_transfer import KVTransfer
 from planner.latency.allreduce import interp_s
+from planner.latency.draft import DRAFT_FLOATS, draft_floats
 from planner.latency.step_time import (
     AR_COUNT,
     AR_EAGER,
@@ -32,6 +33,7 @@ from planner.latency.step_time import (
     Latency,
     LinearLatency,
     MeasuredLatency,
+    RooflineLatency,
     blis_alpha2_ns,
     measured_table_ns,
 )
@@ -114,11 +116,14 @@ BLIS_IMPLIED = {
     XFER_PS,  # its transfer time per external token, ps
     SPEC_K,  # speculative decoding: num_speculative_tokens (0: off)
     SPEC_SEED,  # its acceptance draws' seed
+    SPEC_LA,  # its lookahead KV slots (vLLM's num_lookahead_tokens: k for a drafter, 0 n-gram)
     SPEC_T,  # first of MAX_SPEC_TOKENS conditional acceptance thresholds (of 2^53)
-) = range(50)
+) = range(51)
 NCOLS = SPEC_T + MAX_SPEC_TOKENS
 MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
-NFLOAT = ROOFLINE_FLOATS  # roofline floats per config (latency.RooflineLatency.floats)
+# floats per config: the roofline's (latency.RooflineLatency.floats), then a
+# drafter's (latency.draft: EAGLE, EAGLE-3, MTP; 0s otherwise)
+NFLOAT = ROOFLINE_FLOATS + DRAFT_FLOATS
 
 NO_HORIZON_NS = bounds.INT64_MAX
 MAX_INT = bounds.INT32_MAX  # sizes and counts fit int32 arrays in the kernel
@@ -380,6 +385,12 @@ class SchedulerConfig:
         for what, bad in self._vllm_rules_only():
             if bad:
                 raise ValueError(f"--speculative-config is not simulated with {what}")
+        if self.speculation.lookahead_tokens and self.enable_prefix_caching:
+            raise ValueError(
+                f"--speculative-config method {self.speculation.method!r} is not simulated with "
+                "prefix caching (vLLM hashes one token past each block and drops the trailing "
+                "cached block): add --no-enable-prefix-caching"
+            )
         k = self.speculation.num_speculative_tokens
         if self.max_num_batched_tokens < 1 + k:
             raise ValueError(
@@ -568,15 +579,36 @@ def max_step_ns(cfg: SchedulerConfig, lat: Latency) -> float:
         nbytes = fp[2] + fp[7] + kv * (cfg.num_gpu_blocks * cfg.block_size + tokens)
         comm = fp[6] * tokens + _worst_allreduce_s(fp, tokens)
         t = b0 + math.ceil((max(flops / fp[4], nbytes / fp[5]) + comm) * 1e9)
+        t += _draft_bound_ns(cfg, lat, fp, tokens)
     if cfg.preemption_mode == "swap":
         t += float(cfg.swap_ns_per_block) * 2 * cfg.num_gpu_blocks
     return float(t)
 
 
+def _draft_bound_ns(cfg: SchedulerConfig, lat: Latency, fp: tuple, tokens: float) -> float:
+    """The drafter's longest time in a step (``latency.draft``), ns: k passes
+    over T tokens, each attending max_model_len keys and reading the whole
+    pool; 0 without a drafter."""
+    d = draft_floats_of(cfg, lat)
+    if not any(d):
+        return 0.0
+    kv = cfg.num_gpu_blocks * cfg.block_size + tokens
+    flops = d[0] * tokens + d[1] * tokens * cfg.max_model_len
+    one = max(flops / fp[4], (d[2] + d[3] * kv) / fp[5])
+    return math.ceil(cfg.speculation.num_speculative_tokens * one * 1e9)  # type: ignore[union-attr]
+
+
 def clock_bound(cfg: SchedulerConfig, lat: Latency, label: str = "", spec: bool = False) -> None:
     """``bounds.clock_bound`` for one config: its int64 ns clock cannot wrap.
 
-    Raises ValueError (one line; option names as in a spec when ``spec``)."""
+    Raises ValueError (one line; option names as in a spec when ``spec``), also
+    for a drafter off the roofline (``check_drafter_latency``)."""
+    check_drafter_latency(cfg, lat, spec)
+    _clock_bound(cfg, lat, label, spec)
+
+
+def _clock_bound(cfg: SchedulerConfig, lat: Latency, label: str = "", spec: bool = False) -> None:
+    """``clock_bound`` without the drafter check (``pack_configs``)."""
     ns = lat.ns()
     names = bounds.SPEC_NAMES if spec else bounds.CLI_NAMES
     bounds.clock_bound(cfg.max_steps, max_step_ns(cfg, lat), (ns[3], ns[4]), label, names)
@@ -624,8 +656,9 @@ def pack_configs(
     outf = np.zeros((len(configs), NFLOAT), dtype=np.float64)
     rows, _ = _table_rows(latencies)
     for i, (c, lat) in enumerate(zip(configs, latencies, strict=True)):
-        clock_bound(c, lat)  # the int64 ns clock cannot wrap
-        outf[i] = lat.floats()
+        _clock_bound(c, lat)  # the int64 ns clock cannot wrap
+        outf[i, :ROOFLINE_FLOATS] = lat.floats()
+        outf[i, ROOFLINE_FLOATS:] = draft_floats_of(c, lat)
         horizon = NO_HORIZON_NS if math.isinf(c.horizon_s) else int(round(c.horizon_s * 1e9))
         out[i, :] = (
             c.num_gpu_blocks,
@@ -677,11 +710,37 @@ def pack_configs(
 
 
 def _spec_columns(spec: Speculation | None) -> tuple[int, ...]:
-    """``SPEC_K``, ``SPEC_SEED`` and the ``SPEC_T`` thresholds of one config
-    (all 0 without speculative decoding)."""
+    """``SPEC_K``, ``SPEC_SEED``, ``SPEC_LA`` and the ``SPEC_T`` thresholds of
+    one config (all 0 without speculative decoding)."""
     if spec is None:
-        return (0,) * (2 + MAX_SPEC_TOKENS)
-    return (spec.num_speculative_tokens, spec.seed, *(int(x) for x in spec.thresholds()))
+        return (0,) * (3 + MAX_SPEC_TOKENS)
+    k, seed, la = spec.num_speculative_tokens, spec.seed, spec.lookahead_tokens
+    return (k, seed, la, *(int(x) for x in spec.thresholds()))
+
+
+def draft_floats_of(c: SchedulerConfig, lat: Latency) -> tuple[float, ...]:
+    """A config's drafter floats (``latency.draft``): 0s without a drafter,
+    and on a step-time model other than the roofline, which prices no drafter
+    (the commands refuse that pairing, ``check_drafter_latency``; the
+    conformance tests run drafters in unit steps)."""
+    spec = c.speculation
+    if spec is None or spec.lookahead_tokens == 0 or not isinstance(lat, RooflineLatency):
+        return (0.0,) * DRAFT_FLOATS
+    return draft_floats(lat.model, lat.tp, lat.quantization, lat.kv_cache_dtype)
+
+
+def check_drafter_latency(cfg: SchedulerConfig, lat: Latency, spec: bool = False) -> None:
+    """A drafter (EAGLE, EAGLE-3, MTP) is priced on the roofline only
+    (``latency.draft``). Raises ValueError (one line; a sweep spec's spelling
+    when ``spec``) for another step-time model, which would run the drafter
+    for free."""
+    sp = cfg.speculation
+    if sp is not None and sp.lookahead_tokens and not isinstance(lat, RooflineLatency):
+        fix = '[latency] kind = "roofline"' if spec else "--latency roofline"
+        raise ValueError(
+            f"speculative_config method {sp.method!r} is priced on the roofline (its "
+            f"drafter's time, planner.latency.draft): use {fix}"
+        )
 
 
 def _xfer_columns(x: KVTransfer | None) -> tuple[int, int, int]:

@@ -39,9 +39,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
-from planner.config import PREEMPTION_MODES, STOP_BOUNDS, SchedulerConfig, lat_kind, pack_tables
+from planner.config import (
+    PREEMPTION_MODES,
+    STOP_BOUNDS,
+    SchedulerConfig,
+    draft_floats_of,
+    lat_kind,
+    pack_tables,
+)
 from planner.kernel.cycle import QUIET_STEPS
 from planner.kernel.token_gaps import NBINS, SUB, SUB_BITS
+from planner.latency.draft import draft_ns
 from planner.latency.step_time import (
     LINEAR,
     SW_WINDOW,
@@ -261,11 +269,14 @@ class KVCacheManager:
         hits: list[int] | None = None,
         external: int = 0,
         reserved: int = 0,
+        lookahead: int = 0,
     ) -> bool:
         """``allocate_slots``; ``external``: tokens a KV connector loads
         (``num_external_computed_tokens``), whose blocks are not cached until
         the load lands (``delay_cache_blocks``); ``reserved``: free blocks the
-        allocation must leave (``reserved_blocks``, not in the gate)."""
+        allocation must leave (``reserved_blocks``, not in the gate);
+        ``lookahead``: slots past the new tokens (``num_lookahead_tokens``, not
+        in the gate)."""
         hits = hits or []
         wm = self.watermark_blocks if watermark else 0
         # Hit blocks sitting in the free queue leave it when touched.
@@ -296,7 +307,9 @@ class KVCacheManager:
             self.remove_skipped_blocks(req)
             free = self.pool.num_free()
         target = blocks_for_tokens(
-            computed + num_new_tokens - req.uncounted, self.max_model_len, self.block_size
+            computed + num_new_tokens + lookahead - req.uncounted,
+            self.max_model_len,
+            self.block_size,
         )
         if len(self.kinds) * max(0, target - have) + evictable + wm > free - reserved:
             return False
@@ -439,6 +452,8 @@ class Scheduler:
         # flight (async scheduling) frees no block the step in flight may
         # still write, and so preempts no request scheduled in that step.
         self.defer_block_free = cfg.kv_transfer is not None and cfg.async_scheduling
+        # a drafter's lookahead KV slots (``num_lookahead_tokens``: EAGLE, MTP)
+        self.lookahead = 0 if cfg.speculation is None else cfg.speculation.lookahead_tokens
 
     thr_now = 0  # long_prefill_token_threshold in force this step
 
@@ -515,7 +530,7 @@ class Scheduler:
                 idx += 1
                 continue
             ok, blocked = True, False
-            while not self.kv.allocate_slots(req, n, False, False):
+            while not self.kv.allocate_slots(req, n, False, False, lookahead=self.lookahead):
                 victim = self.choose_victim()
                 if self.defer_block_free and victim.in_flight > 0:
                     blocked = True  # its blocks could not be freed at once
@@ -597,7 +612,12 @@ class Scheduler:
             ):
                 break
             if not self.kv.allocate_slots(
-                req, n, self.cfg.scheduler_reserve_full_isl, bool(self.running), hits
+                req,
+                n,
+                self.cfg.scheduler_reserve_full_isl,
+                bool(self.running),
+                hits,
+                lookahead=self.lookahead,
             ):
                 break
             if self.kv.caching and req.num_computed_tokens == 0:
@@ -898,7 +918,10 @@ class Engine:
         self.beta = (b0, b1, b2)
         self.lat_kind = lat_kind(latency)
         self.lat_ints = np.array([b0, b1, b2], dtype=np.int64)
-        self.lat_floats = np.array(latency.floats(), dtype=np.float64)
+        # the target's roofline floats, then a drafter's (EAGLE, MTP: latency.draft)
+        self.lat_floats = np.array(
+            [*latency.floats(), *draft_floats_of(cfg, latency)], dtype=np.float64
+        )
         # A hybrid's sliding layers, priced on their window (RooflineLatency).
         self.win2 = int(self.lat_floats[SW_WINDOW])
         self.lat_table = pack_tables([latency])[0]
@@ -1192,6 +1215,11 @@ class Engine:
                     self.lat_table,
                     attended_w,
                     kv_w,
+                )
+            if sched.lookahead:  # the drafter's passes (EAGLE, MTP)
+                k = self.cfg.speculation.num_speculative_tokens
+                dt += draft_ns(
+                    self.lat_floats, k, prefill + decode, len(scheduled), attended, kv_touched
                 )
             dt += sched.swap_ns
             self._start_loads(start)

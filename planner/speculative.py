@@ -23,12 +23,26 @@ the reference engine mirror:
   1 + k tokens before this one's output lands; the output then takes the
   rejected drafts back from the computed tokens and the placeholders.
 
-Methods: ``ngram`` (and ``ngram_gpu``) only. Their drafter runs no model, so
-the step time charges nothing for it, and vLLM reserves no lookahead KV
-(``VllmConfig.num_lookahead_tokens`` is 0) and no extra query slots
-(``SpeculativeConfig.max_num_new_slots_for_drafting`` is 0). EAGLE, MTP and
-draft models add lookahead KV, prefix-hash lookahead and a draft model's
-step time: not simulated yet, and refused.
+Methods (``METHODS``):
+
+- ``ngram`` and ``ngram_gpu``: the drafter runs no model, so the step time
+  charges nothing for it, and vLLM reserves no lookahead KV
+  (``VllmConfig.num_lookahead_tokens`` is 0).
+- ``eagle``, ``eagle3`` and ``mtp`` (``DRAFTER_METHODS``; ``SpeculativeConfig.
+  use_eagle``): the drafter reads the target's hidden states and writes KV
+  for the k positions past the target's query, so ``allocate_slots`` is
+  called with ``num_lookahead_tokens`` = k (``VllmConfig.num_lookahead_tokens``)
+  in both scheduler phases: a request's blocks cover
+  min(num_computed_tokens + new tokens + k, max_model_len) tokens (the
+  whole-sequence gate does not count the lookahead). Their prefill lookahead
+  (``num_prefill_lookahead_tokens``, 1 for EAGLE and single-module MTP) makes
+  ``Scheduler._reserve_prefill_lookahead`` a no-op, and their draft slots
+  (``max_num_new_slots_for_drafting``) are 0. The drafter's step time is
+  ``planner.latency.draft``'s. With prefix caching vLLM hashes one token past
+  each block and drops the trailing cached block
+  (``num_hash_lookahead_tokens``, ``use_eagle_block_drop``): not simulated, so
+  refused. Draft models (``draft_model``, one extra query slot per request)
+  and multi-module MTP are refused.
 
 The acceptance model (the planner's, not vLLM's): whether the target accepts
 a draft depends on the text, which a capacity plan does not have. The user
@@ -55,10 +69,13 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-METHODS = ("ngram", "ngram_gpu")  # simulated
-# Keys of vLLM's SpeculativeConfig accepted here; those other than method and
-# num_speculative_tokens act only through the acceptance rate the user gives.
-ACCEPTED_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
+DRAFTER_METHODS = ("eagle", "eagle3", "mtp")  # a drafter model on the target's hidden states
+METHODS = ("ngram", "ngram_gpu", *DRAFTER_METHODS)  # simulated
+# Keys of vLLM's SpeculativeConfig accepted here; the n-gram window acts only
+# through the acceptance rate the user gives, ``model`` names an EAGLE head.
+ACCEPTED_KEYS = (
+    "method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "model",
+)  # fmt: skip
 MAX_SPEC_TOKENS = 16  # draft positions a config can carry (config columns)
 ONE = 1 << 53  # threshold of a certain acceptance (draws are 53-bit)
 
@@ -90,14 +107,24 @@ class Speculation:
     # vLLM's n-gram window, (prompt_lookup_min, prompt_lookup_max) as given
     # (None: vLLM's defaults, 5 and 5); it acts through the acceptance only
     prompt_lookup: tuple[int | None, int | None] = (None, None)
+    # vLLM's ``model`` key: the EAGLE head's name or path (eagle, eagle3); it
+    # is named in the serve command, its time priced as one target layer
+    # plus the LM head (``planner.latency.draft``)
+    draft_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
+            why = (
+                "a draft model adds a query slot per request"
+                if self.method == "draft_model"
+                else "not one of vLLM's methods the planner knows"
+            )
             raise ValueError(
-                f"--speculative-config method {self.method!r} is not simulated: only "
-                f"{', '.join(METHODS)} (no draft model, no lookahead KV)"
+                f"--speculative-config method {self.method!r} is not simulated ({why}): "
+                f"only {', '.join(METHODS)}"
             )
         self._check_lookup()
+        self._check_draft_model()
         k = self.num_speculative_tokens
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPEC_TOKENS:
             raise ValueError(
@@ -120,6 +147,29 @@ class Speculation:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--spec-seed must be an integer >= 0, got {self.seed!r}")
 
+    @property
+    def lookahead_tokens(self) -> int:
+        """vLLM's ``VllmConfig.num_lookahead_tokens``: KV slots allocated past
+        the scheduled tokens, k for a drafter method, 0 for n-gram."""
+        return self.num_speculative_tokens if self.method in DRAFTER_METHODS else 0
+
+    def _check_draft_model(self) -> None:
+        """vLLM needs ``model`` for an EAGLE head (``SpeculativeConfig``) and
+        takes none for n-gram or MTP (the target's own MTP layers). Raises
+        ValueError (one line)."""
+        m = self.draft_model
+        if m is not None and (not isinstance(m, str) or not m.strip()):
+            raise ValueError(f"--speculative-config model must be a name or path, got {m!r}")
+        if self.method in ("eagle", "eagle3") and m is None:
+            raise ValueError(
+                f"--speculative-config method {self.method!r} needs 'model' (the EAGLE head, "
+                "e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)"
+            )
+        if self.method not in ("eagle", "eagle3") and m is not None:
+            raise ValueError(
+                f"--speculative-config 'model' is for eagle and eagle3, not {self.method!r}"
+            )
+
     def _lookup_given(self) -> list[tuple[str, int]]:
         """(vLLM's key, value) of each n-gram window bound given."""
         keys = ("prompt_lookup_min", "prompt_lookup_max")
@@ -127,7 +177,12 @@ class Speculation:
 
     def _check_lookup(self) -> None:
         """``prompt_lookup_min``/``max`` as vLLM 0.33 takes them
-        (``SpeculativeConfig``: integers >= 1, min <= max). Raises ValueError."""
+        (``SpeculativeConfig``: integers >= 1, min <= max; n-gram only).
+        Raises ValueError."""
+        if self._lookup_given() and self.method in DRAFTER_METHODS:
+            raise ValueError(
+                f"--speculative-config prompt_lookup_min/max are n-gram keys, not {self.method!r}'s"
+            )
         for name, v in self._lookup_given():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"--speculative-config {name} must be an integer >= 1, got {v!r}")
@@ -174,7 +229,10 @@ class Speculation:
 
     def config_json(self) -> str:
         """vLLM's ``--speculative-config`` for this setting (compact JSON)."""
-        d = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        d: dict = {"method": self.method}
+        if self.draft_model is not None:
+            d["model"] = self.draft_model
+        d["num_speculative_tokens"] = self.num_speculative_tokens
         return json.dumps(d | dict(self._lookup_given()), separators=(",", ":"))
 
     def acceptance_text(self) -> str:
@@ -187,8 +245,19 @@ class Speculation:
         return (
             f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens "
             f"per step; per-position acceptance {rates} (mean acceptance length "
-            f"{self.mean_acceptance_length():.2f}; seed {self.seed}); the drafter runs no model"
+            f"{self.mean_acceptance_length():.2f}; seed {self.seed}); " + self._drafter_note()
             + self._lookup_note()
+        )  # fmt: skip
+
+    def _drafter_note(self) -> str:
+        """What the drafter costs, in words."""
+        if self.method not in DRAFTER_METHODS:
+            return "the drafter runs no model"
+        head = self.draft_model or "the model's MTP layer"
+        return (
+            f"the drafter ({head}) is priced as one target layer plus the LM head per pass, "
+            f"k = {self.num_speculative_tokens} passes per step, and holds {self.lookahead_tokens} "
+            "lookahead KV slots per request"
         )
 
     def _lookup_note(self) -> str:
@@ -265,7 +334,9 @@ def speculation_from(
     else:
         rates = parse_acceptance(str(acceptance))
     lookup = (d.get("prompt_lookup_min"), d.get("prompt_lookup_max"))
-    return Speculation(str(d["method"]), d["num_speculative_tokens"], rates, seed, lookup)
+    return Speculation(
+        str(d["method"]), d["num_speculative_tokens"], rates, seed, lookup, d.get("model")
+    )
 
 
 LOG_ROUNDING = 0.0005  # the log prints each rate to 3 decimals (``f"{p:.3f}"``)

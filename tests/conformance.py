@@ -76,7 +76,11 @@ def _speculation(spec: dict | None) -> Speculation | None:
     if not spec:
         return None
     return Speculation(
-        spec["method"], spec["num_speculative_tokens"], tuple(spec["acceptance"]), spec["seed"]
+        spec["method"],
+        spec["num_speculative_tokens"],
+        tuple(spec["acceptance"]),
+        spec["seed"],
+        draft_model=spec.get("model"),
     )
 
 

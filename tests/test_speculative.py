@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conformance import golden_names, load
+from conformance import first_difference, golden_names, golden_steps, kernel_steps, load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +34,10 @@ from planner.speculative import (
 from planner.workload.arrays import Workload
 
 NGRAM3 = '{"method": "ngram", "num_speculative_tokens": 3}'
+EAGLE3 = (
+    '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
+    '"num_speculative_tokens": 3}'
+)
 
 
 def test_jitted_and_plain_draws_agree():
@@ -63,6 +67,8 @@ def spec_configs(draw):
     k = draw(st.integers(1, 5))
     mnbt = draw(st.integers(k + 1, 200))
     rates = draw(st.sampled_from([(0.0,), (1.0,), (0.7,), (0.9, 0.6, 0.3, 0.2, 0.1)]))
+    method = draw(st.sampled_from(["ngram", "ngram", "eagle3", "mtp"]))
+    head = "h" if method == "eagle3" else None
     return SchedulerConfig(
         num_gpu_blocks=draw(st.integers(4, 60)),
         block_size=draw(st.sampled_from([1, 4, 16])),
@@ -73,14 +79,15 @@ def spec_configs(draw):
         watermark=draw(st.sampled_from([0.0, 0.0, 0.05])),
         scheduler_reserve_full_isl=draw(st.booleans()),
         policy=draw(st.sampled_from(["fcfs", "priority"])),
-        enable_prefix_caching=draw(st.booleans()),
+        enable_prefix_caching=method == "ngram" and draw(st.booleans()),
         async_scheduling=draw(st.booleans()),
         max_steps=4000,
         speculation=Speculation(
-            "ngram",
+            method,
             k,
             (rates + (0.05,) * k)[:k] if len(rates) > 1 else rates,
             seed=draw(st.integers(0, 9)),
+            draft_model=head,
         ),  # fmt: skip
     )
 
@@ -117,6 +124,47 @@ def test_kernel_matches_reference_with_drafts(cfg, wl):
         assert done == oi[S.O_ARRIVED]
 
 
+def test_drafter_time_matches_the_reference():
+    """30 seeded cases with an EAGLE-3 or MTP drafter on the roofline: the
+    kernel and the reference engine agree step for step, clocks included
+    (the drafter's time, ``latency.draft.draft_ns``, in both)."""
+    rng = np.random.default_rng(20261208)
+    lat = RooflineLatency("llama-3.1-8b", "H100", overhead_us=50.0)
+    for _ in range(30):
+        r = int(rng.integers(2, 12))
+        wl = Workload(
+            np.cumsum(rng.uniform(0, 0.01, r)),
+            rng.integers(1, 400, r).astype(np.int32),
+            rng.integers(1, 120, r).astype(np.int32),
+            name="drafter",
+        )
+        k = int(rng.integers(1, 6))
+        cfgs = [
+            SchedulerConfig(
+                num_gpu_blocks=int(rng.integers(10, 80)),
+                block_size=int(rng.choice([4, 16])),
+                max_num_seqs=int(rng.integers(1, 8)),
+                max_num_batched_tokens=int(rng.integers(k + 1, 512)),
+                max_model_len=int(rng.integers(64, 600)),
+                async_scheduling=bool(rng.random() < 0.5),
+                enable_prefix_caching=False,
+                max_steps=4000,
+                speculation=_drafter(rng, k),
+            )
+            for _ in range(2)
+        ]
+        traced, fast, engines = run_both(cfgs, wl, lat)
+        for c, eng in enumerate(engines):
+            assert_step_for_step(traced, fast, c, eng)
+            assert fast.state.out.counters[c, S.O_INVARIANT_ERRORS] == 0
+
+
+def _drafter(rng: np.random.Generator, k: int) -> Speculation:
+    method = str(rng.choice(["eagle3", "mtp"]))
+    rate = float(rng.choice([0.0, 0.6, 1.0]))
+    return Speculation(method, k, (rate,), draft_model="h" if method == "eagle3" else None)
+
+
 def _decode_steps(k: int | None, rate: float, output: int = 401, run_async: bool = False) -> int:
     """Steps a lone request (100-token prompt) takes after its prefill."""
     spec = None if k is None else Speculation("ngram", k, (rate,))
@@ -135,6 +183,47 @@ def test_acceptance_one_divides_decode_steps_by_k_plus_one(k, run_async):
     plain = _decode_steps(None, 1.0, run_async=run_async)
     spec = _decode_steps(k, 1.0, run_async=run_async)
     assert abs(spec / plain - 1 / (k + 1)) <= 0.1 / (k + 1)
+
+
+def test_drafter_lookahead_and_draft_time():
+    """EAGLE-3 / MTP (``DRAFTER_METHODS``): k lookahead KV slots per request
+    (vLLM's num_lookahead_tokens), a drafter priced per step on the roofline
+    (k passes: more steps' time than n-gram at the same acceptance), and the
+    serve command's JSON keeps the head's name."""
+    eagle = Speculation("eagle3", 3, (0.7,), draft_model="h/eagle3")
+    mtp = Speculation("mtp", 2, (0.7,))
+    assert (eagle.lookahead_tokens, mtp.lookahead_tokens) == (3, 2)
+    assert Speculation("ngram", 3, (0.7,)).lookahead_tokens == 0
+    assert json.loads(eagle.config_json())["model"] == "h/eagle3"
+    lat = RooflineLatency("llama-3.1-8b", "H100")
+    wl = uniform(32, 500, 200)
+    base = SchedulerConfig(
+        num_gpu_blocks=20_000, max_num_seqs=64, async_scheduling=False,
+        enable_prefix_caching=False,
+    )  # fmt: skip
+    cfgs = [replace(base, speculation=sp) for sp in (None, Speculation("ngram", 3, (0.7,)), eagle)]
+    res = simulate(cfgs, wl, lat)
+    end = res.state.out.counters[:, S.O_END_NS]
+    steps = res.state.out.counters[:, S.O_STEPS]
+    assert steps[1] == steps[2]  # the same draws and schedule, the pool being ample
+    assert end[2] > end[1] * 1.02  # the drafter's passes cost time
+    assert end[1] < end[0]  # 70% acceptance on a lone-ish load pays
+
+
+def test_lookahead_slots_hold_k_more_blocks():
+    """k lookahead slots per request (``num_lookahead_tokens``): with one-token
+    blocks a lone request holds exactly k more blocks under an EAGLE drafter
+    than under n-gram at the same k and acceptance (the same schedule)."""
+    wl = uniform(1, 60, 10)
+    cfg = SchedulerConfig(
+        num_gpu_blocks=200, block_size=1, async_scheduling=False, enable_prefix_caching=False
+    )
+    ng = replace(cfg, speculation=Speculation("ngram", 5, (0.0,)))
+    ea = replace(cfg, speculation=Speculation("eagle3", 5, (0.0,), draft_model="h"))
+    res = simulate([ng, ea], wl, STEP_LATENCY)
+    c = res.state.out.counters
+    assert c[0, S.O_STEPS] == c[1, S.O_STEPS]
+    assert c[0, S.O_MIN_FREE] - c[1, S.O_MIN_FREE] == 5
 
 
 def test_acceptance_zero_costs_throughput():
@@ -175,11 +264,31 @@ def test_spec_goldens_cover_the_rules():
     assert any(g["outcome"] == "stalled" for g in golds)
 
 
+def test_eagle_goldens_need_the_lookahead(monkeypatch):
+    """The EAGLE-3 goldens (at least 10, sync and async) check the lookahead
+    KV rule: the kernel without it (num_lookahead_tokens 0) differs from vLLM
+    on at least 10 of them."""
+    names = [n for n in golden_names() if n.startswith("eagle_")]
+    golds = [load(n) for n in names]
+    assert len(golds) >= 10
+    assert {g["scenario"]["async_scheduling"] for g in golds} == {False, True}
+    monkeypatch.setattr(Speculation, "lookahead_tokens", property(lambda self: 0))
+    differ = 0
+    for g in golds:
+        got, _ = kernel_steps(g["scenario"])
+        differ += first_difference(golden_steps(g), got, "kernel") is not None
+    assert differ >= 10
+
+
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(method="eagle3"), "not simulated"),
+        (dict(method="draft_model"), "query slot"),
         (dict(method="nonsense"), "not simulated"),
+        (dict(method="eagle3"), "needs 'model'"),
+        (dict(method="mtp", draft_model="x"), "is for eagle"),
+        (dict(method="eagle", draft_model="x", prompt_lookup=(2, None)), "n-gram keys"),
+        (dict(method="eagle3", draft_model=" "), "name or path"),
         (dict(prompt_lookup=(0, None)), "prompt_lookup_min must be an integer >= 1"),
         (dict(num_speculative_tokens=0), "1..16"),
         (dict(num_speculative_tokens=MAX_SPEC_TOKENS + 1), "1..16"),
@@ -240,7 +349,12 @@ def test_bad_speculative_config_json(text, match):
         (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5", "--compat", "blis"],
          "with --compat blis"),
         (["--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}',
-          "--spec-acceptance", "0.5"], "not simulated"),
+          "--spec-acceptance", "0.5"], "needs 'model'"),
+        (["--speculative-config", EAGLE3, "--spec-acceptance", "0.5",
+          "--no-enable-prefix-caching", "--latency", "linear"], "priced on the roofline"),
+        (["--speculative-config", EAGLE3, "--spec-acceptance", "0.5", "--model", "llama-3.1-8b",
+          "--gpu", "H100", "--latency", "roofline", "--enable-prefix-caching"],
+         "prefix caching"),
         (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5",
           "--max-num-batched-tokens", "3", "--max-num-seqs", "2"], "cannot hold"),
     ],

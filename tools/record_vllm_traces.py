@@ -529,7 +529,10 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     ]
     rng = random.Random(seed)
     rand = [_random_scenario(rng, i) for i in range(28)]
-    return fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
+    return (
+        fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
+        + eagle_scenarios()
+    )  # fmt: skip
 
 
 def _xfer(latency: int, per_kilotoken: int) -> dict:
@@ -738,8 +741,74 @@ def pd_async_scenarios(seed: int = 20261207) -> list[dict]:
     return out
 
 
-def _spec(k: int, acceptance: list[float], seed: int = 0) -> dict:
-    return {"method": "ngram", "num_speculative_tokens": k, "acceptance": acceptance, "seed": seed}
+def _spec(k: int, acceptance: list[float], seed: int = 0, method: str = "ngram") -> dict:
+    d = {"method": method, "num_speculative_tokens": k, "acceptance": acceptance, "seed": seed}
+    if method == "eagle3":
+        d["model"] = EAGLE3_DIR  # the tiny EAGLE-3 head the recorder writes (Driver)
+    return d
+
+
+EAGLE3_DIR = "eagle3"  # in the recorder's temporary model folder
+EAGLE3_HEAD = dict(TINY_LLAMA, num_hidden_layers=1, architectures=["LlamaForCausalLMEagle3"])
+
+
+def eagle_scenarios(seed: int = 20261208) -> list[dict]:
+    """EAGLE-3 (sync and async, no prefix caching): the drafter's lookahead KV
+    (``num_lookahead_tokens`` = k slots past the scheduled tokens in both
+    phases) in pools where it decides admission and preemption, lookahead cut
+    by max_model_len, random ones."""
+    e = "eagle3"
+    s2 = [_req(300, 200) for _ in range(12)]
+    fixed = [
+        _base("eagle_accept_all", speculative=_spec(3, [1.0], 0, e), requests=s2),
+        _base("eagle_per_position", speculative=_spec(4, [0.8, 0.6, 0.3, 0.1], 1, e), requests=s2),
+        _base(
+            "eagle_preempt",
+            num_gpu_blocks=40,
+            max_num_batched_tokens=256,
+            speculative=_spec(5, [0.8], 3, e),
+            requests=[_req(120 + 13 * i, 150, i % 4) for i in range(10)],
+        ),
+        _base(
+            "eagle_block_edge",  # prompts ending just before a block boundary
+            num_gpu_blocks=30,
+            block_size=8,
+            max_num_batched_tokens=128,
+            speculative=_spec(4, [0.5], 4, e),
+            requests=[_req(8 * (i + 2) - 1 - i % 3, 60, i % 3) for i in range(10)],
+        ),
+        _base(
+            "eagle_max_model_len",
+            max_model_len=128,
+            num_gpu_blocks=40,
+            speculative=_spec(5, [1.0], 5, e),
+            requests=[_req(100 + i, 60, i) for i in range(5)],
+        ),
+        _base(
+            "eagle_priority",
+            policy="priority",
+            num_gpu_blocks=50,
+            max_num_batched_tokens=128,
+            speculative=_spec(3, [0.6], 6, e),
+            requests=[_req(90 + 7 * i, 100, i // 2, priority=(i * 7) % 3) for i in range(10)],
+        ),
+    ]
+    fixed += [dict(scn, name=scn["name"] + "_async", async_scheduling=True) for scn in fixed[:4]]
+    rng = random.Random(seed)
+    rand = []
+    for i in range(8):
+        scn = _random_spec_scenario(rng, i)
+        scn["speculative"] = dict(scn["speculative"], method=e, model=EAGLE3_DIR)
+        rand.append(
+            dict(
+                scn,
+                name=f"eagle_rand{i:02d}",
+                enable_prefix_caching=False,
+                requests=[{k: v for k, v in r.items() if not k.startswith("prefix")}
+                          for r in scn["requests"]],
+            )
+        )  # fmt: skip
+    return fixed + rand
 
 
 def _random_spec_scenario(rng: random.Random, i: int) -> dict:
@@ -1002,13 +1071,19 @@ class Driver:
         if self.spec:
             from vllm.config import ParallelConfig, SpeculativeConfig
 
+            if self.spec["method"] == "eagle3":  # a tiny EAGLE-3 head beside the target
+                head = Path(model_dir, EAGLE3_DIR)
+                head.mkdir(exist_ok=True)
+                (head / "config.json").write_text(json.dumps(EAGLE3_HEAD))
+                kw: dict = {"model": str(head)}
+            else:
+                kw = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}
             spec_cfg = SpeculativeConfig(
                 method=self.spec["method"],
                 num_speculative_tokens=self.spec["num_speculative_tokens"],
-                prompt_lookup_max=3,
-                prompt_lookup_min=1,
                 target_model_config=model_cfg,
                 target_parallel_config=ParallelConfig(),
+                **kw,
             )
         self.xfer = scn.get("kv_transfer")
         kv_cfg_transfer = None

@@ -555,8 +555,9 @@ SpeculativeConfigOpt = Annotated[
     typer.Option(
         "--speculative-config",
         help='vLLM\'s --speculative-config JSON, e.g. \'{"method": "ngram", '
-        '"num_speculative_tokens": 3}\'. Simulated: ngram (its drafter runs no model). '
-        "Needs --spec-acceptance.",
+        '"num_speculative_tokens": 3}\'. Simulated: ngram, ngram_gpu (no drafter model); '
+        "eagle, eagle3 (with 'model') and mtp (k lookahead KV slots; the drafter priced on "
+        "the roofline, without prefix caching). Needs --spec-acceptance.",
     ),
 ]
 SpecAcceptance = Annotated[

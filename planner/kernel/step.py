@@ -117,6 +117,7 @@ from planner.kernel.state import (
 from planner.kernel.token_gaps import gap_bin
 from planner.kernel.uindex import uidx
 from planner.kernel.variant import gated
+from planner.latency.draft import draft_ns
 from planner.latency.step_time import LINEAR, blis_step_ns, step_time_ns
 from planner.speculative import MAX_SPEC_TOKENS, accepted_drafts
 from planner.workload.front_end import front_end_rejects
@@ -1021,6 +1022,25 @@ def _update_from_output_spec(cfg, rq, st, q, o, s, p):
     _flush_gaps(o.itl_hist, memo)
 
 
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _lookahead(cfg):
+    """vLLM's ``num_lookahead_tokens`` (``SPEC_LA``): KV slots ``allocate_slots``
+    reserves past the scheduled tokens for a drafter (EAGLE, MTP); 0 n-gram."""
+    return cfg[K.SPEC_LA]
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _draft_step_ns(cfg, cfgf, s):
+    """The drafter's time in this step (``latency.draft.draft_ns``: EAGLE,
+    EAGLE-3, MTP), 0 for n-gram and without speculative decoding."""
+    if cfg[K.SPEC_LA] == 0:
+        return 0
+    tokens = s[PREFILL] + s[DECODE]
+    return draft_ns(cfgf, cfg[K.SPEC_K], tokens, s[N_SCHED], s[ATTENDED], s[KV_TOUCHED])
+
+
+_lookahead_if = gated(_lookahead, 0)
+_draft_step_ns_if = gated(_draft_step_ns, 0)
 _drafts_if = gated(_drafts, 0)
 _drafts_scheduled_if = gated(_drafts_scheduled, 0)
 _padded_if = gated(_padded, 1)
@@ -1264,6 +1284,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     # Loop-invariant settings read once (the loop writes other arrays, so the
     # compiler cannot keep cfg's entries in registers by itself).
     windowed, win, win2 = cfg[K.SW] > 0, _priced_window(cfg), cfg[K.PRICE_WIN2]
+    la = _lookahead_if(rq.features.extras, cfg)  # a drafter's lookahead KV slots
     thr_now = s[THR_NOW]
     # The hot scalars live in locals during the walk (the counters array is
     # written back before a preemption, which updates it, and at the end).
@@ -1290,8 +1311,8 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         # compat blis, the full-hit defect: prompt tokens without blocks (read only
         # then: the hot loop of every other config skips the load)
         off = st.koff[u] if blis else 0
-        if c0 + num_new - off > st.held[u] * bs:  # skips the division on most decodes
-            grow = max(blocks_for_tokens(c0 + num_new - off, mml, bs) - st.held[u], 0)
+        if c0 + num_new + la - off > st.held[u] * bs:  # skips the division on most decodes
+            grow = max(blocks_for_tokens(c0 + num_new + la - off, mml, bs) - st.held[u], 0)
         need = grow * groups
         if need > free:
             s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
@@ -1391,7 +1412,8 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
     asked += cfg[K.GROUPS_SW] * max(min(full, cfg[K.SW_CAP]) - nhit, 0)
     if gate and asked + evictable + wm > k[FREE]:
         return 0, 0, 0, 0, -1
-    total = blocks_for_tokens(c0 + num_new, mml, bs)
+    # a drafter's lookahead slots (``allocate_slots``' num_lookahead_tokens)
+    total = blocks_for_tokens(c0 + num_new + _lookahead_if(rq.features.extras, cfg), mml, bs)
     need = (cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]) * (total - nhit) + evictable
     if need + wm > k[FREE]:
         return 0, 0, 0, 0, -1
@@ -1646,6 +1668,7 @@ def _step_time(cfg, cfgf, rq, k, s):
             cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab,
             s[ATTENDED_W], s[KV_W],
         )  # fmt: skip
+        dt += _draft_step_ns_if(rq.features.extras, cfg, cfgf, s)  # EAGLE, MTP
     dt += s[SWAP_NS]
     k[CLOCK] += dt
     k[S.O_BUSY_NS] += dt
