@@ -257,7 +257,8 @@ class Speculation:
         return (
             f"the drafter ({head}) is priced as one target layer plus the LM head per pass, "
             f"k = {self.num_speculative_tokens} passes per step, and holds {self.lookahead_tokens} "
-            "lookahead KV slots per request"
+            "lookahead KV slots per request; num_gpu_blocks does not subtract its weights and "
+            "KV layer (vLLM's pool is that much smaller)"
         )
 
     def _lookup_note(self) -> str:
