@@ -55,6 +55,12 @@ from planner.metrics import latency_stats
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 
+# The router simulated here, as answers name it.
+ROUTER = (
+    "vLLM's disaggregated proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py): "
+    "round robin, prefill in arrival order, decode in the order prefills end"
+)
+
 
 @dataclass(frozen=True)
 class Pool:

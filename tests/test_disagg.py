@@ -242,6 +242,50 @@ def test_plan_size_disaggregated_answers_beside_the_aggregated_one(capsys, tmp_p
     assert code == 2 and "needs an SLO" in err and "Traceback" not in err
 
 
+def test_plan_size_disaggregated_mixes_gpus_across_pools(capsys, tmp_path):
+    """With two candidate GPUs each pool may take either: mixed fleets are
+    tried, fleets are tried cheapest first and none cheaper than the answer
+    meets the target, and the answer gives both roles' vllm serve commands
+    (KV connector) and the router."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SIZE_SPEC.format(rate=8))
+    code, out, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100,L40S", "--max-replicas", "4",
+        "--disaggregated", "--ttft-slo", "1", "--tpot-slo", "0.02", "--out", str(tmp_path / "a"),
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)["disaggregated"]
+    tried, b = d["tried"], d["answer"]
+    assert any(t["prefill_gpu"] != t["gpu"] for t in tried)
+    costs = [t["usd_per_hour"] for t in tried]
+    assert costs == sorted(costs)
+    assert b is not None and b["meets_slo"]
+    assert all(not t["meets_slo"] for t in tried if t["usd_per_hour"] < b["usd_per_hour"])
+    assert (
+        b["gpus"]
+        == b["prefill_replicas"] * b["prefill_tensor_parallel_size"]
+        + b["decode_replicas"] * b["tensor_parallel_size"]
+    )
+    assert set(b["vllm_serve"]) == {"prefill", "decode"}
+    assert all("--kv-transfer-config" in c for c in b["vllm_serve"].values())
+    assert "round robin" in b["router"]
+
+
+def test_fleets_are_ordered_by_cost():
+    """``disagg_sizing._fleets``: every P, D >= 1 with P + D <= N for every
+    pair of options, cheapest first; with one option that is N = P + D order."""
+    from planner.answers.disagg_sizing import Option, _fleets
+
+    one = Option("H100", 1, 3.0, CFG, LAT, 131_072.0)
+    two = Option("L40S", 1, 1.0, CFG, LAT, 131_072.0)
+    f = _fleets([one], 5)
+    assert len(f) == 10 and [x[0] for x in f] == sorted(x[0] for x in f)
+    assert [x[3] + x[5] for x in f] == sorted(x[3] + x[5] for x in f)
+    g = _fleets([one, two], 4)
+    assert len(g) == 4 * 6 and g[0][2:] == (1, 1, 1, 1)  # 1 + 1 of the cheaper GPU first
+
+
 def test_plan_size_refuses_before_any_work(capsys, tmp_path):
     """The link options without --disaggregated, and a link with no
     bandwidth: one line, exit 2, no output folder made."""

@@ -1,20 +1,28 @@
-"""Sizing a disaggregated deployment: how many prefill and decode replicas.
+"""Sizing a disaggregated deployment: how many prefill and decode replicas, of which GPU.
 
 ``plan size --disaggregated`` runs this after the aggregated search
-(``planner.answers.sizing``): for each candidate GPU and tensor parallelism,
-P prefill and D decode replicas of it (``planner.disagg``), both with the
-scheduler settings of the aggregated answer (its max_num_seqs and the spec's
-other settings; the spec's largest max_num_seqs when nothing aggregated meets
-the target), fleets of N = P + D = 2, 3, ... up to ``max_replicas`` GPUs'
-worth of replicas, every P:D split of each N. The first N at which some split
-meets the SLOs without overload is the candidate's cheapest (cost grows with
-N); among its splits the one with the largest SLO margin wins. The answer is
-the cheapest candidate's, priced as the aggregated table prices a replica
-(``sizing.cost_columns``: GPUs x $/GPU-hour).
+(``planner.answers.sizing``). Each pool may take any candidate GPU and
+tensor parallelism: P prefill replicas of candidate i and D decode replicas
+of candidate j (``planner.disagg``), both with the scheduler settings of the
+aggregated answer (its max_num_seqs and the spec's other settings; the
+spec's largest max_num_seqs when nothing aggregated meets the target), with
+P + D up to ``max_replicas``. Fleets are tried in order of cost (P x TP_i x
+$/GPU-hour_i + D x TP_j x $/GPU-hour_j, fewer GPUs first at equal cost); the
+first cost at which some fleet meets the SLOs without overload is the
+answer's, and among the fleets of that cost the one with the largest SLO
+margin wins. Priced as the aggregated table prices a replica
+(``sizing.cost_columns``).
 
-This is a bound of the search, not of the deployment space: each pool runs
-the same GPU, TP and scheduler settings (vLLM lets them differ), and the
-decode router is round robin.
+Two prunes keep the search short, both assuming more replicas never load a
+pool more: a prefill pool (i, P) that fell behind its traffic rules out
+(i, P') for every P' <= P, and a decode pool (j, D) that fell behind while
+its prefill pool kept up rules out (j, D') for every D' <= D. With one
+candidate this is the search over N = P + D = 2, 3, ... and every split of
+each N.
+
+This is a bound of the search, not of the deployment space: both pools run
+the same scheduler settings (vLLM lets them differ), and the decode router is
+round robin.
 """
 
 from __future__ import annotations
@@ -48,14 +56,22 @@ class Option:
 
 @dataclass
 class Split:
-    """One P:D fleet tried: its figures (``summarize_disaggregated``) and cost."""
+    """One P:D fleet tried: each pool's GPU and TP, its figures
+    (``summarize_disaggregated``) and cost."""
 
-    gpu: str
+    gpu: str  # the decode pool's
     tp: int
     prefill_replicas: int
     decode_replicas: int
     usd_per_hour: float
     summary: dict
+    prefill_gpu: str = ""  # "" : the decode pool's
+    prefill_tp: int = 0  # 0: the decode pool's
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of both pools."""
+        return self.prefill_replicas * (self.prefill_tp or self.tp) + self.decode_replicas * self.tp
 
     @property
     def meets(self) -> bool:
@@ -77,9 +93,11 @@ class Split:
         return {
             "gpu": self.gpu,
             "tensor_parallel_size": self.tp,
+            "prefill_gpu": self.prefill_gpu or self.gpu,
+            "prefill_tensor_parallel_size": self.prefill_tp or self.tp,
             "prefill_replicas": self.prefill_replicas,
             "decode_replicas": self.decode_replicas,
-            "gpus": (self.prefill_replicas + self.decode_replicas) * self.tp,
+            "gpus": self.gpus,
             "usd_per_hour": self.usd_per_hour,
             **{k: self.summary.get(k) for k in keys},
         }
@@ -94,49 +112,72 @@ def search(
     latency_us: float,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Split | None, list[Split]]:
-    """The cheapest disaggregated fleet of ``options`` meeting ``slo``
-    (module docstring) and every split tried. Raises ValueError (one line)
-    for a bad link or a config the decode side refuses."""
+    """The cheapest disaggregated fleet over ``options`` (each pool any of
+    them) meeting ``slo`` (module docstring) and every fleet tried. The KV
+    link's per-token time is the decode pool's (its GPU's share of the KV).
+    Raises ValueError (one line) for a bad link or a config the decode side
+    refuses."""
     if not slo.given():
         raise ValueError("--disaggregated needs an SLO to size against")
+    links = [
+        KVTransfer.from_link(o.kv_bytes_per_token, bandwidth_gbps, latency_us) for o in options
+    ]
     tried: list[Split] = []
-    best: Split | None = None
-    for opt in options:
-        kv = KVTransfer.from_link(opt.kv_bytes_per_token, bandwidth_gbps, latency_us)
-        found = _cheapest(workload, opt, kv, slo, max_replicas, tried, progress)
-        if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
-            best = found
-    return best, tried
+    behind_p: dict[int, int] = {}  # prefill option -> most replicas that fell behind
+    behind_d: dict[int, int] = {}  # decode option -> the same, with its prefill keeping up
+    best: list[Split] = []
+    for cost, _, i, p, j, d in _fleets(options, max_replicas):
+        if best and cost > best[0].usd_per_hour:
+            break
+        if p <= behind_p.get(i, 0) or d <= behind_d.get(j, 0):
+            continue
+        split = _try(workload, options[i], p, options[j], d, links[j], slo, cost, progress)
+        tried.append(split)
+        s = split.summary
+        if s.get("prefill_overloaded"):
+            behind_p[i] = max(behind_p.get(i, 0), p)
+        elif s.get("decode_overloaded"):
+            behind_d[j] = max(behind_d.get(j, 0), d)
+        if split.meets:
+            best.append(split)
+    return (max(best, key=lambda t: t.margin(slo)) if best else None), tried
 
 
-def _cheapest(
+def _fleets(options: Sequence[Option], max_replicas: int) -> list[tuple]:
+    """Every (cost, GPUs, prefill option, P, decode option, D) with P, D >= 1
+    and P + D <= ``max_replicas``, cheapest first (then fewer GPUs, then the
+    options' and counts' order)."""
+    out = []
+    for i, a in enumerate(options):
+        for j, b in enumerate(options):
+            for p in range(1, max_replicas):
+                for d in range(1, max_replicas - p + 1):
+                    cost = p * a.tp * a.usd_per_gpu_hour + d * b.tp * b.usd_per_gpu_hour
+                    out.append((cost, p * a.tp + d * b.tp, i, p, j, d))
+    return sorted(out)
+
+
+def _try(
     workload: Workload,
-    opt: Option,
+    pre: Option,
+    p: int,
+    dec: Option,
+    d: int,
     kv: KVTransfer,
     slo: SLO,
-    max_replicas: int,
-    tried: list[Split],
+    cost: float,
     progress: Callable[[str], None] | None,
-) -> Split | None:
-    """The first N (P + D) at which a split of ``opt`` meets the target, its
-    split with the largest margin; None within ``max_replicas``."""
-    cfg = dataclasses.replace(opt.config, replicas=1)
-    for n in range(2, max_replicas + 1):
-        ok = []
-        for p in range(1, n):
-            d = n - p
-            if progress is not None:
-                progress(f"disaggregated {opt.gpu} TP {opt.tp}: {p} prefill + {d} decode")
-            res = simulate_disaggregated(
-                workload, Pool(d, cfg, opt.latency), Pool(p, cfg, opt.latency), kv
-            )
-            split = Split(
-                opt.gpu, opt.tp, p, d, n * opt.tp * opt.usd_per_gpu_hour,
-                summarize_disaggregated(res, slo),
-            )  # fmt: skip
-            tried.append(split)
-            if split.meets:
-                ok.append(split)
-        if ok:
-            return max(ok, key=lambda s: s.margin(slo))
-    return None
+) -> Split:
+    """Simulate P prefill replicas of ``pre`` and D decode replicas of ``dec``."""
+    if progress is not None:
+        progress(
+            f"disaggregated {p} prefill ({pre.gpu} TP {pre.tp}) + {d} decode "
+            f"({dec.gpu} TP {dec.tp})"
+        )
+    res = simulate_disaggregated(
+        workload,
+        Pool(d, dataclasses.replace(dec.config, replicas=1), dec.latency),
+        Pool(p, dataclasses.replace(pre.config, replicas=1), pre.latency),
+        kv,
+    )
+    return Split(dec.gpu, dec.tp, p, d, cost, summarize_disaggregated(res, slo), pre.gpu, pre.tp)

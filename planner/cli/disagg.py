@@ -24,7 +24,7 @@ from planner.cli.inert import given
 from planner.cli.json_out import print_json
 from planner.cli.result_folder import write_requests_table
 from planner.config import SchedulerConfig
-from planner.disagg import Pool, simulate_disaggregated, summarize_disaggregated
+from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
 from planner.metrics import LIVELOCKED, OVERLOADED
@@ -189,26 +189,30 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
             "latency_us": o["kv_transfer_latency"],
             "ms_per_1000_tokens": kv.duration_ns(1000) / 1e6,
         },
-        "router": "vLLM's disaggregated proxy: round robin, prefill by arrival, "
-        "decode in the order prefills end",
+        "router": ROUTER,
     }
     if o["model"] is not None:
         out["vllm_serve"] = {
-            "prefill": _serve(o, prefill.config, ptp),
-            "decode": _serve(o, decode.config, o["tensor_parallel_size"]),
+            "prefill": role_serve_command(
+                o["model"], o["gpu_memory_utilization"], prefill.config, ptp
+            ),
+            "decode": role_serve_command(
+                o["model"], o["gpu_memory_utilization"], decode.config, o["tensor_parallel_size"]
+            ),
         }
     return out
 
 
-def _serve(o: dict[str, Any], cfg: SchedulerConfig, tp: int) -> str:
-    """``vllm serve`` for one replica of a role, with the KV connector."""
+def role_serve_command(model: str, gmu: float, cfg: SchedulerConfig, tp: int) -> str:
+    """``vllm serve`` for one replica of a disaggregated role (``cfg`` at
+    tensor parallelism ``tp``, ``--gpu-memory-utilization`` ``gmu``), with the
+    KV connector (``KV_TRANSFER_CONFIG``)."""
     from planner.answers.sizing import serve_command
 
     row = pd.Series(
-        {**cfg.columns(), "tensor_parallel_size": tp,
-         "gpu_memory_utilization": o["gpu_memory_utilization"]}
+        {**cfg.columns(), "tensor_parallel_size": tp, "gpu_memory_utilization": gmu}
     )  # fmt: skip
-    return serve_command(row, o["model"], {"kv_transfer_config": f"'{KV_TRANSFER_CONFIG}'"})
+    return serve_command(row, model, {"kv_transfer_config": f"'{KV_TRANSFER_CONFIG}'"})
 
 
 def _print(facts: dict, s: dict, slo: SLO) -> None:

@@ -288,14 +288,38 @@ def _disaggregated(
     ]
     wl = next(iter(sweeps[0].workloads.values()))
     best, tried = ds.search(wl, options, slo, max_replicas, *link)
+    answer = None if best is None else best.as_dict()
+    if answer is not None:
+        from planner.disagg import ROUTER
+
+        answer["vllm_serve"] = _role_commands(answer, options, df, sweeps[0])
+        answer["router"] = ROUTER
     return {
         "max_num_seqs": seqs,
         "kv_transfer": {"bandwidth_gbps_per_gpu": link[0], "latency_us": link[1]},
-        "answer": None if best is None else best.as_dict(),
+        "answer": answer,
         "tried": [t.as_dict() for t in tried],
-        "bound": f"P + D <= {max_replicas} replicas of each candidate, the same GPU, TP and "
-        "scheduler settings in both pools",
+        "bound": f"P + D <= {max_replicas} replicas, each pool any candidate GPU and TP, both "
+        "with the same scheduler settings",
     }
+
+
+def _role_commands(answer: dict, options: list, table: pd.DataFrame, sweep: object) -> dict:
+    """Both roles' ``vllm serve`` commands for the answer's pools (each at its
+    candidate's gpu_memory_utilization in the aggregated table)."""
+    from planner.cli.disagg import role_serve_command
+
+    model = sweep.spec.hardware.model  # type: ignore[attr-defined]
+    by = {(o.gpu, o.tp): o for o in options}
+    out = {}
+    for role, gpu, tp in (
+        ("prefill", answer["prefill_gpu"], answer["prefill_tensor_parallel_size"]),
+        ("decode", answer["gpu"], answer["tensor_parallel_size"]),
+    ):
+        rows = table[(table["gpu"] == gpu) & (table["tensor_parallel_size"] == tp)]
+        gmu = float(rows["gpu_memory_utilization"].iloc[0])
+        out[role] = role_serve_command(model, gmu, by[(gpu, tp)].config, tp)
+    return out
 
 
 def _kv_bytes_per_token(sweep: object, tp: int, cfg: object) -> float:
@@ -723,11 +747,15 @@ def _print_disaggregated(c: Console, rep: dict) -> None:
         c.print("  none of the fleets searched meets the target")
     else:
         c.print(
-            f"  {b['prefill_replicas']} prefill + {b['decode_replicas']} decode x {b['gpu']} at "
+            f"  {b['prefill_replicas']} prefill x {b['prefill_gpu']} at TP "
+            f"{b['prefill_tensor_parallel_size']} + {b['decode_replicas']} decode x {b['gpu']} at "
             f"TP {b['tensor_parallel_size']} ({count(b['gpus'], 'GPU')}), "
             f"${b['usd_per_hour']:.2f}/h: TTFT p99 {b['ttft_s_p99']:.3f} s, TPOT p99 "
             f"{b['tpot_s_p99'] * 1000:.1f} ms, KV load p99 {b['transfer_s_p99'] * 1000:.2f} ms"
         )
+        for role, cmd in b["vllm_serve"].items():
+            c.print(f"  vllm serve ({role}): {cmd}", soft_wrap=True)
+        c.print(f"  router: {b['router']}")
     if a is not None:
         c.print(
             f"  aggregated: {a['replicas']} x {a['gpu']} at TP {a['tensor_parallel_size']}, "
