@@ -299,6 +299,10 @@ def test_plan_size_refuses_before_any_work(capsys, tmp_path):
         capsys, *base, "--disaggregated", "--kv-transfer-bandwidth", "0", "--out", str(out)
     )
     assert code == 2 and "--kv-transfer-bandwidth" in err and "Traceback" not in err
+    code, _, err = run_cli(
+        capsys, *base, "--disaggregated", "--max-replicas", "1", "--out", str(out)
+    )
+    assert code == 2 and "--max-replicas >= 2" in err and "Traceback" not in err
     assert not out.exists()
 
 

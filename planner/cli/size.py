@@ -178,6 +178,8 @@ def size(
     if disaggregated and not target.given():
         raise ValueError("--disaggregated needs an SLO to size against ([slo] or --ttft-slo ...)")
     link = (kv_transfer_bandwidth, kv_transfer_latency)
+    if disaggregated and max_replicas < 2:
+        raise ValueError("--disaggregated needs --max-replicas >= 2 (one prefill + one decode)")
     _check_disaggregated(cands, disaggregated, link)
     name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
     # Always size-NAME, even for a spec named size-X: two specs never share a
@@ -299,8 +301,8 @@ def _disaggregated(
         "kv_transfer": {"bandwidth_gbps_per_gpu": link[0], "latency_us": link[1]},
         "answer": answer,
         "tried": [t.as_dict() for t in tried],
-        "bound": f"P + D <= {max_replicas} replicas, each pool any candidate GPU and TP, both "
-        "with the same scheduler settings",
+        "bound": f"P + D <= {max_replicas} replicas, each pool any candidate GPU and TP with "
+        "that candidate's scheduler settings at the aggregated answer's max_num_seqs",
     }
 
 
