@@ -181,7 +181,8 @@ class Speculation:
         Raises ValueError."""
         if self._lookup_given() and self.method in DRAFTER_METHODS:
             raise ValueError(
-                f"--speculative-config prompt_lookup_min/max are n-gram keys, not {self.method!r}'s"
+                "--speculative-config prompt_lookup_min/max are n-gram keys, "
+                f"not for method {self.method!r}"
             )
         for name, v in self._lookup_given():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
