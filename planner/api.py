@@ -24,7 +24,7 @@ from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
 from planner.kernel.variant import PLAIN, Features, describe, features_of, union
-from planner.kernel.warm import compile_ahead, compile_loop
+from planner.kernel.warm import compile_ahead, compile_loop, variant_lock
 from planner.latency.step_time import Latency, LinearLatency
 from planner.slo import SLO
 from planner.workload.arrays import MAX_ARRIVAL_S, Workload
@@ -653,12 +653,18 @@ def _compile_if_cold(
         c = int(rows_of[0])
         rows = tuple(S.rows(rec, c) for rec in (st.req, st.queues, st.out, st.remote))
         args = (cfg[c], cfgf[c], requests, *rows, bool(check), caching_marker(cfg[c]))
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        if (os.cpu_count() or 1) >= 2:
-            compile_ahead(args)
-        if loop:
-            compile_loop(args)
-            COMPILES.append((time.perf_counter() - t0, cpu_seconds() - c0))
+        # One process at a time compiles a variant; a second one waits, then
+        # loads it from the cache (``warm.variant_lock``).
+        key = f"{loop} {[str(numba.typeof(a)) for a in args]}"
+        with variant_lock(key):
+            if kernel_status(1, False, caching, requests.features) != "cold":
+                continue  # another process compiled it while this one waited
+            t0, c0 = time.perf_counter(), cpu_seconds()
+            if (os.cpu_count() or 1) >= 2:
+                compile_ahead(args)
+            if loop:
+                compile_loop(args)
+                COMPILES.append((time.perf_counter() - t0, cpu_seconds() - c0))
 
 
 def _pool(fn: Callable[[int], None], items: Sequence[int]) -> None:

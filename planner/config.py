@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planner import bounds
+from planner.capacity import analytic_safe_max_num_seqs
 from planner.kv_transfer import KVTransfer
 from planner.latency.allreduce import interp_s
 from planner.latency.draft import DRAFT_FLOATS, draft_floats
@@ -389,7 +390,8 @@ class SchedulerConfig:
             raise ValueError(
                 f"--speculative-config method {self.speculation.method!r} is not simulated with "
                 "prefix caching (vLLM hashes one token past each block and drops the trailing "
-                "cached block): add --no-enable-prefix-caching"
+                "cached block): turn it off (--no-enable-prefix-caching; in a spec "
+                "enable_prefix_caching = false)"
             )
         k = self.speculation.num_speculative_tokens
         if self.max_num_batched_tokens < 1 + k:
@@ -455,6 +457,19 @@ class SchedulerConfig:
         in_flight = (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
         tokens = min(self.sliding_window - 1 + in_flight, self.max_model_len)
         return -(-tokens // self.block_size) + 1
+
+    def kv_safe_max_num_seqs(self, request_tokens: float) -> int:
+        """``capacity.analytic_safe_max_num_seqs`` on this config's pool for
+        requests of ``request_tokens`` tokens (float, e.g. a mean), plus the
+        tokens speculative decoding holds past a request's length
+        (``Speculation.kv_slack_tokens``), with this config's sliding window and
+        KV cache groups. Returns an int >= 0."""
+        spec = self.speculation
+        slack = 0 if spec is None else spec.kv_slack_tokens(self.async_scheduling)
+        return analytic_safe_max_num_seqs(
+            self.num_gpu_blocks, self.block_size, request_tokens + slack, self.null_block,
+            self.sliding_window_cap, self.full_attention_groups, self.sliding_window_groups,
+        )  # fmt: skip
 
     @property
     def think_time_ns(self) -> int:
@@ -731,9 +746,11 @@ def draft_floats_of(c: SchedulerConfig, lat: Latency) -> tuple[float, ...]:
 
 def check_drafter_latency(cfg: SchedulerConfig, lat: Latency, spec: bool = False) -> None:
     """A drafter (EAGLE, EAGLE-3, MTP) is priced on the roofline only
-    (``latency.draft``). Raises ValueError (one line; a sweep spec's spelling
-    when ``spec``) for another step-time model, which would run the drafter
-    for free."""
+    (``latency.draft``), and MTP needs a model whose checkpoint has MTP
+    layers (``ModelSpec.mtp_layers``; vLLM's ``SpeculativeConfig`` loads
+    them). Raises ValueError (one line; a sweep spec's spelling when
+    ``spec``) for another step-time model, which would run the drafter for
+    free, or MTP on a model without such layers."""
     sp = cfg.speculation
     if sp is not None and sp.lookahead_tokens and not isinstance(lat, RooflineLatency):
         fix = '[latency] kind = "roofline"' if spec else "--latency roofline"
@@ -741,6 +758,15 @@ def check_drafter_latency(cfg: SchedulerConfig, lat: Latency, spec: bool = False
             f"speculative_config method {sp.method!r} is priced on the roofline (its "
             f"drafter's time, planner.latency.draft): use {fix}"
         )
+    if sp is not None and sp.method == "mtp" and isinstance(lat, RooflineLatency):
+        from planner.models.hardware import model
+
+        if model(lat.model).mtp_layers == 0:
+            raise ValueError(
+                f"speculative_config method 'mtp': {lat.model} has no multi-token-prediction "
+                "layers (num_nextn_predict_layers / mtp_num_hidden_layers in its config.json); "
+                "vLLM cannot load an MTP drafter for it"
+            )
 
 
 def _xfer_columns(x: KVTransfer | None) -> tuple[int, int, int]:

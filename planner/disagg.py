@@ -51,7 +51,7 @@ from planner.config import SchedulerConfig
 from planner.kernel import state as S
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
-from planner.metrics import latency_stats
+from planner.metrics import CHURNING, LIVELOCKED, OK, STARVED, STEP_LIMIT, THRASHING, latency_stats
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 
@@ -287,7 +287,12 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     decode replica against its prefilled requests), ``overloaded`` (either),
     ``prefill_overload_judged``/``decode_overload_judged``/``overload_judged``
     (False: a run too short to judge, ``metrics.bursts``),
-    ``decode_preemptions``, ``livelocked`` (any replica), and with an SLO
+    ``decode_preemptions``, ``livelocked`` (any replica), ``not_arrived``
+    (requests due after the run ended: in ``unfinished``, in no statistic),
+    ``prefill_outcome``/``decode_outcome``/``outcome`` (``metrics.outcome``
+    classes, the worst replica's and the worst pool's) and ``cut_by``
+    (``--max-steps``/``--horizon`` when one ended the run early, else None),
+    and with an SLO
     ``goodput_rps`` (finished requests within every given objective, per
     second of span), ``meets_slo`` (every given p99 objective holds, no
     statistic is a lower bound, every pool judged and keeping up, nothing
@@ -295,27 +300,18 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     df = res.requests
     n = len(df)
     runs = [r for r in res.decode if r is not None]
-    ends = [int(r.state.out.counters[0, S.O_END_NS]) for r in runs]
-    if res.prefill is not None:
-        ends.append(int(res.prefill.state.out.counters[0, S.O_END_NS]))
-    end_s = max(ends, default=0) / 1e9
+    end_s = _request_ends(res)
     arr = df["arrival_s"].to_numpy()
     done = df["done"].to_numpy()
-    waited = np.maximum(end_s - arr, 0.0)
     out: dict = {"requests": n, "completed": int(done.sum()), "unfinished": int((~done).sum())}
+    # Requests due after the run ended (a --horizon before the last arrival)
+    # were never offered: they count in ``unfinished`` but in no statistic.
+    seen = arr <= end_s
+    out["not_arrived"] = int((~seen).sum())
     span = (df["finish_s"].max() - arr.min()) if done.any() else np.nan
     out["throughput_rps"] = done.sum() / span if done.any() else 0.0
     out["output_tps"] = df["output_tokens"][done].sum() / span if done.any() else 0.0
-    no_first = df["first_token_s"].isna().to_numpy()
-    multi_open = ~done & (df["output_tokens"].to_numpy() >= 1) & ~no_first
-    stats = {
-        "ttft_s": (np.where(no_first, waited, df["ttft_s"]), no_first),
-        "tpot_s": (df["tpot_s"].to_numpy(), multi_open),
-        "e2e_s": (np.where(~done, waited, df["e2e_s"]), ~done),
-    }
-    for prefix, (x, cens) in stats.items():
-        for k, v in latency_stats(prefix, x[None, :], cens[None, :]).items():
-            out[k] = v[0].item()
+    out |= _latency(df[seen], end_s[seen])
     xfer = df["transfer_s"].to_numpy()
     wait = (df["kv_load_start_s"] - df["decode_arrival_s"]).to_numpy()
     out["transfer_s_mean"] = float(np.nanmean(xfer)) if np.isfinite(xfer).any() else np.nan
@@ -334,8 +330,75 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     out["livelocked"] = any(bool(d["livelocked"]) for d in dec) or bool(
         pre is not None and pre["livelocked"]
     )
+    out |= _outcomes(pre, dec, runs, out["unfinished"] > 0)
     if slo is not None and slo.given():
         out |= _slo_verdict(df, out, slo, span)
+    return out
+
+
+def _request_ends(res: DisaggResult) -> np.ndarray:
+    """(R,) float64 seconds: the end of the run each request was last in
+    (its decode replica's, else the prefill pool's; 0 if neither ran), the
+    time up to which its fate is simulated."""
+
+    def end(r: SimResult | None) -> float:
+        return 0.0 if r is None else float(r.state.out.counters[0, S.O_END_NS]) / 1e9
+
+    rep = res.requests["decode_replica"].to_numpy()
+    ends = np.array([end(r) for r in res.decode] + [end(res.prefill)])
+    return ends[np.where(rep >= 0, rep, len(res.decode))]
+
+
+def _latency(df: pd.DataFrame, end_s: np.ndarray) -> dict:
+    """TTFT, TPOT and E2E statistics (``metrics.latency_stats``) of the
+    requests ``df`` (each simulated up to ``end_s``, (R,) seconds,
+    ``_request_ends``). A request unfinished at its end counts at a lower
+    bound: its wait so far (TTFT, E2E) or, once it has its first token,
+    (end - first token) / (max_tokens - 1), since it cannot finish before
+    the end (TPOT)."""
+    waited = np.maximum(end_s - df["arrival_s"].to_numpy(), 0.0)
+    done = df["done"].to_numpy()
+    no_first = df["first_token_s"].isna().to_numpy()
+    gaps = np.maximum(df["max_tokens"].to_numpy() - 1, 0)
+    open_tpot = ~done & ~no_first & (gaps >= 1)
+    so_far = (end_s - df["first_token_s"].to_numpy()) / np.maximum(gaps, 1)
+    stats = {
+        "ttft_s": (np.where(no_first, waited, df["ttft_s"]), no_first),
+        "tpot_s": (np.where(open_tpot, so_far, df["tpot_s"]), open_tpot),
+        "e2e_s": (np.where(~done, waited, df["e2e_s"]), ~done),
+    }
+    out = {}
+    for prefix, (x, cens) in stats.items():
+        for k, v in latency_stats(prefix, x[None, :], cens[None, :]).items():
+            out[k] = v[0].item()
+    return out
+
+
+# The outcome classes (``metrics.outcome``) from the least to the most severe,
+# in that function's order of precedence: a deployment's is its worst pool's.
+SEVERITY = (OK, CHURNING, THRASHING, STARVED, STEP_LIMIT, LIVELOCKED)
+
+
+def _worst(classes: list[str]) -> str:
+    """The most severe of ``classes`` (``SEVERITY``); ``ok`` for none."""
+    return max(classes, key=SEVERITY.index, default=OK)
+
+
+def _outcomes(
+    pre: pd.Series | None, dec: list[pd.Series], runs: list[SimResult], unfinished: bool
+) -> dict:
+    """``prefill_outcome`` (None without a prefill pool), ``decode_outcome``
+    (the worst decode replica's), ``outcome`` (the worst), and ``cut_by``:
+    ``--max-steps`` when a pool's run stopped at max_steps, ``--horizon`` when
+    requests were unfinished at a horizon, else None (the run ended by itself)."""
+    out = {
+        "prefill_outcome": None if pre is None else str(pre["outcome"]),
+        "decode_outcome": _worst([str(d["outcome"]) for d in dec]),
+    }
+    out["outcome"] = _worst([x for x in (out["prefill_outcome"], out["decode_outcome"]) if x])
+    steps_cut = STEP_LIMIT in (out["prefill_outcome"], *(str(d["outcome"]) for d in dec))
+    horizon = any(r.cfg[0, K.HORIZON_NS] != K.NO_HORIZON_NS for r in runs)
+    out["cut_by"] = "--max-steps" if steps_cut else "--horizon" if horizon and unfinished else None
     return out
 
 
@@ -353,6 +416,7 @@ def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float) -> dict:
         if not out[f"{p}_overload_judged"]
     ]
     misses += ["a replica livelocked"] if out["livelocked"] else []
+    misses += [f"the run was cut by {out['cut_by']}"] if out["cut_by"] else []
     for name, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("e2e_s", slo.e2e_s)):
         if limit is None:
             continue

@@ -10,6 +10,7 @@ from typing import Any
 from planner.latency.step_time import LINEAR_PRESETS, Latency, LinearLatency, RooflineLatency
 from planner.models import hardware, kv_cache, vllm_defaults
 from planner.models.vllm_defaults import Setting
+from planner.speculative import DRAFTER_METHODS, Speculation
 
 LATENCY_KINDS = ("linear", "roofline", "measured")
 
@@ -185,6 +186,7 @@ def num_gpu_blocks(
     simulated: bool = False,
     disable_hybrid_kv_cache_manager: bool | None = None,
     data_parallel_size: int = 1,
+    speculation: Speculation | None = None,
 ) -> tuple[int, bool]:
     """(num_gpu_blocks, derived?): the explicit value wins; else sized from the
     model (under --quantization, --kv-cache-dtype) and GPU presets
@@ -201,6 +203,9 @@ def num_gpu_blocks(
     (``simulated_model``). ``data_parallel_size``: the ranks of a
     data-parallel deployment, which split a mixture of experts' routed experts
     (``ModelSpec.expert_weight_bytes``); the pool is one rank's.
+    ``speculation``: an EAGLE, EAGLE-3 or MTP drafter is loaded beside the
+    model, its weights and KV layer taken from the pool as vLLM does
+    (``ModelSpec.with_drafter``); n-gram loads nothing.
 
     Raises:
         ValueError: one of --model/--gpu without the other; a model the
@@ -222,6 +227,8 @@ def num_gpu_blocks(
         full_attention_model(m)
     elif simulated:
         simulated_model(m)
+    if speculation is not None and speculation.method in DRAFTER_METHODS:
+        m = m.with_drafter(speculation.method)
     n = hardware.num_gpu_blocks(
         m, g, gpu_memory_utilization, block_size, tp, max_num_batched_tokens, max_num_seqs,
         dp=data_parallel_size,

@@ -69,6 +69,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from planner.text import count
+
 DRAFTER_METHODS = ("eagle", "eagle3", "mtp")  # a drafter model on the target's hidden states
 METHODS = ("ngram", "ngram_gpu", *DRAFTER_METHODS)  # simulated
 # Keys of vLLM's SpeculativeConfig accepted here; the n-gram window acts only
@@ -152,6 +154,20 @@ class Speculation:
         """vLLM's ``VllmConfig.num_lookahead_tokens``: KV slots allocated past
         the scheduled tokens, k for a drafter method, 0 for n-gram."""
         return self.num_speculative_tokens if self.method in DRAFTER_METHODS else 0
+
+    def kv_slack_tokens(self, async_scheduling: bool) -> int:
+        """KV tokens a request can hold past its own length L - 1 (the last
+        sampled token is never fed back) with these drafts: a verifying step
+        allocates its k scheduled drafts (``allocate_slots``' num_new_tokens =
+        1 + k, ``vllm/v1/core/sched/scheduler.py``) plus a drafter's
+        ``lookahead_tokens``, and rejected drafts give back no blocks; under
+        async scheduling the step in flight holds k more (its drafts are
+        counted before their output lands). So k (n-gram) or 2k (a drafter),
+        plus k with async. The kernel's peak on a lone request is exactly
+        L - 1 + this (``tests/test_speculative.py``); the analytic KV-safe limit
+        (``SchedulerConfig.kv_safe_max_num_seqs``) adds it to L."""
+        k = self.num_speculative_tokens
+        return k + self.lookahead_tokens + (k if async_scheduling else 0)
 
     def _check_draft_model(self) -> None:
         """vLLM needs ``model`` for an EAGLE head (``SpeculativeConfig``) and
@@ -244,8 +260,9 @@ class Speculation:
         """One line for the output."""
         rates = ", ".join(f"{x:.2f}" for x in self.per_position())
         return (
-            f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens "
-            f"per step; per-position acceptance {rates} (mean acceptance length "
+            f"speculative decoding: {self.method}, "
+            f"{count(self.num_speculative_tokens, 'draft token')} per step; "
+            f"per-position acceptance {rates} (mean acceptance length "
             f"{self.mean_acceptance_length():.2f}; seed {self.seed}); " + self._drafter_note()
             + self._lookup_note()
         )  # fmt: skip
@@ -257,9 +274,10 @@ class Speculation:
         head = self.draft_model or "the model's MTP layer"
         return (
             f"the drafter ({head}) is priced as one target layer plus the LM head per pass, "
-            f"k = {self.num_speculative_tokens} passes per step, and holds {self.lookahead_tokens} "
-            "lookahead KV slots per request; num_gpu_blocks does not subtract its weights and "
-            "KV layer (vLLM's pool is that much smaller)"
+            f"{count(self.num_speculative_tokens, 'pass', 'passes')} per step (k), and holds "
+            f"{count(self.lookahead_tokens, 'lookahead KV slot')} per request; a pool sized "
+            "from --model/--gpu leaves room for its weights and KV layer (an estimate: "
+            "ModelSpec.with_drafter)"
         )
 
     def _lookup_note(self) -> str:

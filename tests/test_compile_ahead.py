@@ -133,3 +133,29 @@ def test_the_child_compiles_the_package_this_process_runs(monkeypatch, tmp_path)
     root = Path(seen["cwd"])
     assert (root / "planner" / "__init__.py").resolve() == Path(planner.__file__).resolve()
     assert root != tmp_path
+
+
+def test_one_process_at_a_time_holds_a_variants_compile_lock():
+    """``variant_lock``: while one holder has a key's lock, another open of the
+    same key waits (flock excludes separate opens even within one process),
+    and gets it once released; a different key does not wait."""
+    import threading
+
+    from planner.kernel.warm import variant_lock
+
+    got, other = threading.Event(), threading.Event()
+
+    def second(key: str, event: threading.Event) -> None:
+        with variant_lock(key):
+            event.set()
+
+    with variant_lock("a variant"):
+        t = threading.Thread(target=second, args=("a variant", got))
+        u = threading.Thread(target=second, args=("another variant", other))
+        t.start()
+        u.start()
+        assert other.wait(30)  # a different key: not held up
+        assert not got.wait(0.5)  # the same key: waits while it is held
+    assert got.wait(30)
+    t.join()
+    u.join()

@@ -168,6 +168,32 @@ def test_plan_run_prefill_replicas_prints_both_pools(capsys):
         (
             (
                 "--model",
+                "llama-3.1-8b",
+                "--gpu",
+                "H100",
+                "--prefill-replicas",
+                "1",
+                "--prefill-gpu",
+                "",
+            ),
+            "--prefill-gpu: unknown",
+        ),
+        (
+            (
+                "--model",
+                "llama-3.1-8b",
+                "--gpu",
+                "H100",
+                "--prefill-replicas",
+                "1",
+                "--prefill-gpu",
+                "X9",
+            ),
+            "--prefill-gpu: unknown",
+        ),
+        (
+            (
+                "--model",
                 "llama-3.1-70b",
                 "--gpu",
                 "H100",
@@ -237,6 +263,7 @@ def test_plan_size_disaggregated_answers_beside_the_aggregated_one(capsys, tmp_p
     smaller = [t for t in d["tried"] if t["gpus"] < b["gpus"]]
     assert all(not t["meets_slo"] for t in smaller)
     assert d["max_num_seqs"] == rep["answer"]["max_num_seqs"]
+    assert "re-sizes the aggregated answer only" in d["sensitivity_text"]
     assert (tmp_path / "a" / "disaggregated.png").stat().st_size > 10_000  # the picture
     code, out, err = run_cli(capsys, *argv, "--out", str(tmp_path / "b"))
     assert code == 2 and "needs an SLO" in err and "Traceback" not in err
@@ -317,3 +344,24 @@ def test_a_short_run_gets_no_pool_verdict():
     if s["overload_judged"]:
         pytest.skip("this burst was judged; the rule is exercised elsewhere")
     assert not s["meets_slo"] and any("too short" in m for m in s["slo_misses"])
+
+
+def test_a_cut_run_says_so_and_fails_on_it(capsys):
+    """--max-steps or --horizon ending the run early: the output says so, the
+    pool verdicts are the simulated window's, --fail-on takes the outcome
+    classes (step_limit here), the SLO is not called met, and requests due
+    after the end are in no statistic (no "0 ms" lower bounds)."""
+    args = (*BASE, "--num-requests", "200", "--rate", "20", "--prefill-replicas", "1")
+    code, out, err = run_cli(capsys, *args, "--max-steps", "300", "--fail-on", "step_limit")
+    assert code == 1, err
+    assert "cut by --max-steps" in out and "outcome step_limit" in out
+    assert "over the simulated window" in out
+    code, out, err = run_cli(capsys, *args, "--horizon", "3", "--ttft-slo", "100", "--json")
+    assert code == 0, err
+    s = json.loads(out)["summary"]
+    assert s["cut_by"] == "--horizon" and s["not_arrived"] > 0 and not s["meets_slo"]
+    assert "the run was cut by --horizon" in s["slo_misses"]
+    assert s["ttft_s_p50"] > 0 and s["tpot_s_p99"] is not None
+    code, out, err = run_cli(capsys, *BASE, "--prefill-replicas", "1", "--json")
+    s = json.loads(out)["summary"]
+    assert code == 0 and s["cut_by"] is None and s["outcome"] in ("ok", "churning"), err

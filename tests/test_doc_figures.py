@@ -20,6 +20,10 @@ MAX_RATE = [
     "planner/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv", "--trace-duration", "600",
     "--max-model-len", "16384", "--ttft-slo", "2", "--tpot-slo", "0.05",
 ]  # fmt: skip
+SPEC_RUN = [
+    "run", *L8, "--latency", "roofline", "--num-requests", "1", "--no-enable-prefix-caching",
+    "--spec-acceptance", "0.7", "--speculative-config",
+]  # fmt: skip
 # (page, quoted on the page, plan argv, printed by it)
 FIGURES = [
     ("traces-and-hardware.md", "that is 27,515 blocks",
@@ -30,6 +34,14 @@ FIGURES = [
      ["check", *G27], "pool: 14,899 blocks"),
     ("traces-and-hardware.md", "and 15,752 at max_num_seqs 256",
      ["check", *G27, *S1_SERVER, "--gpu-memory-utilization", "0.9"], "pool: 15,752 blocks"),
+    ("speculative-decoding.md", "28,326 blocks without a drafter", ["check", *L8],
+     "pool: 28,326 blocks"),
+    ("speculative-decoding.md", "27,235 with EAGLE,",
+     [*SPEC_RUN, '{"method":"eagle","num_speculative_tokens":3,"model":"h"}'],
+     "num_gpu_blocks 27,235 (derived"),
+    ("speculative-decoding.md", "26,734 with EAGLE-3",
+     [*SPEC_RUN, '{"method":"eagle3","num_speculative_tokens":3,"model":"h"}'],
+     "num_gpu_blocks 26,734 (derived"),
     ("capacity-checks.md", "0.424 for 8,193 blocks",
      ["check", *L8, "--max-model-len", "131072", "--gpu-memory-utilization", "0.3"],
      "--gpu-memory-utilization 0.424 or more (sized as above, it gives 8,193 blocks"),

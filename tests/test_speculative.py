@@ -12,6 +12,7 @@ import json
 import random
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,6 +227,26 @@ def test_lookahead_slots_hold_k_more_blocks():
     assert c[0, S.O_MIN_FREE] - c[1, S.O_MIN_FREE] == 5
 
 
+@pytest.mark.parametrize("run_async", [False, True])
+def test_kv_slack_is_the_kernels_peak(run_async):
+    """``Speculation.kv_slack_tokens`` is what the KV-safe limit adds to a
+    request's length: with one-token blocks a lone request's peak KV is its
+    L - 1 tokens plus exactly that, for n-gram and a drafter, at any
+    acceptance; and the analytic limit of a pool shrinks by it."""
+    wl = uniform(1, 60, 10)
+    cfg = SchedulerConfig(
+        num_gpu_blocks=200, block_size=1, async_scheduling=run_async, enable_prefix_caching=False
+    )
+    specs = [Speculation("ngram", 4, (0.0,)), Speculation("eagle3", 5, (0.0,), draft_model="h")]
+    cfgs = [replace(cfg, speculation=s) for s in specs]
+    res = simulate(cfgs, wl, STEP_LATENCY)
+    peak = 199 - res.state.out.counters[:, S.O_MIN_FREE]
+    slack = [s.kv_slack_tokens(run_async) for s in specs]
+    assert list(peak) == [69 + x for x in slack]
+    assert [c.kv_safe_max_num_seqs(70) for c in cfgs] == [199 // (70 + x) for x in slack]
+    assert cfg.kv_safe_max_num_seqs(70) == 199 // 70
+
+
 def test_acceptance_zero_costs_throughput():
     """The issue's limit: drafts that are never accepted take as many steps as
     none and price k more tokens in each: the same load runs slower."""
@@ -357,6 +378,9 @@ def test_bad_speculative_config_json(text, match):
          "prefix caching"),
         (["--speculative-config", NGRAM3, "--spec-acceptance", "0.5",
           "--max-num-batched-tokens", "3", "--max-num-seqs", "2"], "cannot hold"),
+        (["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}',
+          "--spec-acceptance", "0.5", "--model", "llama-3.1-8b", "--gpu", "H100",
+          "--latency", "roofline", "--no-enable-prefix-caching"], "no multi-token-prediction"),
     ],
 )  # fmt: skip
 def test_plan_run_bad_speculation_is_one_line_exit_2(args, match):
@@ -586,3 +610,60 @@ def test_an_acceptance_axis_over_rows_without_drafts_warns(tmp_path):
     assert any("no effect in the 2 rows without speculative_config" in w for w in sweep.warnings)
     acc = [c.speculation.acceptance for c in sweep.configs if c.speculation is not None]
     assert sorted(acc) == [(0.5,), (0.9,)]
+
+
+def test_a_drafter_takes_its_weights_and_kv_layer_from_the_pool(tmp_path):
+    """vLLM loads an EAGLE/EAGLE-3/MTP drafter before sizing the pool: one
+    more KV layer of the target's shape, one target decoder layer's weights
+    plus the drafter's input projection (and EAGLE-3's own LM head). n-gram
+    loads nothing. Sweep rows and plan run size the same pool."""
+    from planner import resolve
+    from planner.models import hardware
+
+    m = hardware.model("llama-3.1-8b")
+    h, layers = m.hidden_size, m.num_layers
+    one_layer = (m.params - 2 * m.vocab_size * h) / layers
+    for method, extra in (("eagle", 2 * h * h), ("eagle3", 3 * h * h + m.vocab_size * h)):
+        d = m.with_drafter(method)
+        assert d.weight_bytes() - m.weight_bytes() == pytest.approx(2 * (one_layer + extra))
+        assert d.kv_bytes_per_token() * layers == m.kv_bytes_per_token() * (layers + 1)
+    kw = dict(max_num_seqs=256, max_num_batched_tokens=8192, simulated=True)
+    kw["full_attention_only"] = False
+
+    def pool(spec: Speculation | None) -> int:
+        return resolve.num_gpu_blocks(
+            None, "llama-3.1-8b", "H100", 0.9, 16, 1, 0, speculation=spec, **kw
+        )[0]
+
+    plain, ngram = pool(None), pool(Speculation("ngram", 3, (0.7,)))
+    eagle = pool(Speculation("eagle", 3, (0.7,), draft_model="h"))
+    eagle3 = pool(Speculation("eagle3", 3, (0.7,), draft_model="h"))
+    assert ngram == plain and eagle3 < eagle < plain * layers / (layers + 1)
+    from planner.sweep.spec import load_spec_text
+
+    text = SPEC_SWEEP.replace("[hardware]", '[hardware]\ngpu = "H100"').replace(
+        '\'{"method": "ngram", "num_speculative_tokens": 3}\'',
+        '\'{"method": "eagle", "num_speculative_tokens": 3, "model": "h"}\'',
+    )
+    text = text.replace("[scheduler]", "[scheduler]\nenable_prefix_caching = false")
+    off, on = load_spec_text(text, tmp_path).configs
+    assert on.speculation is not None and on.speculation.method == "eagle"
+    assert on.num_gpu_blocks < off.num_gpu_blocks
+
+
+def test_mtp_layers_come_from_the_config_json(tmp_path):
+    """``ModelSpec.mtp_layers`` reads DeepSeek-V3's ``num_nextn_predict_layers``
+    and Qwen3-Next's ``mtp_num_hidden_layers``; a model with neither has none
+    (and method mtp is refused on it, above)."""
+    import json
+
+    from planner.models import hardware
+
+    assert hardware.model("deepseek-v3").mtp_layers == 1
+    assert hardware.model("llama-3.1-8b").mtp_layers == 0
+    path = Path(__file__).parents[1] / "planner" / "data" / "models" / "qwen3-8b.json"
+    cfg = json.loads(path.read_text())["config"]
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**cfg, "mtp_num_hidden_layers": 2}))
+    assert hardware.model(str(folder)).mtp_layers == 2

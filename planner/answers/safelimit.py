@@ -1,8 +1,9 @@
 """``plan safe-limit``: the largest KV-safe max_num_seqs, three ways.
 
-1. Analytic (``capacity.analytic_safe_max_num_seqs``): ``floor((N-1) /
+1. Analytic (``SchedulerConfig.kv_safe_max_num_seqs``): ``floor((N-1) /
    cdiv(L, bs))`` with L the mean prompt + mean output, and L at percentiles
-   of prompt + output.
+   of prompt + output, each plus the tokens speculative decoding holds past
+   a request's length (its drafts and lookahead slots), per KV cache group.
 2. Simulation-verified: the largest max_num_seqs such that it and every
    smaller value keep the preemption rate (preemptions per completed request)
    at or below a threshold, 0 by default. Found with the batch kernel: a
@@ -26,7 +27,7 @@ import pandas as pd
 
 from planner import metrics
 from planner.api import simulate
-from planner.capacity import analytic_safe_max_num_seqs, usable_blocks
+from planner.capacity import usable_blocks
 from planner.config import SchedulerConfig
 from planner.latency.step_time import Latency
 from planner.metrics import front_end_failures, front_end_text
@@ -85,14 +86,8 @@ def analytic_limits(
     for p in percentiles:
         key = "max" if p == 100 else f"p{p:g}"
         lengths[key] = float(np.percentile(total, p))
-        at[key] = analytic_safe_max_num_seqs(
-            cfg.num_gpu_blocks, cfg.block_size, lengths[key], cfg.null_block
-        )
-    return (
-        analytic_safe_max_num_seqs(cfg.num_gpu_blocks, cfg.block_size, mean_len, cfg.null_block),
-        at,
-        lengths,
-    )
+        at[key] = cfg.kv_safe_max_num_seqs(lengths[key])
+    return cfg.kv_safe_max_num_seqs(mean_len), at, lengths
 
 
 Pool = Callable[[int], int]  # max_num_seqs -> num_gpu_blocks vLLM's profile sizes at it

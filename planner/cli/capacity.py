@@ -893,8 +893,10 @@ def safe_limit(
     # pool of the search (the sampler's activation grows with it), so each
     # limit holds on the pool vLLM gives any searched value.
     at_seqs = search_upper(wl, max_num_batched_tokens)
+    spec = opt.speculation_from(speculative_config, spec_acceptance, spec_seed, spec_acceptance_log)
     sizing = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": at_seqs,
-              "quantization": quantization, "kv_cache_dtype": kv_cache_dtype}  # fmt: skip
+              "quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
+              "speculation": spec}  # fmt: skip
     n = _pool(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
     )
@@ -906,9 +908,7 @@ def safe_limit(
         horizon_s=horizon,
         enable_prefix_caching=enable_prefix_caching,
         async_scheduling=async_scheduling,
-        speculation=opt.speculation_from(
-            speculative_config, spec_acceptance, spec_seed, spec_acceptance_log
-        ),
+        speculation=spec,
     )
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     for message in unused_field_warnings(wl, [cfg]):

@@ -27,7 +27,8 @@ from planner.config import SchedulerConfig
 from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
-from planner.metrics import LIVELOCKED, OVERLOADED
+from planner.metrics import OVERLOADED
+from planner.models import hardware
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 
@@ -76,16 +77,14 @@ def run(
 ) -> None:
     """Simulate the deployment and print it (text, or --json; ``settings``:
     the resolved server and what it assumes, ``server.print_settings``).
-    Raises ValueError (one line) for a prefill pool that cannot start, a bad
-    link or --fail-on classes it cannot judge; ``typer.Exit(1)`` when the
-    outcome is one of ``fail_classes``."""
-    if fail_classes - {LIVELOCKED, OVERLOADED}:
-        raise ValueError("--fail-on takes livelocked and overloaded with --prefill-replicas")
+    Raises ValueError (one line) for a prefill pool that cannot start or a
+    bad link; ``typer.Exit(1)`` when the deployment's outcome (its worst
+    pool's, ``summarize_disaggregated``) or overload is one of
+    ``fail_classes``."""
     if not o["as_json"]:
         server.print_settings(settings[0], also=settings[1])
     summary = _simulate(ctx, o, decode, wl, slo)
-    failed = summary["livelocked"] and LIVELOCKED in fail_classes
-    if failed or (OVERLOADED in fail_classes and summary["overloaded"]):
+    if summary["outcome"] in fail_classes or (OVERLOADED in fail_classes and summary["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
 
 
@@ -127,10 +126,15 @@ def _prefill_pool(
     settings on --prefill-gpu at --prefill-tensor-parallel-size, its pool
     sized for them (``resolve.num_gpu_blocks``; --num-gpu-blocks, when given,
     sizes both pools)."""
-    gpu = o["prefill_gpu"] or o["gpu"]
+    gpu = o["gpu"] if o["prefill_gpu"] is None else o["prefill_gpu"]
     tp = o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
-    if o["prefill_gpu"] is not None and o["gpu"] is None:
-        raise ValueError("--prefill-gpu needs --gpu (the decode replicas' GPU)")
+    if o["prefill_gpu"] is not None:
+        if o["gpu"] is None:
+            raise ValueError("--prefill-gpu needs --gpu (the decode replicas' GPU)")
+        try:
+            hardware.gpu(o["prefill_gpu"])
+        except hardware.HardwareError as e:
+            raise ValueError(str(e).replace("--gpu:", "--prefill-gpu:", 1)) from None
     if o["prefill_tensor_parallel_size"] is not None and o["model"] is None:
         raise ValueError("--prefill-tensor-parallel-size needs --model (it sizes the pool)")
     try:
@@ -155,6 +159,7 @@ def _prefill_pool_at(
         max_num_batched_tokens=decode_cfg.max_num_batched_tokens,
         max_num_seqs=decode_cfg.max_num_seqs, full_attention_only=False, simulated=True,
         disable_hybrid_kv_cache_manager=o["disable_hybrid_kv_cache_manager_given"],
+        speculation=decode_cfg.speculation,
     )  # fmt: skip
     cfg = dataclasses.replace(decode_cfg, num_gpu_blocks=blocks, replicas=1)
     return cfg, lat
@@ -182,7 +187,7 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
 
     ptp = o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
     out = {
-        "prefill": pool(prefill, o["prefill_gpu"] or o["gpu"], ptp),
+        "prefill": pool(prefill, o["gpu"] if o["prefill_gpu"] is None else o["prefill_gpu"], ptp),
         "decode": pool(decode, o["gpu"], o["tensor_parallel_size"]),
         "kv_transfer": {
             "bandwidth_gbps_per_gpu": o["kv_transfer_bandwidth"],
@@ -244,16 +249,23 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
         f"KV load: mean {_fmt_s(s['transfer_s_mean'])}, p99 {_fmt_s(s['transfer_s_p99'])}; "
         f"waiting for decode blocks p99 {_fmt_s(s['kv_wait_s_p99'])}"
     )
+    window = " over the simulated window" if s["cut_by"] else ""
     for role in ("prefill", "decode"):
         verdict = (
-            "OVERLOADED (falls behind its traffic)" if s[f"{role}_overloaded"]
+            f"OVERLOADED (falls behind its traffic{window})" if s[f"{role}_overloaded"]
             else "not judged (its arrivals are a burst too short to judge overload)"
             if not s[f"{role}_overload_judged"]
-            else "keeps up"
+            else f"keeps up{window}"
         )  # fmt: skip
-        print(f"{role} pool: {verdict}")
+        print(f"{role} pool: {verdict}; outcome {s[f'{role}_outcome']}")
     if s["livelocked"]:
         print("a replica LIVELOCKED (a request it can never finish)")
+    if s["cut_by"]:
+        late = f"; {s['not_arrived']:,} requests due after it are in no statistic"
+        print(
+            f"the run was cut by {s['cut_by']} before every request finished: its figures are a "
+            f"truncated run's{late if s['not_arrived'] else ''}"
+        )
     if "meets_slo" in s:
         why = "" if s["meets_slo"] else " (" + "; ".join(s["slo_misses"]) + ")"
         print(

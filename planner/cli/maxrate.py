@@ -411,7 +411,7 @@ def _with_derived_pool(
     n, _ = resolve.num_gpu_blocks(
         None, model, gpu, util, c.block_size, tp, 7463, max_num_seqs=c.max_num_seqs,
         max_num_batched_tokens=c.max_num_batched_tokens, full_attention_only=False,
-        simulated=True,
+        simulated=True, speculation=c.speculation,
     )  # fmt: skip
     return dataclasses.replace(c, num_gpu_blocks=n)
 

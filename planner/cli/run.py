@@ -18,7 +18,6 @@ from typing import Annotated, Any
 import typer
 
 from planner import resolve
-from planner.capacity import analytic_safe_max_num_seqs
 from planner.cli import disagg, server
 from planner.cli import options as opt
 from planner.cli import run_report as report
@@ -383,11 +382,15 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
         latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
     )  # fmt: skip
+    spec = opt.speculation_from(
+        o["speculative_config"], o["spec_acceptance"], o["spec_seed"], o["spec_acceptance_log"]
+    )
     blocks, derived = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
         DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,
         max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=o["max_num_seqs"],
         full_attention_only=False, simulated=True, disable_hybrid_kv_cache_manager=hybrid,
+        speculation=spec,
     )  # fmt: skip
     groups = (o["full_attention_groups"], o["sliding_window_groups"])
     attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid)
@@ -409,12 +412,7 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         kv_block_bytes=kv_block_bytes,
         think_time_s=o["think_time"],
         horizon_s=o["horizon"],
-        speculation=opt.speculation_from(
-            o["speculative_config"],
-            o["spec_acceptance"],
-            o["spec_seed"],
-            o["spec_acceptance_log"],
-        ),  # fmt: skip
+        speculation=spec,
     )
     reject_inert_hardware(ctx, cfg.one_full_attention_group, o["num_gpu_blocks"] is not None)
     cfg.check_vllm_starts()
@@ -452,13 +450,11 @@ def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any
             "ns, so BLIS's truncation to whole us can differ by 1 us on some steps"
         )
     mean_len = wl.mean_request_tokens(cfg.max_model_len)
-    safe = analytic_safe_max_num_seqs(
-        cfg.num_gpu_blocks, cfg.block_size, mean_len, cfg.null_block, cfg.sliding_window_cap,
-        cfg.full_attention_groups, cfg.sliding_window_groups,
-    )  # fmt: skip
+    safe = cfg.kv_safe_max_num_seqs(mean_len)
     if (
         cfg.max_num_seqs <= safe
         or 0 < cfg.max_concurrency <= safe  # clients cap the batch
+        or wl.num_requests <= safe  # too few requests to fill more
         or wl.rejected(cfg.max_model_len).all()  # nothing admitted: no batch at all
     ):
         return []

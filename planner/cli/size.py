@@ -223,6 +223,7 @@ def size(
             report["answer"]["sensitivity"] = shifts
             report["answer"]["sensitivity_text"] = _sensitivity_text(shifts, report["answer"])
         if split is not None:
+            split["sensitivity_text"] = DISAGG_SENSITIVITY
             report["disaggregated"] = split
         _write_answer(dest, report)
         if as_json:
@@ -735,6 +736,13 @@ def _print(rep: dict, paths: list[Path]) -> None:
     c.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
+# --step-time-error re-sizes the aggregated answer only (``_sensitivity``).
+DISAGG_SENSITIVITY = (
+    "step-time sensitivity: not computed for the disaggregated fleet (the one printed above "
+    "re-sizes the aggregated answer only)"
+)
+
+
 def _print_disaggregated(c: Console, rep: dict) -> None:
     """``--disaggregated``: the cheapest P:D fleet beside the aggregated answer."""
     d, a = rep["disaggregated"], rep["answer"]
@@ -758,6 +766,7 @@ def _print_disaggregated(c: Console, rep: dict) -> None:
         for role, cmd in b["vllm_serve"].items():
             c.print(f"  vllm serve ({role}): {cmd}", soft_wrap=True)
         c.print(f"  router: {b['router']}")
+        c.print(f"  {d['sensitivity_text']}")
     if a is not None:
         c.print(
             f"  aggregated: {a['replicas']} x {a['gpu']} at TP {a['tensor_parallel_size']}, "

@@ -25,6 +25,8 @@ had are compiled on demand as before (slower, never wrong).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import pickle
 import subprocess
 import sys
@@ -58,6 +60,32 @@ def allowed(on: bool) -> Iterator[None]:
         yield
     finally:
         _ALLOWED[0] = before
+
+
+@contextlib.contextmanager
+def variant_lock(key: str) -> Iterator[None]:
+    """Within the block, hold an exclusive advisory lock (``fcntl.flock``) on
+    a file named after ``key`` in the step loop's Numba cache folder, so that
+    processes on one machine that would compile the same kernel variant at
+    once (pytest-xdist or Dask workers, two plan commands) take turns: the
+    second finds the first's compile in the cache and loads it. Without
+    ``fcntl`` or a writable cache folder there is no lock (never fail a run
+    over it); the lock ends with the process if it dies."""
+    try:
+        import fcntl
+
+        folder = Path(ST.run_steps._cache._cache_path)  # numba/core/caching.py
+        folder.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        fd = os.open(folder / f"compile-{digest}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    except (ImportError, AttributeError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, list]:

@@ -246,6 +246,10 @@ class ModelSpec:
     routed_expert_params: float = 0.0
     num_experts: int = 0
     experts_per_token: int = 0
+    # Multi-token-prediction modules the checkpoint carries (config.json's
+    # ``num_nextn_predict_layers``, DeepSeek-V3 style, or ``mtp_num_hidden_layers``,
+    # Qwen3-Next style): what vLLM's ``--speculative-config`` method mtp loads.
+    mtp_layers: int = 0
     moe_layers: int = 0
     # Local-attention layers (sliding, chunked) whose KV the pool stores as
     # full attention because the hybrid KV cache manager is off
@@ -424,6 +428,43 @@ class ModelSpec:
         kinds = set(self.layer_types) - {MLP}
         return (FULL in kinds and bool(kinds & {SLIDING, CHUNKED})) or (
             LINEAR in kinds and len(kinds) > 1
+        )
+
+    def with_drafter(self, method: str) -> ModelSpec:
+        """This model with an EAGLE, EAGLE-3 or MTP drafter loaded beside it, as
+        vLLM 0.33 sizes the pool for both (``GPUModelRunner.load_model`` loads
+        the drafter before the memory profile; its attention layer joins the
+        KV cache spec, ``get_kv_cache_spec``):
+
+        - one more full-attention KV layer of the target's shape (a released
+          EAGLE/EAGLE-3 head and vLLM's single MTP module have one decoder
+          layer; the pool's page grows by 1/num_layers);
+        - the drafter's weights: one target decoder layer (the model's linear
+          weights over its layers, every expert included) plus its input
+          projection (2 x hidden^2 for EAGLE and MTP, which concatenate two
+          hidden states; 3 x hidden^2 for EAGLE-3, three), plus for EAGLE-3 its
+          own LM head (vocab_size x hidden: vLLM shares the target's embedding
+          and, for EAGLE and MTP, its LM head, ``EagleProposer._maybe_share_*``;
+          an EAGLE-3 head's draft vocabulary is at most the target's, so this
+          is an upper bound). An estimate from the target's dimensions (the
+          head's own config.json is not read), not a measurement.
+
+        Raises:
+            ModelConfigError: ``method`` is not eagle, eagle3 or mtp.
+        """
+        if method not in ("eagle", "eagle3", "mtp"):
+            raise ModelConfigError(f"no drafter model for speculative method {method!r}")
+        h = float(self.hidden_size)
+        head = float(self.vocab_size) * h
+        linear = self.linear_params or max(self.params - 2.0 * head, 0.0)
+        layer = linear / self.num_layers + (3.0 if method == "eagle3" else 2.0) * h * h
+        own_head = head if method == "eagle3" else 0.0
+        return replace(
+            self,
+            num_layers=self.num_layers + 1,
+            layer_types=(*self.layer_types, FULL),
+            params=self.params + layer + own_head,
+            linear_params=self.linear_params + layer if self.linear_params else 0.0,
         )
 
     def without_hybrid_kv_cache_manager(self) -> ModelSpec:
@@ -896,6 +937,9 @@ def from_config(cfg: Mapping[str, Any], name: str, where: str = "config.json") -
         num_experts=n_experts,
         experts_per_token=top_k,
         moe_layers=moe_layers,
+        mtp_layers=int(
+            cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
+        ),
         **gdn,
         **m2,
     )

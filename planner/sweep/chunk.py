@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from planner.api import features_for, simulate
-from planner.capacity import analytic_safe_max_num_seqs
 from planner.kernel.variant import Features
 from planner.maxrate.search import search_max_rate
 from planner.slo import SLO
@@ -77,18 +76,7 @@ def run_chunk(
     mean_len = {m: wl.mean_request_tokens(m) for m in {c.max_model_len for c in configs}}
     # Gathered, then joined in one concat: a column at a time fragments a wide frame.
     extra: dict[str, object] = {
-        "kv_safe_max_num_seqs": [
-            analytic_safe_max_num_seqs(
-                c.num_gpu_blocks,
-                c.block_size,
-                mean_len[c.max_model_len],
-                c.null_block,
-                c.sliding_window_cap,
-                c.full_attention_groups,
-                c.sliding_window_groups,
-            )
-            for c in configs
-        ]
+        "kv_safe_max_num_seqs": [c.kv_safe_max_num_seqs(mean_len[c.max_model_len]) for c in configs]
     }
     extra |= dict(zip(sweep.workload_axes(), chunk.workload_key, strict=True))
     if "gpu_memory_utilization" in sweep.axes:

@@ -810,6 +810,7 @@ class Sweep:
             srv = self._server(values, row)
             util = srv.pop("gpu_memory_utilization")
             values = {**srv, **values}
+        values["speculation"] = self._speculation(values)  # it sizes the pool (a drafter)
         if hw is not None and "num_gpu_blocks" not in values:
             try:
                 values["num_gpu_blocks"], _ = resolve.num_gpu_blocks(
@@ -827,6 +828,7 @@ class Sweep:
                     ),
                     full_attention_only=False,
                     simulated=True,
+                    speculation=values["speculation"],
                 )
             except (HardwareError, ValueError) as e:
                 raise SpecError(spec_names(f"hardware: {e}")) from None
@@ -854,7 +856,6 @@ class Sweep:
                 raise SpecError(f"{_where(k, self)}: unknown preemption mode {v!r}")
             if k == "stop_bound" and v not in STOP_BOUNDS:
                 raise SpecError(f"{_where(k, self)}: unknown stop bound {v!r}")
-        values["speculation"] = self._speculation(values)
         try:
             # compat blis implies some fields; one the spec sets against it is refused.
             values |= compat_settings(str(values.get("compat", "vllm")), values)
