@@ -458,14 +458,20 @@ class SchedulerConfig:
         tokens = min(self.sliding_window - 1 + in_flight, self.max_model_len)
         return -(-tokens // self.block_size) + 1
 
+    @property
+    def kv_slack_tokens(self) -> int:
+        """Tokens of KV a request can hold past its length under this config's
+        speculative decoding (``Speculation.kv_slack_tokens``); 0 without."""
+        spec = self.speculation
+        return 0 if spec is None else spec.kv_slack_tokens(self.async_scheduling)
+
     def kv_safe_max_num_seqs(self, request_tokens: float) -> int:
         """``capacity.analytic_safe_max_num_seqs`` on this config's pool for
         requests of ``request_tokens`` tokens (float, e.g. a mean), plus the
         tokens speculative decoding holds past a request's length
         (``Speculation.kv_slack_tokens``), with this config's sliding window and
         KV cache groups. Returns an int >= 0."""
-        spec = self.speculation
-        slack = 0 if spec is None else spec.kv_slack_tokens(self.async_scheduling)
+        slack = self.kv_slack_tokens
         return analytic_safe_max_num_seqs(
             self.num_gpu_blocks, self.block_size, request_tokens + slack, self.null_block,
             self.sliding_window_cap, self.full_attention_groups, self.sliding_window_groups,
@@ -761,11 +767,17 @@ def check_drafter_latency(cfg: SchedulerConfig, lat: Latency, spec: bool = False
     if sp is not None and sp.method == "mtp" and isinstance(lat, RooflineLatency):
         from planner.models.hardware import model
 
-        if model(lat.model).mtp_layers == 0:
+        layers = model(lat.model).mtp_layers
+        if layers == 0:
             raise ValueError(
                 f"speculative_config method 'mtp': {lat.model} has no multi-token-prediction "
                 "layers (num_nextn_predict_layers / mtp_num_hidden_layers in its config.json); "
                 "vLLM cannot load an MTP drafter for it"
+            )
+        if layers > 1:
+            raise ValueError(
+                f"speculative_config method 'mtp': {lat.model} has {layers} MTP modules; "
+                "multi-module MTP is not simulated (its prefill lookahead)"
             )
 
 

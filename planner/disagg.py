@@ -51,7 +51,16 @@ from planner.config import SchedulerConfig
 from planner.kernel import state as S
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
-from planner.metrics import CHURNING, LIVELOCKED, OK, STARVED, STEP_LIMIT, THRASHING, latency_stats
+from planner.metrics import (
+    CHURNING,
+    LIVELOCKED,
+    OK,
+    STARVED,
+    STEP_LIMIT,
+    THRASHING,
+    front_end_text,
+    latency_stats,
+)
 from planner.slo import SLO
 from planner.workload.arrays import Workload
 
@@ -97,16 +106,21 @@ class DisaggResult:
             ``kv_load_start_s``, ``kv_landed_s``, ``transfer_s`` (the load's
             duration), ``first_token_s``, ``finish_s``, ``output_tokens``,
             ``ttft_s``, ``tpot_s``, ``e2e_s`` (client view: from its arrival;
-            NaN where not reached), ``done`` (bool) and ``preemptions`` (on the
-            decode replica).
+            NaN where not reached), ``done`` (bool), ``preemptions`` (on the
+            decode replica), ``rejected`` and ``cut`` (bool: the front end
+            refused it, or clamped its max_tokens, at the decode replicas'
+            max_model_len: ``Workload.rejected``, ``Workload.cut``).
         prefill: the prefill pool's run (None with no prefill pool).
         decode: each decode replica's run, replica order (None for a replica
             sent nothing).
+        max_model_len: the decode replicas' max_model_len (tokens), which
+            the front end's rules (``rejected``, ``cut``) use.
     """
 
     requests: pd.DataFrame
     prefill: SimResult | None
     decode: list[SimResult | None]
+    max_model_len: int = 0  # the decode replicas' (the front end's rules)
 
 
 def simulate_disaggregated(
@@ -136,7 +150,9 @@ def simulate_disaggregated(
         remote, dcfg = True, dataclasses.replace(decode.config, kv_transfer=kv_transfer)
     dec_rep, runs = _decode_pool(workload, ready_ns, decode.replicas, dcfg, decode.latency, remote)
     df = _requests_frame(workload, arrival_ns, pre_rep, pre_end, ready_ns, dec_rep, runs)
-    return DisaggResult(df, pre, [r for r, _ in runs])
+    mml = decode.config.max_model_len
+    df["rejected"], df["cut"] = workload.rejected(mml), workload.cut(mml)
+    return DisaggResult(df, pre, [r for r, _ in runs], mml)
 
 
 def _prefill_pool(workload: Workload, pool: Pool) -> tuple[SimResult, np.ndarray, np.ndarray]:
@@ -222,6 +238,7 @@ def _requests_frame(
     npre = np.zeros(n, dtype=np.int64)
     landed = np.full(n, -1, dtype=np.int64)
     xfer = np.full(n, np.nan)
+    load_start = np.full(n, -1, dtype=np.int64)
     a2 = np.zeros(n)
     for res, idx in runs:
         if res is None:
@@ -234,8 +251,9 @@ def _requests_frame(
             x = res.state.remote
             started = (x.pd[0] & S.PD_REMOTE) == 0
             landed[idx] = np.where(started, x.xfer_ns[0], -1)
-            took = kv.duration_ns(x.xfer_tok[0].astype(np.int64)) / 1e9
-            xfer[idx] = np.where(started, took, np.nan)
+            took = kv.duration_ns(x.xfer_tok[0].astype(np.int64))
+            xfer[idx] = np.where(started, took / 1e9, np.nan)
+            load_start[idx] = np.where(started, x.xfer_ns[0] - took, -1)
         a2[idx] = res.cfg[0, K.A2] / 1e9
 
     def s(ns: np.ndarray) -> np.ndarray:
@@ -259,7 +277,7 @@ def _requests_frame(
             "decode_arrival_s": s(ready_ns),
             "kv_landed_s": s(landed),
             "transfer_s": xfer,
-            "kv_load_start_s": s(landed) - xfer,
+            "kv_load_start_s": s(load_start),
             "first_token_s": s(first),
             "finish_s": s(finish),
             "output_tokens": nout,
@@ -287,7 +305,12 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     decode replica against its prefilled requests), ``overloaded`` (either),
     ``prefill_overload_judged``/``decode_overload_judged``/``overload_judged``
     (False: a run too short to judge, ``metrics.bursts``),
-    ``decode_preemptions``, ``livelocked`` (any replica), ``not_arrived``
+    ``rejected`` and ``cut`` (the front end's failures at max_model_len,
+    ``metrics.front_end_text``: misses of any SLO; rejected requests are in
+    no statistic and not in ``unfinished``), ``decode_requests`` (sent to a
+    decode replica), ``decode_preemptions``, ``livelocked`` (any replica;
+    requests stuck in a livelocked pool count as lower bounds up to the last
+    arrival at least), ``not_arrived``
     (requests due after the run ended: in ``unfinished``, in no statistic),
     ``prefill_outcome``/``decode_outcome``/``outcome`` (``metrics.outcome``
     classes, the worst replica's and the worst pool's) and ``cut_by``
@@ -303,17 +326,31 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     end_s = _request_ends(res)
     arr = df["arrival_s"].to_numpy()
     done = df["done"].to_numpy()
-    out: dict = {"requests": n, "completed": int(done.sum()), "unfinished": int((~done).sum())}
+    rejected = df["rejected"].to_numpy()
+    out: dict = {
+        "requests": n,
+        "completed": int(done.sum()),
+        "unfinished": int((~done & ~rejected).sum()),
+        "rejected": int(rejected.sum()),
+        "cut": int(df["cut"].sum()),
+    }
+    # A request stuck in a pool proven livelocked never finishes: it counts
+    # in every statistic whenever it arrived, as a lower bound that runs to
+    # the last arrival at least (any finite wait is one).
+    stuck = ~done & ~rejected & _in_livelocked_pool(res)
     # Requests due after the run ended (a --horizon before the last arrival)
-    # were never offered: they count in ``unfinished`` but in no statistic.
-    seen = arr <= end_s
-    out["not_arrived"] = int((~seen).sum())
+    # were never offered: they count in ``unfinished`` but in no statistic;
+    # rejected ones (HTTP 400) have no latency.
+    seen = ((arr <= end_s) | stuck) & ~rejected
+    end_s = np.where(stuck, np.maximum(end_s, arr.max(initial=0.0)), end_s)
+    out["not_arrived"] = int((~seen & ~rejected).sum())
     span = (df["finish_s"].max() - arr.min()) if done.any() else np.nan
     out["throughput_rps"] = done.sum() / span if done.any() else 0.0
     out["output_tps"] = df["output_tokens"][done].sum() / span if done.any() else 0.0
     out |= _latency(df[seen], end_s[seen])
     xfer = df["transfer_s"].to_numpy()
-    wait = (df["kv_load_start_s"] - df["decode_arrival_s"]).to_numpy()
+    # to whole ns: both ends are ns clocks
+    wait = np.round((df["kv_load_start_s"] - df["decode_arrival_s"]).to_numpy() * 1e9) / 1e9
     out["transfer_s_mean"] = float(np.nanmean(xfer)) if np.isfinite(xfer).any() else np.nan
     out["transfer_s_p99"] = float(np.nanpercentile(xfer, 99)) if np.isfinite(xfer).any() else np.nan
     out["kv_wait_s_p99"] = float(np.nanpercentile(wait, 99)) if np.isfinite(wait).any() else np.nan
@@ -325,15 +362,31 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     # A run too short (a burst) to judge overload: no verdict either way.
     out["prefill_overload_judged"] = bool(pre is None or pre["overload_judged"])
     out["decode_overload_judged"] = all(bool(d["overload_judged"]) for d in dec)
-    out["overload_judged"] = out["prefill_overload_judged"] and out["decode_overload_judged"]
+    # An overload found is a verdict however short another pool's run was.
+    out["overload_judged"] = out["overloaded"] or (
+        out["prefill_overload_judged"] and out["decode_overload_judged"]
+    )
+    out["decode_requests"] = int((df["decode_replica"].to_numpy() >= 0).sum())
     out["decode_preemptions"] = int(sum(int(d["preemptions"]) for d in dec))
     out["livelocked"] = any(bool(d["livelocked"]) for d in dec) or bool(
         pre is not None and pre["livelocked"]
     )
     out |= _outcomes(pre, dec, runs, out["unfinished"] > 0)
     if slo is not None and slo.given():
-        out |= _slo_verdict(df, out, slo, span)
+        out |= _slo_verdict(df, out, slo, span, res.max_model_len)
     return out
+
+
+def _in_livelocked_pool(res: DisaggResult) -> np.ndarray:
+    """(R,) bool: the pool each request was last in (its decode replica, else
+    the prefill pool) was proven livelocked (``metrics.outcome``)."""
+
+    def locked(r: SimResult | None) -> bool:
+        return r is not None and bool(r.metrics().iloc[0]["livelocked"])
+
+    rep = res.requests["decode_replica"].to_numpy()
+    flags = np.array([locked(r) for r in res.decode] + [locked(res.prefill)])
+    return flags[np.where(rep >= 0, rep, len(res.decode))]
 
 
 def _request_ends(res: DisaggResult) -> np.ndarray:
@@ -388,12 +441,13 @@ def _outcomes(
     pre: pd.Series | None, dec: list[pd.Series], runs: list[SimResult], unfinished: bool
 ) -> dict:
     """``prefill_outcome`` (None without a prefill pool), ``decode_outcome``
-    (the worst decode replica's), ``outcome`` (the worst), and ``cut_by``:
+    (the worst decode replica's; None when none was sent a request),
+    ``outcome`` (the worst), and ``cut_by``:
     ``--max-steps`` when a pool's run stopped at max_steps, ``--horizon`` when
     requests were unfinished at a horizon, else None (the run ended by itself)."""
     out = {
         "prefill_outcome": None if pre is None else str(pre["outcome"]),
-        "decode_outcome": _worst([str(d["outcome"]) for d in dec]),
+        "decode_outcome": _worst([str(d["outcome"]) for d in dec]) if dec else None,
     }
     out["outcome"] = _worst([x for x in (out["prefill_outcome"], out["decode_outcome"]) if x])
     steps_cut = STEP_LIMIT in (out["prefill_outcome"], *(str(d["outcome"]) for d in dec))
@@ -402,11 +456,11 @@ def _outcomes(
     return out
 
 
-def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float) -> dict:
+def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float, mml: int) -> dict:
     """``goodput_rps`` and ``meets_slo`` (``summarize_disaggregated``)."""
     if slo.itl_s is not None:
         raise ValueError("--itl-slo is not judged for a disaggregated deployment yet")
-    ok = df["done"].to_numpy().copy()
+    ok = df["done"].to_numpy() & ~df["cut"].to_numpy()  # a cut request is a miss
     misses = [
         f"the {p} pool is overloaded" for p in ("prefill", "decode") if out[f"{p}_overloaded"]
     ]
@@ -416,6 +470,9 @@ def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float) -> dict:
         if not out[f"{p}_overload_judged"]
     ]
     misses += ["a replica livelocked"] if out["livelocked"] else []
+    if out["rejected"] or out["cut"]:
+        front = front_end_text(out["rejected"], out["cut"], mml)
+        misses.append(f"{front}, each a miss")
     misses += [f"the run was cut by {out['cut_by']}"] if out["cut_by"] else []
     for name, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("e2e_s", slo.e2e_s)):
         if limit is None:
@@ -423,6 +480,8 @@ def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float) -> dict:
         x = df[name].to_numpy()
         ok &= np.isnan(x) | (x <= limit) if name == "tpot_s" else (x <= limit)
         p99, what = out[f"{name}_p99"], name.removesuffix("_s").upper()
+        if name == "tpot_s" and np.isnan(p99):
+            continue  # no request had two tokens: no TPOT to miss
         if out[f"{name}_p99_is_lower_bound"]:
             misses.append(f"{what} p99 is only a lower bound (requests unfinished)")
         elif not p99 <= limit:

@@ -888,7 +888,11 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     # The horizon ended the run before the last arrival: overload is judged
     # on the arrivals it covered (a request due later had no chance to start).
     ended_by_horizon = (oi[:, S.O_END_NS] >= horizon) & (horizon < arr.max(axis=1))
-    until = np.where(ended_by_horizon, horizon / 1e9, np.inf)
+    # So did --max-steps (``outcome``'s step_limit): judged on the arrivals
+    # due by the step the run stopped at.
+    steps_cut = oi[:, S.O_STEP_LIMIT].astype(bool) & (oi[:, S.O_END_NS] < arr.max(axis=1))
+    cut_at = np.where(ended_by_horizon, horizon, np.where(steps_cut, oi[:, S.O_END_NS], -1))
+    until = np.where(cut_at >= 0, cut_at / 1e9, np.inf)
     due = arrival_s <= until[:, None]  # the arrivals the overload verdict judges
     # Asked and cut count the requests sent and due within the run: one due
     # after the horizon was never asked of this server.
@@ -944,13 +948,13 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         "invariant_errors": oi[:, S.O_INVARIANT_ERRORS],
         **replica_columns(res),
         # The offered rate is the traffic's: every request sent in the arrival
-        # window, also those due after a run that stopped early (a proven
-        # livelock, the horizon, --max-steps) had ended.
+        # window, also those due after a run that a proven livelock stopped;
+        # a run the horizon or --max-steps cut is judged on what was due by then.
         **overload(
             arrival_s,
             first_s,
             end_s,
-            np.where(ended_by_horizon, asked.sum(axis=1), np.maximum(offered, sent.sum(1))),
+            np.where(cut_at >= 0, asked.sum(axis=1), np.maximum(offered, sent.sum(1))),
             (st.req.status == S.REJECTED) | ~sent,
             (res.workload.rejected(cfg[:, K.MML]) & asked).sum(axis=1),  # the front end's
             until,

@@ -73,6 +73,11 @@ from planner.text import count
 
 DRAFTER_METHODS = ("eagle", "eagle3", "mtp")  # a drafter model on the target's hidden states
 METHODS = ("ngram", "ngram_gpu", *DRAFTER_METHODS)  # simulated
+# Released heads for Llama-3.1-8B-Instruct, named in the refusal of a method without one.
+EXAMPLE_HEADS = {
+    "eagle": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+    "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+}
 # Keys of vLLM's SpeculativeConfig accepted here; the n-gram window acts only
 # through the acceptance rate the user gives, ``model`` names an EAGLE head.
 ACCEPTED_KEYS = (
@@ -136,7 +141,7 @@ class Speculation:
         a = self.acceptance
         if len(a) not in (1, k):
             raise ValueError(
-                f"--spec-acceptance needs 1 or {k} rates (num_speculative_tokens), got {len(a)}"
+                f"--spec-acceptance needs 1 rate or {k} (num_speculative_tokens), got {len(a)}"
             )
         for x in a:
             if not (isinstance(x, float | int) and math.isfinite(x) and 0.0 <= x <= 1.0):
@@ -179,7 +184,7 @@ class Speculation:
         if self.method in ("eagle", "eagle3") and m is None:
             raise ValueError(
                 f"--speculative-config method {self.method!r} needs 'model' (the EAGLE head, "
-                "e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)"
+                f"e.g. {EXAMPLE_HEADS[self.method]})"
             )
         if self.method not in ("eagle", "eagle3") and m is not None:
             raise ValueError(

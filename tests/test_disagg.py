@@ -365,3 +365,69 @@ def test_a_cut_run_says_so_and_fails_on_it(capsys):
     code, out, err = run_cli(capsys, *BASE, "--prefill-replicas", "1", "--json")
     s = json.loads(out)["summary"]
     assert code == 0 and s["cut_by"] is None and s["outcome"] in ("ok", "churning"), err
+
+
+def test_the_front_end_and_one_token_outputs_as_colocated(capsys):
+    """Requests cut short or rejected at max_model_len count as SLO misses and
+    are reported, as a colocated run counts them; with one-token outputs there
+    is no TPOT to miss, so a TPOT objective does not fail on NaN."""
+    args = (*BASE, "--num-requests", "20", "--prompt-tokens", "500", "--output-tokens", "100")
+    code, out, err = run_cli(
+        capsys, *args, "--prefill-replicas", "1", "--max-model-len", "550", "--e2e-slo", "5",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    s = json.loads(out)["summary"]
+    assert s["cut"] == 20 and s["rejected"] == 0 and not s["meets_slo"]
+    assert s["goodput_rps"] == 0 and any("cuts 20 requests short" in m for m in s["slo_misses"])
+    code, out, err = run_cli(
+        capsys, *BASE, "--num-requests", "20", "--prompt-tokens", "100", "--output-tokens", "1",
+        "--prefill-replicas", "1", "--ttft-slo", "5", "--tpot-slo", "0.01", "--json",
+    )  # fmt: skip
+    s = json.loads(out)["summary"]
+    assert code == 0 and s["meets_slo"] and s["slo_misses"] == [], (err, s["slo_misses"])
+
+
+def test_a_livelocked_prefill_pool_starves_the_decode_pool(capsys):
+    """A prefill pool too small for a prompt livelocks: no request reaches the
+    decode pool (it gets no verdict), and the waits are lower bounds that run
+    at least to the last arrival (never "0 ms")."""
+    code, out, err = run_cli(
+        capsys, *BASE, "--num-requests", "20", "--prompt-tokens", "500", "--output-tokens", "50",
+        "--prefill-replicas", "1", "--num-gpu-blocks", "20", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    s = json.loads(out)["summary"]
+    assert s["livelocked"] and s["decode_requests"] == 0 and s["decode_outcome"] is None
+    assert s["prefill_outcome"] == "livelocked" and s["not_arrived"] == 0
+    assert s["ttft_s_p50"] > 0 and s["ttft_s_p50_is_lower_bound"]
+    code, out, err = run_cli(
+        capsys, *BASE, "--num-requests", "20", "--prompt-tokens", "500", "--output-tokens", "50",
+        "--prefill-replicas", "1", "--num-gpu-blocks", "20",
+    )  # fmt: skip
+    assert "decode pool: no request reached it" in out and " 0 ms" not in out
+
+
+def test_plan_size_disaggregated_refuses_drafts_and_answers_alone(capsys, tmp_path):
+    """A spec with speculative decoding is refused with --disaggregated (the
+    decode side runs no drafts yet) before any work; when no aggregated fleet
+    meets the target but a split does, the split is the answer (exit 0)."""
+    spec = tmp_path / "s.toml"
+    text = SIZE_SPEC.format(rate=10).replace("mean = 2000", "mean = 1500")
+    text = text.replace("mean = 200", "mean = 100")
+    text += "[slo]\nttft_slo = 1.0\ntpot_slo = 0.007\n"
+    spec.write_text(text.replace("max_num_seqs = [256]", "max_num_seqs = [256]\n"))
+    argv = ("size", str(spec), "--gpus", "H100", "--max-replicas", "3", "--disaggregated")
+    code, out, err = run_cli(capsys, *argv, "--out", str(tmp_path / "a"), "--json")
+    rep = json.loads(out)
+    assert code == 0, err
+    assert rep["answer"] is None and rep["disaggregated"]["answer"] is not None
+    drafts = spec.read_text().replace(
+        "[scheduler]",
+        "[scheduler]\nenable_prefix_caching = false\nspec_acceptance = 0.8\n"
+        'speculative_config = \'{"method": "ngram", "num_speculative_tokens": 3}\'',
+    )
+    spec.write_text(drafts)
+    code, out, err = run_cli(capsys, *argv, "--out", str(tmp_path / "b"))
+    assert code == 2 and "speculative decoding is not simulated" in err, err
+    assert not (tmp_path / "b").exists()

@@ -155,7 +155,7 @@ def test_plan_run_at_max_rates_answer_under_an_itl_slo(capsys):
     assert o["itl_slo_s"] == 0.015 and o["configs"][0]["max_rate_limit"] == FOUND
     assert verdicts_around(capsys, [*pool, *slo], s) == [True, False]
     code, out, err = run_cli(capsys, "max-rate", *pool, *slo)
-    assert code == 0 and "ITL p99 <= 15 ms (unserved requests miss them)" in " ".join(out.split())
+    assert code == 0 and "ITL p99 <= 15 ms (unserved requests miss it)" in " ".join(out.split())
 
 
 def test_check_and_safe_limit_honour_the_itl_slo(capsys):

@@ -317,7 +317,7 @@ def test_eagle_goldens_need_the_lookahead(monkeypatch):
         (dict(acceptance=(-0.1,)), r"\[0, 1\]"),
         (dict(acceptance=(float("nan"),)), r"\[0, 1\]"),
         (dict(acceptance=(0.2, 0.5, 0.1)), "cannot rise"),
-        (dict(acceptance=(0.5, 0.4)), "needs 1 or 3"),
+        (dict(acceptance=(0.5, 0.4)), "needs 1 rate or 3"),
         (dict(seed=-1), "--spec-seed"),
     ],
 )

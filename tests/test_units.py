@@ -129,6 +129,26 @@ def test_a_run_cut_at_max_steps_is_step_limit_not_starved(capsys):
     assert "step_limit" in out
 
 
+def test_a_run_cut_at_max_steps_judges_overload_on_what_it_covered():
+    """A server that keeps up, cut by max_steps early in its arrivals: the
+    overload verdict counts the arrivals due by the step it stopped at (as a
+    horizon does), so it is not called overloaded; the whole run agrees."""
+    from planner.latency.step_time import LinearLatency
+
+    wl = synthetic(
+        100, 5.0, prompt=LengthDist("constant", 2000), output=LengthDist("constant", 200)
+    )
+    lat = LinearLatency()
+    cut, whole = (
+        simulate([SchedulerConfig(max_steps=200), SchedulerConfig()], wl, lat)
+        .metrics()
+        .itertuples()
+    )
+    assert cut.step_limit_hit and cut.outcome == "step_limit"
+    assert not whole.overloaded and whole.overload_judged
+    assert not cut.overloaded
+
+
 def test_request_length_is_capped_at_max_model_len(capsys):
     """The analytic limit's L counts what a request can hold: prompt + output capped
     at max_model_len, admitted requests only (a 5,000-token prompt is rejected)."""

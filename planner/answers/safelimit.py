@@ -54,6 +54,10 @@ class SafeLimits:
     length_at: dict[str, float]
     usable_blocks: int
     preemption_threshold: float
+    # tokens each request holds past its length (drafts, lookahead slots:
+    # ``SchedulerConfig.kv_slack_tokens``), and whether a sliding window or
+    # several KV cache groups shape the limit
+    kv_slack: int
     simulated: int | None  # None: even max_num_seqs 1 preempts above the threshold
     throughput_optimal: int
     goodput_optimal: int | None
@@ -209,6 +213,7 @@ def find_safe_limits(
         length_at=lengths,
         usable_blocks=usable_blocks(cfg.num_gpu_blocks, cfg.null_block),
         preemption_threshold=preemption_threshold,
+        kv_slack=cfg.kv_slack_tokens,
         simulated=simulated,
         throughput_optimal=best,
         goodput_optimal=good,
@@ -344,10 +349,15 @@ def recommend(s: SafeLimits) -> Recommendation:
         )
         return Recommendation(None, "rejects requests", text)
     if t.completed.max() == 0:
-        text = (
-            "No max_num_seqs completes any request on this pool within the horizon: the pool "
-            "or the horizon is too small for this workload. Nothing recommended."
+        why = (
+            "a request it can never finish (a livelock: the pool is too small for the longest "
+            "request)"
+            if t.livelocked.all()
+            else "the pool or the horizon is too small for this workload"
+            if "horizon_s" in t and np.isfinite(t.horizon_s.astype(float)).any()
+            else "the pool is too small for this workload"
         )
+        text = f"No max_num_seqs completes any request on this pool: {why}. Nothing recommended."
         return Recommendation(None, "nothing completes", text)
     ok = qualifies(s)
     crit = (

@@ -1019,17 +1019,25 @@ def _print_limits(s: object, name: str, n: int, bs: int, rec: str) -> None:
     table.add_column("limit")
     table.add_column("max_num_seqs", justify="right")
     table.add_column("derivation")
+    slack = f" + {s.kv_slack:,} draft" if s.kv_slack else ""
     table.add_row(
         "analytic (mean)",
         str(s.analytic),
-        f"floor({s.usable_blocks:,} / cdiv({mean_len:,.1f}, {bs})): mean request, prompt + "
-        "output capped at max_model_len, admitted requests"
+        f"floor({s.usable_blocks:,} / cdiv({mean_len:,.1f}{slack}, {bs})): mean request, "
+        "prompt + output capped at max_model_len, admitted requests"
         if capped
         else f"floor({s.usable_blocks:,} / cdiv({s.mean_prompt:,.1f} + {s.mean_output:,.1f} = "
-        f"{mean_len:,.1f}, {bs}))",
+        f"{mean_len:,.1f}{slack}, {bs}))",
     )
     for key, v in s.analytic_at.items():
-        table.add_row(f"analytic ({key})", str(v), f"request length {s.length_at[key]:,.0f} tokens")
+        table.add_row(
+            f"analytic ({key})", str(v), f"request length {s.length_at[key]:,.0f}{slack} tokens"
+        )
+    if s.kv_slack:
+        table.add_row(
+            "", "", f"draft: {s.kv_slack:,} tokens of drafts and lookahead slots per request "
+            "(Speculation.kv_slack_tokens)"
+        )  # fmt: skip
     crit = (
         "zero preemptions"
         if s.preemption_threshold == 0

@@ -27,9 +27,10 @@ from planner.config import SchedulerConfig
 from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
-from planner.metrics import OVERLOADED
+from planner.metrics import OVERLOADED, front_end_text
 from planner.models import hardware
 from planner.slo import SLO
+from planner.text import count
 from planner.workload.arrays import Workload
 
 EXIT_FAILURE_VERDICT = 1  # --fail-on: the outcome is one of the given classes (plan run's)
@@ -42,9 +43,16 @@ ONLY_WITH_PREFILL = (
     "kv_transfer_bandwidth",
     "kv_transfer_latency",
 )
-NOT_WITH_PREFILL = (
-    "trace", "out", "max_concurrency", "think_time", "turns", "router", "router_seed",
-)  # fmt: skip
+# Options a disaggregated run does not take yet, each with why.
+NOT_WITH_PREFILL = {
+    "trace": "the per-step trace is one engine's",
+    "out": "the result folder is one engine's",
+    "max_concurrency": "closed-loop clients are not routed through two pools",
+    "think_time": "closed-loop clients are not routed through two pools",
+    "turns": "multi-turn sessions are not routed through two pools",
+    "router": "the router is vLLM's disaggregated proxy: round robin",
+    "router_seed": "the router is vLLM's disaggregated proxy: round robin",
+}
 
 
 def check_options(ctx: typer.Context, o: dict[str, Any]) -> None:
@@ -58,11 +66,10 @@ def check_options(ctx: typer.Context, o: dict[str, Any]) -> None:
             if given(ctx, name):
                 raise ValueError(f"--{name.replace('_', '-')} needs --prefill-replicas > 0")
         return
-    for name in NOT_WITH_PREFILL:
+    for name, why in NOT_WITH_PREFILL.items():
         if given(ctx, name):
             raise ValueError(
-                f"--{name.replace('_', '-')} is not simulated with --prefill-replicas yet "
-                "(the router is vLLM's disaggregated proxy: round robin)"
+                f"--{name.replace('_', '-')} is not simulated with --prefill-replicas yet ({why})"
             )
 
 
@@ -140,7 +147,8 @@ def _prefill_pool(
     try:
         return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp)
     except ValueError as e:
-        raise ValueError(f"the prefill replicas: {e}") from None
+        msg = str(e).replace("a tensor-parallel size of", "--prefill-tensor-parallel-size")
+        raise ValueError(f"the prefill replicas: {msg}") from None
 
 
 def _prefill_pool_at(
@@ -195,6 +203,7 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
             "ms_per_1000_tokens": kv.duration_ns(1000) / 1e6,
         },
         "router": ROUTER,
+        "max_model_len": decode.config.max_model_len,
     }
     if o["model"] is not None:
         out["vllm_serve"] = {
@@ -226,19 +235,25 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
         p = facts[role]
         where = f"{p['gpu']}, TP {p['tensor_parallel_size']}, " if p["gpu"] else ""
         print(
-            f"{role}: {p['replicas']} replica(s) ({where}{p['num_gpu_blocks']:,} blocks; "
+            f"{role}: {count(p['replicas'], 'replica')} ({where}{p['num_gpu_blocks']:,} blocks; "
             f"{p['step_time']})"
         )
     x = facts["kv_transfer"]
     print(
-        f"KV transfer: {x['bandwidth_gbps_per_gpu']:g} GB/s per GPU, {x['latency_us']:g} us "
-        f"per load ({x['ms_per_1000_tokens']:.2f} ms per 1,000 prompt tokens)"
+        f"KV transfer: {_num(x['bandwidth_gbps_per_gpu'])} GB/s per GPU, "
+        f"{_num(x['latency_us'])} us per load ({_fmt_s(x['ms_per_1000_tokens'] / 1e3)} per "
+        "1,000 prompt tokens)"
     )
     print(f"router: {facts['router']}")
+    front = f", rejected {s['rejected']:,}" if s["rejected"] else ""
+    front += f", cut short {s['cut']:,}" if s["cut"] else ""
     print(
         f"requests {s['requests']:,}: completed {s['completed']:,}, unfinished "
-        f"{s['unfinished']:,}; {s['throughput_rps']:.2f} req/s, {s['output_tps']:,.0f} output tok/s"
+        f"{s['unfinished']:,}{front}; {s['throughput_rps']:.2f} req/s, "
+        f"{s['output_tps']:,.0f} output tok/s"
     )
+    if s["rejected"] or s["cut"]:
+        print(front_end_text(s["rejected"], s["cut"], facts["max_model_len"]) + ": misses")
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         parts = [
             f"p{q} {_fmt_s(s[f'{name}_p{q}'])}{'+' if s[f'{name}_p{q}_is_lower_bound'] else ''}"
@@ -247,10 +262,14 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
         print(f"{name[:-2].upper():5s} " + ", ".join(parts))
     print(
         f"KV load: mean {_fmt_s(s['transfer_s_mean'])}, p99 {_fmt_s(s['transfer_s_p99'])}; "
-        f"waiting for decode blocks p99 {_fmt_s(s['kv_wait_s_p99'])}"
+        f"from decode arrival to the load's start (loads started) p99 "
+        f"{_fmt_s(s['kv_wait_s_p99'])}"
     )
     window = " over the simulated window" if s["cut_by"] else ""
     for role in ("prefill", "decode"):
+        if role == "decode" and s["decode_requests"] == 0:
+            print("decode pool: no request reached it")
+            continue
         verdict = (
             f"OVERLOADED (falls behind its traffic{window})" if s[f"{role}_overloaded"]
             else "not judged (its arrivals are a burst too short to judge overload)"
@@ -279,7 +298,15 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
 
 
 def _fmt_s(x: float) -> str:
-    """A duration for the text output: ms below a second, else s; n/a for NaN."""
+    """A duration for the text output: ms below a second, else s; n/a for
+    NaN or inf."""
     if not math.isfinite(x):
         return "n/a"
-    return f"{x * 1e3:.3g} ms" if x < 1 else f"{x:.3g} s"
+    if x < 1:
+        return f"{x * 1e3:.3g} ms"
+    return f"{x:.3g} s" if x < 1000 else f"{x:,.0f} s"
+
+
+def _num(x: float) -> str:
+    """A number for the text output: thousands separated, no exponent."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:g}"

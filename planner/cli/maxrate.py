@@ -292,7 +292,11 @@ def max_rate(
     if configs[0].speculation is not None:
         c.print(configs[0].speculation.line())
     _print_pools(c, configs, source)
-    cond = f"{slo.describe()} (unserved requests miss them), " if slo.given() else "no SLO given: "
+    several = sum(x is not None for x in (slo.ttft_s, slo.tpot_s, slo.itl_s, slo.e2e_s)) > 1
+    them = "them" if several else "it"
+    cond = (
+        f"{slo.describe()} (unserved requests miss {them}), " if slo.given() else "no SLO given: "
+    )
     c.print(
         f"sustainable = {cond}not overloaded over arrivals spanning at least "
         f"{OVERLOAD_MIN_LIFETIMES:g}x the occupancy-weighted median E2E, every request run to "

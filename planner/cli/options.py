@@ -31,6 +31,7 @@ from planner.models.hardware import GPUS
 from planner.slo import SLO, from_options
 from planner.speculative import Speculation, acceptance_from_log, parse_speculative_config
 from planner.speculative import speculation_from as _speculation_from
+from planner.text import count
 from planner.workload.arrays import (
     S1_OUTPUT,
     S1_PROMPT,
@@ -670,7 +671,7 @@ def speculation_from(
         )
     spec = _speculation_from(config, rates, seed)
     print(
-        f"plan: acceptance fitted from {lines:,} 'SpecDecoding metrics' lines of {log} "
+        f"plan: acceptance fitted from {count(lines, 'SpecDecoding metrics line')} of {log} "
         f"({drafted:,} drafted tokens)",
         file=sys.stderr,
     )

@@ -286,10 +286,10 @@ def run(ctx: typer.Context, **o: Any) -> None:
     disagg.check_options(ctx, o)
     cfg, lat, derived = _config(ctx, o)
     wl = _workload(o)
-    if o["prefill_replicas"] > 0:  # a disaggregated deployment (planner.cli.disagg)
-        settings = (srv, _s1_assumes(o))
-        return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, settings)
     warnings = _warnings(cfg, wl, lat, o)
+    if o["prefill_replicas"] > 0:  # a disaggregated deployment (planner.cli.disagg)
+        _to_stderr(warnings)  # the decode replicas' KV-safe limit
+        return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, (srv, _s1_assumes(o)))
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     t0 = time.perf_counter()
     with opt.say_compile([cfg], wl):
@@ -305,8 +305,7 @@ def run(ctx: typer.Context, **o: Any) -> None:
     if o["trace"] is not None:
         _write_trace(o["trace"], cfg, wl, lat, int(row.steps))
         print(f"plan: wrote {int(row.steps)} steps to {o['trace']}", file=sys.stderr)
-    for line in warnings:
-        print(line, file=sys.stderr)
+    _to_stderr(warnings)
     if int(row["invariant_errors"]) > 0:  # a planner bug, never a property of the config
         warn(
             f"the kernel's block accounting broke on {int(row['invariant_errors']):,} steps "
@@ -325,6 +324,12 @@ def run(ctx: typer.Context, **o: Any) -> None:
         _table(res, row, cfg, wl, lat, slo, wall, given, derived, more)
     if row["outcome"] in fail_classes or (OVERLOADED in fail_classes and row["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
+
+
+def _to_stderr(lines: list[str]) -> None:
+    """Print ``lines`` (warnings) to stderr."""
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _server(ctx: typer.Context, o: dict[str, Any]) -> dict[str, Any]:
@@ -451,6 +456,7 @@ def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any
         )
     mean_len = wl.mean_request_tokens(cfg.max_model_len)
     safe = cfg.kv_safe_max_num_seqs(mean_len)
+    slack = f" + {cfg.kv_slack_tokens:,} of drafts" if cfg.kv_slack_tokens else ""
     if (
         cfg.max_num_seqs <= safe
         or 0 < cfg.max_concurrency <= safe  # clients cap the batch
@@ -460,7 +466,8 @@ def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any
         return []
     return [
         f"plan: warning: max_num_seqs {cfg.max_num_seqs} exceeds the KV-safe limit {safe} for "
-        f"this workload (mean request {mean_len:,.0f} tokens on {cfg.num_gpu_blocks:,} blocks): "
+        f"this workload (mean request {mean_len:,.0f} tokens{slack} on {cfg.num_gpu_blocks:,} "
+        "blocks): "
         "requests admitted together cannot all grow to full length without preemption"
     ]
 

@@ -223,15 +223,19 @@ def size(
             report["answer"]["sensitivity"] = shifts
             report["answer"]["sensitivity_text"] = _sensitivity_text(shifts, report["answer"])
         if split is not None:
-            split["sensitivity_text"] = DISAGG_SENSITIVITY
+            split["sensitivity_text"] = (
+                DISAGG_SENSITIVITY
+                if result.best is not None
+                else "step-time sensitivity: not computed for the disaggregated fleet"
+            )
             report["disaggregated"] = split
         _write_answer(dest, report)
         if as_json:
             print_json(report)
         else:
             _print(report, [*paths, *pngs, dest / ANSWER_FILE])
-        if result.best is None:
-            raise typer.Exit(1)
+        if result.best is None and (split is None or split["answer"] is None):
+            raise typer.Exit(1)  # neither answer meets the target
 
 
 def _check_disaggregated(
@@ -252,6 +256,11 @@ def _check_disaggregated(
         if c.spec is None:
             continue
         sweep = c.spec.sweep  # type: ignore[attr-defined]
+        if any(k.speculation is not None for k in sweep.configs):
+            raise ValueError(
+                "--disaggregated: speculative decoding is not simulated on a disaggregated "
+                "decode side yet (the spec's speculative_config); size without it"
+            )
         cfg = sweep.configs[0]
         KVTransfer.from_link(_kv_bytes_per_token(sweep, c.tp, cfg), *link)
 
@@ -303,7 +312,12 @@ def _disaggregated(
         "answer": answer,
         "tried": [t.as_dict() for t in tried],
         "bound": f"P + D <= {max_replicas} replicas, each pool any candidate GPU and TP with "
-        "that candidate's scheduler settings at the aggregated answer's max_num_seqs",
+        "that candidate's scheduler settings at "
+        + (
+            "the aggregated answer's max_num_seqs"
+            if result.best is not None
+            else "the spec's largest max_num_seqs (no aggregated answer)"
+        ),
     }
 
 
@@ -665,7 +679,7 @@ def _print(rep: dict, paths: list[Path]) -> None:
         c.print(f"skipped {name}: {why}")
     a = rep["answer"]
     if a is None:
-        c.print(f"answer: none. {rep['bound']}")
+        c.print(f"answer: none ({rep['bound']})")
     else:
         c.print(
             f"answer: {a['replicas']} x {a['gpu']} {noun(a['replicas'], 'replica')} at "
@@ -749,8 +763,8 @@ def _print_disaggregated(c: Console, rep: dict) -> None:
     x = d["kv_transfer"]
     c.print(
         f"disaggregated (max_num_seqs {d['max_num_seqs']}, KV link {x['bandwidth_gbps_per_gpu']:g} "
-        f"GB/s per GPU, {x['latency_us']:g} us per load; searched {len(d['tried'])} P:D fleets, "
-        f"{d['bound']}):"
+        f"GB/s per GPU, {x['latency_us']:g} us per load; searched "
+        f"{count(len(d['tried']), 'P:D fleet')}, {d['bound']}):"
     )
     b = d["answer"]
     if b is None:
@@ -773,6 +787,8 @@ def _print_disaggregated(c: Console, rep: dict) -> None:
             f"${a['usd_per_hour']:.2f}/h: TTFT p99 {a['ttft_s_p99']:.3f} s, TPOT p99 "
             f"{a['tpot_s_p99'] * 1000:.1f} ms"
         )
+    if a is None and b is not None:
+        c.print("  cheaper at this traffic: disaggregated (no aggregated deployment meets it)")
     if a is not None and b is not None:
         win = (
             "aggregated" if a["usd_per_hour"] < b["usd_per_hour"]
