@@ -124,6 +124,7 @@ def test_async_scheduling_runs_on_both_pools():
 
 
 BASE = ("run", "--num-requests", "60", "--rate", "5", "--no-async-scheduling")
+L8_H100 = ("--model", "llama-3.1-8b", "--gpu", "H100")
 
 
 def test_plan_run_prefill_replicas_prints_both_pools(capsys):
@@ -165,32 +166,8 @@ def test_plan_run_prefill_replicas_prints_both_pools(capsys):
         (("--prefill-replicas", "1", "--requests-out", "r.txt"), ".csv or .parquet"),
         (("--prefill-replicas", "1", "--kv-transfer-bandwidth", "0.0001"), "too slow"),
         (("--prefill-replicas", "1", "--prefill-tensor-parallel-size", "2"), "needs --model"),
-        (
-            (
-                "--model",
-                "llama-3.1-8b",
-                "--gpu",
-                "H100",
-                "--prefill-replicas",
-                "1",
-                "--prefill-gpu",
-                "",
-            ),
-            "--prefill-gpu: unknown",
-        ),
-        (
-            (
-                "--model",
-                "llama-3.1-8b",
-                "--gpu",
-                "H100",
-                "--prefill-replicas",
-                "1",
-                "--prefill-gpu",
-                "X9",
-            ),
-            "--prefill-gpu: unknown",
-        ),
+        ((*L8_H100, "--prefill-replicas", "1", "--prefill-gpu", ""), "--prefill-gpu: unknown"),
+        ((*L8_H100, "--prefill-replicas", "1", "--prefill-gpu", "X9"), "--prefill-gpu: unknown"),
         (
             (
                 "--model",
