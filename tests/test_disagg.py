@@ -399,6 +399,9 @@ def test_plan_size_disaggregated_refuses_drafts_and_answers_alone(capsys, tmp_pa
     rep = json.loads(out)
     assert code == 0, err
     assert rep["answer"] is None and rep["disaggregated"]["answer"] is not None
+    code, out, err = run_cli(capsys, *argv, "--out", str(tmp_path / "c"))
+    assert code == 0 and "aggregated answer: none" in out, err
+    assert "cheaper at this traffic: disaggregated" in out
     drafts = spec.read_text().replace(
         "[scheduler]",
         "[scheduler]\nenable_prefix_caching = false\nspec_acceptance = 0.8\n"

@@ -679,7 +679,9 @@ def _print(rep: dict, paths: list[Path]) -> None:
         c.print(f"skipped {name}: {why}")
     a = rep["answer"]
     if a is None:
-        c.print(f"answer: none ({rep['bound']})")
+        split = (rep.get("disaggregated") or {}).get("answer")
+        which = "aggregated answer" if split is not None else "answer"
+        c.print(f"{which}: none ({rep['bound']})")
     else:
         c.print(
             f"answer: {a['replicas']} x {a['gpu']} {noun(a['replicas'], 'replica')} at "
