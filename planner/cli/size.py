@@ -282,17 +282,25 @@ def _disaggregated(
     if any(len(s.workloads) != 1 for s in sweeps):
         raise ValueError("--disaggregated: the spec must have one workload (no workload axes)")
     df = result.table
-    seqs = (
-        int(df["max_num_seqs"].iloc[result.best])
-        if result.best is not None
-        else max(c.max_num_seqs for c in sweeps[0].configs)
-    )
+    if result.best is not None:  # the aggregated answer's value of each swept setting
+        row = df.loc[result.best]
+        best = cands[int(row["candidate"])].spec.sweep  # type: ignore[union-attr]
+        chosen = _pool_settings(best.configs[int(row["config_id"])])
+        swept = {"max_num_seqs", *best.axes}  # the rest is each candidate's own (its defaults)
+        want = {k: v for k, v in chosen.items() if k in swept}
+    else:  # none: the spec's largest max_num_seqs
+        want = {"max_num_seqs": max(c.max_num_seqs for c in sweeps[0].configs)}
+    seqs = int(want["max_num_seqs"])
     options = [
         ds.Option(
             c.gpu,
             c.tp,
             float(table.price(c.gpu)),  # type: ignore[attr-defined]
-            cfg := next(k for k in s.configs if k.replicas == 1 and k.max_num_seqs == seqs),
+            cfg := next(
+                k
+                for k in s.configs
+                if k.replicas == 1 and all(_pool_settings(k)[n] == v for n, v in want.items())
+            ),
             s.latency,
             _kv_bytes_per_token(s, c.tp, cfg),
         )  # fmt: skip
@@ -312,13 +320,25 @@ def _disaggregated(
         "answer": answer,
         "tried": [t.as_dict() for t in tried],
         "bound": f"P + D <= {max_replicas} replicas, each pool any candidate GPU and TP with "
-        "that candidate's scheduler settings at "
         + (
-            "the aggregated answer's max_num_seqs"
+            "the aggregated answer's value of each swept setting"
             if result.best is not None
-            else "the spec's largest max_num_seqs (no aggregated answer)"
+            else "the spec's first scheduler settings at its largest max_num_seqs (no "
+            "aggregated answer)"
         ),
     }
+
+
+# A pool's own, not the scheduler's: each candidate sizes its pool and KV bytes,
+# and a fleet's replicas and router are the P:D search's.
+NOT_POOL_SETTINGS = ("num_gpu_blocks", "kv_block_bytes", "replicas", "router", "router_seed")
+
+
+def _pool_settings(cfg: object) -> dict:
+    """``cfg``'s scheduler settings a disaggregated pool takes over (its
+    ``columns`` less ``NOT_POOL_SETTINGS``)."""
+    cols = cfg.columns()  # type: ignore[attr-defined]
+    return {k: v for k, v in cols.items() if k not in NOT_POOL_SETTINGS}
 
 
 def _role_commands(answer: dict, options: list, table: pd.DataFrame, sweep: object) -> dict:
