@@ -411,3 +411,44 @@ def test_plan_size_disaggregated_refuses_drafts_and_answers_alone(capsys, tmp_pa
     code, out, err = run_cli(capsys, *argv, "--out", str(tmp_path / "b"))
     assert code == 2 and "speculative decoding is not simulated" in err, err
     assert not (tmp_path / "b").exists()
+
+
+SWEPT_SPEC = """
+name = "swept"
+[workload]
+kind = "synthetic"
+num_requests = 60
+rate = 5
+prompt = { mean = 1500 }
+output = { mean = 50 }
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+[latency]
+kind = "roofline"
+[scheduler]
+async_scheduling = false
+enable_prefix_caching = false
+max_model_len = 8192
+[slo]
+ttft_slo = 0.1
+tpot_slo = 0.05
+[axes]
+max_num_seqs = [64]
+max_num_batched_tokens = [64, 8192]
+"""
+
+
+def test_plan_size_disaggregated_pools_take_the_answers_swept_settings(capsys, tmp_path):
+    """A swept setting other than max_num_seqs: a 64-token budget misses the
+    100 ms TTFT, so the aggregated answer runs 8,192, and both pools of the
+    split run it too (the first config at max_num_seqs 64 has 64)."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SWEPT_SPEC)
+    argv = ("size", str(spec), "--gpus", "H100", "--max-replicas", "3", "--disaggregated")
+    code, out, err = run_cli(capsys, *argv, "--out", str(tmp_path / "o"), "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["answer"]["max_num_batched_tokens"] == 8192
+    for cmd in rep["disaggregated"]["answer"]["vllm_serve"].values():
+        assert "--max-num-batched-tokens 8192 " in cmd, cmd
