@@ -185,6 +185,7 @@ def test_max_rate_bound_printed_as_bound(capsys):
         (["--vary", "max_num_seqs=0"], "--vary max_num_seqs must be"),
         (["--vary", "max_num_seqs=8", "--max-num-seqs", "8"], "also given as --max-num-seqs"),
         (["--vary", "watermark=1"], "--vary: expected KEY=V1,V2"),
+        (["--vary", "max_num_batched_tokens=2,2048"], "--vary max_num_batched_tokens=2: "),
         (["--arrival", "offline"], "no arrival rate to scale"),
     ],
 )

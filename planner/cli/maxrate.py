@@ -5,10 +5,12 @@ of them) take under these SLOs? Parsing and printing only; the search is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
 import time
+from collections.abc import Iterator
 from typing import Annotated
 
 import numpy as np
@@ -229,7 +231,7 @@ def max_rate(
     given_pool = num_gpu_blocks is not None or "num_gpu_blocks" in varied
     reject_inert_hardware(ctx, base.one_full_attention_group, given_pool)
     combos = [dict(zip(varied, vals, strict=True)) for vals in itertools.product(*varied.values())]
-    configs = [dataclasses.replace(base, **combo) for combo in combos]
+    configs = [_varied(base, combo) for combo in combos]
     derived = num_gpu_blocks is None and "num_gpu_blocks" not in varied
     if derived and (model is not None or gpu is not None):
         util, tp = gpu_memory_utilization, tensor_parallel_size
@@ -237,9 +239,10 @@ def max_rate(
     source = "derived from presets" if derived and gpu is not None else "given"
     if derived and gpu is None:
         source = "default"
-    for cfg in configs:
-        cfg.check_vllm_starts()
-        clock_bound(cfg, lat)
+    for cfg, combo in zip(configs, combos, strict=True):
+        with _naming(combo):
+            cfg.check_vllm_starts()
+            clock_bound(cfg, lat)
     # Lengths as asked: each configuration's front end acts at its own
     # max_model_len (``front_end.front_end_rejects``, ``Workload.cut``).
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
@@ -405,6 +408,26 @@ def _print_pools(c: Console, configs: list[SchedulerConfig], source: str) -> Non
     c.print(f"num_gpu_blocks {text} ({where})", soft_wrap=True)
     if line := configs[0].attention_line():
         c.print(line, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def _naming(combo: dict) -> Iterator[None]:
+    """Within the block, a ValueError (one line) names the --vary combination
+    it is about (with no combination: unchanged)."""
+    try:
+        yield
+    except ValueError as e:
+        if not combo:
+            raise
+        shown = ", ".join(f"{k}={v}" for k, v in combo.items())
+        raise ValueError(f"--vary {shown}: {e}") from None
+
+
+def _varied(base: SchedulerConfig, combo: dict) -> SchedulerConfig:
+    """``base`` with one combination of the --vary values. Raises ValueError
+    (one line) naming the combination when the config refuses it."""
+    with _naming(combo):
+        return dataclasses.replace(base, **combo)
 
 
 def _with_derived_pool(
