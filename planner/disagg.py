@@ -344,7 +344,10 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     seen = ((arr <= end_s) | stuck) & ~rejected
     end_s = np.where(stuck, np.maximum(end_s, arr.max(initial=0.0)), end_s)
     out["not_arrived"] = int((~seen & ~rejected).sum())
-    span = (df["finish_s"].max() - arr.min()) if done.any() else np.nan
+    # From the first arrival to the last finish, or to the end of the run
+    # when requests were left unfinished (a cut or stuck run).
+    last = df["finish_s"].max() if done.all() else max(df["finish_s"].max(), _run_end(res))
+    span = (last - arr.min()) if done.any() else np.nan
     out["throughput_rps"] = done.sum() / span if done.any() else 0.0
     out["output_tps"] = df["output_tokens"][done].sum() / span if done.any() else 0.0
     out |= _latency(df[seen], end_s[seen])
@@ -371,7 +374,8 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     out["livelocked"] = any(bool(d["livelocked"]) for d in dec) or bool(
         pre is not None and pre["livelocked"]
     )
-    out |= _outcomes(pre, dec, runs, out["unfinished"] > 0)
+    every = [*runs, *([] if res.prefill is None else [res.prefill])]
+    out |= _outcomes(pre, dec, every, out["unfinished"] > 0)
     if slo is not None and slo.given():
         out |= _slo_verdict(df, out, slo, span, res.max_model_len)
     return out
@@ -389,17 +393,27 @@ def _in_livelocked_pool(res: DisaggResult) -> np.ndarray:
     return flags[np.where(rep >= 0, rep, len(res.decode))]
 
 
+def _end(r: SimResult | None) -> float:
+    """The end of a pool's run, seconds (0 for none)."""
+    return 0.0 if r is None else float(r.state.out.counters[0, S.O_END_NS]) / 1e9
+
+
+def _run_end(res: DisaggResult) -> float:
+    """The end of the last pool's run, seconds."""
+    return max([_end(r) for r in res.decode] + [_end(res.prefill)])
+
+
 def _request_ends(res: DisaggResult) -> np.ndarray:
-    """(R,) float64 seconds: the end of the run each request was last in
-    (its decode replica's, else the prefill pool's; 0 if neither ran), the
-    time up to which its fate is simulated."""
-
-    def end(r: SimResult | None) -> float:
-        return 0.0 if r is None else float(r.state.out.counters[0, S.O_END_NS]) / 1e9
-
-    rep = res.requests["decode_replica"].to_numpy()
-    ends = np.array([end(r) for r in res.decode] + [end(res.prefill)])
-    return ends[np.where(rep >= 0, rep, len(res.decode))]
+    """(R,) float64 seconds: the time up to which each request's fate is
+    simulated: the end of the run it was last in (its decode replica's,
+    else the prefill pool's; 0 if neither ran), or the time it reached the
+    decode side if later (a decode run cut before it got there)."""
+    df = res.requests
+    rep = df["decode_replica"].to_numpy()
+    ends = np.array([_end(r) for r in res.decode] + [_end(res.prefill)])
+    own = ends[np.where(rep >= 0, rep, len(res.decode))]
+    reached = df["decode_arrival_s"].to_numpy()
+    return np.where(np.isnan(reached), own, np.maximum(own, reached))
 
 
 def _latency(df: pd.DataFrame, end_s: np.ndarray) -> dict:
@@ -422,6 +436,8 @@ def _latency(df: pd.DataFrame, end_s: np.ndarray) -> dict:
     }
     out = {}
     for prefix, (x, cens) in stats.items():
+        if len(x) == 0:  # nothing offered (all rejected, or due after the end)
+            x, cens = np.full(1, np.nan), np.zeros(1, dtype=bool)
         for k, v in latency_stats(prefix, x[None, :], cens[None, :]).items():
             out[k] = v[0].item()
     return out
@@ -444,7 +460,7 @@ def _outcomes(
     (the worst decode replica's; None when none was sent a request),
     ``outcome`` (the worst), and ``cut_by``:
     ``--max-steps`` when a pool's run stopped at max_steps, ``--horizon`` when
-    requests were unfinished at a horizon, else None (the run ended by itself)."""
+    requests were unfinished at a horizon (``runs``: every pool's runs), else None."""
     out = {
         "prefill_outcome": None if pre is None else str(pre["outcome"]),
         "decode_outcome": _worst([str(d["outcome"]) for d in dec]) if dec else None,

@@ -740,8 +740,9 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
     failed, as vLLM returns it an error, and one it cut short (``cut``) got
     fewer tokens than asked: like an unserved one each counts as a miss
     (``front_end_failures``), so a run with any is not ``meets_slo`` (a run
-    that rejects everything has no p99 at all). Overload is not part of it:
-    callers combine it with ``overloaded``."""
+    that rejects everything has no p99 at all); nor is a run max_steps cut
+    (``step_limit_hit``), which claims no verdict. Overload is not part of
+    it: callers combine it with ``overloaded``."""
     meets = front_end_failures(df) == 0
     judged = np.zeros(len(df), dtype=bool)  # some SLO metric has a value: a run to judge
     margin = np.zeros(len(df))
@@ -751,6 +752,8 @@ def slo_columns(df: pd.DataFrame, slo: SLO) -> dict[str, np.ndarray]:
         meets &= np.isnan(p) | (slo_upper_bound(df, field) <= limit)
         margin = np.fmax(margin, p / limit)
     meets &= judged  # a run no request of which had any SLO metric meets nothing
+    if "step_limit_hit" in df:  # a run --max-steps cut claims no verdict (``outcome``)
+        meets &= ~df["step_limit_hit"].to_numpy(dtype=bool)
     # A rejection is a miss no p99 shows: no margin (+inf), so that sorting
     # by it never ranks such a run first.
     margin = np.where(front_end_failures(df) > 0, np.inf, margin)

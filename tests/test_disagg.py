@@ -298,7 +298,7 @@ def test_plan_size_refuses_before_any_work(capsys, tmp_path):
     base = ("size", str(spec), "--gpus", "H100", "--max-replicas", "2", "--ttft-slo", "1")
     out = tmp_path / "never"
     code, _, err = run_cli(capsys, *base, "--kv-transfer-bandwidth", "10", "--out", str(out))
-    assert code == 2 and "need --disaggregated" in err
+    assert code == 2 and "--kv-transfer-bandwidth needs --disaggregated" in err
     code, _, err = run_cli(
         capsys, *base, "--disaggregated", "--kv-transfer-bandwidth", "0", "--out", str(out)
     )
@@ -452,3 +452,47 @@ def test_plan_size_disaggregated_pools_take_the_answers_swept_settings(capsys, t
     assert rep["answer"]["max_num_batched_tokens"] == 8192
     for cmd in rep["disaggregated"]["answer"]["vllm_serve"].values():
         assert "--max-num-batched-tokens 8192 " in cmd, cmd
+
+
+def test_edge_runs_do_not_crash_or_overclaim(capsys, tmp_path):
+    """Every request rejected: one report, no traceback; a horizon before the
+    first arrival: refused in one line, as colocated; a cut run's throughput
+    is over its simulated span (never above the offered rate); a horizon that
+    cuts before any request reaches the decode pool is still reported."""
+    args = (*BASE, "--rate", "10", "--prompt-tokens", "1000", "--output-tokens", "100")
+    code, out, err = run_cli(capsys, *args, "--max-model-len", "500", "--prefill-replicas", "1")
+    assert code == 0 and "Traceback" not in err, err
+    assert "rejected 60" in out and "the front end rejects 60 requests" in out
+    code, out, err = run_cli(capsys, *args, "--prefill-replicas", "1", "--horizon", "0.01")
+    assert code == 2 and "ends before the first request arrives" in err, err
+    code, out, err = run_cli(
+        capsys, *BASE, "--rate", "10", "--prompt-tokens", "1000", "--output-tokens", "1",
+        "--prefill-replicas", "1", "--max-steps", "5", "--json",
+    )  # fmt: skip
+    s = json.loads(out)["summary"]
+    assert code == 0 and s["cut_by"] == "--max-steps" and s["throughput_rps"] <= 10, err
+    code, out, err = run_cli(
+        capsys, *BASE, "--rate", "25", "--prompt-tokens", "3000", "--output-tokens", "200",
+        "--prefill-replicas", "1", "--horizon", "0.06", "--json",
+    )  # fmt: skip
+    s = json.loads(out)["summary"]
+    assert code == 0 and s["cut_by"] == "--horizon" and s["decode_requests"] == 0, err
+
+
+def test_size_without_max_num_seqs_swept_keeps_each_gpus_default(capsys, tmp_path):
+    """A spec sweeping only max_num_batched_tokens on two GPUs whose vLLM
+    defaults differ: each pool keeps its GPU's own max_num_seqs (no crash),
+    and the header names the swept setting; a link option given without
+    --disaggregated is named alone."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        SWEPT_SPEC.replace("max_num_seqs = [64]\n", "").replace("[64, 8192]", "[512, 8192]")
+    )
+    argv = ("size", str(spec), "--gpus", "H100,A100-80GB", "--max-replicas", "3")
+    code, out, err = run_cli(capsys, *argv, "--disaggregated", "--out", str(tmp_path / "o"))
+    assert code in (0, 1) and "Traceback" not in err, err
+    assert "disaggregated (max_num_batched_tokens " in out, out
+    code, out, err = run_cli(
+        capsys, *argv, "--kv-transfer-bandwidth", "10", "--out", str(tmp_path / "p")
+    )
+    assert code == 2 and "--kv-transfer-bandwidth needs --disaggregated" in err, err

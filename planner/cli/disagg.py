@@ -69,7 +69,7 @@ def check_options(ctx: typer.Context, o: dict[str, Any]) -> None:
     for name, why in NOT_WITH_PREFILL.items():
         if given(ctx, name):
             raise ValueError(
-                f"--{name.replace('_', '-')} is not simulated with --prefill-replicas yet ({why})"
+                f"--{name.replace('_', '-')} is not supported with --prefill-replicas yet ({why})"
             )
 
 
@@ -114,7 +114,8 @@ def _simulate(
     kv = _link(o, decode_cfg)
     decode = Pool(decode_cfg.replicas, dataclasses.replace(decode_cfg, replicas=1), decode_lat)
     prefill = Pool(o["prefill_replicas"], prefill_cfg, prefill_lat)
-    res = simulate_disaggregated(wl, decode, prefill, kv)
+    with opt.say_compile([decode.config, prefill_cfg], wl):  # refuses a horizon before arrivals
+        res = simulate_disaggregated(wl, decode, prefill, kv)
     summary = summarize_disaggregated(res, slo)
     if o["requests_out"] is not None:
         write_requests_table(o["requests_out"], res.requests)
@@ -302,6 +303,8 @@ def _fmt_s(x: float) -> str:
     NaN or inf."""
     if not math.isfinite(x):
         return "n/a"
+    if 0 < x < 1e-3:
+        return f"{x * 1e6:.3g} us" if x >= 1e-9 else "< 0.001 us"
     if x < 1:
         return f"{x * 1e3:.3g} ms"
     return f"{x:.3g} s" if x < 1000 else f"{x:,.0f} s"

@@ -238,6 +238,9 @@ def size(
             raise typer.Exit(1)  # neither answer meets the target
 
 
+LINK_DEFAULTS = (DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US)
+
+
 def _check_disaggregated(
     cands: list[sizing.Candidate], disaggregated: bool, link: tuple[float, float]
 ) -> None:
@@ -247,10 +250,11 @@ def _check_disaggregated(
     from planner.kv_transfer import KVTransfer
 
     if not disaggregated:
-        if link != (DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US):
-            raise ValueError(
-                "--kv-transfer-bandwidth and --kv-transfer-latency need --disaggregated"
-            )
+        names = ("--kv-transfer-bandwidth", "--kv-transfer-latency")
+        given = [n for n, v, d in zip(names, link, LINK_DEFAULTS, strict=True) if v != d]
+        if given:
+            raise ValueError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} "
+                             "--disaggregated")  # fmt: skip
         return
     for c in cands:
         if c.spec is None:
@@ -282,25 +286,22 @@ def _disaggregated(
     if any(len(s.workloads) != 1 for s in sweeps):
         raise ValueError("--disaggregated: the spec must have one workload (no workload axes)")
     df = result.table
+    swept = set(sweeps[0].axes)  # the rest is each candidate's own (its vLLM defaults)
     if result.best is not None:  # the aggregated answer's value of each swept setting
         row = df.loc[result.best]
         best = cands[int(row["candidate"])].spec.sweep  # type: ignore[union-attr]
         chosen = _pool_settings(best.configs[int(row["config_id"])])
-        swept = {"max_num_seqs", *best.axes}  # the rest is each candidate's own (its defaults)
         want = {k: v for k, v in chosen.items() if k in swept}
-    else:  # none: the spec's largest max_num_seqs
+    elif "max_num_seqs" in swept:  # none: the spec's largest max_num_seqs
         want = {"max_num_seqs": max(c.max_num_seqs for c in sweeps[0].configs)}
-    seqs = int(want["max_num_seqs"])
+    else:
+        want = {}
     options = [
         ds.Option(
             c.gpu,
             c.tp,
             float(table.price(c.gpu)),  # type: ignore[attr-defined]
-            cfg := next(
-                k
-                for k in s.configs
-                if k.replicas == 1 and all(_pool_settings(k)[n] == v for n, v in want.items())
-            ),
+            cfg := _pool_config(s, want, f"{c.gpu} TP {c.tp}"),
             s.latency,
             _kv_bytes_per_token(s, c.tp, cfg),
         )  # fmt: skip
@@ -314,8 +315,10 @@ def _disaggregated(
 
         answer["vllm_serve"] = _role_commands(answer, options, df, sweeps[0])
         answer["router"] = ROUTER
+    on = options[0] if answer is None else next(o for o in options if o.gpu == answer["gpu"])
     return {
-        "max_num_seqs": seqs,
+        "max_num_seqs": on.config.max_num_seqs,
+        "settings": want,  # the swept settings both pools take (the rest: each GPU's own)
         "kv_transfer": {"bandwidth_gbps_per_gpu": link[0], "latency_us": link[1]},
         "answer": answer,
         "tried": [t.as_dict() for t in tried],
@@ -323,7 +326,7 @@ def _disaggregated(
         + (
             "the aggregated answer's value of each swept setting"
             if result.best is not None
-            else "the spec's first scheduler settings at its largest max_num_seqs (no "
+            else "the spec's first value of each swept setting, its largest max_num_seqs (no "
             "aggregated answer)"
         ),
     }
@@ -332,6 +335,16 @@ def _disaggregated(
 # A pool's own, not the scheduler's: each candidate sizes its pool and KV bytes,
 # and a fleet's replicas and router are the P:D search's.
 NOT_POOL_SETTINGS = ("num_gpu_blocks", "kv_block_bytes", "replicas", "router", "router_seed")
+
+
+def _pool_config(sweep: object, want: dict, name: str) -> object:
+    """The first one-replica config of a candidate's ``sweep`` with the
+    settings ``want``. Raises ValueError (one line) when it has none."""
+    for k in sweep.configs:  # type: ignore[attr-defined]
+        if k.replicas == 1 and all(_pool_settings(k)[n] == v for n, v in want.items()):
+            return k
+    shown = ", ".join(f"{n} {v}" for n, v in want.items())
+    raise ValueError(f"--disaggregated: candidate {name} has no configuration with {shown}")
 
 
 def _pool_settings(cfg: object) -> dict:
@@ -772,6 +785,12 @@ def _print(rep: dict, paths: list[Path]) -> None:
     c.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
+def _settings_text(d: dict) -> str:
+    """The swept settings both pools take, in words (else max_num_seqs)."""
+    given = d.get("settings") or {"max_num_seqs": d["max_num_seqs"]}
+    return ", ".join(f"{k} {v}" for k, v in given.items())
+
+
 # --step-time-error re-sizes the aggregated answer only (``_sensitivity``).
 DISAGG_SENSITIVITY = (
     "step-time sensitivity: not computed for the disaggregated fleet (the one printed above "
@@ -784,7 +803,7 @@ def _print_disaggregated(c: Console, rep: dict) -> None:
     d, a = rep["disaggregated"], rep["answer"]
     x = d["kv_transfer"]
     c.print(
-        f"disaggregated (max_num_seqs {d['max_num_seqs']}, KV link {x['bandwidth_gbps_per_gpu']:g} "
+        f"disaggregated ({_settings_text(d)}, KV link {x['bandwidth_gbps_per_gpu']:g} "
         f"GB/s per GPU, {x['latency_us']:g} us per load; searched "
         f"{count(len(d['tried']), 'P:D fleet')}, {d['bound']}):"
     )
