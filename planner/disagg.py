@@ -323,6 +323,9 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     df = res.requests
     n = len(df)
     runs = [r for r in res.decode if r is not None]
+    pre = None if res.prefill is None else res.prefill.metrics().iloc[0]
+    rows = [None if r is None else r.metrics().iloc[0] for r in res.decode]
+    dec = [d for d in rows if d is not None]
     end_s = _request_ends(res)
     arr = df["arrival_s"].to_numpy()
     done = df["done"].to_numpy()
@@ -337,7 +340,8 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     # A request stuck in a pool proven livelocked never finishes: it counts
     # in every statistic whenever it arrived, as a lower bound that runs to
     # the last arrival at least (any finite wait is one).
-    stuck = ~done & ~rejected & _in_livelocked_pool(res)
+    locked = [d is not None and bool(d["livelocked"]) for d in [*rows, pre]]
+    stuck = ~done & ~rejected & _last_pool(res, locked)
     # Requests due after the run ended (a --horizon before the last arrival)
     # were never offered: they count in ``unfinished`` but in no statistic;
     # rejected ones (HTTP 400) have no latency.
@@ -357,8 +361,6 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     out["transfer_s_mean"] = float(np.nanmean(xfer)) if np.isfinite(xfer).any() else np.nan
     out["transfer_s_p99"] = float(np.nanpercentile(xfer, 99)) if np.isfinite(xfer).any() else np.nan
     out["kv_wait_s_p99"] = float(np.nanpercentile(wait, 99)) if np.isfinite(wait).any() else np.nan
-    pre = None if res.prefill is None else res.prefill.metrics().iloc[0]
-    dec = [r.metrics().iloc[0] for r in runs]
     out["prefill_overloaded"] = bool(pre is not None and pre["overloaded"])
     out["decode_overloaded"] = any(bool(d["overloaded"]) for d in dec)
     out["overloaded"] = out["prefill_overloaded"] or out["decode_overloaded"]
@@ -381,16 +383,12 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     return out
 
 
-def _in_livelocked_pool(res: DisaggResult) -> np.ndarray:
-    """(R,) bool: the pool each request was last in (its decode replica, else
-    the prefill pool) was proven livelocked (``metrics.outcome``)."""
-
-    def locked(r: SimResult | None) -> bool:
-        return r is not None and bool(r.metrics().iloc[0]["livelocked"])
-
+def _last_pool(res: DisaggResult, per_run: list) -> np.ndarray:
+    """(R,) array: each request's value of ``per_run`` (one value per decode
+    replica, in replica order, then the prefill pool's) for the run it was
+    last in: its decode replica's, else the prefill pool's."""
     rep = res.requests["decode_replica"].to_numpy()
-    flags = np.array([locked(r) for r in res.decode] + [locked(res.prefill)])
-    return flags[np.where(rep >= 0, rep, len(res.decode))]
+    return np.asarray(per_run)[np.where(rep >= 0, rep, len(res.decode))]
 
 
 def _end(r: SimResult | None) -> float:
@@ -400,7 +398,7 @@ def _end(r: SimResult | None) -> float:
 
 def _run_end(res: DisaggResult) -> float:
     """The end of the last pool's run, seconds."""
-    return max([_end(r) for r in res.decode] + [_end(res.prefill)])
+    return max(_end(r) for r in [*res.decode, res.prefill])
 
 
 def _request_ends(res: DisaggResult) -> np.ndarray:
@@ -408,11 +406,8 @@ def _request_ends(res: DisaggResult) -> np.ndarray:
     simulated: the end of the run it was last in (its decode replica's,
     else the prefill pool's; 0 if neither ran), or the time it reached the
     decode side if later (a decode run cut before it got there)."""
-    df = res.requests
-    rep = df["decode_replica"].to_numpy()
-    ends = np.array([_end(r) for r in res.decode] + [_end(res.prefill)])
-    own = ends[np.where(rep >= 0, rep, len(res.decode))]
-    reached = df["decode_arrival_s"].to_numpy()
+    own = _last_pool(res, [_end(r) for r in [*res.decode, res.prefill]])
+    reached = res.requests["decode_arrival_s"].to_numpy()
     return np.where(np.isnan(reached), own, np.maximum(own, reached))
 
 

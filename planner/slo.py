@@ -110,8 +110,14 @@ class SLO:
 
 
 def seconds_text(v: float) -> str:
-    """A duration for people: ``50 ms`` below a second, else ``2 s`` (3 significant digits)."""
-    return f"{v * MS:.3g} ms" if v < 1 else f"{v:.3g} s"
+    """A duration for people, 3 significant digits and no exponent: ``80 us``
+    below a millisecond (``< 0.001 us`` below a picosecond; ``0 ms`` for 0),
+    ``50 ms`` below a second, ``2 s`` below 1,000 s, else ``1,234 s``."""
+    if 0 < v < 1e-3:
+        return f"{v * 1e6:.3g} us" if v >= 1e-9 else "< 0.001 us"
+    if v < 1:
+        return f"{v * MS:.3g} ms"
+    return f"{v:.3g} s" if v < 1000 else f"{v:,.0f} s"
 
 
 def check_value(flag: str, v: float) -> None:

@@ -29,7 +29,7 @@ from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
 from planner.metrics import OVERLOADED, front_end_text
 from planner.models import hardware
-from planner.slo import SLO
+from planner.slo import SLO, seconds_text
 from planner.text import count
 from planner.workload.arrays import Workload
 
@@ -134,15 +134,11 @@ def _prefill_pool(
     settings on --prefill-gpu at --prefill-tensor-parallel-size, its pool
     sized for them (``resolve.num_gpu_blocks``; --num-gpu-blocks, when given,
     sizes both pools)."""
-    gpu = o["gpu"] if o["prefill_gpu"] is None else o["prefill_gpu"]
-    tp = o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
+    gpu, tp = _prefill_gpu(o), _prefill_tp(o)
     if o["prefill_gpu"] is not None:
         if o["gpu"] is None:
             raise ValueError("--prefill-gpu needs --gpu (the decode replicas' GPU)")
-        try:
-            hardware.gpu(o["prefill_gpu"])
-        except hardware.HardwareError as e:
-            raise ValueError(str(e).replace("--gpu:", "--prefill-gpu:", 1)) from None
+        hardware.gpu(o["prefill_gpu"], flag="--prefill-gpu")  # HardwareError: one line
     if o["prefill_tensor_parallel_size"] is not None and o["model"] is None:
         raise ValueError("--prefill-tensor-parallel-size needs --model (it sizes the pool)")
     try:
@@ -150,6 +146,17 @@ def _prefill_pool(
     except ValueError as e:
         msg = str(e).replace("a tensor-parallel size of", "--prefill-tensor-parallel-size")
         raise ValueError(f"the prefill replicas: {msg}") from None
+
+
+def _prefill_gpu(o: dict[str, Any]) -> str | None:
+    """The prefill replicas' GPU: --prefill-gpu, else --gpu."""
+    return o["gpu"] if o["prefill_gpu"] is None else o["prefill_gpu"]
+
+
+def _prefill_tp(o: dict[str, Any]) -> int:
+    """The prefill replicas' tensor parallelism: --prefill-tensor-parallel-size,
+    else --tensor-parallel-size."""
+    return o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
 
 
 def _prefill_pool_at(
@@ -194,9 +201,9 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
             "step_time": p.latency.describe(),
         }
 
-    ptp = o["prefill_tensor_parallel_size"] or o["tensor_parallel_size"]
+    ptp = _prefill_tp(o)
     out = {
-        "prefill": pool(prefill, o["gpu"] if o["prefill_gpu"] is None else o["prefill_gpu"], ptp),
+        "prefill": pool(prefill, _prefill_gpu(o), ptp),
         "decode": pool(decode, o["gpu"], o["tensor_parallel_size"]),
         "kv_transfer": {
             "bandwidth_gbps_per_gpu": o["kv_transfer_bandwidth"],
@@ -299,15 +306,8 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
 
 
 def _fmt_s(x: float) -> str:
-    """A duration for the text output: ms below a second, else s; n/a for
-    NaN or inf."""
-    if not math.isfinite(x):
-        return "n/a"
-    if 0 < x < 1e-3:
-        return f"{x * 1e6:.3g} us" if x >= 1e-9 else "< 0.001 us"
-    if x < 1:
-        return f"{x * 1e3:.3g} ms"
-    return f"{x:.3g} s" if x < 1000 else f"{x:,.0f} s"
+    """A duration for the text output (``slo.seconds_text``); n/a for NaN or inf."""
+    return seconds_text(x) if math.isfinite(x) else "n/a"
 
 
 def _num(x: float) -> str:

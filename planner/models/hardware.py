@@ -218,12 +218,13 @@ def model_config_load(p: Path) -> ModelSpec:
     return load(p)
 
 
-def gpu(name: str) -> GpuSpec:
-    """Look up a GPU preset (case-insensitive; H100 = H100-80GB). Raises HardwareError."""
+def gpu(name: str, flag: str = "--gpu") -> GpuSpec:
+    """Look up a GPU preset (case-insensitive; H100 = H100-80GB). Raises
+    HardwareError (one line, naming ``flag``, the option that gave it)."""
     key = GPU_ALIASES.get(name.lower(), name)
     g = GPUS.get(key)
     if g is None:
-        raise HardwareError(f"--gpu: unknown GPU {name!r} (known: {', '.join(GPUS)})")
+        raise HardwareError(f"{flag}: unknown GPU {name!r} (known: {', '.join(GPUS)})")
     return g
 
 
