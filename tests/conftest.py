@@ -8,10 +8,17 @@ there and not in the machine's /tmp. Each test must leave that folder as it
 found it: files a test needs belong in ``tmp_path``; anything else must be
 removed by the code that made it. A test that leaves something behind fails
 at teardown, naming what it left.
+
+Child processes (``python -m planner.cli``, notebook kernels, Dask workers)
+import the same ``planner`` as the tests, the checkout's: PYTHONPATH names
+it. Without that, a non-editable install (the README's test command) sends
+them to the installed copy, whose Numba cache is a second one, and the
+suite compiled every kernel variant twice (about a minute on 2 cores).
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +30,7 @@ pytest_plugins = ["pytester"]  # tests/test_tmp_guard.py runs this guard on samp
 # Folders that tools create once per process under TMPDIR and keep by design:
 # none today. Add a name here only with the reason it cannot be avoided.
 ALLOWED: frozenset[str] = frozenset()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _contents(folder: Path) -> set[str]:
@@ -35,6 +43,9 @@ def session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("TMPDIR", numbered=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TMPDIR", str(folder))
+        mp.setenv(
+            "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        )
         mp.setattr(tempfile, "tempdir", str(folder))
         yield folder
     left = sorted(_contents(folder))

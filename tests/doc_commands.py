@@ -34,8 +34,11 @@ ELSEWHERE = {
 # Minutes each on 2 cores (the sizing search about 2.5 min, the speed record
 # several): run by tests/test_docs_sweeps.py only under ``pytest --run-long``.
 LONG = ("sweeps/azure-conv-size.toml", "bench --record")
-# Tens of seconds each: their pages run in tests/test_docs_sweeps.py.
+# Tens of seconds each: their pages run in tests/test_docs_sweeps.py, on the
+# spec with each log/linear axis cut to SHRUNK_NUM values (``shrunk``), and as
+# written under ``pytest --run-long``.
 HEAVY = ("sweeps/seed-starvation.toml",)
+SHRUNK_NUM = 6
 # The address a page gives for the user's own Dask scheduler.
 SCHEDULER = "tcp://SCHEDULER:8786"
 
@@ -90,12 +93,31 @@ def _under(tmp: Path, path: str) -> str:
     return str(target)
 
 
-def redirect(argv: list[str], tmp: Path, scheduler: str | None = None) -> list[str]:
+def shrunk(spec: str, tmp: Path) -> str:
+    """A copy of the HEAVY sweep spec ``spec`` under ``tmp`` (same file name,
+    so the same default results/NAME) whose ranged axes take SHRUNK_NUM values:
+    the page's commands, flags and file flow, on a grid about 100x smaller.
+    Only for synthetic specs (a relative trace path would not follow the copy)."""
+    text = (ROOT / spec).read_text()
+    assert "[workload]" in text and 'kind = "synthetic"' in text, spec
+    small, n = re.subn(r"\bnum = \d+", f"num = {SHRUNK_NUM}", text)
+    assert n, f"{spec}: no ranged axis to shrink"
+    copy = _under(tmp / "shrunk", spec)
+    Path(copy).write_text(small)
+    return copy
+
+
+def redirect(
+    argv: list[str], tmp: Path, scheduler: str | None = None, shrink: bool = False
+) -> list[str]:
     """Send everything a command writes under ``tmp``, at the path it names
     (``results/x`` to ``tmp/results/x``), and the user's scheduler address to
     ``scheduler``: sweep and size --out (given, or their default
-    results/NAME), any --out, heatmap's and report's result under results/."""
+    results/NAME), any --out, heatmap's and report's result under results/.
+    With ``shrink``, a HEAVY spec is replaced by its ``shrunk`` copy."""
     argv = list(argv)
+    if shrink:
+        argv = [shrunk(a, tmp) if a in HEAVY else a for a in argv]
     if argv[0] in ("sweep", "size") and "--dry-run" not in argv and "--out" not in argv:
         argv += ["--out", f"results/{Path(argv[1]).stem}"]
     if argv[0] in ("heatmap", "report") and argv[1].startswith("results/"):
@@ -114,12 +136,17 @@ def uses_scheduler(page: Path) -> bool:
 
 
 def run_page(
-    capsys: pytest.CaptureFixture, tmp_path: Path, page: Path, done: set[str] | None = None
+    capsys: pytest.CaptureFixture,
+    tmp_path: Path,
+    page: Path,
+    done: set[str] | None = None,
+    shrink: bool = False,
 ) -> None:
     """Run a page's commands in its order (a sweep before its heatmap), writing
     under ``tmp_path``; a page naming the user's Dask scheduler gets a LocalCluster.
     ``done``: commands already run into the same ``tmp_path`` by an earlier page
-    (pages sharing it skip a sweep another page ran, whose result is there)."""
+    (pages sharing it skip a sweep another page ran, whose result is there).
+    ``shrink``: HEAVY specs run on their ``shrunk`` copies (``redirect``)."""
     scheduler = None
     cluster = None
     if uses_scheduler(page):
@@ -138,7 +165,7 @@ def run_page(
         for argv, expected in runnable(page):
             if done is not None and (key := " ".join(argv)) in done:
                 continue
-            code, out, err = run_cli(capsys, *redirect(argv, tmp_path, scheduler))
+            code, out, err = run_cli(capsys, *redirect(argv, tmp_path, scheduler, shrink))
             if done is not None:
                 done.add(key)
             assert code == expected, f"{page.name}: plan {' '.join(argv)}: exit {code}\n{err}"

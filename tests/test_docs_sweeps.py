@@ -2,8 +2,11 @@
 
 The pages whose commands sweep thousands of configurations (sweeps.md,
 starvation-map.md) run here, in their own file so that pytest-xdist runs them
-beside tests/test_readme.py. The ``long`` ones (the sizing search, the speed
-record: minutes each on 2 cores) run only under ``pytest --run-long``.
+beside tests/test_readme.py: every run on their specs' grids shrunk to 6
+values per ranged axis (``doc_commands.shrunk``: the same commands, flags and
+files, about 1 s instead of about a minute), and as written under
+``pytest --run-long``, with the other ``long`` ones (the sizing search, the
+speed record: minutes each on 2 cores).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from doc_commands import (
+    HEAVY,
     PAGES,
     ROOT,
     is_heavy,
@@ -33,16 +37,27 @@ def test_the_heavy_pages_are_the_sweep_pages():
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    """One folder and one record of commands run for the heavy pages: both show
-    the same 8,192-config sweep, which runs once (about 25 s on 2 cores)."""
-    return tmp_path_factory.mktemp("heavy"), set()
+    """One folder and one record of commands run for the heavy pages, shrunk
+    and as written: both pages show the same sweep, which runs once each way."""
+    return {s: (tmp_path_factory.mktemp("heavy"), set()) for s in (True, False)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", HEAVY_PAGES, ids=[p.name for p in HEAVY_PAGES])
-def test_heavy_pages_run(capsys, monkeypatch, shared, page):
+def test_heavy_pages_run_on_shrunk_grids(capsys, monkeypatch, shared, page):
     monkeypatch.chdir(ROOT)
-    folder, done = shared
+    folder, done = shared[True]
+    run_page(capsys, folder, page, done, shrink=True)
+    assert (folder / "shrunk" / HEAVY[0]).is_file(), "the shrunk spec was not the one run"
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.parametrize("page", HEAVY_PAGES, ids=[p.name for p in HEAVY_PAGES])
+def test_heavy_pages_run_as_written(capsys, monkeypatch, shared, page):
+    """The 8,192-config sweep (about a minute on 2 cores)."""
+    monkeypatch.chdir(ROOT)
+    folder, done = shared[False]
     run_page(capsys, folder, page, done)
 
 
