@@ -758,10 +758,11 @@ def check_drafter_latency(cfg: SchedulerConfig, lat: Latency, spec: bool = False
     ``spec``) for another step-time model, which would run the drafter for
     free, or MTP on a model without such layers."""
     sp = cfg.speculation
+    name = "speculative_config" if spec else "--speculative-config"
     if sp is not None and sp.lookahead_tokens and not isinstance(lat, RooflineLatency):
         fix = '[latency] kind = "roofline"' if spec else "--latency roofline"
         raise ValueError(
-            f"speculative_config method {sp.method!r} is priced on the roofline (its "
+            f"{name} method {sp.method!r} is priced on the roofline (its "
             f"drafter's time, planner.latency.draft): use {fix}"
         )
     if sp is not None and sp.method == "mtp" and isinstance(lat, RooflineLatency):
@@ -770,13 +771,13 @@ def check_drafter_latency(cfg: SchedulerConfig, lat: Latency, spec: bool = False
         layers = model(lat.model).mtp_layers
         if layers == 0:
             raise ValueError(
-                f"speculative_config method 'mtp': {lat.model} has no multi-token-prediction "
+                f"{name} method 'mtp': {lat.model} has no multi-token-prediction "
                 "layers (num_nextn_predict_layers / mtp_num_hidden_layers in its config.json); "
                 "vLLM cannot load an MTP drafter for it"
             )
         if layers > 1:
             raise ValueError(
-                f"speculative_config method 'mtp': {lat.model} has {layers} MTP modules; "
+                f"{name} method 'mtp': {lat.model} has {layers} MTP modules; "
                 "multi-module MTP is not simulated (its prefill lookahead)"
             )
 

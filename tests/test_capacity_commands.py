@@ -263,6 +263,14 @@ def test_safe_limit_json_and_run_warning(capsys):
         capsys, "run", "--requests-csv", S1_CSV, "--horizon", "5", "--max-num-seqs", "256"
     )
     assert code == 0 and err.count("KV-safe limit 32") == 1
+    # A pool that cannot hold one mean request: no limit to exceed (hostile-pass
+    # finding: "max_num_seqs 8 exceeds the KV-safe limit 0").
+    code, _, err = run_cli(
+        capsys, "run", "--requests-csv", S1_CSV, "--horizon", "5", "--max-num-seqs", "8",
+        "--num-gpu-blocks", "200",
+    )  # fmt: skip
+    assert code == 0 and "limit 0" not in err
+    assert "no max_num_seqs is KV-safe" in err and "does not fit in 200 blocks even alone" in err
 
 
 def test_safe_limit_takes_the_latency_options_its_errors_name(capsys):

@@ -389,6 +389,7 @@ def test_plan_run_bad_speculation_is_one_line_exit_2(args, match):
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert re.search(match, lines[0]), lines[0]
+    assert "speculative_config" not in lines[0], "a CLI error names the flag, not the spec field"
 
 
 def test_plan_run_names_the_speculation(capsys):
@@ -493,6 +494,21 @@ def test_bad_speculation_in_a_spec_is_one_line(tmp_path, edit, needle):
     with pytest.raises(SpecError) as e:
         load_spec_text(text, tmp_path)
     assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_drafter_off_the_roofline_in_a_spec_names_the_spec_keys(tmp_path):
+    """The spec's spelling throughout (hostile-pass finding: a CLI flag's
+    error said 'speculative_config', a spec's said '--latency roofline')."""
+    from planner.sweep.spec import SpecError, load_spec_text
+
+    text = SPEC_SWEEP.replace("[hardware]", '[hardware]\ngpu = "H100"')
+    text = text.replace('kind = "roofline"', 'kind = "linear"\nalpha = [1, 0, 0]\nbeta = [1, 1, 0]')
+    text = text.replace(NGRAM3, EAGLE3) + "enable_prefix_caching = false\n"
+    with pytest.raises(SpecError) as e:
+        load_spec_text(text, tmp_path)
+    msg = str(e.value)
+    assert "speculative_config method 'eagle3'" in msg and '[latency] kind = "roofline"' in msg
+    assert "--" not in msg, msg
 
 
 @pytest.mark.slow

@@ -464,6 +464,12 @@ def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any
         or wl.rejected(cfg.max_model_len).all()  # nothing admitted: no batch at all
     ):
         return []
+    if safe == 0:
+        return [
+            "plan: warning: no max_num_seqs is KV-safe for this workload: a request of its mean "
+            f"length ({mean_len:,.0f} tokens{slack}) does not fit in {cfg.num_gpu_blocks:,} "
+            "blocks even alone, so such requests are preempted and cannot finish"
+        ]
     return [
         f"plan: warning: max_num_seqs {cfg.max_num_seqs} exceeds the KV-safe limit {safe} for "
         f"this workload (mean request {mean_len:,.0f} tokens{slack} on {cfg.num_gpu_blocks:,} "
