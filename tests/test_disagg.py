@@ -33,6 +33,20 @@ def _workload(n: int = 200, rate: float = 10.0, seed: int = 1) -> Workload:
     )
 
 
+def test_measured_step_times_are_named_once_per_gpu(capsys):
+    """The prefill pool on the decode pool's GPU and TP shares its step-time
+    model, so its source prints once; on another GPU, once each (hostile-pass
+    finding: the same line twice)."""
+    pytest.importorskip("aiconfigurator_core")
+    run = (*BASE, "--model", "llama-3.1-8b", "--gpu", "H100", "--latency", "measured",
+           "--prefill-replicas", "1")  # fmt: skip
+    code, _, err = run_cli(capsys, *run)
+    assert code == 0 and err.count("measured step times:") == 1, err
+    code, _, err = run_cli(capsys, *run, "--prefill-gpu", "A100-80GB")
+    assert code == 0 and err.count("measured step times:") == 2, err
+    assert "h100" in err and "a100" in err
+
+
 @pytest.mark.parametrize("replicas,caching", [(1, False), (3, False), (4, True)])
 def test_no_prefill_pool_is_the_colocated_fleet_bit_for_bit(replicas, caching):
     """D decode replicas and no prefill pool: every request's first token and

@@ -110,7 +110,7 @@ def _simulate(
             "--prefill-replicas: multi-turn sessions and block-hash traces are not routed "
             "through a disaggregated deployment yet"
         )
-    prefill_cfg, prefill_lat = _prefill_pool(ctx, o, decode_cfg)
+    prefill_cfg, prefill_lat = _prefill_pool(ctx, o, decode)
     kv = _link(o, decode_cfg)
     decode = Pool(decode_cfg.replicas, dataclasses.replace(decode_cfg, replicas=1), decode_lat)
     prefill = Pool(o["prefill_replicas"], prefill_cfg, prefill_lat)
@@ -128,12 +128,14 @@ def _simulate(
 
 
 def _prefill_pool(
-    ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig
+    ctx: typer.Context, o: dict[str, Any], decode: tuple[SchedulerConfig, Latency]
 ) -> tuple[SchedulerConfig, Latency]:
     """One prefill replica's config and step time: the decode replicas'
     settings on --prefill-gpu at --prefill-tensor-parallel-size, its pool
     sized for them (``resolve.num_gpu_blocks``; --num-gpu-blocks, when given,
-    sizes both pools)."""
+    sizes both pools). On the decode replicas' GPU and TP, their step-time
+    model itself (built once: its notes print once)."""
+    decode_cfg, decode_lat = decode
     gpu, tp = _prefill_gpu(o), _prefill_tp(o)
     if o["prefill_gpu"] is not None:
         if o["gpu"] is None:
@@ -142,7 +144,8 @@ def _prefill_pool(
     if o["prefill_tensor_parallel_size"] is not None and o["model"] is None:
         raise ValueError("--prefill-tensor-parallel-size needs --model (it sizes the pool)")
     try:
-        return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp)
+        same = (gpu, tp) == (o["gpu"], o["tensor_parallel_size"])
+        return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp, decode_lat if same else None)
     except ValueError as e:
         msg = str(e).replace("a tensor-parallel size of", "--prefill-tensor-parallel-size")
         raise ValueError(f"the prefill replicas: {msg}") from None
@@ -160,15 +163,22 @@ def _prefill_tp(o: dict[str, Any]) -> int:
 
 
 def _prefill_pool_at(
-    ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig, gpu: str | None, tp: int
+    ctx: typer.Context,
+    o: dict[str, Any],
+    decode_cfg: SchedulerConfig,
+    gpu: str | None,
+    tp: int,
+    lat: Latency | None = None,
 ) -> tuple[SchedulerConfig, Latency]:
-    """``_prefill_pool`` on ``gpu`` at ``tp``."""
+    """``_prefill_pool`` on ``gpu`` at ``tp``, with step time ``lat`` (None:
+    built from the latency options for that GPU and TP)."""
     model, quant, kv_dtype = o["model"], o["quantization"], o["kv_cache_dtype"]
-    lat = opt.step_time(
-        o["latency"], model, gpu, tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
-        o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
-        latency_given=given(ctx, "latency"),
-    )  # fmt: skip
+    if lat is None:
+        lat = opt.step_time(
+            o["latency"], model, gpu, tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
+            o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
+            latency_given=given(ctx, "latency"),
+        )  # fmt: skip
     blocks, _ = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, gpu, o["gpu_memory_utilization"], decode_cfg.block_size, tp,
         decode_cfg.num_gpu_blocks, quantization=quant, kv_cache_dtype=kv_dtype,
