@@ -701,6 +701,32 @@ def most_outputs(res: SimResult) -> np.ndarray:
     )
 
 
+def link_s(res: SimResult) -> np.ndarray:
+    """(C, R) float64 seconds each request's KV spent on the link to a
+    disaggregated decode replica (config ``kv_transfer``; 0 elsewhere): a
+    load that started took ``KVTransfer.duration_ns`` of the tokens it
+    carried (``remote_kv.start_load``); one not started yet counts the
+    link's latency alone, the least it will take. Loads do not share the
+    link (``kernel/remote_kv.py``), so this is delay that no scheduler
+    setting or added capacity removes: the overload verdict judges a decode
+    replica on its requests as they land, arrival + this."""
+    cfg, st = res.cfg, res.state
+    out = np.zeros(st.req.first_ns.shape)
+    on = cfg[:, K.XFER] != 0
+    if not on.any() or res.workload.remote is None:
+        return out
+    remote = np.asarray(res.workload.remote, dtype=bool)[None, :] & on[:, None]
+    lat = cfg[:, K.XFER_LAT_NS][:, None]
+    x = st.remote
+    if res.fleet is None and x.pd.shape == out.shape:
+        started = (x.pd & S.PD_REMOTE) == 0
+        took = lat + x.xfer_tok.astype(np.int64) * cfg[:, K.XFER_PS][:, None] // 1000
+        ns = np.where(started, took, lat)
+    else:  # a fleet keeps one replica's load records: the latency, a lower bound
+        ns = np.broadcast_to(lat, out.shape)
+    return np.where(remote, ns, 0) / 1e9
+
+
 def span_s(res: SimResult) -> np.ndarray:
     """Seconds the throughputs divide by: the horizon, or the simulated span."""
     horizon = res.cfg[:, K.HORIZON_NS]
@@ -954,7 +980,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         # window, also those due after a run that a proven livelock stopped;
         # a run the horizon or --max-steps cut is judged on what was due by then.
         **overload(
-            arrival_s,
+            arrival_s + link_s(res),  # a decode replica's requests as they land
             first_s,
             end_s,
             np.where(cut_at >= 0, asked.sum(axis=1), np.maximum(offered, sent.sum(1))),
