@@ -68,8 +68,9 @@ CANDIDATES = ("--gpus", "H100,A100-80GB,L40S", "--max-replicas", "6")
 def test_sizing_is_monotone_in_rate_and_slo(capsys, tmp_path):
     """Doubling the rate never lowers the cost; a tighter SLO never lowers it;
     for one GPU type neither lowers the GPU count."""
-    base = _spec(tmp_path, SYNTHETIC.format(rate=10), "r10.toml")
-    double = _spec(tmp_path, SYNTHETIC.format(rate=20), "r20.toml")
+    half = SYNTHETIC.replace("num_requests = 400", "num_requests = 200")  # six searches
+    base = _spec(tmp_path, half.format(rate=10), "r10.toml")
+    double = _spec(tmp_path, half.format(rate=20), "r20.toml")
     loose = ("--ttft-slo", "2", "--tpot-slo", "0.05")
     tight = ("--ttft-slo", "0.5", "--tpot-slo", "0.03")
     cases = {"base": (base, loose), "double": (double, loose), "tight": (base, tight)}
@@ -375,7 +376,8 @@ def test_headroom_searches_the_specs_own_range(capsys, tmp_path):
     """The headroom line searches the spec's [search] range, as its rows do
     (tryout finding: size.parquet said 'at_search_max 1.1' while the text
     said 'up to 1.31x'); without an SLO it says 'without overload'."""
-    text = SYNTHETIC.format(rate=5) + "[search]\nrate_scale_max = 1.1\n"
+    few = SYNTHETIC.replace("num_requests = 400", "num_requests = 150")
+    text = few.format(rate=5) + "[search]\nrate_scale_max = 1.1\n"
     code, out, err = run_cli(
         capsys, "size", str(_spec(tmp_path, text)), "--out", str(tmp_path / "t"), "--gpus", "H100"
     )
