@@ -911,15 +911,20 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     )
     offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
-    arrival_s = np.broadcast_to(arr / 1e9, st.req.first_ns.shape)
+    # Arrivals as the scheduler can serve them: a disaggregated decode
+    # replica's requests as their KV lands (``link_s``; the arrival elsewhere).
+    land = np.broadcast_to(arr, st.req.first_ns.shape) + np.round(link_s(res) * 1e9).astype(
+        np.int64
+    )
+    arrival_s = land / 1e9
     horizon = cfg[:, K.HORIZON_NS]
     end_s = np.minimum(oi[:, S.O_END_NS], horizon) / 1e9
     # The horizon ended the run before the last arrival: overload is judged
     # on the arrivals it covered (a request due later had no chance to start).
-    ended_by_horizon = (oi[:, S.O_END_NS] >= horizon) & (horizon < arr.max(axis=1))
+    ended_by_horizon = (oi[:, S.O_END_NS] >= horizon) & (horizon < land.max(axis=1))
     # So did --max-steps (``outcome``'s step_limit): judged on the arrivals
     # due by the step the run stopped at.
-    steps_cut = oi[:, S.O_STEP_LIMIT].astype(bool) & (oi[:, S.O_END_NS] < arr.max(axis=1))
+    steps_cut = oi[:, S.O_STEP_LIMIT].astype(bool) & (oi[:, S.O_END_NS] < land.max(axis=1))
     cut_at = np.where(ended_by_horizon, horizon, np.where(steps_cut, oi[:, S.O_END_NS], -1))
     until = np.where(cut_at >= 0, cut_at / 1e9, np.inf)
     due = arrival_s <= until[:, None]  # the arrivals the overload verdict judges
@@ -980,7 +985,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         # window, also those due after a run that a proven livelock stopped;
         # a run the horizon or --max-steps cut is judged on what was due by then.
         **overload(
-            arrival_s + link_s(res),  # a decode replica's requests as they land
+            arrival_s,  # as they land (``link_s``)
             first_s,
             end_s,
             np.where(cut_at >= 0, asked.sum(axis=1), np.maximum(offered, sent.sum(1))),
@@ -994,6 +999,11 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         ),
         "ended_by_horizon": ended_by_horizon,
     }
+    # No arrival within the judged window (a decode replica cut before any
+    # KV landed): nothing to judge either way.
+    none_due = ~(due & sent).any(axis=1)
+    cols["overloaded"] = cols["overloaded"] & ~none_due
+    cols["overload_judged"] = cols["overload_judged"] & ~none_due
     # Closed loop: when the cap held a request back, clients send only as
     # slots free, so the server's queue cannot grow: overload is an open-loop
     # verdict (the highest-rate search likewise), and offered_rps is the rate

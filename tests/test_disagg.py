@@ -59,6 +59,41 @@ def test_a_slow_link_is_delay_not_overload(capsys):
     assert (got >= 2.0).all() and run.metrics()["overloaded"].iloc[0] == False  # noqa: E712
 
 
+@pytest.mark.slow
+def test_a_cut_run_over_a_slow_link_is_judged_on_what_landed(capsys):
+    """--horizon/--max-steps cut the decode pool's judged window at the
+    landings, not the arrivals (hostile-pass finding: a pool that keeps up was
+    OVERLOADED under --horizon 60 over a 20 s link); with nothing landed by the
+    cut there is nothing to judge."""
+    run = ("run", *L8_H100, "--latency", "roofline", "--prompt-tokens", "500",
+           "--output-tokens", "2000", "--prefill-replicas", "1", "--rate", "5",
+           "--num-requests", "1000", "--kv-transfer-latency", "2e7", "--json")  # fmt: skip
+    for cut in ((), ("--horizon", "60"), ("--horizon", "15"), ("--max-steps", "50")):
+        code, out, err = run_cli(capsys, *run, *cut)
+        assert code == 0, err
+        summary = json.loads(out)["summary"]
+        assert summary["decode_overloaded"] is False, (cut, summary["decode_outcome"])
+        if cut == ("--horizon", "15"):  # each load takes 20 s: none landed
+            assert summary["decode_overload_judged"] is False
+
+
+def test_prefill_options_are_named_and_gpu_aliases_share_a_step_time(capsys):
+    """The prefill TP's error names --prefill-tensor-parallel-size; a
+    --prefill-gpu spelled another way for the same GPU reuses the decode
+    pool's step-time model."""
+    code, _, err = run_cli(
+        capsys, "run", *L8_H100, "--latency", "roofline", "--num-requests", "5",
+        "--prefill-replicas", "1", "--prefill-tensor-parallel-size", "3",
+    )  # fmt: skip
+    assert code == 2 and "--prefill-tensor-parallel-size 3 does not divide" in err, err
+    assert "--tensor-parallel-size 3" not in err
+    code, _, err = run_cli(
+        capsys, "run", *L8_H100, "--num-requests", "40", "--num-gpu-blocks", "2000",
+        "--prefill-replicas", "1", "--max-steps", "5",
+    )  # fmt: skip
+    assert code == 0 and "plan: warning: decode replicas: max_num_seqs 1024 exceeds" in err, err
+
+
 def test_measured_step_times_are_named_once_per_gpu(capsys):
     """The prefill pool on the decode pool's GPU and TP shares its step-time
     model, so its source prints once; on another GPU, once each (hostile-pass
@@ -67,6 +102,8 @@ def test_measured_step_times_are_named_once_per_gpu(capsys):
     run = (*BASE, "--model", "llama-3.1-8b", "--gpu", "H100", "--latency", "measured",
            "--prefill-replicas", "1")  # fmt: skip
     code, _, err = run_cli(capsys, *run)
+    assert code == 0 and err.count("measured step times:") == 1, err
+    code, _, err = run_cli(capsys, *run, "--prefill-gpu", "h100")  # the same GPU
     assert code == 0 and err.count("measured step times:") == 1, err
     code, _, err = run_cli(capsys, *run, "--prefill-gpu", "A100-80GB")
     assert code == 0 and err.count("measured step times:") == 2, err

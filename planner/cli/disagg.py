@@ -143,11 +143,16 @@ def _prefill_pool(
         hardware.gpu(o["prefill_gpu"], flag="--prefill-gpu")  # HardwareError: one line
     if o["prefill_tensor_parallel_size"] is not None and o["model"] is None:
         raise ValueError("--prefill-tensor-parallel-size needs --model (it sizes the pool)")
+    same_gpu = o["prefill_gpu"] is None or (
+        hardware.gpu(o["prefill_gpu"]).name == hardware.gpu(o["gpu"]).name  # aliases, case
+    )
+    same = same_gpu and tp == o["tensor_parallel_size"]
     try:
-        same = (gpu, tp) == (o["gpu"], o["tensor_parallel_size"])
         return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp, decode_lat if same else None)
     except ValueError as e:
         msg = str(e).replace("a tensor-parallel size of", "--prefill-tensor-parallel-size")
+        if o["prefill_tensor_parallel_size"] is not None:  # the TP in question is the prefill's
+            msg = msg.replace("--tensor-parallel-size", "--prefill-tensor-parallel-size")
         raise ValueError(f"the prefill replicas: {msg}") from None
 
 

@@ -288,7 +288,7 @@ def run(ctx: typer.Context, **o: Any) -> None:
     wl = _workload(o)
     warnings = _warnings(cfg, wl, lat, o)
     if o["prefill_replicas"] > 0:  # a disaggregated deployment (planner.cli.disagg)
-        _to_stderr(warnings)  # the decode replicas' KV-safe limit
+        _to_stderr(_said_of(warnings, "decode replicas"))  # their KV-safe limit
         return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, (srv, _s1_assumes(o)))
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     t0 = time.perf_counter()
@@ -444,6 +444,12 @@ def _workload(o: dict[str, Any]) -> Workload:
     )  # fmt: skip
 
 
+def _said_of(warnings: list[str], who: str) -> list[str]:
+    """``warnings`` ("plan: warning: ...") naming ``who`` they are about, for
+    a disaggregated run, whose two pools each have a KV-safe limit."""
+    return [w.replace("plan: warning: ", f"plan: warning: {who}: ", 1) for w in warnings]
+
+
 def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any]) -> list[str]:
     """Warn now about fields the workload carries that the config ignores and
     BLIS's microsecond truncation; return the KV-safe warning, printed after the run."""
@@ -468,7 +474,8 @@ def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any
         return [
             "plan: warning: no max_num_seqs is KV-safe for this workload: a request of its mean "
             f"length ({mean_len:,.0f} tokens{slack}) does not fit in {cfg.num_gpu_blocks:,} "
-            "blocks even alone, so such requests are preempted and cannot finish"
+            "blocks even alone by the analytic rule, so even a request running alone may be "
+            "preempted or never finish (the run's verdict says which)"
         ]
     return [
         f"plan: warning: max_num_seqs {cfg.max_num_seqs} exceeds the KV-safe limit {safe} for "

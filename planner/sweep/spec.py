@@ -874,7 +874,9 @@ class Sweep:
                 )
                 rest += f"; a grid crossing compat with {key} has such rows: {leave}sweep "
                 rest += "blis in a spec of its own"
-            rest = rest.replace("--compat blis", 'compat "blis"')  # a spec's spelling
+            rest = _spec_spelling(rest)
+            if rest.startswith("is "):  # "--speculative-config is not simulated with ..."
+                rest = f"{key} {rest}"
             raise SpecError(f"{_where(key, self)}: {rest}") from None
 
     def _speculation(self, values: dict[str, Any]) -> Speculation | None:
@@ -1110,6 +1112,15 @@ def _spec_meaning(key: str, v: object) -> object:
         return parse_acceptance(str(v))
     except (ValueError, TypeError):
         return repr(v)
+
+
+_SETTING = re.compile(r"--(compat|preemption-mode|admission) (\w+)")
+
+
+def _spec_spelling(text: str) -> str:
+    """``text`` with ``--compat blis``, ``--preemption-mode swap`` and
+    ``--admission projected`` spelled as a spec sets them (``compat "blis"``)."""
+    return _SETTING.sub(lambda m: f'{m.group(1).replace("-", "_")} "{m.group(2)}"', text)
 
 
 def _where(key: str, sweep: Sweep) -> str:
