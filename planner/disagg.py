@@ -59,6 +59,7 @@ from planner.metrics import (
     STEP_LIMIT,
     THRASHING,
     front_end_text,
+    kv_loads,
     latency_stats,
 )
 from planner.slo import SLO
@@ -246,14 +247,11 @@ def _requests_frame(
         st = res.state.req
         first[idx], finish[idx] = st.first_ns[0], st.finish_ns[0]
         nout[idx], npre[idx] = st.nout[0], st.npre[0]
-        kv = res.configs[0].kv_transfer
-        if kv is not None:
-            x = res.state.remote
-            started = (x.pd[0] & S.PD_REMOTE) == 0
-            landed[idx] = np.where(started, x.xfer_ns[0], -1)
-            took = kv.duration_ns(x.xfer_tok[0].astype(np.int64))
+        if res.configs[0].kv_transfer is not None:
+            started, took = (a[0] for a in kv_loads(res))
+            landed[idx] = np.where(started, res.state.remote.xfer_ns[0], -1)
             xfer[idx] = np.where(started, took / 1e9, np.nan)
-            load_start[idx] = np.where(started, x.xfer_ns[0] - took, -1)
+            load_start[idx] = np.where(started, landed[idx] - took, -1)
         a2[idx] = res.cfg[0, K.A2] / 1e9
 
     def s(ns: np.ndarray) -> np.ndarray:

@@ -701,30 +701,31 @@ def most_outputs(res: SimResult) -> np.ndarray:
     )
 
 
-def link_s(res: SimResult) -> np.ndarray:
-    """(C, R) float64 seconds each request's KV spent on the link to a
-    disaggregated decode replica (config ``kv_transfer``; 0 elsewhere): a
-    load that started took ``KVTransfer.duration_ns`` of the tokens it
-    carried (``remote_kv.start_load``); one not started yet counts the
-    link's latency alone, the least it will take. Loads do not share the
-    link (``kernel/remote_kv.py``), so this is delay that no scheduler
-    setting or added capacity removes: the overload verdict judges a decode
-    replica on its requests as they land, arrival + this."""
-    cfg, st = res.cfg, res.state
-    out = np.zeros(st.req.first_ns.shape)
-    on = cfg[:, K.XFER] != 0
-    if not on.any() or res.workload.remote is None:
-        return out
-    remote = np.asarray(res.workload.remote, dtype=bool)[None, :] & on[:, None]
-    lat = cfg[:, K.XFER_LAT_NS][:, None]
-    x = st.remote
-    if res.fleet is None and x.pd.shape == out.shape:
-        started = (x.pd & S.PD_REMOTE) == 0
-        took = lat + x.xfer_tok.astype(np.int64) * cfg[:, K.XFER_PS][:, None] // 1000
-        ns = np.where(started, took, lat)
-    else:  # a fleet keeps one replica's load records: the latency, a lower bound
-        ns = np.broadcast_to(lat, out.shape)
-    return np.where(remote, ns, 0) / 1e9
+def kv_loads(res: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's KV load on a disaggregated decode replica (config
+    ``kv_transfer``): (C, R) bool, the load started (``remote_kv.start_load``;
+    False for a request not remote or a config without ``kv_transfer``), and
+    (C, R) int64 ns it takes, ``KVTransfer.duration_ns`` of the tokens it
+    carries, or of none (the link's latency, the least it will take) for one
+    not started; 0 where there is no load. A config with ``kv_transfer`` is
+    one replica (``SchedulerConfig`` refuses more), so its row holds every
+    load. Loads do not share the link (``kernel/remote_kv.py``): their time
+    is delay that no scheduler setting or added capacity removes, so the
+    overload verdict judges a decode replica on its requests as they land,
+    arrival + it (``summarize``)."""
+    shape = res.state.req.first_ns.shape
+    started, took = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=np.int64)
+    if res.workload.remote is None:
+        return started, took
+    remote = np.asarray(res.workload.remote, dtype=bool)
+    x = res.state.remote
+    for c, config in enumerate(res.configs):
+        if config.kv_transfer is None:
+            continue
+        started[c] = remote & ((x.pd[c] & S.PD_REMOTE) == 0)
+        carried = np.where(started[c], x.xfer_tok[c].astype(np.int64), 0)
+        took[c] = np.where(remote, config.kv_transfer.duration_ns(carried), 0)
+    return started, took
 
 
 def span_s(res: SimResult) -> np.ndarray:
@@ -912,10 +913,8 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     offered = oi[:, S.O_ARRIVED]  # rejected requests were offered too
     arr = res.arrival_ns if res.arrival_ns.ndim == 2 else res.arrival_ns[None, :]
     # Arrivals as the scheduler can serve them: a disaggregated decode
-    # replica's requests as their KV lands (``link_s``; the arrival elsewhere).
-    land = np.broadcast_to(arr, st.req.first_ns.shape) + np.round(link_s(res) * 1e9).astype(
-        np.int64
-    )
+    # replica's requests as their KV lands (``kv_loads``; the arrival elsewhere).
+    land = np.broadcast_to(arr, st.req.first_ns.shape) + kv_loads(res)[1]
     arrival_s = land / 1e9
     horizon = cfg[:, K.HORIZON_NS]
     end_s = np.minimum(oi[:, S.O_END_NS], horizon) / 1e9
@@ -985,7 +984,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
         # window, also those due after a run that a proven livelock stopped;
         # a run the horizon or --max-steps cut is judged on what was due by then.
         **overload(
-            arrival_s,  # as they land (``link_s``)
+            arrival_s,  # as they land (``kv_loads``)
             first_s,
             end_s,
             np.where(cut_at >= 0, asked.sum(axis=1), np.maximum(offered, sent.sum(1))),

@@ -36,8 +36,8 @@ def _workload(n: int = 200, rate: float = 10.0, seed: int = 1) -> Workload:
 def test_a_slow_link_is_delay_not_overload(capsys):
     """A long --kv-transfer-latency delays every request by the same time; it
     is no lack of capacity, so the decode pool is judged on its requests as
-    they land (``metrics.link_s``; hostile-pass finding: a 50-request burst
-    over a 5 s link was called OVERLOADED), and ``link_s`` is each started
+    they land (``metrics.kv_loads``; hostile-pass finding: a 50-request burst
+    over a 5 s link was called OVERLOADED), and ``kv_loads`` gives each started
     load's duration as the requests table reports it."""
     args = ("run", "--num-requests", "50", *L8_H100, "--prefill-replicas", "1", "--json")
     for us in ("5", "5000000"):
@@ -49,13 +49,14 @@ def test_a_slow_link_is_delay_not_overload(capsys):
     cfg = SchedulerConfig(num_gpu_blocks=4000, max_num_seqs=8)
     kv = KVTransfer(latency_ns=2_000_000_000, ps_per_token=1_000_000)
     res = simulate_disaggregated(wl, Pool(1, cfg, LAT), Pool(1, cfg, LAT), kv)
-    from planner.metrics import link_s
+    from planner.metrics import kv_loads
 
     run = res.decode[0]
-    got = link_s(run)[0]
+    got = kv_loads(run)[1][0] / 1e9
     frame = res.requests.set_index("request").loc[np.arange(30)]
     started = frame["transfer_s"].notna().to_numpy()
     assert started.all() and np.allclose(got, frame["transfer_s"].to_numpy())
+    assert np.allclose(got, kv.duration_ns(900) / 1e9)  # the whole prompt: no local hit
     assert (got >= 2.0).all() and run.metrics()["overloaded"].iloc[0] == False  # noqa: E712
 
 
