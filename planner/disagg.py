@@ -306,7 +306,8 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     ``rejected`` and ``cut`` (the front end's failures at max_model_len,
     ``metrics.front_end_text``: misses of any SLO; rejected requests are in
     no statistic and not in ``unfinished``), ``decode_requests`` (sent to a
-    decode replica), ``decode_preemptions``, ``livelocked`` (any replica;
+    decode replica), ``decode_landed`` (of those, whose KV landed within
+    their replica's run), ``decode_preemptions``, ``livelocked`` (any replica;
     requests stuck in a livelocked pool count as lower bounds up to the last
     arrival at least), ``not_arrived``
     (requests due after the run ended: in ``unfinished``, in no statistic),
@@ -370,6 +371,9 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
         out["prefill_overload_judged"] and out["decode_overload_judged"]
     )
     out["decode_requests"] = int((df["decode_replica"].to_numpy() >= 0).sum())
+    # KV that landed within its decode replica's run (a slow link and a cut
+    # can leave none: the decode pool then had nothing to serve yet).
+    out["decode_landed"] = int((df["kv_landed_s"].to_numpy() <= end_s).sum())
     out["decode_preemptions"] = int(sum(int(d["preemptions"]) for d in dec))
     out["livelocked"] = any(bool(d["livelocked"]) for d in dec) or bool(
         pre is not None and pre["livelocked"]
@@ -390,8 +394,13 @@ def _last_pool(res: DisaggResult, per_run: list) -> np.ndarray:
 
 
 def _end(r: SimResult | None) -> float:
-    """The end of a pool's run, seconds (0 for none)."""
-    return 0.0 if r is None else float(r.state.out.counters[0, S.O_END_NS]) / 1e9
+    """The end of a pool's run, seconds (0 for none): its last step's end,
+    at most its horizon, as ``metrics.per_request`` ends a run (a decode
+    replica's clock may jump to a KV landing past the horizon, which the
+    run does not cover)."""
+    if r is None:
+        return 0.0
+    return float(min(r.state.out.counters[0, S.O_END_NS], r.cfg[0, K.HORIZON_NS])) / 1e9
 
 
 def _run_end(res: DisaggResult) -> float:

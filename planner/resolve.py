@@ -27,6 +27,7 @@ def latency(
     overhead_us: float = 0.0,
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
+    quiet: bool = False,
 ) -> Latency:
     """Pick the step-time model.
 
@@ -34,7 +35,9 @@ def latency(
     else (no model or GPU named) the S1 seed coefficients. ``roofline``: needs
     a model and a GPU. ``measured``: aiconfigurator-core tables
     (``planner.latency.measured``; the optional extra ``aic``), a model and a GPU it
-    has data for. Raises ValueError (one line) otherwise.
+    has data for; its data-version line goes to stderr unless ``quiet`` (a
+    caller that printed it for the same GPU already). Raises ValueError (one
+    line) otherwise.
     """
     if kind not in LATENCY_KINDS:
         raise ValueError(f"--latency must be one of {LATENCY_KINDS}, got {kind!r}")
@@ -57,6 +60,7 @@ def latency(
             kv_cache_dtype,
             overhead_us=overhead_us,
             alpha=alpha or (0.0, 0.0, 0.0),
+            quiet=quiet,
         )
     if kind == "roofline":
         if model is None or gpu is None:

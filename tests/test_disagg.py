@@ -78,6 +78,28 @@ def test_a_cut_run_over_a_slow_link_is_judged_on_what_landed(capsys):
             assert summary["decode_overload_judged"] is False
 
 
+def test_a_cut_before_any_kv_landed_says_so_and_bounds_stay_in_the_window(capsys):
+    """A --horizon shorter than one KV load: the decode pool had nothing to
+    serve, and the output says that rather than a bare 'burst too short'
+    with 'outcome starved'; the TTFT/E2E lower bounds run to the end of the
+    window, not to a landing past it (hostile-pass findings: a p99 TTFT
+    bound of 4.98 s in a 3 s window)."""
+    args = ("run", "--num-requests", "50", *L8_H100, "--prefill-replicas", "1",
+            "--kv-transfer-latency", "5000000", "--horizon", "3")  # fmt: skip
+    code, out, err = run_cli(capsys, *args, "--json")
+    assert code == 0, err
+    s = json.loads(out)["summary"]
+    assert s["decode_requests"] > 0 and s["decode_landed"] == 0
+    for name in ("ttft_s", "e2e_s"):
+        assert s[f"{name}_p99_is_lower_bound"] and s[f"{name}_p99"] <= 3.0, (name, s)
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and "no request's KV landed before --horizon ended the run" in out, out
+    assert "burst too short" not in out
+    code, out, err = run_cli(capsys, *args[:-1], "20", "--json")  # a window they land in
+    s = json.loads(out)["summary"]
+    assert code == 0 and s["decode_landed"] == s["decode_requests"] > 0, s
+
+
 def test_prefill_options_are_named_and_gpu_aliases_share_a_step_time(capsys):
     """The prefill TP's error names --prefill-tensor-parallel-size; a
     --prefill-gpu spelled another way for the same GPU reuses the decode
@@ -97,8 +119,9 @@ def test_prefill_options_are_named_and_gpu_aliases_share_a_step_time(capsys):
 
 def test_measured_step_times_are_named_once_per_gpu(capsys):
     """The prefill pool on the decode pool's GPU and TP shares its step-time
-    model, so its source prints once; on another GPU, once each (hostile-pass
-    finding: the same line twice)."""
+    model, so its source prints once; at another TP on that GPU the data is
+    the same and prints once too; on another GPU, once each (hostile-pass
+    findings: the same line twice)."""
     pytest.importorskip("aiconfigurator_core")
     run = (*BASE, "--model", "llama-3.1-8b", "--gpu", "H100", "--latency", "measured",
            "--prefill-replicas", "1")  # fmt: skip
@@ -106,6 +129,9 @@ def test_measured_step_times_are_named_once_per_gpu(capsys):
     assert code == 0 and err.count("measured step times:") == 1, err
     code, _, err = run_cli(capsys, *run, "--prefill-gpu", "h100")  # the same GPU
     assert code == 0 and err.count("measured step times:") == 1, err
+    code, out, err = run_cli(capsys, *run, "--prefill-tensor-parallel-size", "2")  # same data
+    assert code == 0 and err.count("measured step times:") == 1, err
+    assert "measured llama-3.1-8b on 2 x H100" in out  # the pool's own line names its TP
     code, _, err = run_cli(capsys, *run, "--prefill-gpu", "A100-80GB")
     assert code == 0 and err.count("measured step times:") == 2, err
     assert "h100" in err and "a100" in err

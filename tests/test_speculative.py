@@ -473,6 +473,8 @@ def test_a_sweep_crosses_speculative_decoding_on_and_off(tmp_path):
         (("spec_acceptance = 0.8", "spec_acceptance = 1.7"), "scheduler.spec_acceptance: "),
         (("spec_acceptance = 0.8", 'spec_acceptance = "x"'), "scheduler.spec_acceptance: "),
         (("spec_acceptance = 0.8", "spec_acceptance = true"), "scheduler.spec_acceptance: "),
+        (("spec_acceptance = 0.8", "spec_acceptance = [0.8]"),
+         "scheduler: spec_acceptance takes one value, not list [0.8]; to sweep it, give"),
         (("spec_acceptance = 0.8", ""), "needs spec_acceptance"),
         (("spec_acceptance = 0.8", 'spec_acceptance = 0.8\npreemption_mode = "restart"'),
          'speculative_config is not simulated with preemption_mode "restart"'),

@@ -148,7 +148,8 @@ def _prefill_pool(
     )
     same = same_gpu and tp == o["tensor_parallel_size"]
     try:
-        return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp, decode_lat if same else None)
+        lat = decode_lat if same else None
+        return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp, lat, quiet=same_gpu)
     except ValueError as e:
         msg = str(e).replace("a tensor-parallel size of", "--prefill-tensor-parallel-size")
         if o["prefill_tensor_parallel_size"] is not None:  # the TP in question is the prefill's
@@ -174,15 +175,17 @@ def _prefill_pool_at(
     gpu: str | None,
     tp: int,
     lat: Latency | None = None,
+    quiet: bool = False,
 ) -> tuple[SchedulerConfig, Latency]:
     """``_prefill_pool`` on ``gpu`` at ``tp``, with step time ``lat`` (None:
-    built from the latency options for that GPU and TP)."""
+    built from the latency options for that GPU and TP; ``quiet``: on the
+    decode replicas' GPU, whose measured-data line was printed already)."""
     model, quant, kv_dtype = o["model"], o["quantization"], o["kv_cache_dtype"]
     if lat is None:
         lat = opt.step_time(
             o["latency"], model, gpu, tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
             o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
-            latency_given=given(ctx, "latency"),
+            latency_given=given(ctx, "latency"), quiet=quiet,
         )  # fmt: skip
     blocks, _ = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, gpu, o["gpu_memory_utilization"], decode_cfg.block_size, tp,
@@ -292,6 +295,13 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
     for role in ("prefill", "decode"):
         if role == "decode" and s["decode_requests"] == 0:
             print("decode pool: no request reached it")
+            continue
+        if role == "decode" and s["decode_landed"] == 0 and s["cut_by"]:
+            print(
+                f"decode pool: not judged: no request's KV landed before {s['cut_by']} ended "
+                f"the run (each load took {_fmt_s(s['transfer_s_mean'])} on average), so it "
+                f"had nothing to serve yet; outcome {s['decode_outcome']} says nothing about it"
+            )
             continue
         verdict = (
             f"OVERLOADED (falls behind its traffic{window})" if s[f"{role}_overloaded"]

@@ -267,6 +267,7 @@ def step_time(
     kv_cache_dtype: str = "auto",
     measured_scale: float | None = None,
     latency_given: bool = True,
+    quiet: bool = False,
 ) -> Latency:
     """The step-time model from the latency options above (``resolve.latency``
     picks it and states the defaults); the roofline reads the model's weight
@@ -274,7 +275,8 @@ def step_time(
     ``--latency`` given (``latency_given`` False), no linear coefficients and
     no linear preset for the model and GPU, the best model available instead
     (``resolve.best_available_latency``), said on stderr once the input is
-    accepted (``note``)."""
+    accepted (``note``). ``quiet``: the measured tables' data-version line is
+    not printed (a second pool on a GPU whose line was printed)."""
     if measured_scale is not None and latency != LatencyKind.measured:
         raise ValueError("--measured-scale needs --latency measured")
     chose = latency_given or any(x is not None for x in (alpha_coeffs, beta_coeffs, mfu, mbu))
@@ -297,6 +299,7 @@ def step_time(
         step_overhead_us,
         quantization,
         kv_cache_dtype,
+        quiet=quiet,
     )
     if measured_scale is not None:
         lat = dataclasses.replace(lat, scale=measured_scale)  # type: ignore[type-var]

@@ -502,6 +502,20 @@ class SweepSpec(_Strict):
     slo: SloSpec | None = None
     search: SearchSpec | None = None
 
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _one_value_each(cls, v: object) -> object:
+        """A [scheduler] setting is one value: a list there is a sweep,
+        which belongs under [axes] (else pydantic names a union branch:
+        "scheduler.x.int: Input should be a valid integer")."""
+        for key, value in v.items() if isinstance(v, dict) else ():
+            if isinstance(value, list | dict):
+                raise ValueError(
+                    f"{key} takes one value, not {type(value).__name__} "
+                    f"{value!r}; to sweep it, give its values under [axes]"
+                )
+        return v
+
 
 def int_range(start: float, stop: float, num: int, scale: str) -> list[int]:
     """``num`` distinct integers from ``start`` to ``stop``, linear or log spaced.
