@@ -171,6 +171,8 @@ OPTION_BOUNDS: dict[str, Bound] = {
     # disaggregated prefill/decode (planner.kv_transfer, planner.disagg)
     "prefill_replicas": Bound(0, MAX_REPLICAS, integer=True, why="prefill servers"),
     "prefill_tensor_parallel_size": Bound(1, MAX_TP, integer=True, why="GPUs per prefill replica"),
+    "prefill_max_num_seqs": COUNTS,
+    "prefill_max_num_batched_tokens": COUNTS,
     "kv_transfer_bandwidth": Bound(0.0, 1e6, lo_open=True, why="GB/s per GPU"),
     "kv_transfer_latency": Bound(0.0, 1e9, why="microseconds"),
     # traces

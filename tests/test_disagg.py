@@ -100,6 +100,42 @@ def test_a_cut_before_any_kv_landed_says_so_and_bounds_stay_in_the_window(capsys
     assert code == 0 and s["decode_landed"] == s["decode_requests"] > 0, s
 
 
+def test_the_prefill_replicas_take_their_own_scheduler_flags(capsys):
+    """--prefill-max-num-seqs and --prefill-max-num-batched-tokens act on the
+    prefill pool only (vLLM starts each instance with its own flags): its
+    vllm serve command and pool size follow them (the pool is sized for its
+    own token budget, ``resolve.num_gpu_blocks``), the decode pool keeps the
+    server's, and a smaller prefill budget chunks long prompts into more
+    steps, so TTFT grows by their fixed costs."""
+    from planner import resolve
+
+    args = (*BASE, *L8_H100, "--prompt-tokens", "6000", "--output-tokens", "20",
+            "--prefill-replicas", "1", "--json")  # fmt: skip
+    ttft = {}
+    for mnbt in (1024, 16384):
+        code, out, err = run_cli(
+            capsys, *args, "--prefill-max-num-seqs", "32", "--prefill-max-num-batched-tokens",
+            str(mnbt),
+        )  # fmt: skip
+        assert code == 0, err
+        d = json.loads(out)
+        pre, dec = d["disaggregated"]["prefill"], d["disaggregated"]["decode"]
+        assert (pre["max_num_seqs"], pre["max_num_batched_tokens"]) == (32, mnbt)
+        assert (dec["max_num_seqs"], dec["max_num_batched_tokens"]) == (1024, 8192)
+        serve = d["disaggregated"]["vllm_serve"]
+        assert f"--max-num-seqs 32 --max-num-batched-tokens {mnbt} " in serve["prefill"]
+        assert "--max-num-seqs 1024 --max-num-batched-tokens 8192 " in serve["decode"]
+        blocks, _ = resolve.num_gpu_blocks(
+            None, "llama-3.1-8b", "H100", 0.92, 16, 1, 0, max_num_seqs=32,
+            max_num_batched_tokens=mnbt,
+        )  # fmt: skip
+        assert pre["num_gpu_blocks"] == blocks
+        ttft[mnbt] = d["summary"]["ttft_s_p50"]
+    # 6 chunks of <= 1,024 tokens against one: 5 more steps, each with the
+    # linear preset's fixed 5.75 ms, on an otherwise light load.
+    assert ttft[1024] - ttft[16384] > 5 * 0.005, ttft
+
+
 def test_prefill_options_are_named_and_gpu_aliases_share_a_step_time(capsys):
     """The prefill TP's error names --prefill-tensor-parallel-size; a
     --prefill-gpu spelled another way for the same GPU reuses the decode
@@ -289,11 +325,21 @@ def test_plan_run_prefill_replicas_prints_both_pools(capsys):
             ),
             "the prefill replicas: llama-3.1-70b on 1 x L4",
         ),
+        ((*L8_H100, "--prefill-replicas", "1", "--prefill-max-num-batched-tokens", "32"),
+         "the prefill replicas: --prefill-max-num-batched-tokens 32 is below --max-num-seqs"),
+        ((*L8_H100, "--prefill-replicas", "1", "--prefill-max-num-seqs", "900",
+          "--prefill-max-num-batched-tokens", "512"),
+         "--prefill-max-num-batched-tokens 512 is below --prefill-max-num-seqs 900"),
+        ((*L8_H100, "--prefill-replicas", "1", "--prefill-max-num-seqs", "0"),
+         "--prefill-max-num-seqs must be"),
+        (("--prefill-max-num-seqs", "8"), "--prefill-max-num-seqs needs --prefill-replicas"),
+        (("--prefill-max-num-batched-tokens", "8"), "needs --prefill-replicas"),
     ],
-)
+)  # fmt: skip
 def test_plan_run_prefill_bad_input_is_one_line(capsys, args, msg):
     code, out, err = run_cli(capsys, *BASE, *args)
-    assert code == 2, (out, err)
+    assert code == 2 and out == "", (out, err)
+    assert msg in err, err
     lines = [x for x in err.splitlines() if x.strip()]
     errors = [x for x in lines if x.startswith("plan: error:")]
     assert len(errors) == 1 and lines[-1] == errors[0], err
@@ -411,7 +457,35 @@ def test_plan_size_refuses_before_any_work(capsys, tmp_path):
         capsys, *base, "--disaggregated", "--max-replicas", "1", "--out", str(out)
     )
     assert code == 2 and "--max-replicas >= 2" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, *base, "--prefill-max-num-seqs", "8", "--out", str(out))
+    assert code == 2 and "--prefill-max-num-seqs needs --disaggregated" in err, err
+    code, _, err = run_cli(
+        capsys, *base, "--disaggregated", "--prefill-max-num-batched-tokens", "100",
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 2 and "--prefill-max-num-batched-tokens 100 is below --max-num-seqs 256" in err
     assert not out.exists()
+
+
+def test_plan_size_disaggregated_prefill_takes_its_own_flags(capsys, tmp_path):
+    """--prefill-max-num-seqs/--prefill-max-num-batched-tokens act on every
+    prefill pool tried and on the answer's prefill command; the decode pool
+    keeps the aggregated answer's settings; the bound says so."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SIZE_SPEC.format(rate=8))
+    code, out, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "3", "--disaggregated",
+        "--ttft-slo", "1", "--tpot-slo", "0.02", "--prefill-max-num-seqs", "16",
+        "--prefill-max-num-batched-tokens", "4096", "--out", str(tmp_path / "a"), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)["disaggregated"]
+    assert d["prefill_settings"] == {"max_num_seqs": 16, "max_num_batched_tokens": 4096}
+    assert "the prefill pool at max_num_seqs 16, max_num_batched_tokens 4,096" in d["bound"]
+    b = d["answer"]
+    assert b is not None
+    assert "--max-num-seqs 16 --max-num-batched-tokens 4096 " in b["vllm_serve"]["prefill"]
+    assert "--max-num-seqs 256 " in b["vllm_serve"]["decode"]
 
 
 def test_a_short_run_gets_no_pool_verdict():

@@ -5,7 +5,8 @@
 tensor parallelism: P prefill replicas of candidate i and D decode replicas
 of candidate j (``planner.disagg``), both with the scheduler settings of the
 aggregated answer (its max_num_seqs and the spec's other settings; the
-spec's largest max_num_seqs when nothing aggregated meets the target), with
+spec's largest max_num_seqs when nothing aggregated meets the target; the
+prefill pool's own max_num_seqs and max_num_batched_tokens where given), with
 P + D up to ``max_replicas``. Fleets are tried in order of cost (P x TP_i x
 $/GPU-hour_i + D x TP_j x $/GPU-hour_j, fewer GPUs first at equal cost); the
 first cost at which some fleet meets the SLOs without overload is the
@@ -20,9 +21,11 @@ its prefill pool kept up rules out (j, D') for every D' <= D. With one
 candidate this is the search over N = P + D = 2, 3, ... and every split of
 each N.
 
-This is a bound of the search, not of the deployment space: both pools run
-the same scheduler settings (vLLM lets them differ), and the decode router is
-round robin.
+This is a bound of the search, not of the deployment space: the decode pool
+runs the aggregated answer's scheduler settings and the prefill pool those
+too, but for the max_num_seqs and max_num_batched_tokens the user gives it
+(``Option.prefill_config``; the search does not choose them), and the decode
+router is round robin.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class Option:
     config: SchedulerConfig
     latency: Latency
     kv_bytes_per_token: float
+    # As a prefill replica: its own scheduler settings and the pool they size
+    # (vLLM starts each instance with its own flags); None: ``config``.
+    prefill_config: SchedulerConfig | None = None
+
+    @property
+    def as_prefill(self) -> SchedulerConfig:
+        """One prefill replica's config."""
+        return self.config if self.prefill_config is None else self.prefill_config
 
 
 @dataclass
@@ -177,7 +188,7 @@ def _try(
     res = simulate_disaggregated(
         workload,
         Pool(d, dataclasses.replace(dec.config, replicas=1), dec.latency),
-        Pool(p, dataclasses.replace(pre.config, replicas=1), pre.latency),
+        Pool(p, dataclasses.replace(pre.as_prefill, replicas=1), pre.latency),
         kv,
     )
     return Split(dec.gpu, dec.tp, p, d, cost, summarize_disaggregated(res, slo), pre.gpu, pre.tp)

@@ -2,8 +2,10 @@
 
 The options of ``plan run`` describe the decode replicas (``--replicas`` of
 them, on ``--gpu`` at ``--tensor-parallel-size``); ``--prefill-replicas``,
-``--prefill-gpu`` and ``--prefill-tensor-parallel-size`` the prefill pool,
-which otherwise has the same settings; ``--kv-transfer-bandwidth`` and
+``--prefill-gpu``, ``--prefill-tensor-parallel-size``,
+``--prefill-max-num-seqs`` and ``--prefill-max-num-batched-tokens`` the
+prefill pool, which otherwise has the same settings (vLLM starts each
+instance with its own flags); ``--kv-transfer-bandwidth`` and
 ``--kv-transfer-latency`` the link (``planner.kv_transfer``). The simulation
 is ``planner.disagg.simulate_disaggregated``.
 """
@@ -22,8 +24,8 @@ from planner.cli import options as opt
 from planner.cli import server
 from planner.cli.inert import given
 from planner.cli.json_out import print_json
-from planner.cli.result_folder import write_requests_table
-from planner.config import SchedulerConfig
+from planner.cli.result_folder import check_requests_path, write_requests_table
+from planner.config import SchedulerConfig, check_vllm_args
 from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
@@ -40,6 +42,8 @@ KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 ONLY_WITH_PREFILL = (
     "prefill_gpu",
     "prefill_tensor_parallel_size",
+    "prefill_max_num_seqs",
+    "prefill_max_num_batched_tokens",
     "kv_transfer_bandwidth",
     "kv_transfer_latency",
 )
@@ -88,30 +92,36 @@ def run(
     bad link; ``typer.Exit(1)`` when the deployment's outcome (its worst
     pool's, ``summarize_disaggregated``) or overload is one of
     ``fail_classes``."""
-    if not o["as_json"]:
-        server.print_settings(settings[0], also=settings[1])
-    summary = _simulate(ctx, o, decode, wl, slo)
-    if summary["outcome"] in fail_classes or (OVERLOADED in fail_classes and summary["overloaded"]):
-        raise typer.Exit(EXIT_FAILURE_VERDICT)
-
-
-def _simulate(
-    ctx: typer.Context,
-    o: dict[str, Any],
-    decode: tuple[SchedulerConfig, Latency],
-    wl: Workload,
-    slo: SLO,
-) -> dict:
-    """Simulate the deployment and print it. Returns the summary
-    (``summarize_disaggregated``)."""
-    decode_cfg, decode_lat = decode
     if wl.session is not None or wl.hash_ids is not None:
         raise ValueError(
             "--prefill-replicas: multi-turn sessions and block-hash traces are not routed "
             "through a disaggregated deployment yet"
         )
-    prefill_cfg, prefill_lat = _prefill_pool(ctx, o, decode)
-    kv = _link(o, decode_cfg)
+    # Refused before anything prints: the prefill pool, the link, the file.
+    prefill = _prefill_pool(ctx, o, decode)
+    kv = _link(o, decode[0])
+    if o["requests_out"] is not None:
+        check_requests_path(o["requests_out"])
+    if not o["as_json"]:
+        server.print_settings(settings[0], also=settings[1])
+    summary = _simulate(o, decode, prefill, kv, wl, slo)
+    if summary["outcome"] in fail_classes or (OVERLOADED in fail_classes and summary["overloaded"]):
+        raise typer.Exit(EXIT_FAILURE_VERDICT)
+
+
+def _simulate(
+    o: dict[str, Any],
+    decode: tuple[SchedulerConfig, Latency],
+    prefill_pool: tuple[SchedulerConfig, Latency],
+    kv: KVTransfer,
+    wl: Workload,
+    slo: SLO,
+) -> dict:
+    """Simulate the deployment (``decode`` and ``prefill_pool``: one replica's
+    config and step time each; ``kv`` the link) and print it. Returns the
+    summary (``summarize_disaggregated``)."""
+    decode_cfg, decode_lat = decode
+    prefill_cfg, prefill_lat = prefill_pool
     decode = Pool(decode_cfg.replicas, dataclasses.replace(decode_cfg, replicas=1), decode_lat)
     prefill = Pool(o["prefill_replicas"], prefill_cfg, prefill_lat)
     with opt.say_compile([decode.config, prefill_cfg], wl):  # refuses a horizon before arrivals
@@ -131,10 +141,11 @@ def _prefill_pool(
     ctx: typer.Context, o: dict[str, Any], decode: tuple[SchedulerConfig, Latency]
 ) -> tuple[SchedulerConfig, Latency]:
     """One prefill replica's config and step time: the decode replicas'
-    settings on --prefill-gpu at --prefill-tensor-parallel-size, its pool
-    sized for them (``resolve.num_gpu_blocks``; --num-gpu-blocks, when given,
-    sizes both pools). On the decode replicas' GPU and TP, their step-time
-    model itself (built once: its notes print once)."""
+    settings on --prefill-gpu at --prefill-tensor-parallel-size, with
+    --prefill-max-num-seqs and --prefill-max-num-batched-tokens where given,
+    its pool sized for them (``resolve.num_gpu_blocks``; --num-gpu-blocks,
+    when given, sizes both pools). On the decode replicas' GPU and TP, their
+    step-time model itself (built once: its notes print once)."""
     decode_cfg, decode_lat = decode
     gpu, tp = _prefill_gpu(o), _prefill_tp(o)
     if o["prefill_gpu"] is not None:
@@ -152,8 +163,9 @@ def _prefill_pool(
         return _prefill_pool_at(ctx, o, decode_cfg, gpu, tp, lat, quiet=same_gpu)
     except ValueError as e:
         msg = str(e).replace("a tensor-parallel size of", "--prefill-tensor-parallel-size")
-        if o["prefill_tensor_parallel_size"] is not None:  # the TP in question is the prefill's
-            msg = msg.replace("--tensor-parallel-size", "--prefill-tensor-parallel-size")
+        for name, (flag, own) in PREFILL_OWN.items():  # a value the prefill's own flag gave
+            if o[f"prefill_{name}"] is not None:
+                msg = msg.replace(flag, own)
         raise ValueError(f"the prefill replicas: {msg}") from None
 
 
@@ -181,6 +193,7 @@ def _prefill_pool_at(
     built from the latency options for that GPU and TP; ``quiet``: on the
     decode replicas' GPU, whose measured-data line was printed already)."""
     model, quant, kv_dtype = o["model"], o["quantization"], o["kv_cache_dtype"]
+    own = _prefill_own(o, decode_cfg)
     if lat is None:
         lat = opt.step_time(
             o["latency"], model, gpu, tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
@@ -190,13 +203,35 @@ def _prefill_pool_at(
     blocks, _ = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, gpu, o["gpu_memory_utilization"], decode_cfg.block_size, tp,
         decode_cfg.num_gpu_blocks, quantization=quant, kv_cache_dtype=kv_dtype,
-        max_num_batched_tokens=decode_cfg.max_num_batched_tokens,
-        max_num_seqs=decode_cfg.max_num_seqs, full_attention_only=False, simulated=True,
+        max_num_batched_tokens=own.get("max_num_batched_tokens", decode_cfg.max_num_batched_tokens),
+        max_num_seqs=own.get("max_num_seqs", decode_cfg.max_num_seqs), full_attention_only=False,
+        simulated=True,
         disable_hybrid_kv_cache_manager=o["disable_hybrid_kv_cache_manager_given"],
         speculation=decode_cfg.speculation,
     )  # fmt: skip
-    cfg = dataclasses.replace(decode_cfg, num_gpu_blocks=blocks, replicas=1)
+    cfg = dataclasses.replace(decode_cfg, num_gpu_blocks=blocks, replicas=1, **own)
     return cfg, lat
+
+
+# The prefill replicas' own settings: --prefill-<name> (else the decode
+# replicas' --<name>); vLLM starts each instance with its own flags.
+PREFILL_OWN = {
+    "tensor_parallel_size": ("--tensor-parallel-size", "--prefill-tensor-parallel-size"),
+    "max_num_seqs": ("--max-num-seqs", "--prefill-max-num-seqs"),
+    "max_num_batched_tokens": ("--max-num-batched-tokens", "--prefill-max-num-batched-tokens"),
+}
+SCHEDULER_OWN = ("max_num_seqs", "max_num_batched_tokens")  # of PREFILL_OWN
+
+
+def _prefill_own(o: dict[str, Any], decode_cfg: SchedulerConfig) -> dict[str, int]:
+    """The scheduler settings the prefill replicas set themselves
+    (--prefill-max-num-seqs, --prefill-max-num-batched-tokens), checked as
+    vLLM checks them at start-up (``config.check_vllm_args``). Raises
+    ValueError (one line)."""
+    own = {n: o[f"prefill_{n}"] for n in SCHEDULER_OWN if o[f"prefill_{n}"] is not None}
+    merged = {n: own.get(n, getattr(decode_cfg, n)) for n in SCHEDULER_OWN}
+    check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
+    return own
 
 
 def _link(o: dict[str, Any], decode_cfg: SchedulerConfig) -> KVTransfer:
@@ -216,6 +251,8 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
             "gpu": gpu,
             "tensor_parallel_size": tp,
             "num_gpu_blocks": p.config.num_gpu_blocks,
+            "max_num_seqs": p.config.max_num_seqs,
+            "max_num_batched_tokens": p.config.max_num_batched_tokens,
             "step_time": p.latency.describe(),
         }
 
@@ -260,9 +297,11 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
     for role in ("prefill", "decode"):
         p = facts[role]
         where = f"{p['gpu']}, TP {p['tensor_parallel_size']}, " if p["gpu"] else ""
+        sched = f"max_num_seqs {p['max_num_seqs']:,}, max_num_batched_tokens "
+        sched += f"{p['max_num_batched_tokens']:,}, "
         print(
-            f"{role}: {count(p['replicas'], 'replica')} ({where}{p['num_gpu_blocks']:,} blocks; "
-            f"{p['step_time']})"
+            f"{role}: {count(p['replicas'], 'replica')} ({where}{sched}"
+            f"{p['num_gpu_blocks']:,} blocks; {p['step_time']})"
         )
     x = facts["kv_transfer"]
     print(

@@ -807,6 +807,20 @@ RouterSeed = Annotated[int, typer.Option(help="Seed of --router random.")]
 # The KV link of a disaggregated deployment (``planner.kv_transfer``: its
 # defaults and their sources); ``plan run --prefill-replicas``, ``plan size
 # --disaggregated``.
+PrefillMaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(
+        help="The prefill replicas' max_num_seqs (vLLM's --max-num-seqs on the prefill "
+        "instance) [default: the decode replicas']."
+    ),
+]
+PrefillMaxNumBatchedTokens = Annotated[
+    int | None,
+    typer.Option(
+        help="The prefill replicas' token budget per step (vLLM's --max-num-batched-tokens "
+        "on the prefill instance) [default: the decode replicas']."
+    ),
+]
 KvTransferBandwidth = Annotated[
     float,
     typer.Option(

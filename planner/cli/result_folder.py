@@ -22,6 +22,15 @@ def check_result_folder(folder: Path, files: tuple[str, ...], what: str) -> None
         )
 
 
+def check_requests_path(path: Path) -> None:
+    """Raise InputError (one line) unless ``path`` names a .csv or .parquet
+    file (``--requests-out``; before any work, so nothing prints first)."""
+    if path.suffix not in (".csv", ".parquet"):
+        raise InputError(
+            f"--requests-out: expected a .csv or .parquet file name, got {str(path)!r}"
+        )
+
+
 def write_requests_table(path: Path, df: object) -> None:
     """``--requests-out``: one row per request (a DataFrame) to ``path``,
     CSV or Parquet by its suffix, atomically; then one line on stderr.
@@ -30,10 +39,7 @@ def write_requests_table(path: Path, df: object) -> None:
 
     from planner.sweep.store import atomic_write_bytes, write_table
 
-    if path.suffix not in (".csv", ".parquet"):
-        raise InputError(
-            f"--requests-out: expected a .csv or .parquet file name, got {str(path)!r}"
-        )
+    check_requests_path(path)
     try:
         if path.suffix == ".parquet":
             write_table(df, path)  # type: ignore[arg-type]

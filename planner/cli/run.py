@@ -202,7 +202,8 @@ RUN_OPTIONS = (
             _option(
                 int,
                 "Prefill replicas (0 = colocated). With P > 0 the other options describe the "
-                "decode replicas (--replicas of them), the prefill ones differ only by GPU and TP.",
+                "decode replicas (--replicas of them); the prefill ones take them too, but for "
+                "the prefill options below.",
             ),
             0,
         ),
@@ -212,6 +213,8 @@ RUN_OPTIONS = (
             _option(int | None, "The prefill replicas' TP [default: --tensor-parallel-size]."),
             None,
         ),
+        P("prefill_max_num_seqs", opt.PrefillMaxNumSeqs),
+        P("prefill_max_num_batched_tokens", opt.PrefillMaxNumBatchedTokens),
         P("kv_transfer_bandwidth", opt.KvTransferBandwidth, DEFAULT_BANDWIDTH_GBPS),
         P("kv_transfer_latency", opt.KvTransferLatency, DEFAULT_LATENCY_US),
     ),

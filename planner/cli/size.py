@@ -3,6 +3,7 @@ vLLM flags) that serves a spec's workload within its SLOs (``planner.answers.siz
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -139,6 +140,8 @@ def size(
     ] = False,
     kv_transfer_bandwidth: opt.KvTransferBandwidth = DEFAULT_BANDWIDTH_GBPS,
     kv_transfer_latency: opt.KvTransferLatency = DEFAULT_LATENCY_US,
+    prefill_max_num_seqs: opt.PrefillMaxNumSeqs = None,
+    prefill_max_num_batched_tokens: opt.PrefillMaxNumBatchedTokens = None,
 ) -> None:
     """The cheapest deployment that meets the SLOs without overload: GPU,
     tensor parallelism, replicas, router and vLLM flags, with its cost, its
@@ -180,7 +183,12 @@ def size(
     link = (kv_transfer_bandwidth, kv_transfer_latency)
     if disaggregated and max_replicas < 2:
         raise ValueError("--disaggregated needs --max-replicas >= 2 (one prefill + one decode)")
-    _check_disaggregated(cands, disaggregated, link)
+    own = {
+        "max_num_seqs": prefill_max_num_seqs,
+        "max_num_batched_tokens": prefill_max_num_batched_tokens,
+    }
+    own = {k: v for k, v in own.items() if v is not None}
+    _check_disaggregated(cands, disaggregated, link, own)
     name = base.name.removesuffix(f".{first.gpu}-tp{first.tp}")  # the spec's, not a candidate's
     # Always size-NAME, even for a spec named size-X: two specs never share a
     # folder, and plan sweep's results/NAME is never plan size's.
@@ -208,7 +216,7 @@ def size(
         wall = time.perf_counter() - t0
         result = sizing.finish(frames, table, target, [c for c in cands if c.spec is None])
         split = (
-            _disaggregated(result, cands, table, target, max_replicas, link)
+            _disaggregated(result, cands, table, target, max_replicas, link, own)
             if disaggregated
             else None
         )
@@ -242,16 +250,23 @@ LINK_DEFAULTS = (DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US)
 
 
 def _check_disaggregated(
-    cands: list[sizing.Candidate], disaggregated: bool, link: tuple[float, float]
+    cands: list[sizing.Candidate],
+    disaggregated: bool,
+    link: tuple[float, float],
+    own: dict[str, int],
 ) -> None:
-    """Before any work: the link options act only with --disaggregated; with
-    it every candidate's link must be one the kernel holds. Raises ValueError
-    (one line)."""
+    """Before any work: the link and prefill options act only with
+    --disaggregated; with it every candidate's link must be one the kernel
+    holds, and the prefill replicas' own settings (``own``) ones vLLM
+    starts with beside every config's others. Raises ValueError (one line)."""
+    from planner.cli.disagg import PREFILL_OWN
+    from planner.config import check_vllm_args
     from planner.kv_transfer import KVTransfer
 
     if not disaggregated:
         names = ("--kv-transfer-bandwidth", "--kv-transfer-latency")
         given = [n for n, v, d in zip(names, link, LINK_DEFAULTS, strict=True) if v != d]
+        given += [PREFILL_OWN[k][1] for k in own]
         if given:
             raise ValueError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} "
                              "--disaggregated")  # fmt: skip
@@ -267,6 +282,17 @@ def _check_disaggregated(
             )
         cfg = sweep.configs[0]
         KVTransfer.from_link(_kv_bytes_per_token(sweep, c.tp, cfg), *link)
+        for k in sweep.configs:
+            merged = {
+                n: own.get(n, getattr(k, n)) for n in ("max_num_seqs", "max_num_batched_tokens")
+            }
+            try:
+                check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
+            except ValueError as e:
+                msg = str(e)
+                for n in own:
+                    msg = msg.replace(*PREFILL_OWN[n])
+                raise ValueError(f"--disaggregated: the prefill replicas: {msg}") from None
 
 
 def _disaggregated(
@@ -276,9 +302,11 @@ def _disaggregated(
     slo: SLO,
     max_replicas: int,
     link: tuple[float, float],
+    own: dict[str, int],
 ) -> dict:
     """``--disaggregated``: the cheapest P:D fleet (``answers.disagg_sizing``)
-    beside the aggregated answer, as the report's ``disaggregated`` entry."""
+    beside the aggregated answer, as the report's ``disaggregated`` entry;
+    ``own``: the prefill replicas' own max_num_seqs/max_num_batched_tokens."""
     from planner.answers import disagg_sizing as ds
 
     runnable = [c for c in cands if c.spec is not None]
@@ -304,6 +332,7 @@ def _disaggregated(
             cfg := _pool_config(s, want, f"{c.gpu} TP {c.tp}"),
             s.latency,
             _kv_bytes_per_token(s, c.tp, cfg),
+            _prefill_config(s, cfg, own, _utilization(df, c.gpu, c.tp)),
         )  # fmt: skip
         for c, s in zip(runnable, sweeps, strict=True)
     ]
@@ -319,6 +348,7 @@ def _disaggregated(
     return {
         "max_num_seqs": on.config.max_num_seqs,
         "settings": want,  # the swept settings both pools take (the rest: each GPU's own)
+        "prefill_settings": own,  # the prefill pool's own (the user's), over ``settings``
         "kv_transfer": {"bandwidth_gbps_per_gpu": link[0], "latency_us": link[1]},
         "answer": answer,
         "tried": [t.as_dict() for t in tried],
@@ -328,6 +358,11 @@ def _disaggregated(
             if result.best is not None
             else "the spec's first value of each swept setting, its largest max_num_seqs (no "
             "aggregated answer)"
+        )
+        + (
+            "; the prefill pool at " + ", ".join(f"{k} {v:,}" for k, v in own.items())
+            if own
+            else ""
         ),
     }
 
@@ -354,6 +389,26 @@ def _pool_settings(cfg: object) -> dict:
     return {k: v for k, v in cols.items() if k not in NOT_POOL_SETTINGS}
 
 
+def _utilization(table: pd.DataFrame, gpu: str, tp: int) -> float:
+    """The candidate's gpu_memory_utilization in the aggregated table."""
+    rows = table[(table["gpu"] == gpu) & (table["tensor_parallel_size"] == tp)]
+    return float(rows["gpu_memory_utilization"].iloc[0])
+
+
+def _prefill_config(sweep: object, cfg: object, own: dict[str, int], util: float) -> object:
+    """``cfg`` as a prefill replica with its own settings ``own`` (None when
+    there are none), its pool profiled at them as vLLM profiles
+    (``Sweep.pool_blocks``)."""
+    if not own:
+        return None
+    merged = {n: own.get(n, getattr(cfg, n)) for n in ("max_num_seqs", "max_num_batched_tokens")}
+    blocks = sweep.pool_blocks(  # type: ignore[attr-defined]
+        util, cfg.block_size, merged["max_num_seqs"], merged["max_num_batched_tokens"],  # type: ignore[attr-defined]
+        cfg.speculation,  # type: ignore[attr-defined]
+    )  # fmt: skip
+    return dataclasses.replace(cfg, num_gpu_blocks=blocks, **merged)  # type: ignore[type-var]
+
+
 def _role_commands(answer: dict, options: list, table: pd.DataFrame, sweep: object) -> dict:
     """Both roles' ``vllm serve`` commands for the answer's pools (each at its
     candidate's gpu_memory_utilization in the aggregated table)."""
@@ -366,9 +421,9 @@ def _role_commands(answer: dict, options: list, table: pd.DataFrame, sweep: obje
         ("prefill", answer["prefill_gpu"], answer["prefill_tensor_parallel_size"]),
         ("decode", answer["gpu"], answer["tensor_parallel_size"]),
     ):
-        rows = table[(table["gpu"] == gpu) & (table["tensor_parallel_size"] == tp)]
-        gmu = float(rows["gpu_memory_utilization"].iloc[0])
-        out[role] = role_serve_command(model, gmu, by[(gpu, tp)].config, tp)
+        o = by[(gpu, tp)]
+        cfg = o.as_prefill if role == "prefill" else o.config
+        out[role] = role_serve_command(model, _utilization(table, gpu, tp), cfg, tp)
     return out
 
 

@@ -816,6 +816,31 @@ class Sweep:
         # sizing (hardware.hybrid_kv_cache_manager_off); a spec does not set it.
         return {k: s.value for k, s in srv.items() if k != vllm_defaults.HYBRID}
 
+    def pool_blocks(
+        self,
+        util: float | None,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        speculation: Speculation | None = None,
+    ) -> int:
+        """num_gpu_blocks of one server of the spec's [hardware] at
+        gpu_memory_utilization ``util`` (None: vLLM's default), profiled at
+        these scheduler settings as vLLM profiles (``resolve.num_gpu_blocks``).
+        Raises SpecError (one line)."""
+        hw = self.spec.hardware
+        if hw is None:
+            raise SpecError("hardware: a pool size needs [hardware] model and gpu")
+        try:
+            blocks, _ = resolve.num_gpu_blocks(
+                None, hw.model, hw.gpu, util, block_size, hw.tensor_parallel_size, 0,
+                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                full_attention_only=False, simulated=True, speculation=speculation,
+            )  # fmt: skip
+        except (HardwareError, ValueError) as e:
+            raise SpecError(spec_names(f"hardware: {e}")) from None
+        return blocks
+
     def _config(self, row: dict[str, Any]) -> SchedulerConfig:
         values = {**self.spec.scheduler, **{k: v for k, v in row.items() if k in SCHEDULER_AXES}}
         hw = self.spec.hardware
@@ -826,26 +851,13 @@ class Sweep:
             values = {**srv, **values}
         values["speculation"] = self._speculation(values)  # it sizes the pool (a drafter)
         if hw is not None and "num_gpu_blocks" not in values:
-            try:
-                values["num_gpu_blocks"], _ = resolve.num_gpu_blocks(
-                    None,
-                    hw.model,
-                    hw.gpu,
-                    util,
-                    int(values.get("block_size", _default("block_size"))),
-                    hw.tensor_parallel_size,
-                    0,
-                    # vLLM profiles at the row's own values (resolve.num_gpu_blocks)
-                    max_num_seqs=int(values.get("max_num_seqs", _default("max_num_seqs"))),
-                    max_num_batched_tokens=int(
-                        values.get("max_num_batched_tokens", _default("max_num_batched_tokens"))
-                    ),
-                    full_attention_only=False,
-                    simulated=True,
-                    speculation=values["speculation"],
-                )
-            except (HardwareError, ValueError) as e:
-                raise SpecError(spec_names(f"hardware: {e}")) from None
+            values["num_gpu_blocks"] = self.pool_blocks(
+                util,
+                int(values.get("block_size", _default("block_size"))),
+                int(values.get("max_num_seqs", _default("max_num_seqs"))),
+                int(values.get("max_num_batched_tokens", _default("max_num_batched_tokens"))),
+                values["speculation"],
+            )
         if hw is not None:  # the model's window and KV cache groups
             try:
                 attn = resolve.attention(values.get("sliding_window"), hw.model)
