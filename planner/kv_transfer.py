@@ -30,6 +30,15 @@ and the reference engine mirror:
   preempt a request scheduled in the step in flight
   (``_request_blocks_can_be_freed``) and stops there; a step's output, with
   the loads it reports, is applied after the next ``schedule()``.
+- Speculative decoding (``--speculative-config``): a load also leaves free one
+  speculative step's blocks, cdiv(1 + k + lookahead, block_size)
+  (``_spec_decode_step_blocks``), and the in-flight prefills' reservations
+  count that step past each sequence (``_request_remaining_blocks``); a load
+  allocates no drafter lookahead (``limit_lookahead_tokens``); a loaded
+  request's one remaining token is padded to 1 + k (``pad_spec_decode``);
+  under async scheduling a request that ends while the step in flight holds
+  it returns its blocks when that step lands (``_free_request_blocks``,
+  ``_drain_deferred_frees``).
 
 The transfer's time (the planner's model): a load started by a step lands
 ``latency + external tokens x bytes per token / bandwidth`` after that step

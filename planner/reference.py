@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.capacity import blocks_for_tokens, stop_length, usable_blocks
+from planner.capacity import blocks_for_tokens, cdiv, stop_length, usable_blocks
 from planner.config import (
     PREEMPTION_MODES,
     STOP_BOUNDS,
@@ -361,6 +361,18 @@ class KVCacheManager:
         group (``KVCacheCoordinator.free``)."""
         for table in self.tables(req):
             self.pool.free_blocks([b for b in reversed(table) if b != NULL])
+        self._forget(req)
+
+    def pop_blocks_for_free(self, req: Request) -> list[int]:
+        """``KVCacheManager.pop_blocks_for_free``: the request's blocks, group
+        after group in allocation order (no null blocks), taken from it but
+        not yet returned to the pool (a deferred free)."""
+        blocks = [b for table in self.tables(req) for b in table if b != NULL]
+        self._forget(req)
+        return blocks
+
+    def _forget(self, req: Request) -> None:
+        """The request holds no blocks any more."""
         req.blocks = []
         req.more = []
         req.num_cached_blocks = 0
@@ -447,11 +459,16 @@ class Scheduler:
         # blocks: loading, or loaded and not yet scheduled), and the loads the
         # step started, (request id, external tokens)
         self.holding: list[Request] = []
+        self.set_aside: list[Request] = []  # ``holding`` requests set aside this step
         self.loads_started: list[tuple[int, int]] = []
         # ``Scheduler.defer_block_free``: a KV consumer with two batches in
         # flight (async scheduling) frees no block the step in flight may
         # still write, and so preempts no request scheduled in that step.
         self.defer_block_free = cfg.kv_transfer is not None and cfg.async_scheduling
+        # Blocks of requests that finished while a step in flight still held
+        # them (drafts accepted past what the scheduler counted on), returned
+        # to the pool when that step's output lands (``_drain_deferred_frees``)
+        self.deferred_frees: list[list[int]] = []
         # a drafter's lookahead KV slots (``num_lookahead_tokens``: EAGLE, MTP)
         self.lookahead = 0 if cfg.speculation is None else cfg.speculation.lookahead_tokens
 
@@ -577,6 +594,9 @@ class Scheduler:
         admitted = 0
         skipped: list[Request] = []
         skipped_holding: list[Request] = []
+        # ``_inflight_prefills`` holds a request whatever queue it is in: the
+        # loads set aside this step still reserve their blocks
+        self.set_aside = skipped_holding
         while budget > 0:
             queue = self.holding if self.holding else self.waiting
             if not queue or len(self.running) >= self.cap:
@@ -655,14 +675,19 @@ class Scheduler:
         path): the connector (``NixlConnectorScheduler.
         get_num_new_matched_tokens``, ``nixl/pull_scheduler.py``) loads every
         prompt token past the local hit; ``allocate_slots`` takes the prompt's
-        blocks with none to compute, leaving the blocks in-flight prefills
-        still need (``_inflight_prefill_reserved_blocks``); the request then
-        waits in WAITING_FOR_REMOTE_KVS. False if the blocks do not fit."""
+        blocks with none to compute and no drafter lookahead (``limit_lookahead_
+        tokens``), leaving the blocks in-flight prefills still need
+        (``_inflight_prefill_reserved_blocks``) and one speculative step's
+        (``_spec_decode_step_blocks``); the request then waits in
+        WAITING_FOR_REMOTE_KVS. False if the blocks do not fit."""
         hit_tokens = len(hits) * self.cfg.block_size
         external = req.prompt_len - hit_tokens
         reserved = sum(
-            self._remaining_blocks(r) for r in (*self.running, *self.holding) if r.inflight
+            self._remaining_blocks(r)
+            for r in (*self.running, *self.holding, *self.set_aside)
+            if r.inflight
         )
+        reserved += self._spec_decode_step_blocks()
         if not self.kv.allocate_slots(
             req,
             0,
@@ -682,11 +707,24 @@ class Scheduler:
         self.loads_started.append((req.rid, external))
         return True
 
+    def _spec_decode_step_blocks(self) -> int:
+        """``Scheduler._spec_decode_step_blocks``: the blocks one speculative
+        step of 1 + k + lookahead tokens can take (one full-attention group),
+        kept free beside a load's blocks; 0 without drafts."""
+        spec = self.cfg.speculation
+        if spec is None:
+            return 0
+        return cdiv(1 + spec.num_speculative_tokens + spec.lookahead_tokens, self.cfg.block_size)
+
     def _remaining_blocks(self, req: Request) -> int:
         """``_request_remaining_blocks``: blocks an in-flight prefill still
-        needs to hold its whole sequence."""
-        full = blocks_for_tokens(req.num_tokens, self.cfg.max_model_len, self.cfg.block_size)
-        return max(full - len(req.blocks), 0)
+        needs to hold its whole sequence (with drafts, and one speculative
+        step of 1 + k + lookahead tokens past it)."""
+        full = min(req.num_tokens, self.cfg.max_model_len)
+        spec = self.cfg.speculation
+        if spec is not None:  # one speculative step past the sequence
+            full += 1 + spec.num_speculative_tokens + spec.lookahead_tokens
+        return max(cdiv(full, self.cfg.block_size) - len(req.blocks), 0)
 
     def _update_waiting_for_remote_kv(self, req: Request) -> None:
         """``_update_waiting_for_remote_kv``: the loaded blocks join the prefix
@@ -794,6 +832,11 @@ class Scheduler:
         finished = []
         spec = self.cfg.speculation
         thr = None if spec is None else spec.thresholds()
+        if self.deferred_frees and any(n > 0 for _, n, _, _ in batch):
+            # ``_drain_deferred_frees``: the step that held them has landed
+            for blocks in self.deferred_frees:
+                self.kv.pool.free_blocks(list(reversed(blocks)))
+            self.deferred_frees = []
         for req, n, samples, (s, d) in batch:
             req.in_flight -= n
             was_stale = req.stale > 0
@@ -833,18 +876,19 @@ class Scheduler:
                 # Blocks whose tokens are now all known join the cache.
                 self.kv.cache_blocks(req, req.num_computed_tokens - req.in_flight)
             if stopped:
-                # ``_free_request_blocks`` would defer the free of a request in
-                # the step in flight; async never schedules a request whose
-                # in-flight token ends it, and under defer_block_free no
-                # preempted request has output in flight, so none is.
-                assert not (self.defer_block_free and req.in_flight > 0), "deferred free"
                 if req.status == "waiting":  # preempted; its stale token ended it
                     self.waiting.remove(req)
                 req.status = "finished"
                 req.inflight = False
                 req.finish_ns = now_ns
                 self.kv.last_token_slot(req)
-                self.kv.free(req)
+                if self.defer_block_free and req.in_flight > 0:
+                    # ``_free_request_blocks``: the step in flight may still
+                    # write them (drafts accepted past what async scheduling
+                    # counted on ended the request a step early)
+                    self.deferred_frees.append(self.kv.pop_blocks_for_free(req))
+                else:
+                    self.kv.free(req)
                 finished.append(req.rid)
         self.running = [r for r in self.running if r.status != "finished"]
         return finished
@@ -1262,6 +1306,7 @@ class Engine:
             pool = sched.kv.pool
             holders = (*sched.running, *sched.holding)
             refs = sum(sum(b != NULL for t in sched.kv.tables(r) for b in t) for r in holders)
+            refs += sum(len(blocks) for blocks in sched.deferred_frees)
             in_use = sum(c > 0 for c in pool.ref_cnt)
             if in_use + pool.num_free() != pool.num_usable or refs != sum(pool.ref_cnt):
                 self.invariant_errors += 1

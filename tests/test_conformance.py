@@ -171,3 +171,44 @@ def test_golden_disaggregated_decode_scenarios_cover_the_issue():
         for g in golds.values()
         for s in g["steps"]
     )
+
+
+@pytest.mark.slow
+def test_drafts_on_the_decode_side_need_each_rule(monkeypatch):
+    """The ``pd_spec_*`` goldens (speculative decoding on a disaggregated
+    decode side, vLLM 0.33): at least 20, n-gram and EAGLE-3, sync and async,
+    one livelocked; and each rule they add is needed: without the speculative
+    step's blocks a load leaves free (``_spec_decode_step_blocks``), without
+    the deferred free of a request that ends while the step in flight holds
+    it (``defer_block_free``), or without padding a loaded request's one
+    token to 1 + k (``pad_spec_decode``), the reference engine differs from
+    vLLM on some of them."""
+    from planner import reference as R
+
+    names = [n for n in NAMES if n.startswith("pd_spec_")]
+    golds = {n: load(n) for n in names}
+    assert len(golds) >= 20
+    scns = [g["scenario"] for g in golds.values()]
+    assert {s["speculative"]["method"] for s in scns} == {"ngram", "eagle3"}
+    assert {s["async_scheduling"] for s in scns} == {False, True}
+    assert any(g["outcome"] == "stalled" for g in golds.values())
+
+    def differs(patch: tuple) -> list[str]:
+        with monkeypatch.context() as m:
+            m.setattr(*patch)
+            out = []
+            for n, g in golds.items():
+                got, _ = reference_steps(g["scenario"])
+                want = golden_steps(g)[: len(got)]
+                if first_difference(want, got, "reference") is not None:
+                    out.append(n)
+            return out
+
+    assert differs((R.Scheduler, "_spec_decode_step_blocks", lambda self: 0))
+
+    def free_at_once(self, req):  # no deferral: the blocks go back now
+        self.free(req)
+        return []
+
+    assert differs((R.KVCacheManager, "pop_blocks_for_free", free_at_once))
+    assert differs((R.Scheduler, "_padded", lambda self, *a: 1))

@@ -531,7 +531,7 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     rand = [_random_scenario(rng, i) for i in range(28)]
     return (
         fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
-        + eagle_scenarios()
+        + eagle_scenarios() + pd_spec_scenarios()
     )  # fmt: skip
 
 
@@ -932,6 +932,103 @@ def spec_scenarios(seed: int = 20261205) -> list[dict]:
     ]
     rng = random.Random(seed)
     return fixed + [_random_spec_scenario(rng, i) for i in range(12)]
+
+
+def pd_spec_scenarios(seed: int = 20261209) -> list[dict]:
+    """Speculative decoding on a disaggregated decode side (``pd_spec_*``):
+    n-gram and EAGLE-3 drafts on requests whose prompt KV loads from a
+    prefill instance, beside local ones; transfers landing while the pool is
+    full, preemption of a request whose KV arrived and holds drafts, the
+    drafter's lookahead on the first local step, priority, prefix caching
+    (n-gram), sync and async; random ones."""
+    e = "eagle3"
+    remote = [_req(200 + 17 * i, 60 + 5 * i, i, remote=True) for i in range(10)]
+    fixed = [
+        _base("pd_spec_basic", kv_transfer=_xfer(2, 10), speculative=_spec(3, [0.7], 0),
+              requests=remote),
+        _base("pd_spec_eagle_basic", kv_transfer=_xfer(2, 10),
+              speculative=_spec(3, [0.7], 1, e), requests=remote),
+        _base(
+            "pd_spec_pool_full",
+            num_gpu_blocks=60,
+            max_num_batched_tokens=512,
+            kv_transfer=_xfer(1, 20),
+            speculative=_spec(4, [0.8, 0.6, 0.3, 0.1], 2),
+            requests=[_req(300 + 9 * i, 120, i // 2, remote=True) for i in range(10)],
+        ),
+        _base(
+            "pd_spec_eagle_pool_full",
+            num_gpu_blocks=60,
+            max_num_batched_tokens=512,
+            kv_transfer=_xfer(1, 20),
+            speculative=_spec(4, [0.8], 3, e),
+            requests=[_req(300 + 9 * i, 120, i // 2, remote=True) for i in range(10)],
+        ),
+        _base(
+            "pd_spec_preempt",
+            num_gpu_blocks=48,
+            max_num_batched_tokens=256,
+            kv_transfer=_xfer(1, 10),
+            speculative=_spec(3, [0.8], 4),
+            requests=[_req(120 + 13 * i, 200, i % 3, remote=i % 4 != 3) for i in range(10)],
+        ),
+        _base(
+            "pd_spec_eagle_preempt",
+            num_gpu_blocks=48,
+            max_num_batched_tokens=256,
+            kv_transfer=_xfer(1, 10),
+            speculative=_spec(5, [0.8], 5, e),
+            requests=[_req(120 + 13 * i, 200, i % 3, remote=i % 4 != 3) for i in range(10)],
+        ),
+        _base(
+            "pd_spec_caching_preempt",
+            num_gpu_blocks=45,
+            max_num_batched_tokens=256,
+            enable_prefix_caching=True,
+            kv_transfer=_xfer(1, 30),
+            speculative=_spec(3, [0.9, 0.7, 0.5], 6),
+            requests=[
+                _req(96 + 16 * (i % 3), 120, i % 3, prefix_group=i % 2, prefix_len=64, remote=True)
+                for i in range(10)
+            ],
+        ),
+        _base(
+            "pd_spec_priority",
+            policy="priority",
+            num_gpu_blocks=60,
+            max_num_batched_tokens=128,
+            kv_transfer=_xfer(2, 25),
+            speculative=_spec(3, [0.6], 7),
+            requests=[
+                _req(90 + 7 * i, 100, i // 2, priority=(i * 7) % 3, remote=i % 3 != 0)
+                for i in range(10)
+            ],
+        ),
+        _base(
+            "pd_spec_one_block_short",
+            num_gpu_blocks=64,
+            max_num_batched_tokens=256,
+            max_model_len=1024,
+            kv_transfer=_xfer(2, 10),
+            speculative=_spec(3, [0.8], 8),
+            requests=[_req(1000, 24, remote=True)],
+        ),
+    ]  # fmt: skip
+    fixed += [dict(scn, name=scn["name"] + "_async", async_scheduling=True) for scn in fixed]
+    rng = random.Random(seed)
+    rand = []
+    for i in range(8):
+        scn = _random_pd_scenario(rng, i)
+        method = e if i % 2 else "ngram"
+        scn["speculative"] = _spec(rng.randint(1, 5), [rng.choice([0.0, 0.5, 0.8, 1.0])], i, method)
+        if method == e:  # EAGLE with prefix caching is refused (module docstring)
+            scn["enable_prefix_caching"] = False
+            scn["requests"] = [
+                {k: v for k, v in r.items() if not k.startswith("prefix")} for r in scn["requests"]
+            ]
+        scn["max_num_batched_tokens"] = max(scn["max_num_batched_tokens"], 16)
+        rand.append(dict(scn, name=f"pd_spec_rand{i:02d}", async_scheduling=i % 4 >= 2))
+    return fixed + rand
 
 
 # Fixed speculative-decoding scenarios also recorded with async scheduling.

@@ -275,11 +275,6 @@ def _check_disaggregated(
         if c.spec is None:
             continue
         sweep = c.spec.sweep  # type: ignore[attr-defined]
-        if any(k.speculation is not None for k in sweep.configs):
-            raise ValueError(
-                "--disaggregated: speculative decoding is not simulated on a disaggregated "
-                "decode side yet (the spec's speculative_config); size without it"
-            )
         cfg = sweep.configs[0]
         KVTransfer.from_link(_kv_bytes_per_token(sweep, c.tp, cfg), *link)
         for k in sweep.configs:

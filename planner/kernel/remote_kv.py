@@ -33,21 +33,52 @@ NOT_LANDED = ~np.int8(S.PD_LANDED)
 REPORTED = np.int8(S.PD_RECV | S.PD_LANDED)  # in a step's finished_recving
 
 
+@njit(cache=True, inline="always")
+def _spec_step_tokens(cfg):
+    """Tokens of one speculative step, 1 + k + lookahead (``Scheduler.
+    __init__``'s num_spec_decode_tokens); 0 without drafts."""
+    kk = cfg[K.SPEC_K]
+    return 1 + kk + cfg[K.SPEC_LA] if kk > 0 else 0
+
+
+@njit(cache=True, inline="always")
+def _remaining(cfg, rq, st, r, extra):
+    """``_request_remaining_blocks``: cdiv(min(num_tokens, max_model_len) +
+    ``extra``, block_size) less the blocks r holds (full attention)."""
+    bs = cfg[K.BS]
+    full = min(rq.prompt[r] + st.nout[r], cfg[K.MML]) + extra
+    return max((full + bs - 1) // bs - st.held[r], 0)
+
+
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def reserved_blocks(cfg, rq, st, x, q, k):
+def reserved_blocks(cfg, rq, st, x, q, k, aside, n_aside):
     """``Scheduler._inflight_prefill_reserved_blocks``: blocks the requests in
     ``_inflight_prefills`` still need to hold their whole sequence
-    (``_request_remaining_blocks``: cdiv(min(num_tokens, max_model_len),
-    block_size) less the blocks they hold). Only running ones can need any: a
-    request in ``kv_holding_waiting`` holds its whole prompt's blocks, and its
-    num_tokens is its prompt."""
-    bs, mml = cfg[K.BS], cfg[K.MML]
+    (``_request_remaining_blocks``: cdiv(min(num_tokens, max_model_len) +
+    one speculative step's 1 + k + lookahead tokens with drafts,
+    block_size) less the blocks they hold), plus, with drafts, one
+    speculative step's own blocks (``_spec_decode_step_blocks``), which a
+    load also leaves free. Without drafts only running requests can need
+    any: a request in ``kv_holding_waiting`` (or set aside from it this step,
+    ``aside[:n_aside]``) holds its whole prompt's blocks, and its num_tokens
+    is its prompt; with drafts those count too."""
+    extra = _spec_step_tokens(cfg)
     total = 0
     for i in range(k[S.O_RUNNING_END]):
         r = q.run[i]
         if x.pd[r] & S.PD_INFLIGHT:
-            full = blocks_for_tokens(rq.prompt[r] + st.nout[r], mml, bs)
-            total += max(full - st.held[r], 0)
+            total += _remaining(cfg, rq, st, r, extra)
+    if extra > 0:
+        R = x.hq.shape[0]
+        for j in range(k[S.O_HOLD_LEN]):
+            r = x.hq[(k[S.O_HOLD_HEAD] + j) % R]
+            if x.pd[r] & S.PD_INFLIGHT:
+                total += _remaining(cfg, rq, st, r, extra)
+        for j in range(n_aside):
+            r = aside[j]
+            if x.pd[r] & S.PD_INFLIGHT:
+                total += _remaining(cfg, rq, st, r, extra)
+        total += (extra + cfg[K.BS] - 1) // cfg[K.BS]
     return total
 
 
@@ -73,7 +104,7 @@ def set_inflight(x, r, prefilling):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def start_load(cfg, rq, st, x, q, k, s, p, r):
+def start_load(cfg, rq, st, x, q, k, s, p, r, aside, n_aside):
     """The waiting head r, remote and fresh, starts its KV load if its blocks
     fit (``Scheduler.schedule``'s ``load_kv_async`` path): the connector loads
     every prompt token past the local prefix-cache hit
@@ -85,7 +116,9 @@ def start_load(cfg, rq, st, x, q, k, s, p, r):
     not fit; else r holds them with num_computed_tokens = its prompt, is
     WAITING_FOR_REMOTE_KVS and in ``_inflight_prefills``, and its load lands
     at the step's start + ``KVTransfer.duration_ns``. The caller moves it to
-    ``kv_holding_waiting``."""
+    ``kv_holding_waiting`` (``aside[:n_aside]``: those set aside this step).
+    A drafter's lookahead is not allocated for a load
+    (``limit_lookahead_tokens``)."""
     bs, mml = cfg[K.BS], cfg[K.MML]
     ntok = rq.prompt[r] + st.nout[r]
     wm = cfg[K.WM_BLOCKS] if k[S.O_RUNNING_END] > 0 else 0
@@ -99,7 +132,7 @@ def start_load(cfg, rq, st, x, q, k, s, p, r):
         return False
     total = blocks_for_tokens(c0 + external, mml, bs)
     need = total - nhit + evictable
-    if need + wm > k[S.O_FREE] - reserved_blocks(cfg, rq, st, x, q, k):
+    if need + wm > k[S.O_FREE] - reserved_blocks(cfg, rq, st, x, q, k, aside, n_aside):
         return False
     k[S.O_FREE] -= need
     if p is not None:
@@ -192,3 +225,24 @@ def load_wait_ns(cfg, st, x, k):
     if routing_open(k):  # behind a router: no later than its next send (kernel/fleet.py)
         t = min(t, k[S.O_ROUTE_UNTIL])
     return max(0, t - k[S.O_END_NS])
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def drain_deferred(cfg, st, q, k, x, p):
+    """``Scheduler._drain_deferred_frees`` as the step in flight's output
+    lands: the requests of that batch (``plist``) that finished while it held
+    them (``PD_DEFER``) return their blocks to the pool, tail first
+    (``free_blocks(reversed(blocks))``), in the batch's order. Returns the
+    change in free blocks."""
+    freed = 0
+    for j in range(k[S.O_N_PEND]):
+        r = q.plist[j]
+        if x.pd[r] & S.PD_DEFER:
+            x.pd[r] &= ~np.int8(S.PD_DEFER)
+            k[S.O_DEFER_BLOCKS] -= st.held[r]
+            if p is not None and p.slot_of[r] >= 0:
+                freed += PC.release(r, st.held[r], p, False)
+            elif p is None:
+                freed += st.held[r]
+            st.held[r] = 0
+    return freed

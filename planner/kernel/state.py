@@ -93,8 +93,11 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_HOLD_LEN,
     O_LOADS,
     O_HOLD_BLOCKS,  # blocks held by the requests in kv_holding_waiting
-) = range(47)
-NOUT_I = 47
+    # Blocks of finished requests whose free waits for the step in flight
+    # (``Scheduler.defer_block_free``; those requests carry ``PD_DEFER``)
+    O_DEFER_BLOCKS,
+) = range(48)
+NOUT_I = 48
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -124,6 +127,7 @@ PD_LOADING = 2  # WAITING_FOR_REMOTE_KVS
 PD_RECV = 4  # its load landed (``finished_recving_kv_req_ids``)
 PD_INFLIGHT = 8  # in ``_inflight_prefills`` (its prefill or load is not done)
 PD_LANDED = 16  # async: its load landed, reported by the step in flight (not yet applied)
+PD_DEFER = 32  # finished while the step in flight held it: its blocks free when that lands
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)

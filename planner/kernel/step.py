@@ -351,6 +351,18 @@ def _finish(r, t, cfg, rq, st, k, p):
     return freed
 
 
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _finish_later(r, t, cfg, rq, st, k):
+    """``_finish`` for a request whose blocks stay held until the step in
+    flight lands (``remote_kv.drain_deferred`` frees them): it is finished
+    now, its blocks are not freed yet."""
+    st.skip[r] = 0
+    st.koff[r] = 0
+    st.status[r] = S.FINISHED
+    st.finish_ns[r] = t
+    _answered_if(rq.features.extras, cfg, rq, st, k, r, t)
+
+
 # ---- Arrivals --------------------------------------------------------------
 
 
@@ -1461,24 +1473,30 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _admit_loaded(cfg, rq, st, x, q, o, s, p, r):
+def _admit_loaded(cfg, rq, st, x, q, o, s, p, r, n_run_sched):
     """Schedule r, the head of ``kv_holding_waiting`` whose KV has landed, as
     a new request (``Scheduler.schedule``'s waiting phase with
     num_computed_tokens > 0): ``allocate_slots`` for its remaining tokens
-    (its last prompt token) on top of the blocks it holds, the gate and the
+    (its last prompt token; with drafts padded to 1 + k, ``_padded``) and a
+    drafter's lookahead on top of the blocks it holds, the gate and the
     watermark as for any waiting request. Returns False (nothing changed)
     when they do not fit."""
     k = o.counters
     bs, mml = cfg[K.BS], cfg[K.MML]
     ntok = rq.prompt[r] + st.nout[r]
     c0, have = st.ncomp[r], st.held[r]
-    num_new = min(ntok - c0, s[BUDGET])
+    num_new = ntok - c0
+    if num_new == 1 and cfg[K.SPEC_K] > 0:  # speculative decoding: ``_padded``
+        num_new = _padded(cfg, q, st, s, c0, n_run_sched)
+        if num_new < 0:
+            return False
+    num_new = min(num_new, s[BUDGET])
     if 0 < s[THR_NOW] < num_new:
         num_new = s[THR_NOW]
     wm = cfg[K.WM_BLOCKS] if k[N_RUN] > 0 else 0
     if cfg[K.GATE] != 0 and max(blocks_for_tokens(ntok, mml, bs) - have, 0) + wm > k[FREE]:
         return False
-    total = blocks_for_tokens(c0 + num_new, mml, bs)
+    total = blocks_for_tokens(c0 + num_new + _lookahead(cfg), mml, bs)
     need = max(total - have, 0)
     if need + wm > k[FREE]:
         return False
@@ -1536,12 +1554,12 @@ def _schedule_waiting_pd(cfg, rq, st, x, q, o, sc, p):
                     k[S.O_HOLD_LEN] -= 1
                     continue
                 RKV.update_waiting_for_remote_kv(cfg, rq, st, x, p, r)
-            if not _admit_loaded(cfg, rq, st, x, q, o, s, p, r):
+            if not _admit_loaded(cfg, rq, st, x, q, o, s, p, r, n_run_sched):
                 break
             continue
         r = q.wq[k[WH]]
         if x.pd[r] & S.PD_REMOTE:
-            if not RKV.start_load(cfg, rq, st, x, q, k, s, p, r):
+            if not RKV.start_load(cfg, rq, st, x, q, k, s, p, r, sc.skipbuf, n_skip):
                 break
             k[WH] = (k[WH] + 1) % R
             k[WL] -= 1
@@ -1763,7 +1781,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _update_from_output_async(cfg, rq, st, q, o, s, p):
+def _update_from_output_async(cfg, rq, st, q, o, s, p, x):
     """``Scheduler.update_from_output`` under ``AsyncScheduler``
     (``EngineCore.step_with_batch_queue``): the previous step's output lands
     now, at this step's start; its tokens leave flight; stale output of a
@@ -1773,10 +1791,16 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
     (``speculative.accepted_drafts``), the rejected ones taken back from
     ``num_computed_tokens`` and the placeholders, a + 1 tokens appended with
     ``check_stop`` after each. Then this step's batch becomes the one in
-    flight."""
+    flight. On a disaggregated decode side (``defer_block_free``) a request
+    that ends while the step in flight holds it (drafts accepted past what
+    the scheduler counted on) keeps its blocks until that step lands
+    (``_free_request_blocks``, ``remote_kv.drain_deferred``)."""
     k = o.counters
     bs, start = cfg[K.BS], s[START]
     spec = cfg[K.SPEC_K] > 0
+    defer = cfg[K.XFER] != 0  # ``Scheduler.defer_block_free``: a KV consumer, async
+    if k[S.O_DEFER_BLOCKS] > 0 and k[S.O_N_PEND] > 0:
+        k[FREE] += RKV.drain_deferred(cfg, st, q, k, x, p)
     thr = cfg[K.SPEC_T : K.SPEC_T + MAX_SPEC_TOKENS]
     memo = NO_GAPS
     for j in range(k[S.O_N_PEND]):
@@ -1826,7 +1850,12 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p):
         if stopped:
             if st.status[u] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
-            k[FREE] += _finish(r, start, cfg, rq, st, k, p)
+            if defer and st.infl[u] > 0:  # its blocks wait for the step in flight
+                x.pd[u] |= S.PD_DEFER
+                k[S.O_DEFER_BLOCKS] += st.held[u]
+                _finish_later(r, start, cfg, rq, st, k)
+            else:
+                k[FREE] += _finish(r, start, cfg, rq, st, k, p)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 2, r, 0, S.EV_FINISH)
     _flush_gaps(o.itl_hist, memo)
@@ -1854,6 +1883,7 @@ def _check_invariants(cfg, st, q, k, p):
     for i in range(k[N_RUN]):
         used += _pool_blocks(cfg, st, q.run[i])
     used += k[S.O_HOLD_BLOCKS]  # kv_holding_waiting's (remote_kv.py), 0 on other servers
+    used += k[S.O_DEFER_BLOCKS]  # finished, freed when the step in flight lands
     if p is not None:  # prefix caching
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]
@@ -2007,7 +2037,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             _leave_inflight_if(rq.features.extras, rq, st, x, q, sc.step)
         if async_:
             f = rq.features.extras
-            _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p)
+            _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p, x)
             if xfer:  # the loads the previous step's output reported become visible
                 _apply_landed_if(f, x, k, sc.step)
         else:
