@@ -823,6 +823,13 @@ class Scheduler:
         req.spec = spec.num_speculative_tokens if samples else -1
         return (s, d)
 
+    def drain_deferred_frees(self) -> None:
+        """``Scheduler._drain_deferred_frees``: the deferred blocks return to
+        the pool, each request's tail first."""
+        for blocks in self.deferred_frees:
+            self.kv.pool.free_blocks(list(reversed(blocks)))
+        self.deferred_frees = []
+
     def update_from_output(self, batch: list[tuple], now_ns: int) -> list[int]:
         """Apply a batch's sampled tokens (with speculative decoding, a leading
         run of the real drafts accepted, ``planner.speculative``, and the
@@ -832,11 +839,8 @@ class Scheduler:
         finished = []
         spec = self.cfg.speculation
         thr = None if spec is None else spec.thresholds()
-        if self.deferred_frees and any(n > 0 for _, n, _, _ in batch):
-            # ``_drain_deferred_frees``: the step that held them has landed
-            for blocks in self.deferred_frees:
-                self.kv.pool.free_blocks(list(reversed(blocks)))
-            self.deferred_frees = []
+        if any(n > 0 for _, n, _, _ in batch):
+            self.drain_deferred_frees()  # the step that held them has landed
         for req, n, samples, (s, d) in batch:
             req.in_flight -= n
             was_stale = req.stale > 0
@@ -1191,7 +1195,11 @@ class Engine:
         while True:
             nxt = self._admit_arrivals()
             if not sched.running and not sched.waiting and not sched.holding:
-                self.in_flight = []  # only finished requests can have output in flight
+                # Only finished requests can have output in flight; as it
+                # lands, the blocks it held return (``_drain_deferred_frees``)
+                if any(n > 0 for _, n, _, _ in self.in_flight):
+                    sched.drain_deferred_frees()
+                self.in_flight = []
                 if not self.pending:
                     break
                 self.clock = self.entry[self.pending[0]]

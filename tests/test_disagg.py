@@ -136,6 +136,34 @@ def test_the_prefill_replicas_take_their_own_scheduler_flags(capsys):
     assert ttft[1024] - ttft[16384] > 5 * 0.005, ttft
 
 
+def test_pd_output_matches_what_was_simulated(capsys):
+    """Hostile-pass findings: a P/D run with drafts names them (text line and
+    --json ``speculation``); --num-gpu-blocks, simulated on both pools, is in
+    both vllm serve commands; a prefill budget given alone takes vLLM's
+    default rule for max_num_seqs (at most the budget) instead of being
+    refused over a value the user never gave."""
+    spec = '{"method":"ngram","num_speculative_tokens":3}'
+    args = (*BASE, *L8_H100, "--latency", "roofline", "--prefill-replicas", "1",
+            "--speculative-config", spec, "--spec-acceptance", "0.7",
+            "--num-gpu-blocks", "5000")  # fmt: skip
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "speculative decoding: ngram, 3 draft tokens per step" in out
+    code, out, err = run_cli(capsys, *args, "--json")
+    d = json.loads(out)["disaggregated"]
+    assert d["speculation"]["num_speculative_tokens"] == 3
+    assert d["speculation"]["per_position_acceptance"][0] == pytest.approx(0.7)
+    for cmd in d["vllm_serve"].values():
+        assert "--num-gpu-blocks-override 5000" in cmd and "--speculative-config" in cmd
+    code, out, err = run_cli(
+        capsys, *BASE, *L8_H100, "--prefill-replicas", "1", "--json",
+        "--prefill-max-num-batched-tokens", "512",
+    )  # fmt: skip
+    assert code == 0, err
+    pre = json.loads(out)["disaggregated"]["prefill"]
+    assert (pre["max_num_seqs"], pre["max_num_batched_tokens"]) == (512, 512)
+
+
 def test_prefill_options_are_named_and_gpu_aliases_share_a_step_time(capsys):
     """The prefill TP's error names --prefill-tensor-parallel-size; a
     --prefill-gpu spelled another way for the same GPU reuses the decode
@@ -325,8 +353,13 @@ def test_plan_run_prefill_replicas_prints_both_pools(capsys):
             ),
             "the prefill replicas: llama-3.1-70b on 1 x L4",
         ),
-        ((*L8_H100, "--prefill-replicas", "1", "--prefill-max-num-batched-tokens", "32"),
+        ((*L8_H100, "--prefill-replicas", "1", "--prefill-max-num-batched-tokens", "32",
+          "--max-num-seqs", "1024"),
          "the prefill replicas: --prefill-max-num-batched-tokens 32 is below --max-num-seqs"),
+        ((*L8_H100, "--prefill-replicas", "1", "--horizon", "0.05"), "--horizon 0.05 s ends"),
+        ((*L8_H100, "--prefill-replicas", "1", "--preemption-mode", "restart"),
+         "not simulated with --preemption-mode restart"),
+        ((*L8_H100, "--prefill-replicas", "1", "--adaptive-window", "10"), "an adaptive cap"),
         ((*L8_H100, "--prefill-replicas", "1", "--prefill-max-num-seqs", "900",
           "--prefill-max-num-batched-tokens", "512"),
          "--prefill-max-num-batched-tokens 512 is below --prefill-max-num-seqs 900"),
@@ -464,6 +497,12 @@ def test_plan_size_refuses_before_any_work(capsys, tmp_path):
         "--out", str(out),
     )  # fmt: skip
     assert code == 2 and "--prefill-max-num-batched-tokens 100 is below --max-num-seqs 256" in err
+    code, _, err = run_cli(
+        capsys, *base, "--disaggregated", "--prefill-max-num-batched-tokens", "600000",
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 2 and "the prefill replicas on H100 TP 1" in err and "no room" in err, err
+    assert "Traceback" not in err
     assert not out.exists()
 
 

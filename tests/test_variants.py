@@ -112,6 +112,7 @@ def test_the_step_loop_reaches_gated_features_only_through_their_markers():
         "finish_loads",
         "_load_wait",
         "leave_inflight",
+        "drain_deferred",
     )
     for name in gated_names:
         assert name not in direct, f"{name} called directly: it would compile into every variant"

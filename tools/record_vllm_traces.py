@@ -1015,6 +1015,15 @@ def pd_spec_scenarios(seed: int = 20261209) -> list[dict]:
         ),
     ]  # fmt: skip
     fixed += [dict(scn, name=scn["name"] + "_async", async_scheduling=True) for scn in fixed]
+    # One request at a time, every draft accepted: each ends while the step
+    # in flight holds it, and the server is idle when that step lands.
+    lone = [_req(60 + 7 * i, 12 + i, 40 * i, remote=True) for i in range(6)]
+    fixed += [
+        _base("pd_spec_idle_async", async_scheduling=True, num_gpu_blocks=40,
+              kv_transfer=_xfer(2, 10), speculative=_spec(3, [1.0], 9), requests=lone),
+        _base("pd_spec_eagle_idle_async", async_scheduling=True, num_gpu_blocks=40,
+              kv_transfer=_xfer(2, 10), speculative=_spec(3, [1.0], 10, e), requests=lone),
+    ]  # fmt: skip
     rng = random.Random(seed)
     rand = []
     for i in range(8):

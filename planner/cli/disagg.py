@@ -32,6 +32,7 @@ from planner.latency.step_time import Latency
 from planner.metrics import OVERLOADED, front_end_text
 from planner.models import hardware
 from planner.slo import SLO, seconds_text
+from planner.speculative import Speculation
 from planner.text import count
 from planner.workload.arrays import Workload
 
@@ -97,9 +98,11 @@ def run(
             "--prefill-replicas: multi-turn sessions and block-hash traces are not routed "
             "through a disaggregated deployment yet"
         )
-    # Refused before anything prints: the prefill pool, the link, the file.
+    # Refused before anything prints: the prefill pool, the link, the decode
+    # side's own limits, the horizon, the file.
     prefill = _prefill_pool(ctx, o, decode)
     kv = _link(o, decode[0])
+    _check_pools(decode[0], prefill[0], kv, wl)
     if o["requests_out"] is not None:
         check_requests_path(o["requests_out"])
     if not o["as_json"]:
@@ -107,6 +110,20 @@ def run(
     summary = _simulate(o, decode, prefill, kv, wl, slo)
     if summary["outcome"] in fail_classes or (OVERLOADED in fail_classes and summary["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
+
+
+def _check_pools(
+    decode_cfg: SchedulerConfig, prefill_cfg: SchedulerConfig, kv: KVTransfer, wl: Workload
+) -> None:
+    """What ``simulate_disaggregated`` would refuse, before any output: the
+    decode side's config with the link (``SchedulerConfig``'s kv_transfer
+    checks), the horizon and block sizes against the workload
+    (``workload_checks``). Raises ValueError or WorkloadError (one line)."""
+    from planner.workload_checks import check_block_sizes, check_horizon
+
+    remote = dataclasses.replace(decode_cfg, replicas=1, kv_transfer=kv)
+    check_block_sizes(wl, [remote, prefill_cfg])
+    check_horizon(wl, [remote, prefill_cfg], "--horizon")
 
 
 def _simulate(
@@ -133,7 +150,7 @@ def _simulate(
     if o["as_json"]:
         print_json({"disaggregated": facts, "summary": summary})
     else:
-        _print(facts, summary, slo)
+        _print(facts, summary, slo, decode.config.speculation)
     return summary
 
 
@@ -193,7 +210,7 @@ def _prefill_pool_at(
     built from the latency options for that GPU and TP; ``quiet``: on the
     decode replicas' GPU, whose measured-data line was printed already)."""
     model, quant, kv_dtype = o["model"], o["quantization"], o["kv_cache_dtype"]
-    own = _prefill_own(o, decode_cfg)
+    own = _prefill_own(ctx, o, decode_cfg)
     if lat is None:
         lat = opt.step_time(
             o["latency"], model, gpu, tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
@@ -223,12 +240,22 @@ PREFILL_OWN = {
 SCHEDULER_OWN = ("max_num_seqs", "max_num_batched_tokens")  # of PREFILL_OWN
 
 
-def _prefill_own(o: dict[str, Any], decode_cfg: SchedulerConfig) -> dict[str, int]:
+def _prefill_own(
+    ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig
+) -> dict[str, int]:
     """The scheduler settings the prefill replicas set themselves
     (--prefill-max-num-seqs, --prefill-max-num-batched-tokens), checked as
-    vLLM checks them at start-up (``config.check_vllm_args``). Raises
+    vLLM checks them at start-up (``config.check_vllm_args``). A prefill
+    budget given with no max_num_seqs given for either pool takes vLLM's
+    default rule for it (``EngineArgs.get_batch_defaults``: max_num_seqs at
+    most max_num_batched_tokens), as its own instance would. Raises
     ValueError (one line)."""
     own = {n: o[f"prefill_{n}"] for n in SCHEDULER_OWN if o[f"prefill_{n}"] is not None}
+    if "max_num_batched_tokens" in own and "max_num_seqs" not in own:
+        if not given(ctx, "max_num_seqs"):  # the decode side's is vLLM's default
+            seqs = min(decode_cfg.max_num_seqs, own["max_num_batched_tokens"])
+            if seqs != decode_cfg.max_num_seqs:
+                own["max_num_seqs"] = seqs
     merged = {n: own.get(n, getattr(decode_cfg, n)) for n in SCHEDULER_OWN}
     check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
     return own
@@ -267,33 +294,47 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
         },
         "router": ROUTER,
         "max_model_len": decode.config.max_model_len,
-    }
+        # both roles run it (``role_serve_command``); None without
+        "speculation": None if decode.config.speculation is None
+        else decode.config.speculation.as_json(),
+    }  # fmt: skip
     if o["model"] is not None:
         out["vllm_serve"] = {
             "prefill": role_serve_command(
-                o["model"], o["gpu_memory_utilization"], prefill.config, ptp
+                o["model"], o["gpu_memory_utilization"], prefill.config, ptp, o["num_gpu_blocks"]
             ),
             "decode": role_serve_command(
-                o["model"], o["gpu_memory_utilization"], decode.config, o["tensor_parallel_size"]
+                o["model"],
+                o["gpu_memory_utilization"],
+                decode.config,
+                o["tensor_parallel_size"],
+                o["num_gpu_blocks"],
             ),
         }
     return out
 
 
-def role_serve_command(model: str, gmu: float, cfg: SchedulerConfig, tp: int) -> str:
+def role_serve_command(
+    model: str, gmu: float, cfg: SchedulerConfig, tp: int, blocks_override: int | None = None
+) -> str:
     """``vllm serve`` for one replica of a disaggregated role (``cfg`` at
     tensor parallelism ``tp``, ``--gpu-memory-utilization`` ``gmu``), with the
-    KV connector (``KV_TRANSFER_CONFIG``)."""
+    KV connector (``KV_TRANSFER_CONFIG``) and, when the pool was given in
+    blocks (``blocks_override``, --num-gpu-blocks), vLLM's
+    ``--num-gpu-blocks-override``."""
     from planner.answers.sizing import serve_command
 
     row = pd.Series(
         {**cfg.columns(), "tensor_parallel_size": tp, "gpu_memory_utilization": gmu}
     )  # fmt: skip
-    return serve_command(row, model, {"kv_transfer_config": f"'{KV_TRANSFER_CONFIG}'"})
+    extra: dict = {"kv_transfer_config": f"'{KV_TRANSFER_CONFIG}'"}
+    if blocks_override is not None:
+        extra["num_gpu_blocks_override"] = int(blocks_override)
+    return serve_command(row, model, extra)
 
 
-def _print(facts: dict, s: dict, slo: SLO) -> None:
-    """The text output."""
+def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> None:
+    """The text output (``spec``: the speculative decoding both pools run)."""
     for role in ("prefill", "decode"):
         p = facts[role]
         where = f"{p['gpu']}, TP {p['tensor_parallel_size']}, " if p["gpu"] else ""
@@ -310,6 +351,8 @@ def _print(facts: dict, s: dict, slo: SLO) -> None:
         "1,000 prompt tokens)"
     )
     print(f"router: {facts['router']}")
+    if spec is not None:
+        print(spec.line() + " (both pools)")
     front = f", rejected {s['rejected']:,}" if s["rejected"] else ""
     front += f", cut short {s['cut']:,}" if s["cut"] else ""
     print(

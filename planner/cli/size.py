@@ -260,7 +260,6 @@ def _check_disaggregated(
     holds, and the prefill replicas' own settings (``own``) ones vLLM
     starts with beside every config's others. Raises ValueError (one line)."""
     from planner.cli.disagg import PREFILL_OWN
-    from planner.config import check_vllm_args
     from planner.kv_transfer import KVTransfer
 
     if not disaggregated:
@@ -277,17 +276,44 @@ def _check_disaggregated(
         sweep = c.spec.sweep  # type: ignore[attr-defined]
         cfg = sweep.configs[0]
         KVTransfer.from_link(_kv_bytes_per_token(sweep, c.tp, cfg), *link)
-        for k in sweep.configs:
-            merged = {
-                n: own.get(n, getattr(k, n)) for n in ("max_num_seqs", "max_num_batched_tokens")
-            }
-            try:
-                check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
-            except ValueError as e:
-                msg = str(e)
-                for n in own:
-                    msg = msg.replace(*PREFILL_OWN[n])
-                raise ValueError(f"--disaggregated: the prefill replicas: {msg}") from None
+        if own:
+            _check_prefill_own(sweep, f"{c.gpu} TP {c.tp}", own)
+
+
+def _check_prefill_own(sweep: object, name: str, own: dict[str, int]) -> None:
+    """Each config of a candidate's ``sweep`` as a prefill replica with the
+    user's own settings ``own``: vLLM's start-up rule on the pair
+    (``check_vllm_args``), the config's own checks (drafts within the
+    budget) and a pool that holds the model (``Sweep.pool_blocks``). Raises
+    ValueError (one line, naming the candidate and the prefill flags)."""
+    from planner.cli.disagg import PREFILL_OWN
+    from planner.config import check_vllm_args
+    from planner.sweep.spec import SpecError
+
+    util = sweep.utilization()  # type: ignore[attr-defined]
+    seen: set = set()
+    for k in sweep.configs:  # type: ignore[attr-defined]
+        merged = {n: own.get(n, getattr(k, n)) for n in ("max_num_seqs", "max_num_batched_tokens")}
+        key = (merged["max_num_seqs"], merged["max_num_batched_tokens"], k.block_size,
+               k.speculation)  # fmt: skip
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
+            dataclasses.replace(k, **merged)  # SchedulerConfig's own checks
+            sweep.pool_blocks(  # type: ignore[attr-defined]
+                util, k.block_size, merged["max_num_seqs"],
+                merged["max_num_batched_tokens"], k.speculation,
+            )  # fmt: skip
+        except (ValueError, SpecError) as e:
+            msg = str(e).removeprefix("hardware: ")
+            for n in own:
+                msg = msg.replace(*PREFILL_OWN[n])
+            given = ", ".join(f"{PREFILL_OWN[n][1]} {v}" for n, v in own.items())
+            raise ValueError(
+                f"--disaggregated: the prefill replicas on {name} ({given}): {msg}"
+            ) from None
 
 
 def _disaggregated(

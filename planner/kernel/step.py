@@ -90,6 +90,7 @@ from planner.kernel.policies import (
 )
 from planner.kernel.remote_kv import (
     apply_landed,
+    drain_deferred,
     finish_loads,
     in_flight_victim,
     leave_inflight,
@@ -1800,7 +1801,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p, x):
     spec = cfg[K.SPEC_K] > 0
     defer = cfg[K.XFER] != 0  # ``Scheduler.defer_block_free``: a KV consumer, async
     if k[S.O_DEFER_BLOCKS] > 0 and k[S.O_N_PEND] > 0:
-        k[FREE] += RKV.drain_deferred(cfg, st, q, k, x, p)
+        k[FREE] += _drain_deferred_if(rq.features.extras, cfg, st, q, k, x, p)
     thr = cfg[K.SPEC_T : K.SPEC_T + MAX_SPEC_TOKENS]
     memo = NO_GAPS
     for j in range(k[S.O_N_PEND]):
@@ -1869,6 +1870,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p, x):
 
 
 _update_from_output_async_if = gated(_update_from_output_async)
+_drain_deferred_if = gated(drain_deferred, 0)
 
 
 # ---- End of step -----------------------------------------------------------
@@ -1999,7 +2001,11 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             return PAUSED  # the router first sends what arrived by now
         _arrivals(cfg, rq, st, q, k)
         if k[N_RUN] == 0 and k[WL] == 0 and k[S.O_HOLD_LEN] == 0:
-            k[S.O_N_PEND] = 0  # only finished requests can still have output in flight
+            # Only finished requests can still have output in flight; as it
+            # lands, the blocks it held return (``remote_kv.drain_deferred``).
+            if k[S.O_DEFER_BLOCKS] > 0:
+                k[FREE] += _drain_deferred_if(rq.features.extras, cfg, st, q, k, x, p)
+            k[S.O_N_PEND] = 0
             if k[NXT] >= arrival_limit(cfg, k, R):
                 if routed:
                     return PAUSED  # idle until the router sends something

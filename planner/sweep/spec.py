@@ -816,6 +816,14 @@ class Sweep:
         # sizing (hardware.hybrid_kv_cache_manager_off); a spec does not set it.
         return {k: s.value for k, s in srv.items() if k != vllm_defaults.HYBRID}
 
+    def utilization(self) -> float:
+        """gpu_memory_utilization of the spec's servers: [hardware]'s, else
+        vLLM 0.33's default for its GPU (``resolve.server``). Raises
+        SpecError (one line)."""
+        if self.spec.hardware is None:
+            raise SpecError("hardware: a pool size needs [hardware] model and gpu")
+        return float(self._server(dict(self.spec.scheduler), {})["gpu_memory_utilization"])
+
     def pool_blocks(
         self,
         util: float | None,
