@@ -191,8 +191,9 @@ def test_measured_step_times_are_named_once_per_gpu(capsys):
            "--prefill-replicas", "1")  # fmt: skip
     code, _, err = run_cli(capsys, *run)
     assert code == 0 and err.count("measured step times:") == 1, err
-    code, _, err = run_cli(capsys, *run, "--prefill-gpu", "h100")  # the same GPU
+    code, out, err = run_cli(capsys, *run, "--prefill-gpu", "h100")  # the same GPU
     assert code == 0 and err.count("measured step times:") == 1, err
+    assert "prefill: 1 replica (H100, TP 1," in out  # the preset's name, not as typed
     code, out, err = run_cli(capsys, *run, "--prefill-tensor-parallel-size", "2")  # same data
     assert code == 0 and err.count("measured step times:") == 1, err
     assert "measured llama-3.1-8b on 2 x H100" in out  # the pool's own line names its TP

@@ -269,6 +269,11 @@ def _link(o: dict[str, Any], decode_cfg: SchedulerConfig) -> KVTransfer:
     return KVTransfer.from_link(per_token, o["kv_transfer_bandwidth"], o["kv_transfer_latency"])
 
 
+def _gpu_name(gpu: str | None) -> str | None:
+    """The GPU preset's own name for ``gpu`` as typed (``h100`` -> ``H100``)."""
+    return None if gpu is None else hardware.gpu(gpu).name
+
+
 def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> dict:
     """What was simulated, for the output."""
 
@@ -285,8 +290,8 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
 
     ptp = _prefill_tp(o)
     out = {
-        "prefill": pool(prefill, _prefill_gpu(o), ptp),
-        "decode": pool(decode, o["gpu"], o["tensor_parallel_size"]),
+        "prefill": pool(prefill, _gpu_name(_prefill_gpu(o)), ptp),
+        "decode": pool(decode, _gpu_name(o["gpu"]), o["tensor_parallel_size"]),
         "kv_transfer": {
             "bandwidth_gbps_per_gpu": o["kv_transfer_bandwidth"],
             "latency_us": o["kv_transfer_latency"],
