@@ -430,6 +430,7 @@ def test_plan_size_disaggregated_answers_beside_the_aggregated_one(capsys, tmp_p
     assert code == 2 and "needs an SLO" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_plan_size_disaggregated_mixes_gpus_across_pools(capsys, tmp_path):
     """With two candidate GPUs each pool may take either: mixed fleets are
     tried, fleets are tried cheapest first and none cheaper than the answer
@@ -507,6 +508,7 @@ def test_plan_size_refuses_before_any_work(capsys, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_plan_size_disaggregated_prefill_takes_its_own_flags(capsys, tmp_path):
     """--prefill-max-num-seqs/--prefill-max-num-batched-tokens act on every
     prefill pool tried and on the answer's prefill command; the decode pool
@@ -603,6 +605,7 @@ def test_a_livelocked_prefill_pool_starves_the_decode_pool(capsys):
     assert "decode pool: no request reached it" in out and " 0 ms" not in out
 
 
+@pytest.mark.slow
 def test_plan_size_disaggregated_with_drafts_and_answers_alone(capsys, tmp_path):
     """When no aggregated fleet meets the target but a split does, the split
     is the answer (exit 0); with speculative decoding (n-gram) the split's

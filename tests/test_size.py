@@ -389,6 +389,7 @@ def test_headroom_searches_the_specs_own_range(capsys, tmp_path):
     assert "sustains at least" in line and "without overload (the search's top)" in line, line
 
 
+@pytest.mark.slow
 def test_closed_loop_answer_says_clients_not_traffic_kept_up_with(capsys, tmp_path):
     """With closed-loop clients the offered rate is the clients' pace, so the
     answer names them instead of claiming to keep up with the trace's rate
@@ -717,6 +718,7 @@ def test_a_second_plan_size_into_one_out_is_refused(capsys, tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(__import__("signal"), "SIGSTOP"), reason="POSIX signals")
+@pytest.mark.slow
 def test_two_concurrent_plan_size_processes_one_refuses(tmp_path):
     """Issue 38 item 7 with two real processes: while the first holds --out
     (paused by SIGSTOP once its holder record appears, so the overlap does not
