@@ -398,7 +398,13 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
         )  # fmt: skip
         print(f"{role} pool: {verdict}; outcome {s[f'{role}_outcome']}")
     if s["livelocked"]:
-        print("a replica LIVELOCKED (a request it can never finish)")
+        from planner.cli.run_report import _ids
+
+        stuck = s["stuck_requests"]
+        print(
+            "a replica LIVELOCKED (a request it can never finish); stuck there (request ids, "
+            f"0-based in arrival order): {_ids(stuck) if stuck else 'none unfinished'}"
+        )
     if s["cut_by"]:
         late = f"; {s['not_arrived']:,} requests due after it are in no statistic"
         print(
