@@ -604,6 +604,14 @@ def test_a_livelocked_prefill_pool_starves_the_decode_pool(capsys):
         "--prefill-replicas", "1", "--num-gpu-blocks", "20",
     )  # fmt: skip
     assert "decode pool: no request reached it" in out and " 0 ms" not in out
+    assert "keeps up" not in out
+    code, out, err = run_cli(  # one block short, and too few requests to overload it
+        capsys, *BASE, *L8_H100, "--num-requests", "5", "--num-gpu-blocks", "1000",
+        "--max-model-len", "16000", "--prompt-tokens", "15990", "--output-tokens", "5",
+        "--prefill-replicas", "1",
+    )  # fmt: skip
+    assert code == 0 and "prefill pool: LIVELOCKED (a request it can never finish" in out, out
+    assert "keeps up" not in out
     # the stuck requests are named, as a colocated run names them
     assert "LIVELOCKED (a request it can never finish); stuck there (request ids" in out
     assert "): 0, 1, 2," in out

@@ -392,6 +392,9 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
             continue
         verdict = (
             f"OVERLOADED (falls behind its traffic{window})" if s[f"{role}_overloaded"]
+            # a pool that can never finish a request is not said to keep up
+            else "LIVELOCKED (a request it can never finish; overload not judged)"
+            if s[f"{role}_outcome"] == "livelocked"
             else "not judged (its arrivals are a burst too short to judge overload)"
             if not s[f"{role}_overload_judged"]
             else f"keeps up{window}"
