@@ -307,7 +307,7 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     ``metrics.front_end_text``: misses of any SLO; rejected requests are in
     no statistic and not in ``unfinished``), ``decode_requests`` (sent to a
     decode replica), ``decode_landed`` (of those, whose KV landed within
-    their replica's run), ``decode_preemptions``, ``stuck_requests`` (ids,
+    their replica's run), ``decode_preemptions``, ``stuck_request_ids`` (ids,
     0-based in arrival order, of the unfinished requests in a livelocked
     pool), ``livelocked`` (any replica;
     requests stuck in a livelocked pool count as lower bounds up to the last
@@ -343,7 +343,7 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     # the last arrival at least (any finite wait is one).
     locked = [d is not None and bool(d["livelocked"]) for d in [*rows, pre]]
     stuck = ~done & ~rejected & _last_pool(res, locked)
-    out["stuck_requests"] = [int(i) for i in df["request"].to_numpy()[stuck]]
+    out["stuck_request_ids"] = [int(i) for i in df["request"].to_numpy()[stuck]]
     # Requests due after the run ended (a --horizon before the last arrival)
     # were never offered: they count in ``unfinished`` but in no statistic;
     # rejected ones (HTTP 400) have no latency.

@@ -712,9 +712,7 @@ class Scheduler:
         step of 1 + k + lookahead tokens can take (one full-attention group),
         kept free beside a load's blocks; 0 without drafts."""
         spec = self.cfg.speculation
-        if spec is None:
-            return 0
-        return cdiv(1 + spec.num_speculative_tokens + spec.lookahead_tokens, self.cfg.block_size)
+        return 0 if spec is None else cdiv(spec.step_tokens, self.cfg.block_size)
 
     def _remaining_blocks(self, req: Request) -> int:
         """``_request_remaining_blocks``: blocks an in-flight prefill still
@@ -723,7 +721,7 @@ class Scheduler:
         full = min(req.num_tokens, self.cfg.max_model_len)
         spec = self.cfg.speculation
         if spec is not None:  # one speculative step past the sequence
-            full += 1 + spec.num_speculative_tokens + spec.lookahead_tokens
+            full += spec.step_tokens
         return max(cdiv(full, self.cfg.block_size) - len(req.blocks), 0)
 
     def _update_waiting_for_remote_kv(self, req: Request) -> None:

@@ -160,6 +160,13 @@ class Speculation:
         the scheduled tokens, k for a drafter method, 0 for n-gram."""
         return self.num_speculative_tokens if self.method in DRAFTER_METHODS else 0
 
+    @property
+    def step_tokens(self) -> int:
+        """Tokens of one speculative step, 1 + k + lookahead (vLLM's
+        ``num_spec_decode_tokens``, ``Scheduler.__init__``): what a KV load
+        leaves room for and in-flight reservations count past a sequence."""
+        return 1 + self.num_speculative_tokens + self.lookahead_tokens
+
     def kv_slack_tokens(self, async_scheduling: bool) -> int:
         """KV tokens a request can hold past its own length L - 1 (the last
         sampled token is never fed back) with these drafts: a verifying step

@@ -598,7 +598,7 @@ def test_a_livelocked_prefill_pool_starves_the_decode_pool(capsys):
     assert s["livelocked"] and s["decode_requests"] == 0 and s["decode_outcome"] is None
     assert s["prefill_outcome"] == "livelocked" and s["not_arrived"] == 0
     assert s["ttft_s_p50"] > 0 and s["ttft_s_p50_is_lower_bound"]
-    assert s["stuck_requests"] == list(range(20))  # every request, none finished
+    assert s["stuck_request_ids"] == list(range(20))  # every request, none finished
     code, out, err = run_cli(
         capsys, *BASE, "--num-requests", "20", "--prompt-tokens", "500", "--output-tokens", "50",
         "--prefill-replicas", "1", "--num-gpu-blocks", "20",

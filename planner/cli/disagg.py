@@ -25,6 +25,7 @@ from planner.cli import server
 from planner.cli.inert import given
 from planner.cli.json_out import print_json
 from planner.cli.result_folder import check_requests_path, write_requests_table
+from planner.cli.run_report import ids_text
 from planner.config import SchedulerConfig, check_vllm_args
 from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
@@ -240,6 +241,12 @@ PREFILL_OWN = {
 SCHEDULER_OWN = ("max_num_seqs", "max_num_batched_tokens")  # of PREFILL_OWN
 
 
+def prefill_settings(cfg: SchedulerConfig, own: dict[str, int]) -> dict[str, int]:
+    """A prefill replica's max_num_seqs and max_num_batched_tokens: its own
+    (``own``, the --prefill-* values) over ``cfg``'s."""
+    return {n: own.get(n, getattr(cfg, n)) for n in SCHEDULER_OWN}
+
+
 def _prefill_own(
     ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig
 ) -> dict[str, int]:
@@ -256,7 +263,7 @@ def _prefill_own(
             seqs = min(decode_cfg.max_num_seqs, own["max_num_batched_tokens"])
             if seqs != decode_cfg.max_num_seqs:
                 own["max_num_seqs"] = seqs
-    merged = {n: own.get(n, getattr(decode_cfg, n)) for n in SCHEDULER_OWN}
+    merged = prefill_settings(decode_cfg, own)
     check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
     return own
 
@@ -401,12 +408,10 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
         )  # fmt: skip
         print(f"{role} pool: {verdict}; outcome {s[f'{role}_outcome']}")
     if s["livelocked"]:
-        from planner.cli.run_report import _ids
-
-        stuck = s["stuck_requests"]
+        stuck = s["stuck_request_ids"]
         print(
             "a replica LIVELOCKED (a request it can never finish); stuck there (request ids, "
-            f"0-based in arrival order): {_ids(stuck) if stuck else 'none unfinished'}"
+            f"0-based in arrival order): {ids_text(stuck) if stuck else 'none unfinished'}"
         )
     if s["cut_by"]:
         late = f"; {s['not_arrived']:,} requests due after it are in no statistic"

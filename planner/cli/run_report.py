@@ -122,7 +122,7 @@ def _cell(v: object) -> str:
     return str(v)
 
 
-def _ids(ids: list[int]) -> str:
+def ids_text(ids: list[int]) -> str:
     """The first STUCK_SHOWN ids, comma-separated, and how many more there are."""
     text = ", ".join(str(i) for i in ids[:STUCK_SHOWN])
     if len(ids) > STUCK_SHOWN:
@@ -136,7 +136,7 @@ def print_stuck(
     """One line naming the requests that were waiting or running and never
     finished; ``horizon_s``: the --horizon that ended the run (None: it ran
     to its end), whose requests only had not finished by then."""
-    pre = f"; preempted among them: {_ids(preempted)}" if preempted else ""
+    pre = f"; preempted among them: {ids_text(preempted)}" if preempted else ""
     ended = "never finished"
     if horizon_s is not None:
         ended = f"had not finished when --horizon {horizon_s:g} s ended the run"
@@ -148,7 +148,7 @@ def print_stuck(
         )
     Console(markup=False).print(
         f"{outcome}: {count(len(stuck), 'request')} entered the scheduler and {ended} "
-        f"(request ids, 0-based in arrival order): {_ids(stuck)}{pre}{why}",
+        f"(request ids, 0-based in arrival order): {ids_text(stuck)}{pre}{why}",
         soft_wrap=True,
     )
 

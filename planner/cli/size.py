@@ -286,14 +286,14 @@ def _check_prefill_own(sweep: object, name: str, own: dict[str, int]) -> None:
     (``check_vllm_args``), the config's own checks (drafts within the
     budget) and a pool that holds the model (``Sweep.pool_blocks``). Raises
     ValueError (one line, naming the candidate and the prefill flags)."""
-    from planner.cli.disagg import PREFILL_OWN
+    from planner.cli.disagg import PREFILL_OWN, prefill_settings
     from planner.config import check_vllm_args
     from planner.sweep.spec import SpecError
 
     util = sweep.utilization()  # type: ignore[attr-defined]
     seen: set = set()
     for k in sweep.configs:  # type: ignore[attr-defined]
-        merged = {n: own.get(n, getattr(k, n)) for n in ("max_num_seqs", "max_num_batched_tokens")}
+        merged = prefill_settings(k, own)
         key = (merged["max_num_seqs"], merged["max_num_batched_tokens"], k.block_size,
                k.speculation)  # fmt: skip
         if key in seen:
@@ -353,7 +353,7 @@ def _disaggregated(
             cfg := _pool_config(s, want, f"{c.gpu} TP {c.tp}"),
             s.latency,
             _kv_bytes_per_token(s, c.tp, cfg),
-            _prefill_config(s, cfg, own, _utilization(df, c.gpu, c.tp)),
+            _prefill_config(s, cfg, own),
         )  # fmt: skip
         for c, s in zip(runnable, sweeps, strict=True)
     ]
@@ -416,13 +416,16 @@ def _utilization(table: pd.DataFrame, gpu: str, tp: int) -> float:
     return float(rows["gpu_memory_utilization"].iloc[0])
 
 
-def _prefill_config(sweep: object, cfg: object, own: dict[str, int], util: float) -> object:
+def _prefill_config(sweep: object, cfg: object, own: dict[str, int]) -> object:
     """``cfg`` as a prefill replica with its own settings ``own`` (None when
     there are none), its pool profiled at them as vLLM profiles
     (``Sweep.pool_blocks``)."""
     if not own:
         return None
-    merged = {n: own.get(n, getattr(cfg, n)) for n in ("max_num_seqs", "max_num_batched_tokens")}
+    from planner.cli.disagg import prefill_settings
+
+    merged = prefill_settings(cfg, own)  # type: ignore[arg-type]
+    util = sweep.utilization()  # type: ignore[attr-defined]
     blocks = sweep.pool_blocks(  # type: ignore[attr-defined]
         util, cfg.block_size, merged["max_num_seqs"], merged["max_num_batched_tokens"],  # type: ignore[attr-defined]
         cfg.speculation,  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 from planner import config as K
-from planner.capacity import blocks_for_tokens
+from planner.capacity import blocks_for_tokens, cdiv
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.arrivals import arrival_limit, routing_open
@@ -45,9 +45,8 @@ def _spec_step_tokens(cfg):
 def _remaining(cfg, rq, st, r, extra):
     """``_request_remaining_blocks``: cdiv(min(num_tokens, max_model_len) +
     ``extra``, block_size) less the blocks r holds (full attention)."""
-    bs = cfg[K.BS]
     full = min(rq.prompt[r] + st.nout[r], cfg[K.MML]) + extra
-    return max((full + bs - 1) // bs - st.held[r], 0)
+    return max(cdiv(full, cfg[K.BS]) - st.held[r], 0)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -78,7 +77,7 @@ def reserved_blocks(cfg, rq, st, x, q, k, aside, n_aside):
             r = aside[j]
             if x.pd[r] & S.PD_INFLIGHT:
                 total += _remaining(cfg, rq, st, r, extra)
-        total += (extra + cfg[K.BS] - 1) // cfg[K.BS]
+        total += cdiv(extra, cfg[K.BS])
     return total
 
 

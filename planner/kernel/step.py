@@ -343,20 +343,15 @@ def _finish(r, t, cfg, rq, st, k, p):
         if p.slot_of[r] >= 0:
             freed = PC.release(r, st.held[r], p, blis)
     st.held[r] = 0
-    st.skip[r] = 0
-    st.koff[r] = 0
-    freed -= taken
-    st.status[r] = S.FINISHED
-    st.finish_ns[r] = t
-    _answered_if(rq.features.extras, cfg, rq, st, k, r, t)
-    return freed
+    _finish_later(r, t, cfg, rq, st, k)
+    return freed - taken
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+@njit(cache=True, inline="always")
 def _finish_later(r, t, cfg, rq, st, k):
-    """``_finish`` for a request whose blocks stay held until the step in
-    flight lands (``remote_kv.drain_deferred`` frees them): it is finished
-    now, its blocks are not freed yet."""
+    """``_finish`` but for its blocks: r is finished at t and its client may
+    send again; the caller frees its blocks (``_finish``), or they stay held
+    until the step in flight lands (``remote_kv.drain_deferred``)."""
     st.skip[r] = 0
     st.koff[r] = 0
     st.status[r] = S.FINISHED
