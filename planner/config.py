@@ -337,8 +337,6 @@ class SchedulerConfig:
 
     def _check_sliding_window(self) -> None:
         """A sliding window is simulated under vLLM's own rules only: not with
-        prefix caching (vLLM's sliding-window cache hit search,
-        ``SlidingWindowManager.find_longest_cache_hit``, is not modelled),
         compat blis (BLIS has no sliding window), swap preemption (a named
         option whose CPU tier keeps no null blocks) or the max_servable stop
         bound (the pool's tokens bound a request's length only under full
@@ -346,7 +344,6 @@ class SchedulerConfig:
         if self.sliding_window == 0 and self.kv_groups == 1:
             return
         for name, bad in (
-            ("enable-prefix-caching", self.enable_prefix_caching and self.compat != "blis"),
             ("compat blis", self.compat == "blis"),
             ("preemption-mode swap", self.preemption_mode == "swap"),
             ("stop-bound max_servable", self.stop_bound == "max_servable"),

@@ -9,7 +9,10 @@ vLLM concept, one step at a time, no fast path.
   ``get_computed_blocks``, ``free``) with ``FullAttentionManager`` of
   ``single_type_kv_cache_manager.py`` (``cache_blocks``, ``find_longest_cache_hit``)
   or, with ``sliding_window``, its ``SlidingWindowManager``
-  (``remove_skipped_blocks``: blocks outside the window become null blocks)
+  (``remove_skipped_blocks``: blocks outside the window become null blocks;
+  with prefix caching ``find_longest_cache_hit`` and the sparse retention of
+  ``reachable_block_mask``), several groups joined as
+  ``kv_cache_coordinator.py``'s ``HybridKVCacheCoordinator`` joins them
 - ``Scheduler``      ~ ``vllm/v1/core/sched/scheduler.py`` (``schedule``,
   ``_preempt_request``, ``update_from_output``) and ``check_stop`` in
   ``vllm/v1/core/sched/utils.py``
@@ -99,6 +102,9 @@ class Request:
     uncounted: int = 0
     # block tables of the KV cache groups after the first (hybrid models)
     more: list[list[int]] = field(default_factory=list)
+    # ``shared_prefix_boundary``: a hybrid's full-attention hit past the
+    # sliding-window groups' hit at its last lookup (tokens; 0: none)
+    junction: int = 0
     # speculative decoding: draft tokens pending (``spec_token_ids``), or -1
     # after a non-final prefill chunk (``is_prefill_chunk``)
     spec: int = 0
@@ -224,6 +230,9 @@ class KVCacheManager:
         # The KV cache groups in table order (sliding-window ones first, as the
         # recorder lists them): one block table per group, one pool.
         self.kinds = ["sliding"] * cfg.sliding_window_groups + ["full"] * cfg.full_attention_groups
+        # ``SlidingWindowManager._contiguous_blocks_for_hit``: cached blocks in a
+        # row that make a hit (the window less the query token, in blocks)
+        self.need = cdiv(self.window - 1, self.block_size) if self.window else 0
 
     def tables(self, req: Request) -> list[list[int]]:
         """The request's block table in each KV cache group (``req.blocks`` first)."""
@@ -246,19 +255,74 @@ class KVCacheManager:
             return ("group", req.prefix_group, j)
         return ("request", req.rid, j)
 
-    def get_computed_blocks(self, req: Request) -> list[int]:
-        """The longest chain of cached full blocks, at most num_tokens - 1 tokens
-        (compat blis: every full prompt block, ``KVCacheState.GetCachedBlocks``)."""
+    def get_computed_blocks(self, req: Request) -> list[list[int]]:
+        """``KVCacheManager.get_computed_blocks``: each KV cache group's hit
+        blocks (table order; ``NULL`` where a sliding-window hit skips), all
+        of one length, within num_tokens - 1 tokens (compat blis: every full
+        prompt block, ``KVCacheState.GetCachedBlocks``). The full-attention
+        groups take the longest chain of cached blocks
+        (``FullAttentionManager.find_longest_cache_hit``), the sliding-window
+        groups the last run of ``need`` cached blocks within it
+        (``SlidingWindowManager.find_longest_cache_hit``), and the full hit is
+        cut to theirs (``HybridKVCacheCoordinator.find_longest_cache_hit``,
+        one pass for one full and one sliding spec); a full hit longer than
+        the reconciled one is the request's junction
+        (``shared_prefix_boundary``)."""
+        hits: list[list[int]] = [[] for _ in self.kinds]
         if not self.caching:
-            return []
-        hits = []
+            return hits
         limit = req.prompt_len if self.blis else req.num_tokens - 1
-        for j in range(limit // self.block_size):
-            b = self.pool.get_cached_block(self.block_key(req, j))
-            if b is None:
-                break
-            hits.append(b)
+        full = [g for g, kind in enumerate(self.kinds) if kind == "full"]
+        sliding = [g for g, kind in enumerate(self.kinds) if kind == "sliding"]
+        n = limit // self.block_size
+        if full:
+            for j in range(n):
+                row = self._cached(req, j, full)
+                if row is None:
+                    break
+                for g, b in zip(full, row, strict=True):
+                    hits[g].append(b)
+            n = len(hits[full[0]])
+        longest = n
+        if sliding:
+            for g, row in zip(sliding, self._window_hit(req, n, sliding), strict=True):
+                hits[g] = row
+            n = len(hits[sliding[0]])
+            for g in full:
+                del hits[g][n:]
+        req.junction = longest * self.block_size if full and sliding and longest > n else 0
         return hits
+
+    def _cached(self, req: Request, j: int, groups: list[int]) -> list[int] | None:
+        """``BlockPool.get_cached_block``: block j's cached block in each of
+        ``groups`` (a hash is cached per group), or None if any misses."""
+        key = self.block_key(req, j)
+        row = []
+        for g in groups:
+            b = self.pool.get_cached_block((*key, g))
+            if b is None:
+                return None
+            row.append(b)
+        return row
+
+    def _window_hit(self, req: Request, n: int, groups: list[int]) -> list[list[int]]:
+        """``SlidingWindowManager.find_longest_cache_hit`` within n blocks:
+        from the right, the first run of ``need`` blocks cached in every group
+        of ``groups`` ends the hit (blocks before the run are ``NULL``); with
+        no such run, the cached run from block 0."""
+        rows = [[NULL] * n for _ in groups]
+        run = 0
+        for i in range(n - 1, -1, -1):
+            row = self._cached(req, i, groups)
+            if row is None:
+                run = 0
+                continue
+            for out, b in zip(rows, row, strict=True):
+                out[i] = b
+            run += 1
+            if run >= self.need:
+                return [out[: i + run] for out in rows]
+        return [out[:run] for out in rows]
 
     def allocate_slots(
         self,
@@ -266,7 +330,7 @@ class KVCacheManager:
         num_new_tokens: int,
         full_sequence_must_fit: bool,
         watermark: bool,
-        hits: list[int] | None = None,
+        hits: list[list[int]] | None = None,
         external: int = 0,
         reserved: int = 0,
         lookahead: int = 0,
@@ -277,21 +341,30 @@ class KVCacheManager:
         allocation must leave (``reserved_blocks``, not in the gate);
         ``lookahead``: slots past the new tokens (``num_lookahead_tokens``, not
         in the gate)."""
-        hits = hits or []
+        hits = hits or [[] for _ in self.kinds]
+        nhit = len(hits[0])
         wm = self.watermark_blocks if watermark else 0
-        # Hit blocks sitting in the free queue leave it when touched.
-        evictable = sum(self.pool.ref_cnt[b] == 0 for b in hits)
-        if self.defect and hits and len(hits) * self.block_size == req.num_tokens:
+        have = len(req.blocks) + nhit
+        computed = req.num_computed_tokens + nhit * self.block_size + external
+        # Hit blocks sitting in the free queue leave it when touched; a
+        # sliding-window group's hits before its window are null
+        # (``get_num_blocks_to_allocate``: ``_get_num_evictable_blocks``).
+        skip = self._skipped_blocks(computed)
+        evictable = sum(
+            self.pool.ref_cnt[b] == 0
+            for kind, row in zip(self.kinds, hits, strict=True)
+            for b in row[skip if kind == "sliding" else 0 :]
+            if b != NULL
+        )
+        if self.defect and nhit and nhit * self.block_size == req.num_tokens:
             # compat blis, the full-hit defect (``AllocateKVBlocks`` claims hits
             # only in its loop over new tokens, which does not run for none):
             # admitted if its free hits fit, holding no block.
             if evictable > self.pool.num_free():
                 return False
             req.uncounted = req.num_tokens
-            req.num_cached_blocks = len(hits)
+            req.num_cached_blocks = nhit
             return True
-        have = len(req.blocks) + len(hits)
-        computed = req.num_computed_tokens + len(hits) * self.block_size + external
         free = self.pool.num_free()
         if full_sequence_must_fit:
             full = blocks_for_tokens(req.num_tokens, self.max_model_len, self.block_size)
@@ -313,14 +386,26 @@ class KVCacheManager:
         )
         if len(self.kinds) * max(0, target - have) + evictable + wm > free - reserved:
             return False
-        self.pool.touch(hits)
-        req.blocks.extend(hits)
-        req.num_cached_blocks += len(hits)
+        # ``add_local_computed_blocks``, group by group: the hits past the
+        # window take references, the skipped ones stay null.
+        for kind, table, row in zip(self.kinds, self.tables(req), hits, strict=True):
+            k = skip if kind == "sliding" else 0
+            self.pool.touch(row[k:])
+            table.extend([NULL] * min(k, len(row)) + row[k:])
+        req.num_cached_blocks += nhit
         for table in self.tables(req):  # allocate_new_blocks, group by group
             table.extend(self.pool.get_new_blocks(max(0, target - len(table))))
         if not external:
             self.cache_blocks(req, computed + num_new_tokens)
         return True
+
+    def _skipped_blocks(self, computed: int) -> int:
+        """``SlidingWindowManager.get_num_skipped_tokens`` in whole blocks:
+        those before the window of the token after ``computed`` (0 without a
+        window)."""
+        if not self.window:
+            return 0
+        return max(0, computed - self.window + 1) // self.block_size
 
     def remove_skipped_blocks(self, req: Request) -> None:
         """``SlidingWindowManager.remove_skipped_blocks`` on the processed
@@ -346,14 +431,40 @@ class KVCacheManager:
 
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Hash the request's full blocks up to ``num_tokens`` of known tokens
-        (compat blis: prompt blocks only, as ``AllocateKVBlocks`` looks up no other)."""
+        in every group (``KVCacheCoordinator.cache_blocks``; compat blis:
+        prompt blocks only, as ``AllocateKVBlocks`` looks up no other). Null
+        blocks are skipped (``BlockPool.cache_full_blocks``), and a
+        sliding-window group keeps only the blocks a later hit can reach
+        (``reachable_block_mask``, below)."""
         if not self.caching:
             return
         known = req.prompt_len if self.blis else req.num_tokens
         num_full = min(num_tokens, known) // self.block_size
-        for j in range(req.num_cached_blocks, num_full):
-            self.pool.cache_block(req.blocks[j], self.block_key(req, j))
-        req.num_cached_blocks = max(req.num_cached_blocks, num_full)
+        start = req.num_cached_blocks
+        if num_full <= start:
+            return
+        keep = self._reachable(req, start, num_full) if self.window else None
+        for g, (kind, table) in enumerate(zip(self.kinds, self.tables(req), strict=True)):
+            for j in range(start, num_full):
+                if table[j] != NULL and (kind == "full" or keep[j - start]):
+                    self.pool.cache_block(table[j], (*self.block_key(req, j), g))
+        req.num_cached_blocks = num_full
+
+    def _reachable(self, req: Request, start: int, end: int) -> list[bool]:
+        """``SlidingWindowManager.reachable_block_mask`` for blocks start..end-1
+        under vLLM's default ``prefix_cache_retention_interval`` 0 (no
+        periodic checkpoints): only the ``need`` blocks ending at each
+        boundary a later hit can stop at, the replay boundary (the prompt
+        less its last token, ``replay_boundaries``) and the junction, both
+        rounded down to a block."""
+        keep = [False] * (end - start)
+        for boundary in (req.prompt_len - 1, req.junction):
+            if boundary <= 0:
+                continue
+            last = boundary // self.block_size
+            for j in range(max(start, last - self.need), min(end, last)):
+                keep[j - start] = True
+        return keep
 
     def free(self, req: Request) -> None:
         """Free tail first, so the tail is evicted first; null blocks are not
@@ -611,8 +722,8 @@ class Scheduler:
                 skipped.append(queue.pop(0))
                 continue
             # A preempted or new request first claims its prefix-cache hits.
-            hits = self.kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else []
-            hit_tokens = len(hits) * self.cfg.block_size
+            hits = self.kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else None
+            hit_tokens = len(hits[0]) * self.cfg.block_size if hits else 0
             if req.remote and req.num_computed_tokens == 0:
                 if not self._start_load(req, hits):
                     break
@@ -670,7 +781,7 @@ class Scheduler:
         stats[0] += req.num_tokens
         stats[1] += hit_tokens
 
-    def _start_load(self, req: Request, hits: list[int]) -> bool:
+    def _start_load(self, req: Request, hits: list[list[int]] | None) -> bool:
         """A remote request's KV load (``Scheduler.schedule``'s ``load_kv_async``
         path): the connector (``NixlConnectorScheduler.
         get_num_new_matched_tokens``, ``nixl/pull_scheduler.py``) loads every
@@ -680,7 +791,7 @@ class Scheduler:
         (``_inflight_prefill_reserved_blocks``) and one speculative step's
         (``_spec_decode_step_blocks``); the request then waits in
         WAITING_FOR_REMOTE_KVS. False if the blocks do not fit."""
-        hit_tokens = len(hits) * self.cfg.block_size
+        hit_tokens = len(hits[0]) * self.cfg.block_size if hits else 0
         external = req.prompt_len - hit_tokens
         reserved = sum(
             self._remaining_blocks(r)
@@ -1091,6 +1202,8 @@ class Engine:
                 (
                     r.num_cached_blocks if not r.uncounted else (-1 - r.num_cached_blocks),
                     tuple(r.blocks),
+                    tuple(map(tuple, r.more)),
+                    r.junction,
                 )
                 for r in sched.running
             ),  # fmt: skip

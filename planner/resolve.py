@@ -362,8 +362,6 @@ def server(
     the planner's deliberate differences applied to defaults only, each
     marked ``vllm_defaults.DIFFERS`` with its reason:
 
-    - prefix caching off for a model with sliding-window or chunked layers
-      (vLLM's ``SlidingWindowManager.find_longest_cache_hit`` is not simulated);
     - prefix caching and async scheduling off under a named preemption mode
       other than recompute (they are modelled with recompute only);
     - async scheduling off under ``--compat blis`` (BLIS schedules in sync).
@@ -376,10 +374,6 @@ def server(
     g = None if gpu is None else hardware.gpu(gpu)
     out = vllm_defaults.settings(given, m, g, usage)
     cache, run_async = "enable_prefix_caching", "async_scheduling"
-    if m is not None and set(m.layer_types) & {"sliding", "chunked"}:
-        out[cache] = vllm_defaults.differs(
-            out[cache], False, "prefix caching with sliding-window layers is not simulated"
-        )
     if preemption_mode != "recompute" and compat == "vllm":
         why = f"modelled with recompute preemption only, not {preemption_mode}"
         out[cache] = vllm_defaults.differs(out[cache], False, why)

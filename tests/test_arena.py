@@ -99,7 +99,7 @@ def test_cache_arrays_fill_the_arenas_without_overlap(monkeypatch):
     for a32, a64, views, marker in seen:
         if marker is None:
             continue
-        for arena, n_arrays in ((a32, 10), (a64, 2)):
+        for arena, n_arrays in ((a32, 11), (a64, 2)):
             lo, hi = base_of(arena), base_of(arena) + arena.nbytes
             spans = sorted(
                 (base_of(v), base_of(v) + v.nbytes)

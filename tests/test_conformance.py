@@ -212,3 +212,61 @@ def test_drafts_on_the_decode_side_need_each_rule(monkeypatch):
 
     assert differs((R.KVCacheManager, "pop_blocks_for_free", free_at_once))
     assert differs((R.Scheduler, "_padded", lambda self, *a: 1))
+
+
+@pytest.mark.slow
+def test_prefix_caching_with_sliding_windows_needs_each_rule(monkeypatch):
+    """The ``*_caching_*`` window goldens (prefix caching on sliding-window
+    and hybrid models, vLLM 0.33): at least 20, sliding-only and hybrid, sync
+    and async, with hits, preemptions and a livelock; and each rule is
+    needed: caching every sliding block (no ``reachable_block_mask``), no
+    junction (``shared_prefix_boundary``), or a sliding hit taken as a chain
+    from block 0 instead of a run found from the right each make the
+    reference engine differ from vLLM on some of them."""
+    from planner import reference as R
+
+    names = [n for n in NAMES if n.startswith(("swa_caching_", "hyb_caching_"))]
+    golds = {n: load(n) for n in names if load(n)["scenario"]["mode"] == "steps"}
+    assert len(golds) >= 20
+    scns = [g["scenario"] for g in golds.values()]
+    assert all(s["enable_prefix_caching"] and s["sliding_window"] for s in scns)
+    assert {s.get("full_attention_groups", 0) > 0 for s in scns} == {True, False}
+    assert {s["async_scheduling"] for s in scns} == {True, False}
+    assert any(g["outcome"] == "stalled" for g in golds.values())
+    hit = [n for n, g in golds.items() for s in g["steps"] for _, c in s["new"] if c > 0]
+    assert {golds[n]["scenario"]["async_scheduling"] for n in hit} == {True, False}
+    assert sum(r["num_preemptions"] for g in golds.values() for r in g["requests"]) >= 20
+
+    def differs(patch: tuple) -> list[str]:
+        with monkeypatch.context() as m:
+            m.setattr(*patch)
+            out = []
+            for n, g in golds.items():
+                got, _ = reference_steps(g["scenario"])
+                want = golden_steps(g)[: len(got)]
+                if first_difference(want, got, "reference") is not None:
+                    out.append(n)
+            return out
+
+    every_block = (R.KVCacheManager, "_reachable", lambda self, req, a, b: [True] * (b - a))
+    assert differs(every_block)
+    real_get = R.KVCacheManager.get_computed_blocks
+
+    def no_junction(self, req):
+        hits = real_get(self, req)
+        req.junction = 0
+        return hits
+
+    assert differs((R.KVCacheManager, "get_computed_blocks", no_junction))
+
+    def chain_from_zero(self, req, n, groups):
+        rows = [[] for _ in groups]
+        for j in range(n):
+            row = self._cached(req, j, groups)
+            if row is None:
+                break
+            for out, b in zip(rows, row, strict=True):
+                out.append(b)
+        return rows
+
+    assert differs((R.KVCacheManager, "_window_hit", chain_from_zero))

@@ -45,10 +45,10 @@ def configs(draw):
     blis = mode == "blis"
     caching = mode == "recompute" and draw(st.booleans())
     stop = draw(st.sampled_from(["max_model_len", "max_servable"]))
-    # Sliding window (not with caching, swap or the max_servable bound, which it
-    # refuses): windows of one token, inside a block, across blocks and longer
-    # than most requests.
-    plain = caching or mode == "swap" or stop == "max_servable"
+    # Sliding window (with or without prefix caching; not with swap or the
+    # max_servable bound, which it refuses): windows of one token, inside a
+    # block, across blocks and longer than most requests.
+    plain = mode == "swap" or stop == "max_servable"
     window = 0 if plain else draw(st.sampled_from([0, 0, 1, 3, 8, 17, 40, 100]))
     # KV cache groups: all sliding, or hybrids of full and sliding groups
     full_g, window_g = (
@@ -299,14 +299,19 @@ def _random_case(rng: np.random.Generator, wrng: np.random.Generator):
     return cfgs, wl, lat
 
 
-def _with_window(rng: np.random.Generator, cfg: SchedulerConfig) -> SchedulerConfig:
-    """Seven in ten configs that allow one get a sliding window (not with prefix
-    caching, compat blis or swap: the config refuses those; the
+def _with_window(
+    rng: np.random.Generator, cfg: SchedulerConfig, always: bool = False
+) -> SchedulerConfig:
+    """Seven in ten configs that allow one get a sliding window (not with swap,
+    which the config refuses, nor with prefix caching, which
+    ``test_seeded_window_caching_cases_match_the_reference`` covers, so the
+    caching configs keep the decode fast path; the
     max_servable bound, also refused, gives way to max_model_len), half of those a
     pool of at most 24 blocks and half the whole-sequence gate off (a window
     lowers the pressure: this keeps preemptions common). ``rng`` is its own
     stream, so the other draws stay as they were."""
-    if cfg.enable_prefix_caching or cfg.preemption_mode == "swap" or rng.random() < 0.3:
+    skip = cfg.enable_prefix_caching or cfg.preemption_mode == "swap"
+    if skip or (not always and rng.random() < 0.3):
         return cfg
     window = int(rng.choice([1, 5, 16, 33, 64, 150]))
     full_g, window_g = [(0, 1), (0, 1), (1, 1), (1, 2), (2, 1), (1, 1)][int(rng.integers(0, 6))]
@@ -639,3 +644,40 @@ def test_seeded_decode_side_cases_match_the_reference():
             )
     for path, count in seen.items():
         assert count >= 10, f"random decode sides rarely reach {path}: {seen}"
+
+
+@pytest.mark.slow
+def test_seeded_window_caching_cases_match_the_reference():
+    """Prefix caching on sliding-window and hybrid configs (vLLM's
+    ``HybridKVCacheCoordinator`` rules): 600 seeded cases of the random
+    generator's recompute configs, each given caching and a window; kernel ==
+    reference step for step, and the cases reach hits (sync and async,
+    sliding-only and hybrid), preemption and livelock."""
+    rng = np.random.default_rng(20261210)
+    wrng = np.random.default_rng(20261211)
+    seen = dict(hits=0, async_hits=0, hybrid_hits=0, sliding_only_hits=0, preempted=0)
+    seen.update(livelocked=0)
+    for _ in range(600):
+        cfgs, wl, lat = _random_case(rng, wrng)
+        cfgs = [
+            _with_window(wrng, replace(c, enable_prefix_caching=False), always=True)
+            for c in cfgs
+            if c.compat == "vllm" and c.preemption_mode == "recompute"
+        ]
+        cfgs = [replace(c, enable_prefix_caching=True) for c in cfgs]
+        if not cfgs:
+            continue
+        traced, fast, engines = run_both(cfgs, wl, lat)
+        for c, eng in enumerate(engines):
+            assert_step_for_step(traced, fast, c, eng)
+            oi = fast.state.out.counters[c]
+            assert oi[S.O_INVARIANT_ERRORS] == 0
+            hit = any(a > 0 for s in eng.steps for _, a in s.admissions)
+            seen["hits"] += hit
+            seen["async_hits"] += hit and cfgs[c].async_scheduling
+            seen["hybrid_hits"] += hit and cfgs[c].full_attention_groups > 0
+            seen["sliding_only_hits"] += hit and cfgs[c].full_attention_groups == 0
+            seen["preempted"] += oi[S.O_PREEMPTIONS] > 0
+            seen["livelocked"] += oi[S.O_LIVELOCKED]
+    for path, count in seen.items():
+        assert count >= 10, f"window caching cases rarely reach {path}: {seen}"

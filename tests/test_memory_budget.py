@@ -110,8 +110,9 @@ def test_async_skip_buffer_grows_with_requests():
 
 def test_livelock_snapshot_grows_with_requests_and_the_pool():
     """cycle.new_cycle: (11 + 6) int32 per request and 9 scalars; with caching
-    also 1 per request, the block tables (S x maxb) and 4 per block, however
-    large the pool (no size turns detection off)."""
+    also 2 per request (its hashed blocks and junction), the block tables
+    (S x maxb, one row per KV cache group) and 4 per block, however large the
+    pool (no size turns detection off)."""
     assert scratch(num_requests=10_000) - scratch() == 4 * 17 * (10_000 - 100)
     on = {"caching": True}
     grow = scratch(num_requests=10_000, **on) - scratch(**on)
@@ -119,8 +120,11 @@ def test_livelock_snapshot_grows_with_requests_and_the_pool():
     per_block = scratch(num_gpu_blocks=20_000, **on) - scratch(num_gpu_blocks=10_000, **on)
     assert per_block >= 4 * 4 * 10_000
     big = 2**26  # a snapshot of 4 x 2^26 int32 entries: past the old 16 Mi cap
-    assert S.cycle_cache_entries(100, big, 64, 126) == 100 + 64 * 126 + 4 * big
-    assert S.cycle_cache_entries(100, 1000, 64, 126) == 100 + 64 * 126 + 4000
+    assert S.cycle_cache_entries(100, big, 64, 126) == 200 + 64 * 126 + 4 * big
+    assert S.cycle_cache_entries(100, 1000, 64, 126) == 200 + 64 * 126 + 4000
+    # a hybrid's tables: a row per group of each request slot (64 x 126 blocks)
+    rows = scratch(caching=True, kv_groups=3) - scratch(caching=True)
+    assert rows >= 2 * 64 * 126 * 4 * 2  # the table and its snapshot, int32
 
 
 def test_budget_terms_and_threads():

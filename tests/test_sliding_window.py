@@ -19,7 +19,7 @@ from helpers import (
 )
 from planner.api import simulate
 from planner.capacity import analytic_safe_max_num_seqs, cdiv
-from planner.config import SchedulerConfig
+from planner.config import BLIS_IMPLIED, SchedulerConfig
 from planner.kernel import state as S
 
 
@@ -105,7 +105,6 @@ def test_gate_admits_a_long_prompt_that_full_attention_refuses():
 @pytest.mark.parametrize(
     ("extra", "what"),
     [
-        ({"enable_prefix_caching": True}, "--enable-prefix-caching"),
         ({"preemption_mode": "swap"}, "--preemption-mode swap"),
         ({"stop_bound": "max_servable"}, "--stop-bound max_servable"),
     ],
@@ -140,7 +139,10 @@ def test_run_simulates_an_all_sliding_model(capsys):
             "full-attention and sliding-window layers only",
         ),  # fmt: skip
         (["--sliding-window", "64", "--compat", "blis"], "not simulated with --compat blis"),
-        (["--sliding-window", "64", "--enable-prefix-caching"], "not simulated with"),
+        (
+            ["--sliding-window", "64", "--preemption-mode", "swap", "--cpu-swap-blocks", "99"],
+            "not simulated with",
+        ),
     ],
 )
 def test_run_refuses_in_one_line(capsys, args, message):
@@ -250,8 +252,11 @@ def test_group_counts_are_checked():
         SchedulerConfig(sliding_window_groups=2)
     with pytest.raises(ValueError, match="needs --sliding-window 0"):
         SchedulerConfig(sliding_window=64, sliding_window_groups=0)
-    with pytest.raises(ValueError, match="not simulated with --enable-prefix-caching"):
-        SchedulerConfig(full_attention_groups=2, enable_prefix_caching=True)
+    # prefix caching runs with several groups (goldens ``*_caching_*``); BLIS
+    # compatibility does not
+    assert SchedulerConfig(full_attention_groups=2, enable_prefix_caching=True).kv_groups == 2
+    with pytest.raises(ValueError, match="not simulated with --compat blis"):
+        SchedulerConfig(**BLIS_IMPLIED, compat="blis", full_attention_groups=2)
 
 
 def test_run_simulates_a_hybrid_model(capsys):
@@ -308,3 +313,30 @@ def test_several_full_groups_without_a_window_keep_the_pool_balanced():
     one = simulate([SchedulerConfig(num_gpu_blocks=3000)], wl, lat).metrics()
     two = simulate([SchedulerConfig(num_gpu_blocks=3000, full_attention_groups=2)], wl, lat)
     assert two.metrics().peak_kv_blocks.iloc[0] <= 2 * one.peak_kv_blocks.iloc[0] + 2
+
+
+def test_gpt_oss_runs_with_prefix_caching_as_vllm_serve(capsys, tmp_path):
+    """gpt-oss-20b keeps vLLM's default prefix caching (it was turned off as
+    not simulated); its KV layout is the one the ``hyb_caching_gptoss``
+    goldens check step for step (one full and one 128-token sliding group of
+    16-token blocks), and shared prefixes hit."""
+    from conformance import load
+
+    csv = tmp_path / "shared.csv"
+    rows = [f"{i * 0.05},{1500 + i % 7},{100},{i % 2},1024" for i in range(60)]
+    csv.write_text("arrival_time_s,prompt_tokens,output_tokens,prefix_group,prefix_len\n")
+    csv.write_text(csv.read_text() + "\n".join(rows) + "\n")
+    args = ["run", "--model", "gpt-oss-20b", "--gpu", "H100", "--latency", "roofline"]
+    code, out, _ = run_cli(capsys, *args, "--trace-file", str(csv), "--json")
+    assert code == 0
+    o = json.loads(out)
+    setting = o["server_settings"]["enable_prefix_caching"]
+    assert setting["value"] is True and setting["source"] == "vLLM default"
+    gold = load("hyb_caching_gptoss")["scenario"]
+    layout = ("sliding_window", "full_attention_groups", "sliding_window_groups", "block_size")
+    assert tuple(o[k] for k in layout) == tuple(gold[k] for k in layout)
+    assert o["prefix_cache_hits"] > 0
+    code, out, _ = run_cli(
+        capsys, *args, "--trace-file", str(csv), "--json", "--no-enable-prefix-caching"
+    )
+    assert code == 0 and json.loads(out)["prefix_cache_hits"] == 0

@@ -119,16 +119,27 @@ def test_a_run_without_model_or_gpu_names_s1s_server_and_step_time(capsys):
 
 
 def test_the_planner_says_where_it_differs_from_vllms_default(capsys):
-    """gemma-3's sliding-window layers: vLLM caches them by default, the
-    simulator does not yet, so the default turns off and says why."""
+    """A named preemption mode other than recompute: vLLM's default prefix
+    caching and async scheduling turn off (they are modelled with recompute
+    only), each saying why; gemma-3's sliding-window layers keep vLLM's
+    default prefix caching (simulated since the ``*_caching_*`` goldens)."""
+    code, out, err = run_cli(
+        capsys, "run", "--model", "llama-3.1-8b", "--gpu", "H100", "--latency", "roofline",
+        "--num-requests", "5", "--preemption-mode", "swap", "--cpu-swap-blocks", "1000", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    settings = json.loads(out)["server_settings"]
+    for name in ("enable_prefix_caching", "async_scheduling"):
+        s = settings[name]
+        assert s["value"] is False and s["source"] == vllm_defaults.DIFFERS, name
+        assert "recompute" in s["from"] and "vLLM's default is True" in s["from"]
     code, out, err = run_cli(
         capsys, "run", "--model", "gemma-3-27b", "--gpu", "H100", "--latency", "roofline",
         "--num-requests", "5", "--json",
     )  # fmt: skip
     assert code == 0, err
     cache = json.loads(out)["server_settings"]["enable_prefix_caching"]
-    assert cache["value"] is False and cache["source"] == vllm_defaults.DIFFERS
-    assert "sliding-window" in cache["from"] and "vLLM's default is True" in cache["from"]
+    assert cache["value"] is True and cache["source"] == "vLLM default"
 
 
 def test_usage_context_without_model_or_gpu_is_refused(capsys):

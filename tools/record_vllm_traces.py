@@ -432,6 +432,107 @@ def hybrid_scenarios(seed: int = 20261202) -> list[dict]:
     return fixed + timed + rand
 
 
+def _random_window_caching_scenario(rng: random.Random, i: int) -> dict:
+    """A random sliding-window scenario with prefix caching: one sliding
+    group (even i) or a hybrid (odd i), prefix groups shorter and longer than
+    the window, prompts that repeat whole (a full hit), pools from just above
+    the gate's cap to a few times it."""
+    scn = _random_window_scenario(rng, i)
+    bs, mml, window = scn["block_size"], scn["max_model_len"], scn["sliding_window"]
+    top = min(mml // 2, 3 * window + bs)
+    groups = [rng.randint(bs // 2, top) for _ in range(rng.randint(1, 3))]
+    for r in scn["requests"]:
+        if rng.random() < 0.7:
+            g = rng.randrange(len(groups))
+            r["prefix_group"] = g
+            r["prefix_len"] = groups[g]
+            if rng.random() < 0.3:  # the whole prompt is the shared prefix
+                r["prompt_len"] = min(groups[g], mml - 2)
+    scn.update(name=f"swa_caching_rand{i:02d}", enable_prefix_caching=True)
+    if i % 2 == 1:
+        n_full, n_window = rng.choice([(1, 1), (1, 2), (1, 5), (2, 1)])
+        scn.update(
+            name=f"hyb_caching_rand{i:02d}",
+            full_attention_groups=n_full,
+            sliding_window_groups=n_window,
+            num_gpu_blocks=scn["num_gpu_blocks"] * (n_full + n_window)
+            + rng.choice([0, 0, 8, 40]) * n_full,
+        )
+    return scn
+
+
+def window_caching_scenarios(seed: int = 20261210) -> list[dict]:
+    """Prefix caching with sliding-window layers (vLLM's
+    ``SlidingWindowManager.find_longest_cache_hit`` and, with full-attention
+    groups beside them, ``HybridKVCacheCoordinator.find_longest_cache_hit``):
+    gpt-oss's layout (one full and one sliding group, a 128-token window,
+    16-token blocks) on shared prefixes longer than the window, sync and
+    async; gemma-3's 1 + 5 groups; a pool that evicts and preempts; chunked
+    prompts; one sliding group alone; S1 in time; random ones."""
+    hyb = {"full_attention_groups": 1, "sliding_window_groups": 1}
+    gemma = {"full_attention_groups": 1, "sliding_window_groups": 5}
+    shared = [
+        _req(300 + 13 * (i % 5), 40 + 7 * (i % 6), i // 3, prefix_group=i % 2,
+             prefix_len=[256, 200][i % 2])
+        for i in range(36)
+    ]  # fmt: skip
+    long = [
+        _req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2, prefix_group=i % 3,
+             prefix_len=[400, 300, 130][i % 3])
+        for i in range(24)
+    ]  # fmt: skip
+    fixed = [
+        _base("hyb_caching_gptoss", enable_prefix_caching=True, num_gpu_blocks=400,
+              sliding_window=128, **hyb, requests=shared),
+        _base("hyb_caching_gptoss_async", enable_prefix_caching=True, num_gpu_blocks=400,
+              sliding_window=128, async_scheduling=True, **hyb, requests=shared),
+        _base("hyb_caching_gptoss_tight", enable_prefix_caching=True, num_gpu_blocks=90,
+              sliding_window=128, **hyb, requests=shared),
+        _base("hyb_caching_gemma", enable_prefix_caching=True, num_gpu_blocks=800,
+              sliding_window=128, **gemma, requests=shared),
+        _base("hyb_caching_long_preempt", enable_prefix_caching=True, num_gpu_blocks=160,
+              max_num_seqs=16, max_num_batched_tokens=128, max_model_len=1024,
+              sliding_window=64, **hyb, requests=long),
+        _base("hyb_caching_long_preempt_async", enable_prefix_caching=True,
+              num_gpu_blocks=160, max_num_seqs=16, max_num_batched_tokens=128,
+              max_model_len=1024, sliding_window=100, async_scheduling=True, **hyb,
+              requests=long),
+        _base("swa_caching_shared", enable_prefix_caching=True, num_gpu_blocks=200,
+              sliding_window=128, requests=shared),
+        _base("swa_caching_long_async", enable_prefix_caching=True, num_gpu_blocks=60,
+              max_num_seqs=16, max_num_batched_tokens=128, max_model_len=1024,
+              sliding_window=64, async_scheduling=True, requests=long),
+    ]  # fmt: skip
+    timed = [
+        _base(
+            "hyb_caching_s1_time",
+            mode="time",
+            enable_prefix_caching=True,
+            num_gpu_blocks=1500,
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            max_model_len=4096,
+            horizon_s=60.0,
+            alpha_us=list(S1_ALPHA),
+            beta_us=list(S1_BETA),
+            sliding_window=128,
+            **hyb,
+            requests=[
+                _req(
+                    r["prompt_len"] + 300,
+                    r["max_tokens"] // 8,
+                    r["arrival"] / 4,
+                    prefix_group=i % 2,
+                    prefix_len=[256, 384][i % 2],
+                )
+                for i, r in enumerate(_s1_requests()[:120])
+            ],  # fmt: skip
+        )
+    ]
+    rng = random.Random(seed)
+    return fixed + timed + [_random_window_caching_scenario(rng, i) for i in range(16)]
+
+
 def make_scenarios(seed: int = 20261130) -> list[dict]:
     """The golden scenarios: S2 and its variants, S3, S1-exact in time, random
     ones, and the sliding-window ones (``window_scenarios``)."""
@@ -531,7 +632,7 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     rand = [_random_scenario(rng, i) for i in range(28)]
     return (
         fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
-        + eagle_scenarios() + pd_spec_scenarios()
+        + eagle_scenarios() + pd_spec_scenarios() + window_caching_scenarios()
     )  # fmt: skip
 
 
@@ -1225,6 +1326,10 @@ class Driver:
             num_blocks=scn["num_gpu_blocks"],
             kv_cache_tensors=[],
             kv_cache_groups=groups,
+            # as vLLM's start-up copies it (``kv_cache_planning``): the
+            # default 0 keeps a sliding-window group's cached blocks only at
+            # the replay boundary and shared-prefix junctions
+            prefix_cache_retention_interval=cache_cfg.prefix_cache_retention_interval,
         )
         cache_cfg.num_gpu_blocks = scn["num_gpu_blocks"]
         cls = AsyncScheduler if scn["async_scheduling"] else Scheduler

@@ -163,7 +163,8 @@ def _walk(cfg, st, q, k, p, snap, mode):
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _walk_pool(st, q, k, p, mode, snap, pos):
     """The prefix cache's part of the state (``state.cycle_cache_entries``):
-    each running request's hashed-block count and block ids, the free queue in
+    each running request's hashed-block count and block ids (in each KV
+    cache group, and a hybrid's junction), the free queue in
     order, and per block its hash key and its predecessor among the blocks of
     that key (the lists a lookup reads first to last, as vLLM holds them:
     ``PC.published_prev``, so a block's lazy publication makes no difference).
@@ -176,8 +177,12 @@ def _walk_pool(st, q, k, p, mode, snap, pos):
         # (``st.koff``) is told apart by a negated count.
         nc = p.ncached[r] if st.koff[r] == 0 else -1 - p.ncached[r]
         pos, same = _emit(nc, mode, snap, pos, same)
-        for j in range(st.held[r]):
-            pos, same = _emit(p.table[s, j], mode, snap, pos, same)
+        G = p.pc[PC.GROUPS]  # one row per KV cache group
+        for row in range(s * G, s * G + G):
+            for j in range(st.held[r]):
+                pos, same = _emit(p.table[row, j], mode, snap, pos, same)
+        if G > 1:
+            pos, same = _emit(p.junction[r], mode, snap, pos, same)
         if not same:
             return False
     mask = p.fq.shape[0] - 1

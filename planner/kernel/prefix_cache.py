@@ -1,7 +1,8 @@
 """Prefix caching for the kernel: block identities, the free queue and the hash map.
 
-Mirrors vLLM 0.33 with ``hash_block_size == block_size`` and one full-attention
-group:
+Mirrors vLLM 0.33 with ``hash_block_size == block_size``, for one
+full-attention group and (below, "Several KV cache groups") for sliding-window
+and hybrid models:
 
 - ``vllm/v1/core/block_pool.py``: ``BlockPool.get_new_blocks`` (pop from the
   front of the free queue, evicting the block's hash), ``touch`` (a hit takes a
@@ -45,6 +46,25 @@ Block tables live in ``table`` (S, maxb) int32 rows, one per running request
 (``slot_of[r]``), whose first ``ncached[r]`` blocks are hashed; ``slots`` is the
 stack of free rows and ``hits`` (maxb,) int32 a lookup's result.
 
+Several KV cache groups (a sliding window, or a hybrid of full-attention and
+sliding-window groups in one pool; ``pc[GROUPS]`` G groups, the first
+``pc[SW_GROUPS]`` of them sliding, as the recorder orders vLLM's groups):
+request r's table in group g is row ``slot_of[r] * G + g``, and a block of
+group g caches content key k as ``k * G + g`` (vLLM's
+``BlockHashWithGroupId``). A sliding-window row holds -1 (vLLM's null block)
+for the blocks that left the window (``drop_window``,
+``SlidingWindowManager.remove_skipped_blocks``). A lookup
+(``HybridKVCacheCoordinator.find_longest_cache_hit``) takes the full groups'
+chain, then within it the last run of ``pc[NEED]`` blocks cached in every
+sliding group (``SlidingWindowManager.find_longest_cache_hit``), and cuts the
+full hit to that; a full hit longer than the result is r's junction
+(``junction[r]``, tokens; vLLM's ``shared_prefix_boundary``). A sliding
+group hashes only the ``pc[NEED]`` blocks ending at the prompt's replay
+boundary and at the junction (``reachable_block_mask`` under vLLM's default
+``prefix_cache_retention_interval`` 0). Allocation, hashing and freeing go
+group by group (``KVCacheCoordinator``); with G = 1 every function takes the
+one-group path unchanged.
+
 Private keys are published lazily. A key below ``R * maxb`` names a block only
 request r can hold (``block_key``), so only r's own lookup can hit it, and r
 looks up only when it is admitted: first (nothing of its own is cached yet)
@@ -81,11 +101,12 @@ from numba import njit
 from planner.kernel.uindex import uidx
 
 FREE_LEN, IN_USE, REFS, FREE_SLOTS, FQ_HEAD, FQ_TAIL = 0, 1, 2, 3, 4, 5
-PC_FIELDS = 6  # the length of ``pc``
+GROUPS, SW_GROUPS, NEED = 6, 7, 8  # KV cache groups, the sliding ones, a window hit's run
+PC_FIELDS = 9  # the length of ``pc``
 
 PrefixCache = namedtuple(
     "PrefixCache",
-    "table slots slot_of ncached hits ref hkey hnext hprev fq fpos pc tkey thead ttail",
+    "table slots slot_of ncached hits ref hkey hnext hprev fq fpos pc tkey thead ttail junction",
 )
 GOLDEN = np.uint64(11400714819323198485)  # 2**64 / golden ratio (Fibonacci hashing)
 
@@ -104,20 +125,23 @@ def table_capacity(n_blocks):
 
 def cache_entries(n_blocks: int, n_slots: int, maxb: int, n_req: int) -> tuple[int, int]:
     """(int32, int64) entries ``new_cache`` takes from its two arenas:
-    ``table`` (n_slots x maxb), ``slot_of``/``ncached`` (n_req),
+    ``table`` (n_slots x maxb; n_slots counts one row per KV cache group of
+    each request slot), ``slot_of``/``ncached``/``junction`` (n_req),
     ``ref``/``hnext``/``hprev``/``fpos`` (n_blocks) and ``fq``/``thead``/``ttail``
     (cap) int32; ``hkey`` (n_blocks) and ``tkey`` (cap) int64, cap =
     ``table_capacity(n_blocks)``. Plain Python (``table_capacity``'s own
     code): the caller sizes the arenas before anything is compiled."""
     cap = int(table_capacity.py_func(n_blocks))
-    i32 = n_slots * maxb + 2 * n_req + 4 * n_blocks + 3 * cap
+    i32 = n_slots * maxb + 3 * n_req + 4 * n_blocks + 3 * cap
     return int(i32), int(n_blocks + cap)
 
 
 @njit(cache=True)
-def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
+def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64, groups, sw_groups, need):
     """Fresh prefix-cache state (see the module docstring) for ``n_blocks`` blocks,
-    ``n_slots`` block-table rows of ``maxb`` blocks and ``n_req`` requests;
+    ``n_slots`` block-table rows of ``maxb`` blocks (``groups`` rows per
+    request slot, the first ``sw_groups`` sliding-window ones, whose hits
+    need runs of ``need`` blocks) and ``n_req`` requests;
     block 0 is taken if null_block. Its large arrays are consecutive slices
     of the thread's arenas ``a32`` (int32) and ``a64`` (int64), as
     ``cache_entries`` counts them, initialized here except ``table``, whose
@@ -127,7 +151,8 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     o = n_slots * maxb
     flat_table = a32[:o]
     slot_of, ncached = a32[o : o + n_req], a32[o + n_req : o + 2 * n_req]
-    o += 2 * n_req
+    junction = a32[o + 2 * n_req : o + 3 * n_req]
+    o += 3 * n_req
     ref, hnext, hprev, fpos = (
         a32[o : o + n_blocks],
         a32[o + n_blocks : o + 2 * n_blocks],
@@ -143,6 +168,7 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
     for a in (slot_of, hnext, hprev, thead, ttail):
         a[:] = -1
     ncached[:] = 0
+    junction[:] = 0
     ref[:] = 0
     hkey[:] = -1
     tkey[:] = -1
@@ -152,14 +178,15 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
         fpos[b] = b - first
     pc = np.zeros(PC_FIELDS, dtype=np.int64)
     pc[FREE_LEN] = n_blocks - first
-    pc[FREE_SLOTS] = n_slots
+    pc[FREE_SLOTS] = n_slots // groups
     pc[FQ_TAIL] = n_blocks - first
+    pc[GROUPS], pc[SW_GROUPS], pc[NEED] = groups, sw_groups, need
     return PrefixCache(
         table,
-        np.arange(n_slots).astype(np.int32),
+        np.arange(n_slots // groups).astype(np.int32),
         slot_of,
         ncached,
-        np.empty(maxb, dtype=np.int32),
+        np.empty(groups * maxb, dtype=np.int32),
         ref,
         hkey,
         hnext,
@@ -170,6 +197,7 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64):
         tkey,
         thead,
         ttail,
+        junction,
     )
 
 
@@ -371,9 +399,16 @@ def set_hash(b, k, private, hkey, hnext, hprev, tkey, thead, ttail):
 def publish(r, held, p):
     """r is preempted: enter its pending blocks (``table[slot_of[r], :held]``)
     into the map, so its lookup at re-admission finds them as vLLM's does."""
-    s = p.slot_of[r]
-    for j in range(held):
-        b = p.table[s, j]
+    G = p.pc[GROUPS]
+    for row in range(p.slot_of[r] * G, p.slot_of[r] * G + G):
+        for j in range(held):
+            _publish_block(p.table[row, j], p)
+
+
+@njit(cache=True, inline="always")
+def _publish_block(b, p):
+    """``publish`` one table entry (nothing for a null block, -1)."""
+    if b >= 0:
         if p.hkey[b] < -1:
             k = pending(p.hkey[b])
             p.hkey[b] = -1
@@ -410,6 +445,19 @@ def _map_insert(b, k, hkey, hnext, hprev, tkey, thead, ttail):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def get_new_blocks(n, s, start, p):
+    """``allocate_new_blocks`` for slot s: n blocks from the front of the free
+    queue into entries start..start+n-1 of each KV cache group's row, group
+    after group (``_take_blocks``)."""
+    G = p.pc[GROUPS]
+    if G == 1:
+        _take_blocks(n, s, start, p)
+        return
+    for row in range(s * G, s * G + G):
+        _take_blocks(n, row, start, p)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _take_blocks(n, s, start, p):
     """Pop n blocks from the front of the free queue into p.table[s, start:start+n]:
     the queue's first n blocks in order, each's old hash dropped."""
     mask = p.fq.shape[0] - 1
@@ -435,7 +483,9 @@ def lookup(r, nmax, bs, rq, p):
     r's first ``nmax`` full blocks (vLLM: ``max_hit_blocks``, within num_tokens
     - 1 tokens; compat blis: all prompt // block_size prompt blocks, BLIS's
     ``KVCacheState.GetCachedBlocks``, ``sim/kv/cache.go``). Returns (k, hits
-    still in the free queue)."""
+    still in the free queue). Several KV cache groups: ``_lookup_groups``."""
+    if p.pc[GROUPS] != 1 or p.pc[SW_GROUPS] != 0:
+        return _lookup_groups(r, nmax, bs, rq, p)
     n_req = p.slot_of.shape[0]
     maxb = p.table.shape[1]
     k = 0
@@ -453,8 +503,76 @@ def lookup(r, nmax, bs, rq, p):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _lookup_groups(r, nmax, bs, rq, p):
+    """``lookup`` with several KV cache groups (``HybridKVCacheCoordinator.
+    find_longest_cache_hit``, one pass: full attention first, then the
+    sliding-window groups within its hit): group g's hits go to
+    ``p.hits[g * maxb:]``, -1 where a sliding-window hit skips; sets r's
+    junction. Returns (hit blocks per group, non-null hits still in the free
+    queue)."""
+    G, SW = p.pc[GROUPS], p.pc[SW_GROUPS]
+    maxb = p.table.shape[1]
+    n = nmax
+    if G > SW:  # ``FullAttentionManager.find_longest_cache_hit``
+        n = 0
+        while n < nmax and _cached_row(r, n, SW, G, bs, rq, p):
+            n += 1
+    longest = n
+    if SW > 0:
+        n = _window_hit(r, n, bs, rq, p)
+    p.junction[r] = longest * bs if G > SW and SW > 0 and longest > n else 0
+    evictable = 0
+    for g in range(G):
+        for j in range(n):
+            b = p.hits[g * maxb + j]
+            if b >= 0 and p.ref[b] == 0:
+                evictable += 1
+    return n, evictable
+
+
+@njit(cache=True, inline="always")
+def _cached_row(r, j, g0, g1, bs, rq, p):
+    """``BlockPool.get_cached_block`` for groups g0..g1-1: whether block j of r
+    is cached in each (its first block written to ``p.hits``)."""
+    G = p.pc[GROUPS]
+    maxb = p.table.shape[1]
+    key = block_key(r, j, bs, rq, p.slot_of.shape[0], maxb) * G
+    for g in range(g0, g1):
+        i = find(key + g, p.tkey)
+        if i < 0:
+            return False
+        p.hits[g * maxb + j] = p.thead[i]
+    return True
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _window_hit(r, n, bs, rq, p):
+    """``SlidingWindowManager.find_longest_cache_hit`` within r's first n
+    blocks: from the right, the first run of ``pc[NEED]`` blocks cached in
+    every sliding-window group ends the hit, the blocks before it null (-1);
+    with no such run, the cached run from block 0. Returns its length."""
+    SW, need = p.pc[SW_GROUPS], p.pc[NEED]
+    maxb = p.table.shape[1]
+    run = 0
+    for i in range(n - 1, -1, -1):
+        if not _cached_row(r, i, 0, SW, bs, rq, p):
+            run = 0
+            continue
+        run += 1
+        if run >= need:
+            for g in range(SW):
+                p.hits[g * maxb : g * maxb + i] = -1
+            return i + run
+    return run
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def touch(k, s, p):
-    """Take a reference on each of the k hit blocks; copy them to the front of table[s]."""
+    """Take a reference on each of the k hit blocks; copy them to the front of
+    table[s] (several groups: each group's row, ``_touch_groups``)."""
+    if p.pc[GROUPS] != 1 or p.pc[SW_GROUPS] != 0:
+        _touch_groups(k, s, p)
+        return
     for i in range(k):
         b = p.hits[i]
         ub = uidx(b)
@@ -468,9 +586,33 @@ def touch(k, s, p):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _touch_groups(k, s, p):
+    """``touch`` group by group (``add_local_computed_blocks``): a null hit
+    (-1, before a sliding window) is copied and takes no reference."""
+    G = p.pc[GROUPS]
+    maxb = p.table.shape[1]
+    for g in range(G):
+        for i in range(k):
+            b = p.hits[g * maxb + i]
+            p.table[s * G + g, i] = b
+            if b < 0:
+                continue
+            if p.ref[b] == 0:
+                p.fq[p.fpos[b]] = -1  # leaves the free queue (``remove``)
+                p.pc[FREE_LEN] -= 1
+                p.pc[IN_USE] += 1
+            p.ref[b] += 1
+            p.pc[REFS] += 1
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def cache_blocks(r, upto, bs, rq, p):
     """Hash r's full blocks below ``upto`` known, computed tokens (``cache_blocks``);
-    updates ``p.ncached[r]``, the count of r's hashed blocks."""
+    updates ``p.ncached[r]``, the count of r's hashed blocks. Several KV
+    cache groups: ``_cache_groups``."""
+    if p.pc[GROUPS] != 1 or p.pc[SW_GROUPS] != 0:
+        _cache_groups(r, upto, bs, rq, p)
+        return
     n_req = p.slot_of.shape[0]
     maxb = p.table.shape[1]
     s = p.slot_of[r]
@@ -489,6 +631,37 @@ def cache_blocks(r, upto, bs, rq, p):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _cache_groups(r, upto, bs, rq, p):
+    """``cache_blocks`` in every KV cache group (``KVCacheCoordinator.
+    cache_blocks``): null blocks are skipped (``cache_full_blocks``) and a
+    sliding-window group hashes only the ``pc[NEED]`` blocks ending at r's
+    replay boundary (prompt - 1 tokens) and at its junction, each rounded
+    down to a block (``SlidingWindowManager.reachable_block_mask`` with
+    ``prefix_cache_retention_interval`` 0, vLLM's default)."""
+    n_full = upto // bs
+    j0 = p.ncached[r]
+    if n_full <= j0:
+        return
+    G, SW, need = p.pc[GROUPS], p.pc[SW_GROUPS], p.pc[NEED]
+    n_req = p.slot_of.shape[0]
+    maxb = p.table.shape[1]
+    private = n_req * maxb * G
+    s = p.slot_of[r]
+    replay = (rq.prompt[r] - 1) // bs
+    junction = p.junction[r] // bs
+    for j in range(j0, n_full):
+        key = block_key(r, j, bs, rq, n_req, maxb) * G
+        reachable = replay - need <= j < replay or junction - need <= j < junction
+        for g in range(G):
+            b = p.table[s * G + g, j]
+            if b < 0 or (g < SW and not reachable):
+                continue
+            if hash_of(b, p.hkey) != key + g:
+                set_hash(b, key + g, private, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
+    p.ncached[r] = n_full
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def free_blocks(s, n, p, blis):
     """``KVCacheManager.free``: release table[s, :n] tail first; unhashed
     blocks rejoin the free queue at its front, hashed ones at its back, each
@@ -497,9 +670,17 @@ def free_blocks(s, n, p, blis):
     The row's entries are scratch afterwards: the unhashed blocks are parked
     at its top, which has already been read, until they go to the front.
     Returns the blocks that rejoined the free queue."""
+    return free_range(s, 0, n, p, blis)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def free_range(s, lo, n, p, blis):
+    """``free_blocks`` of table[s, lo:n] (``BlockPool.free_blocks``, tail
+    first), its entries scratch afterwards. Returns the blocks that rejoined
+    the free queue."""
     freed = 0
     u = 0  # unhashed blocks freed so far, parked at table[s, n - u:]
-    for i in range(n - 1, -1, -1):
+    for i in range(n - 1, lo - 1, -1):
         b = p.table[s, i]
         ub = uidx(b)
         p.ref[ub] -= 1
@@ -515,7 +696,26 @@ def free_blocks(s, n, p, blis):
         _fq_push(p.table[s, i], True, p)
     p.pc[FREE_LEN] += freed
     p.pc[IN_USE] -= freed
-    p.pc[REFS] -= n
+    p.pc[REFS] -= n - lo
+    return freed
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def drop_window(r, lo, hi, p):
+    """Blocks lo..hi-1 of r left the sliding window
+    (``SlidingWindowManager.remove_skipped_blocks``): in each sliding-window
+    group, freed last to first (``_remove_blocks_in_range``) and replaced by
+    null blocks (-1). A block still pending enters the map first (``publish``:
+    it leaves r's table, so r's own preemption would not publish it, and
+    vLLM's map holds it; r may find it again after a preemption). Returns the
+    blocks that rejoined the free queue."""
+    G = p.pc[GROUPS]
+    freed = 0
+    for row in range(p.slot_of[r] * G, p.slot_of[r] * G + p.pc[SW_GROUPS]):
+        for j in range(lo, hi):
+            _publish_block(p.table[row, j], p)
+        freed += free_range(row, lo, hi, p, False)
+        p.table[row, lo:hi] = -1
     return freed
 
 
@@ -524,11 +724,21 @@ def release(r, held, p, blis):
     """Free r's ``held`` blocks (``free_blocks``, ``blis``: BLIS's order) and
     its block-table row. Returns the blocks back in the free queue."""
     s = p.slot_of[r]
-    freed = free_blocks(s, held, p, blis)
+    G = p.pc[GROUPS]
+    if G == 1 and p.pc[SW_GROUPS] == 0:
+        freed = free_blocks(s, held, p, blis)
+    else:  # group by group (``KVCacheCoordinator.free``), past the null head
+        freed = 0
+        for row in range(s * G, s * G + G):
+            lo = 0
+            while lo < held and p.table[row, lo] < 0:
+                lo += 1
+            freed += free_range(row, lo, held, p, blis)
     p.slots[p.pc[FREE_SLOTS]] = s
     p.pc[FREE_SLOTS] += 1
     p.slot_of[r] = -1
     p.ncached[r] = 0
+    p.junction[r] = 0
     return freed
 
 

@@ -411,12 +411,12 @@ def pool_table_capacity(n_blocks: int) -> int:
 
 
 def _table_shape(
-    num_requests: int, max_num_seqs: int, longest_tokens: int, block_size: int
+    num_requests: int, max_num_seqs: int, longest_tokens: int, block_size: int, kv_groups: int
 ) -> tuple[int, int]:
     """The prefix cache's block tables as ``step._cache_shape`` sizes them:
-    S = min(max_num_seqs, R) rows of maxb = ceil(longest_tokens / block_size)
-    + 1 blocks."""
-    return min(max_num_seqs, num_requests), -(-longest_tokens // block_size) + 1
+    S = min(max_num_seqs, R) x kv_groups rows (one per KV cache group of each
+    request slot) of maxb = ceil(longest_tokens / block_size) + 1 blocks."""
+    return min(max_num_seqs, num_requests) * kv_groups, -(-longest_tokens // block_size) + 1
 
 
 def scratch_layout(
@@ -426,18 +426,20 @@ def scratch_layout(
     max_num_seqs: int,
     longest_tokens: int,
     caching: bool,
+    kv_groups: int = 1,
 ) -> tuple[int, int, int]:
     """(int32 entries of the livelock detector's snapshot, int32 and int64
     entries the prefix cache takes from its arenas: ``prefix_cache.
     cache_entries``, 0 without caching) for one config: the buffers a worker
     thread reuses (``kernel/arena.py``). ``longest_tokens``: the largest
-    min(prompt + output, max_model_len) of the workload's requests."""
+    min(prompt + output, max_model_len) of the workload's requests;
+    ``kv_groups``: the model's KV cache groups (one block-table row each)."""
     r = num_requests
     if not caching:
         return cycle_snapshot_len(r), 0, 0
     from planner.kernel.prefix_cache import cache_entries
 
-    slots, maxb = _table_shape(r, max_num_seqs, longest_tokens, block_size)
+    slots, maxb = _table_shape(r, max_num_seqs, longest_tokens, block_size, kv_groups)
     entries = cycle_snapshot_len(r) + int(
         cycle_cache_entries.py_func(r, num_gpu_blocks, slots, maxb)
     )
@@ -452,6 +454,7 @@ def kernel_scratch_bytes(
     longest_tokens: int,
     caching: bool,
     async_scheduling: bool,
+    kv_groups: int = 1,
 ) -> int:
     """Bytes of one config's scratch while it runs, so one per running
     thread: the buffers of ``scratch_layout`` (the livelock snapshot and the
@@ -468,7 +471,7 @@ def kernel_scratch_bytes(
     Arguments as ``scratch_layout``'s."""
     r = num_requests
     snap, i32, i64 = scratch_layout(
-        r, num_gpu_blocks, block_size, max_num_seqs, longest_tokens, caching
+        r, num_gpu_blocks, block_size, max_num_seqs, longest_tokens, caching, kv_groups
     )
     hist = min(block_size, FAST_PATH_MAX_BLOCK_SIZE) + 1
     total = 4 * (snap + i32) + 8 * i64 + 8 * NSTEP + 8 * hist + 8 * CYCLE_DET
@@ -476,8 +479,8 @@ def kernel_scratch_bytes(
     if caching:
         from planner.kernel.prefix_cache import PC_FIELDS
 
-        slots, maxb = _table_shape(r, max_num_seqs, longest_tokens, block_size)
-        total += 12 * slots + 4 * maxb + 8 * PC_FIELDS + 8 * slots
+        slots, maxb = _table_shape(r, max_num_seqs, longest_tokens, block_size, kv_groups)
+        total += 12 * slots + 4 * maxb * kv_groups + 8 * PC_FIELDS + 8 * slots
     else:
         total += 4
     return total + _ARRAY_OVERHEAD * _SCRATCH_ARRAYS
@@ -498,8 +501,8 @@ def cycle_snapshot_len(n_req: int) -> int:
 
 
 # With prefix caching the pool is state too (``cycle._walk_pool``): per running
-# request its hashed-block count and block ids (at most the block tables'
-# S x maxb entries), the free queue's order (N) and per block its hash key (2
+# request its hashed-block count, its junction and block ids (at most the block
+# tables' S x maxb entries), the free queue's order (N) and per block its hash key (2
 # int32) and its predecessor among blocks of that key (N each). The snapshot is
 # allocated whatever the pool's size and counted in ``kernel_scratch_bytes``, so
 # the sweep's memory budget sees it and a configuration that cannot fit the
@@ -511,7 +514,7 @@ def cycle_cache_entries(num_requests: int, num_gpu_blocks: int, slots: int, maxb
     """Extra int32 snapshot entries for the prefix cache's state (see above).
     Jitted: the kernel's ``step._init``, ``kernel_scratch_bytes`` and the
     reference engine all call this one definition."""
-    return num_requests + slots * maxb + 4 * num_gpu_blocks
+    return 2 * num_requests + slots * maxb + 4 * num_gpu_blocks
 
 
 @njit(cache=True, inline="always")

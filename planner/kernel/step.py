@@ -194,6 +194,7 @@ def scratch_sizes(cfg: np.ndarray, rq: tuple) -> tuple[int, int, int]:
             R if c[K.XFER] != 0 else int(c[K.SEQS]),  # as ``_cache_shape``
             min(most + draft_slack(int(c[K.SPEC_K])), int(c[K.MML])),
             bool(c[K.CACHING] != 0),
+            int(c[K.GROUPS_FULL] + c[K.GROUPS_SW]),
         )
         for c in cfg
     }
@@ -211,8 +212,9 @@ def draft_slack(k):  # noqa: ANN001, ANN201 (jitted: int -> int)
 @njit(cache=True, inline="always")
 def _cache_shape(cfg, rq):
     """(block-table rows, blocks per row) of the prefix cache: min(max_num_seqs,
-    R) rows of the blocks the longest request can reach (min(prompt + output
-    + ``draft_slack``, max_model_len) tokens) plus one; (1, 1) without caching."""
+    R) rows per KV cache group of the blocks the longest request can reach
+    (min(prompt + output + ``draft_slack``, max_model_len) tokens) plus one;
+    (1, 1) without caching."""
     if cfg[K.CACHING] == 0:
         return np.int64(1), np.int64(1)
     R = rq.prompt.shape[0]
@@ -223,7 +225,7 @@ def _cache_shape(cfg, rq):
     # A disaggregated decode side: requests loading KV hold blocks outside
     # ``running``, so any request may hold a row.
     rows = R if cfg[K.XFER] != 0 else min(cfg[K.SEQS], R)
-    return rows, cdiv(longest, cfg[K.BS]) + 1
+    return rows * (cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]), cdiv(longest, cfg[K.BS]) + 1
 
 
 @njit(cache=True)
@@ -233,7 +235,13 @@ def new_prefix_cache(cfg, rq, a32, a64):
     thread's int32 and int64 arenas (``scratch_sizes``)."""
     slots, maxb = _cache_shape(cfg, rq)
     R = rq.prompt.shape[0]
-    return PC.new_cache(cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, a32, a64)
+    groups, sw_groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW], cfg[K.GROUPS_SW]
+    # ``SlidingWindowManager._contiguous_blocks_for_hit``: the window less
+    # the query token, in blocks
+    need = cdiv(cfg[K.SW] - 1, cfg[K.BS]) if cfg[K.SW] > 0 else 0
+    return PC.new_cache(
+        cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, a32, a64, groups, sw_groups, need
+    )
 
 
 def prefix_cache_of(cfg: np.ndarray, rq: tuple, a32: np.ndarray, a64: np.ndarray) -> tuple | None:
@@ -1243,7 +1251,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
 
 
 @njit(cache=True, inline="always")
-def _remove_skipped_blocks(cfg, st, r):
+def _remove_skipped_blocks(cfg, st, r, p):
     """Sliding window: ``SlidingWindowManager.remove_skipped_blocks``
     (``vllm/v1/core/single_type_kv_cache_manager.py``), which
     ``KVCacheManager.allocate_slots`` calls before it counts a running
@@ -1253,15 +1261,18 @@ def _remove_skipped_blocks(cfg, st, r):
     (``get_num_skipped_tokens``), skip their whole blocks (at most the
     table's length); the newly skipped ones become null blocks and return to
     the pool, in each sliding-window group (the same entries of every such
-    group's table). Returns the blocks freed."""
+    group's table; with prefix caching blocks other requests hold stay in
+    use, ``PC.drop_window``). Returns the blocks back in the pool."""
     processed = st.ncomp[r] - st.infl[r]
     skipped = max(0, processed - cfg[K.SW] + 1) // cfg[K.BS]
     skipped = min(skipped, st.held[r])
     if skipped <= st.skip[r]:
         return 0
-    freed = skipped - st.skip[r]
+    lo = st.skip[r]
     st.skip[r] = skipped
-    return freed * cfg[K.GROUPS_SW]
+    if p is not None:  # prefix caching
+        return PC.drop_window(r, lo, skipped, p)
+    return (skipped - lo) * cfg[K.GROUPS_SW]
 
 
 @njit(cache=True, inline="always")
@@ -1288,7 +1299,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     async_ = cfg[K.ASYNC] != 0
     defer_free = async_ and cfg[K.XFER] != 0  # ``Scheduler.defer_block_free``
     blis = cfg[K.COMPAT] != 0
-    groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]  # 1 with caching
+    groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]
     # Loop-invariant settings read once (the loop writes other arrays, so the
     # compiler cannot keep cfg's entries in registers by itself).
     windowed, win, win2 = cfg[K.SW] > 0, _priced_window(cfg), cfg[K.PRICE_WIN2]
@@ -1314,7 +1325,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             i += 1
             continue
         if windowed:  # blocks that left the window go back to the pool first
-            free += _remove_skipped_blocks(cfg, st, r)
+            free += _remove_skipped_blocks(cfg, st, r, p)
         grow = 0  # new entries of its block table (in each KV cache group)
         # compat blis, the full-hit defect: prompt tokens without blocks (read only
         # then: the hot loop of every other config skips the load)
@@ -1346,8 +1357,8 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if p is not None:
             upto = min(c0 + num_new, rq.prompt[u] if blis else ntok)
             if need > 0 or upto >= (p.ncached[u] + 1) * bs:
-                if need > 0:
-                    PC.get_new_blocks(need, p.slot_of[u], np.int64(st.held[u]), p)
+                if need > 0:  # ``grow`` in each group
+                    PC.get_new_blocks(grow, p.slot_of[u], np.int64(st.held[u]), p)
                 PC.cache_blocks(r, upto, bs, rq, p)
         st.held[u] += grow
         s[BUDGET] = budget
@@ -1396,7 +1407,10 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
         # blocks can be in use: if even those cannot make it fit, skip the
         # lookup (it has no side effects; the gate refuses anyway).
         in_use_max = min(PC.shareable_blocks(r, bs, rq), PC.max_hit_blocks(ntok, bs))
-        if gate and blocks_for_tokens(ntok, mml, bs) - in_use_max + wm > k[FREE]:
+        asked_min = blocks_for_tokens(ntok, mml, bs)  # one full-attention group's ask
+        if cfg[K.GROUPS_FULL] == 0:  # a sliding-window group asks at most its cap
+            asked_min = min(asked_min, cfg[K.SW_CAP])
+        if gate and asked_min - in_use_max + wm > k[FREE]:
             return 0, 0, 0, 0, -1
         nmax = rq.prompt[r] // bs if cfg[K.COMPAT] != 0 else PC.max_hit_blocks(ntok, bs)
         nhit, evictable = PC.lookup(r, nmax, bs, rq, p)
@@ -1415,7 +1429,8 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
         num_new = s[THR_NOW]
     full = blocks_for_tokens(ntok, mml, bs)
     # Summed over the KV cache groups; a sliding-window group asks for at most
-    # its admission cap (``sliding_window_cap``). Hits only with one group.
+    # its admission cap (``sliding_window_cap``). Every group's hit has nhit
+    # entries (a sliding-window group's nulls among them).
     asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0)
     asked += cfg[K.GROUPS_SW] * max(min(full, cfg[K.SW_CAP]) - nhit, 0)
     if gate and asked + evictable + wm > k[FREE]:
@@ -1454,6 +1469,9 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         PC.take_slot(r, p)
         PC.touch(nhit, p.slot_of[r], p)
         PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
+        # A sliding-window hit's null blocks (``add_local_computed_blocks``).
+        if cfg[K.SW] > 0:
+            st.skip[r] = max(0, c0 - cfg[K.SW] + 1) // bs
         # Cached tokens it holds no blocks for (the full-hit defect), else 0.
         st.koff[r] = c0 - nhit * bs
         p.ncached[r] = nhit + st.koff[r] // bs

@@ -203,6 +203,7 @@ def scratch_bytes(sweep: Sweep, ids: np.ndarray, key: tuple) -> int:
             min(longest, c.max_model_len),
             bool(c.enable_prefix_caching),
             bool(c.async_scheduling),
+            c.kv_groups,
         )
         if args not in seen:
             seen[args] = kernel_scratch_bytes(*args)
