@@ -45,6 +45,10 @@ def _workload(sessions: bool):
         ({}, True, ALL),
         ({"enable_prefix_caching": True}, False, PLAIN),
         ({"preemption_mode": "swap"}, False, PLAIN),
+        # several KV cache groups: with caching the group-by-group prefix cache
+        ({"sliding_window": 64, "enable_prefix_caching": True}, False, ALL),
+        ({"full_attention_groups": 2, "enable_prefix_caching": True}, False, ALL),
+        ({"sliding_window": 64}, False, PLAIN),
     ],
 )
 def test_each_gated_feature_turns_the_marker_on(fields, sessions, want):

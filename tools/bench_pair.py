@@ -5,7 +5,9 @@
 Each PYTHON is the interpreter of a virtual environment holding one commit's
 planner (an editable install's finder wins over PYTHONPATH, so each commit
 needs its own venv). For each case (the plain S1 grid, the same with prefix
-caching, and the 4,096-config grid 64), the two run one after the other
+caching, the 144-config grid with async scheduling and prefix caching
+(vLLM's defaults; a slower path, so a smaller grid), and the 4,096-config
+grid 64), the two run one after the other
 ``--pairs`` times (old, new, old, new, ...), each in a fresh process that
 loads the kernel, warms it and times ``simulate`` over ``bench.s1_grid``:
 best CPU seconds of 3 calls (``time.process_time``, one Numba thread, so
@@ -33,8 +35,10 @@ try:
     from planner.latency.step_time import LinearLatency
 except ImportError:
     from planner.latency import LinearLatency
-side, caching, repeats = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
-opts = {"enable_prefix_caching": True} if caching else {}
+side, mode, repeats = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+opts = {"0": {}, "1": {"enable_prefix_caching": True}}.get(
+    mode, {"enable_prefix_caching": True, "async_scheduling": True}
+)
 wl, lat = s1_workload(), LinearLatency()
 simulate(s1_grid(2, **opts), wl, lat)
 cfgs = s1_grid(side, **opts)
@@ -46,7 +50,11 @@ for _ in range(repeats):
 print(best)
 """
 
-CASES = (("S1 grid {g}, plain", "{g}", "0", 3), ("S1 grid {g}, caching", "{g}", "1", 3))
+CASES = (
+    ("S1 grid {g}, plain", "{g}", "0", 3),
+    ("S1 grid {g}, caching", "{g}", "1", 3),
+    ("S1 grid 12, async + caching", "12", "2", 3),
+)
 BIG = ("S1 grid 64 (4,096 configs), plain", "64", "0", 1)
 
 
@@ -76,7 +84,7 @@ def main() -> None:
     a = ap.parse_args()
     cases = [(n.format(g=a.grid), s.format(g=a.grid), c, r) for n, s, c, r in CASES] + [BIG]
     for py in (a.old, a.new):  # compile or load each variant once, untimed
-        for _, _, caching, _ in cases[:2]:
+        for _, _, caching, _ in cases[:3]:
             _cpu(py, "2", caching, 1)
     print(f"{'case':<36} {'old CPU-s':>10} {'new CPU-s':>10} {'new/old':>8}   pairs (old/new)")
     for name, side, caching, repeats in cases:

@@ -99,6 +99,7 @@ import numpy as np
 from numba import njit
 
 from planner.kernel.uindex import uidx
+from planner.kernel.variant import gated
 
 FREE_LEN, IN_USE, REFS, FREE_SLOTS, FQ_HEAD, FQ_TAIL = 0, 1, 2, 3, 4, 5
 GROUPS, SW_GROUPS, NEED = 6, 7, 8  # KV cache groups, the sliding ones, a window hit's run
@@ -605,14 +606,24 @@ def _touch_groups(k, s, p):
             p.pc[REFS] += 1
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+@njit(cache=True, inline="always")
 def cache_blocks(r, upto, bs, rq, p):
     """Hash r's full blocks below ``upto`` known, computed tokens (``cache_blocks``);
     updates ``p.ncached[r]``, the count of r's hashed blocks. Several KV
-    cache groups: ``_cache_groups``."""
+    cache groups: ``_cache_groups``, compiled only into the variant whose
+    marker is on (``variant.features_of``). Inlined, so the several-group
+    call sits at each caller: inside one shared function it made the
+    one-group path of the S1 caching grid 1.4 times slower (LLVM inlined the
+    large callee into it, and it stopped being inlined where it is hot)."""
     if p.pc[GROUPS] != 1 or p.pc[SW_GROUPS] != 0:
-        _cache_groups(r, upto, bs, rq, p)
-        return
+        _cache_groups_if(rq.features.extras, r, upto, bs, rq, p)
+    else:
+        _cache_one(r, upto, bs, rq, p)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _cache_one(r, upto, bs, rq, p):
+    """``cache_blocks`` with one full-attention group."""
     n_req = p.slot_of.shape[0]
     maxb = p.table.shape[1]
     s = p.slot_of[r]
@@ -659,6 +670,9 @@ def _cache_groups(r, upto, bs, rq, p):
             if hash_of(b, p.hkey) != key + g:
                 set_hash(b, key + g, private, p.hkey, p.hnext, p.hprev, p.tkey, p.thead, p.ttail)
     p.ncached[r] = n_full
+
+
+_cache_groups_if = gated(_cache_groups)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)

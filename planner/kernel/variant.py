@@ -50,8 +50,9 @@ ON = True  # a marker: some config of the run uses the feature
 # ``latency.blis_step_ns``, ``step._blis_last_slot``) or speculative
 # decoding (cfg[K.SPEC_K] != 0: ``step._update_from_output_spec``,
 # ``step._drafts``, ``step._padded``) or a disaggregated decode side
-# (cfg[K.XFER] != 0: ``step._schedule_waiting_pd``, ``kernel/remote_kv.py``).
-# None: none does.
+# (cfg[K.XFER] != 0: ``step._schedule_waiting_pd``, ``kernel/remote_kv.py``)
+# or prefix caching with a sliding window or several KV cache groups
+# (``prefix_cache._cache_groups``). None: none does.
 Features = namedtuple("Features", "extras")
 
 PLAIN = Features(None)
@@ -66,6 +67,8 @@ def features_of(cfg: np.ndarray, next_turn: np.ndarray) -> Features:
     used = bool(np.any(cfg[:, K.ASYNC] != 0) or np.any(cfg[:, K.CONC] != 0))
     used = used or bool(np.any(cfg[:, K.COMPAT] != 0) or np.any(next_turn >= 0))
     used = used or bool(np.any(cfg[:, K.SPEC_K] != 0) or np.any(cfg[:, K.XFER] != 0))
+    groups = (cfg[:, K.GROUPS_SW] > 0) | (cfg[:, K.GROUPS_FULL] > 1)
+    used = used or bool(np.any((cfg[:, K.CACHING] != 0) & groups))
     return ALL if used else PLAIN
 
 
@@ -86,6 +89,7 @@ def describe(f: Features, caching: bool = False) -> str:
             "compat blis",
             "speculative decoding",
             "a disaggregated decode side",
+            "prefix caching over several KV cache groups",
         ]
     if not parts:
         return "plain"
