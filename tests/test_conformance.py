@@ -173,6 +173,22 @@ def test_golden_disaggregated_decode_scenarios_cover_the_issue():
     )
 
 
+def _reference_differs(monkeypatch, patch: tuple, golds: dict) -> list[str]:
+    """The goldens of ``golds`` (name -> golden) on which the reference engine,
+    with ``patch`` (a ``monkeypatch.setattr`` argument tuple) applied,
+    differs from vLLM (up to its own last step: a livelock it proves earlier
+    counts as agreeing)."""
+    with monkeypatch.context() as m:
+        m.setattr(*patch)
+        out = []
+        for n, g in golds.items():
+            got, _ = reference_steps(g["scenario"])
+            want = golden_steps(g)[: len(got)]
+            if first_difference(want, got, "reference") is not None:
+                out.append(n)
+        return out
+
+
 @pytest.mark.slow
 def test_drafts_on_the_decode_side_need_each_rule(monkeypatch):
     """The ``pd_spec_*`` goldens (speculative decoding on a disaggregated
@@ -194,15 +210,7 @@ def test_drafts_on_the_decode_side_need_each_rule(monkeypatch):
     assert any(g["outcome"] == "stalled" for g in golds.values())
 
     def differs(patch: tuple) -> list[str]:
-        with monkeypatch.context() as m:
-            m.setattr(*patch)
-            out = []
-            for n, g in golds.items():
-                got, _ = reference_steps(g["scenario"])
-                want = golden_steps(g)[: len(got)]
-                if first_difference(want, got, "reference") is not None:
-                    out.append(n)
-            return out
+        return _reference_differs(monkeypatch, patch, golds)
 
     assert differs((R.Scheduler, "_spec_decode_step_blocks", lambda self: 0))
 
@@ -238,15 +246,7 @@ def test_prefix_caching_with_sliding_windows_needs_each_rule(monkeypatch):
     assert sum(r["num_preemptions"] for g in golds.values() for r in g["requests"]) >= 20
 
     def differs(patch: tuple) -> list[str]:
-        with monkeypatch.context() as m:
-            m.setattr(*patch)
-            out = []
-            for n, g in golds.items():
-                got, _ = reference_steps(g["scenario"])
-                want = golden_steps(g)[: len(got)]
-                if first_difference(want, got, "reference") is not None:
-                    out.append(n)
-            return out
+        return _reference_differs(monkeypatch, patch, golds)
 
     every_block = (R.KVCacheManager, "_reachable", lambda self, req, a, b: [True] * (b - a))
     assert differs(every_block)
