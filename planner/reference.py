@@ -415,7 +415,7 @@ class KVCacheManager:
         block (``_remove_blocks_in_range``), become null blocks and are freed,
         in each sliding-window group in turn."""
         processed = max(0, req.num_computed_tokens - req.in_flight)
-        skipped = max(0, processed - self.window + 1) // self.block_size
+        skipped = self._skipped_blocks(processed)
         for kind, table in zip(self.kinds, self.tables(req), strict=True):
             if kind != "sliding":
                 continue

@@ -177,6 +177,24 @@ def _base(name: str, **kw: object) -> dict:
     return scn
 
 
+def _s1_time(name: str, num_gpu_blocks: int, **kw: object) -> dict:
+    """S1-exact's server in simulated time (max_num_seqs 256, 2,048 batched
+    tokens, max_model_len 4,096, a 60 s horizon, BLIS's seed alpha/beta) on
+    ``num_gpu_blocks``, with ``kw`` on top."""
+    return _base(
+        name,
+        mode="time",
+        num_gpu_blocks=num_gpu_blocks,
+        max_num_seqs=256,
+        max_num_batched_tokens=2048,
+        max_model_len=4096,
+        horizon_s=60.0,
+        alpha_us=list(S1_ALPHA),
+        beta_us=list(S1_BETA),
+        **kw,
+    )
+
+
 def _req(prompt: int, max_tokens: int, arrival: float = 0, **kw: object) -> dict:
     r = {"prompt_len": prompt, "max_tokens": max_tokens, "arrival": arrival}
     r.update(kw)
@@ -337,16 +355,9 @@ def window_scenarios(seed: int = 20261201) -> list[dict]:
     ]
     s1 = _s1_requests()
     timed = [
-        _base(
+        _s1_time(
             f"swa_s1_time{'_async' if a else ''}",
-            mode="time",
-            num_gpu_blocks=900,
-            max_num_seqs=256,
-            max_num_batched_tokens=2048,
-            max_model_len=4096,
-            horizon_s=60.0,
-            alpha_us=list(S1_ALPHA),
-            beta_us=list(S1_BETA),
+            900,
             async_scheduling=a,
             sliding_window=256,
             requests=s1,
@@ -401,16 +412,9 @@ def hybrid_scenarios(seed: int = 20261202) -> list[dict]:
         ),
     ]
     timed = [
-        _base(
+        _s1_time(
             "hyb_s1_time",
-            mode="time",
-            num_gpu_blocks=6000,
-            max_num_seqs=256,
-            max_num_batched_tokens=2048,
-            max_model_len=4096,
-            horizon_s=60.0,
-            alpha_us=list(S1_ALPHA),
-            beta_us=list(S1_BETA),
+            6000,
             sliding_window=512,
             **gemma,
             requests=_s1_requests(),
@@ -504,17 +508,10 @@ def window_caching_scenarios(seed: int = 20261210) -> list[dict]:
               sliding_window=64, async_scheduling=True, requests=long),
     ]  # fmt: skip
     timed = [
-        _base(
+        _s1_time(
             "hyb_caching_s1_time",
-            mode="time",
+            1500,
             enable_prefix_caching=True,
-            num_gpu_blocks=1500,
-            max_num_seqs=256,
-            max_num_batched_tokens=2048,
-            max_model_len=4096,
-            horizon_s=60.0,
-            alpha_us=list(S1_ALPHA),
-            beta_us=list(S1_BETA),
             sliding_window=128,
             **hyb,
             requests=[

@@ -1251,6 +1251,14 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
 
 
 @njit(cache=True, inline="always")
+def _skipped_blocks(cfg, processed):
+    """``SlidingWindowManager.get_num_skipped_tokens`` in whole blocks: the
+    blocks before the window of the token after ``processed`` tokens,
+    max(0, processed - window + 1) // block_size."""
+    return max(0, processed - cfg[K.SW] + 1) // cfg[K.BS]
+
+
+@njit(cache=True, inline="always")
 def _remove_skipped_blocks(cfg, st, r, p):
     """Sliding window: ``SlidingWindowManager.remove_skipped_blocks``
     (``vllm/v1/core/single_type_kv_cache_manager.py``), which
@@ -1263,9 +1271,7 @@ def _remove_skipped_blocks(cfg, st, r, p):
     the pool, in each sliding-window group (the same entries of every such
     group's table; with prefix caching blocks other requests hold stay in
     use, ``PC.drop_window``). Returns the blocks back in the pool."""
-    processed = st.ncomp[r] - st.infl[r]
-    skipped = max(0, processed - cfg[K.SW] + 1) // cfg[K.BS]
-    skipped = min(skipped, st.held[r])
+    skipped = min(_skipped_blocks(cfg, st.ncomp[r] - st.infl[r]), st.held[r])
     if skipped <= st.skip[r]:
         return 0
     lo = st.skip[r]
@@ -1471,7 +1477,7 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         PC.get_new_blocks(total - nhit, p.slot_of[r], nhit, p)
         # A sliding-window hit's null blocks (``add_local_computed_blocks``).
         if cfg[K.SW] > 0:
-            st.skip[r] = max(0, c0 - cfg[K.SW] + 1) // bs
+            st.skip[r] = _skipped_blocks(cfg, c0)
         # Cached tokens it holds no blocks for (the full-hit defect), else 0.
         st.koff[r] = c0 - nhit * bs
         p.ncached[r] = nhit + st.koff[r] // bs
