@@ -8,6 +8,9 @@ stays ``planner`` (see ``planner.install_check`` for the clash this marks).
 """
 
 from planner import install_check as _distribution
+from planner import numba_cache as _numba_cache
+
+_numba_cache.configure()  # before any jitted module loads (planner.numba_cache)
 
 __distribution__ = _distribution.NAME  # the marker planner.install_check.check() looks for
 __version__ = _distribution.VERSION

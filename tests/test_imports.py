@@ -93,7 +93,7 @@ def test_the_checker_finds_a_cycle():
 # (a package or a module). ``planner/__init__.py`` (the lazy public facade) is
 # outside the stages.
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("planner.text", "planner.bounds", "planner.install_check"),
+    ("planner.text", "planner.bounds", "planner.install_check", "planner.numba_cache"),
     ("planner.workload",),
     ("planner.models",),
     ("planner.latency",),
@@ -178,3 +178,12 @@ def test_only_the_cli_imports_typer_or_rich():
         and third_party_imports(p) & {"typer", "rich", "click"}
     )
     assert outside == []
+
+
+def test_the_kernel_cache_key_skips_only_stages_after_the_kernel():
+    """``planner.numba_cache`` leaves packages out of its source hash; each must
+    be one jitted code cannot import (a stage after the kernel's)."""
+    from planner import numba_cache
+
+    kernel = stage_of("planner.kernel")
+    assert all(stage_of(f"planner.{p}") > kernel for p in numba_cache.AFTER_KERNEL)

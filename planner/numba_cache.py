@@ -1,0 +1,74 @@
+"""Where Numba caches the compiled kernel: a folder keyed by the kernel's sources.
+
+Numba's on-disk cache (``@njit(cache=True)``) checks only the time stamp of
+the file that defines each jitted function. The step loop compiles the
+functions it calls from other modules (``planner/kernel/prefix_cache.py``,
+the column indices of ``planner/config.py``, ...) into itself, so an edit to
+one of those alone left the cached step loop running the old code (seen on
+2026-12-06 in an editable install; an upgrade that changes a callee but not
+``step.py`` would do the same). ``planner/__init__.py`` therefore points
+Numba at ``<base>/<key>``, where ``key`` hashes every source the kernel can
+reach: any change to them starts a new cache.
+
+``base``: ``$PLANNER_NUMBA_CACHE``, else ``$XDG_CACHE_HOME/vllm-capacity-planner/numba``
+(``~/.cache`` when unset; the XDG base-directory convention). A
+``NUMBA_CACHE_DIR`` the user sets is used as it is (Numba's own setting: the
+user then owns its freshness, as the test suite and ``plan bench`` do with
+empty temporary folders).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+PKG = Path(__file__).parent
+# Stages after the kernel (tests/test_imports.py: a module imports only from
+# its own stage and the ones before it), which jitted code never reaches.
+AFTER_KERNEL = frozenset({"cli", "plots", "report", "answers", "sweep", "maxrate"})
+ENV_BASE = "PLANNER_NUMBA_CACHE"
+
+
+def kernel_sources(root: Path = PKG) -> list[Path]:
+    """The ``.py`` files under ``root`` jitted code can reach (every package
+    but ``AFTER_KERNEL``), sorted."""
+    return sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in AFTER_KERNEL)
+
+
+def source_key(root: Path = PKG) -> str:
+    """16 hex digits of SHA-256 over the kernel's sources (their paths
+    relative to ``root`` and their bytes) and the Python version. Raises
+    OSError when a source cannot be read."""
+    h = hashlib.sha256(sys.version.encode())
+    for p in kernel_sources(root):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def default_base(env: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """The folder the keyed caches live under (module docstring)."""
+    if env.get(ENV_BASE):
+        return Path(env[ENV_BASE])
+    xdg = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "vllm-capacity-planner" / "numba"
+
+
+def configure(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """Set ``NUMBA_CACHE_DIR`` in ``env`` to ``<base>/<source_key()>`` unless the
+    user set it; also ``numba.config.CACHE_DIR`` when Numba is already
+    imported (it reads the variable once, at import). Returns the folder set,
+    or None when the user's ``NUMBA_CACHE_DIR`` stands or the sources cannot
+    be read (Numba's default cache then applies)."""
+    if env.get("NUMBA_CACHE_DIR"):
+        return None
+    try:
+        folder = str(default_base(env) / source_key())
+    except (OSError, RuntimeError):  # unreadable sources, no home folder
+        return None
+    env["NUMBA_CACHE_DIR"] = folder
+    if "numba" in sys.modules and env is os.environ:
+        sys.modules["numba"].config.CACHE_DIR = folder
+    return folder

@@ -1,0 +1,61 @@
+"""The compiled kernel's cache is keyed by every source the kernel can reach
+(``planner.numba_cache``): an edit to a callee module starts a new cache, a
+user's NUMBA_CACHE_DIR stands."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from planner import numba_cache
+
+
+def _tree(root: Path) -> None:
+    for rel in ("config.py", "kernel/step.py", "kernel/prefix_cache.py", "cli/run.py"):
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"# {rel}\n")
+
+
+def test_a_callee_edit_changes_the_key_and_a_cli_edit_does_not(tmp_path):
+    _tree(tmp_path)
+    key = numba_cache.source_key(tmp_path)
+    (tmp_path / "cli/run.py").write_text("# edited\n")
+    assert numba_cache.source_key(tmp_path) == key  # after the kernel's stage
+    for rel in ("kernel/prefix_cache.py", "config.py"):
+        (tmp_path / rel).write_text("# edited\n")
+        assert numba_cache.source_key(tmp_path) != key, rel
+        key = numba_cache.source_key(tmp_path)
+    (tmp_path / "kernel/new_module.py").write_text("")
+    assert numba_cache.source_key(tmp_path) != key
+
+
+def test_every_kernel_module_is_hashed():
+    names = {p.relative_to(numba_cache.PKG).as_posix() for p in numba_cache.kernel_sources()}
+    assert {"kernel/step.py", "kernel/prefix_cache.py", "config.py", "speculative.py"} <= names
+    assert not any(n.startswith(("cli/", "plots/", "report/")) for n in names)
+
+
+def test_configure_sets_a_keyed_folder_unless_the_user_set_one(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    folder = numba_cache.configure(env)
+    assert folder == env["NUMBA_CACHE_DIR"]
+    assert Path(folder) == tmp_path / "vllm-capacity-planner/numba" / numba_cache.source_key()
+    env = {"PLANNER_NUMBA_CACHE": str(tmp_path / "mine")}
+    assert numba_cache.configure(env) == str(tmp_path / "mine" / numba_cache.source_key())
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "user"), "XDG_CACHE_HOME": str(tmp_path)}
+    assert numba_cache.configure(env) is None
+    assert env["NUMBA_CACHE_DIR"] == str(tmp_path / "user")
+
+
+def test_the_kernel_loads_with_the_keyed_folder(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    code = "import planner.kernel.step, numba; print(numba.config.CACHE_DIR)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    expected = tmp_path / "vllm-capacity-planner/numba" / numba_cache.source_key()
+    assert out.stdout.strip() == str(expected)
