@@ -154,6 +154,7 @@ def analytic_safe_max_num_seqs(
     window_cap: int = 0,
     full_groups: int = 1,
     window_groups: int = 0,
+    state_groups: int = 0,
 ) -> int:
     """``floor((N - 1) / cdiv(L, bs))``: how many requests of L tokens (e.g. the
     mean prompt + mean output) fit the usable pool together, so that requests
@@ -165,12 +166,14 @@ def analytic_safe_max_num_seqs(
     ``remove_skipped_blocks`` keeps), so the per-request need is
     min(cdiv(L, bs), window_cap). With ``full_groups`` and ``window_groups``
     KV cache groups sharing the pool (a hybrid model; without them, one group
-    of the kind ``window_cap`` says), a request holds that in each group."""
+    of the kind ``window_cap`` says), a request holds that in each group;
+    ``state_groups`` Mamba groups add one block each (``MambaManager`` in
+    ``mamba_cache_mode`` "none": its block holds max_model_len tokens)."""
     blocks = max(1, math.ceil(request_tokens / block_size))
     if window_groups == 0 and window_cap > 0:  # one sliding-window group
         full_groups, window_groups = 0, 1
     windowed = min(blocks, window_cap) if window_cap > 0 else blocks
-    per_request = max(1, full_groups * blocks + window_groups * windowed)
+    per_request = max(1, full_groups * blocks + window_groups * windowed + state_groups)
     return usable_blocks(num_gpu_blocks, null_block) // per_request
 
 

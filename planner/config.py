@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planner import bounds
-from planner.capacity import analytic_safe_max_num_seqs
+from planner.capacity import analytic_safe_max_num_seqs, mamba_max_num_seqs
 from planner.kv_transfer import KVTransfer
 from planner.latency.allreduce import interp_s
 from planner.latency.draft import DRAFT_FLOATS, draft_floats
@@ -111,6 +111,7 @@ BLIS_IMPLIED = {
     SW_CAP,
     GROUPS_FULL,
     GROUPS_SW,
+    GROUPS_MAMBA,  # Mamba / linear-attention state groups (``mamba_groups``)
     PRICE_WIN2,  # window of a hybrid's sliding layers in the roofline (floats' SW_WINDOW; 0: none)
     XFER,  # disaggregated decode side (``kv_transfer``): 1 = on
     XFER_LAT_NS,  # its load latency, ns
@@ -119,7 +120,7 @@ BLIS_IMPLIED = {
     SPEC_SEED,  # its acceptance draws' seed
     SPEC_LA,  # its lookahead KV slots (vLLM's num_lookahead_tokens: k for a drafter, 0 n-gram)
     SPEC_T,  # first of MAX_SPEC_TOKENS conditional acceptance thresholds (of 2^53)
-) = range(51)
+) = range(52)
 NCOLS = SPEC_T + MAX_SPEC_TOKENS
 MAX_KV_GROUPS = 1024  # KV cache groups of one model (gemma-3-27b has 7)
 # floats per config: the roofline's (latency.RooflineLatency.floats), then a
@@ -226,6 +227,12 @@ class SchedulerConfig:
     # has both. Resolved to counts when the config is made.
     full_attention_groups: int = -1
     sliding_window_groups: int = -1
+    # KV cache groups of Mamba-style state layers (vLLM's ``MambaSpec`` groups:
+    # Gated DeltaNet, Mamba2) under ``mamba_cache_mode`` "none", vLLM's mode
+    # with prefix caching off: ``MambaManager`` gives a request one block per
+    # group (its ``block_size`` is max_model_len) from its first allocation
+    # until it is freed. 0: none.
+    mamba_groups: int = 0
     # Speculative decoding (vLLM's --speculative-config with the planner's
     # acceptance model, ``planner.speculative``); None: off.
     speculation: Speculation | None = None
@@ -264,6 +271,7 @@ class SchedulerConfig:
         self._check_compat()
         self._resolve_groups()
         self._check_sliding_window()
+        self._check_mamba()
         self._check_speculation()
         self._check_kv_transfer()
         for name in ("async_scheduling", "enable_prefix_caching"):
@@ -322,12 +330,40 @@ class SchedulerConfig:
             )
         if self.full_attention_groups + self.sliding_window_groups == 0:
             raise ValueError("--full-attention-groups 0 needs sliding-window groups")
+        v = self.mamba_groups
+        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+            raise ValueError(f"mamba_groups must be an integer, got {v!r}")
+        if not 0 <= v <= MAX_KV_GROUPS:
+            raise ValueError(f"mamba_groups must be in 0..{MAX_KV_GROUPS}, got {v}")
+
+    def _check_mamba(self) -> None:
+        """Mamba groups are simulated under vLLM's ``mamba_cache_mode`` "none"
+        (prefix caching off), beside full-attention groups, with vLLM's own
+        rules and recompute preemption: vLLM caches them only in "align" mode
+        (``MambaManager``'s assert), whose state checkpoints are not
+        simulated. Raises ValueError (one line)."""
+        if self.mamba_groups == 0:
+            return
+        for name, bad in (
+            ("--enable-prefix-caching (vLLM then runs mamba_cache_mode align, not simulated: "
+             "add --no-enable-prefix-caching)", self.enable_prefix_caching),
+            ("--compat blis", self.compat == "blis"),
+            (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
+            ("--stop-bound max_servable", self.stop_bound == "max_servable"),
+            ("a sliding window", self.sliding_window > 0),
+            ("--full-attention-groups 0", self.full_attention_groups == 0),
+        ):  # fmt: skip
+            if bad:
+                raise ValueError(
+                    f"{self.mamba_groups} Mamba state groups (the model's linear-attention layers) "
+                    f"are not simulated with {name}"
+                )
 
     @property
     def one_full_attention_group(self) -> bool:
         """Plain full attention: no sliding window, one KV cache group (what a
         model's attention fields amount to when they change nothing)."""
-        return self.sliding_window == 0 and self.kv_groups == 1
+        return self.sliding_window == 0 and self.kv_groups == 1 and self.mamba_groups == 0
 
     @property
     def kv_groups(self) -> int:
@@ -367,7 +403,10 @@ class SchedulerConfig:
         return (
             ("--compat blis", self.compat == "blis"),
             (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
-            ("a sliding window or several KV cache groups", not self.one_full_attention_group),
+            (
+                "a sliding window, Mamba state groups or several KV cache groups",
+                not self.one_full_attention_group,
+            ),
             ("an adaptive cap", self.adaptive_window > 0),
             (f"--admission {self.admission}", self.admission != "vanilla"),
         )
@@ -418,16 +457,32 @@ class SchedulerConfig:
     def check_vllm_starts(self) -> None:
         """Raise ValueError (one line) for settings vLLM 0.33 refuses at start-up:
         max_num_batched_tokens below max_num_seqs (``SchedulerConfig.
-        verify_max_model_len``, ``vllm/config/scheduler.py``). The commands and
+        verify_max_model_len``, ``vllm/config/scheduler.py``), and with Mamba
+        groups max_num_seqs above the pool (``capacity.mamba_max_num_seqs``). The commands and
         the sweep spec call it on what a user gives; the kernel itself runs
         such a configuration (tests use tiny budgets), so it is not a field
         check. compat blis is exempt: BLIS has no such rule."""
         if self.compat == "vllm":
             check_vllm_args(self.max_num_seqs, self.max_num_batched_tokens)
+        most = mamba_max_num_seqs(self.num_gpu_blocks)
+        if self.mamba_groups and self.max_num_seqs > most:
+            raise ValueError(
+                f"vLLM 0.33 refuses to start: max_num_seqs ({self.max_num_seqs:,}) exceeds "
+                f"available Mamba cache blocks ({most:,}) (CompilationConfig."
+                f"resolve_cudagraph_mode_and_sizes); fix: --max-num-seqs {most:,} or a larger pool"
+            )
 
     def attention_line(self) -> str | None:
-        """One line naming a sliding window and its KV cache groups; None for
-        full attention (nothing to say)."""
+        """One line naming a sliding window or Mamba state groups and the KV
+        cache groups; None for full attention (nothing to say)."""
+        if self.mamba_groups:
+            return (
+                f"attention: {self.full_attention_groups} full-attention and "
+                f"{self.mamba_groups} Mamba state KV cache groups in one pool of "
+                f"{self.block_size:,}-token blocks; vLLM's mamba_cache_mode none (prefix "
+                "caching off): a request holds one block per Mamba group from admission to "
+                "its end (MambaManager)"
+            )
         if not self.sliding_window:
             return None
         w, f, s = self.sliding_window, self.full_attention_groups, self.sliding_window_groups
@@ -472,6 +527,7 @@ class SchedulerConfig:
         return analytic_safe_max_num_seqs(
             self.num_gpu_blocks, self.block_size, request_tokens + slack, self.null_block,
             self.sliding_window_cap, self.full_attention_groups, self.sliding_window_groups,
+            self.mamba_groups,
         )  # fmt: skip
 
     @property
@@ -717,6 +773,7 @@ def pack_configs(
             c.sliding_window_cap,
             c.full_attention_groups,
             c.sliding_window_groups,
+            c.mamba_groups,
             int(outf[i, SW_WINDOW]),
             *_xfer_columns(c.kv_transfer),
             *_spec_columns(c.speculation),

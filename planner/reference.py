@@ -230,6 +230,11 @@ class KVCacheManager:
         # The KV cache groups in table order (sliding-window ones first, as the
         # recorder lists them): one block table per group, one pool.
         self.kinds = ["sliding"] * cfg.sliding_window_groups + ["full"] * cfg.full_attention_groups
+        # Mamba groups last (``req.blocks`` stays an attention table): under
+        # ``mamba_cache_mode`` "none" a ``MambaSpec``'s block_size is
+        # max_model_len, so ``MambaManager`` gives a request one block per group
+        # from its first allocation until it is freed (prefix caching is off).
+        self.kinds += ["mamba"] * cfg.mamba_groups
         # ``SlidingWindowManager._contiguous_blocks_for_hit``: cached blocks in a
         # row that make a hit (the window less the query token, in blocks)
         self.need = cdiv(self.window - 1, self.block_size) if self.window else 0
@@ -372,7 +377,9 @@ class KVCacheManager:
             # apply_admission_cap=True: a sliding group asks for at most its cap)
             asked = sum(
                 max((min(full, self.window_cap) if kind == "sliding" else full) - have, 0)
-                for kind in self.kinds
+                if kind != "mamba"
+                else 1 - len(table)
+                for kind, table in zip(self.kinds, self.tables(req), strict=True)
             )
             if asked + evictable + wm > free:
                 return False
@@ -384,7 +391,11 @@ class KVCacheManager:
             self.max_model_len,
             self.block_size,
         )
-        if len(self.kinds) * max(0, target - have) + evictable + wm > free - reserved:
+        wanted = [  # new blocks per group (hits are attention-table entries)
+            max(0, 1 - len(table)) if kind == "mamba" else max(0, target - have)
+            for kind, table in zip(self.kinds, self.tables(req), strict=True)
+        ]
+        if sum(wanted) + evictable + wm > free - reserved:
             return False
         # ``add_local_computed_blocks``, group by group: the hits past the
         # window take references, the skipped ones stay null.
@@ -393,8 +404,8 @@ class KVCacheManager:
             self.pool.touch(row[k:])
             table.extend([NULL] * min(k, len(row)) + row[k:])
         req.num_cached_blocks += nhit
-        for table in self.tables(req):  # allocate_new_blocks, group by group
-            table.extend(self.pool.get_new_blocks(max(0, target - len(table))))
+        for table, n in zip(self.tables(req), wanted, strict=True):  # allocate_new_blocks
+            table.extend(self.pool.get_new_blocks(n))
         if not external:
             self.cache_blocks(req, computed + num_new_tokens)
         return True

@@ -261,28 +261,60 @@ def sized_at_json(
 def simulated_model(m: hardware.ModelSpec) -> dict[str, int]:
     """The attention fields the scheduler simulation runs ``m`` with
     (``SchedulerConfig.sliding_window``, ``full_attention_groups``,
-    ``sliding_window_groups``): vLLM 0.33's KV cache groups
+    ``sliding_window_groups``, ``mamba_groups``): vLLM 0.33's KV cache groups
     (``kv_cache.groups``, ``get_kv_cache_groups``), each with its own block
     table in one pool; sliding-window groups free blocks outside the window
-    as ``SlidingWindowManager.remove_skipped_blocks`` does. Full attention:
-    window 0, one full group. Raises ValueError (one line) for what it would
-    misrepresent: chunked local attention (``ChunkedLocalAttentionManager``).
+    as ``SlidingWindowManager.remove_skipped_blocks`` does; linear-attention
+    (Mamba) groups hold one block per request (``MambaManager``, mode "none").
+    Full attention: window 0, one full group. Raises ValueError (one line) for
+    what it would misrepresent: chunked local attention
+    (``ChunkedLocalAttentionManager``), sliding and linear layers together.
     """
-    kinds = set(m.layer_types)
+    kinds = set(m.layer_types) - {"mlp"}  # MLP-only layers (nemotron_h) hold no KV
     if kinds == {"full"}:
         return {"sliding_window": 0, "full_attention_groups": 1, "sliding_window_groups": 0}
+    gs = kv_cache.groups(m, 16)  # the groups' make-up does not depend on the block size
     if kinds <= {"full", "sliding"} and m.sliding_window:
-        gs = kv_cache.groups(m, 16)  # the groups' make-up does not depend on the block size
         return {
             "sliding_window": int(m.sliding_window),
             "full_attention_groups": sum(g.kind == "full" for g in gs),
             "sliding_window_groups": sum(g.kind == "sliding" for g in gs),
         }
-    what = " and ".join(sorted(kinds - {"mlp"}))  # MLP-only layers (nemotron_h) hold no KV
+    if kinds == {"full", "linear"}:  # Mamba-style state layers beside full attention
+        return {
+            "sliding_window": 0,
+            "full_attention_groups": sum(g.kind == "full" for g in gs),
+            "sliding_window_groups": 0,
+            "mamba_groups": sum(g.kind == "linear" for g in gs),
+        }
+    what = " and ".join(sorted(kinds))
     raise ValueError(
-        f"--model {m.name}: has {what} attention layers; the simulator runs full-attention "
-        "and sliding-window layers only (plan check sizes this model per attention type)"
+        f"--model {m.name}: has {what} attention layers; the simulator runs full-attention, "
+        "sliding-window and full + linear (Mamba) hybrids only (plan check sizes this model "
+        "per attention type)"
     )
+
+
+def simulated_block_size(
+    block_size: int,
+    model: str | None,
+    tp: int = 1,
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    disable_hybrid_kv_cache_manager: bool | None = None,
+) -> int:
+    """The block size the scheduler runs with, in tokens: ``block_size``, except
+    for a model with linear-attention (Mamba) layers, where vLLM raises it so
+    one attention page holds a layer's state (``kv_cache.aligned_block_size``,
+    ``vllm/platforms/interface.py`` ``_align_hybrid_block_size``) in
+    ``mamba_cache_mode`` "none", the mode the simulator runs them in (prefix
+    caching off). Raises ValueError for an unknown model."""
+    if model is None:
+        return block_size
+    m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
+    if "linear" not in m.layer_types:
+        return block_size
+    return kv_cache.aligned_block_size(m, block_size, tp, "none")
 
 
 def full_attention_model(m: hardware.ModelSpec) -> None:
@@ -306,6 +338,7 @@ def attention(
     kv_cache_dtype: str = "auto",
     groups: tuple[int | None, int | None] = (None, None),
     disable_hybrid_kv_cache_manager: bool | None = None,
+    mamba: bool = False,
 ) -> dict[str, int]:
     """The attention fields of a run's ``SchedulerConfig``: the model's
     (``simulated_model``) when ``--model`` is given, else ``sliding_window``
@@ -313,9 +346,12 @@ def attention(
     ``groups`` = (full-attention, sliding-window), None for the default (the
     model's one group).
 
+    ``mamba``: the caller runs a linear-attention (Mamba) hybrid at its
+    ``simulated_block_size`` (plan run); other callers refuse one.
+
     Raises:
         ValueError: one line, when ``explicit`` or ``groups`` contradicts the
-            model or the model cannot be simulated.
+            model or the model cannot be simulated (by this caller).
     """
     names = ("full_attention_groups", "sliding_window_groups")
     if model is None:
@@ -323,6 +359,11 @@ def attention(
         return {"sliding_window": 0 if explicit is None else explicit, **given}
     m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
     fields = simulated_model(m)
+    if fields.get("mamba_groups") and not mamba:
+        raise ValueError(
+            f"--model {m.name}: linear-attention (Mamba) hybrids are simulated by plan run "
+            "(with --no-enable-prefix-caching) only so far; plan check sizes this model"
+        )
     window = fields["sliding_window"]
     if explicit is not None and explicit != window:
         has = f"a {window:,}-token sliding window" if window else "full attention"

@@ -50,6 +50,7 @@ def config_of(scn: dict) -> SchedulerConfig:
         sliding_window=scn.get("sliding_window", 0),
         full_attention_groups=scn.get("full_attention_groups", -1),
         sliding_window_groups=scn.get("sliding_window_groups", -1),
+        mamba_groups=scn.get("mamba_groups", 0),
         horizon_s=scn["horizon_s"] if timed else float("inf"),
         max_steps=MAX_STEPS,
         speculation=_speculation(scn.get("speculative")),

@@ -75,9 +75,31 @@ def test_golden_sliding_window_scenarios_cover_the_issue():
     assert any(sum(r["num_preemptions"] for r in g["requests"]) for g in hybrid)
 
 
+@pytest.mark.slow
+def test_golden_mamba_scenarios_cover_the_issue():
+    """Mamba-hybrid goldens (prefix caching off, ``mamba_cache_mode`` "none"):
+    Qwen3.5's 3 groups and Nemotron-H's 6 beside a full-attention group, sync
+    and async, the gate on and off, step and time mode, chunked prefill,
+    preemption under pressure in both scheduling modes, and the Mamba blocks
+    visible in the free counts (a request holds one per group)."""
+    golds = [g for g in (load(n) for n in NAMES) if g["scenario"].get("mamba_groups", 0)]
+    assert len(golds) >= 15
+    scns = [g["scenario"] for g in golds]
+    assert not any(s["enable_prefix_caching"] for s in scns)
+    assert {s["mamba_groups"] for s in scns} >= {1, 3, 6}
+    assert {s["async_scheduling"] for s in scns} == {True, False}
+    assert {s["scheduler_reserve_full_isl"] for s in scns} == {True, False}
+    assert {s["mode"] for s in scns} == {"steps", "time"}
+    preempting = [g for g in golds if sum(r["num_preemptions"] for r in g["requests"])]
+    assert {g["scenario"]["async_scheduling"] for g in preempting} == {True, False}
+    first = load("mamba_s2_3x1")["steps"][0]  # 7 prompts of 300 tokens, block 16, 3 groups
+    held = [n for _, n in first["sched"]]
+    assert first["free"] == 400 - 1 - sum(-(-n // 16) + 3 for n in held)
+
+
 # The fast subset (-m "not slow") keeps the kernel on the short goldens; the
 # reference engine and the long S1-length traces run in the full suite.
-LONG = ("s1_exact", "swa_s1_time", "hyb_s1_time")
+LONG = ("s1_exact", "swa_s1_time", "hyb_s1_time", "mamba_s1_time")
 # The plain-Python reference engine takes 7-19 s on each long golden. It runs on
 # one long golden per attention kind (full, sliding window, hybrid); on the
 # other long ones (S1 at max_num_seqs 256, with async and caching; the windowed

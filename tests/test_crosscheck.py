@@ -681,3 +681,44 @@ def test_seeded_window_caching_cases_match_the_reference():
             seen["livelocked"] += oi[S.O_LIVELOCKED]
     for path, count in seen.items():
         assert count >= 10, f"window caching cases rarely reach {path}: {seen}"
+
+
+@pytest.mark.slow
+def test_seeded_mamba_cases_match_the_reference():
+    """Mamba groups (``mamba_cache_mode`` "none", prefix caching off) beside
+    one or two full-attention groups: 300 seeded cases of the random
+    generator's recompute configs; kernel == reference step for step, blocks
+    conserved, and the cases reach preemption, livelock and async."""
+    rng = np.random.default_rng(20261212)
+    wrng = np.random.default_rng(20261213)
+    seen = dict(preempted=0, livelocked=0, async_=0, two_full=0)
+    for _ in range(300):
+        cfgs, wl, lat = _random_case(rng, wrng)
+        cfgs = [
+            replace(
+                c,
+                enable_prefix_caching=False,
+                sliding_window=0,
+                sliding_window_groups=0,
+                full_attention_groups=(full := int(wrng.choice([1, 1, 2]))),
+                mamba_groups=(m := int(wrng.choice([1, 2, 3, 6]))),
+                num_gpu_blocks=min(c.num_gpu_blocks, 30) * full + m * int(wrng.integers(0, 6)),
+                stop_bound="max_model_len",
+            )
+            for c in cfgs
+            if c.compat == "vllm" and c.preemption_mode == "recompute"
+        ]
+        cfgs = [c for c in cfgs if c.num_gpu_blocks >= 2]
+        if not cfgs:
+            continue
+        traced, fast, engines = run_both(cfgs, wl, lat)
+        for c, eng in enumerate(engines):
+            assert_step_for_step(traced, fast, c, eng)
+            oi = fast.state.out.counters[c]
+            assert oi[S.O_INVARIANT_ERRORS] == 0
+            seen["preempted"] += oi[S.O_PREEMPTIONS] > 0
+            seen["livelocked"] += oi[S.O_LIVELOCKED]
+            seen["async_"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0
+            seen["two_full"] += cfgs[c].full_attention_groups == 2
+    for path, count in seen.items():
+        assert count >= 10, f"Mamba cases rarely reach {path}: {seen}"

@@ -259,7 +259,7 @@ def test_simulator_refuses_chunked_models_and_safe_limit_sliding_ones(capsys):
     limit is for full attention only."""
     llama4_tp8 = ["--tensor-parallel-size", "8", "--no-disable-hybrid-kv-cache-manager"]
     for cmd, model, message in (
-        (["run", *llama4_tp8], "llama-4-scout", "full-attention and sliding-window layers only"),
+        (["run", *llama4_tp8], "llama-4-scout", "the simulator runs full-attention, sliding"),
         (["safe-limit"], "starcoder2-3b", "full attention only"),
     ):
         code, _, err = run_cli(

@@ -136,7 +136,7 @@ def test_run_simulates_an_all_sliding_model(capsys):
                 "8",
                 "--no-disable-hybrid-kv-cache-manager",
             ],
-            "full-attention and sliding-window layers only",
+            "the simulator runs full-attention, sliding-window and",
         ),  # fmt: skip
         (["--sliding-window", "64", "--compat", "blis"], "not simulated with --compat blis"),
         (

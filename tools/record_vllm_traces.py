@@ -56,6 +56,10 @@ Conventions (also in ``tests/golden/README.md``):
   ``FullAttentionSpec`` and S with the ``SlidingWindowSpec`` share the one
   pool (vLLM's per-group block tables, ``KVCacheCoordinatorNoPrefixCache``
   without prefix caching).
+- **Mamba hybrids** (``mamba_*``, prefix caching off): ``mamba_groups`` M
+  groups with a ``MambaSpec`` in ``mamba_cache_mode`` "none" (block_size
+  max_model_len, as ``HybridAttentionMambaModelConfig`` sets it without
+  prefix caching) listed before the full-attention group(s), one pool.
 - **Speculative decoding** (``spec_*``, step mode, sync or async): a scenario with
   ``speculative`` {method, num_speculative_tokens, acceptance, seed} runs
   vLLM's ``SpeculativeConfig`` (ngram). After each step's output the fake
@@ -90,6 +94,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import random
 import sys
@@ -436,6 +441,46 @@ def hybrid_scenarios(seed: int = 20261202) -> list[dict]:
     return fixed + timed + rand
 
 
+def mamba_scenarios(seed: int = 20261211) -> list[dict]:
+    """Mamba hybrids with prefix caching off (vLLM's ``mamba_cache_mode``
+    "none"): ``mamba_groups`` ``MambaSpec`` groups (block_size max_model_len,
+    one block per request each) beside full-attention groups in one pool, as
+    Qwen3.5's 3 + 1 and Nemotron-H's 6 + 1; S2, long chunked prompts, async,
+    the gate off, a pool that preempts, S1 in time, and random ones."""
+    s2 = [_req(300, 600) for _ in range(40)]
+    long = [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+    qwen = {"mamba_groups": 3}
+    nemo = {"mamba_groups": 6}
+    fixed = [
+        _base("mamba_s2_3x1", num_gpu_blocks=400, **qwen, requests=s2),
+        _base("mamba_s2_6x1_async", num_gpu_blocks=500, async_scheduling=True, **nemo,
+              requests=s2),
+        _base("mamba_s2_tight", num_gpu_blocks=120, **qwen, requests=s2),
+        _base("mamba_long_chunked", num_gpu_blocks=150, max_num_seqs=16,
+              max_num_batched_tokens=128, max_model_len=1024, **qwen, requests=long),
+        _base("mamba_long_gate_off_async", num_gpu_blocks=110, max_num_seqs=16,
+              max_num_batched_tokens=128, max_model_len=1024, scheduler_reserve_full_isl=False,
+              async_scheduling=True, **nemo, requests=long),
+        _base("mamba_priority_watermark", num_gpu_blocks=160, policy="priority",
+              watermark=0.05, **qwen,
+              requests=[_req(200 + 13 * i, 90, i // 3, priority=i % 3) for i in range(30)]),
+    ]  # fmt: skip
+    timed = [_s1_time("mamba_s1_time", 6000, **qwen, requests=_s1_requests())]
+    rng = random.Random(seed)
+    rand = []
+    for i in range(10):
+        scn = _random_scenario(rng, 2 * i)  # even: prefix caching off
+        m = rng.choice([1, 2, 3, 6])
+        scn.update(
+            name=f"mamba_rand{i:02d}",
+            mamba_groups=m,
+            async_scheduling=i % 2 == 1,
+            num_gpu_blocks=scn["num_gpu_blocks"] + m * rng.choice([1, 4, 8, 16]),
+        )
+        rand.append(scn)
+    return fixed + timed + rand
+
+
 def _random_window_caching_scenario(rng: random.Random, i: int) -> dict:
     """A random sliding-window scenario with prefix caching: one sliding
     group (even i) or a hybrid (odd i), prefix groups shorter and longer than
@@ -630,6 +675,7 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     return (
         fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
         + eagle_scenarios() + pd_spec_scenarios() + window_caching_scenarios()
+        + mamba_scenarios()
     )  # fmt: skip
 
 
@@ -1235,6 +1281,7 @@ class Driver:
             FullAttentionSpec,
             KVCacheConfig,
             KVCacheGroupSpec,
+            MambaSpec,
             SlidingWindowSpec,
         )
         from vllm.v1.request import Request
@@ -1319,6 +1366,14 @@ class Driver:
             KVCacheGroupSpec([f"window{i}"], SlidingWindowSpec(sliding_window=window, **layout))
             for i in range(n_window)
         ] + [KVCacheGroupSpec([f"full{i}"], FullAttentionSpec(**layout)) for i in range(n_full)]
+        # Mamba groups first, as a hybrid whose layer 0 is a Mamba layer lists
+        # them (Qwen3.5, Nemotron-H); "none" mode: block_size max_model_len
+        # (``HybridAttentionMambaModelConfig``), one block per request each
+        mamba = {"shapes": ((1,),), "dtypes": (torch.float32,), "mamba_cache_mode": "none"}
+        groups = [
+            KVCacheGroupSpec([f"mamba{i}"], MambaSpec(block_size=mml, **mamba))
+            for i in range(scn.get("mamba_groups", 0))
+        ] + groups
         kv_cfg = KVCacheConfig(
             num_blocks=scn["num_gpu_blocks"],
             kv_cache_tensors=[],
@@ -1330,16 +1385,20 @@ class Driver:
         )
         cache_cfg.num_gpu_blocks = scn["num_gpu_blocks"]
         cls = AsyncScheduler if scn["async_scheduling"] else Scheduler
+        # ``resolve_kv_cache_block_sizes``: several groups schedule on the lcm of
+        # their block sizes, and hash on it too when a Mamba group is not in
+        # "align" mode (only Mamba groups make it differ from bs here)
+        sched_bs = math.lcm(*(g.kv_cache_spec.block_size for g in groups))
         self.sched = cls(
             vllm_config=vcfg,
             kv_cache_config=kv_cfg,
             structured_output_manager=StructuredOutputManager(vcfg),
-            block_size=bs,
-            hash_block_size=bs,
+            block_size=sched_bs,
+            hash_block_size=sched_bs if sched_bs != bs else bs,
             log_stats=False,
         )
         init_none_hash(sha256)
-        hasher = get_request_block_hasher(bs, sha256)
+        hasher = get_request_block_hasher(sched_bs, sha256)
         self.reqs = []
         for i, r in enumerate(scn["requests"]):
             shared = min(r.get("prefix_len", 0), r["prompt_len"])

@@ -401,7 +401,7 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         speculation=spec,
     )  # fmt: skip
     groups = (o["full_attention_groups"], o["sliding_window_groups"])
-    attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid)
+    attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid, True)
     kv_block_bytes = resolve.kv_block_bytes(
         o["kv_block_bytes"], model, o["block_size"], tp, quant, kv_dtype, hybrid
     )
@@ -410,9 +410,14 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
             "blis_full_hit_defect", "anti_starvation", "adaptive_window", "adaptive_threshold",
             "adaptive_step", "cpu_swap_blocks", "swap_bandwidth_gbps", "max_concurrency",
             "replicas", "router_seed", "max_steps")  # fmt: skip
+    # vLLM raises the block size of a model with linear-attention layers
+    # (``resolve.simulated_block_size``); attention_line() names it
+    sized = {"block_size": resolve.simulated_block_size(
+        o["block_size"], model, tp, quant, kv_dtype, hybrid
+    )}  # fmt: skip
     cfg = SchedulerConfig(
         num_gpu_blocks=blocks,
-        **{k: o[k] for k in same},
+        **({k: o[k] for k in same} | sized),
         **attn,
         **rules,
         **{k: o[k].value for k in ("stop_bound", "compat", "policy", "admission", "router")},

@@ -8,7 +8,8 @@ Each configuration runs the vLLM v1 scheduler step by step in simulated time:
   all-or-nothing allocation, the whole-sequence gate, the watermark; with a
   sliding window (``SW``) ``SlidingWindowManager.remove_skipped_blocks``
   first (``_remove_skipped_blocks``), and with several KV cache groups
-  (``GROUPS_FULL``, ``GROUPS_SW``) one table per group in one pool.
+  (``GROUPS_FULL``, ``GROUPS_SW``) one table per group in one pool; Mamba
+  groups (``GROUPS_MAMBA``, mode "none") one block each per request.
 - ``Scheduler._preempt_request``: recompute preemption of the tail of
   ``running``, prepended to ``waiting``.
 - ``Scheduler.update_from_output`` and ``check_stop``
@@ -1285,9 +1286,11 @@ def _remove_skipped_blocks(cfg, st, r, p):
 def _pool_blocks(cfg, st, r):
     """Pool blocks request r holds without prefix caching: its table's length
     in every KV cache group, less the null blocks of the sliding-window
-    groups (``KVCacheCoordinator``: one table per group, one pool)."""
+    groups (``KVCacheCoordinator``: one table per group, one pool), plus one
+    block per Mamba group while it holds any (``MambaManager``, mode "none")."""
     groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]
-    return groups * st.held[r] - cfg[K.GROUPS_SW] * st.skip[r]
+    held = st.held[r]
+    return groups * held - cfg[K.GROUPS_SW] * st.skip[r] + cfg[K.GROUPS_MAMBA] * (held > 0)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -1437,13 +1440,16 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
     # Summed over the KV cache groups; a sliding-window group asks for at most
     # its admission cap (``sliding_window_cap``). Every group's hit has nhit
     # entries (a sliding-window group's nulls among them).
-    asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0)
+    # A Mamba group asks one block (``MambaManager`` in mode "none": its
+    # block_size is max_model_len, so cdiv(tokens, block_size) = 1).
+    asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0) + cfg[K.GROUPS_MAMBA]
     asked += cfg[K.GROUPS_SW] * max(min(full, cfg[K.SW_CAP]) - nhit, 0)
     if gate and asked + evictable + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     # a drafter's lookahead slots (``allocate_slots``' num_lookahead_tokens)
     total = blocks_for_tokens(c0 + num_new + _lookahead_if(rq.features.extras, cfg), mml, bs)
     need = (cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]) * (total - nhit) + evictable
+    need += cfg[K.GROUPS_MAMBA]  # a waiting request holds no blocks
     if need + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     return c0, nhit, total, need, num_new
@@ -1986,11 +1992,12 @@ def fast_path_allowed(cfg, o, use_macro):
     caching under async scheduling (blocks are hashed as outputs land, step by
     step), nor a sliding window (blocks leave the window step by step; the
     run's block counts assume full attention), nor several KV cache groups
-    (the run counts one table's blocks), nor speculative decoding (each
+    or Mamba groups (the run counts one table's blocks), nor speculative decoding (each
     step's accepted drafts differ)."""
     macro = use_macro and o.trace.shape[0] == 0 and o.events.shape[0] == 0
     macro = macro and cfg[K.COMPAT] == 0 and cfg[K.SW] == 0 and cfg[K.PRICE_WIN2] == 0
     macro = macro and cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW] == 1 and cfg[K.SPEC_K] == 0
+    macro = macro and cfg[K.GROUPS_MAMBA] == 0
     macro = macro and cfg[K.XFER] == 0
     return macro and not (cfg[K.CACHING] != 0 and cfg[K.ASYNC] != 0)
 

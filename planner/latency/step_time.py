@@ -321,6 +321,23 @@ class RooflineLatency:
             + (f", step times x{self.time_scale:.3g}" if self.time_scale != 1.0 else "")
             + self._comm_text()
             + ")"
+            + self._layer_text()
+        )
+
+    def _layer_text(self) -> str:
+        """What the roofline does not price exactly for this model's layer
+        kinds (class docstring): linear-attention (Mamba) and chunked local
+        layers are priced as full attention; "" otherwise."""
+        from planner.models.hardware import model
+
+        m = model(self.model, self.quantization, self.kv_cache_dtype)
+        n = {k: sum(t == k for t in m.layer_types) for k in ("linear", "chunked")}
+        what = [f"{v} {k}-attention" for k, v in n.items() if v]
+        if not what:
+            return ""
+        return (
+            f"; its {' and '.join(what)} layers are priced as full attention (their own "
+            "reads, e.g. a Mamba layer's state per request and step, are not modelled)"
         )
 
     def _comm_text(self) -> str:

@@ -174,7 +174,14 @@ def settings(
         "ModelConfig.is_prefix_caching_supported, on for generative models",
     )
     pick("async_scheduling", True, "VllmConfig.__post_init__")
-    pick("block_size", BLOCK_SIZE, "CacheConfig.DEFAULT_BLOCK_SIZE")
+    raised = model is not None and "linear" in model.layer_types
+    pick(
+        "block_size",
+        BLOCK_SIZE,
+        "CacheConfig.DEFAULT_BLOCK_SIZE"
+        + ("; vLLM raises it so an attention page holds a linear-attention layer's state "
+           "(_align_hybrid_block_size), the size the attention line gives" if raised else ""),
+    )  # fmt: skip
     pick("gpu_memory_utilization", GPU_MEMORY_UTILIZATION, "CacheConfig.gpu_memory_utilization")
     if model is not None and (model.hybrid_kv() or model.promoted_layers):
         pick(
