@@ -345,8 +345,8 @@ class SchedulerConfig:
         if self.mamba_groups == 0:
             return
         for name, bad in (
-            ("--enable-prefix-caching (vLLM then runs mamba_cache_mode align, not simulated: "
-             "add --no-enable-prefix-caching)", self.enable_prefix_caching),
+            ("prefix caching on (vLLM's default, its mamba_cache_mode align): add "
+             "--no-enable-prefix-caching", self.enable_prefix_caching),
             ("--compat blis", self.compat == "blis"),
             (f"--preemption-mode {self.preemption_mode}", self.preemption_mode != "recompute"),
             ("--stop-bound max_servable", self.stop_bound == "max_servable"),

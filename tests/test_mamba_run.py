@@ -37,7 +37,7 @@ def test_vllm_default_prefix_caching_is_refused_with_the_fix(capsys):
     args = ["run", "--model", "qwen3.5-27b", "--gpu", "H100", *TRAFFIC]
     code, _, err = run_cli(capsys, *args)
     assert code == 2 and err.count("\n") == 1
-    assert "mamba_cache_mode align" in err and "--no-enable-prefix-caching" in err
+    assert "mamba_cache_mode align" in err and "add --no-enable-prefix-caching" in err
 
 
 def test_run_refuses_what_vllm_refuses_to_start(capsys):
