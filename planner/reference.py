@@ -1389,6 +1389,7 @@ class Engine:
                     self.lat_table,
                     attended_w,
                     kv_w,
+                    len(scheduled),
                 )
             if sched.lookahead:  # the drafter's passes (EAGLE, MTP)
                 k = self.cfg.speculation.num_speculative_tokens

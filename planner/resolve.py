@@ -338,7 +338,6 @@ def attention(
     kv_cache_dtype: str = "auto",
     groups: tuple[int | None, int | None] = (None, None),
     disable_hybrid_kv_cache_manager: bool | None = None,
-    mamba: bool = False,
 ) -> dict[str, int]:
     """The attention fields of a run's ``SchedulerConfig``: the model's
     (``simulated_model``) when ``--model`` is given, else ``sliding_window``
@@ -346,12 +345,12 @@ def attention(
     ``groups`` = (full-attention, sliding-window), None for the default (the
     model's one group).
 
-    ``mamba``: the caller runs a linear-attention (Mamba) hybrid at its
-    ``simulated_block_size`` (plan run); other callers refuse one.
+    A linear-attention (Mamba) hybrid runs at its ``simulated_block_size``,
+    which every caller sets.
 
     Raises:
         ValueError: one line, when ``explicit`` or ``groups`` contradicts the
-            model or the model cannot be simulated (by this caller).
+            model or the model cannot be simulated.
     """
     names = ("full_attention_groups", "sliding_window_groups")
     if model is None:
@@ -359,11 +358,6 @@ def attention(
         return {"sliding_window": 0 if explicit is None else explicit, **given}
     m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
     fields = simulated_model(m)
-    if fields.get("mamba_groups") and not mamba:
-        raise ValueError(
-            f"--model {m.name}: linear-attention (Mamba) hybrids are simulated by plan run "
-            "(with --no-enable-prefix-caching) only so far; plan check sizes this model"
-        )
     window = fields["sliding_window"]
     if explicit is not None and explicit != window:
         has = f"a {window:,}-token sliding window" if window else "full attention"

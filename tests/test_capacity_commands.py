@@ -461,7 +461,7 @@ def test_simulator_refuses_linear_attention_hybrids_under_prefix_caching(capsys)
 def test_simulator_refuses_mamba2_hybrids_elsewhere_without_naming_mlp_layers(capsys):
     code, _, err = run_cli(
         capsys, "max-rate", "--model", "nemotron-h-8b", "--gpu", "H100", "--num-requests", "2",
-        "--latency", "roofline", "--no-enable-prefix-caching", "--max-num-seqs", "64",
+        "--latency", "roofline", "--max-num-seqs", "64",
     )  # fmt: skip
     assert code == 2 and "Mamba" in err and "mlp" not in err and err.count("\n") == 1
 

@@ -51,8 +51,15 @@ def test_run_refuses_what_vllm_refuses_to_start(capsys):
     assert f"--max-num-seqs {pool:,}" in err
 
 
-def test_commands_that_do_not_simulate_mamba_yet_refuse_in_one_line(capsys):
+def test_safe_limit_refuses_a_mamba_hybrid_in_one_line(capsys):
+    """safe-limit's analytic limit holds for full attention only."""
+    code, _, err = run_cli(capsys, "safe-limit", "--model", "qwen3.5-27b", *POOL, *TRAFFIC)
+    assert code == 2 and "full attention only" in err and err.count("\n") == 1
+
+
+def test_max_rate_refuses_vllm_default_caching_on_a_mamba_hybrid(capsys):
     code, _, err = run_cli(
-        capsys, "max-rate", "--model", "qwen3.5-27b", *POOL, "--max-num-seqs", "32", *TRAFFIC
-    )
-    assert code == 2 and "simulated by plan run" in err and err.count("\n") == 1
+        capsys, "max-rate", "--model", "qwen3.5-27b", "--gpu", "H100", "--max-num-seqs", "32",
+        *TRAFFIC,
+    )  # fmt: skip
+    assert code == 2 and "add --no-enable-prefix-caching" in err and err.count("\n") == 1

@@ -63,3 +63,30 @@ def test_every_layer_sliding_reads_only_the_window_by_hand():
     assert _attention(n, c0, w) == (pairs, min(c0 + n, n + w - 1))
     lat = RooflineLatency("mistralai/Mistral-7B-v0.1", "H100")
     assert _ns(lat, 0, 1, 4096, 4096) == _ns(lat, 0, 1, *_attention(1, 100_000, w))
+
+
+def test_linear_attention_moves_each_request_state_by_hand():
+    """Qwen3.5-27B (48 Gated DeltaNet + 16 full-attention layers): a
+    linear-attention layer holds, per request, a conv state of (kernel - 1) x
+    (2 x key heads x key dim + value heads x value dim) values in bf16 and an
+    SSM state of value heads x value dim x key dim values in float32; each
+    scheduled request reads and writes it once per step. 32 decodes after
+    1,000 tokens each: weights + the 16 full layers' KV (4 KV heads x 256 x 2
+    x 2 bytes per token) + 32 x 2 x 48 states; the linear layers add no KV."""
+    name = "qwen3.5-27b"
+    m, g = model(name), gpu("H100")
+    conv = (4 - 1) * (2 * 16 * 128 + 48 * 128) * 2
+    ssm = 48 * 128 * 128 * 4
+    assert m.linear_state_bytes(1) == conv + ssm == 3_207_168
+    kv_per_token = 16 * 4 * 256 * 2 * 2
+    reqs, kv_tokens = 32, 32 * 1_001
+    nbytes = m.weight_bytes(1) + kv_per_token * kv_tokens + reqs * 2 * 48 * (conv + ssm)
+    lat = RooflineLatency(name, "H100")
+    ip = np.array(lat.ns()[:3], dtype=np.int64)
+    fp = np.array(lat.floats(), dtype=np.float64)
+    t = step_time_ns(ROOFLINE, ip, fp, 0, reqs, kv_tokens, kv_tokens, np.zeros(4), 0, 0, reqs)
+    assert t / 1e9 == pytest.approx(nbytes / (g.hbm_bytes_per_s * 0.8), rel=1e-9, abs=2e-9)
+    # without the scheduled requests' count, only the state term goes
+    t0 = step_time_ns(ROOFLINE, ip, fp, 0, reqs, kv_tokens, kv_tokens, np.zeros(4), 0, 0, 0)
+    state_s = reqs * 2 * 48 * (conv + ssm) / (g.hbm_bytes_per_s * 0.8)
+    assert (t - t0) / 1e9 == pytest.approx(state_s, rel=1e-6)

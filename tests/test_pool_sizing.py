@@ -225,3 +225,50 @@ def test_safe_limit_runs_each_max_num_seqs_on_its_own_pool():
     s = find_safe_limits(wl, cfg, LinearLatency(), pool=lambda seqs: 3000 + seqs)
     t = s.table
     assert len(t) > 3 and (t.num_gpu_blocks == 3000 + t.max_num_seqs).all()
+
+
+@pytest.mark.parametrize("model", ["qwen3.5-27b", "nemotron-h-8b"])
+def test_every_simulating_command_sizes_one_pool_for_a_mamba_hybrid(capsys, tmp_path, model):
+    """A linear-attention (Mamba) hybrid with prefix caching off (the mode the
+    simulator runs them in): check, run, max-rate, size and a one-row sweep
+    agree on num_gpu_blocks, counted in vLLM's raised blocks, and every
+    simulated row runs at that block size."""
+    off = ["--no-enable-prefix-caching"]
+    got = {}
+    code, out, err = run_cli(capsys, "check", "--model", model, *ONE, *off, "--json")
+    assert code == 0, err
+    got["check"] = json.loads(out)["num_gpu_blocks"]
+    code, out, err = run_cli(capsys, "run", "--model", model, *ONE, *off, *TRAFFIC, "--json")
+    assert code == 0, err
+    run = json.loads(out)
+    got["run"] = run["num_gpu_blocks"]
+    code, out, err = run_cli(
+        capsys, "max-rate", "--model", model, *ONE, *off, *TRAFFIC, "--rate-scale-max", "2",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    config = json.loads(out)["configs"][0]["config"]
+    got["max-rate"] = config["num_gpu_blocks"]
+    spec = tmp_path / "one.toml"
+    spec.write_text(
+        'name = "one"\n'
+        + SMALL_SYNTHETIC.replace("num_requests = 5", "num_requests = 5\nrate = 1")
+        + f'[hardware]\nmodel = "{model}"\ngpu = "H100"\n'
+        'gpu_memory_utilization = 0.85\n[latency]\nkind = "roofline"\n[scheduler]\n'
+        "max_num_batched_tokens = 4096\nmax_model_len = 8192\nenable_prefix_caching = false\n"
+        "[axes]\nmax_num_seqs = [24]\n"
+    )
+    sweep = load_spec_text(spec.read_text(), tmp_path)
+    (row,) = sweep.configs
+    got["sweep"] = row.num_gpu_blocks
+    code, _, err = run_cli(
+        capsys, "size", str(spec), "--out", str(tmp_path / "size"), "--gpus", "H100",
+        "--max-replicas", "1", "--ttft-slo", "100", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    import pandas as pd
+
+    (got["size"],) = set(pd.read_parquet(tmp_path / "size" / "size.parquet").num_gpu_blocks)
+    assert len(set(got.values())) == 1, got
+    assert run["block_size"] == config["block_size"] == row.block_size > 16
+    assert row.mamba_groups == run["mamba_groups"] > 0

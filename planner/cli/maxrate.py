@@ -232,6 +232,13 @@ def max_rate(
     reject_inert_hardware(ctx, base.one_full_attention_group, given_pool)
     combos = [dict(zip(varied, vals, strict=True)) for vals in itertools.product(*varied.values())]
     configs = [_varied(base, combo) for combo in combos]
+    # vLLM raises a linear-attention hybrid's block size (resolve.simulated_block_size)
+    configs = [
+        dataclasses.replace(
+            c, block_size=resolve.simulated_block_size(c.block_size, model, tensor_parallel_size)
+        )
+        for c in configs
+    ]
     derived = num_gpu_blocks is None and "num_gpu_blocks" not in varied
     if derived and (model is not None or gpu is not None):
         util, tp = gpu_memory_utilization, tensor_parallel_size

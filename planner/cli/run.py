@@ -401,7 +401,7 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         speculation=spec,
     )  # fmt: skip
     groups = (o["full_attention_groups"], o["sliding_window_groups"])
-    attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid, True)
+    attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid)
     kv_block_bytes = resolve.kv_block_bytes(
         o["kv_block_bytes"], model, o["block_size"], tp, quant, kv_dtype, hybrid
     )

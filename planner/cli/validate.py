@@ -158,6 +158,7 @@ def validate(
         lat = dataclasses.replace(lat, data_parallel_size=dp)
     attn = resolve.attention(None, name, None, kv_dtype)
     fields = {k: s[k] for k in vllm_defaults.FIELDS if k != "gpu_memory_utilization"}
+    fields["block_size"] = resolve.simulated_block_size(s["block_size"], name, tp, None, kv_dtype)
     cfg = SchedulerConfig(num_gpu_blocks=blocks, **fields, **attn, **dp_fleet(dp))
     cfg.check_vllm_starts()
     wl = r.workload()

@@ -1710,7 +1710,7 @@ def _step_time(cfg, cfgf, rq, k, s):
     else:
         dt = step_time_ns(
             cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab,
-            s[ATTENDED_W], s[KV_W],
+            s[ATTENDED_W], s[KV_W], s[N_SCHED],
         )  # fmt: skip
         dt += _draft_step_ns_if(rq.features.extras, cfg, cfgf, s)  # EAGLE, MTP
     dt += s[SWAP_NS]

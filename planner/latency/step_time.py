@@ -103,7 +103,10 @@ AR_EAGER = AR_GRAPH + KNOTS
 # FLOPs per (query, key) pair and KV bytes per token of those layers, and
 # their window in tokens (all 0 unless the model mixes full and sliding layers).
 SW_PAIR, SW_KV, SW_WINDOW = AR_EAGER + KNOTS, AR_EAGER + KNOTS + 1, AR_EAGER + KNOTS + 2
-ROOFLINE_FLOATS = SW_WINDOW + 1
+# Then the bytes of recurrent state (linear attention: Gated DeltaNet, Mamba2)
+# each scheduled request reads and writes per step, over all such layers.
+STATE_RW = SW_WINDOW + 1
+ROOFLINE_FLOATS = STATE_RW + 1
 
 
 def overhead_ns(
@@ -164,8 +167,19 @@ class RooflineLatency:
       (full and sliding layers: gemma-2/3, gpt-oss) prices its full layers'
       share on whole-context pairs and KV tokens and its sliding layers' share
       on window-bounded ones, each share its layer count over all layers
-      (``sliding_split``). Other layer kinds (chunked local, linear, Mamba)
-      are priced as full attention, an upper bound.
+      (``sliding_split``). Chunked local layers are priced as full
+      attention, an upper bound.
+    - linear-attention (Gated DeltaNet, Mamba2) layers hold no per-token KV:
+      each request the step schedules reads its recurrent state (conv + SSM,
+      ``ModelSpec.linear_state_bytes``, what ``MambaSpec`` pages hold) from
+      the cache and writes it back once per layer (vLLM's
+      ``fused_recurrent_gated_delta_rule`` / ``selective_state_update``
+      update it in place; a chunked prefill starts from the stored state and
+      stores the last one), so a step moves 2 x state bytes x linear layers
+      per scheduled request. Their projections are in the parameters; the
+      recurrence's own FLOPs (a few per state element per token; a Qwen3.5-27B
+      layer's state is 0.19% of its parameters) are not charged. MLP-only
+      layers (Nemotron-H's) have no attention term.
     - data parallelism (``data_parallel_size`` D > 1, one rank's GPU priced):
       vLLM splits a mixture of experts' routed experts over the tp x D GPUs
       (``ModelSpec.expert_weight_bytes``) and steps the ranks together, each
@@ -247,10 +261,15 @@ class RooflineLatency:
         f = self.time_scale
         if tab is not None:
             measured = (*measured[:3], *(x * f for x in measured[3:]))
+        from planner.models.config_json import LINEAR as LINEAR_LAYER
+        from planner.models.config_json import MLP as MLP_LAYER
+
         n_sw, window = self.sliding_split()
         per_pair = 4.0 * heads * m.head_dim  # one layer's attention FLOPs per pair
         per_kv = float(m.kv_bytes_per_token_layer(self.tp))
-        full = m.num_layers - n_sw
+        n_linear = sum(t == LINEAR_LAYER for t in m.layer_types)
+        attn = sum(t not in (LINEAR_LAYER, MLP_LAYER) for t in m.layer_types)
+        full = attn - n_sw  # layers priced on whole-context sums
         return (
             2.0 * m.active_params() / self.tp,
             full * per_pair,
@@ -266,6 +285,7 @@ class RooflineLatency:
             n_sw * per_pair,
             n_sw * per_kv,
             float(window),
+            2.0 * n_linear * m.linear_state_bytes(self.tp) / f,
         )
 
     def sliding_split(self) -> tuple[int, int]:
@@ -331,14 +351,10 @@ class RooflineLatency:
         from planner.models.hardware import model
 
         m = model(self.model, self.quantization, self.kv_cache_dtype)
-        n = {k: sum(t == k for t in m.layer_types) for k in ("linear", "chunked")}
-        what = [f"{v} {k}-attention" for k, v in n.items() if v]
-        if not what:
+        n = sum(t == "chunked" for t in m.layer_types)
+        if not n:
             return ""
-        return (
-            f"; its {' and '.join(what)} layers are priced as full attention (their own "
-            "reads, e.g. a Mamba layer's state per request and step, are not modelled)"
-        )
+        return f"; its {n} chunked local attention layers are priced as full attention"
 
     def _comm_text(self) -> str:
         if self.tp == 1:
@@ -531,7 +547,7 @@ def blis_alpha2_ns(a2: int) -> int:
 
 
 @njit(cache=True)
-def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab, attended_w=0, kv_w=0):  # noqa: ANN001, ANN201, E501
+def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab, attended_w=0, kv_w=0, nreq=0):  # noqa: ANN001, ANN201, E501  # fmt: skip
     """Duration of one step in integer ns; 0 for a step that scheduled nothing.
 
     ``ip``: int params (b0, b1, b2) in ns; ``fp``: the roofline floats of
@@ -540,8 +556,9 @@ def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab, attend
     read or written; ``tab``: the config's measured table (``MEASURED`` only,
     ``measured_table_ns``), a step taking at least 1 ns. ``attended_w`` and
     ``kv_w``: the same sums bounded by a hybrid's sliding window
-    (``fp[SW_WINDOW]``; roofline only, 0 otherwise). Shared by the kernel and
-    the reference engine.
+    (``fp[SW_WINDOW]``; roofline only, 0 otherwise). ``nreq``: requests the
+    step schedules, each moving ``fp[STATE_RW]`` bytes of linear-attention
+    state (roofline only). Shared by the kernel and the reference engine.
     """
     if prefill + decode == 0:
         return 0
@@ -553,7 +570,7 @@ def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab, attend
     tokens = prefill + decode
     flops = fp[0] * tokens + fp[1] * attended + fp[SW_PAIR] * attended_w
     touched = 1.0 - math.exp(fp[8] * tokens)  # routed experts read (class doc)
-    nbytes = fp[2] + fp[7] * touched + fp[3] * kv_tokens + fp[SW_KV] * kv_w
+    nbytes = fp[2] + fp[7] * touched + fp[3] * kv_tokens + fp[SW_KV] * kv_w + fp[STATE_RW] * nreq
     t = max(flops / fp[4], nbytes / fp[5]) + fp[6] * tokens + allreduce_step_s(fp, tokens)
     return ip[0] + int(math.ceil(t * 1e9))
 

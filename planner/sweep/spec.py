@@ -857,6 +857,12 @@ class Sweep:
             srv = self._server(values, row)
             util = srv.pop("gpu_memory_utilization")
             values = {**srv, **values}
+            # vLLM raises a linear-attention hybrid's block size; the row runs and
+            # records the raised one (resolve.simulated_block_size)
+            given_bs = int(values.get("block_size", _default("block_size")))
+            values["block_size"] = resolve.simulated_block_size(
+                given_bs, hw.model, hw.tensor_parallel_size
+            )
         values["speculation"] = self._speculation(values)  # it sizes the pool (a drafter)
         if hw is not None and "num_gpu_blocks" not in values:
             values["num_gpu_blocks"] = self.pool_blocks(
