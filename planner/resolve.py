@@ -160,16 +160,23 @@ def kv_block_bytes(
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
     disable_hybrid_kv_cache_manager: bool | None = None,
+    speculation: Speculation | None = None,
 ) -> int:
-    """Bytes of one KV block, what swap preemption moves per block: ``explicit``
-    if given, else the model's under its KV cache dtype and tensor parallelism
-    (``hardware.kv_page_bytes``), else ``SchedulerConfig``'s default, 2 MiB
-    (Llama-3.1-8B at block size 16). Raises ValueError for an unknown model."""
+    """Bytes of one KV block over every layer, what swap preemption moves per
+    block and a KV connector transfers (NixlConnector registers every KV cache
+    tensor, ``GPUModelRunner.initialize_kv_cache`` -> ``register_kv_caches``):
+    ``explicit`` if given, else the model's under its KV cache dtype and
+    tensor parallelism (``hardware.kv_page_bytes``), an EAGLE, EAGLE-3 or MTP
+    drafter's KV layer included (``ModelSpec.with_drafter``), else
+    ``SchedulerConfig``'s default, 2 MiB (Llama-3.1-8B at block size 16).
+    Raises ValueError for an unknown model."""
     if explicit is not None:
         return explicit
     if model is None:
         return 2 * 2**20
     m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
+    if speculation is not None and speculation.method in DRAFTER_METHODS:
+        m = m.with_drafter(speculation.method)
     return hardware.kv_page_bytes(m, block_size, tp)
 
 

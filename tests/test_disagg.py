@@ -732,3 +732,23 @@ def test_size_without_max_num_seqs_swept_keeps_each_gpus_default(capsys, tmp_pat
         capsys, *argv, "--kv-transfer-bandwidth", "10", "--out", str(tmp_path / "p")
     )
     assert code == 2 and "--kv-transfer-bandwidth needs --disaggregated" in err, err
+
+
+def test_a_drafters_kv_layer_is_transferred_too():
+    """NixlConnector registers every KV cache tensor, an EAGLE drafter's layer
+    among them (``GPUModelRunner.initialize_kv_cache``), so a request's KV
+    transfer carries 33 layers for Llama-3.1-8B's 32 with EAGLE; n-gram loads
+    no drafter."""
+    from planner import resolve
+    from planner.speculative import EXAMPLE_HEADS, Speculation
+
+    plain = resolve.kv_block_bytes(None, "llama-3.1-8b", 16, 1)
+    head = EXAMPLE_HEADS["eagle"]
+    eagle = resolve.kv_block_bytes(
+        None, "llama-3.1-8b", 16, 1, speculation=Speculation("eagle", 3, (0.7,), draft_model=head)
+    )
+    ngram = resolve.kv_block_bytes(
+        None, "llama-3.1-8b", 16, 1, speculation=Speculation("ngram", 3, (0.7,))
+    )
+    assert plain == 16 * 2 * 32 * 8 * 128 * 2
+    assert eagle == plain * 33 // 32 and ngram == plain

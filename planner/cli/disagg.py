@@ -270,8 +270,9 @@ def _prefill_own(
 
 def _link(o: dict[str, Any], decode_cfg: SchedulerConfig) -> KVTransfer:
     """The link each decode GPU pulls its share of a request's KV over: the
-    model's KV bytes per token per GPU (``SchedulerConfig.kv_block_bytes``
-    over block_size: the decode replica's tensor-parallel shard)."""
+    model's KV bytes per token per GPU, a drafter's KV layer included
+    (``SchedulerConfig.kv_block_bytes`` over block_size: the decode replica's
+    tensor-parallel shard)."""
     per_token = decode_cfg.kv_block_bytes / decode_cfg.block_size
     return KVTransfer.from_link(per_token, o["kv_transfer_bandwidth"], o["kv_transfer_latency"])
 

@@ -403,7 +403,7 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
     groups = (o["full_attention_groups"], o["sliding_window_groups"])
     attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid)
     kv_block_bytes = resolve.kv_block_bytes(
-        o["kv_block_bytes"], model, o["block_size"], tp, quant, kv_dtype, hybrid
+        o["kv_block_bytes"], model, o["block_size"], tp, quant, kv_dtype, hybrid, spec
     )
     same = ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
             "long_prefill_token_threshold", "watermark", "async_scheduling",

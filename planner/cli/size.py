@@ -452,12 +452,14 @@ def _role_commands(answer: dict, options: list, table: pd.DataFrame, sweep: obje
 
 
 def _kv_bytes_per_token(sweep: object, tp: int, cfg: object) -> float:
-    """The model's KV bytes per token per GPU at ``tp`` (``resolve.kv_block_bytes``)."""
+    """The model's KV bytes per token per GPU at ``tp``, a drafter's KV layer
+    included (``resolve.kv_block_bytes``)."""
     from planner import resolve
 
     model = sweep.spec.hardware.model  # type: ignore[attr-defined]
     bs = cfg.block_size  # type: ignore[attr-defined]
-    return resolve.kv_block_bytes(None, model, bs, tp) / bs
+    spec = cfg.speculation  # type: ignore[attr-defined]
+    return resolve.kv_block_bytes(None, model, bs, tp, speculation=spec) / bs
 
 
 def _write_answer(dest: Path, report: dict) -> None:

@@ -338,6 +338,16 @@ _answered_if = gated(answered)
 _blis_step_ns_if = gated(blis_step_ns, 0)
 
 
+@njit(cache=True)
+def _mamba_groups(cfg):
+    """The config's Mamba state groups (``K.GROUPS_MAMBA``)."""
+    return cfg[K.GROUPS_MAMBA]
+
+
+# 0 in the plain variant: ``variant.features_of`` turns extras on for Mamba groups
+_mamba_groups_if = gated(_mamba_groups, np.int64(0))
+
+
 @njit(cache=True, inline="always")
 def _finish(r, t, cfg, rq, st, k, p):
     """``check_stop`` ended r at time t (ns): free its blocks (``_free_request``);
@@ -347,7 +357,8 @@ def _finish(r, t, cfg, rq, st, k, p):
     taken = 0
     if p is not None:  # compat blis implies prefix caching
         taken = _blis_last_slot_if(rq.features.extras, cfg, rq, st, k, p, r) if blis else 0
-    freed = _pool_blocks(cfg, st, r)  # its null blocks were never pool blocks
+    mamba = _mamba_groups_if(rq.features.extras, cfg)
+    freed = _pool_blocks(cfg, st, r, mamba)  # its null blocks were never pool blocks
     if p is not None:
         if p.slot_of[r] >= 0:
             freed = PC.release(r, st.held[r], p, blis)
@@ -938,7 +949,7 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     k[S.O_MACRO_STEPS] += n
     if p is not None:
         if check:
-            _check_invariants(cfg, st, q, k, p)
+            _check_invariants(cfg, st, q, k, p, _mamba_groups_if(rq.features.extras, cfg))
     elif check and used + k[FREE] != k[S.O_USABLE]:
         k[S.O_INVARIANT_ERRORS] += 1
     return True
@@ -1164,7 +1175,7 @@ def _unschedule(v, rq, st, q, s, pend, win, win2):
 
 
 @njit(cache=True, inline="always")
-def _evict(cfg, v, st, k, s, p):
+def _evict(cfg, v, st, k, s, p, mamba):
     """Free victim v's KV. Recompute (``Scheduler._preempt_request``): free its
     blocks, num_computed_tokens = 0; restart (BLIS, a named option) also drops
     its outputs (compat blis frees in BLIS's order, ``PC.free_blocks``); swap
@@ -1183,7 +1194,7 @@ def _evict(cfg, v, st, k, s, p):
         PC.publish(v, h, p)  # its lookup at re-admission may hit its own blocks
         k[FREE] += PC.release(v, h, p, cfg[K.COMPAT] != 0)
     else:
-        k[FREE] += _pool_blocks(cfg, st, v)
+        k[FREE] += _pool_blocks(cfg, st, v, mamba)
     st.held[v] = 0
     st.skip[v] = 0
     st.koff[v] = 0
@@ -1221,7 +1232,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     for j in range(vi, k[N_RUN] - 1):
         q.run[j] = q.run[j + 1]
     k[N_RUN] -= 1
-    _evict(cfg, v, st, k, s, p)
+    _evict(cfg, v, st, k, s, p, _mamba_groups_if(rq.features.extras, cfg))
     # Async: output still in flight becomes stale (delivered, but it no longer
     # advances the request's counters).
     if st.infl[v] > 0 and st.stale[v] == 0:
@@ -1283,14 +1294,15 @@ def _remove_skipped_blocks(cfg, st, r, p):
 
 
 @njit(cache=True, inline="always")
-def _pool_blocks(cfg, st, r):
+def _pool_blocks(cfg, st, r, mamba):
     """Pool blocks request r holds without prefix caching: its table's length
     in every KV cache group, less the null blocks of the sliding-window
     groups (``KVCacheCoordinator``: one table per group, one pool), plus one
-    block per Mamba group while it holds any (``MambaManager``, mode "none")."""
+    block per Mamba group while it holds any (``MambaManager``, mode "none";
+    ``mamba``: ``_mamba_groups_if``, 0 in the plain variant)."""
     groups = cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]
     held = st.held[r]
-    return groups * held - cfg[K.GROUPS_SW] * st.skip[r] + cfg[K.GROUPS_MAMBA] * (held > 0)
+    return groups * held - cfg[K.GROUPS_SW] * st.skip[r] + mamba * (held > 0)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -1442,14 +1454,15 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
     # entries (a sliding-window group's nulls among them).
     # A Mamba group asks one block (``MambaManager`` in mode "none": its
     # block_size is max_model_len, so cdiv(tokens, block_size) = 1).
-    asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0) + cfg[K.GROUPS_MAMBA]
+    mamba = _mamba_groups_if(rq.features.extras, cfg)
+    asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0) + mamba
     asked += cfg[K.GROUPS_SW] * max(min(full, cfg[K.SW_CAP]) - nhit, 0)
     if gate and asked + evictable + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     # a drafter's lookahead slots (``allocate_slots``' num_lookahead_tokens)
     total = blocks_for_tokens(c0 + num_new + _lookahead_if(rq.features.extras, cfg), mml, bs)
     need = (cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]) * (total - nhit) + evictable
-    need += cfg[K.GROUPS_MAMBA]  # a waiting request holds no blocks
+    need += mamba  # a waiting request holds no blocks
     if need + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     return c0, nhit, total, need, num_new
@@ -1902,13 +1915,13 @@ _drain_deferred_if = gated(drain_deferred, 0)
 
 
 @njit(cache=True, inline="always")
-def _check_invariants(cfg, st, q, k, p):
+def _check_invariants(cfg, st, q, k, p, mamba):
     """Count a step that breaks block conservation: blocks held by running
     requests + free blocks = usable blocks (with caching: references, distinct
     blocks in use and the free queue's length agree)."""
     used = 0
     for i in range(k[N_RUN]):
-        used += _pool_blocks(cfg, st, q.run[i])
+        used += _pool_blocks(cfg, st, q.run[i], mamba)
     used += k[S.O_HOLD_BLOCKS]  # kv_holding_waiting's (remote_kv.py), 0 on other servers
     used += k[S.O_DEFER_BLOCKS]  # finished, freed when the step in flight lands
     if p is not None:  # prefix caching
@@ -1942,7 +1955,7 @@ def _write_trace(o, s):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _end_step(cfg, st, q, o, s, p, check):
+def _end_step(cfg, st, q, o, s, p, check, mamba):
     """Drop finished requests from ``running`` (``remove_all``), check the
     invariants, write the trace, and prove a livelock when there is one.
     Frozen: nothing scheduled, preempted or admitted (compat blis admits a
@@ -1955,7 +1968,7 @@ def _end_step(cfg, st, q, o, s, p, check):
         k[N_RUN] = _drop_finished(q.run, k[N_RUN], st.status)
         k[S.O_FINISHED] += s[N_FIN]
     if check:
-        _check_invariants(cfg, st, q, k, p)
+        _check_invariants(cfg, st, q, k, p, mamba)
     _write_trace(o, s)
     frozen = s[PREFILL] + s[DECODE] == 0 and s[N_PRE] == 0 and s[N_FLIGHT] == 0
     frozen = frozen and s[N_ADM] == 0 and s[S.WAITED] == 0
@@ -2021,6 +2034,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
     R = rq.prompt.shape[0]
     async_ = cfg[K.ASYNC] != 0
     xfer = cfg[K.XFER] != 0
+    mamba = _mamba_groups_if(rq.features.extras, cfg)
     routed = routing_open(k)
     while True:
         if routed and k[CLOCK] >= k[S.O_ROUTE_UNTIL]:
@@ -2076,7 +2090,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             _update_from_output(cfg, rq, st, q, o, sc.step, p)
         if k[S.O_LOADS] > 0:
             _finish_loads_if(rq.features.extras, x, k, S.PD_LANDED if async_ else S.PD_RECV)
-        if _end_step(cfg, st, q, o, sc.step, p, check):
+        if _end_step(cfg, st, q, o, sc.step, p, check, mamba):
             break
         if livelock_proven(cfg, st, q, k, p, sc.cycle):  # a state repeated (cycle.py)
             k[S.O_LIVELOCKED] = 1

@@ -52,7 +52,8 @@ ON = True  # a marker: some config of the run uses the feature
 # ``step._drafts``, ``step._padded``) or a disaggregated decode side
 # (cfg[K.XFER] != 0: ``step._schedule_waiting_pd``, ``kernel/remote_kv.py``)
 # or prefix caching with a sliding window or several KV cache groups
-# (``prefix_cache._cache_groups``). None: none does.
+# (``prefix_cache._cache_groups``) or Mamba state groups (cfg[K.GROUPS_MAMBA]
+# > 0: ``step._mamba_groups_if``). None: none does.
 Features = namedtuple("Features", "extras")
 
 PLAIN = Features(None)
@@ -69,6 +70,7 @@ def features_of(cfg: np.ndarray, next_turn: np.ndarray) -> Features:
     used = used or bool(np.any(cfg[:, K.SPEC_K] != 0) or np.any(cfg[:, K.XFER] != 0))
     groups = (cfg[:, K.GROUPS_SW] > 0) | (cfg[:, K.GROUPS_FULL] > 1)
     used = used or bool(np.any((cfg[:, K.CACHING] != 0) & groups))
+    used = used or bool(np.any(cfg[:, K.GROUPS_MAMBA] > 0))  # step._mamba_groups_if
     return ALL if used else PLAIN
 
 
@@ -90,6 +92,7 @@ def describe(f: Features, caching: bool = False) -> str:
             "speculative decoding",
             "a disaggregated decode side",
             "prefix caching over several KV cache groups",
+            "Mamba state groups",
         ]
     if not parts:
         return "plain"

@@ -114,7 +114,7 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
         (ST._schedule_waiting, (cfg, rq, st, q, o, sc, p)),
         (ST._arrivals, (cfg, rq, st, q, k)),
         (ST._update_from_output, (cfg, rq, st, q, o, s, p)),
-        (ST._end_step, (cfg, st, q, o, s, p, check)),
+        (ST._end_step, (cfg, st, q, o, s, p, check, dt)),  # dt: int64, as `mamba`
         (ST._update_after_schedule, (cfg, dt, rq, st, q, o, s)),
         (ST._step_time, (cfg, cfgf, rq, k, s)),
         (ST._begin_step, (cfg, k, s)),
