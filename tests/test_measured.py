@@ -256,3 +256,14 @@ def test_a_model_aiconfigurator_cannot_read_is_one_line(capsys, tmp_path):
 
     with pytest.raises(measured.MeasuredError, match="no_such_type"):
         measured.aic_model(str(bad))
+
+
+def test_bad_input_after_the_tables_load_is_still_one_line(capsys):
+    """The data-version line is a note said once the input is accepted, so a
+    refusal found after the tables load is the only line on stderr."""
+    pytest.importorskip("aiconfigurator_core")
+    args = ("run", "--model", "llama-3.1-8b", "--gpu", "H100", "--latency", "measured")
+    code, _, err = run_cli(capsys, *args, "--max-num-seqs", "64", "--max-num-batched-tokens", "8")
+    assert code == 2 and err.count("\n") == 1 and "refuses to start" in err
+    code, _, err = run_cli(capsys, *args, "--num-requests", "3", "--max-num-seqs", "8")
+    assert code == 0 and "plan: note: measured step times:" in err

@@ -26,7 +26,7 @@ import typer
 
 from planner import bounds, resolve
 from planner.config import ADMISSIONS, COMPATS, ROUTERS, VICTIMS, SchedulerConfig
-from planner.latency.step_time import Latency
+from planner.latency.step_time import Latency, MeasuredLatency
 from planner.models.hardware import GPUS
 from planner.slo import SLO, from_options
 from planner.speculative import Speculation, acceptance_from_log, parse_speculative_config
@@ -299,8 +299,12 @@ def step_time(
         step_overhead_us,
         quantization,
         kv_cache_dtype,
-        quiet=quiet,
+        quiet=True,  # said below, once the input is accepted
     )
+    if isinstance(lat, MeasuredLatency) and not quiet:
+        from planner.latency.measured import data_line
+
+        note(data_line(lat))
     if measured_scale is not None:
         lat = dataclasses.replace(lat, scale=measured_scale)  # type: ignore[type-var]
     return lat

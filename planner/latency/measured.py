@@ -300,13 +300,7 @@ def build(
     name, gname, aic_model, system = resolve(model, gpu, quantization, kv_cache_dtype)
     tab, version = _cached_table(aic_model, system, tp, quantization, kv_cache_dtype, model)
     source = f"aiconfigurator-core {aic_version()}, {system} vLLM {version} data"
-    if not quiet:
-        print(
-            f"measured step times: {source} (collected on vLLM {version}, older than the "
-            f"vLLM {VLLM_MIRRORED} this planner mirrors)",
-            file=sys.stderr,
-        )
-    return MeasuredLatency(
+    lat = MeasuredLatency(
         name,
         gname,
         tp,
@@ -317,4 +311,18 @@ def build(
         alpha=alpha,
         quantization=quantization,
         kv_cache_dtype=kv_cache_dtype,
+        data_version=version,
+    )
+    if not quiet:
+        print(data_line(lat), file=sys.stderr)
+    return lat
+
+
+def data_line(lat: MeasuredLatency) -> str:
+    """The line saying which aiconfigurator data ``lat`` uses and that it
+    predates the vLLM this planner mirrors (``build`` prints it; the CLI says
+    it as a note once the input is accepted)."""
+    return (
+        f"measured step times: {lat.source} (collected on vLLM {lat.data_version}, older "
+        f"than the vLLM {VLLM_MIRRORED} this planner mirrors)"
     )

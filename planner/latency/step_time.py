@@ -391,6 +391,8 @@ class MeasuredLatency:
     alpha: tuple[float, float, float] = (0.0, 0.0, 0.0)
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
+    # the vLLM release aiconfigurator collected the data on (``measured.data_line``)
+    data_version: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
         bounds.check_option("measured_scale", self.scale)
