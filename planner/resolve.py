@@ -319,9 +319,7 @@ def simulated_block_size(
     if model is None:
         return block_size
     m = hardware.model(model, quantization, kv_cache_dtype, disable_hybrid_kv_cache_manager)
-    if "linear" not in m.layer_types:
-        return block_size
-    return kv_cache.aligned_block_size(m, block_size, tp, "none")
+    return kv_cache.aligned_block_size(m, block_size, tp, "none")  # as given without state
 
 
 def full_attention_model(m: hardware.ModelSpec) -> None:

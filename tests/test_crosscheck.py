@@ -613,6 +613,18 @@ def _decode_side_case(rng: np.random.Generator):
     return cfgs, wl, lat
 
 
+def _matched_without_errors(cfgs, wl, lat):  # noqa: ANN001, ANN202
+    """Run ``cfgs`` on both engines, assert them equal step for step and the
+    kernel's blocks conserved; yield (config index, reference engine, the
+    kernel's counters) for each config."""
+    traced, fast, engines = run_both(cfgs, wl, lat)
+    for c, eng in enumerate(engines):
+        assert_step_for_step(traced, fast, c, eng)
+        oi = fast.state.out.counters[c]
+        assert oi[S.O_INVARIANT_ERRORS] == 0
+        yield c, eng, oi
+
+
 def test_seeded_decode_side_cases_match_the_reference():
     """150 seeded disaggregated decode sides x 3 configs: kernel == reference
     step for step, blocks conserved, and the cases reach loads that wait for
@@ -667,11 +679,7 @@ def test_seeded_window_caching_cases_match_the_reference():
         cfgs = [replace(c, enable_prefix_caching=True) for c in cfgs]
         if not cfgs:
             continue
-        traced, fast, engines = run_both(cfgs, wl, lat)
-        for c, eng in enumerate(engines):
-            assert_step_for_step(traced, fast, c, eng)
-            oi = fast.state.out.counters[c]
-            assert oi[S.O_INVARIANT_ERRORS] == 0
+        for c, eng, oi in _matched_without_errors(cfgs, wl, lat):
             hit = any(a > 0 for s in eng.steps for _, a in s.admissions)
             seen["hits"] += hit
             seen["async_hits"] += hit and cfgs[c].async_scheduling
@@ -711,11 +719,7 @@ def test_seeded_mamba_cases_match_the_reference():
         cfgs = [c for c in cfgs if c.num_gpu_blocks >= 2]
         if not cfgs:
             continue
-        traced, fast, engines = run_both(cfgs, wl, lat)
-        for c, eng in enumerate(engines):
-            assert_step_for_step(traced, fast, c, eng)
-            oi = fast.state.out.counters[c]
-            assert oi[S.O_INVARIANT_ERRORS] == 0
+        for c, _eng, oi in _matched_without_errors(cfgs, wl, lat):
             seen["preempted"] += oi[S.O_PREEMPTIONS] > 0
             seen["livelocked"] += oi[S.O_LIVELOCKED]
             seen["async_"] += cfgs[c].async_scheduling and oi[S.O_PREEMPTIONS] > 0

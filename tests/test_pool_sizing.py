@@ -163,15 +163,24 @@ ONE = [*POOL, "--max-num-seqs", "24"]
 TRAFFIC = ["--num-requests", "24", "--latency", "roofline"]
 
 
-def _size_blocks(capsys, tmp_path, model: str) -> set[int]:
+def _one_row_spec(tmp_path, model: str, scheduler: str = ""):  # noqa: ANN001, ANN202
+    """A one-row sweep spec of ``ONE``'s pool for ``model`` (``scheduler``:
+    more [scheduler] lines)."""
     spec = tmp_path / "one.toml"
     spec.write_text(
         'name = "one"\n'
         + SMALL_SYNTHETIC.replace("num_requests = 5", "num_requests = 5\nrate = 1")
         + f'[hardware]\nmodel = "{model}"\ngpu = "H100"\n'
         'gpu_memory_utilization = 0.85\n[latency]\nkind = "roofline"\n[scheduler]\n'
-        "max_num_batched_tokens = 4096\nmax_model_len = 8192\n[axes]\nmax_num_seqs = [24]\n"
+        "max_num_batched_tokens = 4096\nmax_model_len = 8192\n"
+        + scheduler
+        + "[axes]\nmax_num_seqs = [24]\n"
     )
+    return spec
+
+
+def _size_blocks(capsys, tmp_path, model: str) -> set[int]:
+    spec = _one_row_spec(tmp_path, model)
     out = tmp_path / "size"
     code, _, err = run_cli(
         capsys, "size", str(spec), "--out", str(out), "--gpus", "H100", "--max-replicas", "1",
@@ -249,15 +258,7 @@ def test_every_simulating_command_sizes_one_pool_for_a_mamba_hybrid(capsys, tmp_
     assert code == 0, err
     config = json.loads(out)["configs"][0]["config"]
     got["max-rate"] = config["num_gpu_blocks"]
-    spec = tmp_path / "one.toml"
-    spec.write_text(
-        'name = "one"\n'
-        + SMALL_SYNTHETIC.replace("num_requests = 5", "num_requests = 5\nrate = 1")
-        + f'[hardware]\nmodel = "{model}"\ngpu = "H100"\n'
-        'gpu_memory_utilization = 0.85\n[latency]\nkind = "roofline"\n[scheduler]\n'
-        "max_num_batched_tokens = 4096\nmax_model_len = 8192\nenable_prefix_caching = false\n"
-        "[axes]\nmax_num_seqs = [24]\n"
-    )
+    spec = _one_row_spec(tmp_path, model, "enable_prefix_caching = false\n")
     sweep = load_spec_text(spec.read_text(), tmp_path)
     (row,) = sweep.configs
     got["sweep"] = row.num_gpu_blocks

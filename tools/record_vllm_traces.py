@@ -206,6 +206,16 @@ def _req(prompt: int, max_tokens: int, arrival: float = 0, **kw: object) -> dict
     return r
 
 
+def _s2_requests() -> list[dict]:
+    """S2's burst: 40 requests of 300 prompt and 600 output tokens at t = 0."""
+    return [_req(300, 600) for _ in range(40)]
+
+
+def _long_requests() -> list[dict]:
+    """24 long prompts (500-796 tokens, 60-126 outputs), two arriving per second."""
+    return [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+
+
 def _s1_requests() -> list[dict]:
     import csv
 
@@ -310,8 +320,8 @@ def window_scenarios(seed: int = 20261201) -> list[dict]:
     preempts, a window off the block boundary with priority and the
     watermark, the gate off, S1 in time (sync and async) in a pool that only
     fits its load with the window, and random ones."""
-    s2 = [_req(300, 600) for _ in range(40)]
-    long = [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+    s2 = _s2_requests()
+    long = _long_requests()
     fixed = [
         _base("swa_s2_base", sliding_window=128, requests=s2),
         _base("swa_s2_async", sliding_window=128, async_scheduling=True, requests=s2),
@@ -378,8 +388,8 @@ def hybrid_scenarios(seed: int = 20261202) -> list[dict]:
     groups): 1 full + 1 sliding and 1 full + 5 sliding (gemma-3's ratio) on
     S2 and on long chunked prompts, async, the gate off, S1 in time, and
     random ones."""
-    s2 = [_req(300, 600) for _ in range(40)]
-    long = [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+    s2 = _s2_requests()
+    long = _long_requests()
     hyb = {"full_attention_groups": 1, "sliding_window_groups": 1}
     gemma = {"full_attention_groups": 1, "sliding_window_groups": 5}
     fixed = [
@@ -447,8 +457,8 @@ def mamba_scenarios(seed: int = 20261211) -> list[dict]:
     one block per request each) beside full-attention groups in one pool, as
     Qwen3.5's 3 + 1 and Nemotron-H's 6 + 1; S2, long chunked prompts, async,
     the gate off, a pool that preempts, S1 in time, and random ones."""
-    s2 = [_req(300, 600) for _ in range(40)]
-    long = [_req(500 + 37 * (i % 9), 60 + 11 * (i % 7), i // 2) for i in range(24)]
+    s2 = _s2_requests()
+    long = _long_requests()
     qwen = {"mamba_groups": 3}
     nemo = {"mamba_groups": 6}
     fixed = [
@@ -578,7 +588,7 @@ def window_caching_scenarios(seed: int = 20261210) -> list[dict]:
 def make_scenarios(seed: int = 20261130) -> list[dict]:
     """The golden scenarios: S2 and its variants, S3, S1-exact in time, random
     ones, and the sliding-window ones (``window_scenarios``)."""
-    s2 = [_req(300, 600) for _ in range(40)]
+    s2 = _s2_requests()
     fixed = [
         _base("s2_base", requests=s2),
         _base("s2_watermark", watermark=0.05, requests=s2),
