@@ -422,12 +422,13 @@ class SchedulerConfig:
         for what, bad in self._vllm_rules_only():
             if bad:
                 raise ValueError(f"--speculative-config is not simulated with {what}")
-        if self.speculation.lookahead_tokens and self.enable_prefix_caching:
+        drafter = self.speculation.lookahead_tokens > 0
+        if drafter and self.enable_prefix_caching and self.kv_transfer is not None:
             raise ValueError(
                 f"--speculative-config method {self.speculation.method!r} is not simulated with "
-                "prefix caching (vLLM hashes one token past each block and drops the trailing "
-                "cached block): turn it off (--no-enable-prefix-caching; in a spec "
-                "enable_prefix_caching = false)"
+                "prefix caching on a disaggregated decode side (with a KV connector vLLM keeps "
+                "the legacy block hashes and drops the trailing cached block): turn it off "
+                "(--no-enable-prefix-caching; in a spec enable_prefix_caching = false)"
             )
         k = self.speculation.num_speculative_tokens
         if self.max_num_batched_tokens < 1 + k:

@@ -238,6 +238,12 @@ class KVCacheManager:
         # ``SlidingWindowManager._contiguous_blocks_for_hit``: cached blocks in a
         # row that make a hit (the window less the query token, in blocks)
         self.need = cdiv(self.window - 1, self.block_size) if self.window else 0
+        # ``VllmConfig.num_hash_lookahead_tokens``: with prefix caching, an
+        # EAGLE / MTP drafter's hash of a block covers the next token too
+        # (``get_request_block_hasher``), so a block is hashed once that token
+        # exists and is shared only while that token is.
+        spec = cfg.speculation
+        self.look = 1 if self.caching and spec is not None and spec.lookahead_tokens else 0
 
     def tables(self, req: Request) -> list[list[int]]:
         """The request's block table in each KV cache group (``req.blocks`` first)."""
@@ -247,16 +253,18 @@ class KVCacheManager:
 
     def block_key(self, req: Request, j: int) -> tuple:
         """The content of block j: its shared-prefix group's tokens while the block
-        lies inside the shared prefix, else tokens unique to the request."""
+        and its ``look`` hash-lookahead tokens lie inside the shared prefix,
+        else tokens unique to the request."""
         if req.hash_block:
             per = req.hash_block // self.block_size
             t = j // per
-            if t < len(req.hash_prefixes):
+            inside = (j + 1) * self.block_size + self.look <= req.prompt_len
+            if t < len(req.hash_prefixes) and inside:
                 return ("hash", req.hash_prefixes[t], j - t * per)
             return ("request", req.rid, j)
         if req.session is not None:  # every turn holds a prefix of the session's tokens
             return ("session", req.session, j)
-        if (j + 1) * self.block_size <= req.shared_len:
+        if (j + 1) * self.block_size + self.look <= req.shared_len:
             return ("group", req.prefix_group, j)
         return ("request", req.rid, j)
 
@@ -449,7 +457,7 @@ class KVCacheManager:
         (``reachable_block_mask``, below)."""
         if not self.caching:
             return
-        known = req.prompt_len if self.blis else req.num_tokens
+        known = req.prompt_len if self.blis else self.hashed_tokens(req)
         num_full = min(num_tokens, known) // self.block_size
         start = req.num_cached_blocks
         if num_full <= start:
@@ -460,6 +468,12 @@ class KVCacheManager:
                 if table[j] != NULL and (kind == "full" or keep[j - start]):
                     self.pool.cache_block(table[j], (*self.block_key(req, j), g))
         req.num_cached_blocks = num_full
+
+    def hashed_tokens(self, req: Request) -> int:
+        """The request's tokens whose blocks have hashes
+        (``SingleTypeKVCacheManager.cache_blocks``: ``num_hashed_tokens``): a
+        block is hashed once the ``look`` tokens after it exist."""
+        return req.num_tokens - self.look
 
     def _reachable(self, req: Request, start: int, end: int) -> list[bool]:
         """``SlidingWindowManager.reachable_block_mask`` for blocks start..end-1

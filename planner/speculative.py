@@ -38,11 +38,13 @@ Methods (``METHODS``):
   (``num_prefill_lookahead_tokens``, 1 for EAGLE and single-module MTP) makes
   ``Scheduler._reserve_prefill_lookahead`` a no-op, and their draft slots
   (``max_num_new_slots_for_drafting``) are 0. The drafter's step time is
-  ``planner.latency.draft``'s. With prefix caching vLLM hashes one token past
-  each block and drops the trailing cached block
-  (``num_hash_lookahead_tokens``, ``use_eagle_block_drop``): not simulated, so
-  refused. Draft models (``draft_model``, one extra query slot per request)
-  and multi-module MTP are refused.
+  ``planner.latency.draft``'s. With prefix caching vLLM hashes each block
+  with the token after it (``VllmConfig.num_hash_lookahead_tokens`` 1, so
+  ``use_eagle_block_drop`` is off): ``step.hash_lookahead``. On a
+  disaggregated decode side vLLM keeps the old hashes and drops the
+  trailing cached block instead: not simulated, so refused. Draft models
+  (``draft_model``, one extra query slot per request) and multi-module MTP
+  are refused.
 
 The acceptance model (the planner's, not vLLM's): whether the target accepts
 a draft depends on the text, which a capacity plan does not have. The user

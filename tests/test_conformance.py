@@ -292,3 +292,36 @@ def test_prefix_caching_with_sliding_windows_needs_each_rule(monkeypatch):
         return rows
 
     assert differs((R.KVCacheManager, "_window_hit", chain_from_zero))
+
+
+@pytest.mark.slow
+def test_prefix_caching_with_a_drafter_needs_each_rule(monkeypatch):
+    """The ``eagle_cache_*`` goldens (EAGLE-3 with prefix caching, vLLM 0.33,
+    where a block's hash covers the next token): at least 16, sync and async,
+    with hits and preemptions; and each half of the rule is needed: keys
+    that ignore the lookahead token (a prefix ending on a block boundary
+    sharing its last block) or blocks hashed before their lookahead token
+    exists each make the reference engine differ from vLLM on some of them."""
+    from planner import reference as R
+
+    golds = {n: load(n) for n in NAMES if n.startswith("eagle_cache_")}
+    assert len(golds) >= 16
+    scns = [g["scenario"] for g in golds.values()]
+    assert all(s["enable_prefix_caching"] and s["speculative"]["method"] == "eagle3" for s in scns)
+    assert {s["async_scheduling"] for s in scns} == {True, False}
+    hit = [n for n, g in golds.items() for s in g["steps"] for _, c in s["new"] if c > 0]
+    assert {golds[n]["scenario"]["async_scheduling"] for n in hit} == {True, False}
+    assert sum(r["num_preemptions"] for g in golds.values() for r in g["requests"]) >= 10
+    real_key = R.KVCacheManager.block_key
+
+    def key_without_lookahead(self, req, j):
+        look, self.look = self.look, 0
+        try:
+            return real_key(self, req, j)
+        finally:
+            self.look = look
+
+    no_lookahead = (R.KVCacheManager, "block_key", key_without_lookahead)
+    assert _reference_differs(monkeypatch, no_lookahead, golds)
+    every_token = (R.KVCacheManager, "hashed_tokens", lambda self, req: req.num_tokens)
+    assert _reference_differs(monkeypatch, every_token, golds)

@@ -251,9 +251,8 @@ def test_free_queue_ring_keeps_vllms_order():
 
     n_blocks, n_slots, maxb = 12, 6, 12
     i32, i64 = PC.cache_entries(n_blocks, n_slots, maxb, 1)
-    p = PC.new_cache(
-        n_blocks, True, n_slots, maxb, 1, np.zeros(i32, np.int32), np.zeros(i64, np.int64), 1, 0, 0
-    )
+    a32, a64 = np.zeros(i32, np.int32), np.zeros(i64, np.int64)
+    p = PC.new_cache(n_blocks, True, n_slots, maxb, 1, a32, a64, 1, 0, 0, 0)
     model = list(range(1, n_blocks))
     rows: dict[int, list[int]] = {}
     rng = np.random.default_rng(11)

@@ -685,7 +685,7 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     return (
         fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
         + eagle_scenarios() + pd_spec_scenarios() + window_caching_scenarios()
-        + mamba_scenarios()
+        + mamba_scenarios() + eagle_caching_scenarios()
     )  # fmt: skip
 
 
@@ -962,6 +962,51 @@ def eagle_scenarios(seed: int = 20261208) -> list[dict]:
                           for r in scn["requests"]],
             )
         )  # fmt: skip
+    return fixed + rand
+
+
+def eagle_caching_scenarios(seed: int = 20261212) -> list[dict]:
+    """EAGLE-3 with prefix caching (vLLM's default): a block's hash covers
+    the next token (``num_hash_lookahead_tokens`` 1), so a shared prefix
+    ending on a block boundary shares one block less, the prompt's last full
+    block is hashed only after its first output token, and no trailing block
+    is dropped. Shared prefixes on and off block boundaries, preemption
+    re-hitting its own blocks, sync and async, random ones."""
+    e = "eagle3"
+
+    def grouped(n: int, prompt: int, prefix: int, out: int, step: int = 1) -> list[dict]:
+        return [
+            _req(prompt + 3 * i, out, i // step, prefix_group=i % 2, prefix_len=prefix)
+            for i in range(n)
+        ]
+
+    fixed = [
+        # prefixes of whole blocks: the lookahead token lies past the prefix
+        _base("eagle_cache_aligned", enable_prefix_caching=True,
+              speculative=_spec(3, [0.7], 11, e), requests=grouped(10, 100, 64, 40)),
+        # one token more: the last shared block's lookahead is shared too
+        _base("eagle_cache_aligned_plus_one", enable_prefix_caching=True,
+              speculative=_spec(3, [0.7], 12, e), requests=grouped(10, 100, 65, 40)),
+        # whole prompts shared, ending on a block: the last block's lookahead
+        # is each request's own first output token
+        _base("eagle_cache_whole_prompt", enable_prefix_caching=True, block_size=8,
+              speculative=_spec(2, [0.5], 13, e),
+              requests=[_req(64, 30, i, prefix_group=0, prefix_len=64) for i in range(8)]),
+        _base("eagle_cache_preempt", enable_prefix_caching=True, num_gpu_blocks=40,
+              max_num_batched_tokens=256, speculative=_spec(5, [0.8], 14, e),
+              requests=grouped(12, 120, 48, 150, step=3)),
+        _base("eagle_cache_block_edge", enable_prefix_caching=True, num_gpu_blocks=30,
+              block_size=8, max_num_batched_tokens=128, speculative=_spec(4, [0.5], 15, e),
+              requests=[_req(8 * (i + 2) - i % 3, 60, i % 3, prefix_group=0,
+                             prefix_len=8 * (1 + i % 2)) for i in range(10)]),
+    ]  # fmt: skip
+    fixed += [dict(scn, name=scn["name"] + "_async", async_scheduling=True) for scn in fixed]
+    rng = random.Random(seed)
+    rand = []
+    for i in range(8):
+        scn = _random_spec_scenario(rng, 2 * i + 1)  # odd: prefix caching on
+        scn["speculative"] = dict(scn["speculative"], method=e, model=EAGLE3_DIR)
+        rand.append(dict(scn, name=f"eagle_cache_rand{i:02d}", async_scheduling=i % 2 == 1))
     return fixed + rand
 
 
@@ -1408,7 +1453,9 @@ class Driver:
             log_stats=False,
         )
         init_none_hash(sha256)
-        hasher = get_request_block_hasher(sched_bs, sha256)
+        # as ``EngineCore`` builds it: an EAGLE drafter with prefix caching
+        # hashes one token past each block (``num_hash_lookahead_tokens``)
+        hasher = get_request_block_hasher(sched_bs, sha256, vcfg.num_hash_lookahead_tokens)
         self.reqs = []
         for i, r in enumerate(scn["requests"]):
             shared = min(r.get("prefix_len", 0), r["prompt_len"])

@@ -32,6 +32,14 @@ its block, as vLLM's chain hash (``hash_block_tokens`` of the parent hash and
 the block's tokens, ``vllm/v1/core/kv_cache_utils.py``) does; ``lookup``
 walks from block 0 and stops at the first miss.
 
+Hash lookahead (``pc[LOOK]`` = L tokens, 1 with an EAGLE / MTP drafter and
+prefix caching, else 0; ``step.hash_lookahead``): vLLM hashes a block with
+the L tokens after it (``get_request_block_hasher``'s
+``num_hash_lookahead_tokens``), so block j is shared only while
+``(j + 1) * block_size + L <= shared_len[r]`` (with a trace: ``<= prompt``,
+the token after a full trace block taken as shared with it), and a block is
+hashed only once those tokens exist (``hashed_tokens``).
+
 Per-config arrays, one ``PrefixCache`` record (built by ``new_cache``): ``ref``
 (N,) int32 reference counts; ``hkey`` (N,) int64 hash key, -1 (none) or
 ``pending(k)``; ``hnext``/``hprev`` (N,) int32 links of the blocks sharing
@@ -103,7 +111,8 @@ from planner.kernel.variant import gated
 
 FREE_LEN, IN_USE, REFS, FREE_SLOTS, FQ_HEAD, FQ_TAIL = 0, 1, 2, 3, 4, 5
 GROUPS, SW_GROUPS, NEED = 6, 7, 8  # KV cache groups, the sliding ones, a window hit's run
-PC_FIELDS = 9  # the length of ``pc``
+LOOK = 9  # tokens past a block its hash covers (``hash_lookahead``)
+PC_FIELDS = 10  # the length of ``pc``
 
 PrefixCache = namedtuple(
     "PrefixCache",
@@ -138,11 +147,12 @@ def cache_entries(n_blocks: int, n_slots: int, maxb: int, n_req: int) -> tuple[i
 
 
 @njit(cache=True)
-def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64, groups, sw_groups, need):
+def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64, groups, sw_groups, need, look):
     """Fresh prefix-cache state (see the module docstring) for ``n_blocks`` blocks,
     ``n_slots`` block-table rows of ``maxb`` blocks (``groups`` rows per
     request slot, the first ``sw_groups`` sliding-window ones, whose hits
-    need runs of ``need`` blocks) and ``n_req`` requests;
+    need runs of ``need`` blocks), ``n_req`` requests and ``look`` tokens of
+    hash lookahead (``hash_lookahead``);
     block 0 is taken if null_block. Its large arrays are consecutive slices
     of the thread's arenas ``a32`` (int32) and ``a64`` (int64), as
     ``cache_entries`` counts them, initialized here except ``table``, whose
@@ -181,7 +191,7 @@ def new_cache(n_blocks, null_block, n_slots, maxb, n_req, a32, a64, groups, sw_g
     pc[FREE_LEN] = n_blocks - first
     pc[FREE_SLOTS] = n_slots // groups
     pc[FQ_TAIL] = n_blocks - first
-    pc[GROUPS], pc[SW_GROUPS], pc[NEED] = groups, sw_groups, need
+    pc[GROUPS], pc[SW_GROUPS], pc[NEED], pc[LOOK] = groups, sw_groups, need, look
     return PrefixCache(
         table,
         np.arange(n_slots // groups).astype(np.int32),
@@ -263,40 +273,56 @@ def max_hit_blocks(ntok, bs):
 
 
 @njit(cache=True, inline="always")
-def key_run(r, j, bs, rq, n_req, maxb):
+def key_run(r, j, bs, rq, n_req, maxb, look):
     """(offset, end): blocks j..end-1 of request r have the hash keys offset + j
     onwards (see the module docstring), so a loop over a request's blocks
     pays one division per trace block, not per block. ``rq`` is the
-    workload's ``state.Requests``."""
+    workload's ``state.Requests``; ``look``: the tokens past a block its
+    hash covers (``hash_lookahead``), which must be shared too."""
     hb = rq.hash_block[0]
     if hb > 0:
         per = hb // bs
         t = j // per
         if t < rq.prompt[r] // hb:
             h = rq.hash_key[rq.hash_off[r] + t]
-            if h >= 0:  # -1: an id no other request carries (``private_singletons``)
-                return n_req * maxb + (h - t) * per, (t + 1) * per
+            end = (t + 1) * per
+            if look > 0 and end * bs + look > rq.prompt[r]:
+                end = (rq.prompt[r] - look) // bs  # the last block looks past the prompt
+            if h >= 0 and j < end:  # -1: an id no other request carries
+                return n_req * maxb + (h - t) * per, end
             return r * maxb, (t + 1) * per
         return r * maxb, maxb
-    if (j + 1) * bs <= rq.shared_len[r]:  # (no division on the private path)
-        return (n_req + rq.group[r]) * maxb, rq.shared_len[r] // bs
+    if (j + 1) * bs + look <= rq.shared_len[r]:  # (no division on the private path)
+        return (n_req + rq.group[r]) * maxb, (rq.shared_len[r] - look) // bs
     return r * maxb, maxb
 
 
 @njit(cache=True, inline="always")
-def block_key(r, j, bs, rq, n_req, maxb):
+def block_key(r, j, bs, rq, n_req, maxb, look):
     """Hash key of block j of request r (``key_run``)."""
-    return key_run(r, j, bs, rq, n_req, maxb)[0] + j
+    return key_run(r, j, bs, rq, n_req, maxb, look)[0] + j
 
 
 @njit(cache=True, inline="always")
-def shareable_blocks(r, bs, rq):
+def shareable_blocks(r, bs, rq, look):
     """Blocks of r that other requests can hold too (in a shared prefix or a
-    full trace block): only hits on these can be on blocks in use."""
+    full trace block, their ``look`` tokens of hash lookahead included): only
+    hits on these can be on blocks in use."""
     hb = rq.hash_block[0]
     if hb > 0:
-        return (rq.prompt[r] // hb) * (hb // bs)
-    return rq.shared_len[r] // bs
+        full = (rq.prompt[r] // hb) * (hb // bs)
+        return min(full, (rq.prompt[r] - look) // bs) if look > 0 else full
+    return max(rq.shared_len[r] - look, 0) // bs
+
+
+@njit(cache=True, inline="always")
+def hashed_tokens(ntok, p):
+    """Tokens of a request of ``ntok`` tokens whose blocks have hashes: vLLM
+    hashes a block once the ``p.pc[LOOK]`` tokens after it exist
+    (``get_request_block_hasher``'s ``num_hash_lookahead_tokens``), so
+    ``cache_blocks`` reaches at most this far
+    (``SingleTypeKVCacheManager.cache_blocks``: ``num_hashed_tokens``)."""
+    return ntok - p.pc[LOOK]
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -492,7 +518,7 @@ def lookup(r, nmax, bs, rq, p):
     k = 0
     evictable = 0
     for j in range(nmax):
-        i = find(block_key(r, j, bs, rq, n_req, maxb), p.tkey)
+        i = find(block_key(r, j, bs, rq, n_req, maxb, p.pc[LOOK]), p.tkey)
         if i < 0:
             break
         b = p.thead[i]
@@ -537,7 +563,7 @@ def _cached_row(r, j, g0, g1, bs, rq, p):
     is cached in each (its first block written to ``p.hits``)."""
     G = p.pc[GROUPS]
     maxb = p.table.shape[1]
-    key = block_key(r, j, bs, rq, p.slot_of.shape[0], maxb) * G
+    key = block_key(r, j, bs, rq, p.slot_of.shape[0], maxb, p.pc[LOOK]) * G
     for g in range(g0, g1):
         i = find(key + g, p.tkey)
         if i < 0:
@@ -630,7 +656,7 @@ def _cache_one(r, upto, bs, rq, p):
     n_full = upto // bs
     j = p.ncached[r]
     while j < n_full:
-        off, end = key_run(r, j, bs, rq, n_req, maxb)
+        off, end = key_run(r, j, bs, rq, n_req, maxb, p.pc[LOOK])
         stop = min(end, n_full)
         for i in range(j, stop):
             b, k = p.table[s, i], off + i
@@ -661,7 +687,7 @@ def _cache_groups(r, upto, bs, rq, p):
     replay = (rq.prompt[r] - 1) // bs
     junction = p.junction[r] // bs
     for j in range(j0, n_full):
-        key = block_key(r, j, bs, rq, n_req, maxb) * G
+        key = block_key(r, j, bs, rq, n_req, maxb, p.pc[LOOK]) * G
         reachable = replay - need <= j < replay or junction - need <= j < junction
         for g in range(G):
             b = p.table[s * G + g, j]

@@ -241,8 +241,22 @@ def new_prefix_cache(cfg, rq, a32, a64):
     # the query token, in blocks
     need = cdiv(cfg[K.SW] - 1, cfg[K.BS]) if cfg[K.SW] > 0 else 0
     return PC.new_cache(
-        cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, a32, a64, groups, sw_groups, need
-    )
+        cfg[K.N], cfg[K.NULL] != 0, slots, maxb, R, a32, a64, groups, sw_groups, need,
+        hash_lookahead(cfg),
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def hash_lookahead(cfg):
+    """Tokens past a block its prefix-cache hash covers: vLLM 0.33's
+    ``VllmConfig.num_hash_lookahead_tokens``, the drafter's prefill lookahead
+    (``num_prefill_lookahead_tokens``: 1 for EAGLE, EAGLE-3 and
+    single-module MTP, whose KV at a block's last position depends on the
+    next token) when prefix caching is on, else 0 (n-gram, no drafts). With
+    it vLLM drops no trailing cached block (``Scheduler.__init__``:
+    ``use_eagle_block_drop`` off); the disaggregated decode side, where vLLM
+    keeps the legacy hashes, is refused (``SchedulerConfig``)."""
+    return 1 if cfg[K.SPEC_LA] > 0 and cfg[K.CACHING] != 0 else 0
 
 
 def prefix_cache_of(cfg: np.ndarray, rq: tuple, a32: np.ndarray, a64: np.ndarray) -> tuple | None:
@@ -592,7 +606,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
                 nhit, evictable = PC.lookup(head, nmax, bs, rq, p)
                 h = nhit - evictable
             else:
-                h = min(PC.shareable_blocks(head, bs, rq), nmax)
+                h = min(PC.shareable_blocks(head, bs, rq, p.pc[PC.LOOK]), nmax)
     if head >= 0 and not _head_blocked(
         head, rq.prompt[head] + st.nout[head], st.ncomp[head] + h * bs, n_run, free - need1 + h,
         k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
@@ -791,7 +805,8 @@ def _cache_run_kind(kind, r, a, bs, rq, st, p):
         return 0
     n_req, maxb = p.slot_of.shape[0], p.table.shape[1]
     # keys only turn private along a request's blocks (``PC.block_key``)
-    if kind == 1 and PC.block_key(r, p.ncached[r], bs, rq, n_req, maxb) >= n_req * maxb:
+    key = PC.block_key(r, p.ncached[r], bs, rq, n_req, maxb, p.pc[PC.LOOK])
+    if kind == 1 and key >= n_req * maxb:
         return 2
     return kind
 
@@ -876,7 +891,7 @@ def _run_cache_events(n, bs, rq, st, p, offs, ev):
                 taken += 1
             else:
                 jb = (st.ncomp[u] + j + 1) // bs - 1  # the block just filled
-                key = PC.block_key(r, jb, bs, rq, n_req, maxb)
+                key = PC.block_key(r, jb, bs, rq, n_req, maxb, p.pc[PC.LOOK])
                 PC.set_hash(p.table[s, jb], key, private, hkey, hnext, hprev, tkey, thead, ttail)
                 p.ncached[u] = jb + 1
     p.pc[PC.FQ_HEAD] = c
@@ -1376,7 +1391,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         # (most decode steps do neither). compat blis hashes prompt blocks only
         # (``AllocateKVBlocks``: output blocks are never looked up).
         if p is not None:
-            upto = min(c0 + num_new, rq.prompt[u] if blis else ntok)
+            upto = min(c0 + num_new, rq.prompt[u] if blis else PC.hashed_tokens(ntok, p))
             if need > 0 or upto >= (p.ncached[u] + 1) * bs:
                 if need > 0:  # ``grow`` in each group
                     PC.get_new_blocks(grow, p.slot_of[u], np.int64(st.held[u]), p)
@@ -1427,7 +1442,7 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
         # Only hits on blocks in use lower the gate, and only shared-prefix
         # blocks can be in use: if even those cannot make it fit, skip the
         # lookup (it has no side effects; the gate refuses anyway).
-        in_use_max = min(PC.shareable_blocks(r, bs, rq), PC.max_hit_blocks(ntok, bs))
+        in_use_max = min(PC.shareable_blocks(r, bs, rq, p.pc[PC.LOOK]), PC.max_hit_blocks(ntok, bs))
         asked_min = blocks_for_tokens(ntok, mml, bs)  # one full-attention group's ask
         if cfg[K.GROUPS_FULL] == 0:  # a sliding-window group asks at most its cap
             asked_min = min(asked_min, cfg[K.SW_CAP])
@@ -1500,7 +1515,8 @@ def _admit(cfg, rq, st, q, o, s, p, r, a):
         # Cached tokens it holds no blocks for (the full-hit defect), else 0.
         st.koff[r] = c0 - nhit * bs
         p.ncached[r] = nhit + st.koff[r] // bs
-        PC.cache_blocks(r, min(c0 + num_new, rq.prompt[r] if blis else ntok), bs, rq, p)
+        known = rq.prompt[r] if blis else PC.hashed_tokens(ntok, p)
+        PC.cache_blocks(r, min(c0 + num_new, known), bs, rq, p)
         st.ncomp[r] = c0
         S.record_prefix_cache_stats(k, ntok, c0, st.npre[r] > 0)
     st.held[r] = total
@@ -1553,7 +1569,7 @@ def _admit_loaded(cfg, rq, st, x, q, o, s, p, r, n_run_sched):
             S.record_prefix_cache_stats(k, ntok, 0, st.npre[r] > 0)
         if need > 0:
             PC.get_new_blocks(need, p.slot_of[r], have, p)
-            PC.cache_blocks(r, min(c0 + num_new, ntok), bs, rq, p)
+            PC.cache_blocks(r, min(c0 + num_new, PC.hashed_tokens(ntok, p)), bs, rq, p)
     st.held[r] = have + need
     RKV.set_inflight(x, r, c0 + num_new < ntok)
     _add_to_batch(r, num_new, c0, ntok, q, s, -1, _priced_window(cfg), cfg[K.PRICE_WIN2])
@@ -1881,7 +1897,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p, x):
         if not was_stale and st.ph[u] > 0:
             st.ph[u] -= a + 1
         if p is not None:  # prefix caching
-            upto = min(st.ncomp[u] - st.infl[u], rq.prompt[u] + st.nout[u])
+            upto = min(st.ncomp[u] - st.infl[u], PC.hashed_tokens(rq.prompt[u] + st.nout[u], p))
             if not was_stale and st.status[u] == S.RUNNING and (had_ph or spec):
                 # Blocks whose tokens are now all known join the cache.
                 if upto >= (p.ncached[u] + 1) * bs:
