@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 
 from numba import njit
 
@@ -116,6 +117,24 @@ def mamba_max_num_seqs(num_gpu_blocks: int) -> int:
     (FULL_AND_PIECEWISE); ``--enforce-eager`` lifts the rule, and the planner
     does not model eager step times."""
     return num_gpu_blocks
+
+
+def largest_starting_max_num_seqs(pool_at: Callable[[int], int], asked: int) -> int:
+    """The largest n <= ``asked`` vLLM 0.33 starts with under the Mamba rule
+    (``mamba_max_num_seqs``: n at most the pool's blocks) when the pool
+    itself depends on max_num_seqs: ``pool_at(n)`` is num_gpu_blocks as vLLM
+    profiles it at max_num_seqs n (smaller n, a smaller activation peak and
+    fewer CUDA graphs, a larger pool), non-increasing in n, so whether n
+    starts flips once and a bisection finds the last n that does. 0 when
+    none does. Raises nothing of its own (``pool_at``'s errors pass)."""
+    lo, hi = 0, asked  # lo starts (0 trivially), every n > hi does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if mid <= mamba_max_num_seqs(pool_at(mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def livelock_gap(

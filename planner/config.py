@@ -455,22 +455,27 @@ class SchedulerConfig:
             if bad:
                 raise ValueError(f"a disaggregated decode side is not simulated with {what}")
 
-    def check_vllm_starts(self) -> None:
+    def check_vllm_starts(self, largest: int | None = None) -> None:
         """Raise ValueError (one line) for settings vLLM 0.33 refuses at start-up:
         max_num_batched_tokens below max_num_seqs (``SchedulerConfig.
         verify_max_model_len``, ``vllm/config/scheduler.py``), and with Mamba
         groups max_num_seqs above the pool (``capacity.mamba_max_num_seqs``). The commands and
         the sweep spec call it on what a user gives; the kernel itself runs
         such a configuration (tests use tiny budgets), so it is not a field
-        check. compat blis is exempt: BLIS has no such rule."""
+        check. compat blis is exempt: BLIS has no such rule. ``largest``: the
+        largest max_num_seqs that starts, for the fix, where the caller sized
+        the pool from max_num_seqs (``capacity.largest_starting_max_num_seqs``);
+        None: the pool is fixed, so it is the pool's blocks."""
         if self.compat == "vllm":
             check_vllm_args(self.max_num_seqs, self.max_num_batched_tokens)
         most = mamba_max_num_seqs(self.num_gpu_blocks)
         if self.mamba_groups and self.max_num_seqs > most:
+            fix = most if largest is None else largest
             raise ValueError(
                 f"vLLM 0.33 refuses to start: max_num_seqs ({self.max_num_seqs:,}) exceeds "
                 f"available Mamba cache blocks ({most:,}) (CompilationConfig."
-                f"resolve_cudagraph_mode_and_sizes); fix: --max-num-seqs {most:,} or a larger pool"
+                f"resolve_cudagraph_mode_and_sizes); fix: --max-num-seqs {fix:,} (the largest "
+                "that starts) or a larger pool"
             )
 
     def attention_line(self) -> str | None:

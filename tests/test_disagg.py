@@ -164,6 +164,31 @@ def test_pd_output_matches_what_was_simulated(capsys):
     assert (pre["max_num_seqs"], pre["max_num_batched_tokens"]) == (512, 512)
 
 
+def test_a_prefill_gpu_takes_vllms_defaults_for_itself(capsys):
+    """A prefill instance on a GPU with less memory starts with vLLM's batch
+    defaults for that GPU (``EngineArgs.get_batch_defaults``: 256 and 2,048
+    on an L40S, not the H100's 1,024 and 8,192), said in the settings block;
+    a shared flag given acts on both pools; a --prefill-* flag on the
+    prefill pool only."""
+    args = (*BASE, *L8_H100, "--latency", "roofline", "--prefill-replicas", "1",
+            "--prefill-gpu", "L40S")  # fmt: skip
+
+    def pools(*more: str) -> tuple[tuple, tuple]:
+        code, out, err = run_cli(capsys, *args, *more, "--json")
+        assert code == 0, err
+        d = json.loads(out)["disaggregated"]
+        return tuple((d[p]["max_num_seqs"], d[p]["max_num_batched_tokens"])
+                     for p in ("prefill", "decode"))  # fmt: skip
+
+    assert pools() == ((256, 2048), (1024, 8192))
+    assert pools("--max-num-seqs", "512") == ((512, 2048), (512, 8192))
+    assert pools("--prefill-max-num-batched-tokens", "4096") == ((256, 4096), (1024, 8192))
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "prefill replicas' own settings not given (source):" in out
+    assert "max_num_seqs 256 (vLLM default on the prefill GPU L40S: EngineArgs." in out
+
+
 def test_prefill_options_are_named_and_gpu_aliases_share_a_step_time(capsys):
     """The prefill TP's error names --prefill-tensor-parallel-size; a
     --prefill-gpu spelled another way for the same GPU reuses the decode

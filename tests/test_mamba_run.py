@@ -40,15 +40,25 @@ def test_vllm_default_prefix_caching_is_refused_with_the_fix(capsys):
     assert "mamba_cache_mode align" in err and "add --no-enable-prefix-caching" in err
 
 
-def test_run_refuses_what_vllm_refuses_to_start(capsys):
+def test_run_and_check_name_the_largest_max_num_seqs_that_starts(capsys):
     """vLLM's default max_num_seqs 1,024 exceeds Qwen3.5-27B's Mamba cache
-    blocks on one H100; the fix names the largest that starts, the pool."""
+    blocks on one H100. The pool is profiled at max_num_seqs (a smaller one
+    leaves more memory), so the fix is the largest n whose own pool holds n
+    blocks, not the pool at 1,024: run and check name the same n, n starts
+    and n + 1 does not."""
     code, out, _ = run_cli(capsys, "check", "--model", "qwen3.5-27b", *POOL, "--json")
-    pool = json.loads(out)["num_gpu_blocks"]
+    o = json.loads(out)
+    pool, largest = o["num_gpu_blocks"], o["mamba_largest_max_num_seqs"]
+    assert code == 1 and largest > pool, o
     code, _, err = run_cli(capsys, "run", "--model", "qwen3.5-27b", *POOL, *TRAFFIC)
     assert code == 2 and err.count("\n") == 1
     assert f"exceeds available Mamba cache blocks ({pool:,})" in err
-    assert f"--max-num-seqs {pool:,}" in err
+    assert f"--max-num-seqs {largest:,} (the largest that starts)" in err
+    for n, starts in ((largest, True), (largest + 1, False)):
+        code, out, _ = run_cli(
+            capsys, "check", "--model", "qwen3.5-27b", *POOL, "--max-num-seqs", str(n), "--json"
+        )  # fmt: skip
+        assert json.loads(out)["mamba_starts"] is starts, (n, out)
 
 
 def test_safe_limit_refuses_a_mamba_hybrid_in_one_line(capsys):

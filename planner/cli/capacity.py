@@ -314,6 +314,25 @@ def check(
         if "linear" in spec.layer_types:  # one Mamba cache block per decode sequence
             out["mamba_max_num_seqs"] = capacity.mamba_max_num_seqs(n)
             out["mamba_starts"] = max_num_seqs <= out["mamba_max_num_seqs"]
+            # the largest that starts: the pool grows as max_num_seqs falls
+            out["mamba_largest_max_num_seqs"] = out["mamba_max_num_seqs"]
+            if available is not None and not out["mamba_starts"]:
+                g = hardware.gpu(gpu)
+                mode = "align" if enable_prefix_caching else "none"
+
+                def pool_at(seqs: int) -> int:
+                    terms = hardware.memory_terms(
+                        spec, g, gpu_memory_utilization, tp, max_num_batched_tokens, seqs
+                    )
+                    return model_kv_figures(
+                        spec, n, block_size, max_model_len, max_num_batched_tokens,
+                        async_scheduling, tp, mode, gdn_prefill_backend.value,
+                        int(terms.available),
+                    ).get("kv_num_gpu_blocks", n)  # fmt: skip
+
+                out["mamba_largest_max_num_seqs"] = capacity.largest_starting_max_num_seqs(
+                    pool_at, max_num_seqs
+                )
             out["max_num_seqs"] = max_num_seqs
             alt = out["kv_other_mode"]  # the other prefix-caching mode's pool
             alt["mamba_max_num_seqs"] = capacity.mamba_max_num_seqs(alt["num_gpu_blocks"])
@@ -685,7 +704,8 @@ def _print_check(o: dict, gap: tuple[int, int] | None) -> None:
             c.print(
                 f"verdict: UNSAFE - vLLM 0.33 refuses to start: max_num_seqs "
                 f"({o['max_num_seqs']:,}) exceeds available Mamba cache blocks ({n:,}); fix: "
-                f"--max-num-seqs {o['mamba_max_num_seqs']:,} or a larger pool "
+                f"--max-num-seqs {o['mamba_largest_max_num_seqs']:,} (the largest that "
+                "starts) or a larger pool "
                 "(--gpu-memory-utilization, fewer weights per GPU)",
                 soft_wrap=True,
             )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Any
 
 import pandas as pd
@@ -31,7 +32,7 @@ from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disag
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
 from planner.metrics import OVERLOADED, front_end_text
-from planner.models import hardware
+from planner.models import hardware, vllm_defaults
 from planner.slo import SLO, seconds_text
 from planner.speculative import Speculation
 from planner.text import count
@@ -87,9 +88,12 @@ def run(
     slo: SLO,
     fail_classes: frozenset[str],
     settings: tuple[dict, str],
+    warnings: list[str] = (),  # type: ignore[assignment]
 ) -> None:
     """Simulate the deployment and print it (text, or --json; ``settings``:
-    the resolved server and what it assumes, ``server.print_settings``).
+    the resolved server and what it assumes, ``server.print_settings``;
+    ``warnings``: lines for stderr, said once nothing is refused, so a
+    refusal stays one line).
     Raises ValueError (one line) for a prefill pool that cannot start or a
     bad link; ``typer.Exit(1)`` when the deployment's outcome (its worst
     pool's, ``summarize_disaggregated``) or overload is one of
@@ -106,8 +110,15 @@ def run(
     _check_pools(decode[0], prefill[0], kv, wl)
     if o["requests_out"] is not None:
         check_requests_path(o["requests_out"])
+    for line in warnings:
+        print(line, file=sys.stderr)
     if not o["as_json"]:
         server.print_settings(settings[0], also=settings[1])
+        lines = prefill_setting_lines(ctx, o, decode[0])
+        if lines:
+            print("prefill replicas' own settings not given (source):")
+            for line in lines:
+                print(f"  {line}")
     summary = _simulate(o, decode, prefill, kv, wl, slo)
     if summary["outcome"] in fail_classes or (OVERLOADED in fail_classes and summary["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
@@ -250,22 +261,58 @@ def prefill_settings(cfg: SchedulerConfig, own: dict[str, int]) -> dict[str, int
 def _prefill_own(
     ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig
 ) -> dict[str, int]:
-    """The scheduler settings the prefill replicas set themselves
-    (--prefill-max-num-seqs, --prefill-max-num-batched-tokens), checked as
-    vLLM checks them at start-up (``config.check_vllm_args``). A prefill
-    budget given with no max_num_seqs given for either pool takes vLLM's
-    default rule for it (``EngineArgs.get_batch_defaults``: max_num_seqs at
-    most max_num_batched_tokens), as its own instance would. Raises
-    ValueError (one line)."""
+    """The scheduler settings the prefill replicas take for themselves, where
+    they differ from the decode replicas': --prefill-max-num-seqs and
+    --prefill-max-num-batched-tokens where given, else --max-num-seqs and
+    --max-num-batched-tokens where given (both pools), else vLLM 0.33's
+    defaults for the prefill instance's own GPU (``_prefill_defaults``: on
+    a GPU with less memory than the decode GPU, vLLM starts with smaller
+    batch sizes), checked as vLLM checks them at start-up
+    (``config.check_vllm_args``). Raises ValueError (one line)."""
     own = {n: o[f"prefill_{n}"] for n in SCHEDULER_OWN if o[f"prefill_{n}"] is not None}
-    if "max_num_batched_tokens" in own and "max_num_seqs" not in own:
-        if not given(ctx, "max_num_seqs"):  # the decode side's is vLLM's default
-            seqs = min(decode_cfg.max_num_seqs, own["max_num_batched_tokens"])
-            if seqs != decode_cfg.max_num_seqs:
-                own["max_num_seqs"] = seqs
+    for name, s in _prefill_defaults(ctx, o, decode_cfg).items():
+        if s.source != vllm_defaults.GIVEN and s.value != getattr(decode_cfg, name):
+            own[name] = s.value
     merged = prefill_settings(decode_cfg, own)
     check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
     return own
+
+
+def _prefill_defaults(
+    ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig
+) -> dict[str, vllm_defaults.Setting]:
+    """The prefill instance's max_num_seqs and max_num_batched_tokens as
+    ``vllm serve`` resolves them on its GPU (``resolve.server``:
+    ``EngineArgs.get_batch_defaults`` by the GPU's memory and the usage
+    context, max_num_seqs at most the token budget), from what was given for
+    it (--prefill-*, else the shared flag) and the decode replicas' other
+    settings. Without --model and --gpu: the decode replicas' values, as
+    given."""
+    shared = {n: (getattr(decode_cfg, n) if given(ctx, n) else None) for n in SCHEDULER_OWN}
+    asked = {n: o[f"prefill_{n}"] if o[f"prefill_{n}"] is not None else shared[n]
+             for n in SCHEDULER_OWN}  # fmt: skip
+    if o["model"] is None and o["gpu"] is None:
+        return {n: vllm_defaults.Setting(getattr(decode_cfg, n), vllm_defaults.GIVEN)
+                for n in SCHEDULER_OWN}  # fmt: skip
+    values = {**asked, "max_model_len": decode_cfg.max_model_len}
+    out = resolve.server(
+        values, o["model"], _prefill_gpu(o), quantization=o["quantization"],
+        kv_cache_dtype=o["kv_cache_dtype"], usage=o["usage_context"],
+    )  # fmt: skip
+    return {n: out[n] for n in SCHEDULER_OWN}
+
+
+def prefill_setting_lines(
+    ctx: typer.Context, o: dict[str, Any], decode_cfg: SchedulerConfig
+) -> list[str]:
+    """The prefill replicas' settings that were not given and differ from the
+    decode replicas', one line each with its source (empty when none)."""
+    gpu = hardware.gpu(_prefill_gpu(o)).name if _prefill_gpu(o) else None
+    out = []
+    for name, s in _prefill_defaults(ctx, o, decode_cfg).items():
+        if s.source != vllm_defaults.GIVEN and s.value != getattr(decode_cfg, name):
+            out.append(f"{name} {s.value:,} (vLLM default on the prefill GPU {gpu}: {s.why})")
+    return out
 
 
 def _link(o: dict[str, Any], decode_cfg: SchedulerConfig) -> KVTransfer:

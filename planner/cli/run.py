@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner import resolve
+from planner import capacity, resolve
 from planner.cli import disagg, server
 from planner.cli import options as opt
 from planner.cli import run_report as report
@@ -291,8 +291,8 @@ def run(ctx: typer.Context, **o: Any) -> None:
     wl = _workload(o)
     warnings = _warnings(cfg, wl, lat, o)
     if o["prefill_replicas"] > 0:  # a disaggregated deployment (planner.cli.disagg)
-        _to_stderr(_said_of(warnings, "decode replicas"))  # their KV-safe limit
-        return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, (srv, _s1_assumes(o)))
+        said = _said_of(warnings, "decode replicas")  # their KV-safe limit, after the refusals
+        return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, (srv, _s1_assumes(o)), said)
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     t0 = time.perf_counter()
     with opt.say_compile([cfg], wl):
@@ -428,7 +428,20 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         speculation=spec,
     )
     reject_inert_hardware(ctx, cfg.one_full_attention_group, o["num_gpu_blocks"] is not None)
-    cfg.check_vllm_starts()
+    largest = None
+    if derived and cfg.mamba_groups and cfg.max_num_seqs > blocks:  # the pool moves with it
+
+        def pool_at(seqs: int) -> int:
+            return resolve.num_gpu_blocks(
+                None, model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
+                DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,
+                max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=seqs,
+                full_attention_only=False, simulated=True,
+                disable_hybrid_kv_cache_manager=hybrid, speculation=spec,
+            )[0]  # fmt: skip
+
+        largest = capacity.largest_starting_max_num_seqs(pool_at, cfg.max_num_seqs)
+    cfg.check_vllm_starts(largest)
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     return cfg, lat, derived
 

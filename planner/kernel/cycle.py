@@ -141,12 +141,13 @@ def _walk(cfg, st, q, k, p, snap, mode):
     for i in range(k[S.O_RUNNING_END]):
         if not same:
             return False
-        pos, same = _emit_request(q.run[i], anti_k, st, mode, snap, pos, same)
+        pos, same = _emit_request(np.int64(q.run[i]), anti_k, st, mode, snap, pos, same)
     wh = k[S.O_WAITING_HEAD]
     for j in range(k[S.O_WAITING_END]):
         if not same:
             return False
-        pos, same = _emit_request(q.wq[(wh + j) % R], anti_k, st, mode, snap, pos, same)
+        r = np.int64(q.wq[(wh + j) % R])  # one signature of _emit_request
+        pos, same = _emit_request(r, anti_k, st, mode, snap, pos, same)
     i64 = np.int64
     for j in range(k[S.O_N_PEND]):
         r = q.plist[j]
