@@ -255,12 +255,10 @@ def test_simulator_refuses_chunked_models_and_safe_limit_sliding_ones(capsys):
     """plan run simulates sliding-window models and hybrids with full
     attention (tests/test_sliding_window.py) but not chunked local attention,
     which it meets only with the hybrid KV cache manager on (vLLM's default
-    stores Llama 4's chunked layers as full attention); safe-limit's analytic
-    limit is for full attention only."""
+    stores Llama 4's chunked layers as full attention)."""
     llama4_tp8 = ["--tensor-parallel-size", "8", "--no-disable-hybrid-kv-cache-manager"]
     for cmd, model, message in (
         (["run", *llama4_tp8], "llama-4-scout", "the simulator runs full-attention, sliding"),
-        (["safe-limit"], "starcoder2-3b", "full attention only"),
     ):
         code, _, err = run_cli(
             capsys, *cmd, "--num-requests", "2", "--model", model, "--gpu", "H100", "--latency",

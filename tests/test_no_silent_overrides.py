@@ -265,10 +265,19 @@ def test_hardware_that_acts_is_taken(capsys):
               "llama-3.1-8b", "--gpu", "H100")  # fmt: skip
 
 
-def test_safe_limit_refuses_a_windowed_model_on_a_given_pool(capsys):
-    """Its analysis holds for full attention only, pool given or derived
-    (tryout finding: with --num-gpu-blocks the model was never read)."""
-    code, _, err = run_cli(capsys, "safe-limit", *LINEAR_POOL, "--model", "gemma-3-27b")
+def test_safe_limit_reads_a_windowed_model_on_a_given_pool(capsys):
+    """With --num-gpu-blocks the model still shapes the limit (tryout finding:
+    the model was never read): gemma-3-27b's sliding-window and full KV cache
+    groups each hold a request's blocks, so its analytic limit on the same
+    pool is lower than one full-attention group's; a Mamba hybrid, whose
+    searched values would break vLLM's start-up rule, is refused."""
+    limits = {}
+    for model in ((), ("--model", "gemma-3-27b")):
+        code, out, err = run_cli(capsys, "safe-limit", *LINEAR_POOL, *model, "--json")
+        assert code == 0, err
+        limits[model] = json.loads(out)["analytic"]
+    assert 0 < limits[("--model", "gemma-3-27b")] < limits[()], limits
+    code, _, err = run_cli(capsys, "safe-limit", *LINEAR_POOL, "--model", "qwen3.5-27b")
     assert code == 2 and "full attention only" in err
 
 

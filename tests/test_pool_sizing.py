@@ -148,14 +148,13 @@ def test_plan_sweep_says_where_its_pools_were_sized(capsys, tmp_path):
 # Issue 32, item 2: one (model, GPU, TP, utilization, max_num_seqs,
 # max_num_batched_tokens), one num_gpu_blocks, whichever command sizes it.
 # Sliding-window (mistral-7b-v0.1, every layer) and hybrid KV models (gemma-3:
-# sliding + full groups; gpt-oss-20b: the same, MoE) included; plan safe-limit's
-# analysis holds for full attention only, so it refuses those in one line.
+# sliding + full groups; gpt-oss-20b: the same, MoE) included.
 SAME = [
-    ("llama-3.1-8b", True),
-    ("qwen3-8b", True),
-    ("mistral-7b-v0.1", False),
-    ("google/gemma-3-27b-it", False),
-    ("openai/gpt-oss-20b", False),
+    "llama-3.1-8b",
+    "qwen3-8b",
+    "mistral-7b-v0.1",
+    "google/gemma-3-27b-it",
+    "openai/gpt-oss-20b",
 ]
 POOL = ["--gpu", "H100", "--gpu-memory-utilization", "0.85", "--max-num-batched-tokens", "4096",
         "--max-model-len", "8192"]  # fmt: skip
@@ -194,8 +193,8 @@ def _size_blocks(capsys, tmp_path, model: str) -> set[int]:
     return set(table.num_gpu_blocks) | {c.num_gpu_blocks for c in sweep.configs}
 
 
-@pytest.mark.parametrize("model,full", SAME)
-def test_every_command_sizes_one_pool_for_one_set_of_inputs(capsys, tmp_path, model, full):
+@pytest.mark.parametrize("model", SAME)
+def test_every_command_sizes_one_pool_for_one_set_of_inputs(capsys, tmp_path, model):
     got = {}
     code, out, err = run_cli(capsys, "check", "--model", model, *ONE, "--json")
     got["check"] = json.loads(out)["num_gpu_blocks"]
@@ -208,12 +207,9 @@ def test_every_command_sizes_one_pool_for_one_set_of_inputs(capsys, tmp_path, mo
     assert code == 0, err
     got["max-rate"] = json.loads(out)["configs"][0]["config"]["num_gpu_blocks"]
     code, out, err = run_cli(capsys, "safe-limit", "--model", model, *POOL, *TRAFFIC, "--json")
-    if full:
-        assert code == 0, err
-        rows = json.loads(out)["evaluated"]
-        got["safe-limit"] = next(r["num_gpu_blocks"] for r in rows if r["max_num_seqs"] == 24)
-    else:
-        assert code == 2 and "full attention only" in err and err.count("\n") == 1
+    assert code == 0, err
+    rows = json.loads(out)["evaluated"]
+    got["safe-limit"] = next(r["num_gpu_blocks"] for r in rows if r["max_num_seqs"] == 24)
     (got["size and sweep"],) = _size_blocks(capsys, tmp_path, model)
     assert len(set(got.values())) == 1, got
     assert got["run"] == hardware.num_gpu_blocks(

@@ -151,12 +151,21 @@ def test_run_refuses_in_one_line(capsys, args, message):
     assert code == 2 and message in err and err.count("\n") == 1
 
 
-def test_full_attention_analyses_still_refuse_sliding_models(capsys):
-    code, _, err = run_cli(
-        capsys, "safe-limit", "--num-requests", "2", "--model", "starcoder2-3b", "--gpu",
-        "H100", "--latency", "roofline",
-    )  # fmt: skip
-    assert code == 2 and "full attention only" in err and err.count("\n") == 1
+def test_safe_limit_counts_a_sliding_window(capsys):
+    """safe-limit on a sliding-window model: a request longer than the window
+    holds at most the window's blocks (vLLM's admission cap), so on the same
+    pool its analytic limit is above full attention's (the same command
+    without the model)."""
+    base = ("safe-limit", "--num-gpu-blocks", "20000", "--beta-coeffs", "5000,20,7",
+            "--num-requests", "4", "--length-dist", "constant", "--prompt-tokens", "2000",
+            "--output-tokens", "8000", "--max-model-len", "16384", "--json")  # fmt: skip
+    limits = {}
+    for model in ((), ("--model", "starcoder2-3b")):
+        code, out, err = run_cli(capsys, *base, *model)
+        assert code == 0, err
+        limits[model] = json.loads(out)["analytic"]
+    assert limits[()] == 19999 // 625  # 10,000 tokens in one full-attention table
+    assert limits[("--model", "starcoder2-3b")] > limits[()], limits
 
 
 SWEEP = """

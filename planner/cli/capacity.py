@@ -889,9 +889,17 @@ def safe_limit(
     slo = opt.slo_from(ttft_slo, tpot_slo, itl_slo, e2e_slo, goodput)
     if num_gpu_blocks is None and model is None and gpu is None:
         raise ValueError("give --num-gpu-blocks, or --model and --gpu")
-    if model is not None:  # on a given pool too: the analysis is for full attention
-        resolve.full_attention_model(hardware.model(model, quantization, kv_cache_dtype))
-    reject_inert_hardware(ctx, True, num_gpu_blocks is not None)  # full attention only
+    attn: dict = {}
+    if model is not None:  # on a given pool too: the model's attention shapes the limit
+        m = hardware.model(model, quantization, kv_cache_dtype)
+        if "linear" in m.layer_types:  # the searched values would break vLLM's Mamba rule
+            resolve.full_attention_model(m)
+        attn = resolve.attention(None, model, quantization, kv_cache_dtype)
+        block_size = resolve.simulated_block_size(
+            block_size, model, tensor_parallel_size, quantization, kv_cache_dtype
+        )
+    full = attn.get("sliding_window", 0) == 0 and attn.get("full_attention_groups", 1) <= 1
+    reject_inert_hardware(ctx, full, num_gpu_blocks is not None)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
     lat = opt.step_time(
@@ -916,7 +924,7 @@ def safe_limit(
     spec = opt.speculation_from(speculative_config, spec_acceptance, spec_seed, spec_acceptance_log)
     sizing = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": at_seqs,
               "quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
-              "speculation": spec}  # fmt: skip
+              "speculation": spec, "full_attention_only": False, "simulated": True}  # fmt: skip
     n = _pool(
         num_gpu_blocks, model, gpu, gpu_memory_utilization, block_size, tensor_parallel_size, sizing
     )
@@ -929,6 +937,7 @@ def safe_limit(
         enable_prefix_caching=enable_prefix_caching,
         async_scheduling=async_scheduling,
         speculation=spec,
+        **attn,
     )
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     for message in unused_field_warnings(wl, [cfg]):
