@@ -689,3 +689,18 @@ def test_mtp_layers_come_from_the_config_json(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({**cfg, "mtp_num_hidden_layers": 2}))
     assert hardware.model(str(folder)).mtp_layers == 2
+
+
+def test_a_drafter_without_a_latency_choice_runs_on_the_roofline(capsys):
+    """Llama-3.1-8B on H100 defaults to its linear preset, which prices no
+    drafter; with an EAGLE-3 drafter and no --latency the run takes the
+    roofline and says so in a note, instead of refusing a default the user
+    never chose (explicit --latency linear is still refused)."""
+    args = ("run", "--model", "llama-3.1-8b", "--gpu", "H100", "--num-requests", "5",
+            "--speculative-config", EAGLE3, "--spec-acceptance", "0.5")  # fmt: skip
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "plan: note: no --latency given and a drafter in --speculative-config" in err
+    assert "step time: roofline llama-3.1-8b on 1 x H100" in out
+    code, _, err = run_cli(capsys, *args, "--latency", "linear")
+    assert code == 2 and "priced on the roofline" in err

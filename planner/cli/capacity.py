@@ -902,10 +902,11 @@ def safe_limit(
     reject_inert_hardware(ctx, full, num_gpu_blocks is not None)
     if max_model_len < 1:
         raise ValueError(f"--max-model-len must be >= 1, got {max_model_len}")
+    spec = opt.speculation_from(speculative_config, spec_acceptance, spec_seed, spec_acceptance_log)
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us, quantization, kv_cache_dtype, measured_scale,
-        latency_given=given(ctx, "latency"),
+        latency_given=given(ctx, "latency"), drafter=spec is not None and spec.lookahead_tokens > 0,
     )  # fmt: skip
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
              "max_requests": max_requests, "hash_block_size": trace_hash_block_size}  # fmt: skip
@@ -921,7 +922,6 @@ def safe_limit(
     # pool of the search (the sampler's activation grows with it), so each
     # limit holds on the pool vLLM gives any searched value.
     at_seqs = search_upper(wl, max_num_batched_tokens)
-    spec = opt.speculation_from(speculative_config, spec_acceptance, spec_seed, spec_acceptance_log)
     sizing = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": at_seqs,
               "quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
               "speculation": spec, "full_attention_only": False, "simulated": True}  # fmt: skip

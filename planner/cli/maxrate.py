@@ -204,9 +204,13 @@ def max_rate(
     rng = SearchRange(rate_scale_min, rate_scale_max, rate_tolerance)
     varied = parse_vary(ctx, vary)
     shown = {k: v for k, v in srv.items() if k not in varied}  # a varied one is given per row
+    speculation = opt.speculation_from(
+        speculative_config, spec_acceptance, spec_seed, spec_acceptance_log
+    )
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us, measured_scale=measured_scale, latency_given=given(ctx, "latency"),
+        drafter=speculation is not None and speculation.lookahead_tokens > 0,
     )  # fmt: skip
     if "num_gpu_blocks" in varied and given(ctx, "gpu_memory_utilization"):
         raise ValueError(
@@ -224,9 +228,7 @@ def max_rate(
         max_model_len=max_model_len,
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
-        speculation=opt.speculation_from(
-            speculative_config, spec_acceptance, spec_seed, spec_acceptance_log
-        ),
+        speculation=speculation,
     )
     given_pool = num_gpu_blocks is not None or "num_gpu_blocks" in varied
     reject_inert_hardware(ctx, base.one_full_attention_group, given_pool)

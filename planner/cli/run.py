@@ -385,14 +385,15 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
             f"coefficients for {model} on {tp} x {o['gpu']}: pass --beta-coeffs (and "
             "--alpha-coeffs)"
         )
+    spec = opt.speculation_from(
+        o["speculative_config"], o["spec_acceptance"], o["spec_seed"], o["spec_acceptance_log"]
+    )
     lat = opt.step_time(
         o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
         o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
         latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
+        drafter=spec is not None and spec.lookahead_tokens > 0,
     )  # fmt: skip
-    spec = opt.speculation_from(
-        o["speculative_config"], o["spec_acceptance"], o["spec_seed"], o["spec_acceptance_log"]
-    )
     blocks, derived = resolve.num_gpu_blocks(
         o["num_gpu_blocks"], model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
         DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,
