@@ -36,8 +36,8 @@ from collections import namedtuple
 from collections.abc import Callable
 
 import numpy as np
-from numba import types
-from numba.extending import overload
+from numba import typeof, types
+from numba.extending import intrinsic
 
 from planner import config as K
 
@@ -102,25 +102,43 @@ def describe(f: Features, caching: bool = False) -> str:
 def gated(fn: Callable, off: object = None) -> Callable:
     """``fn`` behind a marker: jitted code calls ``g(marker, *args)``, which is
     ``fn(*args)`` when ``marker`` is not None and the constant ``off`` when it
-    is (``fn`` is then never compiled into the caller). ``off`` must have the
-    type ``fn`` returns (None for a function returning nothing); callers only
+    is (``fn`` is then never typed or compiled). ``off`` must have the type
+    ``fn`` returns (None for a function returning nothing); callers only
     reach ``g`` where a config's own flag says the feature is used, so with
-    the marker off ``off`` is never a value a config sees. Also callable from
-    Python, with the same meaning. Numba's ``overload`` picks the body by the
-    marker's type at compile time. Raises TypeError for an ``inline="always"``
-    ``fn`` (Numba cannot inline it into a call with ``*args``)."""
+    the marker off ``off`` is never a value a config sees. Jitted code only.
+
+    ``g`` is a Numba intrinsic: typing picks the body by the marker's type
+    at compile time, and lowering emits the constant, or the call to ``fn``
+    that a plain call would emit, straight into the caller. An ``overload``
+    did the same through a small function compiled per call site and
+    signature: 18 of them in the plain variant, 1.2 CPU-s of its cold
+    compile (2026-12-06). Raises TypeError for an ``inline="always"`` ``fn``
+    (Numba inlines such a function in the caller's IR, which this call,
+    made during lowering, skips)."""
     if getattr(fn, "targetoptions", {}).get("inline") == "always":
         raise TypeError(f"gated({fn.__name__}): compile it without inline='always'")
+    fnty = types.Dispatcher(fn)
 
-    def g(marker, *args):  # noqa: ANN001, ANN002, ANN202 (a jitted call's stub)
-        return off if marker is None else fn(*args)
-
-    @overload(g, inline="never")
-    def _typed(marker, *args):  # noqa: ANN001, ANN002, ANN202
+    def typer(typingctx, marker, *args):  # noqa: ANN001, ANN002, ANN202 (Numba typing)
+        star = types.StarArgTuple(args)
         if isinstance(marker, types.NoneType):
-            return lambda marker, *args: off
-        return lambda marker, *args: fn(*args)
+            rtype = types.none if off is None else typeof(off)
 
-    g.__name__ = g.__qualname__ = f"{fn.__name__}_if"
+            def constant(context, builder, sig, vals):  # noqa: ANN001, ANN202
+                if off is None:
+                    return context.get_dummy_value()
+                return context.get_constant(rtype, off)
+
+            return rtype(marker, star), constant
+        inner = typingctx.resolve_function_type(fnty, args, {})
+
+        def call(context, builder, sig, vals):  # noqa: ANN001, ANN202
+            parts = [builder.extract_value(vals[1], i) for i in range(len(args))]
+            return context.get_function(fnty, inner)(builder, parts)
+
+        return inner.return_type(marker, star), call
+
+    typer.__name__ = f"{fn.__name__}_if"
+    g = intrinsic(typer)
     g.__doc__ = f"``{fn.__name__}(*args)`` unless ``marker`` is None, else {off!r} (``gated``)."
     return g
