@@ -591,3 +591,15 @@ def test_a_started_rate_near_the_offered_one_is_no_estimate(capsys):
     assert "fall by about 0%" not in data["recommendation"]
     assert "the rate started bounds nothing" in data["recommendation"]
     assert 0.8 < data["load_fraction_served"] < 0.95  # max-rate's, not started/offered
+
+
+def test_run_says_vllm_would_not_start_on_the_pool(capsys):
+    """A pool below vLLM 0.33's start-up minimum (cdiv(max_model_len, bs) + 1
+    blocks) is simulated, as the livelock scenarios need, but the run says
+    vLLM would refuse it; at the minimum it says nothing of the kind."""
+    base = ("run", "--num-requests", "3", "--max-model-len", "1024", "--json")
+    code, _, err = run_cli(capsys, *base, "--num-gpu-blocks", "64")
+    assert code == 0 and "vLLM 0.33 refuses to start on this pool: 64 blocks" in err, err
+    assert "needs 65 with the null block" in err
+    code, _, err = run_cli(capsys, *base, "--num-gpu-blocks", "65")
+    assert code == 0 and "refuses to start" not in err, err
