@@ -906,7 +906,7 @@ def safe_limit(
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us, quantization, kv_cache_dtype, measured_scale,
-        latency_given=given(ctx, "latency"), drafter=spec is not None and spec.lookahead_tokens > 0,
+        latency_given=given(ctx, "latency"), speculation=spec,
     )  # fmt: skip
     topts = {"start_s": trace_start, "duration_s": trace_duration, "rate_scale": rate_scale,
              "max_requests": max_requests, "hash_block_size": trace_hash_block_size}  # fmt: skip

@@ -270,9 +270,7 @@ def _prefill_own(
     batch sizes), checked as vLLM checks them at start-up
     (``config.check_vllm_args``). Raises ValueError (one line)."""
     own = {n: o[f"prefill_{n}"] for n in SCHEDULER_OWN if o[f"prefill_{n}"] is not None}
-    for name, s in _prefill_defaults(ctx, o, decode_cfg).items():
-        if s.source != vllm_defaults.GIVEN and s.value != getattr(decode_cfg, name):
-            own[name] = s.value
+    own |= {name: s.value for name, s in _prefill_defaults(ctx, o, decode_cfg).items()}
     merged = prefill_settings(decode_cfg, own)
     check_vllm_args(merged["max_num_seqs"], merged["max_num_batched_tokens"])
     return own
@@ -287,19 +285,22 @@ def _prefill_defaults(
     context, max_num_seqs at most the token budget), from what was given for
     it (--prefill-*, else the shared flag) and the decode replicas' other
     settings. Without --model and --gpu: the decode replicas' values, as
-    given."""
+    given. Only the defaults that differ from the decode replicas' values."""
     shared = {n: (getattr(decode_cfg, n) if given(ctx, n) else None) for n in SCHEDULER_OWN}
     asked = {n: o[f"prefill_{n}"] if o[f"prefill_{n}"] is not None else shared[n]
              for n in SCHEDULER_OWN}  # fmt: skip
     if o["model"] is None and o["gpu"] is None:
-        return {n: vllm_defaults.Setting(getattr(decode_cfg, n), vllm_defaults.GIVEN)
-                for n in SCHEDULER_OWN}  # fmt: skip
+        return {}
     values = {**asked, "max_model_len": decode_cfg.max_model_len}
     out = resolve.server(
         values, o["model"], _prefill_gpu(o), quantization=o["quantization"],
         kv_cache_dtype=o["kv_cache_dtype"], usage=o["usage_context"],
     )  # fmt: skip
-    return {n: out[n] for n in SCHEDULER_OWN}
+    return {
+        n: out[n]
+        for n in SCHEDULER_OWN
+        if out[n].source != vllm_defaults.GIVEN and out[n].value != getattr(decode_cfg, n)
+    }
 
 
 def prefill_setting_lines(
@@ -308,11 +309,10 @@ def prefill_setting_lines(
     """The prefill replicas' settings that were not given and differ from the
     decode replicas', one line each with its source (empty when none)."""
     gpu = hardware.gpu(_prefill_gpu(o)).name if _prefill_gpu(o) else None
-    out = []
-    for name, s in _prefill_defaults(ctx, o, decode_cfg).items():
-        if s.source != vllm_defaults.GIVEN and s.value != getattr(decode_cfg, name):
-            out.append(f"{name} {s.value:,} (vLLM default on the prefill GPU {gpu}: {s.why})")
-    return out
+    return [
+        f"{name} {s.value:,} (vLLM default on the prefill GPU {gpu}: {s.why})"
+        for name, s in _prefill_defaults(ctx, o, decode_cfg).items()
+    ]
 
 
 def _link(o: dict[str, Any], decode_cfg: SchedulerConfig) -> KVTransfer:

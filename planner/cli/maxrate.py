@@ -210,7 +210,7 @@ def max_rate(
     lat = opt.step_time(
         latency, model, gpu, tensor_parallel_size, alpha_coeffs, beta_coeffs, mfu, mbu,
         step_overhead_us, measured_scale=measured_scale, latency_given=given(ctx, "latency"),
-        drafter=speculation is not None and speculation.lookahead_tokens > 0,
+        speculation=speculation,
     )  # fmt: skip
     if "num_gpu_blocks" in varied and given(ctx, "gpu_memory_utilization"):
         raise ValueError(

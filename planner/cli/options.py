@@ -268,7 +268,7 @@ def step_time(
     measured_scale: float | None = None,
     latency_given: bool = True,
     quiet: bool = False,
-    drafter: bool = False,
+    speculation: Speculation | None = None,
 ) -> Latency:
     """The step-time model from the latency options above (``resolve.latency``
     picks it and states the defaults); the roofline reads the model's weight
@@ -277,14 +277,15 @@ def step_time(
     no linear preset for the model and GPU, the best model available instead
     (``resolve.best_available_latency``), said on stderr once the input is
     accepted (``note``). ``quiet``: the measured tables' data-version line is
-    not printed (a second pool on a GPU whose line was printed). ``drafter``:
-    the run has an EAGLE, EAGLE-3 or MTP drafter, which only the roofline
-    prices (``latency.draft``), so with a model and GPU and nothing chosen
+    not printed (a second pool on a GPU whose line was printed).
+    ``speculation``: the run's; an EAGLE, EAGLE-3 or MTP drafter is priced
+    only by the roofline (``latency.draft``), so with a model and GPU and nothing chosen
     the default is the roofline, said in a note (else a default would refuse
     the drafter the user asked for)."""
     if measured_scale is not None and latency != LatencyKind.measured:
         raise ValueError("--measured-scale needs --latency measured")
     chose = latency_given or any(x is not None for x in (alpha_coeffs, beta_coeffs, mfu, mbu))
+    drafter = speculation is not None and speculation.lookahead_tokens > 0
     if drafter and not chose and model is not None and gpu is not None:
         lat = resolve.latency(
             "roofline", model, gpu, tp, None, None, None, None, step_overhead_us,

@@ -392,15 +392,19 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
         o["latency"], model, o["gpu"], tp, o["alpha_coeffs"], o["beta_coeffs"], o["mfu"],
         o["mbu"], o["step_overhead_us"], quant, kv_dtype, o["measured_scale"],
         latency_given=given(ctx, "latency") or compat != "vllm",  # blis: linear only
-        drafter=spec is not None and spec.lookahead_tokens > 0,
-    )  # fmt: skip
-    blocks, derived = resolve.num_gpu_blocks(
-        o["num_gpu_blocks"], model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
-        DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,
-        max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=o["max_num_seqs"],
-        full_attention_only=False, simulated=True, disable_hybrid_kv_cache_manager=hybrid,
         speculation=spec,
     )  # fmt: skip
+
+    def pool(explicit: int | None, seqs: int) -> tuple[int, bool]:  # resolve.num_gpu_blocks
+        return resolve.num_gpu_blocks(
+            explicit, model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
+            DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,
+            max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=seqs,
+            full_attention_only=False, simulated=True, disable_hybrid_kv_cache_manager=hybrid,
+            speculation=spec,
+        )  # fmt: skip
+
+    blocks, derived = pool(o["num_gpu_blocks"], o["max_num_seqs"])
     groups = (o["full_attention_groups"], o["sliding_window_groups"])
     attn = resolve.attention(o["sliding_window"], model, quant, kv_dtype, groups, hybrid)
     kv_block_bytes = resolve.kv_block_bytes(
@@ -431,17 +435,9 @@ def _config(ctx: typer.Context, o: dict[str, Any]) -> tuple[SchedulerConfig, Lat
     reject_inert_hardware(ctx, cfg.one_full_attention_group, o["num_gpu_blocks"] is not None)
     largest = None
     if derived and cfg.mamba_groups and cfg.max_num_seqs > blocks:  # the pool moves with it
-
-        def pool_at(seqs: int) -> int:
-            return resolve.num_gpu_blocks(
-                None, model, o["gpu"], o["gpu_memory_utilization"], o["block_size"], tp,
-                DEFAULT_NUM_GPU_BLOCKS, quantization=quant, kv_cache_dtype=kv_dtype,
-                max_num_batched_tokens=o["max_num_batched_tokens"], max_num_seqs=seqs,
-                full_attention_only=False, simulated=True,
-                disable_hybrid_kv_cache_manager=hybrid, speculation=spec,
-            )[0]  # fmt: skip
-
-        largest = capacity.largest_starting_max_num_seqs(pool_at, cfg.max_num_seqs)
+        largest = capacity.largest_starting_max_num_seqs(
+            lambda seqs: pool(None, seqs)[0], cfg.max_num_seqs
+        )
     cfg.check_vllm_starts(largest)
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
     return cfg, lat, derived

@@ -816,8 +816,9 @@ def _cache_run_kind(kind, r, a, bs, rq, st, p):
         return 0
     n_req, maxb = p.slot_of.shape[0], p.table.shape[1]
     # keys only turn private along a request's blocks (``PC.block_key``)
-    key = PC.block_key(r, p.ncached[r], bs, rq, n_req, maxb, p.pc[PC.LOOK])
-    if kind == 1 and key >= n_req * maxb:
+    if kind == 1 and PC.block_key(r, p.ncached[r], bs, rq, n_req, maxb, p.pc[PC.LOOK]) >= (
+        n_req * maxb
+    ):
         return 2
     return kind
 
