@@ -344,6 +344,7 @@ def simulate(
     rcfg, rcfgf = (cfg[lay.rows], cfgf[lay.rows]) if fleet else (cfg, cfgf)
     rarr = arrival_ns[lay.rows] if fleet and arrival_ns.ndim == 2 else arrival_ns
     remote = _remote_flags(workload, cfg)
+    read_end_ns = _read_holds(workload, cfg)
     xfer = bool(np.any(rcfg[:, K.XFER] != 0))
     st = S.allocate(rcfg.shape[0], r, trace_steps, log_entries, kv_transfer=xfer)
     if xfer:  # the decode side's requests start remote (remote_kv.py)
@@ -359,7 +360,7 @@ def simulate(
     kernel_hashes = (hashes[0], private_singletons(hashes[1]), hashes[2])
     requests = S.Requests(
         prompt, max_tokens, priority, group, shared_len, *kernel_hashes, next_turn, remote,
-        pack_tables(lats), _kernel_features(features_of(rcfg, next_turn), features),
+        read_end_ns, pack_tables(lats), _kernel_features(features_of(rcfg, next_turn), features),
     )  # fmt: skip
     if fleet:
         keys = RP.no_keys(r)
@@ -433,22 +434,40 @@ def _prefix_groups(
 
 def _remote_flags(workload: Workload, cfg: np.ndarray) -> np.ndarray:
     """(R,) int8: ``workload.remote`` (zeros for None). Raises ValueError (one
-    line) for remote requests on a config without ``kv_transfer``: they would
-    be served colocated, silently."""
+    line) for remote requests on a config without ``kv_transfer`` (they would
+    be served colocated, silently) or of several replicas."""
     if workload.remote is None or not np.any(workload.remote):
         return np.zeros(workload.num_requests, dtype=np.int8)
-    if np.any(cfg[:, K.XFER] == 0):
+    if np.any(cfg[:, K.XFER] == 0) or np.any(cfg[:, K.REPLICAS] > 1):
         raise ValueError(
             f"{workload.name}: remote requests (KV from a prefill instance) need a "
-            "config with kv_transfer (a disaggregated decode side)"
+            "config with kv_transfer and one replica (a disaggregated decode side: each "
+            "decode replica is one config)"
         )
     return np.ascontiguousarray(workload.remote, dtype=np.int8)
+
+
+def _read_holds(workload: Workload, cfg: np.ndarray) -> np.ndarray:
+    """(R,) int64: ``workload.read_end_ns`` (-1 for None: no block held past its
+    request's finish). Raises ValueError (one line) for held requests on a
+    config without ``kv_transfer``: without a KV connector vLLM frees them at
+    once, so the holds would be ignored silently."""
+    if workload.read_end_ns is None or not np.any(workload.read_end_ns >= 0):
+        return np.full(workload.num_requests, -1, dtype=np.int64)
+    if np.any(cfg[:, K.XFER] == 0):
+        raise ValueError(
+            f"{workload.name}: blocks held for a decode side's read (read_end_ns) need a "
+            "config with kv_transfer (a prefill instance's KV connector)"
+        )
+    return np.ascontiguousarray(workload.read_end_ns, dtype=np.int64)
 
 
 def _check_replica_path(
     cfg: np.ndarray, workload: Workload, trace_steps: int, log_entries: int
 ) -> None:
-    """What the replica path does not model yet. Raises ValueError (one line)."""
+    """What the replica path does not model yet (a disaggregated decode side,
+    one server per config, is refused by ``_remote_flags``). Raises
+    ValueError (one line)."""
     if workload.session is not None:
         raise ValueError(
             "--replicas: sessions are not routed yet; use single requests (--turns 1), "
@@ -457,11 +476,6 @@ def _check_replica_path(
     if trace_steps or log_entries:
         raise ValueError(
             "--replicas: per-step traces and event logs are kept per server; use --replicas 1"
-        )
-    if np.any(cfg[:, K.XFER] != 0):
-        raise ValueError(
-            "a disaggregated decode side runs one server per config; "
-            "planner.disagg routes requests to decode replicas"
         )
 
 

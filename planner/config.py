@@ -441,15 +441,16 @@ class SchedulerConfig:
     def _check_kv_transfer(self) -> None:
         """The decode side is simulated where goldens from vLLM 0.33 check it:
         sync or async scheduling, full attention, recompute preemption, vLLM's
-        own rules, with or without drafts (``pd_spec_*``). Raises ValueError
-        (one line)."""
+        own rules, with or without drafts (``pd_spec_*``); a config of several
+        replicas takes no remote requests (``api.simulate`` refuses them: each
+        decode replica is one config), only a prefill pool's blocks held for
+        reads. Raises ValueError (one line)."""
         if self.kv_transfer is None:
             return
         if not isinstance(self.kv_transfer, KVTransfer):
             raise ValueError(f"kv_transfer must be a KVTransfer, got {self.kv_transfer!r}")
         for what, bad in (
             *self._vllm_rules_only(),
-            ("--replicas > 1 (each decode replica is one config)", self.replicas > 1),
             ("--max-concurrency (a closed loop)", self.max_concurrency > 0),
         ):  # fmt: skip
             if bad:

@@ -22,18 +22,31 @@ with NixlConnector, behind a proxy), simulated stage by stage:
    (``KVTransfer.duration_ns`` from the load's start), then decodes; its first
    token there is its first token to the client (the prefill's token is not
    streamed: the proxy streams the decode replica's answer).
+4. **Blocks held for the read.** Each prefill replica has the KV connector
+   too, and keeps a finished prefill's blocks until the decode side has read
+   them (NixlConnector's ``delay_free_blocks``; ``kernel/kv_send.py``): from
+   the prefill's end until its load on the decode replica landed, which may
+   start late when that replica has no free blocks. The two pools decide
+   each other (holds delay prefills, whose ends are the decode arrivals), so
+   they are run in turn until a prefill run ends every prefill when the one
+   before it did (``_until_reads_agree``, at most ``MAX_READ_PASSES`` prefill
+   runs; the first frees each prefill's blocks at its end). A decode
+   pool that falls behind thus fills the prefill pool's KV cache, as in a
+   real deployment.
 
 With no prefill pool (P = 0) the decode replicas serve colocated, each
 request to one of them round robin in arrival order: the fleet the planner
 simulates for ``--replicas D --router round_robin`` (a test holds them equal
 bit for bit).
 
-Differences from a real deployment, named: the prefill replica frees a
-request's blocks when it finishes (vLLM holds them until the decode side has
-read them, ``request_finished``'s ``delay_free_blocks``; a prefill pool near
-its KV limit is optimistic by the blocks of transfers in flight); the decode
-router is round robin, not llm-d's load- and cache-aware scorers; transfers
-do not contend for the link (each has the whole bandwidth).
+Differences from a real deployment, named: a held prefill's blocks free at
+the prefill replica's first ``schedule()`` after its read completed (vLLM
+frees them in the output of the step during which the decode worker's
+notification came, usually the same step boundary); when the passes do not
+agree, the last one is reported with how far its prefill ends still moved
+(``ReadHolds``); the decode router is round robin, not llm-d's load- and
+cache-aware scorers; transfers do not contend for the link (each has the
+whole bandwidth).
 """
 
 from __future__ import annotations
@@ -64,6 +77,29 @@ from planner.metrics import (
 )
 from planner.slo import SLO
 from planner.workload.arrays import Workload
+
+# Prefill runs at most in ``simulate_disaggregated``'s search for block holds
+# that agree with the decode side's reads (``_until_reads_agree``).
+MAX_READ_PASSES = 16
+
+
+@dataclass(frozen=True)
+class ReadHolds:
+    """How the prefill pool's block holds were found (``_until_reads_agree``).
+
+    Attributes:
+        passes: prefill runs made (0: no prefill pool).
+        converged: the last prefill run ended every prefill when the run
+            before it did, so its holds are the decode run's reads.
+        moved_s: when not converged, the largest change of a prefill's end
+            between the last two runs, seconds (inf: one ended a prefill
+            the other did not).
+    """
+
+    passes: int
+    converged: bool
+    moved_s: float
+
 
 # The router simulated here, as answers name it.
 ROUTER = (
@@ -116,12 +152,15 @@ class DisaggResult:
             sent nothing).
         max_model_len: the decode replicas' max_model_len (tokens), which
             the front end's rules (``rejected``, ``cut``) use.
+        reads: how the prefill pool's block holds (until the decode side
+            read them) were found (``ReadHolds``).
     """
 
     requests: pd.DataFrame
     prefill: SimResult | None
     decode: list[SimResult | None]
     max_model_len: int = 0  # the decode replicas' (the front end's rules)
+    reads: ReadHolds = ReadHolds(0, True, 0.0)  # how the prefill holds were found
 
 
 def simulate_disaggregated(
@@ -144,26 +183,98 @@ def simulate_disaggregated(
     if prefill is None:
         ready_ns = arrival_ns.copy()
         pre, pre_rep, pre_end = None, np.full(workload.num_requests, -1), None
-        remote, dcfg = None, decode.config
+        dec_rep, runs = _decode_pool(
+            workload, ready_ns, decode.replicas, decode.config, decode.latency, None
+        )
+        reads = ReadHolds(0, True, 0.0)
     else:
-        pre, pre_rep, ready_ns = _prefill_pool(workload, prefill)
+        pre, pre_rep, ready_ns, dec_rep, runs, reads = _until_reads_agree(
+            workload, prefill, decode, kv_transfer
+        )
         pre_end = ready_ns
-        remote, dcfg = True, dataclasses.replace(decode.config, kv_transfer=kv_transfer)
-    dec_rep, runs = _decode_pool(workload, ready_ns, decode.replicas, dcfg, decode.latency, remote)
     df = _requests_frame(workload, arrival_ns, pre_rep, pre_end, ready_ns, dec_rep, runs)
     mml = decode.config.max_model_len
     df["rejected"], df["cut"] = workload.rejected(mml), workload.cut(mml)
-    return DisaggResult(df, pre, [r for r, _ in runs], mml)
+    return DisaggResult(df, pre, [r for r, _ in runs], mml, reads)
 
 
-def _prefill_pool(workload: Workload, pool: Pool) -> tuple[SimResult, np.ndarray, np.ndarray]:
+def _until_reads_agree(
+    workload: Workload, prefill: Pool, decode: Pool, kv_transfer: KVTransfer
+) -> tuple:
+    """Run the prefill pool and the decode pool in turn until the prefill
+    pool's block holds agree with the reads the decode pool makes (module
+    docstring, step 4): a prefill run holds each request's blocks until its
+    read ends (``read_end_ns``, from the decode run before it), and a decode
+    run's arrivals are the prefill run's ends. The first prefill run frees
+    each request's blocks at its end (the earliest its read can end, so no
+    prefill can end earlier than there); a later read end only delays
+    prefills and a later prefill end only delays its read, so the prefill
+    ends grow from pass to pass towards the first that agree. At most
+    ``MAX_READ_PASSES`` prefill runs. Returns (prefill run, prefill replica
+    per request, prefill ends (ns), decode replica per request, decode runs,
+    ``ReadHolds``)."""
+    dcfg = dataclasses.replace(decode.config, kv_transfer=kv_transfer)
+    read_end_ns = np.zeros(workload.num_requests, dtype=np.int64)
+    last, moved = None, 0.0
+    for passes in range(1, MAX_READ_PASSES + 1):
+        pre, pre_rep, ready_ns = _prefill_pool(workload, prefill, kv_transfer, read_end_ns)
+        if last is not None and np.array_equal(ready_ns, last[0]):
+            return pre, pre_rep, ready_ns, *last[1:], ReadHolds(passes, True, 0.0)
+        dec_rep, runs = _decode_pool(
+            workload, ready_ns, decode.replicas, dcfg, decode.latency, True
+        )
+        moved = 0.0 if last is None else _moved_s(ready_ns, last[0])
+        last = (ready_ns, dec_rep, runs)
+        read_end_ns = _read_ends(workload.num_requests, ready_ns, runs, kv_transfer)
+    return pre, pre_rep, *last, ReadHolds(MAX_READ_PASSES, False, moved)
+
+
+def _moved_s(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest change between two passes' prefill ends (ns arrays, -1 for
+    none), seconds; inf where one pass ended a prefill the other did not."""
+    if np.any((a < 0) != (b < 0)):
+        return float("inf")
+    return float(np.abs(a - b).max(initial=0)) / 1e9
+
+
+def _read_ends(n: int, ready_ns: np.ndarray, runs: list, kv_transfer: KVTransfer) -> np.ndarray:
+    """(n,) int64 ns: when the decode runs ended each request's read of the
+    prefill pool's blocks: its KV load's landing (started later than the
+    prefill's end when the decode replica had no blocks); its arrival + the
+    link's latency for a request the decode replica's front end refused
+    (vLLM's decode side then tells the prefill side at once,
+    ``request_finished``'s ``do_remote_prefill`` path); the end of its
+    decode replica's run for one it never loaded (a lower bound: its
+    heartbeats keep the lease while it waits). -1: no decode replica got it."""
+    read = np.full(n, -1, dtype=np.int64)
+    for res, idx in runs:
+        if res is None:
+            continue
+        started, _ = (a[0] for a in kv_loads(res))
+        end = int(res.state.out.counters[0, S.O_END_NS])
+        refused = res.state.req.status[0] == S.REJECTED
+        until = np.where(started, res.state.remote.xfer_ns[0], end)
+        read[idx] = np.where(refused, ready_ns[idx] + kv_transfer.latency_ns, until)
+    return read
+
+
+def _prefill_pool(
+    workload: Workload, pool: Pool, kv_transfer: KVTransfer, read_end_ns: np.ndarray
+) -> tuple[SimResult, np.ndarray, np.ndarray]:
     """The prefill pool's run (each request with one output token, as the
-    proxy asks), the replica each request went to, and when each prefill
-    ended (ns; -1 never: rejected, or the run stopped first)."""
+    proxy asks, its blocks held from its end until ``read_end_ns``: each
+    replica has the KV connector, ``kernel/kv_send.py``), the replica each
+    request went to, and when each prefill ended (ns; -1 never: rejected,
+    or the run stopped first)."""
     wl = dataclasses.replace(
-        workload, output_tokens=np.ones(workload.num_requests, dtype=np.int32), remote=None
+        workload,
+        output_tokens=np.ones(workload.num_requests, dtype=np.int32),
+        remote=None,
+        read_end_ns=read_end_ns,
     )
-    cfg = dataclasses.replace(pool.config, replicas=pool.replicas, router="round_robin")
+    cfg = dataclasses.replace(
+        pool.config, replicas=pool.replicas, router="round_robin", kv_transfer=kv_transfer
+    )
     res = simulate([cfg], wl, pool.latency)
     rep = np.zeros(workload.num_requests, dtype=np.int64)
     if res.fleet is not None:  # the replica the round-robin router sent each to
@@ -303,6 +414,8 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     decode replica against its prefilled requests), ``overloaded`` (either),
     ``prefill_overload_judged``/``decode_overload_judged``/``overload_judged``
     (False: a run too short to judge, ``metrics.bursts``),
+    ``prefill_read_hold_peak_blocks``, ``prefill_blocks``, ``read_passes``,
+    ``reads_converged``, ``reads_moved_s`` (``_read_holds``),
     ``rejected`` and ``cut`` (the front end's failures at max_model_len,
     ``metrics.front_end_text``: misses of any SLO; rejected requests are in
     no statistic and not in ``unfinished``), ``decode_requests`` (sent to a
@@ -320,7 +433,8 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     ``goodput_rps`` (finished requests within every given objective, per
     second of span), ``meets_slo`` (every given p99 objective holds, no
     statistic is a lower bound, every pool judged and keeping up, nothing
-    livelocked) and ``slo_misses`` (why not, one phrase each)."""
+    livelocked, the prefill pool's block holds settled) and ``slo_misses``
+    (why not, one phrase each)."""
     df = res.requests
     n = len(df)
     runs = [r for r in res.decode if r is not None]
@@ -383,9 +497,37 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     )
     every = [*runs, *([] if res.prefill is None else [res.prefill])]
     out |= _outcomes(pre, dec, every, out["unfinished"] > 0)
+    out |= _read_holds(res)
     if slo is not None and slo.given():
         out |= _slo_verdict(df, out, slo, span, res.max_model_len)
+        if not res.reads.converged:  # the verdict would be on pools that disagree
+            out["meets_slo"] = False
+            out["slo_misses"] = [*out["slo_misses"], HOLDS_UNSETTLED]
     return out
+
+
+HOLDS_UNSETTLED = "the prefill pool's block holds did not settle (plan run names the change)"
+
+
+def _read_holds(res: DisaggResult) -> dict:
+    """``prefill_read_hold_peak_blocks`` (the most blocks one prefill replica
+    held at once for the decode side's reads, ``kernel/kv_send.py``; 0
+    without a prefill pool), ``prefill_blocks`` (a prefill replica's
+    num_gpu_blocks), and ``read_passes``, ``reads_converged``,
+    ``reads_moved_s`` (``ReadHolds``)."""
+    peak, blocks = 0, 0
+    if res.prefill is not None:
+        run = res.prefill.fleet.state if res.prefill.fleet is not None else res.prefill.state
+        peak = int(run.out.counters[:, S.O_SEND_PEAK].max())
+        blocks = int(res.prefill.configs[0].num_gpu_blocks)
+    r = res.reads
+    return {
+        "prefill_read_hold_peak_blocks": peak,
+        "prefill_blocks": blocks,
+        "read_passes": r.passes,
+        "reads_converged": r.converged,
+        "reads_moved_s": r.moved_s,
+    }
 
 
 def _last_pool(res: DisaggResult, per_run: list) -> np.ndarray:

@@ -36,6 +36,7 @@ block hash; in a partial trace block or the output it is unique to the request.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -116,6 +117,10 @@ class Request:
     loading: bool = False
     recv_done: bool = False
     inflight: bool = False
+    # disaggregated prefill side (``kv_transfer``): when (ns) the decode side's
+    # read of its KV ends, its blocks held from its finish until then
+    # (``delay_free_blocks``, ``planner/kernel/kv_send.py``); -1: freed at once
+    read_end_ns: int = -1
 
     @property
     def num_tokens(self) -> int:
@@ -605,6 +610,10 @@ class Scheduler:
         # them (drafts accepted past what the scheduler counted on), returned
         # to the pool when that step's output lands (``_drain_deferred_frees``)
         self.deferred_frees: list[list[int]] = []
+        # A prefill instance's finished requests whose blocks wait for the
+        # decode side's read (NixlConnector's ``delay_free_blocks``): a heap
+        # of (when the read completes, id, request) (``kernel/kv_send.py``)
+        self.sending: list[tuple[int, int, Request]] = []
         # a drafter's lookahead KV slots (``num_lookahead_tokens``: EAGLE, MTP)
         self.lookahead = 0 if cfg.speculation is None else cfg.speculation.lookahead_tokens
 
@@ -957,6 +966,18 @@ class Scheduler:
         req.spec = spec.num_speculative_tokens if samples else -1
         return (s, d)
 
+    def release_reads(self, now_ns: int, in_flight: set[int]) -> None:
+        """``_update_from_kv_xfer_finished``'s ``finished_sending``: free the
+        blocks of the requests whose read completed by ``now_ns``, in (time,
+        id) order (``_free_blocks``), deferred for a request in the batch in
+        flight (ids ``in_flight``: ``_request_blocks_can_be_freed``)."""
+        while self.sending and self.sending[0][0] <= now_ns:
+            _, _, req = heapq.heappop(self.sending)
+            if self.defer_block_free and req.rid in in_flight:
+                self.deferred_frees.append(self.kv.pop_blocks_for_free(req))
+            else:
+                self.kv.free(req)
+
     def drain_deferred_frees(self) -> None:
         """``Scheduler._drain_deferred_frees``: the deferred blocks return to
         the pool, each request's tail first."""
@@ -1020,7 +1041,11 @@ class Scheduler:
                 req.inflight = False
                 req.finish_ns = now_ns
                 self.kv.last_token_slot(req)
-                if self.defer_block_free and req.in_flight > 0:
+                if self.cfg.kv_transfer is not None and req.read_end_ns >= 0:
+                    # a prefill instance: held until the decode side reads them
+                    until = max(now_ns, req.read_end_ns)
+                    heapq.heappush(self.sending, (until, req.rid, req))
+                elif self.defer_block_free and req.in_flight > 0:
                     # ``_free_request_blocks``: the step in flight may still
                     # write them (drafts accepted past what async scheduling
                     # counted on ended the request a step early)
@@ -1049,9 +1074,11 @@ class CycleDetector:
 
     def proven(self, engine: Engine, nxt: int) -> bool:
         """Call after each step; True when the state repeated."""
-        # Requests in ``holding`` (disaggregated decode side): loads land with
-        # time, so the state is not a cycle's (``kernel/cycle.py``).
-        if engine.pending or engine.sched.holding or self._progressed(engine, nxt):
+        # Requests in ``holding`` (disaggregated decode side) or ``sending``
+        # (a prefill instance): loads land and reads end with time, so the
+        # state is not a cycle's (``kernel/cycle.py``).
+        sched = engine.sched
+        if engine.pending or sched.holding or sched.sending or self._progressed(engine, nxt):
             self.quiet = 0
             self.snapshot = None
             return False
@@ -1094,6 +1121,7 @@ class Engine:
         hash_block_size: int = 0,
         session: list[int] | None = None,
         remote: list[bool] | None = None,
+        read_end_ns: list[int] | None = None,
     ) -> None:
         self.cfg = cfg
         b0, b1, b2, a0, a1, _ = latency.ns()
@@ -1141,6 +1169,9 @@ class Engine:
         if remote is not None:  # disaggregated decode side: KV from a prefill instance
             for req, r in zip(self.requests, remote, strict=True):
                 req.remote = bool(r)
+        if read_end_ns is not None:  # disaggregated prefill side: blocks held for reads
+            for req, t in zip(self.requests, read_end_ns, strict=True):
+                req.read_end_ns = int(t)
         self.xfer = cfg.kv_transfer
         self.loads: dict[int, int] = {}  # request -> when its KV load lands (ns)
         self.landed: list[int] = []  # async: loads reported by the step in flight
@@ -1330,6 +1361,7 @@ class Engine:
         sched = self.sched
         while True:
             nxt = self._admit_arrivals()
+            sched.release_reads(self.clock, {b[0].rid for b in self.in_flight})
             if not sched.running and not sched.waiting and not sched.holding:
                 # Only finished requests can have output in flight; as it
                 # lands, the blocks it held return (``_drain_deferred_frees``)
@@ -1337,6 +1369,7 @@ class Engine:
                     sched.drain_deferred_frees()
                 self.in_flight = []
                 if not self.pending:
+                    sched.release_reads(2**63 - 1, set())  # the engine polls until the reads end
                     break
                 self.clock = self.entry[self.pending[0]]
                 continue
@@ -1412,9 +1445,10 @@ class Engine:
                 )
             dt += sched.swap_ns
             self._start_loads(start)
-            waited = not scheduled and bool(self.loads)
-            if waited:  # no model run: the engine polls until a transfer lands
-                dt = max(0, min([*self.loads.values(), *self._next_entry()]) - start)
+            waited = not scheduled and bool(self.loads or sched.sending)
+            if waited:  # no model run: the engine polls until a transfer lands or a read ends
+                reads = [sched.sending[0][0]] if sched.sending else []
+                dt = max(0, min([*self.loads.values(), *reads, *self._next_entry()]) - start)
             for req, _ in scheduled:
                 if req.first_scheduled_ns < 0:
                     req.first_scheduled_ns = start
@@ -1449,7 +1483,7 @@ class Engine:
                 done = []
                 finishes = sched.update_from_output(batch, self.clock)
             pool = sched.kv.pool
-            holders = (*sched.running, *sched.holding)
+            holders = (*sched.running, *sched.holding, *(r for _, _, r in sched.sending))
             refs = sum(sum(b != NULL for t in sched.kv.tables(r) for b in t) for r in holders)
             refs += sum(len(blocks) for blocks in sched.deferred_frees)
             in_use = sum(c > 0 for c in pool.ref_cnt)

@@ -48,6 +48,7 @@ def run_reference(cfg: SchedulerConfig, wl: Workload, lat: LinearLatency) -> Eng
         wl.hash_block_size,
         None if wl.session is None else wl.session.tolist(),
         None if wl.remote is None else wl.remote.tolist(),
+        None if wl.read_end_ns is None else wl.read_end_ns.tolist(),
     ).run()
 
 

@@ -726,3 +726,77 @@ def test_seeded_mamba_cases_match_the_reference():
             seen["two_full"] += cfgs[c].full_attention_groups == 2
     for path, count in seen.items():
         assert count >= 10, f"Mamba cases rarely reach {path}: {seen}"
+
+
+def _prefill_side_case(rng: np.random.Generator):
+    """A random disaggregated prefill side: most requests end after one token
+    and keep their blocks until the decode side's read ends (from before
+    they finish to longer than many steps after), some are not read (-1);
+    pools from tight to
+    ample, prefix caching in half, sync and async."""
+    r = int(rng.integers(1, 14))
+    arrival = np.cumsum(rng.uniform(0, 0.02, r))
+    after = rng.choice([0, 2_000, 50_000, 2_000_000, 30_000_000, 90_000_000], r)
+    read = np.round(arrival * 1e9).astype(np.int64) + after
+    wl = Workload(
+        arrival,
+        rng.integers(1, 300, r).astype(np.int32),
+        np.where(rng.random(r) < 0.8, 1, rng.integers(1, 40, r)).astype(np.int32),
+        name="prefill side",
+        priority=rng.integers(0, 3, r) if rng.random() < 0.4 else None,
+        prefix_group=rng.integers(-1, 3, r).astype(np.int32),
+        prefix_len=rng.choice([16, 64, 200], r).astype(np.int32),
+        read_end_ns=np.where(rng.random(r) < 0.85, read, -1),
+    )
+    cfgs = [
+        SchedulerConfig(
+            num_gpu_blocks=int(rng.integers(2, 90)),
+            block_size=int(rng.choice([1, 4, 16])),
+            max_num_seqs=int(rng.integers(1, 8)),
+            max_num_batched_tokens=int(rng.integers(1, 512)),
+            max_model_len=int(rng.integers(8, 600)),
+            long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
+            scheduler_reserve_full_isl=bool(rng.random() < 0.7),
+            async_scheduling=bool(rng.random() < 0.5),
+            enable_prefix_caching=bool(rng.random() < 0.5),
+            null_block=bool(rng.random() < 0.8),
+            policy=str(rng.choice(["fcfs", "priority"])),
+            horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
+            max_steps=MAX_STEPS,
+            kv_transfer=KVTransfer(20_000, 1_000),
+            speculation=(
+                Speculation("ngram", int(rng.integers(1, 4)), (0.9,), int(rng.integers(0, 4)))
+                if rng.random() < 0.3
+                else None
+            ),
+        )
+        for _ in range(3)
+    ]
+    lat = LinearLatency(alpha=(100.0, 1.0, 0.0), beta=(float(rng.integers(100, 6000)), 10.0, 2.0))
+    return cfgs, wl, lat
+
+
+def test_seeded_prefill_side_cases_match_the_reference():
+    """150 seeded disaggregated prefill sides x 3 configs: kernel == reference
+    step for step with blocks held for the decode side's read
+    (``kernel/kv_send.py``), blocks conserved, and the cases reach steps that
+    wait for a read, holds that block admission, reads ending while the step
+    in flight holds the request (async), prefix hits on held blocks, and
+    livelocks and the horizon."""
+    rng = np.random.default_rng(20261207)
+    seen = dict(held=0, waited=0, async_held=0, cache_hits=0, livelocked=0, horizon=0)
+    for _ in range(150):
+        cfgs, wl, lat = _prefill_side_case(rng)
+        for c, eng, oi in _matched_without_errors(cfgs, wl, lat):
+            assert eng.invariant_errors == 0
+            assert oi[S.O_SEND_LEN] == 0 or np.isfinite(cfgs[c].horizon_s)
+            seen["held"] += oi[S.O_SEND_PEAK] > 0
+            seen["waited"] += oi[S.O_ZERO_STEPS] > 0 and not oi[S.O_LIVELOCKED]
+            seen["async_held"] += cfgs[c].async_scheduling and oi[S.O_SEND_PEAK] > 0
+            seen["cache_hits"] += cfgs[c].enable_prefix_caching and oi[S.O_PC_HITS] > 0
+            seen["livelocked"] += oi[S.O_LIVELOCKED]
+            seen["horizon"] += np.isfinite(cfgs[c].horizon_s) and (
+                oi[S.O_RUNNING_END] + oi[S.O_WAITING_END] + oi[S.O_SEND_LEN] > 0
+            )
+    for path, count in seen.items():
+        assert count >= 10, f"random prefill sides rarely reach {path}: {seen}"

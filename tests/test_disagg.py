@@ -777,3 +777,97 @@ def test_a_drafters_kv_layer_is_transferred_too():
     )
     assert plain == 16 * 2 * 32 * 8 * 128 * 2
     assert eagle == plain * 33 // 32 and ngram == plain
+
+
+def _held(wl: Workload, after_ns: int) -> Workload:
+    """``wl`` with every request's blocks held ``after_ns`` past its arrival
+    (a read end, ``Workload.read_end_ns``; before its finish for small ones)."""
+    ends = np.round(wl.arrival_s * 1e9).astype(np.int64) + after_ns
+    return dataclasses.replace(wl, output_tokens=np.ones_like(wl.output_tokens), read_end_ns=ends)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_prefill_fleet_holding_blocks_is_its_replicas_run_alone(caching):
+    """A prefill pool of 3 replicas holding blocks for reads (round robin in
+    arrival order) equals each replica run alone on its share, request for
+    request: the holds live per replica (``kernel/kv_send.py``)."""
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    cfg = dataclasses.replace(
+        CFG, num_gpu_blocks=300, enable_prefix_caching=caching, kv_transfer=kv
+    )
+    wl = _held(_workload(120, 30.0), 2_000_000_000)
+    fleet = simulate([dataclasses.replace(cfg, replicas=3)], wl, LAT)
+    assert fleet.fleet.state.out.counters[:, S.O_SEND_PEAK].min() > 0
+    for j in range(3):
+        idx = np.arange(j, wl.num_requests, 3)
+        part = dataclasses.replace(
+            wl,
+            arrival_s=wl.arrival_s[idx],
+            prompt_tokens=wl.prompt_tokens[idx],
+            output_tokens=wl.output_tokens[idx],
+            read_end_ns=wl.read_end_ns[idx],
+        )
+        alone = simulate([cfg], part, LAT).state.req
+        assert np.array_equal(fleet.state.req.finish_ns[0, idx], alone.finish_ns[0])
+        assert np.array_equal(fleet.state.req.first_ns[0, idx], alone.first_ns[0])
+
+
+def test_held_blocks_need_a_connector_and_remote_requests_one_replica():
+    wl = _held(_workload(20), 1_000)
+    with pytest.raises(ValueError, match="need a config with kv_transfer") as e:
+        simulate([CFG], wl, LAT)
+    assert "\n" not in str(e.value)
+    kv = KVTransfer(1_000, 1_000)
+    remote = dataclasses.replace(_workload(20), remote=np.ones(20, dtype=bool))
+    with pytest.raises(ValueError, match="one replica") as e:
+        simulate([dataclasses.replace(CFG, kv_transfer=kv, replicas=2)], remote, LAT)
+    assert "\n" not in str(e.value)
+
+
+def _backpressure(passes: int | None = None):  # noqa: ANN202
+    """A decode pool too small for its traffic behind a prefill pool with
+    few blocks: loads wait for decode blocks, so prefills hold theirs."""
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    wl = _workload(300, 12.0)
+    pre = Pool(1, dataclasses.replace(CFG, num_gpu_blocks=400), LAT)
+    dec = Pool(1, dataclasses.replace(CFG, num_gpu_blocks=400), LAT)
+    return simulate_disaggregated(wl, dec, pre, kv)
+
+
+def test_a_slow_decode_pool_fills_the_prefill_pools_kv_cache():
+    """Backpressure (module docstring of ``planner.disagg``, step 4): the
+    decode pool's loads wait for blocks, the prefill pool holds each
+    prefill's blocks until its read ends, and the passes settle where the
+    prefill run's holds are exactly the decode run's read ends."""
+    from planner import disagg
+
+    res = _backpressure()
+    assert res.reads.converged and res.reads.passes > 2
+    df = res.requests
+    ready = np.round(df["decode_arrival_s"].to_numpy() * 1e9).astype(np.int64)
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    order = np.argsort(ready, kind="stable")  # one decode replica: all, as prefills end
+    runs = list(zip(res.decode, [order], strict=True))
+    want = disagg._read_ends(len(df), ready, runs, kv)
+    assert np.array_equal(res.prefill.workload.read_end_ns, want)  # the fixed point
+    held = (df["kv_landed_s"] - df["decode_arrival_s"]).to_numpy()
+    assert held.max() > 1.0  # reads ended seconds after their prefills
+    s = summarize_disaggregated(res)
+    assert s["prefill_read_hold_peak_blocks"] > 300
+    # Freed at each prefill's end (the first pass alone), the prefills end earlier.
+    pre = dataclasses.replace(res.prefill.workload, read_end_ns=None)
+    free_at_end = simulate(
+        [dataclasses.replace(res.prefill.configs[0], kv_transfer=None)], pre, LAT
+    )
+    early = free_at_end.state.req.finish_ns[0]
+    assert np.all(early <= ready) and np.any(early < ready)
+
+
+def test_unsettled_holds_are_said_and_fail_the_slo(capsys, monkeypatch):
+    from planner import disagg
+
+    monkeypatch.setattr(disagg, "MAX_READ_PASSES", 2)
+    res = _backpressure()
+    assert not res.reads.converged and res.reads.passes == 2 and res.reads.moved_s > 0
+    s = summarize_disaggregated(res, SLO(ttft_s=1e6))
+    assert not s["meets_slo"] and disagg.HOLDS_UNSETTLED in s["slo_misses"]

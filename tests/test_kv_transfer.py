@@ -49,7 +49,6 @@ def test_bad_fields_are_refused():
     [
         {"preemption_mode": "swap", "cpu_swap_blocks": 10},
         {"sliding_window": 64, "full_attention_groups": 0, "sliding_window_groups": 1},
-        {"replicas": 2},
         {"max_concurrency": 4},
         {"admission": "projected_oracle"},
     ],

@@ -433,6 +433,8 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
         f"from decode arrival to the load's start (loads started) p99 "
         f"{_fmt_s(s['kv_wait_s_p99'])}"
     )
+    if s["read_passes"]:
+        print(_holds_line(s))
     window = " over the simulated window" if s["cut_by"] else ""
     for role in ("prefill", "decode"):
         if role == "decode" and s["decode_requests"] == 0:
@@ -454,6 +456,11 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
             if not s[f"{role}_overload_judged"]
             else f"keeps up{window}"
         )  # fmt: skip
+        held_back = s["prefill_overloaded"] and _backpressure_note(s)
+        if role == "prefill" and held_back:
+            verdict += _backpressure_note(s)
+        elif role == "decode" and held_back and verdict.startswith("keeps up"):
+            verdict += " with the prefills that reach it, which its slow reads hold back"
         print(f"{role} pool: {verdict}; outcome {s[f'{role}_outcome']}")
     if s["livelocked"]:
         stuck = s["stuck_request_ids"]
@@ -477,6 +484,37 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
         print(f"vllm serve ({role}): {cmd}")
     if any(s[k] for k in s if k.endswith("_is_lower_bound")):
         print("(+ = a lower bound: requests unfinished when the run ended)")
+
+
+def _backpressure_note(s: dict) -> str:
+    """For an overloaded prefill pool whose KV cache was at least half full
+    of blocks waiting for the decode side's reads: that the decode pool sets
+    its pace (adding prefill replicas would not help). Else ''."""
+    share = s["prefill_read_hold_peak_blocks"] / max(s["prefill_blocks"], 1)
+    if share < 0.5:
+        return ""
+    return (
+        f" (up to {share:.0%} of its KV cache waited for the decode side's reads: the decode "
+        "pool sets its pace)"
+    )
+
+
+def _holds_line(s: dict) -> str:
+    """The prefill pool's blocks held for the decode side's reads
+    (``disagg.summarize_disaggregated``'s ``prefill_read_hold_peak_blocks``
+    and ``reads_*``), one line."""
+    peak, blocks = s["prefill_read_hold_peak_blocks"], s["prefill_blocks"]
+    runs = count(s["read_passes"], "prefill run")
+    head = (
+        f"prefill KV held until the decode side read it: peak {peak:,} of {blocks:,} blocks "
+        f"per replica ({peak / max(blocks, 1):.0%}); "
+    )
+    if s["reads_converged"]:
+        return head + f"holds agree with the decode pool's reads ({runs})"
+    return head + (
+        f"holds did NOT settle in {runs}: prefill ends still moved up to "
+        f"{_fmt_s(s['reads_moved_s'])} between the last two; figures are the last run's"
+    )
 
 
 def _fmt_s(x: float) -> str:

@@ -232,9 +232,10 @@ def livelock_proven(cfg, st, q, k, p, cyc):
     (the scalars first, in O(1); then every live request)."""
     det = cyc.det
     can_arrive = k[S.O_NEXT_ARRIVAL] < arrival_limit(cfg, k, st.ncomp.shape[0]) or may_receive(k)
-    # Requests in ``kv_holding_waiting`` (disaggregated decode side): loads
-    # land with time, so the state is not a cycle's.
-    if can_arrive or k[S.O_HOLD_LEN] > 0 or _progressed(cfg, k, det):
+    # Requests in ``kv_holding_waiting`` (disaggregated decode side) or blocks
+    # waiting for the decode side's read (a prefill instance): loads land and
+    # reads complete with time, so the state is not a cycle's.
+    if can_arrive or k[S.O_HOLD_LEN] + k[S.O_SEND_LEN] > 0 or _progressed(cfg, k, det):
         det[QUIET] = 0
         det[ACTIVE] = 0
         return False

@@ -24,6 +24,7 @@ from planner.capacity import blocks_for_tokens, cdiv
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
 from planner.kernel.arrivals import arrival_limit, routing_open
+from planner.kernel.kv_send import next_read_ns
 from planner.kernel.policies import pick_victim
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -210,9 +211,11 @@ def in_flight_victim(cfg, rq, st, q, k):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def load_wait_ns(cfg, st, x, k):
-    """A step that scheduled nothing while loads are in flight runs no model:
-    it lasts until the next load lands or the next request arrives, whichever
-    is first (vLLM's engine polls with empty steps). Returns its length, ns."""
+    """A step that scheduled nothing while loads are in flight (or, on a
+    prefill instance, blocks wait for the decode side's read,
+    ``kernel/kv_send.py``) runs no model: it lasts until the next load lands,
+    read completes or request arrives, whichever is first (vLLM's engine
+    polls with empty steps). Returns its length, ns."""
     R = x.hq.shape[0]
     t = INT64_MAX
     for j in range(k[S.O_HOLD_LEN]):
@@ -223,6 +226,8 @@ def load_wait_ns(cfg, st, x, k):
         t = min(t, st.entry_ns[st.order[k[S.O_NEXT_ARRIVAL]]])
     if routing_open(k):  # behind a router: no later than its next send (kernel/fleet.py)
         t = min(t, k[S.O_ROUTE_UNTIL])
+    if k[S.O_SEND_LEN] > 0:  # a prefill instance: the next read the decode side completes
+        t = min(t, next_read_ns(x, k))
     return max(0, t - k[S.O_END_NS])
 
 

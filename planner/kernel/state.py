@@ -96,8 +96,15 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     # Blocks of finished requests whose free waits for the step in flight
     # (``Scheduler.defer_block_free``; those requests carry ``PD_DEFER``)
     O_DEFER_BLOCKS,
-) = range(48)
-NOUT_I = 48
+    # A prefill instance's KV connector (``kv_send.hold_for_read``): finished
+    # requests whose blocks wait for the decode side's read (NixlConnector's
+    # ``delay_free_blocks``), in the heap ``Remote.sq``; the blocks they hold
+    # now, and the most they held at once.
+    O_SEND_LEN,
+    O_SEND_BLOCKS,
+    O_SEND_PEAK,
+) = range(51)
+NOUT_I = 51
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
@@ -128,6 +135,7 @@ PD_RECV = 4  # its load landed (``finished_recving_kv_req_ids``)
 PD_INFLIGHT = 8  # in ``_inflight_prefills`` (its prefill or load is not done)
 PD_LANDED = 16  # async: its load landed, reported by the step in flight (not yet applied)
 PD_DEFER = 32  # finished while the step in flight held it: its blocks free when that lands
+PD_SENDING = 64  # finished on a prefill instance; its blocks wait for the decode side's read
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)
@@ -206,6 +214,11 @@ Requests = namedtuple(
         # int8 (R,) 1: its prompt's KV comes from a prefill instance (a config
         # with ``kv_transfer``; ``planner.kv_transfer``), else 0
         "remote",
+        # int64 (R,) a prefill instance's side (a config with ``kv_transfer``):
+        # when (ns) the decode side's read of its KV ends, its blocks held
+        # from its finish until then (``kv_send.hold_for_read``); -1: freed
+        # at its finish
+        "read_end_ns",
         # (T, L) float64 measured step-time tables (``latency.measured_table_ns``),
         # one row per table, padded; config c reads row cfg[c, LAT_TABLE].
         # ``latency.NO_TABLE`` when no config uses one.
@@ -284,6 +297,10 @@ Remote = namedtuple(
         "xfer_ns",  # int64 when its KV load lands (ns)
         "xfer_tok",  # int32 the tokens its load carries (prompt past the local hit)
         "hq",  # int32 ``kv_holding_waiting`` ring buffer (O_HOLD_HEAD, O_HOLD_LEN)
+        # int32 a prefill instance's requests waiting for the decode side's
+        # read, a binary min-heap on (``xfer_ns``: when their blocks free, r)
+        # of O_SEND_LEN entries (``kv_send.hold_for_read``)
+        "sq",
     ],
 )
 
@@ -367,6 +384,7 @@ def allocate(
         xfer_ns=np.zeros((c, n), dtype=np.int64),
         xfer_tok=np.zeros((c, n), dtype=np.int32),
         hq=np.zeros((c, n), dtype=np.int32),
+        sq=np.zeros((c, n), dtype=np.int32),
     )
     out = Out(
         counters=np.zeros((c, NOUT_I), dtype=np.int64),

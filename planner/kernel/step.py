@@ -82,6 +82,7 @@ from planner.kernel.arrivals import (
     routing_open,
 )
 from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
+from planner.kernel.kv_send import held_for_read, hold_for_read, release_read
 from planner.kernel.policies import (
     VANILLA,
     adaptive_cap_next,
@@ -379,6 +380,18 @@ def _finish(r, t, cfg, rq, st, k, p):
     st.held[r] = 0
     _finish_later(r, t, cfg, rq, st, k)
     return freed - taken
+
+
+@njit(cache=True, inline="always")
+def _finish_or_hold(r, t, cfg, rq, st, k, p, x):
+    """``_finish``, but on a prefill instance a request the decode side
+    reads keeps its blocks until the read completes (``delay_free_blocks``,
+    ``kernel/kv_send.py``). Returns the change in free blocks."""
+    if _held_for_read_if(rq.features.extras, cfg, rq, r):
+        _finish_later(r, t, cfg, rq, st, k)
+        _hold_for_read_if(rq.features.extras, r, t, rq, st, x, k)
+        return 0
+    return _finish(r, t, cfg, rq, st, k, p)
 
 
 @njit(cache=True, inline="always")
@@ -1031,7 +1044,7 @@ def _drafts_scheduled(cfg, st, u, c1, known):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _update_from_output_spec(cfg, rq, st, q, o, s, p):
+def _update_from_output_spec(cfg, rq, st, q, o, s, p, x):
     """``Scheduler.update_from_output`` (sync) with speculative decoding. A
     request whose chunk reached its known tokens verifies the d real drafts
     of its s draft positions (``_drafts_scheduled``):
@@ -1071,7 +1084,7 @@ def _update_from_output_spec(cfg, rq, st, q, o, s, p):
             if st.ncomp[u] >= (p.ncached[u] + 1) * bs:
                 PC.cache_blocks(r, st.ncomp[u], bs, rq, p)
         if done:
-            k[FREE] += _finish(r, clock, cfg, rq, st, k, p)
+            k[FREE] += _finish_or_hold(r, clock, cfg, rq, st, k, p, x)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
     _flush_gaps(o.itl_hist, memo)
@@ -1656,13 +1669,15 @@ _schedule_waiting_pd_if = gated(_schedule_waiting_pd)
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _load_wait(cfg, st, x, k, s):
     """``_step_time`` for a step that scheduled nothing while KV loads are in
-    flight (``remote_kv.load_wait_ns``): it runs no model and lasts until the
-    next load lands or request arrives. Returns its length (ns)."""
+    flight or blocks wait for a read (``remote_kv.load_wait_ns``): it runs no
+    model and lasts until the next load lands, read ends or request arrives.
+    Returns its length (ns)."""
     dt = load_wait_ns(cfg, st, x, k)
     s[S.WAITED] = 1
     k[CLOCK] += dt
     k[STEPS] += 1
     k[S.O_ZERO_STEPS] += 1
+    k[S.O_PREEMPTIONS] += s[N_PRE]  # it may have preempted before scheduling nothing
     k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
     return dt
 
@@ -1820,13 +1835,13 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _update_from_output(cfg, rq, st, q, o, s, p):
+def _update_from_output(cfg, rq, st, q, o, s, p, x):
     """``Scheduler.update_from_output`` (sync): a request whose chunk reached
     its known tokens samples one now; ``check_stop`` finishes it at
     max_tokens or the stop length, freeing its blocks at once. Speculative
     decoding: ``_update_from_output_spec``."""
     if cfg[K.SPEC_K] > 0:
-        _update_from_output_spec_if(rq.features.extras, cfg, rq, st, q, o, s, p)
+        _update_from_output_spec_if(rq.features.extras, cfg, rq, st, q, o, s, p, x)
         return
     k = o.counters
     clock = k[CLOCK]
@@ -1841,7 +1856,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p):
             st.first_ns[u] = clock
         memo = _token_gap(r, clock, st, o.itl_hist, memo)
         if st.nout[u] >= rq.max_tokens[u] or rq.prompt[u] + st.nout[u] >= k[S.O_STOP_LEN]:
-            k[FREE] += _finish(r, clock, cfg, rq, st, k, p)
+            k[FREE] += _finish_or_hold(r, clock, cfg, rq, st, k, p, x)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 1, r, 0, S.EV_FINISH)
     _flush_gaps(o.itl_hist, memo)
@@ -1917,12 +1932,13 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p, x):
         if stopped:
             if st.status[u] == S.WAITING:  # preempted; its stale token ended it
                 k[WL] = _remove_waiting(r, q.wq, k[WH], k[WL])
-            if defer and st.infl[u] > 0:  # its blocks wait for the step in flight
+            if defer and st.infl[u] > 0 and not held_for_read(cfg, rq, r):
+                # its blocks wait for the step in flight
                 x.pd[u] |= S.PD_DEFER
                 k[S.O_DEFER_BLOCKS] += st.held[u]
                 _finish_later(r, start, cfg, rq, st, k)
             else:
-                k[FREE] += _finish(r, start, cfg, rq, st, k, p)
+                k[FREE] += _finish_or_hold(r, start, cfg, rq, st, k, p, x)
             s[N_FIN] += 1
             _log(o.events, k, k[STEPS] - 2, r, 0, S.EV_FINISH)
     _flush_gaps(o.itl_hist, memo)
@@ -1937,6 +1953,9 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p, x):
 
 _update_from_output_async_if = gated(_update_from_output_async)
 _drain_deferred_if = gated(drain_deferred, 0)
+_held_for_read_if = gated(held_for_read, False)
+_hold_for_read_if = gated(hold_for_read)
+_release_read_if = gated(release_read, 0)
 
 
 # ---- End of step -----------------------------------------------------------
@@ -1952,6 +1971,7 @@ def _check_invariants(cfg, st, q, k, p, mamba):
         used += _pool_blocks(cfg, st, q.run[i], mamba)
     used += k[S.O_HOLD_BLOCKS]  # kv_holding_waiting's (remote_kv.py), 0 on other servers
     used += k[S.O_DEFER_BLOCKS]  # finished, freed when the step in flight lands
+    used += k[S.O_SEND_BLOCKS]  # finished, freed when the decode side has read them
     if p is not None:  # prefix caching
         pc = p.pc
         free, usable = k[FREE], k[S.O_USABLE]
@@ -2068,6 +2088,8 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
         if routed and k[CLOCK] >= k[S.O_ROUTE_UNTIL]:
             return PAUSED  # the router first sends what arrived by now
         _arrivals(cfg, rq, st, q, k)
+        if k[S.O_SEND_LEN] > 0:  # reads the decode side completed (kernel/kv_send.py)
+            k[FREE] += _release_read_if(rq.features.extras, cfg, st, q, x, k, p, k[CLOCK])
         if k[N_RUN] == 0 and k[WL] == 0 and k[S.O_HOLD_LEN] == 0:
             # Only finished requests can still have output in flight; as it
             # lands, the blocks it held return (``remote_kv.drain_deferred``).
@@ -2077,6 +2099,8 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             if k[NXT] >= arrival_limit(cfg, k, R):
                 if routed:
                     return PAUSED  # idle until the router sends something
+                if k[S.O_SEND_LEN] > 0:  # the engine polls until the reads complete
+                    k[FREE] += _release_read_if(rq.features.extras, cfg, st, q, x, k, p, INT64_MAX)
                 break  # all arrived (closed loop: a request waits for a release; none can come)
             nxt = st.entry_ns[st.order[k[NXT]]]
             k[CLOCK] = min(nxt, k[S.O_ROUTE_UNTIL]) if routed else nxt  # idle until then
@@ -2102,7 +2126,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             _schedule_waiting_pd_if(rq.features.extras, cfg, rq, st, x, q, o, sc, p)
         elif sc.step[N_PRE] == 0:
             _schedule_waiting(cfg, rq, st, q, o, sc, p)
-        if sc.step[PREFILL] + sc.step[DECODE] == 0 and k[S.O_LOADS] > 0:
+        if sc.step[PREFILL] + sc.step[DECODE] == 0 and k[S.O_LOADS] + k[S.O_SEND_LEN] > 0:
             dt = _load_wait_if(rq.features.extras, cfg, st, x, k, sc.step)
         else:
             dt = _step_time(cfg, cfgf, rq, k, sc.step)
@@ -2115,7 +2139,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             if xfer:  # the loads the previous step's output reported become visible
                 _apply_landed_if(f, x, k, sc.step)
         else:
-            _update_from_output(cfg, rq, st, q, o, sc.step, p)
+            _update_from_output(cfg, rq, st, q, o, sc.step, p, x)
         if k[S.O_LOADS] > 0:
             _finish_loads_if(rq.features.extras, x, k, S.PD_LANDED if async_ else S.PD_RECV)
         if _end_step(cfg, st, q, o, sc.step, p, check, mamba):

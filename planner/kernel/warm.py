@@ -98,7 +98,7 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
     The parts are balanced by measured compile time (module docstring): the
     decode fast path and the livelock detector against the scheduler's
     phases."""
-    cfg, cfgf, rq, st, q, o, _, check, caching = types
+    cfg, cfgf, rq, st, q, o, x, check, caching = types
     k = _field(o, "counters")
     sc, p = made if made is not None else _scratch_and_cache(types)
     s, cyc, dt = _field(sc, "step"), _field(sc, "cycle"), numba.types.int64
@@ -108,12 +108,12 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
         (CY.after_fast_path, (cfg, k, cyc)),
     ]
     if _field(rq, "features").types[0] != numba.types.none:  # variant.Features.extras
-        child.append((ST._update_from_output_async, (cfg, rq, st, q, o, s, p)))
+        child.append((ST._update_from_output_async, (cfg, rq, st, q, o, s, p, x)))
     here = [
         (ST._schedule_running, (cfg, rq, st, q, o, s, p)),
         (ST._schedule_waiting, (cfg, rq, st, q, o, sc, p)),
         (ST._arrivals, (cfg, rq, st, q, k)),
-        (ST._update_from_output, (cfg, rq, st, q, o, s, p)),
+        (ST._update_from_output, (cfg, rq, st, q, o, s, p, x)),
         (ST._end_step, (cfg, st, q, o, s, p, check, dt)),  # dt: int64, as `mamba`
         (ST._update_after_schedule, (cfg, dt, rq, st, q, o, s)),
         (ST._step_time, (cfg, cfgf, rq, k, s)),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 ARRIVALS = ("constant", "poisson", "gamma", "offline")
 MAX_TOKENS = bounds.INT32_MAX  # token counts are int32 in the kernel
 MAX_ARRIVAL_S = bounds.MAX_ARRIVAL_S  # ~31 years: keeps times in int64 nanoseconds
+MAX_READ_END_NS = 2 * 10**18  # a read's end, ns: twice the last arrival's bound (int64 room)
 LENGTH_KINDS = ("gaussian", "lognormal", "constant", "empirical")
 
 
@@ -86,6 +87,12 @@ class Workload:
     # says request i's prompt was prefilled elsewhere and its KV is loaded
     # (vLLM's ``kv_transfer_params.do_remote_prefill``); None: none is.
     remote: np.ndarray | None = None
+    # Disaggregated prefill side (``planner.disagg``): read_end_ns[i] (R,) int64
+    # is when (ns, the run's clock) the decode side's read of request i's KV
+    # ends, -1 for a request no decode side reads; its blocks stay held from
+    # its finish until then (vLLM's ``do_remote_decode``, NixlConnector's
+    # ``delay_free_blocks``; ``planner/kernel/kv_send.py``). None: none is held.
+    read_end_ns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -97,6 +104,8 @@ class Workload:
             self._check_hashes(n)
         if self.remote is not None and len(self.remote) != n:
             raise WorkloadError(f"{self.name}: remote array differs in length")
+        if self.read_end_ns is not None:
+            self._check_reads(n)
         if self.priority is not None and len(self.priority) != n:
             raise WorkloadError(f"{self.name}: priority array differs in length")
         if (self.prefix_group is None) != (self.prefix_len is None):
@@ -115,6 +124,18 @@ class Workload:
             raise WorkloadError(f"{self.name}: arrival times must be sorted")
         if np.any(self.prompt_tokens < 1) or np.any(self.output_tokens < 1):
             raise WorkloadError(f"{self.name}: prompt and output tokens must be >= 1")
+
+    def _check_reads(self, n: int) -> None:
+        """Validate ``read_end_ns`` (see its field comment): R integers in
+        -1..``MAX_READ_END_NS``, none on a request whose own KV is remote."""
+        r = np.asarray(self.read_end_ns)
+        if len(r) != n or r.dtype.kind not in "iu" or np.any(r < -1) or np.any(r > MAX_READ_END_NS):
+            raise WorkloadError(
+                f"{self.name}: read_end_ns must be R integers in -1..{MAX_READ_END_NS} "
+                "(ns; -1: not held)"
+            )
+        if self.remote is not None and np.any((r >= 0) & np.asarray(self.remote, dtype=bool)):
+            raise WorkloadError(f"{self.name}: a request cannot both load its KV and be read")
 
     def _check_sessions(self, n: int) -> None:
         """Validate ``session`` (see its field comment)."""

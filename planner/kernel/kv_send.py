@@ -1,0 +1,156 @@
+"""The prefill side of disaggregated prefill/decode in the kernel: blocks held
+until the decode side has read them.
+
+What vLLM 0.33 does on a prefill instance with NixlConnector (the reference
+engine, ``planner.reference``, implements the same rules):
+
+- ``NixlConnectorScheduler.request_finished``
+  (``distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py``): a
+  request sent with ``do_remote_decode`` that ends by ``check_stop``
+  (``FINISHED_LENGTH_CAPPED`` after its one output token) returns
+  ``delay_free_blocks``, so ``Scheduler._free_request``
+  (``vllm/v1/core/sched/scheduler.py``) leaves its blocks allocated. A
+  request ended otherwise (rejected, aborted) frees them at once.
+- The decode instance reads the blocks (NIXL READ) once its own scheduler
+  has allocated the request's blocks; its heartbeats renew the prefill
+  side's lease (``kv_lease_duration``, 30 s) from the moment it receives the
+  request, so the blocks stay held while the request queues there. When the
+  read completes the decode worker notifies the prefill worker, whose next
+  step's output lists the request in ``finished_sending``, and
+  ``_update_from_kv_xfer_finished`` frees its blocks (``_free_blocks``: tail
+  first, ``KVCacheManager.free``).
+- With async scheduling a connector that is a consumer too (``kv_both``, as
+  NixlConnector deployments run both roles) sets ``defer_block_free``: a
+  freed request still in the step in flight returns its blocks when that
+  step lands (``_free_request_blocks``; ``remote_kv.drain_deferred``).
+
+The planner's model: ``Requests.read_end_ns[r]`` (ns, the clock's time at
+which the decode side's read of r's KV completes; ``planner.disagg`` derives
+it from the decode pool's simulation) is given; r's blocks free at the first
+``schedule()`` at or after the later of its finish and ``read_end_ns[r]``,
+requests due together in that order (ties by index; vLLM iterates a set).
+vLLM frees them in the output of the step during which the notification
+came, which precedes that ``schedule()``: the same step boundary unless the
+notification arrives during the step's model run. A step that schedules nothing while reads are
+pending runs no model and lasts until the next read completes or request
+arrives (``remote_kv.load_wait_ns``), as vLLM's engine keeps polling while a
+connector holds blocks (``Scheduler.has_requests``).
+
+State: ``state.Remote``'s ``sq`` (a binary min-heap of the held requests on
+(``xfer_ns``, r), ``O_SEND_LEN`` entries; ``xfer_ns[r]`` is when r's blocks
+free) and the ``PD_SENDING`` flag; ``O_SEND_BLOCKS`` counts the blocks held,
+``O_SEND_PEAK`` the most held at once. Only configs with ``kv_transfer``
+reach this module, through the ``extras`` marker (``kernel/variant.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from planner import config as K
+from planner.kernel import prefix_cache as PC
+from planner.kernel import state as S
+
+NOT_SENDING = ~np.int8(S.PD_SENDING)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def held_for_read(cfg, rq, r):
+    """Whether r's blocks outlive its finish: a config with a KV connector and
+    a request the decode side reads (``rq.read_end_ns[r]`` >= 0)."""
+    return cfg[K.XFER] != 0 and rq.read_end_ns[r] >= 0
+
+
+@njit(cache=True, inline="always")
+def _before(a, b, x):
+    """Heap order: request a's blocks free before b's (then by index)."""
+    ta, tb = x.xfer_ns[a], x.xfer_ns[b]
+    return ta < tb or (ta == tb and a < b)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def hold_for_read(r, t, rq, st, x, k):
+    """r finished at t (ns) and keeps its ``st.held[r]`` blocks until the
+    later of t and ``rq.read_end_ns[r]`` (``delay_free_blocks``): it joins
+    the heap."""
+    x.xfer_ns[r] = max(t, rq.read_end_ns[r])
+    x.pd[r] |= S.PD_SENDING
+    k[S.O_SEND_BLOCKS] += st.held[r]
+    k[S.O_SEND_PEAK] = max(k[S.O_SEND_PEAK], k[S.O_SEND_BLOCKS])
+    i = k[S.O_SEND_LEN]
+    k[S.O_SEND_LEN] = i + 1
+    while i > 0:  # sift up
+        up = (i - 1) // 2
+        if not _before(r, x.sq[up], x):
+            break
+        x.sq[i] = x.sq[up]
+        i = up
+    x.sq[i] = r
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _pop(x, k):
+    """Remove and return the heap's first request."""
+    top = x.sq[0]
+    n = k[S.O_SEND_LEN] - 1
+    k[S.O_SEND_LEN] = n
+    last = x.sq[n]
+    i = 0
+    while True:  # sift ``last`` down from the root
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _before(x.sq[c + 1], x.sq[c], x):
+            c += 1
+        if not _before(x.sq[c], last, x):
+            break
+        x.sq[i] = x.sq[c]
+        i = c
+    if n > 0:
+        x.sq[i] = last
+    return top
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def next_read_ns(x, k):
+    """When the first held request's blocks free (ns); -1 with none held."""
+    return x.xfer_ns[x.sq[0]] if k[S.O_SEND_LEN] > 0 else -1
+
+
+@njit(cache=True, inline="always")
+def _in_flight(r, q, k):
+    """Whether r is in the batch in flight (``q.plist``): the step that last
+    scheduled it has not been processed (``_request_blocks_can_be_freed``'s
+    ``last_sched_seq <= processed_step_seq`` is False). A finished request's
+    ``ReqState.infl`` can keep the tokens of a batch that landed after it
+    ended, so it does not say this."""
+    for j in range(k[S.O_N_PEND]):
+        if q.plist[j] == r:
+            return True
+    return False
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def release_read(cfg, st, q, x, k, p, now):
+    """``_update_from_kv_xfer_finished``'s ``finished_sending``: free the
+    blocks of every held request whose read completed by ``now`` (ns), in
+    heap order (``_free_blocks``: tail first; under async scheduling a
+    request still in the step in flight defers them, ``defer_block_free``).
+    Returns the change in free blocks."""
+    freed = 0
+    while k[S.O_SEND_LEN] > 0 and x.xfer_ns[x.sq[0]] <= now:
+        r = _pop(x, k)
+        x.pd[r] &= NOT_SENDING
+        k[S.O_SEND_BLOCKS] -= st.held[r]
+        if cfg[K.ASYNC] != 0 and _in_flight(r, q, k):  # freed when that step lands
+            x.pd[r] |= S.PD_DEFER
+            k[S.O_DEFER_BLOCKS] += st.held[r]
+            continue
+        if p is not None:
+            if p.slot_of[r] >= 0:
+                freed += PC.release(r, st.held[r], p, False)
+        else:
+            freed += st.held[r]
+        st.held[r] = 0
+    return freed
