@@ -1043,7 +1043,7 @@ class Scheduler:
                 self.kv.last_token_slot(req)
                 if self.cfg.kv_transfer is not None and req.read_end_ns >= 0:
                     # a prefill instance: held until the decode side reads them
-                    until = max(now_ns, req.read_end_ns)
+                    until = max(now_ns + 1, req.read_end_ns)  # reported after it ended
                     heapq.heappush(self.sending, (until, req.rid, req))
                 elif self.defer_block_free and req.in_flight > 0:
                     # ``_free_request_blocks``: the step in flight may still
@@ -1361,7 +1361,8 @@ class Engine:
         sched = self.sched
         while True:
             nxt = self._admit_arrivals()
-            sched.release_reads(self.clock, {b[0].rid for b in self.in_flight})
+            if not self.cfg.async_scheduling:  # the last step's output (kernel/kv_send.py)
+                sched.release_reads(self.clock, set())
             if not sched.running and not sched.waiting and not sched.holding:
                 # Only finished requests can have output in flight; as it
                 # lands, the blocks it held return (``_drain_deferred_frees``)
@@ -1372,6 +1373,7 @@ class Engine:
                     sched.release_reads(2**63 - 1, set())  # the engine polls until the reads end
                     break
                 self.clock = self.entry[self.pending[0]]
+                sched.release_reads(self.clock, set())  # the engine polls while blocks are held
                 continue
             # compat blis: a step may start at the horizon (``ClusterSimulator.Run``)
             if horizon_ns is not None and self.clock >= horizon_ns + self.blis:
@@ -1478,6 +1480,8 @@ class Engine:
                 if done:
                     self.steps[-1].finishes = done
                 self.in_flight = batch
+                # the landed output's finished_sending, after this schedule()
+                sched.release_reads(start, {b[0].rid for b in batch})
                 finishes: list[int] = []
             else:
                 done = []

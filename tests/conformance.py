@@ -104,8 +104,19 @@ def workload_of(scn: dict) -> tuple[Workload, LinearLatency, np.ndarray]:
         prefix_group=np.array([reqs[i].get("prefix_group", -1) for i in perm], dtype=np.int32),
         prefix_len=np.array([reqs[i].get("prefix_len", 0) for i in perm], dtype=np.int32),
         remote=remote_of(scn, perm) if scn.get("kv_transfer") else None,
+        read_end_ns=read_ends_of(scn, perm),
     )
     return wl, lat, perm
+
+
+def read_ends_of(scn: dict, perm: np.ndarray) -> np.ndarray | None:
+    """(R,) int64 ns a prefill instance's request perm[j]'s read ends
+    (``read_end``, in steps of 1 us), -1 for one not read; None without any."""
+    reqs = scn["requests"]
+    if not any("read_end" in r for r in reqs):
+        return None
+    ends = [round(reqs[i]["read_end"] * 1000) if "read_end" in reqs[i] else -1 for i in perm]
+    return np.array(ends, dtype=np.int64)
 
 
 def _empty() -> dict:
@@ -175,6 +186,7 @@ def reference_steps(scn: dict) -> tuple[list[dict], dict]:
         wl.prefix_group.tolist(),
         wl.prefix_len.tolist(),
         remote=None if wl.remote is None else wl.remote.tolist(),
+        read_end_ns=None if wl.read_end_ns is None else wl.read_end_ns.tolist(),
     ).run()
     recs = []
     for s in eng.steps:

@@ -195,6 +195,28 @@ def test_golden_disaggregated_decode_scenarios_cover_the_issue():
     )
 
 
+@pytest.mark.slow
+def test_golden_prefill_side_scenarios_cover_the_issue(monkeypatch):
+    """Prefill-side goldens (NixlConnector's ``delay_free_blocks``: a finished
+    prefill's blocks held until the decode side's read): at least 20, sync
+    and async, with and without prefix caching, with steps that schedule
+    nothing until a read ends; and the holds are needed: freed at each
+    request's finish, the reference engine differs from vLLM on most."""
+    import conformance
+
+    golds = {n: load(n) for n in NAMES if n.startswith("pd_prefill")}
+    assert len(golds) >= 20
+    scns = [g["scenario"] for g in golds.values()]
+    assert {s["async_scheduling"] for s in scns} == {False, True}
+    assert {s["enable_prefix_caching"] for s in scns} == {False, True}
+    sent = [sum(len(s["sent"]) for s in g["steps"]) for g in golds.values()]
+    assert sum(sent) >= 100
+    waits = [g for g in golds.values() if any(not s["sched"] and s["sent"] for s in g["steps"])]
+    assert len(waits) >= 5
+    differs = _reference_differs(monkeypatch, (conformance, "read_ends_of", lambda *a: None), golds)
+    assert len(differs) >= len(golds) // 2, differs
+
+
 def _reference_differs(monkeypatch, patch: tuple, golds: dict) -> list[str]:
     """The goldens of ``golds`` (name -> golden) on which the reference engine,
     with ``patch`` (a ``monkeypatch.setattr`` argument tuple) applied,

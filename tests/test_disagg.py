@@ -331,6 +331,8 @@ def test_plan_run_prefill_replicas_prints_both_pools(capsys):
     assert "vllm serve (decode)" in out and "NixlConnector" in out
     assert "SLO TTFT p99 <= 2 s, TPOT p99 <= 50 ms: met" in out
     assert "prefill pool: keeps up" in out and "decode pool: keeps up" in out
+    assert "prefill KV held until the decode side read it: peak " in out
+    assert "holds agree with the decode pool's reads (2 prefill runs)" in out
     code, out, err = run_cli(
         capsys, *BASE, "--model", "llama-3.1-8b", "--gpu", "H100", "--prefill-replicas", "1",
         "--json",
@@ -871,3 +873,13 @@ def test_unsettled_holds_are_said_and_fail_the_slo(capsys, monkeypatch):
     assert not res.reads.converged and res.reads.passes == 2 and res.reads.moved_s > 0
     s = summarize_disaggregated(res, SLO(ttft_s=1e6))
     assert not s["meets_slo"] and disagg.HOLDS_UNSETTLED in s["slo_misses"]
+
+
+def test_plan_run_names_a_decode_pool_that_holds_the_prefill_pool_back(capsys):
+    code, out, err = run_cli(
+        capsys, *BASE, *L8_H100, "--prefill-replicas", "1", "--replicas", "1", "--rate", "8",
+        "--num-requests", "400", "--num-gpu-blocks", "1200", "--max-model-len", "4096",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "waited for the decode side's reads: the decode pool sets its pace" in out, out
+    assert "prefill KV held until the decode side read it: peak 1,199 of 1,200 blocks" in out

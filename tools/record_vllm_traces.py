@@ -87,6 +87,16 @@ Conventions (also in ``tests/golden/README.md``):
   end or arrival, whichever is first (the engine polls until a transfer
   lands), and is not a stall. A step record adds ``loads`` (requests whose
   load started) and ``recv`` (loads its output reported).
+- **Disaggregated prefill side** (``pd_prefill_*``, step mode, sync and
+  async): a request with ``read_end`` (steps) is sent with
+  ``do_remote_decode``; the connector's ``request_finished`` returns
+  ``delay_free_blocks`` when it ends by ``check_stop``
+  (``NixlConnectorScheduler.request_finished``), and the recorder lists it
+  in ``finished_sending`` in the output of the first step that ends at or
+  after its read end and after it finished (``sent`` in the step record).
+  A step that schedules nothing while blocks are held lasts until the next
+  read ends or a request arrives; an idle engine runs one empty step (not
+  recorded) whose output reports the reads ended by the next arrival.
 """
 
 from __future__ import annotations
@@ -685,7 +695,7 @@ def make_scenarios(seed: int = 20261130) -> list[dict]:
     return (
         fixed + timed + rand + window_scenarios() + spec_scenarios() + pd_scenarios()
         + eagle_scenarios() + pd_spec_scenarios() + window_caching_scenarios()
-        + mamba_scenarios() + eagle_caching_scenarios()
+        + mamba_scenarios() + eagle_caching_scenarios() + pd_prefill_scenarios()
     )  # fmt: skip
 
 
@@ -846,6 +856,104 @@ PD_ASYNC = (
     "pd_seats",
     "pd_one_block_short",
 )
+
+
+def _held(prompt: int, arrival: float, read_after: float, **kw: object) -> dict:
+    """A prefill instance's request (one output token, ``do_remote_decode``)
+    whose blocks the decode side's read releases ``read_after`` steps after
+    its arrival (``read_end``, in steps like ``arrival``)."""
+    return _req(prompt, 1, arrival, read_end=arrival + read_after, **kw)
+
+
+def _random_pd_prefill_scenario(rng: random.Random, i: int) -> dict:
+    """A random prefill side: reads ending before their prefills end up to
+    many steps after, some requests not read, pools from tight to ample,
+    caching in half, async in half."""
+    bs = rng.choice([4, 8, 16])
+    mml = rng.choice([128, 256, 512])
+    min_blocks = -(-mml // bs) + 1
+    n_blocks = [min_blocks + rng.randint(0, 6), min_blocks * rng.randint(2, 4)][i % 2]
+    caching = i % 4 >= 2
+    reqs = []
+    for _ in range(rng.randint(4, 16)):
+        arrival = rng.randint(0, 30)
+        r = _held(rng.randint(1, mml - 2), arrival, rng.choice([0, 1, 3, 8, 25]) + rng.random())
+        if rng.random() < 0.15:
+            r = _req(r["prompt_len"], rng.randint(1, 20), arrival)  # not read
+        if caching and rng.random() < 0.5:
+            r["prefix_group"] = 0
+            r["prefix_len"] = bs * rng.randint(1, 4)
+        reqs.append(r)
+    seqs = rng.choice([1, 2, 4, 8, 32])
+    return _base(
+        f"pd_prefill_rand{i:02d}",
+        num_gpu_blocks=n_blocks,
+        block_size=bs,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=max(seqs, rng.choice([16, 64, 256, 2048])),
+        max_model_len=mml,
+        long_prefill_token_threshold=rng.choice([0, 0, 16]),
+        scheduler_reserve_full_isl=rng.random() < 0.8,
+        policy="priority" if i % 5 == 4 else "fcfs",
+        enable_prefix_caching=caching,
+        async_scheduling=i % 2 == 1,
+        kv_transfer=_xfer(0, 0),
+        requests=reqs,
+    )
+
+
+def pd_prefill_scenarios(seed: int = 20261208) -> list[dict]:
+    """The prefill side of disaggregated prefill/decode: a request sent with
+    ``do_remote_decode`` keeps its blocks after its one token until the
+    decode side's read ends (``read_end``; the connector's
+    ``request_finished`` returns ``delay_free_blocks``, and the recorder
+    reports the request in ``finished_sending`` in the output of the first
+    step that ends at or after its read end and after it finished). Reads
+    ending while the pool is full (steps that wait for a read), while the
+    server is idle, prefix hits on held blocks, sync and async, and random
+    ones."""
+    fixed = [
+        _base(
+            "pd_prefill_basic",
+            kv_transfer=_xfer(0, 0),
+            requests=[_held(200 + 17 * i, i, 4) for i in range(10)],
+        ),
+        _base(
+            "pd_prefill_pool_full",
+            num_gpu_blocks=60,
+            max_num_batched_tokens=512,
+            kv_transfer=_xfer(0, 0),
+            requests=[_held(300 + 9 * i, i // 2, 12 + i) for i in range(10)],
+        ),
+        _base(
+            "pd_prefill_idle",
+            num_gpu_blocks=40,
+            kv_transfer=_xfer(0, 0),
+            requests=[_held(250, 30 * (i // 3), 9.5) for i in range(9)],
+        ),
+        _base(
+            "pd_prefill_caching",
+            num_gpu_blocks=50,
+            enable_prefix_caching=True,
+            kv_transfer=_xfer(0, 0),
+            requests=[
+                _held(96 + 16 * (i % 3), i, 6, prefix_group=i % 2, prefix_len=64) for i in range(10)
+            ],
+        ),
+        _base(
+            "pd_prefill_mixed",
+            num_gpu_blocks=45,
+            max_num_batched_tokens=256,
+            kv_transfer=_xfer(0, 0),
+            requests=[
+                _held(120 + 13 * i, i // 2, 3 + i) if i % 3 else _req(120 + 13 * i, 30, i // 2)
+                for i in range(10)
+            ],
+        ),
+    ]
+    fixed += [dict(scn, name=scn["name"] + "_async", async_scheduling=True) for scn in fixed]
+    rng = random.Random(seed)
+    return fixed + [_random_pd_prefill_scenario(rng, i) for i in range(10)]
 
 
 def pd_async_scenarios(seed: int = 20261207) -> list[dict]:
@@ -1271,6 +1379,7 @@ def _connector_class() -> type:
 
     class DecodeSideConnector(KVConnectorBase_V1):
         started: list = []  # (request id, external tokens), drained by the driver
+        held: list = []  # request ids whose blocks wait for a read, drained by the driver
 
         def get_num_new_matched_tokens(self, request, num_computed_tokens):  # noqa: ANN001, ANN201
             params = request.kv_transfer_params
@@ -1291,6 +1400,18 @@ def _connector_class() -> type:
             return KVConnectorMetadata()
 
         def request_finished(self, request, block_ids):  # noqa: ANN001, ANN201
+            # ``NixlConnectorScheduler.request_finished`` on a prefill instance:
+            # a do_remote_decode request that ended by check_stop keeps its
+            # blocks until the decode side's read (``delay_free_blocks``)
+            from vllm.v1.request import RequestStatus
+
+            params = request.kv_transfer_params
+            capped = (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED)
+            if params and params.get("do_remote_decode") and request.status in capped:
+                held = len(block_ids) > 0  # one group: a list of block ids
+                if held:
+                    DecodeSideConnector.held.append(request.request_id)
+                return held, None
             return False, None
 
         def start_load_kv(self, forward_context, **kwargs):  # noqa: ANN001, ANN003, ANN201
@@ -1392,6 +1513,8 @@ class Driver:
                 **kw,
             )
         self.xfer = scn.get("kv_transfer")
+        # a prefill instance: request -> clock its read ends, once it finished (held)
+        self.sends = {} if any("read_end" in r for r in scn["requests"]) else None
         kv_cfg_transfer = None
         if self.xfer:
             from vllm.config import KVTransferConfig
@@ -1461,7 +1584,11 @@ class Driver:
             shared = min(r.get("prefix_len", 0), r["prompt_len"])
             g = r.get("prefix_group", -1)
             tokens = [10 + g] * shared + [100 + i] * (r["prompt_len"] - shared)
-            extra = {"kv_transfer_params": {"do_remote_prefill": True}} if r.get("remote") else None
+            extra = None
+            if r.get("remote"):
+                extra = {"kv_transfer_params": {"do_remote_prefill": True}}
+            elif "read_end" in r:  # a prefill instance's request: the decode side reads it
+                extra = {"kv_transfer_params": {"do_remote_decode": True}}
             sp = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True, extra_args=extra)
             self.reqs.append(
                 Request(
@@ -1536,17 +1663,23 @@ class Driver:
             n += _accepted(self.spec, self.rank[int(rid)], nout, real)
         return [100 + int(rid)] * n
 
-    def _runner_output(self, out: Any, samples: dict, recv: list[int] | None = None) -> Any:
+    def _runner_output(
+        self, out: Any, samples: dict, recv: list[int] | None = None, sent: list[int] | None = None
+    ) -> Any:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         ids = list(out.num_scheduled_tokens)
+        xfer = None
+        if recv or sent:
+            xfer = KVConnectorOutput(
+                finished_recving={f"{i:06d}" for i in recv or ()} or None,
+                finished_sending={f"{i:06d}" for i in sent or ()} or None,
+            )
         return ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index={r: j for j, r in enumerate(ids)},
             sampled_token_ids=[self._sampled(out, r, samples[int(r)]) for r in ids],
-            kv_connector_output=(
-                KVConnectorOutput(finished_recving={f"{i:06d}" for i in recv}) if recv else None
-            ),
+            kv_connector_output=xfer,
         )
 
     def _propose(self, out: Any) -> None:
@@ -1560,7 +1693,12 @@ class Driver:
         self.sched.update_draft_token_ids(DraftTokenIds(ids, [[7] * k for _ in ids]))
 
     def _apply(self, out: Any, rec: dict, now_ns: int | None) -> None:
-        runner = self._runner_output(out, rec.pop("_samples"), rec.get("recv"))
+        if self.sends is not None:  # a prefill instance: the reads that ended by the step's end
+            end = rec.pop("_end")
+            rec["sent"] = sorted(i for i, t in self.sends.items() if t <= end)
+            for i in rec["sent"]:
+                del self.sends[i]
+        runner = self._runner_output(out, rec.pop("_samples"), rec.get("recv"), rec.get("sent"))
         eco = self.sched.update_from_output(out, runner)
         if self.spec and not self.scn["async_scheduling"]:
             self._propose(out)  # async: the runner keeps its drafts (placeholders)
@@ -1573,6 +1711,24 @@ class Driver:
                     rec["finished"].append([i, str(o.finish_reason)])
                     self.finish[i] = now_ns
         rec["finished"].sort()
+        if self.sends is not None:  # held for a read: reported after the step that ended them
+            for rid in DecodeSideConnector.held:
+                i = int(rid)
+                read_end = round(self.scn["requests"][i]["read_end"] * 1000)
+                self.sends[i] = max(end + 1, read_end)
+            DecodeSideConnector.held.clear()
+
+    def _poll(self, until: int) -> None:
+        """An idle engine with blocks held for reads keeps stepping
+        (``Scheduler.has_requests``): one empty step whose output reports
+        the reads ended by clock ``until`` (not a step of the trace)."""
+        due = sorted(i for i, t in self.sends.items() if t <= until)
+        if not due:
+            return
+        out = self.sched.schedule()
+        self.sched.update_from_output(out, self._runner_output(out, {}, None, due))
+        for i in due:
+            del self.sends[i]
 
     # -- step mode
 
@@ -1601,6 +1757,8 @@ class Driver:
                 if nxt >= len(arrivals):
                     break
                 clock = due[arrivals[nxt]]
+                if self.sends:  # the engine polls while blocks wait for reads
+                    self._poll(clock)
                 continue
             if len(steps) >= MAX_STEPS:
                 outcome = "step_limit"
@@ -1614,12 +1772,14 @@ class Driver:
                 if self.xfer:
                     rec["loads"] = self._start_loads(loads, clock)
                 executed = out.total_num_scheduled_tokens > 0
+                held = list(self.sends.values()) if self.sends else []
                 if executed:
                     clock += 1000
-                elif loads:  # the engine polls until a transfer lands
+                elif loads or held:  # the engine polls until a transfer lands or a read ends
                     later = [due[arrivals[nxt]]] if nxt < len(arrivals) else []
-                    clock = max(clock, min([*loads.values(), *later]))
-                zero = 0 if executed or loads else zero + 1
+                    clock = max(clock, min([*loads.values(), *held, *later]))
+                rec["_end"] = clock
+                zero = 0 if executed or loads or held else zero + 1
                 if zero >= STALL_STEPS:
                     outcome = "stalled"
                     break
@@ -1637,6 +1797,7 @@ class Driver:
             self._apply(out, rec, rec["step"])
         for rec in steps:
             rec.pop("_samples", None)
+            rec.pop("_end", None)
         return {"outcome": outcome, "steps": steps, "requests": self._request_results()}
 
     def _start_loads(self, loads: dict[int, int], clock: int) -> list[int]:

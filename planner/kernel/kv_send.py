@@ -21,19 +21,21 @@ engine, ``planner.reference``, implements the same rules):
   first, ``KVCacheManager.free``).
 - With async scheduling a connector that is a consumer too (``kv_both``, as
   NixlConnector deployments run both roles) sets ``defer_block_free``: a
-  freed request still in the step in flight returns its blocks when that
+  freed request in the batch just scheduled returns its blocks when that
   step lands (``_free_request_blocks``; ``remote_kv.drain_deferred``).
 
 The planner's model: ``Requests.read_end_ns[r]`` (ns, the clock's time at
 which the decode side's read of r's KV completes; ``planner.disagg`` derives
-it from the decode pool's simulation) is given; r's blocks free at the first
-``schedule()`` at or after the later of its finish and ``read_end_ns[r]``,
-requests due together in that order (ties by index; vLLM iterates a set).
-vLLM frees them in the output of the step during which the notification
-came, which precedes that ``schedule()``: the same step boundary unless the
-notification arrives during the step's model run. A step that schedules nothing while reads are
-pending runs no model and lasts until the next read completes or request
-arrives (``remote_kv.load_wait_ns``), as vLLM's engine keeps polling while a
+it from the decode pool's simulation) is given. The output of the first
+step that ends at or after it, and after r finished, reports r in
+``finished_sending`` (as a decode side's load lands, ``planner.kv_transfer``)
+and frees its blocks where that output is applied: before the next
+``schedule()`` under sync scheduling, after it under async scheduling
+(``EngineCore.step_with_batch_queue``); requests due together in (time,
+index) order (vLLM iterates a set). A step that schedules nothing while
+reads are pending runs no model and lasts until the next read completes or
+request arrives (``remote_kv.load_wait_ns``), and an idle engine frees what
+is due before the next arrival, as vLLM's engine keeps polling while a
 connector holds blocks (``Scheduler.has_requests``).
 
 State: ``state.Remote``'s ``sq`` (a binary min-heap of the held requests on
@@ -71,10 +73,11 @@ def _before(a, b, x):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def hold_for_read(r, t, rq, st, x, k):
-    """r finished at t (ns) and keeps its ``st.held[r]`` blocks until the
-    later of t and ``rq.read_end_ns[r]`` (``delay_free_blocks``): it joins
-    the heap."""
-    x.xfer_ns[r] = max(t, rq.read_end_ns[r])
+    """r finished at t (ns) and keeps its ``st.held[r]`` blocks until
+    ``rq.read_end_ns[r]``, and past t (``delay_free_blocks``; a step's output
+    reports only sends that ended during it, and none began before r
+    finished): it joins the heap."""
+    x.xfer_ns[r] = max(t + 1, rq.read_end_ns[r])
     x.pd[r] |= S.PD_SENDING
     k[S.O_SEND_BLOCKS] += st.held[r]
     k[S.O_SEND_PEAK] = max(k[S.O_SEND_PEAK], k[S.O_SEND_BLOCKS])
