@@ -966,17 +966,13 @@ class Scheduler:
         req.spec = spec.num_speculative_tokens if samples else -1
         return (s, d)
 
-    def release_reads(self, now_ns: int, in_flight: set[int]) -> None:
+    def release_reads(self, now_ns: int) -> None:
         """``_update_from_kv_xfer_finished``'s ``finished_sending``: free the
         blocks of the requests whose read completed by ``now_ns``, in (time,
-        id) order (``_free_blocks``), deferred for a request in the batch in
-        flight (ids ``in_flight``: ``_request_blocks_can_be_freed``)."""
+        id) order (``_free_blocks``; never deferred, ``kv_send.release_read``)."""
         while self.sending and self.sending[0][0] <= now_ns:
             _, _, req = heapq.heappop(self.sending)
-            if self.defer_block_free and req.rid in in_flight:
-                self.deferred_frees.append(self.kv.pop_blocks_for_free(req))
-            else:
-                self.kv.free(req)
+            self.kv.free(req)
 
     def drain_deferred_frees(self) -> None:
         """``Scheduler._drain_deferred_frees``: the deferred blocks return to
@@ -1362,7 +1358,7 @@ class Engine:
         while True:
             nxt = self._admit_arrivals()
             if not self.cfg.async_scheduling:  # the last step's output (kernel/kv_send.py)
-                sched.release_reads(self.clock, set())
+                sched.release_reads(self.clock)
             if not sched.running and not sched.waiting and not sched.holding:
                 # Only finished requests can have output in flight; as it
                 # lands, the blocks it held return (``_drain_deferred_frees``)
@@ -1370,10 +1366,10 @@ class Engine:
                     sched.drain_deferred_frees()
                 self.in_flight = []
                 if not self.pending:
-                    sched.release_reads(2**63 - 1, set())  # the engine polls until the reads end
+                    sched.release_reads(2**63 - 1)  # the engine polls until the reads end
                     break
                 self.clock = self.entry[self.pending[0]]
-                sched.release_reads(self.clock, set())  # the engine polls while blocks are held
+                sched.release_reads(self.clock)  # the engine polls while blocks are held
                 continue
             # compat blis: a step may start at the horizon (``ClusterSimulator.Run``)
             if horizon_ns is not None and self.clock >= horizon_ns + self.blis:
@@ -1481,7 +1477,7 @@ class Engine:
                     self.steps[-1].finishes = done
                 self.in_flight = batch
                 # the landed output's finished_sending, after this schedule()
-                sched.release_reads(start, {b[0].rid for b in batch})
+                sched.release_reads(start)
                 finishes: list[int] = []
             else:
                 done = []

@@ -581,29 +581,7 @@ def _decode_side_case(rng: np.random.Generator):
         prefix_len=rng.choice([16, 64, 200], r).astype(np.int32),
         remote=rng.random(r) < 0.75,
     )
-    cfgs = [
-        SchedulerConfig(
-            num_gpu_blocks=int(rng.integers(2, 90)),
-            block_size=int(rng.choice([1, 4, 16])),
-            max_num_seqs=int(rng.integers(1, 8)),
-            max_num_batched_tokens=int(rng.integers(1, 512)),
-            max_model_len=int(rng.integers(8, 600)),
-            long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
-            watermark=float(rng.choice([0.0, 0.0, 0.05])),
-            scheduler_reserve_full_isl=bool(rng.random() < 0.7),
-            async_scheduling=bool(rng.random() < 0.5),
-            enable_prefix_caching=bool(rng.random() < 0.5),
-            null_block=bool(rng.random() < 0.8),
-            policy=str(rng.choice(["fcfs", "priority"])),
-            anti_starvation=int(rng.choice([0, 0, 2])),
-            horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
-            max_steps=MAX_STEPS,
-            kv_transfer=KVTransfer(
-                int(rng.choice([0, 1_000, 200_000])), int(rng.choice([0, 5_000, 2_000_000]))
-            ),
-        )
-        for _ in range(3)
-    ]
+    cfgs = [_pd_config(rng) for _ in range(3)]
     if rng.random() < 0.3:
         lat = RooflineLatency("llama-3.1-8b", "H100", mfu=0.5, overhead_us=100.0)
     else:
@@ -611,6 +589,34 @@ def _decode_side_case(rng: np.random.Generator):
             alpha=(100.0, 1.0, 0.0), beta=(float(rng.integers(100, 6000)), 10.0, 2.0)
         )
     return cfgs, wl, lat
+
+
+def _pd_config(rng: np.random.Generator, **kw) -> SchedulerConfig:  # noqa: ANN003
+    """A random server of either side of disaggregated prefill/decode: pools
+    from tight to ample, sync or async, caching in half, a KV transfer from
+    instant to slow (``kw`` overrides; the draws come in a fixed order, which
+    the seeded cases depend on)."""
+    fields = dict(
+        num_gpu_blocks=int(rng.integers(2, 90)),
+        block_size=int(rng.choice([1, 4, 16])),
+        max_num_seqs=int(rng.integers(1, 8)),
+        max_num_batched_tokens=int(rng.integers(1, 512)),
+        max_model_len=int(rng.integers(8, 600)),
+        long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
+        watermark=float(rng.choice([0.0, 0.0, 0.05])),
+        scheduler_reserve_full_isl=bool(rng.random() < 0.7),
+        async_scheduling=bool(rng.random() < 0.5),
+        enable_prefix_caching=bool(rng.random() < 0.5),
+        null_block=bool(rng.random() < 0.8),
+        policy=str(rng.choice(["fcfs", "priority"])),
+        anti_starvation=int(rng.choice([0, 0, 2])),
+        horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
+        max_steps=MAX_STEPS,
+        kv_transfer=KVTransfer(
+            int(rng.choice([0, 1_000, 200_000])), int(rng.choice([0, 5_000, 2_000_000]))
+        ),
+    )
+    return SchedulerConfig(**(fields | kw))
 
 
 def _matched_without_errors(cfgs, wl, lat):  # noqa: ANN001, ANN202
@@ -748,41 +754,27 @@ def _prefill_side_case(rng: np.random.Generator):
         prefix_len=rng.choice([16, 64, 200], r).astype(np.int32),
         read_end_ns=np.where(rng.random(r) < 0.85, read, -1),
     )
-    cfgs = [
-        SchedulerConfig(
-            num_gpu_blocks=int(rng.integers(2, 90)),
-            block_size=int(rng.choice([1, 4, 16])),
-            max_num_seqs=int(rng.integers(1, 8)),
-            max_num_batched_tokens=int(rng.integers(1, 512)),
-            max_model_len=int(rng.integers(8, 600)),
-            long_prefill_token_threshold=int(rng.choice([0, 0, 16, 64])),
-            scheduler_reserve_full_isl=bool(rng.random() < 0.7),
-            async_scheduling=bool(rng.random() < 0.5),
-            enable_prefix_caching=bool(rng.random() < 0.5),
-            null_block=bool(rng.random() < 0.8),
-            policy=str(rng.choice(["fcfs", "priority"])),
-            horizon_s=float(rng.choice([np.inf, rng.uniform(0.005, 1.0)])),
-            max_steps=MAX_STEPS,
-            kv_transfer=KVTransfer(20_000, 1_000),
-            speculation=(
-                Speculation("ngram", int(rng.integers(1, 4)), (0.9,), int(rng.integers(0, 4)))
-                if rng.random() < 0.3
-                else None
-            ),
-        )
-        for _ in range(3)
-    ]
+    cfgs = [_with_ngram(rng, _pd_config(rng)) for _ in range(3)]
     lat = LinearLatency(alpha=(100.0, 1.0, 0.0), beta=(float(rng.integers(100, 6000)), 10.0, 2.0))
     return cfgs, wl, lat
+
+
+def _with_ngram(rng: np.random.Generator, cfg: SchedulerConfig) -> SchedulerConfig:
+    """``cfg`` with n-gram drafts (k of 1-3, acceptance 0.9) in 3 of 10 draws,
+    its token budget raised to hold one request's token and its drafts."""
+    if rng.random() >= 0.3:
+        return cfg
+    spec = Speculation("ngram", int(rng.integers(1, 4)), (0.9,), int(rng.integers(0, 4)))
+    mnbt = max(cfg.max_num_batched_tokens, 1 + spec.num_speculative_tokens)
+    return replace(cfg, speculation=spec, max_num_batched_tokens=mnbt)
 
 
 def test_seeded_prefill_side_cases_match_the_reference():
     """150 seeded disaggregated prefill sides x 3 configs: kernel == reference
     step for step with blocks held for the decode side's read
     (``kernel/kv_send.py``), blocks conserved, and the cases reach steps that
-    wait for a read, holds that block admission, reads ending while the step
-    in flight holds the request (async), prefix hits on held blocks, and
-    livelocks and the horizon."""
+    wait for a read, holds under async scheduling, prefix hits on held
+    blocks, and livelocks and the horizon."""
     rng = np.random.default_rng(20261207)
     seen = dict(held=0, waited=0, async_held=0, cache_hits=0, livelocked=0, horizon=0)
     for _ in range(150):

@@ -703,6 +703,23 @@ def _xfer(latency: int, per_kilotoken: int) -> dict:
     return {"latency": latency, "per_kilotoken": per_kilotoken}
 
 
+def _random_server(rng: random.Random, watermark: bool = True) -> dict:
+    """A random server's scheduler settings (the ``_base`` fields), drawn in
+    this order: max_num_seqs, max_num_batched_tokens,
+    long_prefill_token_threshold, the watermark (if ``watermark``), the
+    whole-sequence gate. The seeded scenarios depend on the order."""
+    seqs = rng.choice([1, 2, 4, 8, 32])
+    out = {
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": max(seqs, rng.choice([16, 64, 256, 2048])),
+        "long_prefill_token_threshold": rng.choice([0, 0, 16]),
+    }
+    if watermark:
+        out["watermark"] = rng.choice([0.0, 0.0, 0.03])
+    out["scheduler_reserve_full_isl"] = rng.random() < 0.8
+    return out
+
+
 def _random_pd_scenario(rng: random.Random, i: int) -> dict:
     """A random decode-side scenario: remote and local requests, transfers
     from instant to many steps, pools from the start-up minimum to ample,
@@ -723,17 +740,12 @@ def _random_pd_scenario(rng: random.Random, i: int) -> dict:
             r["prefix_group"] = 0
             r["prefix_len"] = bs * rng.randint(1, 4)
         reqs.append(r)
-    seqs = rng.choice([1, 2, 4, 8, 32])
     return _base(
         f"pd_rand{i:02d}",
         num_gpu_blocks=n_blocks,
         block_size=bs,
-        max_num_seqs=seqs,
-        max_num_batched_tokens=max(seqs, rng.choice([16, 64, 256, 2048])),
         max_model_len=mml,
-        long_prefill_token_threshold=rng.choice([0, 0, 16]),
-        watermark=rng.choice([0.0, 0.0, 0.03]),
-        scheduler_reserve_full_isl=rng.random() < 0.8,
+        **_random_server(rng),
         policy="priority" if i % 4 == 3 else "fcfs",
         enable_prefix_caching=caching,
         kv_transfer=_xfer(rng.choice([0, 1, 3, 10]), rng.choice([0, 5, 40])),
@@ -884,16 +896,12 @@ def _random_pd_prefill_scenario(rng: random.Random, i: int) -> dict:
             r["prefix_group"] = 0
             r["prefix_len"] = bs * rng.randint(1, 4)
         reqs.append(r)
-    seqs = rng.choice([1, 2, 4, 8, 32])
     return _base(
         f"pd_prefill_rand{i:02d}",
         num_gpu_blocks=n_blocks,
         block_size=bs,
-        max_num_seqs=seqs,
-        max_num_batched_tokens=max(seqs, rng.choice([16, 64, 256, 2048])),
         max_model_len=mml,
-        long_prefill_token_threshold=rng.choice([0, 0, 16]),
-        scheduler_reserve_full_isl=rng.random() < 0.8,
+        **_random_server(rng, watermark=False),
         policy="priority" if i % 5 == 4 else "fcfs",
         enable_prefix_caching=caching,
         async_scheduling=i % 2 == 1,

@@ -20,9 +20,8 @@ engine, ``planner.reference``, implements the same rules):
   ``_update_from_kv_xfer_finished`` frees its blocks (``_free_blocks``: tail
   first, ``KVCacheManager.free``).
 - With async scheduling a connector that is a consumer too (``kv_both``, as
-  NixlConnector deployments run both roles) sets ``defer_block_free``: a
-  freed request in the batch just scheduled returns its blocks when that
-  step lands (``_free_request_blocks``; ``remote_kv.drain_deferred``).
+  NixlConnector deployments run both roles) sets ``defer_block_free``, but
+  a held request's free is never deferred (``release_read``).
 
 The planner's model: ``Requests.read_end_ns[r]`` (ns, the clock's time at
 which the decode side's read of r's KV completes; ``planner.disagg`` derives
@@ -121,35 +120,21 @@ def next_read_ns(x, k):
     return x.xfer_ns[x.sq[0]] if k[S.O_SEND_LEN] > 0 else -1
 
 
-@njit(cache=True, inline="always")
-def _in_flight(r, q, k):
-    """Whether r is in the batch in flight (``q.plist``): the step that last
-    scheduled it has not been processed (``_request_blocks_can_be_freed``'s
-    ``last_sched_seq <= processed_step_seq`` is False). A finished request's
-    ``ReqState.infl`` can keep the tokens of a batch that landed after it
-    ended, so it does not say this."""
-    for j in range(k[S.O_N_PEND]):
-        if q.plist[j] == r:
-            return True
-    return False
-
-
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def release_read(cfg, st, q, x, k, p, now):
+def release_read(st, x, k, p, now):
     """``_update_from_kv_xfer_finished``'s ``finished_sending``: free the
     blocks of every held request whose read completed by ``now`` (ns), in
-    heap order (``_free_blocks``: tail first; under async scheduling a
-    request still in the step in flight defers them, ``defer_block_free``).
-    Returns the change in free blocks."""
+    heap order (``_free_blocks``: tail first). Never deferred
+    (``defer_block_free``): a request is reported no earlier than in the
+    output of the step after the one whose output finished it, and under
+    async scheduling that output is applied after the step that last
+    scheduled it has landed (``_request_blocks_can_be_freed``). Returns the
+    change in free blocks."""
     freed = 0
     while k[S.O_SEND_LEN] > 0 and x.xfer_ns[x.sq[0]] <= now:
         r = _pop(x, k)
         x.pd[r] &= NOT_SENDING
         k[S.O_SEND_BLOCKS] -= st.held[r]
-        if cfg[K.ASYNC] != 0 and _in_flight(r, q, k):  # freed when that step lands
-            x.pd[r] |= S.PD_DEFER
-            k[S.O_DEFER_BLOCKS] += st.held[r]
-            continue
         if p is not None:
             if p.slot_of[r] >= 0:
                 freed += PC.release(r, st.held[r], p, False)

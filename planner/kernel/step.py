@@ -2089,7 +2089,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             return PAUSED  # the router first sends what arrived by now
         _arrivals(cfg, rq, st, q, k)
         if k[S.O_SEND_LEN] > 0 and not async_:  # the last step's output (kernel/kv_send.py)
-            k[FREE] += _release_read_if(rq.features.extras, cfg, st, q, x, k, p, k[CLOCK])
+            k[FREE] += _release_read_if(rq.features.extras, st, x, k, p, k[CLOCK])
         if k[N_RUN] == 0 and k[WL] == 0 and k[S.O_HOLD_LEN] == 0:
             # Only finished requests can still have output in flight; as it
             # lands, the blocks it held return (``remote_kv.drain_deferred``).
@@ -2100,12 +2100,12 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
                 if routed:
                     return PAUSED  # idle until the router sends something
                 if k[S.O_SEND_LEN] > 0:  # the engine polls until the reads complete
-                    k[FREE] += _release_read_if(rq.features.extras, cfg, st, q, x, k, p, INT64_MAX)
+                    k[FREE] += _release_read_if(rq.features.extras, st, x, k, p, INT64_MAX)
                 break  # all arrived (closed loop: a request waits for a release; none can come)
             nxt = st.entry_ns[st.order[k[NXT]]]
             k[CLOCK] = min(nxt, k[S.O_ROUTE_UNTIL]) if routed else nxt  # idle until then
             if k[S.O_SEND_LEN] > 0:  # the engine polls while blocks are held
-                k[FREE] += _release_read_if(rq.features.extras, cfg, st, q, x, k, p, k[CLOCK])
+                k[FREE] += _release_read_if(rq.features.extras, st, x, k, p, k[CLOCK])
             continue
         if _past_horizon(cfg, k[CLOCK]):
             break
@@ -2139,7 +2139,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             f = rq.features.extras
             _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p, x)
             if k[S.O_SEND_LEN] > 0:  # the landed output's finished_sending (kernel/kv_send.py)
-                k[FREE] += _release_read_if(f, cfg, st, q, x, k, p, sc.step[START])
+                k[FREE] += _release_read_if(f, st, x, k, p, sc.step[START])
             if xfer:  # the loads the previous step's output reported become visible
                 _apply_landed_if(f, x, k, sc.step)
         else:
