@@ -80,7 +80,7 @@ from planner.workload.arrays import Workload
 
 # Prefill runs at most in ``simulate_disaggregated``'s search for block holds
 # that agree with the decode side's reads (``_until_reads_agree``).
-MAX_READ_PASSES = 16
+MAX_READ_PASSES = 64
 
 
 @dataclass(frozen=True)
@@ -414,8 +414,10 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     decode replica against its prefilled requests), ``overloaded`` (either),
     ``prefill_overload_judged``/``decode_overload_judged``/``overload_judged``
     (False: a run too short to judge, ``metrics.bursts``),
-    ``prefill_read_hold_peak_blocks``, ``prefill_blocks``, ``read_passes``,
-    ``reads_converged``, ``reads_moved_s`` (``_read_holds``),
+    ``prefill_read_hold_peak_blocks`` (``_is_bound``: with prefix caching, at
+    most), ``prefill_blocks``, ``read_passes``, ``reads_converged``,
+    ``reads_moved_s`` (``_read_holds``), ``prefill_held_back_by``
+    (``_held_back``: "decode", "link" or None),
     ``rejected`` and ``cut`` (the front end's failures at max_model_len,
     ``metrics.front_end_text``: misses of any SLO; rejected requests are in
     no statistic and not in ``unfinished``), ``decode_requests`` (sent to a
@@ -498,6 +500,7 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     every = [*runs, *([] if res.prefill is None else [res.prefill])]
     out |= _outcomes(pre, dec, every, out["unfinished"] > 0)
     out |= _read_holds(res)
+    out["prefill_held_back_by"] = _held_back(out)
     if slo is not None and slo.given():
         out |= _slo_verdict(df, out, slo, span, res.max_model_len)
         if not res.reads.converged:  # the verdict would be on pools that disagree
@@ -506,7 +509,16 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     return out
 
 
-HOLDS_UNSETTLED = "the prefill pool's block holds did not settle (plan run names the change)"
+HOLDS_UNSETTLED = (
+    "the prefill pool's block holds did not settle (ReadHolds: prefill ends still moved)"
+)
+# An overloaded prefill pool whose KV cache was at least this share held for
+# reads is held back by them (``_held_back``), by what.
+HELD_BACK_SHARE = 0.5
+HELD_BACK_BY = {
+    "decode": "held back by the decode pool, whose loads wait for its blocks",
+    "link": "held back by the KV transfers' time",
+}
 
 
 def _read_holds(res: DisaggResult) -> dict:
@@ -515,19 +527,34 @@ def _read_holds(res: DisaggResult) -> dict:
     without a prefill pool), ``prefill_blocks`` (a prefill replica's
     num_gpu_blocks), and ``read_passes``, ``reads_converged``,
     ``reads_moved_s`` (``ReadHolds``)."""
-    peak, blocks = 0, 0
+    peak, blocks, bound = 0, 0, False
     if res.prefill is not None:
         run = res.prefill.fleet.state if res.prefill.fleet is not None else res.prefill.state
         peak = int(run.out.counters[:, S.O_SEND_PEAK].max())
         blocks = int(res.prefill.configs[0].num_gpu_blocks)
+        bound = bool(res.prefill.configs[0].enable_prefix_caching)
     r = res.reads
     return {
         "prefill_read_hold_peak_blocks": peak,
+        "prefill_read_hold_peak_is_bound": bound,
         "prefill_blocks": blocks,
         "read_passes": r.passes,
         "reads_converged": r.converged,
         "reads_moved_s": r.moved_s,
     }
+
+
+def _held_back(out: dict) -> str | None:
+    """What holds an overloaded prefill pool back when its KV cache was at
+    least ``HELD_BACK_SHARE`` held for the decode side's reads: "decode"
+    when requests waited longer on the decode side for blocks than the
+    transfers took (p99s: the decode pool sets the pace), else "link" (the
+    transfers themselves); None otherwise (the prefill pool's own work)."""
+    share = out["prefill_read_hold_peak_blocks"] / max(out["prefill_blocks"], 1)
+    if not out["prefill_overloaded"] or share < HELD_BACK_SHARE:
+        return None
+    wait, took = out["kv_wait_s_p99"], out["transfer_s_p99"]
+    return "decode" if np.isfinite(wait) and wait > took else "link"
 
 
 def _last_pool(res: DisaggResult, per_run: list) -> np.ndarray:
@@ -627,6 +654,9 @@ def _slo_verdict(df: pd.DataFrame, out: dict, slo: SLO, span: float, mml: int) -
     misses = [
         f"the {p} pool is overloaded" for p in ("prefill", "decode") if out[f"{p}_overloaded"]
     ]
+    if out["prefill_held_back_by"]:  # its KV cache waited for reads (``_held_back``)
+        why = HELD_BACK_BY[out["prefill_held_back_by"]]
+        misses = [f"{m} ({why})" if m.startswith("the prefill") else m for m in misses]
     misses += [
         f"the {p} pool's run is too short to judge overload"
         for p in ("prefill", "decode")

@@ -881,5 +881,81 @@ def test_plan_run_names_a_decode_pool_that_holds_the_prefill_pool_back(capsys):
         "--num-requests", "400", "--num-gpu-blocks", "1200", "--max-model-len", "4096",
     )  # fmt: skip
     assert code == 0, err
-    assert "waited for the decode side's reads: the decode pool sets its pace" in out, out
-    assert "prefill KV held until the decode side read it: peak 1,199 of 1,200 blocks" in out
+    assert "the decode pool sets its pace; add decode replicas" in out, out
+    assert "prefill KV held until the decode side read it: peak at most 1,199 of 1,200" in out
+
+
+def test_plan_run_names_a_slow_link_that_holds_the_prefill_pool_back(capsys):
+    """Holds that last because the transfers are slow, not because the decode
+    pool has no blocks: the advice is the link or more prefill replicas."""
+    code, out, err = run_cli(
+        capsys, *BASE, *L8_H100, "--prefill-replicas", "1", "--replicas", "4", "--rate", "10",
+        "--num-requests", "300", "--prompt-tokens", "2000", "--output-tokens", "100",
+        "--kv-transfer-bandwidth", "0.1", "--num-gpu-blocks", "1500", "--ttft-slo", "5",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "waited for the transfers, KV load p99" in out, out
+    assert "the prefill pool is overloaded (held back by the KV transfers' time)" in out
+    assert "the decode pool sets its pace" not in out
+
+
+def test_held_blocks_are_counted_once_when_prompts_share_them():
+    """With prefix caching a block shared by held requests is one block: the
+    peak stays within the pool (and is marked a bound)."""
+    kv = KVTransfer.from_link(131_072, 0.05, 20.0)  # slow: long holds
+    n = 120
+    wl = Workload(
+        np.linspace(0, 10, n),
+        np.full(n, 2000, dtype=np.int32),
+        np.full(n, 50, dtype=np.int32),
+        name="shared",
+        prefix_group=np.zeros(n, dtype=np.int32),
+        prefix_len=np.full(n, 1900, dtype=np.int32),
+    )
+    cfg = dataclasses.replace(CFG, num_gpu_blocks=600, enable_prefix_caching=True)
+    res = simulate_disaggregated(wl, Pool(1, cfg, LAT), Pool(1, cfg, LAT), kv)
+    s = summarize_disaggregated(res)
+    refs = int(res.prefill.state.out.counters[0, S.O_SEND_BLOCKS])  # 0 at the end
+    assert refs == 0
+    assert 0 < s["prefill_read_hold_peak_blocks"] <= s["prefill_blocks"]
+    assert s["prefill_read_hold_peak_is_bound"]
+
+
+PD_SIZE_SPEC = """
+name = "pd-held-back"
+[workload]
+kind = "synthetic"
+num_requests = 200
+arrival = "constant"
+rate = 12.0
+prompt = { kind = "constant", mean = 2000 }
+output = { kind = "constant", mean = 200 }
+[hardware]
+model = "llama-3.1-8b"
+gpu = "H100"
+gpu_memory_utilization = 0.3
+[latency]
+kind = "roofline"
+[scheduler]
+block_size = 16
+max_model_len = 8192
+[slo]
+ttft_slo = 5.0
+tpot_slo = 0.012
+[axes]
+max_num_seqs = [64, 256]
+"""
+
+
+def test_plan_size_keeps_splits_whose_prefill_pool_reads_held_back(capsys, tmp_path):
+    """A prefill pool that fell behind only because its blocks waited for
+    slow transfers does not rule out its replica count with more decode
+    replicas: 2 prefill + 1 decode falls behind, 2 + 2 meets the SLOs."""
+    spec = tmp_path / "pd.toml"
+    spec.write_text(PD_SIZE_SPEC)
+    code, out, err = run_cli(
+        capsys, "size", str(spec), "--gpus", "H100", "--max-replicas", "5", "--disaggregated",
+        "--kv-transfer-bandwidth", "0.1", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "2 prefill x H100 at TP 1 + 2 decode x H100 at TP 1" in out, out

@@ -15,9 +15,11 @@ margin wins. Priced as the aggregated table prices a replica
 (``sizing.cost_columns``).
 
 Two prunes keep the search short, both assuming more replicas never load a
-pool more: a prefill pool (i, P) that fell behind its traffic rules out
-(i, P') for every P' <= P, and a decode pool (j, D) that fell behind while
-its prefill pool kept up rules out (j, D') for every D' <= D. With one
+pool more: a prefill pool (i, P) that fell behind its traffic by its own
+work rules out (i, P') for every P' <= P (not one held back by the decode
+side's reads, ``disagg._held_back``: more decode replicas or another link
+may free it), and a decode pool (j, D) that fell behind while its prefill
+pool kept up rules out (j, D') for every D' <= D. With one
 candidate this is the search over N = P + D = 2, 3, ... and every split of
 each N.
 
@@ -100,7 +102,8 @@ class Split:
 
     def as_dict(self) -> dict:
         keys = ("throughput_rps", "ttft_s_p99", "tpot_s_p99", "e2e_s_p99", "transfer_s_p99",
-                "prefill_overloaded", "decode_overloaded", "meets_slo")  # fmt: skip
+                "prefill_overloaded", "decode_overloaded", "meets_slo",
+                "prefill_read_hold_peak_blocks", "prefill_held_back_by", "reads_converged")  # fmt: skip
         return {
             "gpu": self.gpu,
             "tensor_parallel_size": self.tp,
@@ -145,7 +148,7 @@ def search(
         split = _try(workload, options[i], p, options[j], d, links[j], slo, cost, progress)
         tried.append(split)
         s = split.summary
-        if s.get("prefill_overloaded"):
+        if s.get("prefill_overloaded") and not s.get("prefill_held_back_by"):
             behind_p[i] = max(behind_p.get(i, 0), p)
         elif s.get("decode_overloaded"):
             behind_d[j] = max(behind_d.get(j, 0), d)

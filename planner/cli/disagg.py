@@ -26,7 +26,7 @@ from planner.cli import server
 from planner.cli.inert import given
 from planner.cli.json_out import print_json
 from planner.cli.result_folder import check_requests_path, write_requests_table
-from planner.cli.run_report import ids_text
+from planner.cli.run_report import ids_text, startup_warning
 from planner.config import SchedulerConfig, check_vllm_args
 from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
@@ -110,7 +110,9 @@ def run(
     _check_pools(decode[0], prefill[0], kv, wl)
     if o["requests_out"] is not None:
         check_requests_path(o["requests_out"])
-    for line in warnings:
+    said = [w.replace("plan: warning: ", "plan: warning: prefill replicas: ", 1) for w in
+            startup_warning(prefill[0])]  # fmt: skip
+    for line in [*warnings, *said]:
         print(line, file=sys.stderr)
     if not o["as_json"]:
         server.print_settings(settings[0], also=settings[1])
@@ -456,11 +458,13 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
             if not s[f"{role}_overload_judged"]
             else f"keeps up{window}"
         )  # fmt: skip
-        held_back = s["prefill_overloaded"] and _backpressure_note(s)
-        if role == "prefill" and held_back:
+        if role == "prefill":
             verdict += _backpressure_note(s)
-        elif role == "decode" and held_back and verdict.startswith("keeps up"):
-            verdict += " with the prefills that reach it, which its slow reads hold back"
+        elif s["prefill_held_back_by"] == "decode" and verdict.startswith("keeps up"):
+            verdict = (
+                "the bottleneck: it keeps up only with the prefills that reach it, which its "
+                "loads, waiting for its blocks, hold back"
+            )
         print(f"{role} pool: {verdict}; outcome {s[f'{role}_outcome']}")
     if s["livelocked"]:
         stuck = s["stuck_request_ids"]
@@ -487,16 +491,23 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
 
 
 def _backpressure_note(s: dict) -> str:
-    """For an overloaded prefill pool whose KV cache was at least half full
-    of blocks waiting for the decode side's reads: that the decode pool sets
-    its pace (adding prefill replicas would not help). Else ''."""
+    """For an overloaded prefill pool held back by the decode side's reads
+    (``disagg._held_back``): what holds it back and what would help. Else ''."""
     share = s["prefill_read_hold_peak_blocks"] / max(s["prefill_blocks"], 1)
-    if share < 0.5:
-        return ""
-    return (
-        f" (up to {share:.0%} of its KV cache waited for the decode side's reads: the decode "
-        "pool sets its pace)"
-    )
+    by = s["prefill_held_back_by"]
+    if by == "decode":
+        return (
+            f" (up to {share:.0%} of its KV cache waited for the decode side's reads, whose loads "
+            f"waited up to {_fmt_s(s['kv_wait_s_p99'])} (p99) for decode blocks: the decode pool "
+            "sets its pace; add decode replicas)"
+        )
+    if by == "link":
+        return (
+            f" (up to {share:.0%} of its KV cache waited for the transfers, KV load p99 "
+            f"{_fmt_s(s['transfer_s_p99'])}: a faster link, or more prefill replicas to hold more "
+            "transfers, would help)"
+        )
+    return ""
 
 
 def _holds_line(s: dict) -> str:
@@ -505,15 +516,16 @@ def _holds_line(s: dict) -> str:
     and ``reads_*``), one line."""
     peak, blocks = s["prefill_read_hold_peak_blocks"], s["prefill_blocks"]
     runs = count(s["read_passes"], "prefill run")
+    bound = "at most " if s["prefill_read_hold_peak_is_bound"] else ""
     head = (
-        f"prefill KV held until the decode side read it: peak {peak:,} of {blocks:,} blocks "
-        f"per replica ({peak / max(blocks, 1):.0%}); "
+        f"prefill KV held until the decode side read it: peak {bound}{peak:,} of {blocks:,} "
+        f"blocks per replica ({peak / max(blocks, 1):.0%}); "
     )
     if s["reads_converged"]:
         return head + f"holds agree with the decode pool's reads ({runs})"
     return head + (
-        f"holds did NOT settle in {runs}: prefill ends still moved up to "
-        f"{_fmt_s(s['reads_moved_s'])} between the last two; figures are the last run's"
+        f"holds did NOT settle in {runs}: the last moved prefill ends by up to "
+        f"{_fmt_s(s['reads_moved_s'])}; figures are the last run's, likely optimistic"
     )
 
 

@@ -472,26 +472,7 @@ def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any
     """Warn now about fields the workload carries that the config ignores and
     BLIS's microsecond truncation; return the start-up and KV-safe warnings,
     printed after the run."""
-    return _startup_warning(cfg) + _kv_safe_warning(cfg, wl, lat)
-
-
-def _startup_warning(cfg: SchedulerConfig) -> list[str]:
-    """vLLM 0.33's start-up check on a full-attention pool
-    (``capacity.vllm_starts``: one max_model_len request must fit the pool
-    less the null block, ``check_enough_kv_cache_memory``): a pool it
-    refuses is simulated anyway (tests and the livelock scenarios use tiny
-    pools), and the output says vLLM would not start it."""
-    if cfg.compat != "vllm" or not cfg.one_full_attention_group:
-        return []
-    n, mml, bs = cfg.num_gpu_blocks, cfg.max_model_len, cfg.block_size
-    if capacity.vllm_starts(n, mml, bs, True):
-        return []
-    need = capacity.min_startup_blocks(mml, bs, True)
-    return [
-        f"plan: warning: vLLM 0.33 refuses to start on this pool: {n:,} blocks, where one "
-        f"max_model_len ({mml:,}-token) request needs {need:,} with the null block "
-        "(check_enough_kv_cache_memory); simulated anyway (plan check gives the fix)"
-    ]
+    return report.startup_warning(cfg) + _kv_safe_warning(cfg, wl, lat)
 
 
 def _kv_safe_warning(cfg: SchedulerConfig, wl: Workload, lat: Latency) -> list[str]:

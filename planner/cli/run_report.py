@@ -428,3 +428,22 @@ def json_default(v: object) -> object:
     if hasattr(v, "item"):
         return v.item()  # type: ignore[attr-defined]
     return str(v)
+
+
+def startup_warning(cfg: SchedulerConfig) -> list[str]:
+    """vLLM 0.33's start-up check on a full-attention pool
+    (``capacity.vllm_starts``: one max_model_len request must fit the pool
+    less the null block, ``check_enough_kv_cache_memory``): a pool it
+    refuses is simulated anyway (tests and the livelock scenarios use tiny
+    pools), and the output says vLLM would not start it."""
+    if cfg.compat != "vllm" or not cfg.one_full_attention_group:
+        return []
+    n, mml, bs = cfg.num_gpu_blocks, cfg.max_model_len, cfg.block_size
+    if capacity.vllm_starts(n, mml, bs, True):
+        return []
+    need = capacity.min_startup_blocks(mml, bs, True)
+    return [
+        f"plan: warning: vLLM 0.33 refuses to start on this pool: {n:,} blocks, where one "
+        f"max_model_len ({mml:,}-token) request needs {need:,} with the null block "
+        "(check_enough_kv_cache_memory); simulated anyway (plan check gives the fix)"
+    ]

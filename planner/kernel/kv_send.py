@@ -40,8 +40,10 @@ connector holds blocks (``Scheduler.has_requests``).
 State: ``state.Remote``'s ``sq`` (a binary min-heap of the held requests on
 (``xfer_ns``, r), ``O_SEND_LEN`` entries; ``xfer_ns[r]`` is when r's blocks
 free) and the ``PD_SENDING`` flag; ``O_SEND_BLOCKS`` counts the blocks held,
-``O_SEND_PEAK`` the most held at once. Only configs with ``kv_transfer``
-reach this module, through the ``extras`` marker (``kernel/variant.py``).
+``O_SEND_PEAK`` the most held at once (exact without prefix caching; with
+it, at most the blocks in use, as shared blocks count once per holder).
+Only configs with ``kv_transfer`` reach this module, through the ``extras``
+marker (``kernel/variant.py``).
 """
 
 from __future__ import annotations
@@ -79,7 +81,10 @@ def hold_for_read(r, t, rq, st, x, k):
     x.xfer_ns[r] = max(t + 1, rq.read_end_ns[r])
     x.pd[r] |= S.PD_SENDING
     k[S.O_SEND_BLOCKS] += st.held[r]
-    k[S.O_SEND_PEAK] = max(k[S.O_SEND_PEAK], k[S.O_SEND_BLOCKS])
+    # distinct blocks: at most those in use (prefix caching shares blocks,
+    # which O_SEND_BLOCKS counts once per reference)
+    held = min(k[S.O_SEND_BLOCKS], k[S.O_USABLE] - k[S.O_FREE])
+    k[S.O_SEND_PEAK] = max(k[S.O_SEND_PEAK], held)
     i = k[S.O_SEND_LEN]
     k[S.O_SEND_LEN] = i + 1
     while i > 0:  # sift up

@@ -98,8 +98,9 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_DEFER_BLOCKS,
     # A prefill instance's KV connector (``kv_send.hold_for_read``): finished
     # requests whose blocks wait for the decode side's read (NixlConnector's
-    # ``delay_free_blocks``), in the heap ``Remote.sq``; the blocks they hold
-    # now, and the most they held at once.
+    # ``delay_free_blocks``), in the heap ``Remote.sq``; the block references
+    # they hold now, and the most blocks they held at once (with prefix
+    # caching a bound: at most the blocks in use).
     O_SEND_LEN,
     O_SEND_BLOCKS,
     O_SEND_PEAK,
