@@ -101,9 +101,11 @@ class Split:
         return worst
 
     def as_dict(self) -> dict:
-        keys = ("throughput_rps", "ttft_s_p99", "tpot_s_p99", "e2e_s_p99", "transfer_s_p99",
-                "prefill_overloaded", "decode_overloaded", "meets_slo",
-                "prefill_read_hold_peak_blocks", "prefill_held_back_by", "reads_converged")  # fmt: skip
+        keys = (
+            "throughput_rps", "ttft_s_p99", "tpot_s_p99", "e2e_s_p99", "transfer_s_p99",
+            "prefill_overloaded", "decode_overloaded", "meets_slo",
+            "prefill_read_hold_peak_blocks", "prefill_held_back_by", "reads_converged",
+        )  # fmt: skip
         return {
             "gpu": self.gpu,
             "tensor_parallel_size": self.tp,
