@@ -959,3 +959,15 @@ def test_plan_size_keeps_splits_whose_prefill_pool_reads_held_back(capsys, tmp_p
     )  # fmt: skip
     assert code == 0, err
     assert "2 prefill x H100 at TP 1 + 2 decode x H100 at TP 1" in out, out
+
+
+def test_plan_size_dry_run_counts_the_split_search(capsys, tmp_path):
+    spec = tmp_path / "pd.toml"
+    spec.write_text(PD_SIZE_SPEC)
+    args = ("size", str(spec), "--gpus", "H100", "--max-replicas", "5", "--dry-run")
+    code, out, err = run_cli(capsys, *args, "--disaggregated")
+    assert code == 0, err
+    # P + D <= 5 on one candidate: 4 + 3 + 2 + 1 splits (answers.disagg_sizing._fleets)
+    assert "then --disaggregated: at most 10 P:D fleets (P + D <= 5" in out, out
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and "--disaggregated" not in out

@@ -206,7 +206,7 @@ def size(
     if not (dest / store.HOLDER).exists():  # in use: folder_lock says by whom
         check_folder(dest, search, resume, overwrite)  # also at --dry-run; before the lock file
     if dry_run:
-        _print_plan(cands, as_json)
+        _print_plan(cands, as_json, max_replicas if disaggregated else 0)
         return
     with store.folder_lock(dest):  # a second plan size into this --out is refused
         claim_folder(dest, search, resume, overwrite)
@@ -564,9 +564,11 @@ def _search_text(search: dict | None) -> str:
     return f"{spec}: {gpus}, up to {count(int(search.get('max_replicas') or 0), 'replica')}"
 
 
-def _print_plan(cands: list[sizing.Candidate], as_json: bool) -> None:
-    """--dry-run: each candidate's fleets, or why it is skipped."""
-    plan = {}
+def _print_plan(cands: list[sizing.Candidate], as_json: bool, split_replicas: int = 0) -> None:
+    """--dry-run: each candidate's fleets, or why it is skipped; with
+    --disaggregated (``split_replicas``: its --max-replicas, 0 without), the
+    P:D fleets its search may try after the aggregated one."""
+    plan: dict = {}
     for cand in cands:
         name = f"{cand.gpu} x{cand.tp}"
         if cand.spec is None:
@@ -575,8 +577,12 @@ def _print_plan(cands: list[sizing.Candidate], as_json: bool) -> None:
         sweep = cand.spec.sweep  # type: ignore[attr-defined]
         runs = sum(cfg.replicas for cfg in sweep.configs)
         plan[name] = {"fleets": len(sweep.configs), "replica_runs": runs}
+    total = sum(p.get("fleets", 0) for p in plan.values())
+    usable = sum(cand.spec is not None for cand in cands)
+    # every (prefill option, P, decode option, D) with P + D <= split_replicas
+    splits = usable**2 * split_replicas * (split_replicas - 1) // 2
     if as_json:
-        print_json(plan)
+        print_json(plan | ({"disaggregated_fleets_at_most": splits} if split_replicas else {}))
         return
     c = Console(markup=False, soft_wrap=True)
     for name, p in plan.items():
@@ -584,8 +590,12 @@ def _print_plan(cands: list[sizing.Candidate], as_json: bool) -> None:
             c.print(f"{name}: skipped ({p['skipped']})")
         else:
             c.print(f"{name}: {p['fleets']:,} fleets, {p['replica_runs']:,} replica runs")
-    total = sum(p.get("fleets", 0) for p in plan.values())
     c.print(f"{total:,} fleets in all; nothing run (--dry-run)")
+    if split_replicas:
+        c.print(
+            f"then --disaggregated: at most {splits:,} P:D fleets (P + D <= {split_replicas}, "
+            "each pool on any candidate), cheapest first, until one meets the SLOs"
+        )
 
 
 def _headroom(result: sizing.Sizing, cands: list[sizing.Candidate], slo: SLO) -> dict | None:
