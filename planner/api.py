@@ -344,7 +344,7 @@ def simulate(
     rcfg, rcfgf = (cfg[lay.rows], cfgf[lay.rows]) if fleet else (cfg, cfgf)
     rarr = arrival_ns[lay.rows] if fleet and arrival_ns.ndim == 2 else arrival_ns
     remote = _remote_flags(workload, cfg)
-    read_end_ns = _read_holds(workload, cfg)
+    read_end_ns = _read_ends(workload, cfg)
     xfer = bool(np.any(rcfg[:, K.XFER] != 0))
     st = S.allocate(rcfg.shape[0], r, trace_steps, log_entries, kv_transfer=xfer)
     if xfer:  # the decode side's requests start remote (remote_kv.py)
@@ -447,7 +447,7 @@ def _remote_flags(workload: Workload, cfg: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(workload.remote, dtype=np.int8)
 
 
-def _read_holds(workload: Workload, cfg: np.ndarray) -> np.ndarray:
+def _read_ends(workload: Workload, cfg: np.ndarray) -> np.ndarray:
     """(R,) int64: ``workload.read_end_ns`` (-1 for None: no block held past its
     request's finish). Raises ValueError (one line) for held requests on a
     config without ``kv_transfer``: without a KV connector vLLM frees them at

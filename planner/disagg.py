@@ -207,9 +207,10 @@ def _until_reads_agree(
     read ends (``read_end_ns``, from the decode run before it), and a decode
     run's arrivals are the prefill run's ends. The first prefill run frees
     each request's blocks at its end (the earliest its read can end, so no
-    prefill can end earlier than there); a later read end only delays
-    prefills and a later prefill end only delays its read, so the prefill
-    ends grow from pass to pass towards the first that agree. At most
+    prefill can end earlier than there); a later read end delays
+    prefills and a later prefill end delays its read (as a rule: a scheduler
+    can reorder), so the prefill ends grow from pass to pass towards the
+    first that agree; the loop stops on agreement, not on that rule. At most
     ``MAX_READ_PASSES`` prefill runs. Returns (prefill run, prefill replica
     per request, prefill ends (ns), decode replica per request, decode runs,
     ``ReadHolds``)."""
@@ -415,7 +416,8 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     ``prefill_overload_judged``/``decode_overload_judged``/``overload_judged``
     (False: a run too short to judge, ``metrics.bursts``),
     ``prefill_read_hold_peak_blocks`` (``_is_bound``: with prefix caching, at
-    most), ``prefill_blocks``, ``read_passes``, ``reads_converged``,
+    most), ``prefill_blocks``, ``prefill_read_hold_share``, ``read_passes``,
+    ``reads_converged``,
     ``reads_moved_s`` (``_read_holds``), ``prefill_held_back_by``
     (``_held_back``: "decode", "link" or None),
     ``rejected`` and ``cut`` (the front end's failures at max_model_len,
@@ -525,8 +527,9 @@ def _read_holds(res: DisaggResult) -> dict:
     """``prefill_read_hold_peak_blocks`` (the most blocks one prefill replica
     held at once for the decode side's reads, ``kernel/kv_send.py``; 0
     without a prefill pool), ``prefill_blocks`` (a prefill replica's
-    num_gpu_blocks), and ``read_passes``, ``reads_converged``,
-    ``reads_moved_s`` (``ReadHolds``)."""
+    num_gpu_blocks), ``prefill_read_hold_share`` (the first over the second),
+    and ``read_passes``, ``reads_converged``, ``reads_moved_s``
+    (``ReadHolds``)."""
     peak, blocks, bound = 0, 0, False
     if res.prefill is not None:
         run = res.prefill.fleet.state if res.prefill.fleet is not None else res.prefill.state
@@ -538,6 +541,7 @@ def _read_holds(res: DisaggResult) -> dict:
         "prefill_read_hold_peak_blocks": peak,
         "prefill_read_hold_peak_is_bound": bound,
         "prefill_blocks": blocks,
+        "prefill_read_hold_share": peak / max(blocks, 1),
         "read_passes": r.passes,
         "reads_converged": r.converged,
         "reads_moved_s": r.moved_s,
@@ -550,8 +554,7 @@ def _held_back(out: dict) -> str | None:
     when requests waited longer on the decode side for blocks than the
     transfers took (p99s: the decode pool sets the pace), else "link" (the
     transfers themselves); None otherwise (the prefill pool's own work)."""
-    share = out["prefill_read_hold_peak_blocks"] / max(out["prefill_blocks"], 1)
-    if not out["prefill_overloaded"] or share < HELD_BACK_SHARE:
+    if not out["prefill_overloaded"] or out["prefill_read_hold_share"] < HELD_BACK_SHARE:
         return None
     wait, took = out["kv_wait_s_p99"], out["transfer_s_p99"]
     return "decode" if np.isfinite(wait) and wait > took else "link"

@@ -159,6 +159,13 @@ def search(
     return (max(best, key=lambda t: t.margin(slo)) if best else None), tried
 
 
+def fleet_count(options: int, max_replicas: int) -> int:
+    """How many P:D fleets ``_fleets`` lists for ``options`` candidates: every
+    (prefill option, P, decode option, D) with P, D >= 1 and P + D <=
+    ``max_replicas``."""
+    return options**2 * max_replicas * (max_replicas - 1) // 2
+
+
 def _fleets(options: Sequence[Option], max_replicas: int) -> list[tuple]:
     """Every (cost, GPUs, prefill option, P, decode option, D) with P, D >= 1
     and P + D <= ``max_replicas``, cheapest first (then fewer GPUs, then the

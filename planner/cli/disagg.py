@@ -26,7 +26,7 @@ from planner.cli import server
 from planner.cli.inert import given
 from planner.cli.json_out import print_json
 from planner.cli.result_folder import check_requests_path, write_requests_table
-from planner.cli.run_report import ids_text, startup_warning
+from planner.cli.run_report import ids_text, said_of, startup_warning
 from planner.config import SchedulerConfig, check_vllm_args
 from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kv_transfer import KVTransfer
@@ -110,9 +110,7 @@ def run(
     _check_pools(decode[0], prefill[0], kv, wl)
     if o["requests_out"] is not None:
         check_requests_path(o["requests_out"])
-    said = [w.replace("plan: warning: ", "plan: warning: prefill replicas: ", 1) for w in
-            startup_warning(prefill[0])]  # fmt: skip
-    for line in [*warnings, *said]:
+    for line in [*warnings, *said_of(startup_warning(prefill[0]), "prefill replicas")]:
         print(line, file=sys.stderr)
     if not o["as_json"]:
         server.print_settings(settings[0], also=settings[1])
@@ -493,8 +491,7 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
 def _backpressure_note(s: dict) -> str:
     """For an overloaded prefill pool held back by the decode side's reads
     (``disagg._held_back``): what holds it back and what would help. Else ''."""
-    share = s["prefill_read_hold_peak_blocks"] / max(s["prefill_blocks"], 1)
-    by = s["prefill_held_back_by"]
+    share, by = s["prefill_read_hold_share"], s["prefill_held_back_by"]
     if by == "decode":
         return (
             f" (up to {share:.0%} of its KV cache waited for the decode side's reads, whose loads "
@@ -519,7 +516,7 @@ def _holds_line(s: dict) -> str:
     bound = "at most " if s["prefill_read_hold_peak_is_bound"] else ""
     head = (
         f"prefill KV held until the decode side read it: peak {bound}{peak:,} of {blocks:,} "
-        f"blocks per replica ({peak / max(blocks, 1):.0%}); "
+        f"blocks per replica ({s['prefill_read_hold_share']:.0%}); "
     )
     if s["reads_converged"]:
         return head + f"holds agree with the decode pool's reads ({runs})"

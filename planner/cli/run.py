@@ -291,7 +291,9 @@ def run(ctx: typer.Context, **o: Any) -> None:
     wl = _workload(o)
     warnings = _warnings(cfg, wl, lat, o)
     if o["prefill_replicas"] > 0:  # a disaggregated deployment (planner.cli.disagg)
-        said = _said_of(warnings, "decode replicas")  # their KV-safe limit, after the refusals
+        said = report.said_of(
+            warnings, "decode replicas"
+        )  # their KV-safe limit, after the refusals
         return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, (srv, _s1_assumes(o)), said)
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     t0 = time.perf_counter()
@@ -460,12 +462,6 @@ def _workload(o: dict[str, Any]) -> Workload:
         o["trace_file"], o["trace_format"].value, o["trace_columns"], topts, synthetic, prefix,
         o["seed"], o["turns"],
     )  # fmt: skip
-
-
-def _said_of(warnings: list[str], who: str) -> list[str]:
-    """``warnings`` ("plan: warning: ...") naming ``who`` they are about, for
-    a disaggregated run, whose two pools each have a KV-safe limit."""
-    return [w.replace("plan: warning: ", f"plan: warning: {who}: ", 1) for w in warnings]
 
 
 def _warnings(cfg: SchedulerConfig, wl: Workload, lat: Latency, o: dict[str, Any]) -> list[str]:

@@ -447,3 +447,9 @@ def startup_warning(cfg: SchedulerConfig) -> list[str]:
         f"max_model_len ({mml:,}-token) request needs {need:,} with the null block "
         "(check_enough_kv_cache_memory); simulated anyway (plan check gives the fix)"
     ]
+
+
+def said_of(warnings: list[str], who: str) -> list[str]:
+    """``warnings`` ("plan: warning: ...") naming ``who`` they are about, for
+    a disaggregated run, whose two pools each have their own."""
+    return [w.replace("plan: warning: ", f"plan: warning: {who}: ", 1) for w in warnings]

@@ -578,9 +578,10 @@ def _print_plan(cands: list[sizing.Candidate], as_json: bool, split_replicas: in
         runs = sum(cfg.replicas for cfg in sweep.configs)
         plan[name] = {"fleets": len(sweep.configs), "replica_runs": runs}
     total = sum(p.get("fleets", 0) for p in plan.values())
+    from planner.answers.disagg_sizing import fleet_count
+
     usable = sum(cand.spec is not None for cand in cands)
-    # every (prefill option, P, decode option, D) with P + D <= split_replicas
-    splits = usable**2 * split_replicas * (split_replicas - 1) // 2
+    splits = fleet_count(usable, split_replicas)
     if as_json:
         print_json(plan | ({"disaggregated_fleets_at_most": splits} if split_replicas else {}))
         return

@@ -39,7 +39,7 @@ connector holds blocks (``Scheduler.has_requests``).
 
 State: ``state.Remote``'s ``sq`` (a binary min-heap of the held requests on
 (``xfer_ns``, r), ``O_SEND_LEN`` entries; ``xfer_ns[r]`` is when r's blocks
-free) and the ``PD_SENDING`` flag; ``O_SEND_BLOCKS`` counts the blocks held,
+free); ``O_SEND_BLOCKS`` counts the blocks held,
 ``O_SEND_PEAK`` the most held at once (exact without prefix caching; with
 it, at most the blocks in use, as shared blocks count once per holder).
 Only configs with ``kv_transfer`` reach this module, through the ``extras``
@@ -48,14 +48,11 @@ marker (``kernel/variant.py``).
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from planner import config as K
 from planner.kernel import prefix_cache as PC
 from planner.kernel import state as S
-
-NOT_SENDING = ~np.int8(S.PD_SENDING)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -79,7 +76,6 @@ def hold_for_read(r, t, rq, st, x, k):
     reports only sends that ended during it, and none began before r
     finished): it joins the heap."""
     x.xfer_ns[r] = max(t + 1, rq.read_end_ns[r])
-    x.pd[r] |= S.PD_SENDING
     k[S.O_SEND_BLOCKS] += st.held[r]
     # distinct blocks: at most those in use (prefix caching shares blocks,
     # which O_SEND_BLOCKS counts once per reference)
@@ -138,7 +134,6 @@ def release_read(st, x, k, p, now):
     freed = 0
     while k[S.O_SEND_LEN] > 0 and x.xfer_ns[x.sq[0]] <= now:
         r = _pop(x, k)
-        x.pd[r] &= NOT_SENDING
         k[S.O_SEND_BLOCKS] -= st.held[r]
         if p is not None:
             if p.slot_of[r] >= 0:

@@ -136,7 +136,6 @@ PD_RECV = 4  # its load landed (``finished_recving_kv_req_ids``)
 PD_INFLIGHT = 8  # in ``_inflight_prefills`` (its prefill or load is not done)
 PD_LANDED = 16  # async: its load landed, reported by the step in flight (not yet applied)
 PD_DEFER = 32  # finished while the step in flight held it: its blocks free when that lands
-PD_SENDING = 64  # finished on a prefill instance; its blocks wait for the decode side's read
 
 # Float outputs, shape (C, NOUT_F), float64.
 F_WASTE_NS = 0  # step time spent recomputing KV that had been computed before (ns)
