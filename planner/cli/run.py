@@ -291,9 +291,7 @@ def run(ctx: typer.Context, **o: Any) -> None:
     wl = _workload(o)
     warnings = _warnings(cfg, wl, lat, o)
     if o["prefill_replicas"] > 0:  # a disaggregated deployment (planner.cli.disagg)
-        said = report.said_of(
-            warnings, "decode replicas"
-        )  # their KV-safe limit, after the refusals
+        said = report.said_of(warnings, "decode replicas")  # said after any refusal
         return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, (srv, _s1_assumes(o)), said)
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     t0 = time.perf_counter()
