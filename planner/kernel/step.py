@@ -121,7 +121,13 @@ from planner.kernel.token_gaps import gap_bin
 from planner.kernel.uindex import uidx
 from planner.kernel.variant import gated
 from planner.latency.draft import draft_ns
-from planner.latency.step_time import LINEAR, blis_step_ns, step_time_ns
+from planner.latency.step_time import (
+    LINEAR,
+    MEASURED,
+    analytic_step_ns,
+    blis_step_ns,
+    measured_step_ns,
+)
 from planner.speculative import MAX_SPEC_TOKENS, accepted_drafts
 from planner.workload.front_end import front_end_rejects
 
@@ -276,7 +282,7 @@ def caching_marker(cfg: np.ndarray) -> bool | None:
     return True if cfg[K.CACHING] != 0 else None
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _log(ev, k, step, r, value, kind):
     """Append one event (``state.EV_*``) if the log exists and has room; counts
     every event in ``k[O_EVENTS]``."""
@@ -394,7 +400,7 @@ def _finish_or_hold(r, t, cfg, rq, st, k, p, x):
     return _finish(r, t, cfg, rq, st, k, p)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _finish_later(r, t, cfg, rq, st, k):
     """``_finish`` but for its blocks: r is finished at t and its client may
     send again; the caller frees its blocks (``_finish``), or they stay held
@@ -455,7 +461,7 @@ def _adapt_cap(cfg, k):
 NO_GAPS = (np.int64(-1), np.int64(0), np.int64(0))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _count_gap(g, ih, memo):
     """One token gap of ``g`` ns for the ITL histogram ``ih``
     (``planner.kernel.token_gaps``; vLLM bench's ITL,
@@ -578,7 +584,7 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
     return kf, need1, ctx0, proj, periodic, kind
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish):
     """How many upcoming steps are provably identical decode-only steps.
 
@@ -659,13 +665,15 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
     if to_finish and kmax != kf:
         return 0, 0, 0, 0, 0, 0, 0
     if periodic and cfg[K.LAT_KIND] == LINEAR:
-        dt = _decode_step_ns(cfg, ip, cfgf, n_run, np.int64(0), tab)
+        dt = _decode_step_ns(cfg, ip, cfgf, n_run, np.int64(0), tab, rq.features.extras)
         if dt > 0:
             used0 = k[S.O_USABLE] - free
             room = limit - k[CLOCK]
             return _linear_run(kmax, room, dt, n_run, used0, hist, bs, ih, kind, to_finish)
-    if to_finish and _timed_run_length(kmax, limit, ctx0, n_run, ip, cfgf, tab, cfg, k) != kmax:
-        return 0, 0, 0, 0, 0, 0, 0  # the clock's limit cuts it before the finish
+    if to_finish:
+        n = _timed_run_length(kmax, limit, ctx0, n_run, ip, cfgf, tab, cfg, k, rq.features.extras)
+        if n != kmax:
+            return 0, 0, 0, 0, 0, 0, 0  # the clock's limit cuts it before the finish
     elapsed, first, n = 0, 0, 0
     prev, gmax, gbin, glast, used, kv_int = 0, 0, 0, -1, k[S.O_USABLE] - free, 0
     jb = 0  # (n mod bs) + 1: hist's slot of the requests needing a block in step n
@@ -673,7 +681,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
         if n > 0 and k[CLOCK] + elapsed >= limit:
             break
         kv = ctx0 + n_run * (n + 1)
-        dt = _decode_step_ns(cfg, ip, cfgf, n_run, kv, tab)
+        dt = _decode_step_ns(cfg, ip, cfgf, n_run, kv, tab, rq.features.extras)
         if n == 0:
             first = dt
         else:
@@ -698,18 +706,33 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
 
 
 @njit(cache=True, inline="always")
-def _decode_step_ns(cfg, ip, cfgf, n_run, kv, tab):
+def _decode_step_ns(cfg, ip, cfgf, n_run, kv, tab, extras):
     """``step_time_ns`` of a decode-only step of ``n_run`` requests touching
     ``kv`` KV tokens (each request scheduled once: ``nreq`` = n_run), called
     with the argument types of ``_step_time``'s call, so Numba compiles one
-    ``step_time_ns`` (three signatures cost 1.35 CPU-s of a cold compile
-    against 0.9 for one, 2026-12-06)."""
+    ``analytic_step_ns`` (three signatures of ``step_time_ns`` cost 1.35 CPU-s
+    of a cold compile against 0.9 for one, 2026-12-06). ``extras``: the
+    variant's marker (``_model_step_ns``)."""
     z = np.int64(0)
-    return step_time_ns(cfg[K.LAT_KIND], ip, cfgf, z, n_run, kv, kv, tab, z, z, n_run)
+    return _model_step_ns(cfg[K.LAT_KIND], ip, cfgf, z, n_run, kv, kv, tab, z, z, n_run, extras)
+
+
+_measured_step_ns_if = gated(measured_step_ns, 0)
 
 
 @njit(cache=True, inline="always")
-def _timed_run_length(kmax, limit, ctx0, n_run, ip, cfgf, tab, cfg, k):
+def _model_step_ns(kind, ip, fp, prefill, decode, attended, kv, tab, att_w, kv_w, nreq, extras):
+    """``latency.step_time_ns`` (same arguments), its measured tables
+    (``measured_step_ns``) compiled only into the variant whose marker
+    ``extras`` is on (``variant.features_of``: a run with a ``MEASURED``
+    config)."""
+    if kind == MEASURED:
+        return _measured_step_ns_if(extras, ip, fp, tab, prefill, decode, attended, kv)
+    return analytic_step_ns(kind, ip, fp, prefill, decode, attended, kv, att_w, kv_w, nreq)
+
+
+@njit(cache=True, inline="always")
+def _timed_run_length(kmax, limit, ctx0, n_run, ip, cfgf, tab, cfg, k, extras):
     """The steps ``_decode_run_length``'s loop takes before the clock's
     ``limit`` (ns) or ``kmax``, from the step times alone (nothing written)."""
     elapsed, n = 0, 0
@@ -717,7 +740,7 @@ def _timed_run_length(kmax, limit, ctx0, n_run, ip, cfgf, tab, cfg, k):
         if n > 0 and k[CLOCK] + elapsed >= limit:
             break
         kv = ctx0 + n_run * (n + 1)
-        elapsed += _decode_step_ns(cfg, ip, cfgf, n_run, kv, tab)
+        elapsed += _decode_step_ns(cfg, ip, cfgf, n_run, kv, tab, extras)
         n += 1
     return n
 
@@ -1118,7 +1141,7 @@ _update_from_output_spec_if = gated(_update_from_output_spec)
 # ---- schedule(): the running phase -----------------------------------------
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _is_decode(n, c0, known, pend):
     """Whether a chunk of n tokens after c0 computed ones (``known`` tokens
     known) is priced as decode: S1-exact's convention, the one last token,
@@ -1133,7 +1156,7 @@ def _is_decode(n, c0, known, pend):
     return c0 == known - 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _attention(n, c0, win):
     """The roofline's attention work of a chunk of n tokens after c0 computed
     ones: (query, key) pairs and KV tokens touched. Full attention (``win``
@@ -1148,7 +1171,7 @@ def _attention(n, c0, win):
     return k * c0 + k * (k + 1) // 2 + (n - k) * win, min(c0 + n, n + win - 1)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _priced_window(cfg):
     """The window of the main attention sums: the sliding window when every
     layer slides; 0 for full attention and for a hybrid, whose full layers
@@ -1156,7 +1179,7 @@ def _priced_window(cfg):
     return cfg[K.SW] if cfg[K.GROUPS_FULL] == 0 else 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _add_to_batch(r, num_new, c0, known, q, s, pend, win, win2):
     """Put r in this step's batch with num_new tokens after c0 computed ones
     (``known`` tokens known), priced as ``_is_decode`` says (``pend``), its
@@ -1333,7 +1356,7 @@ def _remove_skipped_blocks(cfg, st, r, p):
     return (skipped - lo) * cfg[K.GROUPS_SW]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _pool_blocks(cfg, st, r, mamba):
     """Pool blocks request r holds without prefix caching: its table's length
     in every KV cache group, less the null blocks of the sliding-window
@@ -1764,9 +1787,9 @@ def _step_time(cfg, cfgf, rq, k, s):
     if cfg[K.COMPAT] != 0:
         dt = _blis_step_ns_if(rq.features.extras, ip, p_tok, d_tok)
     else:
-        dt = step_time_ns(
+        dt = _model_step_ns(
             cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab,
-            s[ATTENDED_W], s[KV_W], s[N_SCHED],
+            s[ATTENDED_W], s[KV_W], s[N_SCHED], rq.features.extras,
         )  # fmt: skip
         dt += _draft_step_ns_if(rq.features.extras, cfg, cfgf, s)  # EAGLE, MTP
     dt += s[SWAP_NS]

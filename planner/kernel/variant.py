@@ -40,6 +40,7 @@ from numba import typeof, types
 from numba.extending import intrinsic
 
 from planner import config as K
+from planner.latency.step_time import MEASURED
 
 ON = True  # a marker: some config of the run uses the feature
 
@@ -53,7 +54,9 @@ ON = True  # a marker: some config of the run uses the feature
 # (cfg[K.XFER] != 0: ``step._schedule_waiting_pd``, ``kernel/remote_kv.py``)
 # or prefix caching with a sliding window or several KV cache groups
 # (``prefix_cache._cache_groups``) or Mamba state groups (cfg[K.GROUPS_MAMBA]
-# > 0: ``step._mamba_groups_if``). None: none does.
+# > 0: ``step._mamba_groups_if``) or measured step-time tables
+# (cfg[K.LAT_KIND] == MEASURED: ``step._measured_step_ns_if``; about 0.5 CPU-s
+# of the plain variant's cold compile, 2026-12-07). None: none does.
 Features = namedtuple("Features", "extras")
 
 PLAIN = Features(None)
@@ -71,6 +74,7 @@ def features_of(cfg: np.ndarray, next_turn: np.ndarray) -> Features:
     groups = (cfg[:, K.GROUPS_SW] > 0) | (cfg[:, K.GROUPS_FULL] > 1)
     used = used or bool(np.any((cfg[:, K.CACHING] != 0) & groups))
     used = used or bool(np.any(cfg[:, K.GROUPS_MAMBA] > 0))  # step._mamba_groups_if
+    used = used or bool(np.any(cfg[:, K.LAT_KIND] == MEASURED))  # step._measured_step_ns_if
     return ALL if used else PLAIN
 
 
@@ -93,6 +97,7 @@ def describe(f: Features, caching: bool = False) -> str:
             "a disaggregated decode side",
             "prefix caching over several KV cache groups",
             "Mamba state groups",
+            "measured step-time tables",
         ]
     if not parts:
         return "plain"

@@ -552,7 +552,8 @@ def blis_alpha2_ns(a2: int) -> int:
 def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab, attended_w=0, kv_w=0, nreq=0):  # noqa: ANN001, ANN201, E501  # fmt: skip
     """Duration of one step in integer ns; 0 for a step that scheduled nothing.
 
-    ``ip``: int params (b0, b1, b2) in ns; ``fp``: the roofline floats of
+    ``kind``: ``LINEAR``, ``ROOFLINE`` or ``MEASURED``. ``ip``: int params
+    (b0, b1, b2) in ns; ``fp``: the roofline floats of
     ``RooflineLatency.floats`` (measured: ``fp[0]`` scales the table).
     ``attended``: (query, key) pairs of the step; ``kv_tokens``: KV tokens
     read or written; ``tab``: the config's measured table (``MEASURED`` only,
@@ -560,15 +561,35 @@ def step_time_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, tab, attend
     ``kv_w``: the same sums bounded by a hybrid's sliding window
     (``fp[SW_WINDOW]``; roofline only, 0 otherwise). ``nreq``: requests the
     step schedules, each moving ``fp[STATE_RW]`` bytes of linear-attention
-    state (roofline only). Shared by the kernel and the reference engine.
+    state (roofline only). Shared by the kernel (which calls the two parts,
+    ``measured_step_ns`` and ``analytic_step_ns``, itself, so that a run
+    without measured tables compiles no table code) and the reference
+    engine.
     """
+    if kind == MEASURED:
+        return measured_step_ns(ip, fp, tab, prefill, decode, attended, kv_tokens)
+    return analytic_step_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, attended_w, kv_w, nreq)  # noqa: E501  # fmt: skip
+
+
+@njit(cache=True)
+def measured_step_ns(ip, fp, tab, prefill, decode, attended, kv_tokens):  # noqa: ANN001, ANN201
+    """``step_time_ns`` of a ``MEASURED`` config (same arguments): the table's
+    interpolation scaled by ``fp[0]``, at least 1 ns, plus ``ip[0]``; 0 for
+    an empty step."""
+    if prefill + decode == 0:
+        return 0
+    t_ns = fp[0] * measured_table_ns(tab, prefill, decode, attended, kv_tokens)
+    return ip[0] + max(int(math.ceil(t_ns)), 1)
+
+
+@njit(cache=True)
+def analytic_step_ns(kind, ip, fp, prefill, decode, attended, kv_tokens, attended_w, kv_w, nreq):  # noqa: ANN001, ANN201, E501  # fmt: skip
+    """``step_time_ns`` of a ``LINEAR`` or ``ROOFLINE`` config (same
+    arguments): 0 for an empty step."""
     if prefill + decode == 0:
         return 0
     if kind == LINEAR:
         return ip[0] + ip[1] * prefill + ip[2] * decode
-    if kind == MEASURED:
-        t_ns = fp[0] * measured_table_ns(tab, prefill, decode, attended, kv_tokens)
-        return ip[0] + max(int(math.ceil(t_ns)), 1)
     tokens = prefill + decode
     flops = fp[0] * tokens + fp[1] * attended + fp[SW_PAIR] * attended_w
     touched = 1.0 - math.exp(fp[8] * tokens)  # routed experts read (class doc)
