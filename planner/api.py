@@ -238,12 +238,14 @@ def compile_note_for(
     configs: Sequence[SchedulerConfig],
     workload: Workload | None = None,
     features: Features | None = None,
+    latency: Latency | Sequence[Latency] | None = None,
 ) -> str:
-    """``compile_note`` for the kernels ``simulate(configs, workload,
-    features=features)`` will run (None: ``features_for(configs, workload)``)."""
+    """``compile_note`` for the kernels ``simulate(configs, workload, latency,
+    features=features)`` will run (None: ``features_for(configs, workload,
+    latency)``)."""
     fleet = any(c.replicas > 1 for c in configs)
     if features is None:
-        features = features_for(configs, workload)
+        features = features_for(configs, workload, latency)
     return compile_note(fleet, {c.enable_prefix_caching for c in configs}, features)
 
 
@@ -323,7 +325,7 @@ def simulate(
         configs use).
     """
     configs = list(configs)
-    lats = [latency] if isinstance(latency, Latency) else list(latency)
+    lats = _latency_list(latency)
     cfg, cfgf = pack_configs(configs, lats)
     c, r = len(configs), workload.num_requests
     arrival_ns = blis_arrivals(cfg, _arrivals_ns(workload, arrival_s, c))
@@ -393,16 +395,26 @@ def _kernel_features(used: Features, given: Features | None) -> Features:
 
 
 def features_for(
-    configs: Sequence[SchedulerConfig], workload: Workload | Sequence[Workload] | None = None
+    configs: Sequence[SchedulerConfig],
+    workload: Workload | Sequence[Workload] | None = None,
+    latency: Latency | Sequence[Latency] | None = None,
 ) -> Features:
-    """The feature markers ``simulate(configs, workload)`` compiles for
-    (``kernel.variant.features_of``), to share one kernel across calls;
+    """The feature markers ``simulate(configs, workload, latency)`` compiles
+    for (``kernel.variant.features_of``), to share one kernel across calls;
     with several workloads, the markers of any of them (None: a workload
-    without sessions). Packs the configs once."""
-    cfg, _ = pack_configs(list(configs), [LinearLatency()])
+    without sessions); ``latency`` as ``simulate`` takes it (None: the
+    linear model; a measured table's code is in the extras variant). Packs
+    the configs once. Raises ValueError as ``pack_configs`` does."""
+    lats = [LinearLatency()] if latency is None else _latency_list(latency)
+    cfg, _ = pack_configs(list(configs), lats)
     wls = [workload] if isinstance(workload, Workload) else list(workload or [])
     turns = [np.full(0, -1, dtype=np.int32)] + [wl.next_turn() for wl in wls]
     return features_of(cfg, np.concatenate(turns))
+
+
+def _latency_list(latency: Latency | Sequence[Latency]) -> list[Latency]:
+    """``simulate``'s ``latency`` argument as a list (one model, or one per config)."""
+    return [latency] if isinstance(latency, Latency) else list(latency)
 
 
 def _per_config(lats: list[Latency], c: int) -> list[Latency]:

@@ -49,6 +49,13 @@ def _workload(sessions: bool):
         ({"sliding_window": 64, "enable_prefix_caching": True}, False, ALL),
         ({"full_attention_groups": 2, "enable_prefix_caching": True}, False, ALL),
         ({"sliding_window": 64}, False, PLAIN),
+        # priority scheduling and the mitigations of policies.py
+        ({"policy": "priority"}, False, ALL),
+        ({"victim": "least_progress"}, False, ALL),
+        ({"victim": "youngest"}, False, PLAIN),
+        ({"anti_starvation": 2}, False, ALL),
+        ({"admission": "projected"}, False, ALL),
+        ({"adaptive_window": 50}, False, ALL),
     ],
 )
 def test_each_gated_feature_turns_the_marker_on(fields, sessions, want):
@@ -161,6 +168,9 @@ def test_both_variants_match_the_reference_on_seeded_cases():
         cfgs, wl, lat = _random_case(rng, wrng)
         if rng.random() < 0.5:  # the generator mixes features in; keep half plain
             plain = dict(async_scheduling=False, max_concurrency=0, think_time_s=0.0)
+            # vLLM's FCFS scheduler: no priority, no mitigation (policies.py)
+            plain |= dict(policy="fcfs", victim=None, anti_starvation=0, admission="vanilla")
+            plain |= dict(adaptive_window=0)
             cfgs = [replace(c, **plain) for c in cfgs if c.compat != "blis"] or [
                 SchedulerConfig(num_gpu_blocks=40, max_steps=3000)
             ]
@@ -195,3 +205,27 @@ def test_a_sweep_over_several_workloads_takes_the_markers_of_any():
     assert features_for([plain], [_workload(False), _workload(True)]) == ALL
     assert features_for([plain], [_workload(False), _workload(False)]) == PLAIN
     assert features_for([plain], []) == PLAIN
+
+
+def test_measured_step_times_turn_the_marker_on_where_the_latency_is_given():
+    """A measured table's interpolation is compiled only into the extras
+    variant (``step._measured_step_ns_if``), so the markers follow the
+    latency: a caller that computes them once for several calls (max-rate,
+    sensitivity, sweeps) must pass it, or its kernel would lack the table
+    code and ``simulate`` refuses it. A max-rate search with measured step
+    times runs its rounds on one kernel."""
+    from test_measured import synthetic_latency
+
+    from planner.maxrate.search import SearchRange, search_max_rate
+    from planner.slo import SLO
+
+    cfg = SchedulerConfig(num_gpu_blocks=100)
+    wl = _workload(False)
+    lat = synthetic_latency()
+    assert features_for([cfg], wl) == PLAIN
+    assert features_for([cfg], wl, lat) == ALL
+    assert features_for([cfg, cfg], wl, [lat, lat]) == ALL
+    with pytest.raises(ValueError, match="lack what these configs use"):
+        simulate([cfg], wl, lat, features=PLAIN)
+    found = search_max_rate([cfg], wl, lat, SLO(), SearchRange(lo=0.5, hi=2.0))
+    assert np.isfinite(found.table["max_rate_scale"].iloc[0])

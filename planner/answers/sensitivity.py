@@ -99,7 +99,7 @@ def replicas(
     fleets = [
         dataclasses.replace(cfg, replicas=k, horizon_s=math.inf) for k in range(1, max_replicas + 1)
     ]
-    marks = features_for(fleets, wl)
+    marks = features_for(fleets, wl, lat)
     out = []
     for f in factors(error):
         res = simulate(fleets, wl, lat.slower(f), check_invariants=False, features=marks)

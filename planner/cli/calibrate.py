@@ -156,7 +156,7 @@ def _calibrate_requests(ctx: typer.Context, path: Path, o: dict) -> None:
         enable_prefix_caching=o["enable_prefix_caching"],
     )
     cfg.check_vllm_starts()
-    with opt.say_compile([cfg]):
+    with opt.say_compile([cfg], latency=base):
         fit = creq.fit_requests(run, cfg, base, f"bench {path.name}")
     fit = dataclasses.replace(fit, options=f"{fit.options}{_replayed_on(cfg)}")
     if o["as_json"]:

@@ -388,7 +388,7 @@ def check(
             async_scheduling=async_scheduling,
         )
         clock_bound(cfg, lat)
-        with opt.say_compile([cfg], wl):
+        with opt.say_compile([cfg], wl, lat):
             out["traffic"] = traffic_check(cfg, wl, lat, slo)
         keeps_up = out["traffic"]["keeps_up"] is not False  # None: a batch, no rate
         safe = safe and keeps_up and out["traffic"]["meets_slo"]
@@ -951,7 +951,7 @@ def safe_limit(
             return _pool(None, model, gpu, gpu_memory_utilization, block_size,
                          tensor_parallel_size, {**sizing, "max_num_seqs": seqs})  # fmt: skip
 
-    with opt.say_compile([cfg], wl):
+    with opt.say_compile([cfg], wl, lat):
         s = find_safe_limits(wl, cfg, lat, pct, preemption_threshold, slo, pool=pool)
     rec = recommend(s)
     if as_json:

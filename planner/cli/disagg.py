@@ -153,7 +153,8 @@ def _simulate(
     prefill_cfg, prefill_lat = prefill_pool
     decode = Pool(decode_cfg.replicas, dataclasses.replace(decode_cfg, replicas=1), decode_lat)
     prefill = Pool(o["prefill_replicas"], prefill_cfg, prefill_lat)
-    with opt.say_compile([decode.config, prefill_cfg], wl):  # refuses a horizon before arrivals
+    # say_compile refuses a horizon before arrivals
+    with opt.say_compile([decode.config, prefill_cfg], wl, [decode_lat, prefill_lat]):
         res = simulate_disaggregated(wl, decode, prefill, kv)
     summary = summarize_disaggregated(res, slo)
     if o["requests_out"] is not None:

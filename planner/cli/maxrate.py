@@ -268,7 +268,7 @@ def max_rate(
         warn(message)
     rps, tps = offered_rates(wl)
     t0 = time.perf_counter()
-    with opt.say_compile(configs, wl):
+    with opt.say_compile(configs, wl, lat):
         found = search_max_rate(configs, wl, lat, slo, rng)
     wall = time.perf_counter() - t0
     table = pd.concat([pd.DataFrame(combos, index=range(len(configs))), found.table], axis=1)

@@ -920,7 +920,9 @@ def check_run_options(
 
 @contextlib.contextmanager
 def say_compile(
-    configs: Sequence[SchedulerConfig], workload: Workload | None = None
+    configs: Sequence[SchedulerConfig],
+    workload: Workload | None = None,
+    latency: Latency | Sequence[Latency] | None = None,
 ) -> Iterator[None]:
     """Around the simulation of ``configs``: print ``api.compile_note_for`` on
     stderr when their kernel will compile first (a first run), so a wait is not
@@ -935,7 +937,7 @@ def say_compile(
         check_block_sizes(workload, configs)
         check_horizon(workload, configs, "--horizon")
     flush_notes()  # the input passed its checks
-    note = compile_note_for(configs, workload)
+    note = compile_note_for(configs, workload, latency=latency)
     if note:
         print(f"plan: {note}", file=sys.stderr, flush=True)
     fleet = any(c.replicas > 1 for c in configs)  # compiles within its run

@@ -295,7 +295,7 @@ def run(ctx: typer.Context, **o: Any) -> None:
         return disagg.run(ctx, o, (cfg, lat), wl, slo, fail_classes, (srv, _s1_assumes(o)), said)
     paced_clock_bound([cfg], wl, lat)  # closed loop / sessions: the clock cannot wrap
     t0 = time.perf_counter()
-    with opt.say_compile([cfg], wl):
+    with opt.say_compile([cfg], wl, lat):
         res = simulate([cfg], wl, lat)
     wall = time.perf_counter() - t0
     row = res.metrics(slo).iloc[0]

@@ -162,7 +162,7 @@ def validate(
     cfg = SchedulerConfig(num_gpu_blocks=blocks, **fields, **attn, **dp_fleet(dp))
     cfg.check_vllm_starts()
     wl = r.workload()
-    with opt.say_compile([cfg], wl):
+    with opt.say_compile([cfg], wl, lat):
         res = simulate([cfg], wl, lat)
     pr = per_request(res)
     # lower bounds (requests the replay did not finish) are not predictions

@@ -33,7 +33,7 @@ from planner.latency.step_time import blis_queue_ns
 NXT = S.O_NEXT_ARRIVAL
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+@njit(cache=True, inline="always")
 def arrival_limit(cfg, k, n_req):
     """Positions of ``order`` that may arrive now: all ``n_req`` in open loop,
     else N plus the slots released so far. Requests beyond it wait for a

@@ -85,6 +85,7 @@ from planner.kernel.cycle import after_fast_path, livelock_proven, new_cycle
 from planner.kernel.kv_send import held_for_read, hold_for_read, release_read
 from planner.kernel.policies import (
     VANILLA,
+    YOUNGEST,
     adaptive_cap_next,
     pick_victim,
     precedes,
@@ -310,6 +311,16 @@ def _enqueue_sorted(r, wq, wh, wl, priority, entry_ns):
     return wl + 1
 
 
+# Priority scheduling and the mitigations of ``policies.py`` (other victims,
+# anti-starvation, projected admission, the adaptive cap) are compiled only
+# into the variant whose marker is on (``variant.features_of``); the plain
+# variant's victim is vLLM's FCFS tail (``_preempt_one``). Their off values
+# are never seen: no plain config reaches the calls.
+_enqueue_sorted_if = gated(_enqueue_sorted, 0)
+_projected_blocks_if = gated(projected_blocks, 0)
+_pick_victim_if = gated(pick_victim, -1)
+
+
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _remove_waiting(r, wq, wh, wl):
     """Remove r from the waiting ring, keeping the others' order. Returns the length."""
@@ -434,7 +445,7 @@ def _arrivals(cfg, rq, st, q, k):
             _answered_if(rq.features.extras, cfg, rq, st, k, r, st.entry_ns[r])
         elif by_priority:
             st.status[r] = S.WAITING
-            k[WL] = _enqueue_sorted(r, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
+            k[WL] = _enqueue_sorted_if(rq.features.extras, r, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)  # noqa: E501  # fmt: skip
         else:
             st.status[r] = S.WAITING
             q.wq[(k[WH] + k[WL]) % R] = r
@@ -454,6 +465,9 @@ def _adapt_cap(cfg, k):
         k[S.O_WINDOW_END] = k[STEPS] + cfg[K.ADAPT_WINDOW]
 
 
+_adapt_cap_if = gated(_adapt_cap)
+
+
 # A step's output tokens mostly share their gap since the previous token, so
 # their histogram counts are batched: ``memo`` is (gap ns, its bin, tokens
 # counted for it and not yet added to the histogram). Each loop that samples
@@ -461,7 +475,7 @@ def _adapt_cap(cfg, k):
 NO_GAPS = (np.int64(-1), np.int64(0), np.int64(0))
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+@njit(cache=True, inline="always")
 def _count_gap(g, ih, memo):
     """One token gap of ``g`` ns for the ITL histogram ``ih``
     (``planner.kernel.token_gaps``; vLLM bench's ITL,
@@ -571,8 +585,15 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
                 return 0, 0, 0, 0, False, 0
         ctx0 += st.ncomp[u]
         if admission != VANILLA:
-            proj += projected_blocks(
-                np.int64(r), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
+            proj += _projected_blocks_if(
+                rq.features.extras,
+                np.int64(r),
+                admission,
+                rq.prompt,
+                rq.max_tokens,
+                stop_len,
+                mml,
+                bs,
             )
         kf = min(kf, f)
         if j1 == 1:
@@ -633,10 +654,13 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
         # Projected admission can still refuse it; the projection is fixed
         # while nothing is admitted or finishes.
         admission = cfg[K.ADMISSION]
-        p_h = projected_blocks(
-            np.int64(head), admission, rq.prompt, rq.max_tokens, k[S.O_STOP_LEN], mml, bs
-        )
-        if admission == VANILLA or proj + p_h <= k[S.O_USABLE]:
+        if admission == VANILLA:
+            return 0, 0, 0, 0, 0, 0, 0
+        p_h = _projected_blocks_if(
+            rq.features.extras, np.int64(head), admission, rq.prompt, rq.max_tokens,
+            k[S.O_STOP_LEN], mml, bs,
+        )  # fmt: skip
+        if proj + p_h <= k[S.O_USABLE]:
             return 0, 0, 0, 0, 0, 0, 0
     if periodic:
         # Each request needs one block per bs steps: after q whole periods q*n
@@ -1141,7 +1165,7 @@ _update_from_output_spec_if = gated(_update_from_output_spec)
 # ---- schedule(): the running phase -----------------------------------------
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+@njit(cache=True, inline="always")
 def _is_decode(n, c0, known, pend):
     """Whether a chunk of n tokens after c0 computed ones (``known`` tokens
     known) is priced as decode: S1-exact's convention, the one last token,
@@ -1156,7 +1180,7 @@ def _is_decode(n, c0, known, pend):
     return c0 == known - 1
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+@njit(cache=True, inline="always")
 def _attention(n, c0, win):
     """The roofline's attention work of a chunk of n tokens after c0 computed
     ones: (query, key) pairs and KV tokens touched. Full attention (``win``
@@ -1179,7 +1203,7 @@ def _priced_window(cfg):
     return cfg[K.SW] if cfg[K.GROUPS_FULL] == 0 else 0
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+@njit(cache=True, inline="always")
 def _add_to_batch(r, num_new, c0, known, q, s, pend, win, win2):
     """Put r in this step's batch with num_new tokens after c0 computed ones
     (``known`` tokens known), priced as ``_is_decode`` says (``pend``), its
@@ -1275,10 +1299,13 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     position, whether r itself was the victim)."""
     k = o.counters
     R = rq.prompt.shape[0]
-    vi = pick_victim(
-        q.run, k[N_RUN], cfg[K.VICTIM], cfg[K.ANTI_STARVATION], st.npre, st.ncomp, st.held,
-        rq.priority, st.entry_ns,
-    )  # fmt: skip
+    if cfg[K.VICTIM] == YOUNGEST and cfg[K.ANTI_STARVATION] == 0:
+        vi = k[N_RUN] - 1  # vLLM's FCFS victim, the tail (``pick_victim``'s answer)
+    else:  # a mitigation or priority scheduling: the extras variant
+        vi = _pick_victim_if(
+            rq.features.extras, q.run, k[N_RUN], cfg[K.VICTIM], cfg[K.ANTI_STARVATION],
+            st.npre, st.ncomp, st.held, rq.priority, st.entry_ns,
+        )  # fmt: skip
     v = q.run[vi]
     if vi < i:
         i -= 1
@@ -1305,7 +1332,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     st.stale[v] = st.infl[v]
     st.ph[v] = 0
     if cfg[K.POLICY] == 1:
-        k[WL] = _enqueue_sorted(v, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)
+        k[WL] = _enqueue_sorted_if(rq.features.extras, v, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)  # noqa: E501  # fmt: skip
     else:
         k[WH] = (k[WH] - 1 + R) % R
         q.wq[k[WH]] = v
@@ -1728,9 +1755,10 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
     proj = 0  # projected-capacity admission: blocks held at completion
     if admission != VANILLA:
         for j in range(k[N_RUN]):
-            proj += projected_blocks(
-                np.int64(q.run[j]), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
-            )
+            proj += _projected_blocks_if(
+                rq.features.extras, np.int64(q.run[j]), admission, rq.prompt, rq.max_tokens,
+                stop_len, mml, bs,
+            )  # fmt: skip
     n_skip = 0
     n_run_sched = s[N_SCHED]  # ``scheduled_running_reqs``
     while k[WL] > 0 and s[BUDGET] > 0 and k[N_RUN] < k[S.O_SEQS]:
@@ -1745,8 +1773,15 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
         if a[4] < 0:
             break
         if admission != VANILLA:
-            p_r = projected_blocks(
-                np.int64(r), admission, rq.prompt, rq.max_tokens, stop_len, mml, bs
+            p_r = _projected_blocks_if(
+                rq.features.extras,
+                np.int64(r),
+                admission,
+                rq.prompt,
+                rq.max_tokens,
+                stop_len,
+                mml,
+                bs,
             )
             if proj + p_r > k[S.O_USABLE]:
                 break
@@ -2139,7 +2174,7 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
             k[S.O_INTERRUPTED] = 1
             break
         k[S.O_FIN_BEFORE_STEP] = k[S.O_FINISHED]
-        _adapt_cap(cfg, k)
+        _adapt_cap_if(rq.features.extras, cfg, k)
         if macro and _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
             after_fast_path(cfg, k, sc.cycle)
             continue

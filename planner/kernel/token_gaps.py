@@ -32,7 +32,7 @@ NBINS = SUB * (MAX_OCTAVE - SUB_BITS + 1)
 GAP_RESOLUTION = 1 / (2 * SUB + 1)  # largest relative error of a bin midpoint
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def gap_bin(gap_ns):  # noqa: ANN001, ANN201 (jitted)
     """Bin of a gap of ``gap_ns`` (int, >= 0) nanoseconds (module docstring)."""
     g = max(gap_ns, 0)

@@ -40,6 +40,7 @@ from numba import typeof, types
 from numba.extending import intrinsic
 
 from planner import config as K
+from planner.kernel.policies import VANILLA, YOUNGEST
 from planner.latency.step_time import MEASURED
 
 ON = True  # a marker: some config of the run uses the feature
@@ -56,7 +57,11 @@ ON = True  # a marker: some config of the run uses the feature
 # (``prefix_cache._cache_groups``) or Mamba state groups (cfg[K.GROUPS_MAMBA]
 # > 0: ``step._mamba_groups_if``) or measured step-time tables
 # (cfg[K.LAT_KIND] == MEASURED: ``step._measured_step_ns_if``; about 0.5 CPU-s
-# of the plain variant's cold compile, 2026-12-07). None: none does.
+# of the plain variant's cold compile, 2026-12-07) or priority scheduling
+# (cfg[K.POLICY] == 1) or a mitigation of ``policies.py`` (a victim other
+# than vLLM's FCFS tail, anti-starvation, projected admission, the adaptive
+# cap: ``step._pick_victim_if``, ``_projected_blocks_if``, ``_adapt_cap_if``).
+# None: none does.
 Features = namedtuple("Features", "extras")
 
 PLAIN = Features(None)
@@ -75,6 +80,11 @@ def features_of(cfg: np.ndarray, next_turn: np.ndarray) -> Features:
     used = used or bool(np.any((cfg[:, K.CACHING] != 0) & groups))
     used = used or bool(np.any(cfg[:, K.GROUPS_MAMBA] > 0))  # step._mamba_groups_if
     used = used or bool(np.any(cfg[:, K.LAT_KIND] == MEASURED))  # step._measured_step_ns_if
+    # priority scheduling and the mitigations: step._pick_victim_if, _enqueue_sorted_if,
+    # _projected_blocks_if, _adapt_cap_if
+    mitigated = (cfg[:, K.VICTIM] != YOUNGEST) | (cfg[:, K.ANTI_STARVATION] > 0)
+    mitigated |= (cfg[:, K.ADMISSION] != VANILLA) | (cfg[:, K.ADAPT_WINDOW] > 0)
+    used = used or bool(np.any(mitigated | (cfg[:, K.POLICY] == 1)))
     return ALL if used else PLAIN
 
 
@@ -98,6 +108,8 @@ def describe(f: Features, caching: bool = False) -> str:
             "prefix caching over several KV cache groups",
             "Mamba state groups",
             "measured step-time tables",
+            "priority scheduling",
+            "the mitigation policies",
         ]
     if not parts:
         return "plain"

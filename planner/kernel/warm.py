@@ -118,8 +118,9 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
         (ST._update_after_schedule, (cfg, dt, rq, st, q, o, s)),
         (ST._step_time, (cfg, cfgf, rq, k, s)),
         (ST._begin_step, (cfg, k, s)),
-        (ST._adapt_cap, (cfg, k)),
     ]
+    if _field(rq, "features").types[0] != numba.types.none:  # variant.Features.extras
+        here.append((ST._adapt_cap, (cfg, k)))
     return child, here
 
 

@@ -158,7 +158,7 @@ def search_max_rate(
     """
     rps, tps = offered_rates(wl)
     c = len(configs)
-    marks = features if features is not None else features_for(configs, wl)
+    marks = features if features is not None else features_for(configs, wl, latency)
     trials = _Trials(configs, wl, latency, slo, marks)
     refused = np.array([int(wl.rejected(cfg.max_model_len).sum()) for cfg in configs])
     cut = np.array([int(wl.cut(cfg.max_model_len).sum()) for cfg in configs])

@@ -52,7 +52,7 @@ def sweep_features(sweep: Sweep) -> Features:
     chunk, the estimate and the dry run compile or load the same kernel."""
     cached = sweep.__dict__.get("_kernel_features")
     if cached is None:
-        cached = features_for(sweep.configs, list(sweep.workloads.values()))
+        cached = features_for(sweep.configs, list(sweep.workloads.values()), sweep.latency)
         sweep.__dict__["_kernel_features"] = cached
     return cached
 
