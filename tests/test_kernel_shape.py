@@ -45,7 +45,7 @@ def test_the_step_loop_calls_the_phases_in_order() -> None:
     called = [n.func.id for n in sorted(calls, key=lambda n: (n.lineno, n.col_offset))]
     order = [
         "_arrivals",
-        "_adapt_cap",
+        "_adapt_cap_if",  # variant.gated: a mitigation (policies.py)
         "_decode_fast_path",
         "_begin_step",
         "_schedule_running",
