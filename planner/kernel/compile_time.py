@@ -21,14 +21,14 @@ from numba import njit
 # Cold compile CPU of one step-loop variant (with the compile-ahead child on
 # 2 cores, ``kernel.warm``) over the steady ``_probe`` compile's, by variant
 # (prefix caching, the gated extras of ``kernel.variant``). Measured with
-# ``tools/compile_calibration.py`` on 2026-12-04 (2-core x86-64 VM, Python
+# ``tools/compile_calibration.py`` on 2026-12-07 (2-core x86-64 VM, Python
 # 3.11, Numba 0.68): medians of 3 cold runs each, alternating (probe about
-# 0.10 s).
+# 0.12 s).
 PROBES_PER_KERNEL = {
-    (False, False): 191.0,
-    (False, True): 204.0,
-    (True, False): 287.0,
-    (True, True): 329.0,
+    (False, False): 157.0,
+    (False, True): 343.0,
+    (True, False): 386.0,
+    (True, True): 662.0,
 }
 
 
