@@ -586,15 +586,9 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
         ctx0 += st.ncomp[u]
         if admission != VANILLA:
             proj += _projected_blocks_if(
-                rq.features.extras,
-                np.int64(r),
-                admission,
-                rq.prompt,
-                rq.max_tokens,
-                stop_len,
-                mml,
+                rq.features.extras, np.int64(r), admission, rq.prompt, rq.max_tokens, stop_len, mml,
                 bs,
-            )
+            )  # fmt: skip
         kf = min(kf, f)
         if j1 == 1:
             need1 += 1
@@ -1786,15 +1780,9 @@ def _schedule_waiting(cfg, rq, st, q, o, sc, p):
             break
         if admission != VANILLA:
             p_r = _projected_blocks_if(
-                rq.features.extras,
-                np.int64(r),
-                admission,
-                rq.prompt,
-                rq.max_tokens,
-                stop_len,
-                mml,
+                rq.features.extras, np.int64(r), admission, rq.prompt, rq.max_tokens, stop_len, mml,
                 bs,
-            )
+            )  # fmt: skip
             if proj + p_r > k[S.O_USABLE]:
                 break
             proj += p_r
