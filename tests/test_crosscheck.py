@@ -24,6 +24,8 @@ from helpers import (
     reference_log,
     reference_trace_rows,
     run_both,
+    run_reference,
+    uniform,
 )
 from planner.config import BLIS_IMPLIED, SchedulerConfig
 from planner.kernel import state as S
@@ -792,3 +794,29 @@ def test_seeded_prefill_side_cases_match_the_reference():
             )
     for path, count in seen.items():
         assert count >= 10, f"random prefill sides rarely reach {path}: {seen}"
+
+
+@pytest.mark.parametrize("fault", ["leak", "double_free", "lost_block"])
+def test_the_reference_conservation_check_catches_a_broken_pool(monkeypatch, fault):
+    """The reference engine's per-step conservation recount (blocks held by
+    requests == sum of ref counts; blocks in use + free == usable; no count
+    below 0) flags a pool that leaks a reference, frees one twice or loses a
+    free block, and stays at 0 on the same run with the pool intact."""
+    from planner import reference as R
+
+    cfg = SchedulerConfig(num_gpu_blocks=40, max_num_seqs=4, max_num_batched_tokens=64)
+    wl = uniform(6, 40, 30)
+    assert run_reference(cfg, wl, LinearLatency()).invariant_errors == 0
+    real_free = R.BlockPool.free_blocks
+
+    def broken(self, ordered):  # noqa: ANN001, ANN202
+        if fault == "leak":
+            self.ref_cnt[ordered[0]] += 1  # one reference never dropped
+        elif fault == "double_free":
+            self.ref_cnt[ordered[0]] -= 1
+        real_free(self, ordered)
+        if fault == "lost_block" and self.free_queue:
+            self.free_queue.popitem(last=True)  # a free block vanishes
+
+    monkeypatch.setattr(R.BlockPool, "free_blocks", broken)
+    assert run_reference(cfg, wl, LinearLatency()).invariant_errors > 0
