@@ -23,7 +23,7 @@ from planner.kernel.compile_time import estimate_cpu_s
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
-from planner.kernel.variant import PLAIN, Features, describe, features_of, union
+from planner.kernel.variant import PLAIN, Features, describe, features_of, level, union
 from planner.kernel.warm import compile_ahead, compile_loop, variant_lock
 from planner.latency.step_time import Latency, LinearLatency
 from planner.slo import SLO
@@ -201,7 +201,7 @@ def compile_note(
     both = " (each prefix-caching setting compiles its own)" if len(caching) > 1 else ""
     about = ""
     if not fleet:
-        est = estimate_cpu_s({(c, features.extras is not None) for c in caching})
+        est = estimate_cpu_s({(c, level(features)) for c in caching})
         about = f", about {est:.0f} CPU-s (estimated from a probe compile)"
     return (
         f"compiling the {which}simulation kernel ({describe(features, caching == {True})}) "

@@ -23,7 +23,9 @@ from helpers import assert_step_for_step, run_both
 from planner.api import features_for, simulate
 from planner.config import BLIS_IMPLIED, SchedulerConfig
 from planner.kernel import state as S
-from planner.kernel.variant import ALL, PLAIN, VARIANTS, gated
+from planner.kernel.variant import ALL, EXTRAS, PLAIN, VARIANTS, gated
+from planner.kv_transfer import KVTransfer
+from planner.speculative import Speculation
 from planner.workload.arrays import LengthDist, synthetic
 
 
@@ -39,23 +41,29 @@ def _workload(sessions: bool):
     ("fields", "sessions", "want"),
     [
         ({}, False, PLAIN),
-        ({"async_scheduling": True}, False, ALL),
-        ({"max_concurrency": 2}, False, ALL),
-        ({**BLIS_IMPLIED, "compat": "blis"}, False, ALL),
-        ({}, True, ALL),
+        ({"async_scheduling": True}, False, EXTRAS),
+        ({"max_concurrency": 2}, False, EXTRAS),
+        ({**BLIS_IMPLIED, "compat": "blis"}, False, EXTRAS),
+        ({}, True, EXTRAS),
         ({"enable_prefix_caching": True}, False, PLAIN),
         ({"preemption_mode": "swap"}, False, PLAIN),
         # several KV cache groups: with caching the group-by-group prefix cache
         ({"sliding_window": 64, "enable_prefix_caching": True}, False, ALL),
         ({"full_attention_groups": 2, "enable_prefix_caching": True}, False, ALL),
         ({"sliding_window": 64}, False, PLAIN),
+        ({"full_attention_groups": 2}, False, PLAIN),
         # priority scheduling and the mitigations of policies.py
-        ({"policy": "priority"}, False, ALL),
-        ({"victim": "least_progress"}, False, ALL),
+        ({"policy": "priority"}, False, EXTRAS),
+        ({"victim": "least_progress"}, False, EXTRAS),
         ({"victim": "youngest"}, False, PLAIN),
-        ({"anti_starvation": 2}, False, ALL),
-        ({"admission": "projected"}, False, ALL),
-        ({"adaptive_window": 50}, False, ALL),
+        ({"anti_starvation": 2}, False, EXTRAS),
+        ({"admission": "projected"}, False, EXTRAS),
+        ({"adaptive_window": 50}, False, EXTRAS),
+        # the heavy marker: drafts, a KV transfer, Mamba state (it implies extras)
+        ({"speculation": Speculation("ngram", 2, (0.7,))}, False, ALL),
+        ({"kv_transfer": KVTransfer(1_000, 5_000)}, False, ALL),
+        ({"mamba_groups": 1, "full_attention_groups": 1}, False, ALL),
+        ({"async_scheduling": True, "speculation": Speculation("ngram", 2, (0.7,))}, False, ALL),
     ],
 )
 def test_each_gated_feature_turns_the_marker_on(fields, sessions, want):
@@ -67,11 +75,15 @@ def test_each_gated_feature_turns_the_marker_on(fields, sessions, want):
 
 def test_the_variants_are_every_marker_the_configs_can_ask_for():
     seen = set()
-    for a, c, b, s in itertools.product((False, True), (0, 2), (False, True), (False, True)):
-        if a and b:
-            continue  # compat blis schedules in sync (config refuses both)
+    drafts = (None, Speculation("ngram", 2, (0.7,)))
+    flags = (False, True)
+    for a, c, b, s, d in itertools.product(flags, (0, 2), flags, flags, drafts):
+        if b and (a or d):
+            continue  # compat blis schedules in sync, without drafts (config refuses both)
         blis = {**BLIS_IMPLIED, "compat": "blis"} if b else {}
-        cfg = SchedulerConfig(num_gpu_blocks=100, async_scheduling=a, max_concurrency=c, **blis)
+        cfg = SchedulerConfig(
+            num_gpu_blocks=100, async_scheduling=a, max_concurrency=c, speculation=d, **blis
+        )
         seen.add(features_for([cfg], _workload(s)))
     assert seen == set(VARIANTS)
 
@@ -139,27 +151,26 @@ def _variant_of(name: str):
     return features_for([config_of(scn)], wl)
 
 
-def test_the_goldens_cover_both_variants():
+def test_the_goldens_cover_every_variant():
     assert {_variant_of(n) for n in SHORT} == set(VARIANTS)
     caching = {load(n)["scenario"]["enable_prefix_caching"] for n in SHORT}
     assert caching == {False, True}
 
 
-@pytest.mark.parametrize("name", [n for n in SHORT if _variant_of(n) == PLAIN])
-def test_a_plain_golden_runs_the_same_with_every_feature_compiled_in(name):
+@pytest.mark.parametrize("name", [n for n in SHORT if _variant_of(n) != ALL])
+def test_a_golden_runs_the_same_with_every_feature_compiled_in(name):
     """test_conformance checks each golden under its own variant; the plain
-    ones also run under ``ALL``, which must change nothing."""
+    and extras ones also run under ``ALL``, which must change nothing."""
     scn = load(name)["scenario"]
     assert kernel_steps(scn, ALL) == kernel_steps(scn)
 
 
 @pytest.mark.slow
-def test_both_variants_match_the_reference_on_seeded_cases():
+def test_every_variant_matches_the_reference_on_seeded_cases():
     """Seeded random cases (tests/test_crosscheck.py's generator): each under
-    the variant its configs need and, when that is ``PLAIN``, under ``ALL``
-    too; the kernel must match the reference engine step for step in both,
-    and each variant must meet preemption, a proven livelock, the fast path
-    and prefix caching."""
+    the variant its configs need and under ``ALL`` too; the kernel must match
+    the reference engine step for step in both, and each variant must meet
+    preemption, a proven livelock, the fast path and prefix caching."""
     rng = np.random.default_rng(20261204)
     wrng = np.random.default_rng(20261205)
     seen = {v: {"cases": 0, "preempted": 0, "livelocked": 0, "fast_path": 0} for v in VARIANTS}
@@ -202,7 +213,7 @@ def test_simulate_refuses_a_variant_without_a_feature_its_configs_use():
 
 def test_a_sweep_over_several_workloads_takes_the_markers_of_any():
     plain = SchedulerConfig(num_gpu_blocks=100)
-    assert features_for([plain], [_workload(False), _workload(True)]) == ALL
+    assert features_for([plain], [_workload(False), _workload(True)]) == EXTRAS
     assert features_for([plain], [_workload(False), _workload(False)]) == PLAIN
     assert features_for([plain], []) == PLAIN
 
@@ -223,8 +234,8 @@ def test_measured_step_times_turn_the_marker_on_where_the_latency_is_given():
     wl = _workload(False)
     lat = synthetic_latency()
     assert features_for([cfg], wl) == PLAIN
-    assert features_for([cfg], wl, lat) == ALL
-    assert features_for([cfg, cfg], wl, [lat, lat]) == ALL
+    assert features_for([cfg], wl, lat) == EXTRAS
+    assert features_for([cfg, cfg], wl, [lat, lat]) == EXTRAS
     with pytest.raises(ValueError, match="lack what these configs use"):
         simulate([cfg], wl, lat, features=PLAIN)
     found = search_max_rate([cfg], wl, lat, SLO(), SearchRange(lo=0.5, hi=2.0))

@@ -111,7 +111,7 @@ def test_the_compile_note_follows_the_kernel_that_compiles(monkeypatch, fleet, c
     if fleet:
         assert estimates == [[], []] and not re.search(r"\d", note)
     else:
-        per = sum(compile_time.PROBES_PER_KERNEL[(c, False)] for c in caching)
+        per = sum(compile_time.PROBES_PER_KERNEL[(c, 0)] for c in caching)
         assert estimates == [[round(0.1 * per)], [round(0.2 * per)]]
     monkeypatch.setattr(api, "kernels_status", lambda f, c, *a: "cached")
     assert api.compile_note(fleet, caching) == ""

@@ -25,20 +25,27 @@ import json, sys
 from planner import api
 from planner.config import SchedulerConfig
 from planner.kernel.compile_time import probe_seconds
+from planner.kernel.variant import VARIANTS
+from planner.speculative import Speculation
 from planner.workload.arrays import LengthDist, synthetic
-caching, extras = json.loads(sys.argv[1])
+caching, level = json.loads(sys.argv[1])
 probe = probe_seconds()
 d = LengthDist("constant", 32)
-cfg = SchedulerConfig(num_gpu_blocks=200, enable_prefix_caching=caching, async_scheduling=extras)
-api.simulate([cfg], synthetic(20, 10.0, d, d, seed=1))
+spec = Speculation("ngram", 2, (0.7,)) if level == 2 else None  # a heavy feature
+cfg = SchedulerConfig(num_gpu_blocks=200, enable_prefix_caching=caching,
+                      async_scheduling=level >= 1, speculation=spec)
+wl = synthetic(20, 10.0, d, d, seed=1)
+assert api.features_for([cfg], wl) == VARIANTS[level]
+api.simulate([cfg], wl)
 print(json.dumps({"probe_s": probe, "compile_cpu_s": sum(c for _, c in api.COMPILES),
                   "compile_wall_s": sum(w for w, _ in api.COMPILES)}))
 """
 
-VARIANTS = [(False, False), (False, True), (True, False), (True, True)]
+# (prefix caching, kernel.variant.level): plain, extras (async), heavy (async + n-gram drafts)
+VARIANTS = [(c, v) for c in (False, True) for v in (0, 1, 2)]
 
 
-def one(variant: tuple[bool, bool]) -> dict:
+def one(variant: tuple[bool, int]) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         out = subprocess.run(
@@ -52,12 +59,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    ratios: dict[tuple[bool, bool], list[float]] = {v: [] for v in VARIANTS}
+    ratios: dict[tuple[bool, int], list[float]] = {v: [] for v in VARIANTS}
     for _ in range(args.repeats):
         for v in VARIANTS:  # alternating, so drift hits every variant alike
             r = one(v)
             ratios[v].append(r["compile_cpu_s"] / r["probe_s"])
-            print(f"caching={v[0]!s:5} extras={v[1]!s:5} probe {r['probe_s']:.3f} s  "
+            print(f"caching={v[0]!s:5} level={v[1]} probe {r['probe_s']:.3f} s  "
                   f"compile {r['compile_cpu_s']:.1f} CPU-s {r['compile_wall_s']:.1f} s wall  "
                   f"ratio {ratios[v][-1]:.0f}", flush=True)  # fmt: skip
     for v, rs in ratios.items():

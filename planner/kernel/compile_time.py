@@ -19,16 +19,18 @@ import numpy as np
 from numba import njit
 
 # Cold compile CPU of one step-loop variant (with the compile-ahead child on
-# 2 cores, ``kernel.warm``) over the steady ``_probe`` compile's, by variant
-# (prefix caching, the gated extras of ``kernel.variant``). Measured with
-# ``tools/compile_calibration.py`` on 2026-12-07 (2-core x86-64 VM, Python
-# 3.11, Numba 0.68): medians of 3 cold runs each, alternating (probe about
-# 0.12 s).
+# 2 cores, ``kernel.warm``) over the steady ``_probe`` compile's, by variant:
+# (prefix caching, ``kernel.variant.level``: 0 plain, 1 extras, 2 extras and
+# heavy). Measured with ``tools/compile_calibration.py`` on 2026-12-07 (2-core
+# x86-64 VM, Python 3.11, Numba 0.68): medians of 3 cold runs each,
+# alternating (probe about 0.12 s).
 PROBES_PER_KERNEL = {
-    (False, False): 157.0,
-    (False, True): 343.0,
-    (True, False): 386.0,
-    (True, True): 662.0,
+    (False, 0): 157.0,
+    (False, 1): 343.0,
+    (False, 2): 343.0,
+    (True, 0): 386.0,
+    (True, 1): 662.0,
+    (True, 2): 662.0,
 }
 
 
@@ -63,9 +65,9 @@ def probe_seconds(repeats: int = 5) -> float:
     return min(took[2:])
 
 
-def estimate_cpu_s(variants: set[tuple[bool, bool]], probe_s: float | None = None) -> float:
+def estimate_cpu_s(variants: set[tuple[bool, int]], probe_s: float | None = None) -> float:
     """Estimated CPU seconds to compile the step-loop ``variants`` ((prefix
-    caching, extras) pairs) cold: ``probe_s`` (default: measured now,
+    caching, ``variant.level``) pairs) cold: ``probe_s`` (default: measured now,
     ``probe_seconds``) times ``PROBES_PER_KERNEL`` summed over them."""
     if probe_s is None:
         probe_s = probe_seconds()

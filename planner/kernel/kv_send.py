@@ -42,12 +42,13 @@ State: ``state.Remote``'s ``sq`` (a binary min-heap of the held requests on
 free); ``O_SEND_BLOCKS`` counts the blocks held,
 ``O_SEND_PEAK`` the most held at once (exact without prefix caching; with
 it, at most the blocks in use, as shared blocks count once per holder).
-Only configs with ``kv_transfer`` reach this module, through the ``extras``
+Only configs with ``kv_transfer`` reach this module, through the ``heavy``
 marker (``kernel/variant.py``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from planner import config as K
@@ -137,7 +138,7 @@ def release_read(st, x, k, p, now):
         k[S.O_SEND_BLOCKS] -= st.held[r]
         if p is not None:
             if p.slot_of[r] >= 0:
-                freed += PC.release(r, st.held[r], p, False)
+                freed += PC.release(r, st.held[r], p, np.bool_(False))
         else:
             freed += st.held[r]
         st.held[r] = 0

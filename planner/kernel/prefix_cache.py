@@ -476,11 +476,12 @@ def get_new_blocks(n, s, start, p):
     queue into entries start..start+n-1 of each KV cache group's row, group
     after group (``_take_blocks``)."""
     G = p.pc[GROUPS]
+    n, start = np.int64(n), np.int64(start)  # one signature of _take_blocks
     if G == 1:
-        _take_blocks(n, s, start, p)
+        _take_blocks(n, np.int64(s), start, p)
         return
     for row in range(s * G, s * G + G):
-        _take_blocks(n, row, start, p)
+        _take_blocks(n, np.int64(row), start, p)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -510,9 +511,10 @@ def lookup(r, nmax, bs, rq, p):
     r's first ``nmax`` full blocks (vLLM: ``max_hit_blocks``, within num_tokens
     - 1 tokens; compat blis: all prompt // block_size prompt blocks, BLIS's
     ``KVCacheState.GetCachedBlocks``, ``sim/kv/cache.go``). Returns (k, hits
-    still in the free queue). Several KV cache groups: ``_lookup_groups``."""
+    still in the free queue). Several KV cache groups: ``_lookup_groups``,
+    compiled only into the heavy variant (``variant.features_of``)."""
     if p.pc[GROUPS] != 1 or p.pc[SW_GROUPS] != 0:
-        return _lookup_groups(r, nmax, bs, rq, p)
+        return _lookup_groups_if(rq.features.heavy, r, nmax, bs, rq, p)
     n_req = p.slot_of.shape[0]
     maxb = p.table.shape[1]
     k = 0
@@ -555,6 +557,10 @@ def _lookup_groups(r, nmax, bs, rq, p):
             if b >= 0 and p.ref[b] == 0:
                 evictable += 1
     return n, evictable
+
+
+# (0, 0) below the heavy variant, where no config has several groups
+_lookup_groups_if = gated(_lookup_groups, (np.int64(0), np.int64(0)))
 
 
 @njit(cache=True, inline="always")
@@ -642,7 +648,7 @@ def cache_blocks(r, upto, bs, rq, p):
     one-group path of the S1 caching grid 1.4 times slower (LLVM inlined the
     large callee into it, and it stopped being inlined where it is hot)."""
     if p.pc[GROUPS] != 1 or p.pc[SW_GROUPS] != 0:
-        _cache_groups_if(rq.features.extras, r, upto, bs, rq, p)
+        _cache_groups_if(rq.features.heavy, r, upto, bs, rq, p)
     else:
         _cache_one(r, upto, bs, rq, p)
 
@@ -710,7 +716,7 @@ def free_blocks(s, n, p, blis):
     The row's entries are scratch afterwards: the unhashed blocks are parked
     at its top, which has already been read, until they go to the front.
     Returns the blocks that rejoined the free queue."""
-    return free_range(s, 0, n, p, blis)
+    return free_range(np.int64(s), np.int64(0), np.int64(n), p, np.bool_(blis))
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
@@ -754,7 +760,7 @@ def drop_window(r, lo, hi, p):
     for row in range(p.slot_of[r] * G, p.slot_of[r] * G + p.pc[SW_GROUPS]):
         for j in range(lo, hi):
             _publish_block(p.table[row, j], p)
-        freed += free_range(row, lo, hi, p, False)
+        freed += free_range(np.int64(row), np.int64(lo), np.int64(hi), p, np.bool_(False))
         p.table[row, lo:hi] = -1
     return freed
 
@@ -773,7 +779,7 @@ def release(r, held, p, blis):
             lo = 0
             while lo < held and p.table[row, lo] < 0:
                 lo += 1
-            freed += free_range(row, lo, held, p, blis)
+            freed += free_range(np.int64(row), np.int64(lo), np.int64(held), p, np.bool_(blis))
     p.slots[p.pc[FREE_SLOTS]] = s
     p.pc[FREE_SLOTS] += 1
     p.slot_of[r] = -1

@@ -6,7 +6,8 @@ waiting phase. The reference engine (``planner.reference``) implements the
 same rules one class at a time.
 
 Only configs with ``kv_transfer`` (``config.XFER``) reach this module, through
-the ``extras`` marker (``kernel/variant.py``): a plain run compiles none of it.
+the ``heavy`` marker (``kernel/variant.py``): a run without a KV transfer
+compiles none of it.
 State: ``state.Remote`` (``x``: ``pd``, the ``state.PD_*`` flags; ``xfer_ns``,
 when a load lands; ``xfer_tok``, the tokens it carries; ``hq``,
 ``kv_holding_waiting``, a ring buffer with ``O_HOLD_HEAD``/``O_HOLD_LEN``),
@@ -124,7 +125,7 @@ def start_load(cfg, rq, st, x, q, k, s, p, r, aside, n_aside):
     wm = cfg[K.WM_BLOCKS] if k[S.O_RUNNING_END] > 0 else 0
     nhit, evictable = 0, 0
     if p is not None:  # prefix caching: the local hit
-        nhit, evictable = PC.lookup(r, PC.max_hit_blocks(ntok, bs), bs, rq, p)
+        nhit, evictable = PC.lookup(np.int64(r), PC.max_hit_blocks(ntok, bs), bs, rq, p)
     c0 = nhit * bs
     external = rq.prompt[r] - c0
     full = blocks_for_tokens(ntok, mml, bs)
@@ -245,7 +246,7 @@ def drain_deferred(cfg, st, q, k, x, p):
             x.pd[r] &= ~np.int8(S.PD_DEFER)
             k[S.O_DEFER_BLOCKS] -= st.held[r]
             if p is not None and p.slot_of[r] >= 0:
-                freed += PC.release(r, st.held[r], p, False)
+                freed += PC.release(r, st.held[r], p, np.bool_(False))
             elif p is None:
                 freed += st.held[r]
             st.held[r] = 0

@@ -360,7 +360,7 @@ def _blis_last_slot(cfg, rq, st, k, p, r):
     if k[FREE] == 0:
         k[S.O_KV_ALLOC_FAILURES] += 1
         return 0
-    PC.get_new_blocks(1, p.slot_of[r], np.int64(st.held[r]), p)
+    PC.get_new_blocks(np.int64(1), p.slot_of[r], np.int64(st.held[r]), p)
     st.held[r] += 1
     return 1
 
@@ -376,7 +376,7 @@ def _mamba_groups(cfg):
     return cfg[K.GROUPS_MAMBA]
 
 
-# 0 in the plain variant: ``variant.features_of`` turns extras on for Mamba groups
+# 0 below the heavy variant: ``variant.features_of`` turns heavy on for Mamba groups
 _mamba_groups_if = gated(_mamba_groups, np.int64(0))
 
 
@@ -389,7 +389,7 @@ def _finish(r, t, cfg, rq, st, k, p):
     taken = 0
     if p is not None:  # compat blis implies prefix caching
         taken = _blis_last_slot_if(rq.features.extras, cfg, rq, st, k, p, r) if blis else 0
-    mamba = _mamba_groups_if(rq.features.extras, cfg)
+    mamba = _mamba_groups_if(rq.features.heavy, cfg)
     freed = _pool_blocks(cfg, st, r, mamba)  # its null blocks were never pool blocks
     if p is not None:
         if p.slot_of[r] >= 0:
@@ -404,9 +404,9 @@ def _finish_or_hold(r, t, cfg, rq, st, k, p, x):
     """``_finish``, but on a prefill instance a request the decode side
     reads keeps its blocks until the read completes (``delay_free_blocks``,
     ``kernel/kv_send.py``). Returns the change in free blocks."""
-    if _held_for_read_if(rq.features.extras, cfg, rq, r):
+    if _held_for_read_if(rq.features.heavy, cfg, rq, r):
         _finish_later(r, t, cfg, rq, st, k)
-        _hold_for_read_if(rq.features.extras, r, t, rq, st, x, k)
+        _hold_for_read_if(rq.features.heavy, r, t, rq, st, x, k)
         return 0
     return _finish(r, t, cfg, rq, st, k, p)
 
@@ -844,7 +844,7 @@ def _apply_decode_run(n, elapsed, first_dt, last_dt, gmax, cfg, rq, st, q, k, ih
             st.held[u] = nb
         if st.nout[u] >= rq.max_tokens[u] or rq.prompt[u] + st.nout[u] >= stop_len:
             if p is not None:  # prefix caching (simulate_one passes no cache without it)
-                freed += PC.release(r, st.held[u], p, False)
+                freed += PC.release(r, st.held[u], p, np.bool_(False))
             else:
                 freed += st.held[u]
             st.held[u] = 0
@@ -1042,7 +1042,7 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     k[S.O_MACRO_STEPS] += n
     if p is not None:
         if check:
-            _check_invariants(cfg, st, q, k, p, _mamba_groups_if(rq.features.extras, cfg))
+            _check_invariants(cfg, st, q, k, p, _mamba_groups_if(rq.features.heavy, cfg))
     elif check and used + k[FREE] != k[S.O_USABLE]:
         k[S.O_INVARIANT_ERRORS] += 1
     return True
@@ -1328,7 +1328,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     for j in range(vi, k[N_RUN] - 1):
         q.run[j] = q.run[j + 1]
     k[N_RUN] -= 1
-    _evict(cfg, v, st, k, s, p, _mamba_groups_if(rq.features.extras, cfg))
+    _evict(cfg, v, st, k, s, p, _mamba_groups_if(rq.features.heavy, cfg))
     # Async: output still in flight becomes stale (delivered, but it no longer
     # advances the request's counters).
     if st.infl[v] > 0 and st.stale[v] == 0:
@@ -1420,7 +1420,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
     # Loop-invariant settings read once (the loop writes other arrays, so the
     # compiler cannot keep cfg's entries in registers by itself).
     windowed, win, win2 = cfg[K.SW] > 0, _priced_window(cfg), cfg[K.PRICE_WIN2]
-    la = _lookahead_if(rq.features.extras, cfg)  # a drafter's lookahead KV slots
+    la = _lookahead_if(rq.features.heavy, cfg)  # a drafter's lookahead KV slots
     thr_now = s[THR_NOW]
     # The hot scalars live in locals during the walk (the counters array is
     # written back before a preemption, which updates it, and at the end).
@@ -1434,7 +1434,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
         if async_ and st.ph[u] > 0 and c0 + 2 - st.ph[u] >= rq.prompt[u] + rq.max_tokens[u]:
             i += 1
             continue
-        num_new = ntok + st.ph[u] - c0 + _drafts_if(rq.features.extras, st, u)
+        num_new = ntok + st.ph[u] - c0 + _drafts_if(rq.features.heavy, st, u)
         num_new = min(num_new, budget, mml - 1 - c0)
         if 0 < thr_now < num_new:
             num_new = thr_now
@@ -1454,7 +1454,7 @@ def _schedule_running(cfg, rq, st, q, o, s, p):
             s[BUDGET], k[FREE], k[N_RUN] = budget, free, n_run
             preempted_self = blocked = False
             while need > k[FREE]:
-                if defer_free and _in_flight_victim_if(rq.features.extras, cfg, rq, st, q, k):
+                if defer_free and _in_flight_victim_if(rq.features.heavy, cfg, rq, st, q, k):
                     blocked = True  # its blocks could not be freed at once
                     break
                 i, preempted_self = _preempt_one(cfg, rq, st, q, o, s, p, i, r)
@@ -1530,7 +1530,7 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
         if gate and asked_min - in_use_max + wm > k[FREE]:
             return 0, 0, 0, 0, -1
         nmax = rq.prompt[r] // bs if cfg[K.COMPAT] != 0 else PC.max_hit_blocks(ntok, bs)
-        nhit, evictable = PC.lookup(r, nmax, bs, rq, p)
+        nhit, evictable = PC.lookup(np.int64(r), nmax, bs, rq, p)  # one signature
         c0 = nhit * bs
         if cfg[K.DEFECT] != 0 and c0 == ntok:  # BLIS's full-hit defect
             if evictable > k[FREE]:
@@ -1538,7 +1538,7 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
             return c0, 0, 0, 0, 0
     num_new = ntok - c0
     if num_new == 1 and cfg[K.SPEC_K] > 0:  # speculative decoding: ``_padded``
-        num_new = _padded_if(rq.features.extras, cfg, q, st, s, c0, n_run_sched)
+        num_new = _padded_if(rq.features.heavy, cfg, q, st, s, c0, n_run_sched)
         if num_new < 0:
             return 0, 0, 0, 0, -1
     num_new = min(num_new, s[BUDGET])
@@ -1550,13 +1550,13 @@ def _admission_test(cfg, rq, st, q, k, s, p, r, n_run_sched):
     # entries (a sliding-window group's nulls among them).
     # A Mamba group asks one block (``MambaManager`` in mode "none": its
     # block_size is max_model_len, so cdiv(tokens, block_size) = 1).
-    mamba = _mamba_groups_if(rq.features.extras, cfg)
+    mamba = _mamba_groups_if(rq.features.heavy, cfg)
     asked = cfg[K.GROUPS_FULL] * max(full - nhit, 0) + mamba
     asked += cfg[K.GROUPS_SW] * max(min(full, cfg[K.SW_CAP]) - nhit, 0)
     if gate and asked + evictable + wm > k[FREE]:
         return 0, 0, 0, 0, -1
     # a drafter's lookahead slots (``allocate_slots``' num_lookahead_tokens)
-    total = blocks_for_tokens(c0 + num_new + _lookahead_if(rq.features.extras, cfg), mml, bs)
+    total = blocks_for_tokens(c0 + num_new + _lookahead_if(rq.features.heavy, cfg), mml, bs)
     need = (cfg[K.GROUPS_FULL] + cfg[K.GROUPS_SW]) * (total - nhit) + evictable
     need += mamba  # a waiting request holds no blocks
     if need + wm > k[FREE]:
@@ -1826,7 +1826,7 @@ def _step_time(cfg, cfgf, rq, k, s):
             cfg[K.LAT_KIND], ip, cfgf, p_tok, d_tok, s[ATTENDED], s[KV_TOUCHED], tab,
             s[ATTENDED_W], s[KV_W], s[N_SCHED], rq.features.extras,
         )  # fmt: skip
-        dt += _draft_step_ns_if(rq.features.extras, cfg, cfgf, s)  # EAGLE, MTP
+        dt += _draft_step_ns_if(rq.features.heavy, cfg, cfgf, s)  # EAGLE, MTP
     dt += s[SWAP_NS]
     k[CLOCK] += dt
     k[S.O_BUSY_NS] += dt
@@ -1883,7 +1883,7 @@ def _update_after_schedule(cfg, dt, rq, st, q, o, s):
         _log(o.events, k, k[STEPS] - 1, r, n, S.EV_SCHED)
         drafts = 0
         if spec:  # speculative decoding: ``_drafts_scheduled``
-            q.sspec[j] = _drafts_scheduled_if(rq.features.extras, cfg, st, u, c0 + n, known)
+            q.sspec[j] = _drafts_scheduled_if(rq.features.heavy, cfg, st, u, c0 + n, known)
             drafts = q.sspec[j] >> 5
         if async_:
             st.infl[u] += n
@@ -1899,7 +1899,7 @@ def _update_from_output(cfg, rq, st, q, o, s, p, x):
     max_tokens or the stop length, freeing its blocks at once. Speculative
     decoding: ``_update_from_output_spec``."""
     if cfg[K.SPEC_K] > 0:
-        _update_from_output_spec_if(rq.features.extras, cfg, rq, st, q, o, s, p, x)
+        _update_from_output_spec_if(rq.features.heavy, cfg, rq, st, q, o, s, p, x)
         return
     k = o.counters
     clock = k[CLOCK]
@@ -1940,7 +1940,7 @@ def _update_from_output_async(cfg, rq, st, q, o, s, p, x):
     spec = cfg[K.SPEC_K] > 0
     defer = cfg[K.XFER] != 0  # ``Scheduler.defer_block_free``: a KV consumer, async
     if k[S.O_DEFER_BLOCKS] > 0 and k[S.O_N_PEND] > 0:
-        k[FREE] += _drain_deferred_if(rq.features.extras, cfg, st, q, k, x, p)
+        k[FREE] += _drain_deferred_if(rq.features.heavy, cfg, st, q, k, x, p)
     thr = cfg[K.SPEC_T : K.SPEC_T + MAX_SPEC_TOKENS]
     memo = NO_GAPS
     for j in range(k[S.O_N_PEND]):
@@ -2140,30 +2140,30 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
     R = rq.prompt.shape[0]
     async_ = cfg[K.ASYNC] != 0
     xfer = cfg[K.XFER] != 0
-    mamba = _mamba_groups_if(rq.features.extras, cfg)
+    mamba = _mamba_groups_if(rq.features.heavy, cfg)
     routed = routing_open(k)
     while True:
         if routed and k[CLOCK] >= k[S.O_ROUTE_UNTIL]:
             return PAUSED  # the router first sends what arrived by now
         _arrivals(cfg, rq, st, q, k)
         if k[S.O_SEND_LEN] > 0 and not async_:  # the last step's output (kernel/kv_send.py)
-            k[FREE] += _release_read_if(rq.features.extras, st, x, k, p, k[CLOCK])
+            k[FREE] += _release_read_if(rq.features.heavy, st, x, k, p, k[CLOCK])
         if k[N_RUN] == 0 and k[WL] == 0 and k[S.O_HOLD_LEN] == 0:
             # Only finished requests can still have output in flight; as it
             # lands, the blocks it held return (``remote_kv.drain_deferred``).
             if k[S.O_DEFER_BLOCKS] > 0:
-                k[FREE] += _drain_deferred_if(rq.features.extras, cfg, st, q, k, x, p)
+                k[FREE] += _drain_deferred_if(rq.features.heavy, cfg, st, q, k, x, p)
             k[S.O_N_PEND] = 0
             if k[NXT] >= arrival_limit(cfg, k, R):
                 if routed:
                     return PAUSED  # idle until the router sends something
                 if k[S.O_SEND_LEN] > 0:  # the engine polls until the reads complete
-                    k[FREE] += _release_read_if(rq.features.extras, st, x, k, p, INT64_MAX)
+                    k[FREE] += _release_read_if(rq.features.heavy, st, x, k, p, INT64_MAX)
                 break  # all arrived (closed loop: a request waits for a release; none can come)
             nxt = st.entry_ns[st.order[k[NXT]]]
             k[CLOCK] = min(nxt, k[S.O_ROUTE_UNTIL]) if routed else nxt  # idle until then
             if k[S.O_SEND_LEN] > 0:  # the engine polls while blocks are held
-                k[FREE] += _release_read_if(rq.features.extras, st, x, k, p, k[CLOCK])
+                k[FREE] += _release_read_if(rq.features.heavy, st, x, k, p, k[CLOCK])
             continue
         if _past_horizon(cfg, k[CLOCK]):
             break
@@ -2183,27 +2183,26 @@ def run_steps(cfg, cfgf, rq, st, q, o, x, sc, p, ctl, macro, check):
         _begin_step(cfg, k, sc.step)
         _schedule_running(cfg, rq, st, q, o, sc.step, p)
         if sc.step[N_PRE] == 0 and xfer:  # a disaggregated decode side (remote_kv.py)
-            _schedule_waiting_pd_if(rq.features.extras, cfg, rq, st, x, q, o, sc, p)
+            _schedule_waiting_pd_if(rq.features.heavy, cfg, rq, st, x, q, o, sc, p)
         elif sc.step[N_PRE] == 0:
             _schedule_waiting(cfg, rq, st, q, o, sc, p)
         if sc.step[PREFILL] + sc.step[DECODE] == 0 and k[S.O_LOADS] + k[S.O_SEND_LEN] > 0:
-            dt = _load_wait_if(rq.features.extras, cfg, st, x, k, sc.step)
+            dt = _load_wait_if(rq.features.heavy, cfg, st, x, k, sc.step)
         else:
             dt = _step_time(cfg, cfgf, rq, k, sc.step)
         _update_after_schedule(cfg, dt, rq, st, q, o, sc.step)
         if xfer:  # requests no longer prefilling leave _inflight_prefills
-            _leave_inflight_if(rq.features.extras, rq, st, x, q, sc.step)
+            _leave_inflight_if(rq.features.heavy, rq, st, x, q, sc.step)
         if async_:
-            f = rq.features.extras
-            _update_from_output_async_if(f, cfg, rq, st, q, o, sc.step, p, x)
+            _update_from_output_async_if(rq.features.extras, cfg, rq, st, q, o, sc.step, p, x)
             if k[S.O_SEND_LEN] > 0:  # the landed output's finished_sending (kernel/kv_send.py)
-                k[FREE] += _release_read_if(f, st, x, k, p, sc.step[START])
+                k[FREE] += _release_read_if(rq.features.heavy, st, x, k, p, sc.step[START])
             if xfer:  # the loads the previous step's output reported become visible
-                _apply_landed_if(f, x, k, sc.step)
+                _apply_landed_if(rq.features.heavy, x, k, sc.step)
         else:
             _update_from_output(cfg, rq, st, q, o, sc.step, p, x)
         if k[S.O_LOADS] > 0:
-            _finish_loads_if(rq.features.extras, x, k, S.PD_LANDED if async_ else S.PD_RECV)
+            _finish_loads_if(rq.features.heavy, x, k, S.PD_LANDED if async_ else S.PD_RECV)
         if _end_step(cfg, st, q, o, sc.step, p, check, mamba):
             break
         if livelock_proven(cfg, st, q, k, p, sc.cycle):  # a state repeated (cycle.py)

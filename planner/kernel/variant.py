@@ -11,20 +11,22 @@ feature's code is reached through ``gated``: with a ``None`` marker the call
 compiles to a constant, and the feature's functions are never typed,
 compiled or loaded.
 
-Why one marker and not one per feature: every variant is a whole compile of
+Why two markers and not one per feature: every variant is a whole compile of
 the step loop (about 20 CPU-s on a 2-core machine, 2026-12-04), so a marker
 per feature would make a user who tries async, then closed loop, then
-compat blis wait for three compiles, and the test suite for eight. The plain
-variant (vLLM's sync scheduler, open loop) is the one sweeps and the README
-main job run; the marker's features are the rarer ones.
+compat blis wait for three compiles, and the test suite for dozens. The
+plain variant (vLLM's sync scheduler, open loop) is the one sweeps and the
+README main job run; ``extras`` holds the features with little code, which
+vLLM's default async scheduling needs; ``heavy`` the few whose code is most
+of a compile (below), and it implies ``extras``, so three variants.
 
-The marker is the union over one ``api.simulate`` call (a sweep passes its
+The markers are the union over one ``api.simulate`` call (a sweep passes its
 whole grid's, so all its chunks share one kernel). Inside the kernel each
 config still reads its own flags (``cfg[K.ASYNC]`` ...), so a run with the
 marker on computes exactly what it did before; the marker is off only when
 no config of the run can take a gated branch, so the constant is never the
 value a config sees (``tests/test_variants.py`` runs the reference
-cross-check under both values).
+cross-check under every variant).
 
 Prefix caching is the other compile-time choice, made per config: the prefix
 cache argument is ``None`` without it (``step.prefix_cache_of``).
@@ -45,47 +47,66 @@ from planner.latency.step_time import MEASURED
 
 ON = True  # a marker: some config of the run uses the feature
 
+# Two markers, so that vLLM's default server (prefix caching and async
+# scheduling on) does not compile the largest features' code: on 2026-12-07
+# the default ``plan run`` compiled 83 CPU-s, of which the disaggregated
+# decode side (``_schedule_waiting_pd`` and ``remote_kv``), speculative
+# decoding and the several-group prefix cache were about a third
+# (docs/speed.md).
+#
 # ``extras``: some config uses async scheduling (cfg[K.ASYNC] != 0:
 # ``step._update_from_output_async``), closed-loop clients or sessions
 # (cfg[K.CONC] > 0 or a workload with next turns: ``arrivals.answered``,
 # ``arrivals.release``), compat blis (cfg[K.COMPAT] != 0:
-# ``latency.blis_step_ns``, ``step._blis_last_slot``) or speculative
-# decoding (cfg[K.SPEC_K] != 0: ``step._update_from_output_spec``,
-# ``step._drafts``, ``step._padded``) or a disaggregated decode side
-# (cfg[K.XFER] != 0: ``step._schedule_waiting_pd``, ``kernel/remote_kv.py``)
-# or prefix caching with a sliding window or several KV cache groups
-# (``prefix_cache._cache_groups``) or Mamba state groups (cfg[K.GROUPS_MAMBA]
-# > 0: ``step._mamba_groups_if``) or measured step-time tables
-# (cfg[K.LAT_KIND] == MEASURED: ``step._measured_step_ns_if``; about 0.5 CPU-s
-# of the plain variant's cold compile, 2026-12-07) or priority scheduling
-# (cfg[K.POLICY] == 1) or a mitigation of ``policies.py`` (a victim other
-# than vLLM's FCFS tail, anti-starvation, projected admission, the adaptive
-# cap: ``step._pick_victim_if``, ``_projected_blocks_if``, ``_adapt_cap_if``).
-# None: none does.
-Features = namedtuple("Features", "extras")
+# ``latency.blis_step_ns``, ``step._blis_last_slot``), measured step-time
+# tables (cfg[K.LAT_KIND] == MEASURED: ``step._measured_step_ns_if``),
+# priority scheduling (cfg[K.POLICY] == 1) or a mitigation of
+# ``policies.py`` (a victim other than vLLM's FCFS tail, anti-starvation,
+# projected admission, the adaptive cap: ``step._pick_victim_if``,
+# ``_projected_blocks_if``, ``_adapt_cap_if``).
+# ``heavy``: some config uses speculative decoding (cfg[K.SPEC_K] != 0:
+# ``step._update_from_output_spec``, ``step._drafts``, ``step._padded``), a
+# KV transfer, either side of a disaggregated pair (cfg[K.XFER] != 0:
+# ``step._schedule_waiting_pd``, ``kernel/remote_kv.py``,
+# ``kernel/kv_send.py``), prefix caching with a sliding window or several KV
+# cache groups (``prefix_cache._cache_groups``) or Mamba state groups
+# (cfg[K.GROUPS_MAMBA] > 0: ``step._mamba_groups_if``). ``heavy`` implies
+# ``extras`` (``features_of``), so there are three variants, not four: a run
+# pays for the extras' small code whenever it needs the heavy code.
+# None: no config does.
+Features = namedtuple("Features", "extras heavy")
 
-PLAIN = Features(None)
-ALL = Features(ON)
-VARIANTS = (PLAIN, ALL)  # every value ``features_of`` can return
+PLAIN = Features(None, None)
+EXTRAS = Features(ON, None)
+ALL = Features(ON, ON)
+VARIANTS = (PLAIN, EXTRAS, ALL)  # every value ``features_of`` can return
 
 
 def features_of(cfg: np.ndarray, next_turn: np.ndarray) -> Features:
     """The markers of a run of configs ``cfg`` ((C, NCOLS) int64,
     ``config.pack_configs``) on a workload whose sessions' next turns are
-    ``next_turn`` ((R,) int32, -1 for none). Pure; raises nothing."""
+    ``next_turn`` ((R,) int32, -1 for none): one of ``VARIANTS``. Pure;
+    raises nothing."""
+    groups = (cfg[:, K.GROUPS_SW] > 0) | (cfg[:, K.GROUPS_FULL] > 1)
+    heavy = (cfg[:, K.SPEC_K] != 0) | (cfg[:, K.XFER] != 0) | (cfg[:, K.GROUPS_MAMBA] > 0)
+    if bool(np.any(heavy | ((cfg[:, K.CACHING] != 0) & groups))):
+        return ALL
     used = bool(np.any(cfg[:, K.ASYNC] != 0) or np.any(cfg[:, K.CONC] != 0))
     used = used or bool(np.any(cfg[:, K.COMPAT] != 0) or np.any(next_turn >= 0))
-    used = used or bool(np.any(cfg[:, K.SPEC_K] != 0) or np.any(cfg[:, K.XFER] != 0))
-    groups = (cfg[:, K.GROUPS_SW] > 0) | (cfg[:, K.GROUPS_FULL] > 1)
-    used = used or bool(np.any((cfg[:, K.CACHING] != 0) & groups))
-    used = used or bool(np.any(cfg[:, K.GROUPS_MAMBA] > 0))  # step._mamba_groups_if
     used = used or bool(np.any(cfg[:, K.LAT_KIND] == MEASURED))  # step._measured_step_ns_if
     # priority scheduling and the mitigations: step._pick_victim_if, _enqueue_sorted_if,
     # _projected_blocks_if, _adapt_cap_if
     mitigated = (cfg[:, K.VICTIM] != YOUNGEST) | (cfg[:, K.ANTI_STARVATION] > 0)
     mitigated |= (cfg[:, K.ADMISSION] != VANILLA) | (cfg[:, K.ADAPT_WINDOW] > 0)
     used = used or bool(np.any(mitigated | (cfg[:, K.POLICY] == 1)))
-    return ALL if used else PLAIN
+    return EXTRAS if used else PLAIN
+
+
+def level(f: Features) -> int:
+    """0, 1 or 2: the position of ``f`` in ``VARIANTS`` (how many markers are
+    on; ``heavy`` implies ``extras``). Raises ValueError for a marker pair
+    ``features_of`` never returns."""
+    return VARIANTS.index(f)
 
 
 def union(a: Features, b: Features) -> Features:
@@ -103,13 +124,16 @@ def describe(f: Features, caching: bool = False) -> str:
             "async scheduling",
             "closed loop",
             "compat blis",
-            "speculative decoding",
-            "a disaggregated decode side",
-            "prefix caching over several KV cache groups",
-            "Mamba state groups",
             "measured step-time tables",
             "priority scheduling",
             "the mitigation policies",
+        ]
+    if f.heavy is not None:
+        parts += [
+            "speculative decoding",
+            "KV transfer (disaggregated prefill/decode)",
+            "prefix caching over several KV cache groups",
+            "Mamba state groups",
         ]
     if not parts:
         return "plain"
@@ -120,7 +144,8 @@ def gated(fn: Callable, off: object = None) -> Callable:
     """``fn`` behind a marker: jitted code calls ``g(marker, *args)``, which is
     ``fn(*args)`` when ``marker`` is not None and the constant ``off`` when it
     is (``fn`` is then never typed or compiled). ``off`` must have the type
-    ``fn`` returns (None for a function returning nothing); callers only
+    ``fn`` returns (None for a function returning nothing; a tuple of
+    scalars for one returning a tuple); callers only
     reach ``g`` where a config's own flag says the feature is used, so with
     the marker off ``off`` is never a value a config sees. Jitted code only.
 
@@ -144,7 +169,7 @@ def gated(fn: Callable, off: object = None) -> Callable:
             def constant(context, builder, sig, vals):  # noqa: ANN001, ANN202
                 if off is None:
                     return context.get_dummy_value()
-                return context.get_constant(rtype, off)
+                return context.get_constant_generic(builder, rtype, off)
 
             return rtype(marker, star), constant
         inner = typingctx.resolve_function_type(fnty, args, {})

@@ -107,7 +107,7 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
         (CY.livelock_proven, (cfg, st, q, k, p, cyc)),
         (CY.after_fast_path, (cfg, k, cyc)),
     ]
-    if _field(rq, "features").types[0] != numba.types.none:  # variant.Features.extras
+    if _field(rq, "features").types[0] != numba.types.none:  # variant.Features.extras (async)
         child.append((ST._update_from_output_async, (cfg, rq, st, q, o, s, p, x)))
     here = [
         (ST._schedule_running, (cfg, rq, st, q, o, s, p)),
