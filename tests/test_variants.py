@@ -240,3 +240,14 @@ def test_measured_step_times_turn_the_marker_on_where_the_latency_is_given():
         simulate([cfg], wl, lat, features=PLAIN)
     found = search_max_rate([cfg], wl, lat, SLO(), SearchRange(lo=0.5, hi=2.0))
     assert np.isfinite(found.table["max_rate_scale"].iloc[0])
+
+
+def test_the_compile_estimate_covers_every_variant():
+    """``api.compile_note`` looks the variant up in ``PROBES_PER_KERNEL``: a
+    variant without a calibrated ratio would fail the first run that needs it."""
+    from planner.kernel.compile_time import PROBES_PER_KERNEL
+    from planner.kernel.variant import level
+
+    assert set(PROBES_PER_KERNEL) == {(c, level(v)) for c in (False, True) for v in VARIANTS}
+    with pytest.raises(ValueError):
+        level(type(PLAIN)(None, True))  # heavy without extras: features_of never returns it

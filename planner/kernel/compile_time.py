@@ -25,12 +25,12 @@ from numba import njit
 # x86-64 VM, Python 3.11, Numba 0.68): medians of 3 cold runs each,
 # alternating (probe about 0.12 s).
 PROBES_PER_KERNEL = {
-    (False, 0): 157.0,
-    (False, 1): 343.0,
-    (False, 2): 343.0,
-    (True, 0): 386.0,
-    (True, 1): 662.0,
-    (True, 2): 662.0,
+    (False, 0): 154.0,
+    (False, 1): 204.0,
+    (False, 2): 304.0,
+    (True, 0): 305.0,
+    (True, 1): 377.0,
+    (True, 2): 556.0,
 }
 
 
