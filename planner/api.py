@@ -23,7 +23,15 @@ from planner.kernel.compile_time import estimate_cpu_s
 from planner.kernel.fleet import simulate_fleet
 from planner.kernel.routers import PREFIX_AFFINITY
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
-from planner.kernel.variant import PLAIN, Features, describe, features_of, level, union
+from planner.kernel.variant import (
+    PLAIN,
+    VARIANTS,
+    Features,
+    describe,
+    features_of,
+    level,
+    union,
+)
 from planner.kernel.warm import compile_ahead, compile_loop, variant_lock
 from planner.latency.step_time import Latency, LinearLatency
 from planner.slo import SLO
@@ -386,9 +394,12 @@ def simulate(
 
 def _kernel_features(used: Features, given: Features | None) -> Features:
     """The markers the kernel is compiled with: ``given`` (None: ``used``).
-    Raises ValueError when ``given`` lacks a feature the configs use."""
+    Raises ValueError when ``given`` is not one of ``kernel.variant.VARIANTS``
+    or lacks a feature the configs use."""
     if given is None:
         return used
+    if given not in VARIANTS:
+        raise ValueError(f"features={given} is not a kernel variant: one of {VARIANTS}")
     if union(used, given) != given:
         raise ValueError(f"features={given} lack what these configs use: a kernel {describe(used)}")
     return given

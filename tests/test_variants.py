@@ -209,6 +209,11 @@ def test_simulate_refuses_a_variant_without_a_feature_its_configs_use():
     wl = _workload(False)
     with pytest.raises(ValueError, match="lack"):
         simulate([SchedulerConfig(num_gpu_blocks=100, async_scheduling=True)], wl, features=PLAIN)
+    with pytest.raises(ValueError, match="lack"):
+        spec = Speculation("ngram", 2, (0.7,))
+        simulate([SchedulerConfig(num_gpu_blocks=100, speculation=spec)], wl, features=EXTRAS)
+    with pytest.raises(ValueError, match="not a kernel variant"):  # heavy without extras
+        simulate([SchedulerConfig(num_gpu_blocks=100)], wl, features=type(PLAIN)(None, True))
 
 
 def test_a_sweep_over_several_workloads_takes_the_markers_of_any():
