@@ -1491,8 +1491,8 @@ class Engine:
             refs += sum(len(blocks) for blocks in sched.deferred_frees)
             cnt = pool.ref_cnt
             in_use = len(cnt) - cnt.count(0)
-            held = in_use + pool.num_free() != pool.num_usable or refs != sum(cnt)
-            if held or min(cnt, default=0) < 0:
+            unbalanced = in_use + pool.num_free() != pool.num_usable or refs != sum(cnt)
+            if unbalanced or min(cnt, default=0) < 0:
                 self.invariant_errors += 1
             self.steps.append(
                 StepRecord(

@@ -3,13 +3,13 @@
 Why: Numba compiles a jitted function once per argument-type signature, and
 every branch it types, whether or not a config ever takes it: the step loop
 of a plain run compiled async scheduling's output path, closed-loop clients
-and BLIS compatibility too (issue 34). Here those features sit behind one
-*marker*, ``True`` when some config of the run uses one of them and ``None``
-when none does; it travels as ``state.Requests.features``, so it is part of
-the argument types and Numba compiles (and caches) one kernel per marker. A
-feature's code is reached through ``gated``: with a ``None`` marker the call
-compiles to a constant, and the feature's functions are never typed,
-compiled or loaded.
+and BLIS compatibility too (issue 34). Here those features sit behind
+*markers* (``extras`` and ``heavy``, below), each ``True`` when some config
+of the run uses one of its features and ``None`` when none does; they travel
+as ``state.Requests.features``, so they are part of the argument types and
+Numba compiles (and caches) one kernel per variant. A feature's code is
+reached through ``gated``: with a ``None`` marker the call compiles to a
+constant, and the feature's functions are never typed, compiled or loaded.
 
 Why two markers and not one per feature: every variant is a whole compile of
 the step loop (about 20 CPU-s on a 2-core machine, 2026-12-04), so a marker

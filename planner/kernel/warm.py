@@ -107,7 +107,8 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
         (CY.livelock_proven, (cfg, st, q, k, p, cyc)),
         (CY.after_fast_path, (cfg, k, cyc)),
     ]
-    if _field(rq, "features").types[0] != numba.types.none:  # variant.Features.extras (async)
+    extras = _field(rq, "features").types[0] != numba.types.none  # variant.Features.extras
+    if extras:  # async scheduling's output path
         child.append((ST._update_from_output_async, (cfg, rq, st, q, o, s, p, x)))
     here = [
         (ST._schedule_running, (cfg, rq, st, q, o, s, p)),
@@ -119,7 +120,7 @@ def phase_signatures(types: tuple, made: tuple | None = None) -> tuple[list, lis
         (ST._step_time, (cfg, cfgf, rq, k, s)),
         (ST._begin_step, (cfg, k, s)),
     ]
-    if _field(rq, "features").types[0] != numba.types.none:  # variant.Features.extras
+    if extras:  # the adaptive cap
         here.append((ST._adapt_cap, (cfg, k)))
     return child, here
 
