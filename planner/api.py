@@ -146,7 +146,11 @@ class SimResult:
 
 
 def kernel_status(
-    num_configs: int, fleet: bool = False, caching: bool = False, features: Features = PLAIN
+    num_configs: int,
+    fleet: bool = False,
+    caching: bool = False,
+    features: Features = PLAIN,
+    clients: bool = False,
 ) -> str:
     """Whether the kernel ``simulate`` uses is ``'loaded'`` (compiled in this
     process), ``'cached'`` (in Numba's on-disk cache: the next call loads it),
@@ -154,7 +158,9 @@ def kernel_status(
 
     Configs run ``step.run_steps`` (``simulate_one``; several at once in a
     thread pool: ``num_configs`` does not change the kernel); configs with
-    replicas (``fleet``) run ``kernel.fleet.simulate_fleet``. Each is compiled
+    replicas (``fleet``) run ``kernel.fleet.simulate_fleet``, compiled with
+    the closed loop's code when a fleet has closed-loop clients
+    (``clients``). Each is compiled
     once per kernel variant: without and with prefix caching (``caching``; the
     prefix cache argument is None or not: ``step.prefix_cache_of``) and per
     set of feature markers (``features``, ``kernel.variant``; in the
@@ -169,6 +175,8 @@ def kernel_status(
         args = getattr(sig, "args", sig)
         rq = args[0].types[2] if fleet else args[2]  # simulate_fleet: kx = (cfg, cfgf, rq, ...)
         has_cache = not isinstance(args[pos], numba.types.NoneType)
+        if fleet and isinstance(args[-1], numba.types.NoneType) == clients:
+            return False  # the other closed-loop setting
         return has_cache == caching and rq.types[-1] == marks
 
     if any(variant(sig) for sig in fn.signatures):
@@ -181,11 +189,13 @@ def kernel_status(
     return "cached" if cached else "cold"
 
 
-def kernels_status(fleet: bool, caching: Iterable[bool], features: Features = PLAIN) -> str:
+def kernels_status(
+    fleet: bool, caching: Iterable[bool], features: Features = PLAIN, clients: bool = False
+) -> str:
     """``kernel_status`` of every kernel variant a run needs (``caching``: the
-    values its configs take; ``features``: the run's markers): the least
-    ready of them."""
-    states = {kernel_status(1, fleet, c, features) for c in set(caching)}
+    values its configs take; ``features``: the run's markers; ``clients``:
+    a fleet has closed-loop clients): the least ready of them."""
+    states = {kernel_status(1, fleet, c, features, clients) for c in set(caching)}
     for state in ("cold", "unknown", "cached"):
         if state in states:
             return state
@@ -193,7 +203,10 @@ def kernels_status(fleet: bool, caching: Iterable[bool], features: Features = PL
 
 
 def compile_note(
-    fleet: bool = False, caching: Iterable[bool] = (False,), features: Features = PLAIN
+    fleet: bool = False,
+    caching: Iterable[bool] = (False,),
+    features: Features = PLAIN,
+    clients: bool = False,
 ) -> str:
     """A one-line note when a kernel variant ``simulate`` will use is neither
     compiled in this process nor in Numba's on-disk cache
@@ -203,7 +216,7 @@ def compile_note(
     calibrated); the caller measures the real one and says it after
     (``compiled_note``)."""
     caching = set(caching)
-    if kernels_status(fleet, caching, features) != "cold":
+    if kernels_status(fleet, caching, features, clients) != "cold":
         return ""
     which = "replicas' " if fleet else ""
     both = " (each prefix-caching setting compiles its own)" if len(caching) > 1 else ""
@@ -252,9 +265,10 @@ def compile_note_for(
     features=features)`` will run (None: ``features_for(configs, workload,
     latency)``)."""
     fleet = any(c.replicas > 1 for c in configs)
+    clients = any(c.replicas > 1 and c.max_concurrency > 0 for c in configs)
     if features is None:
         features = features_for(configs, workload, latency)
-    return compile_note(fleet, {c.enable_prefix_caching for c in configs}, features)
+    return compile_note(fleet, {c.enable_prefix_caching for c in configs}, features, clients)
 
 
 def entry_times_ns(
@@ -728,6 +742,7 @@ def _run_fleets(
     (about half of the fleet kernel's compile time)."""
     ctl = np.zeros(1, dtype=np.int64)
     starts, sizes, conc, think = fleets
+    clients = True if bool((conc > 0).any()) else None  # simulate_fleet compiles the closed loop
     _compile_if_cold(kx[0], kx[1], kx[2], S.State(*kx[3:]), check_invariants, loop=False)
 
     per = scratch_sizes(kx[0], kx[2])
@@ -739,7 +754,7 @@ def _run_fleets(
         bufs = tuple(b[: n * e].reshape(n, e) for b, e in zip(arenas.get(), per, strict=True))
         simulate_fleet(
             kx, starts[f], sizes[f], conc[f], think[f], keys, ctl, fast_path, check_invariants,
-            caching_marker(kx[0][starts[f]]), bufs,
+            caching_marker(kx[0][starts[f]]), bufs, clients,
         )  # fmt: skip
         if on_config is not None:
             on_config(1)

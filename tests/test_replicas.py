@@ -389,3 +389,25 @@ def test_prefix_affinity_without_a_cache_is_refused(capsys):
         capsys, "run", "--num-requests", "5", "--replicas", "2", "--router", "prefix_affinity"
     )
     assert code == 2 and "--enable-prefix-caching" in err and err.count("\n") == 1, err
+
+
+def test_the_fleet_kernel_is_compiled_per_closed_loop_setting():
+    """``simulate_fleet`` compiles the closed loop's code only for runs with
+    closed-loop clients (its ``clients`` argument), and ``kernel_status``
+    tells the two apart: a closed-loop fleet run leaves that kernel loaded,
+    and mixing open and closed fleets in one run serves both right."""
+    from planner import api
+    from planner.kernel.fleet import simulate_fleet
+
+    wl = synthetic(
+        40, 2.0, LengthDist("constant", 64), LengthDist("constant", 16), arrival="offline"
+    )
+    base = SchedulerConfig(num_gpu_blocks=400, max_num_seqs=8, replicas=2)
+    closed = replace(base, max_concurrency=4)
+    simulate([closed], wl)
+    assert api.kernel_status(1, True, False, clients=True) == "loaded"
+    assert "bool" in {str(sig[-1]) for sig in simulate_fleet.signatures}  # with the closed loop
+    both = simulate([base, closed], wl).metrics()
+    alone = [simulate([c], wl).metrics().iloc[0] for c in (base, closed)]
+    for got, want in zip(both.itertuples(), alone, strict=True):
+        assert (got.completed, got.e2e_s_mean) == (want["completed"], want["e2e_s_mean"])

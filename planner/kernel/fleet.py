@@ -181,35 +181,19 @@ def _send(kx, lo, dest, r, t, closed):
 
 
 @njit(cache=True, inline="always")
-def _finish(kx, lo, n_rep, rp, ctl, macro, check):
-    """Routing is over: every replica runs to its end."""
+def _end_routing(kx, lo, n_rep):
+    """Routing is over: no replica pauses for the router any more."""
     o = kx[5]
     for i in range(n_rep):
-        o.counters[lo + i, S.O_ROUTE_UNTIL] = -1
+        o.counters[lo + i, S.O_ROUTE_UNTIL] = NO_UNTIL
         o.counters[lo + i, S.O_ROUTE_MORE] = 0
-        if not rp.ended[i]:
-            _advance(kx, lo, i, NO_UNTIL, rp, ctl, macro, check)
 
 
 @njit(cache=True, inline="always")
-def _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching, bufs):
-    """Open loop: before each send (at its arrival) every replica advances to
-    that time; then the router chooses (module docstring)."""
+def _arrival(kx, lo, r):
+    """Stream request r's arrival (ns): its entry less the queueing delay."""
     cfg, rq, st = kx[0], kx[2], kx[3]
-    stream = st.order[lo].copy()
-    rp = _start(kx, lo, n_rep, keys[3], caching, bufs)
-    rng = np.uint64(cfg[lo, K.ROUTER_SEED])
-    for j in range(rq.prompt.shape[0]):
-        r = stream[j]
-        t = st.entry_ns[lo, r] - queue_delay(cfg[lo], rq.prompt[r])  # its arrival
-        for i in range(n_rep):
-            if not rp.ended[i]:
-                _advance(kx, lo, i, t, rp, ctl, macro, check)
-        if ctl[0] != 0:
-            break
-        dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
-        _send(kx, lo, dest, r, t, OPEN)
-    _finish(kx, lo, n_rep, rp, ctl, macro, check)
+    return st.entry_ns[lo, r] - queue_delay(cfg[lo], rq.prompt[r])
 
 
 @njit(cache=True, inline="always")
@@ -277,11 +261,9 @@ def _send_time(kx, lo, stream, j, conc, think, cl):
     """When the client sends stream request j: its scheduled arrival, and for
     j >= N no earlier than think time after the (j - N + 1)-th answer
     (``arrivals.release``); INT64_MAX while that answer is not final."""
-    cfg, rq, st = kx[0], kx[2], kx[3]
     if j >= stream.shape[0]:
         return INT64_MAX
-    r = stream[j]
-    t = st.entry_ns[lo, r] - queue_delay(cfg[lo], rq.prompt[r])  # its scheduled arrival
+    t = _arrival(kx, lo, stream[j])  # its scheduled arrival
     if j < conc:
         return t
     if cl.counts[N_FINAL] < j - conc + 1:
@@ -289,66 +271,12 @@ def _send_time(kx, lo, stream, j, conc, think, cl):
     return max(t, later_by(cl.final[j - conc], think))
 
 
-@njit(cache=True, inline="always")
-def _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching, bufs):
-    """Closed-loop clients through the router: an answer in any replica
-    frees a client, whose next request goes through the router. Send times
-    depend on answers, so the replicas advance in lockstep: the replica that
-    acts first takes one step; before it, every send due by then is routed,
-    once the answers it waits for are final (``_finalize``). The decode fast
-    path is off (each step is one call). Livelock proofs: with one replica as
-    a lone server's (only its own finish can send more); with several, only
-    after the last send (another replica's finish could send one more), so
-    replicas that all cycle before then end at ``max_steps``."""
-    cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
-    R = rq.prompt.shape[0]
-    stream = st.order[lo].copy()
-    rp = _start(kx, lo, n_rep, keys[3], caching, bufs)
-    cl = Clients(
-        np.empty(R, np.int64), np.empty(R, np.int64), np.empty(R, np.int64),
-        np.empty(R, np.int64), np.zeros(3, np.int64),
-    )  # fmt: skip
-    rng = np.uint64(cfg[lo, K.ROUTER_SEED])
-    j = 0
-    while ctl[0] == 0:
-        m, first = INT64_MAX, -1
-        for i in range(n_rep):
-            e = INT64_MAX if rp.ended[i] else _event_time(kx, lo + i)
-            if e < m:
-                m, first = e, i
-        _finalize(cl, m)
-        t = _send_time(kx, lo, stream, j, conc, think, cl)
-        if t < INT64_MAX and t <= m:
-            r = stream[j]
-            dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
-            _send(kx, lo, dest, r, t, CLOSED)
-            if front_end_rejects(rq.prompt[r], rq.max_tokens[r], cfg[lo, K.MML]):
-                # the front end rejects it on entry: answered then
-                _add_answer(cl, st.entry_ns[lo + dest, r])
-            else:
-                n = cl.counts[N_FLIGHT]
-                cl.fl_r[n], cl.fl_rep[n] = r, dest
-                cl.counts[N_FLIGHT] += 1
-            j += 1
-            continue
-        if first < 0 or j == R:
-            break  # all sent, or nothing runs and nothing can be sent
-        if n_rep == 1:  # only its own finish can send more: its livelock is provable
-            o.counters[lo, S.O_ROUTE_MORE] = t < INT64_MAX or cl.counts[N_PEND] > 0
-        _advance(kx, lo, first, m + 1, rp, ctl, macro, check)
-        _collect_answers(kx, lo, first, cl)
-    _finish(kx, lo, n_rep, rp, ctl, macro, check)
-    for i in range(n_rep):
-        _collect_answers(kx, lo, i, cl)
-    o.counters[lo, S.O_RELEASED] = cl.counts[N_FINAL] + cl.counts[N_PEND]  # every answer
-
-
 @njit(cache=True, nogil=True)
-def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, caching, bufs):
+def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, caching, bufs, clients):
     """Simulate one fleet: replicas on rows lo..lo+n_rep-1 of every array of
-    ``kx`` = (cfg (C, NCOLS), cfgf, rq, st, q, o), the kernel's inputs and
-    ``state.allocate`` records, rows identical per fleet. Row lo's ``order``
-    holds the stream by arrival, ties by id; every replica row's
+    ``kx`` = (cfg (C, NCOLS), cfgf, rq, st, q, o, x), the kernel's inputs
+    and ``state.allocate`` records, rows identical per fleet. Row lo's
+    ``order`` holds the stream by arrival, ties by id; every replica row's
     ``entry_ns`` the same entry times. ``conc`` > 0: closed-loop clients
     (the replicas' own CONC column is 0: each serves what it is sent) with
     ``think`` ns between an answer and the next send. ``keys`` = (key_off
@@ -357,11 +285,116 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
     ``caching``: None without prefix caching, else True (the step loop is
     compiled for each: ``step.prefix_cache_of``). ``bufs``: the thread's
     reused scratch (``kernel/arena.py``), (n_rep, entries) int32, int32 and
-    int64 arrays, a row per replica (``step.scratch_sizes``)."""
+    int64 arrays, a row per replica (``step.scratch_sizes``). ``clients``:
+    True when some fleet of the run has closed-loop clients, else None (a
+    compile-time choice, as ``caching``: Numba prunes the closed loop's
+    code for None; the replicas' own rows carry no CONC, so the kernel
+    variant's markers do not say it).
+
+    Open loop: before each send (at its arrival) every replica advances to
+    that time; then the router chooses (module docstring). Closed loop: an
+    answer in any replica frees a client, whose next request goes through
+    the router; send times depend on answers, so the replicas advance in
+    lockstep: the replica that acts first takes one step; before it, every
+    send due by then is routed, once the answers it waits for are final
+    (``_finalize``). The decode fast path is off there (each step is one
+    call). Livelock proofs: with one replica as a lone server's (only its
+    own finish can send more); with several, only after the last send
+    (another replica's finish could send one more), so replicas that all
+    cycle before then end at ``max_steps``. After the last send (or a stop)
+    every replica runs to its end.
+
+    ``run_steps`` is called at two places (``_advance``, inlined): while
+    routing and in the run to the end. Numba links the step loop into this
+    module and LLVM optimizes it again with every inlined call site: the
+    four sites before (an advance and a run to the end, in the open and in
+    the closed loop) compiled the plain variant in 15.3-18.9 CPU-s, these
+    two in 9.2-10.2 (2-core machine, the lone server's kernel cached,
+    2026-12-07; docs/speed.md). One site compiled in 7.5, but fleets then
+    ran 8% slower (LLVM optimizes a function with one caller differently),
+    so the run to the end keeps its own."""
+    cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
+    closed = conc > 0
     # ``macro`` stays a runtime bool (a literal False would make Numba compile
     # the whole step loop a second time for it).
-    macro = fast_path_allowed(kx[0][lo], row(kx[5], lo), use_macro) and conc == 0
-    if conc > 0:
-        _closed_loop(kx, lo, n_rep, conc, think, keys, ctl, macro, check, caching, bufs)
-        return
-    _open_loop(kx, lo, n_rep, keys, ctl, macro, check, caching, bufs)
+    macro = fast_path_allowed(cfg[lo], row(o, lo), use_macro) and not closed
+    stream = st.order[lo].copy()
+    n_req = stream.shape[0]
+    rp = _start(kx, lo, n_rep, keys[3], caching, bufs)
+    n_cl = n_req if closed else 0
+    cl = Clients(
+        np.empty(n_cl, np.int64), np.empty(n_cl, np.int64), np.empty(n_cl, np.int64),
+        np.empty(n_cl, np.int64), np.zeros(3, np.int64),
+    )  # fmt: skip
+    rng = np.uint64(cfg[lo, K.ROUTER_SEED])
+    routing = n_req > 0
+    if not routing:
+        _end_routing(kx, lo, n_rep)
+    t = _arrival(kx, lo, stream[0]) if routing and not closed else NO_UNTIL
+    j, i = 0, 0  # the next stream request to send; the next replica to advance
+    while True:
+        if routing and ctl[0] != 0:  # stopped: every replica runs to its end
+            routing, i = False, 0
+            _end_routing(kx, lo, n_rep)
+        if not routing:
+            while i < n_rep and rp.ended[i]:
+                i += 1
+            if i == n_rep:
+                break  # every replica has run to its end
+            _advance(kx, lo, i, NO_UNTIL, rp, ctl, macro, check)
+            if closed:
+                _collect_answers(kx, lo, i, cl)
+            i += 1
+            continue
+        elif clients is not None and closed:
+            m, first = INT64_MAX, -1
+            for c in range(n_rep):
+                e = INT64_MAX if rp.ended[c] else _event_time(kx, lo + c)
+                if e < m:
+                    m, first = e, c
+            _finalize(cl, m)
+            t = _send_time(kx, lo, stream, j, conc, think, cl)
+            if t < INT64_MAX and t <= m:
+                r = stream[j]
+                dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
+                _send(kx, lo, dest, r, t, CLOSED)
+                if front_end_rejects(rq.prompt[r], rq.max_tokens[r], cfg[lo, K.MML]):
+                    # the front end rejects it on entry: answered then
+                    _add_answer(cl, st.entry_ns[lo + dest, r])
+                else:
+                    n = cl.counts[N_FLIGHT]
+                    cl.fl_r[n], cl.fl_rep[n] = r, dest
+                    cl.counts[N_FLIGHT] += 1
+                j += 1
+                continue
+            if first < 0 or j == n_req:  # all sent, or nothing runs and nothing can be sent
+                routing, i = False, 0
+                _end_routing(kx, lo, n_rep)
+                continue
+            if n_rep == 1:  # only its own finish can send more: its livelock is provable
+                o.counters[lo, S.O_ROUTE_MORE] = t < INT64_MAX or cl.counts[N_PEND] > 0
+            nxt, until = first, m + 1
+        elif i < n_rep:  # open loop: replica i advances to request j's arrival t
+            if rp.ended[i]:
+                i += 1
+                continue
+            nxt, until = i, t
+            i += 1
+        else:  # open loop: every replica is at request j's arrival: route it
+            r = stream[j]
+            dest, rng = _choose(kx, lo, n_rep, j, r, t, rp, keys, rng)
+            _send(kx, lo, dest, r, t, OPEN)
+            j, i = j + 1, 0
+            if j < n_req:
+                t = _arrival(kx, lo, stream[j])
+            else:
+                routing = False
+                _end_routing(kx, lo, n_rep)
+            continue
+        _advance(kx, lo, nxt, until, rp, ctl, macro, check)
+        if closed:
+            _collect_answers(kx, lo, nxt, cl)
+    if closed:
+        for c in range(n_rep):
+            _collect_answers(kx, lo, c, cl)
+        o.counters[lo, S.O_RELEASED] = cl.counts[N_FINAL] + cl.counts[N_PEND]  # every answer
