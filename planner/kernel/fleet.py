@@ -308,11 +308,11 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
     routing and in the run to the end. Numba links the step loop into this
     module and LLVM optimizes it again with every inlined call site: the
     four sites before (an advance and a run to the end, in the open and in
-    the closed loop) compiled the plain variant in 15.3-18.9 CPU-s, these
-    two in 9.2-10.2 (2-core machine, the lone server's kernel cached,
-    2026-12-07; docs/speed.md). One site compiled in 7.5, but fleets then
-    ran 8% slower (LLVM optimizes a function with one caller differently),
-    so the run to the end keeps its own."""
+    the closed loop) compiled the plain variant in 14.2-18.9 CPU-s, these
+    two in 8.3-10.2 (2-core machine, the lone server's kernel cached,
+    2026-12-07; ``tools/fleet_speed.py``, docs/speed.md). One site compiled
+    in 7.5, but open-loop fleets then ran 8% slower (cause not found), so
+    the run to the end keeps its own."""
     cfg, rq, st, o = kx[0], kx[2], kx[3], kx[5]
     closed = conc > 0
     # ``macro`` stays a runtime bool (a literal False would make Numba compile
