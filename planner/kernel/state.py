@@ -126,8 +126,9 @@ NOUT_I = 51
     ATTENDED_W,  # ATTENDED bounded by PRICE_WIN2 (a hybrid's sliding layers, roofline)
     KV_W,  # KV_TOUCHED bounded by PRICE_WIN2
     WAITED,  # 1: nothing scheduled while KV loads were in flight (the step waited for one)
-) = range(17)
-NSTEP = 17
+    NO_RUN_NEXT,  # 1: the decode run just taken ended where the next step cannot allocate
+) = range(18)
+NSTEP = 18
 
 # ``ReqState.pd`` flags (disaggregated decode side, ``planner.kv_transfer``).
 PD_REMOTE = 1  # its KV comes from a prefill instance (``do_remote_prefill``), load not started
