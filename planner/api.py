@@ -57,7 +57,11 @@ class SimResult:
     (C, R) when configs were given their own arrivals;
     ``state``: the ``kernel.state.State`` after the run, one row per config
     (a fleet's replicas merged: ``replicas.merge``); ``fleet``: the replicas'
-    own rows when any config ran behind a router, else None.
+    own rows when any config ran behind a router, else None; ``sent``: (C, R)
+    bool, the requests each row was sent, given when the rows are replicas
+    (``replica_metrics``: a replica serves what the router sent it, whatever
+    its fleet's closed-loop clients), else None (``metrics.sent_mask``
+    derives it).
     """
 
     configs: list[SchedulerConfig]
@@ -67,6 +71,7 @@ class SimResult:
     arrival_ns: np.ndarray
     state: S.State
     fleet: FleetRun | None = None
+    sent: np.ndarray | None = None
 
     def metrics(self, slo: SLO | None = None) -> pd.DataFrame:
         """One row per config: see ``planner.metrics.summarize`` (``slo`` adds
@@ -90,13 +95,15 @@ class SimResult:
             return df
         lay = self.fleet.layout
         arr = self.arrival_ns if self.arrival_ns.ndim == 1 else self.arrival_ns[lay.rows]
+        rows = RP.replica_rows(self.fleet.state, lay)
         sub = SimResult(
             [self.configs[i] for i in lay.rows],
             [self.latencies[i] for i in lay.rows],
             self.workload,
             self.cfg[lay.rows],
             arr,
-            RP.replica_rows(self.fleet.state, lay),
+            rows,
+            sent=rows.req.entry_ns < INT64_MAX,  # what the router sent each replica
         )
         df = summarize(sub, slo).drop(columns=["never_sent"]).copy()  # defragmented
         df.insert(0, "replica", np.arange(lay.num_rows) - lay.starts[lay.rows])

@@ -679,7 +679,11 @@ def sent_mask(res: SimResult) -> np.ndarray:
     """(C, R) bool: requests their client sent during the run. All of an
     open-loop workload; closed loop, the first N and one per answer; sessions,
     first turns and the turns after a finished one. Requests never sent have
-    no latency (they count in neither percentiles nor SLO misses)."""
+    no latency (they count in neither percentiles nor SLO misses). A
+    replica's rows (``SimResult.replica_metrics``) carry what the router sent
+    them (``SimResult.sent``)."""
+    if getattr(res, "sent", None) is not None:
+        return res.sent
     st, cfg = res.state, res.cfg
     r = st.req.entry_ns.shape[1]
     out = st.req.entry_ns < np.iinfo(np.int64).max

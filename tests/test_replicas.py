@@ -411,3 +411,28 @@ def test_the_fleet_kernel_is_compiled_per_closed_loop_setting():
     alone = [simulate([c], wl).metrics().iloc[0] for c in (base, closed)]
     for got, want in zip(both.itertuples(), alone, strict=True):
         assert (got.completed, got.e2e_s_mean) == (want["completed"], want["e2e_s_mean"])
+
+
+def test_each_replica_of_closed_loop_clients_counts_its_own_requests():
+    """Per-replica latency counts the requests the router sent that replica,
+    closed loop as open: each replica's mean TTFT equals the mean of the
+    whole fleet's per-request TTFT over its own requests (before, a
+    closed-loop fleet's first replica counted requests it never got as
+    unserved: TTFT p99 8.5 s against 0.013 s for its requests)."""
+    from planner import replicas as RP
+    from planner.metrics import per_request
+
+    wl = synthetic(
+        40, 2.0, LengthDist("constant", 200), LengthDist("constant", 50), arrival="constant"
+    )
+    for conc in (0, 8):
+        cfg = SchedulerConfig(num_gpu_blocks=4000, max_num_seqs=16, replicas=2,
+                              max_concurrency=conc)  # fmt: skip
+        res = simulate([cfg], wl)
+        per = res.replica_metrics()
+        rows = RP.replica_rows(res.fleet.state, res.fleet.layout)
+        ttft = per_request(res)["ttft"][0]  # the merged fleet's, per request
+        for i in range(2):
+            mine = rows.req.entry_ns[i] < np.iinfo(np.int64).max
+            assert mine.sum() == per["requests_sent"][i] == per["completed"][i]
+            assert per["ttft_s_mean"][i] == pytest.approx(ttft[mine].mean(), rel=1e-9)
