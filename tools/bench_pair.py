@@ -58,13 +58,15 @@ CASES = (
 BIG = ("S1 grid 64 (4,096 configs), plain", "64", "0", 1)
 
 
-def _cpu(python: str, side: str, caching: str, repeats: int) -> float:
+def child_cpu(python: str, child: str, *args: str) -> float:
+    """CPU seconds a child script prints on its last line, run by ``python``
+    with one Numba thread (also ``tools/fleet_speed.py``'s)."""
     env = dict(os.environ, NUMBA_NUM_THREADS="1")
     # From a neutral directory: ``python -c`` puts the working directory first
     # on sys.path, so run inside a checkout it would import that checkout's
     # planner instead of the venv's.
     out = subprocess.run(
-        [python, "-c", CHILD, side, caching, str(repeats)],
+        [python, "-c", child, *args],
         env=env,
         cwd=tempfile.gettempdir(),
         check=True,
@@ -72,6 +74,10 @@ def _cpu(python: str, side: str, caching: str, repeats: int) -> float:
         text=True,
     ).stdout
     return float(out.strip().splitlines()[-1])
+
+
+def _cpu(python: str, side: str, caching: str, repeats: int) -> float:
+    return child_cpu(python, CHILD, side, caching, str(repeats))
 
 
 def main() -> None:

@@ -25,9 +25,8 @@ kernels of both installs (they recompile on their next use).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import tempfile
+
+from bench_pair import child_cpu as _cpu  # tools/ is the script's folder
 
 COMPILE = r"""
 import glob, os, sys, time
@@ -78,19 +77,6 @@ print(best)
 
 COMPILE_CASES = (("plain", "open"), ("plain", "closed"), ("default", "open"), ("default", "closed"))
 RUN_CASES = ("lone", "open", "closed")
-
-
-def _cpu(python: str, child: str, *args: str) -> float:
-    """CPU seconds the child script prints (its last line)."""
-    out = subprocess.run(
-        [python, "-c", child, *args],
-        env=dict(os.environ, NUMBA_NUM_THREADS="1"),
-        cwd=tempfile.gettempdir(),
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return float(out.strip().splitlines()[-1])
 
 
 def main() -> None:
