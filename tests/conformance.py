@@ -3,6 +3,7 @@ in the kernel and the reference engine, as comparable per-step records."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -31,6 +32,14 @@ def golden_names() -> list[str]:
 def load(name: str) -> dict:
     with gzip.open(GOLDEN / f"{name}.json.gz", "rt") as f:
         return json.load(f)
+
+
+@functools.cache
+def scenario(name: str) -> dict:
+    """Golden ``name``'s scenario, parsed once per process (read it, do not
+    change it): test modules filter their parameters on it while pytest
+    collects them, in every xdist worker."""
+    return load(name)["scenario"]
 
 
 def config_of(scn: dict) -> SchedulerConfig:

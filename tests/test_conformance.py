@@ -18,6 +18,7 @@ from conformance import (
     kernel_steps,
     load,
     reference_steps,
+    scenario,
 )
 
 NAMES = golden_names()
@@ -43,7 +44,7 @@ def test_golden_scenarios_cover_the_issue():
         for _, c in s["new"] + s["resumed"]
         if c > 0
     }
-    assert any(load(n)["scenario"]["async_scheduling"] for n in hits)
+    assert any(scenario(n)["async_scheduling"] for n in hits)
 
 
 @pytest.mark.slow
@@ -162,7 +163,7 @@ def test_golden_disaggregated_decode_scenarios_cover_the_issue():
     recomputes locally: resumed from 0), prefix caching shortening loads,
     priority, loads held back by an in-flight prefill's reservation, and the
     one-block-short livelock."""
-    golds = {n: load(n) for n in NAMES if load(n)["scenario"].get("kv_transfer")}
+    golds = {n: load(n) for n in NAMES if scenario(n).get("kv_transfer")}
     assert len(golds) >= 10
     scns = [g["scenario"] for g in golds.values()]
     assert {s["enable_prefix_caching"] for s in scns} == {True, False}
@@ -282,7 +283,7 @@ def test_prefix_caching_with_sliding_windows_needs_each_rule(monkeypatch):
     from planner import reference as R
 
     names = [n for n in NAMES if n.startswith(("swa_caching_", "hyb_caching_"))]
-    golds = {n: load(n) for n in names if load(n)["scenario"]["mode"] == "steps"}
+    golds = {n: load(n) for n in names if scenario(n)["mode"] == "steps"}
     assert len(golds) >= 20
     scns = [g["scenario"] for g in golds.values()]
     assert all(s["enable_prefix_caching"] and s["sliding_window"] for s in scns)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conformance import config_of, golden_names, load, workload_of
+from conformance import config_of, golden_names, load, scenario, workload_of
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_crosscheck import _linear_for_compat, configs, latencies, workloads
@@ -44,9 +44,7 @@ def assert_same_results(a, b, skip: tuple[str, ...] = ()) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name", [n for n in golden_names() if not load(n)["scenario"].get("kv_transfer")]
-)
+@pytest.mark.parametrize("name", [n for n in golden_names() if not scenario(n).get("kv_transfer")])
 def test_golden_scenarios_through_the_replica_path(name):
     gold = load(name)
     scn = gold["scenario"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conformance import first_difference, golden_names, golden_steps, kernel_steps, load
+from conformance import first_difference, golden_names, golden_steps, kernel_steps, load, scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -265,7 +265,7 @@ def test_spec_goldens_cover_the_rules():
     accepted and none; preemption of requests holding drafts; prefix-cache
     re-admission; padding (a waiting request with one token left scheduled
     with k invalid drafts); drafts cut by the token budget; a proven livelock."""
-    golds = [load(n) for n in golden_names() if load(n)["scenario"].get("speculative")]
+    golds = [load(n) for n in golden_names() if scenario(n).get("speculative")]
     assert len(golds) >= 10
     assert {g["scenario"]["async_scheduling"] for g in golds} == {False, True}
     rates = {tuple(g["scenario"]["speculative"]["acceptance"]) for g in golds}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conformance import config_of, golden_names, kernel_steps, load, workload_of
+from conformance import config_of, golden_names, kernel_steps, load, scenario, workload_of
 from numba import njit
 from test_crosscheck import _random_case
 
@@ -146,17 +146,19 @@ SHORT = [n for n in golden_names() if not n.startswith(("s1_exact", "swa_s1_time
 
 
 def _variant_of(name: str):
-    scn = load(name)["scenario"]
+    scn = scenario(name)
     wl, _, _ = workload_of(scn)
     return features_for([config_of(scn)], wl)
 
 
+@pytest.mark.slow  # loads and packs every golden (about 10 s)
 def test_the_goldens_cover_every_variant():
     assert {_variant_of(n) for n in SHORT} == set(VARIANTS)
-    caching = {load(n)["scenario"]["enable_prefix_caching"] for n in SHORT}
+    caching = {scenario(n)["enable_prefix_caching"] for n in SHORT}
     assert caching == {False, True}
 
 
+@pytest.mark.slow  # about 1 s per golden; test_conformance runs each in its own variant
 @pytest.mark.parametrize("name", [n for n in SHORT if _variant_of(n) != ALL])
 def test_a_golden_runs_the_same_with_every_feature_compiled_in(name):
     """test_conformance checks each golden under its own variant; the plain
