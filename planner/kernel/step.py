@@ -548,6 +548,34 @@ def _blocks_needed_after(n, run, n_run, ncomp, held, mml, bs):
 
 
 @njit(cache=True, inline="always")
+def _decodes_one(u, ntok, async_, pro_rata, st):
+    """Whether running request ``u`` (``ntok`` prompt + output tokens) takes
+    exactly one plain decode token in the next step, the fast path's test per
+    request: sync, one token not yet computed; async, its previous step's
+    token in flight and nothing else; and with a pro-rata step time
+    (``pro_rata``: roofline, measured) no re-decode of preempted output left,
+    whose waste is only attributed step by step."""
+    if async_:
+        if st.ph[u] != 1 or st.infl[u] != 1 or st.ncomp[u] != ntok:
+            return False
+    elif ntok - st.ncomp[u] != 1:
+        return False
+    return not (pro_rata and st.hw[u] > st.ncomp[u])
+
+
+@njit(cache=True, inline="always")
+def _head_admitted(cfg, rq, st, k, head, hits, free):
+    """Whether the waiting phase would admit the head ``head`` now, with
+    ``hits`` of its blocks cached and in use and ``free`` free blocks
+    (``_head_blocked`` under the config's flags)."""
+    bs = cfg[K.BS]
+    return not _head_blocked(
+        head, rq.prompt[head] + st.nout[head], st.ncomp[head] + hits * bs, k[N_RUN], free,
+        k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, cfg[K.MML], bs,
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
 def _decode_scan(cfg, rq, st, q, k, hist, p):
     """The fast path's per-request test: every running request decodes exactly
     one token (async: has exactly the previous step's token in flight).
@@ -568,16 +596,9 @@ def _decode_scan(cfg, rq, st, q, k, hist, p):
         r = q.run[i]
         u = uidx(r)
         ntok = rq.prompt[u] + st.nout[u]
-        if async_:
-            if st.ph[u] != 1 or st.infl[u] != 1 or st.ncomp[u] != ntok:
-                return 0, 0, 0, 0, False, 0
-            f = min(rq.max_tokens[u] - st.nout[u], stop_len - ntok) - 1
-        else:
-            if ntok - st.ncomp[u] != 1:
-                return 0, 0, 0, 0, False, 0
-            f = min(rq.max_tokens[u] - st.nout[u], stop_len - ntok)
-        if pro_rata and st.hw[u] > st.ncomp[u]:
-            return 0, 0, 0, 0, False, 0  # re-decode waste is only attributed step by step
+        if not _decodes_one(u, ntok, async_, pro_rata, st):
+            return 0, 0, 0, 0, False, 0
+        f = min(rq.max_tokens[u] - st.nout[u], stop_len - ntok) - (1 if async_ else 0)
         # First of the next steps that needs a new block; then one every bs steps.
         j1 = st.held[u] * bs - st.ncomp[u] + 1
         if p is not None:  # prefix caching
@@ -642,10 +663,7 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
                 h = nhit - evictable
             else:
                 h = min(PC.shareable_blocks(head, bs, rq, p.pc[PC.LOOK]), nmax)
-    if head >= 0 and not _head_blocked(
-        head, rq.prompt[head] + st.nout[head], st.ncomp[head] + h * bs, n_run, free - need1 + h,
-        k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0, mml, bs,
-    ):  # fmt: skip
+    if head >= 0 and _head_admitted(cfg, rq, st, k, head, h, free - need1 + h):
         # Projected admission can still refuse it; the projection is fixed
         # while nothing is admitted or finishes.
         admission = cfg[K.ADMISSION]
@@ -1030,11 +1048,12 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     if routing_open(k):  # the router reads this replica's state at its next send
         next_entry = min(next_entry, k[S.O_ROUTE_UNTIL])
     head = q.wq[k[WH]] if k[WL] > 0 else -1
-    if p is None and head >= 0 and cfg[K.ADMISSION] == VANILLA and not _head_blocked(
-        head, rq.prompt[head] + st.nout[head], st.ncomp[head], n_run, k[FREE] - n_run,
-        k[S.O_SEQS], cfg[K.MNBT], cfg[K.THR], cfg[K.WM_BLOCKS], cfg[K.GATE] != 0,
-        cfg[K.MML], cfg[K.BS],
-    ):  # fmt: skip
+    if (
+        p is None
+        and head >= 0
+        and cfg[K.ADMISSION] == VANILLA
+        and _head_admitted(cfg, rq, st, k, head, 0, k[FREE] - n_run)
+    ):
         # The head is admitted even if every running request takes a block
         # this step (``_head_blocked`` only refuses for fewer free blocks), so
         # ``_decode_run_length`` would fail at its head test after scanning
