@@ -1,4 +1,6 @@
-"""Where Numba caches the compiled kernel: a folder keyed by the kernel's sources.
+"""Numba's environment, set before Numba loads: where it caches the compiled
+kernel (a folder keyed by the kernel's sources) and whether its thread count
+is usable (``threads_problem``).
 
 Numba's on-disk cache (``@njit(cache=True)``) checks only the time stamp of
 the file that defines each jitted function. The step loop compiles the
@@ -54,6 +56,30 @@ def default_base(env: dict[str, str] | os._Environ[str] = os.environ) -> Path:
         return Path(env[ENV_BASE])
     xdg = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "vllm-capacity-planner" / "numba"
+
+
+THREADS_ENV = "NUMBA_NUM_THREADS"  # Numba's own setting: its kernel threads
+
+
+def threads_problem(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """One line saying why ``$NUMBA_NUM_THREADS`` is unusable, or None (unset,
+    or a whole number >= 1). Numba reads it once, when it is imported
+    (``numba/core/config.py``): it raises ValueError with a traceback for 0
+    or less, and only warns, then uses every core, for text ``int`` cannot
+    parse, so the ``plan`` command asks before Numba loads."""
+    value = env.get(THREADS_ENV)
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n >= 1:
+        return None
+    return (
+        f"{THREADS_ENV}={value!r}: expected a whole number >= 1 (kernel threads); "
+        "unset it to use every core"
+    )
 
 
 def configure(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:

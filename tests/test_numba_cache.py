@@ -59,3 +59,19 @@ def test_the_kernel_loads_with_the_keyed_folder(tmp_path):
     )
     expected = tmp_path / "vllm-capacity-planner/numba" / numba_cache.source_key()
     assert out.stdout.strip() == str(expected)
+
+
+def test_a_thread_count_numba_cannot_use_is_named_before_numba_loads():
+    assert numba_cache.threads_problem({}) is None
+    assert numba_cache.threads_problem({"NUMBA_NUM_THREADS": "3"}) is None
+    for bad in ("0", "-1", "abc", "", "2.5"):
+        assert "NUMBA_NUM_THREADS" in numba_cache.threads_problem({"NUMBA_NUM_THREADS": bad})
+    # Numba raises with a traceback at import for 0 (and only warns for text): the
+    # command says one line, exit 2, before Numba loads.
+    env = {**os.environ, "NUMBA_NUM_THREADS": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "planner.cli", "models"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("plan: error: NUMBA_NUM_THREADS='0'")
+    assert done.stderr.count("\n") == 1 and not done.stdout

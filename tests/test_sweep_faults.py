@@ -100,7 +100,20 @@ def interrupted(capsys, spec, tmp_path, monkeypatch, reference) -> Path:
     assert code == 130, err
     assert len(list((out / store.CHUNKS).glob("chunk-*.parquet"))) == NUM_CHUNKS
     assert not (out / store.DATA).exists()
+    assert f"{NUM_CHUNKS} finished chunks in {out}; rerun with --resume" in err, err
     return out
+
+
+def test_an_interrupt_before_any_chunk_says_there_is_nothing_to_resume(
+    capsys, spec, tmp_path, monkeypatch
+):
+    def stop(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store, "write_chunk", stop)
+    out = tmp_path / "early"
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(out), *CHUNK)
+    assert code == 130 and "before any chunk was written" in err and "--resume" not in err, err
 
 
 def sweep_cmd(spec: Path, out: Path, *extra: str) -> list[str]:

@@ -185,6 +185,9 @@ def test_the_picture_is_drawn_and_a_bad_name_is_one_line(capsys, tmp_path):
     assert png.stat().st_size > 20_000 and png.read_bytes()[:4] == b"\x89PNG"
     code, _, err = run_cli(capsys, *args, "--plot", str(tmp_path / "v.jpg"))
     assert code == 2 and "--plot" in err and err.count("\n") == 1
+    # refused before the replay, and before the note on the step time it would take
+    code, _, err = run_cli(capsys, *args[:4], "--plot", str(tmp_path / "v.txt"))
+    assert code == 2 and err.startswith("plan: error: --plot") and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize(

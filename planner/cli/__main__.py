@@ -1,5 +1,5 @@
 """``python -m planner.cli``: the ``plan`` command."""
 
-from planner.cli.commands import main
+from planner.cli import main
 
 main()

@@ -22,7 +22,7 @@ from planner.cli import options as opt
 from planner.cli.calibrate import register as register_calibrate
 from planner.cli.capacity import register as register_capacity_commands
 from planner.cli.capacity import warn
-from planner.cli.errors import InputError, os_error_line, os_error_reason
+from planner.cli.errors import EXIT_BAD_INPUT, InputError, os_error_line, os_error_reason
 from planner.cli.inert import reject_inert
 from planner.cli.maxrate import register as register_max_rate
 from planner.cli.models import register as register_model_commands
@@ -32,11 +32,10 @@ from planner.cli.run import register as register_run
 from planner.cli.size import register as register_size
 from planner.cli.validate import register as register_validate
 from planner.inert import BENCH_RULES
+from planner.sweep import store
 from planner.sweep.report import Lines
 from planner.text import count
 from planner.workload.arrays import WorkloadError
-
-EXIT_BAD_INPUT = 2
 
 
 class _HelpGroup(typer.core.TyperGroup):
@@ -124,9 +123,7 @@ def sweep(
             executor.value, address, dask_workers,
         )  # fmt: skip
     except KeyboardInterrupt:
-        raise opt.Interrupted(
-            f"interrupted; finished chunks are in {dest}; rerun with --resume to continue"
-        ) from None
+        raise opt.Interrupted(_interrupted(dest)) from None
     wall = time.perf_counter() - t0
     if not ran:
         report.print(f"{dest / 'data.parquet'} is already complete ({count(len(df), 'config')})")
@@ -365,6 +362,14 @@ def command() -> click.Command:
     on a 2-core machine (2026-12-06), which each in-process call (the tests',
     thousands) paid again."""
     return typer.main.get_command(app)
+
+
+def _interrupted(dest: Path) -> str:
+    """What an interrupted ``plan sweep`` left in ``dest`` and how to go on."""
+    n = store.finished_chunks(dest)
+    if n == 0:
+        return "interrupted before any chunk was written; rerun the same command to start again"
+    return f"interrupted; {count(n, 'finished chunk')} in {dest}; rerun with --resume to continue"
 
 
 def main(argv: list[str] | None = None) -> None:

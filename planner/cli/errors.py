@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+EXIT_BAD_INPUT = 2  # the exit status of every bad input (``planner.cli.commands.main``)
+
 
 class InputError(Exception):
     """Bad user input, reported as one line."""

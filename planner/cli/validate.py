@@ -21,6 +21,7 @@ from rich.table import Table
 from planner import bounds, resolve
 from planner.cli import options as opt
 from planner.cli import server
+from planner.cli.errors import InputError
 from planner.cli.inert import given
 from planner.cli.json_out import print_json
 from planner.cli.result_folder import check_result_folder
@@ -102,6 +103,8 @@ def validate(
 
     if out is not None:
         check_result_folder(out, VALIDATE_FILES, "plan validate result")  # before any work
+    if plot is not None and plot.suffix.lower() != ".png":  # before any work or note
+        raise InputError(f"--plot: expected a .png file name, got {str(plot)!r}")
     r = v.read_run(run)
     eng = r.engine
     if int(eng.get("pipeline_parallel_size") or 1) > 1:
@@ -248,12 +251,11 @@ def dp_notes(dp: int, lat: Any) -> list[str]:
 
 
 def _plot(path: Path, r: Any, predicted: dict, title: str) -> None:
-    """``plots.validate.validate_png`` for this run; a bad path is one line."""
-    from planner.cli.errors import InputError, os_error_reason
+    """``plots.validate.validate_png`` for this run (``path`` a .png name,
+    checked before the replay); an unwritable path is one line."""
+    from planner.cli.errors import os_error_reason
     from planner.plots.validate import validate_png
 
-    if path.suffix.lower() != ".png":
-        raise InputError(f"--plot: expected a .png file name, got {str(path)!r}")
     measured = {"ttft_s": r.ttft_s, "e2e_s": r.e2e_s}
     try:
         validate_png(r.arrival_s, measured, predicted, title, path)
@@ -272,7 +274,7 @@ def _write_folder(folder: Path, record: dict, r: Any, predicted: dict) -> None:
     holding anything else was refused before the replay."""
     import pandas as pd
 
-    from planner.cli.errors import InputError, os_error_reason
+    from planner.cli.errors import os_error_reason
     from planner.cli.json_out import dumps
     from planner.sweep.store import atomic_write_bytes
 

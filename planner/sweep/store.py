@@ -218,6 +218,16 @@ def read_manifest(out: Path) -> Manifest | None:
     return Manifest.model_validate_json(p.read_bytes())
 
 
+def finished_chunks(out: Path) -> int:
+    """Chunks the manifest in ``out`` records as written (0 with no folder, no
+    manifest or one that cannot be read): what ``--resume`` would keep."""
+    try:
+        manifest = read_manifest(out)
+    except (OSError, ValueError):
+        return 0
+    return 0 if manifest is None else len(manifest.chunks)
+
+
 def write_manifest(out: Path, manifest: Manifest) -> None:
     """Replace ``out/_manifest.json`` atomically."""
     text = manifest.model_dump_json(indent=1)
