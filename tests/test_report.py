@@ -272,6 +272,27 @@ def test_a_plan_run_json_file_gets_a_page_that_says_what_it_lacks(capsys, tmp_pa
     _refused(capsys, tmp_path / "old.json", "did not record its version")
 
 
+@pytest.mark.parametrize(
+    "field,value,says",
+    [
+        ("completed", "many", "completed: Input should be a valid integer"),
+        ("outcome", "fine", "outcome: expected one of ok, churning"),
+        ("ttft_s_p99", -5, "ttft_s_p99: Input should be greater than or equal to 0"),
+        ("overloaded", "no", "overloaded: Input should be a valid boolean"),
+        ("num_gpu_blocks", 0, "num_gpu_blocks: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_run_record_edited_out_of_shape_is_one_line(capsys, tmp_path, field, value, says):
+    """What the page shows is checked as plan run writes it (hostile pass)."""
+    code, out, err = run_cli(capsys, "run", "--num-requests", "5", "--json")
+    assert code == 0, err
+    rec = json.loads(out)
+    assert field in rec
+    rec[field] = value
+    (tmp_path / "edited.json").write_text(json.dumps(rec))
+    _refused(capsys, tmp_path / "edited.json", says)
+
+
 def test_an_interrupted_sweep_is_one_line(capsys, tmp_path):
     folder = tmp_path / "cut"
     folder.mkdir()

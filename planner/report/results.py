@@ -25,6 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from planner.metrics import OUTCOMES
 
 SWEEP_DATA = "data.parquet"
 SWEEP_MANIFEST = "_manifest.json"
@@ -170,12 +173,62 @@ def _size(folder: Path) -> Result:
     return Result("size", folder, version, facts, answer, table, missing=missing)
 
 
+Count = Field(default=None, ge=0)  # a whole number >= 0, or absent / null
+Amount = Field(default=None, ge=0.0)  # a number >= 0 (rates, seconds), or absent / null
+
+
+class RunRecord(BaseModel):
+    """The fields of a ``plan run`` record (``run.json`` or ``--json``) that
+    the page shows, with the types ``plan run`` writes (strict: no strings
+    for numbers, no numbers for flags); the rest pass unchecked."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    planner_version: str
+    outcome: str | None = None
+    overloaded: bool | None = None
+    meets_slo: bool | None = None
+    completed: int | None = Count
+    preemptions: int | None = Count
+    num_gpu_blocks: int | None = Field(default=None, ge=1)
+    replicas: int | None = Field(default=None, ge=1)
+    throughput_rps: float | None = Amount
+    output_tps: float | None = Amount
+    offered_rps: float | None = Amount
+    ttft_s_p99: float | None = Amount
+    tpot_s_p99: float | None = Amount
+    itl_s_p99: float | None = Amount
+    e2e_s_p99: float | None = Amount
+
+    @field_validator("outcome")
+    @classmethod
+    def _known(cls, v: str | None) -> str | None:
+        if v is not None and v not in OUTCOMES:
+            raise ValueError(f"expected one of {', '.join(OUTCOMES)}")
+        return v
+
+
+def _checked_run(record: dict, path: Path) -> None:
+    """Raise ReportError (one line, naming the field) unless ``record`` is a
+    ``RunRecord``."""
+    try:
+        RunRecord.model_validate(record)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "record"
+        msg = err["msg"].removeprefix("Value error, ")  # pydantic's prefix
+        raise ReportError(
+            f"{path}: {where}: {msg} (got {err.get('input')!r}); not as plan run wrote it"
+        ) from None
+
+
 def _run(where: Path) -> Result:
     """A ``plan run --out`` folder, or a ``plan run --json`` file (its
     distributions and time series then missing, and said so)."""
     path = where / RUN_RESULT if where.is_dir() else where
     record = _json(path)
     version = _version(record, path, "rerun plan run --out")
+    _checked_run(record, path)
     if not where.is_dir():
         why = "a plan run --json file alone has none; plan run --out DIR keeps them"
         missing = [f"latency distributions and the run over time ({why})"]
