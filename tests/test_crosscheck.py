@@ -633,6 +633,7 @@ def _matched_without_errors(cfgs, wl, lat):  # noqa: ANN001, ANN202
         yield c, eng, oi
 
 
+@pytest.mark.slow  # 6.5 s; the pd_* goldens run in the fast subset
 def test_seeded_decode_side_cases_match_the_reference():
     """150 seeded disaggregated decode sides x 3 configs: kernel == reference
     step for step, blocks conserved, and the cases reach loads that wait for
@@ -771,6 +772,7 @@ def _with_ngram(rng: np.random.Generator, cfg: SchedulerConfig) -> SchedulerConf
     return replace(cfg, speculation=spec, max_num_batched_tokens=mnbt)
 
 
+@pytest.mark.slow  # 4.3 s; the pd_prefill goldens run in the fast subset
 def test_seeded_prefill_side_cases_match_the_reference():
     """150 seeded disaggregated prefill sides x 3 configs: kernel == reference
     step for step with blocks held for the decode side's read

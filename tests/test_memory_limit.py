@@ -58,6 +58,7 @@ def test_a_million_config_axis_is_refused_before_it_is_built(tmp_path: Path, ext
     assert peak < 2**30, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB limit"
 
 
+@pytest.mark.slow  # 4 s; the fast subset runs plan size elsewhere
 def test_plan_size_refuses_candidates_that_do_not_fit(tmp_path: Path):
     """12,000 configs per candidate x 8 replicas x 4 candidates: about 1.5 GiB
     of configs, refused before the second candidate (or the first's replicas)

@@ -123,7 +123,12 @@ def test_histogram_bins_hold_their_gaps_and_percentiles_are_bin_midpoints():
     assert np.isnan(percentiles_s(np.zeros((1, NBINS), np.int64), (50,))[0, 0])
 
 
-@pytest.mark.parametrize("block_size", [1, 16, 48])
+SLOW = pytest.mark.slow  # block sizes 1 and 48 only in the full suite (fast subset: 16)
+
+
+@pytest.mark.parametrize(
+    "block_size", [pytest.param(1, marks=SLOW), 16, pytest.param(48, marks=SLOW)]
+)
 def test_linear_decode_runs_in_closed_form_equal_the_reference(block_size):
     """Long linear-time decode runs (``step._linear_run``): cut by arrivals,
     by a later arrival that waits, and by the horizon, at block sizes whose
