@@ -103,7 +103,7 @@ class SimResult:
             self.cfg[lay.rows],
             arr,
             rows,
-            sent=rows.req.entry_ns < INT64_MAX,  # what the router sent each replica
+            sent=S.entered(rows.req.entry_ns),  # what the router sent each replica
         )
         df = summarize(sub, slo).drop(columns=["never_sent"]).copy()  # defragmented
         df.insert(0, "replica", np.arange(lay.num_rows) - lay.starts[lay.rows])
@@ -611,7 +611,7 @@ def _sent_ns(
             np.zeros_like(out[i]), prompt, int(cfg[i, K.A0]), int(cfg[i, K.A1]),
             bool(cfg[i, K.COMPAT]),
         )  # fmt: skip
-        sent = req.entry_ns[i] < INT64_MAX
+        sent = S.entered(req.entry_ns[i])
         out[i] = np.where(sent, req.entry_ns[i] - delay, out[i])
     return out
 

@@ -682,11 +682,11 @@ def sent_mask(res: SimResult) -> np.ndarray:
     no latency (they count in neither percentiles nor SLO misses). A
     replica's rows (``SimResult.replica_metrics``) carry what the router sent
     them (``SimResult.sent``)."""
-    if getattr(res, "sent", None) is not None:
+    if res.sent is not None:
         return res.sent
     st, cfg = res.state, res.cfg
     r = st.req.entry_ns.shape[1]
-    out = st.req.entry_ns < np.iinfo(np.int64).max
+    out = S.entered(st.req.entry_ns)
     for i in np.flatnonzero(cfg[:, K.CONC] > 0):
         n = min(r, int(cfg[i, K.CONC] + st.out.counters[i, S.O_RELEASED]))
         row = np.zeros(r, dtype=bool)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from planner.bounds import INT64_MAX
 from planner.kernel.token_gaps import NBINS
 
 # The decode fast path's histogram and counting sort (``step._decode_scan``,
@@ -330,6 +331,15 @@ class State:
     queues: Queues
     out: Out
     remote: Remote
+
+
+def entered(entry_ns: np.ndarray) -> np.ndarray:
+    """Bool, the shape of ``entry_ns`` (int64 ns): the requests that entered
+    the server during the run. One never sent (a closed-loop client's or a
+    session's later request still waiting at the end, or a request the
+    router sent another replica) keeps ``entry_ns`` INT64_MAX
+    (``api._fill_entries``, ``replicas.replica_rows``)."""
+    return entry_ns < INT64_MAX
 
 
 def rows(record: tuple, c: int) -> tuple:
