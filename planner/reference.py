@@ -240,6 +240,8 @@ class KVCacheManager:
         # max_model_len, so ``MambaManager`` gives a request one block per group
         # from its first allocation until it is freed (prefix caching is off).
         self.kinds += ["mamba"] * cfg.mamba_groups
+        # one full-attention table and no window: ``_allocate_plain`` serves it
+        self.single_full = self.kinds == ["full"] and not self.window
         # ``SlidingWindowManager._contiguous_blocks_for_hit``: cached blocks in a
         # row that make a hit (the window less the query token, in blocks)
         self.need = cdiv(self.window - 1, self.block_size) if self.window else 0
@@ -359,9 +361,11 @@ class KVCacheManager:
         allocation must leave (``reserved_blocks``, not in the gate);
         ``lookahead``: slots past the new tokens (``num_lookahead_tokens``, not
         in the gate)."""
+        wm = self.watermark_blocks if watermark else 0
+        if not hits and not full_sequence_must_fit and self.single_full:
+            return self._allocate_plain(req, num_new_tokens, wm, external, reserved, lookahead)
         hits = hits or [[] for _ in self.kinds]
         nhit = len(hits[0])
-        wm = self.watermark_blocks if watermark else 0
         have = len(req.blocks) + nhit
         computed = req.num_computed_tokens + nhit * self.block_size + external
         # Hit blocks sitting in the free queue leave it when touched; a
@@ -421,6 +425,26 @@ class KVCacheManager:
             table.extend(self.pool.get_new_blocks(n))
         if not external:
             self.cache_blocks(req, computed + num_new_tokens)
+        return True
+
+    def _allocate_plain(
+        self, req: Request, n: int, wm: int, external: int, reserved: int, lookahead: int
+    ) -> bool:
+        """``allocate_slots`` for one full-attention group, no hits and no
+        admission gate (the running requests' case): the general path with
+        nothing evictable, skipped or touched, written out so the engine's
+        most frequent call stays cheap."""
+        computed = req.num_computed_tokens + external
+        target = blocks_for_tokens(
+            computed + n + lookahead - req.uncounted, self.max_model_len, self.block_size
+        )
+        wanted = max(0, target - len(req.blocks))
+        if wanted + wm > self.pool.num_free() - reserved:
+            return False
+        if wanted:
+            req.blocks.extend(self.pool.get_new_blocks(wanted))
+        if not external:
+            self.cache_blocks(req, computed + n)
         return True
 
     def _skipped_blocks(self, computed: int) -> int:
