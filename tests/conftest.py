@@ -25,6 +25,20 @@ from pathlib import Path
 
 import pytest
 
+# The suite's kernels: compiled at LLVM optimisation level 1 (Numba's NUMBA_OPT;
+# its default, 3, is what ``plan`` runs), into a cache of their own so that
+# ``plan`` never loads them. On a clean machine (CI) the suite compiles every
+# kernel variant, and level 1 compiled the lone server's kernel in 11-15% less
+# CPU and ran ``plan bench --grid 48`` 3-15% slower (2-core VM, 2026-12-07,
+# CHANGELOG.md); results do not depend on the level (no fast-math anywhere).
+# Left alone when the user chose a level or a cache folder. Set here, before
+# any test module imports planner (planner/__init__.py reads both at import).
+if not {"NUMBA_OPT", "NUMBA_CACHE_DIR", "PLANNER_NUMBA_CACHE"} & set(os.environ):
+    _xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    os.environ["NUMBA_OPT"] = "1"
+    # the same base as planner.numba_cache.default_base's, with its own name
+    os.environ["PLANNER_NUMBA_CACHE"] = str(Path(_xdg) / "vllm-capacity-planner" / "numba-tests")
+
 pytest_plugins = ["pytester"]  # tests/test_tmp_guard.py runs this guard on sample tests
 
 # Folders that tools create once per process under TMPDIR and keep by design:

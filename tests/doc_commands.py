@@ -107,13 +107,17 @@ def shrunk(spec: str, tmp: Path) -> str:
     return copy
 
 
+# The options whose value is a file or folder the command writes.
+WRITERS = ("--out", "--requests-out", "--plot")
+
+
 def redirect(
     argv: list[str], tmp: Path, scheduler: str | None = None, shrink: bool = False
 ) -> list[str]:
     """Send everything a command writes under ``tmp``, at the path it names
     (``results/x`` to ``tmp/results/x``), and the user's scheduler address to
     ``scheduler``: sweep and size --out (given, or their default
-    results/NAME), any --out, heatmap's and report's result under results/.
+    results/NAME), any of ``WRITERS``, heatmap's and report's result under results/.
     With ``shrink``, a HEAVY spec is replaced by its ``shrunk`` copy."""
     argv = list(argv)
     if shrink:
@@ -122,9 +126,10 @@ def redirect(
         argv += ["--out", f"results/{Path(argv[1]).stem}"]
     if argv[0] in ("heatmap", "report") and argv[1].startswith("results/"):
         argv[1] = _under(tmp, argv[1])
-    if "--out" in argv:
-        i = argv.index("--out") + 1
-        argv[i] = _under(tmp, argv[i])
+    for flag in WRITERS:
+        if flag in argv:
+            i = argv.index(flag) + 1
+            argv[i] = _under(tmp, argv[i])
     if SCHEDULER in argv:
         assert scheduler, "a page names a Dask scheduler but the test started none"
         argv[argv.index(SCHEDULER)] = scheduler

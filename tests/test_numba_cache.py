@@ -51,7 +51,10 @@ def test_configure_sets_a_keyed_folder_unless_the_user_set_one(tmp_path):
 
 
 def test_the_kernel_loads_with_the_keyed_folder(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    # the suite's own cache base (tests/conftest.py) aside
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "PLANNER_NUMBA_CACHE")
+    }
     env["XDG_CACHE_HOME"] = str(tmp_path)
     code = "import planner.kernel.step, numba; print(numba.config.CACHE_DIR)"
     out = subprocess.run(

@@ -92,8 +92,24 @@ def test_one_replica_serves_closed_loop_clients_as_the_lone_server(cfgs, wl, lat
     front-end rejection (a lone server hands freed slots out in the order it
     processes answers, and sees a rejection only at its next step start; the
     router hands them out in answer-time order, as vLLM bench's FIFO
-    semaphore does)."""
-    cfgs = [replace(c, max_concurrency=max(c.max_concurrency, 1)) for c in cfgs]
+    semaphore does).
+
+    Prefix caching off except under compat blis (which implies it): the
+    closed loop's code (``fleet._send_time``, ``_finalize``) never reads the
+    cache, which the open-loop tests above run through the replica path
+    under every kernel variant, and each variant is a whole compile of the
+    replicas' kernel (the caching variant with speculative decoding, KV
+    transfer and cache groups is the largest).
+    ``test_closed_loop_clients_go_through_the_router`` runs a closed loop
+    with the cache on."""
+    cfgs = [
+        replace(
+            c,
+            max_concurrency=max(c.max_concurrency, 1),
+            enable_prefix_caching=c.compat == "blis",  # compat blis implies the cache
+        )
+        for c in cfgs
+    ]
     cfgs = _linear_for_compat(cfgs, lat)
     assume(not any(wl.rejected(c.max_model_len).any() for c in cfgs))  # front_end_rejects
     if wl.session is not None:
@@ -112,13 +128,16 @@ def test_one_replica_serves_closed_loop_clients_as_the_lone_server(cfgs, wl, lat
 @pytest.mark.parametrize("router", sorted(ROUTERS))
 def test_closed_loop_clients_go_through_the_router(router):
     """N clients over 3 replicas: never more than N requests in the fleet,
-    every request answered once, Little's law N = throughput x mean E2E."""
+    every request answered once, Little's law N = throughput x mean E2E.
+    The router that reads prefixes runs with prefix caching on (it needs
+    it): the closed loop through the cache's kernel variant."""
     wl = synthetic(
         300, 1.0, LengthDist("constant", 300), LengthDist("constant", 100), arrival="offline"
     )
     n = 24
     cfg = SchedulerConfig(num_gpu_blocks=2000, max_num_seqs=16, replicas=3, router=router,
-                          max_concurrency=n)  # fmt: skip
+                          max_concurrency=n,
+                          enable_prefix_caching=router == "prefix_affinity")  # fmt: skip
     res = simulate([cfg], wl)
     m = res.metrics().iloc[0]
     assert m["completed"] == 300 and m["never_sent"] == 0
