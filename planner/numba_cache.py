@@ -12,6 +12,9 @@ one of those alone left the cached step loop running the old code (seen on
 Numba at ``<base>/<key>``, where ``key`` hashes every source the kernel can
 reach: any change to them starts a new cache.
 
+Each ``import planner`` marks its keyed folder as used; keyed folders no
+import has used for ``STALE_DAYS`` are deleted (``prune``).
+
 ``base``: ``$PLANNER_NUMBA_CACHE``, else ``$XDG_CACHE_HOME/vllm-capacity-planner/numba``
 (``~/.cache`` when unset; the XDG base-directory convention). A
 ``NUMBA_CACHE_DIR`` the user sets is used as it is (Numba's own setting: the
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
 
 PKG = Path(__file__).parent
@@ -97,4 +102,39 @@ def configure(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None
     env["NUMBA_CACHE_DIR"] = folder
     if "numba" in sys.modules and env is os.environ:
         sys.modules["numba"].config.CACHE_DIR = folder
+    prune(Path(folder))
     return folder
+
+
+# A keyed folder no ``import planner`` has pointed Numba at for this long is
+# deleted (``prune``): an upgrade or an edit of the kernel's sources starts a
+# new key, and each key's kernels took 20-40 MB here (443 MB over 21 keys of
+# a developer's checkout, 2026-12-06). 30 days: a version set aside for a
+# month compiles again (a minute or two), not more.
+STALE_DAYS = 30
+_KEY_CHARS = frozenset("0123456789abcdef")
+
+
+def prune(current: Path, now: float | None = None) -> list[Path]:
+    """Mark ``current`` (a keyed folder, ``<base>/<key>``) as used now, and
+    delete the other keyed folders under its base whose mark is older than
+    ``STALE_DAYS``. Only folders named like a key (16 hex digits) are
+    touched; anything else under the base stays. ``now``: seconds since the
+    epoch (default: the clock). Returns the folders deleted. Never raises:
+    a base that cannot be read or written is left as it is."""
+    now = time.time() if now is None else now
+    gone: list[Path] = []
+    try:
+        current.mkdir(parents=True, exist_ok=True)
+        os.utime(current, (now, now))
+        for other in current.parent.iterdir():
+            name = other.name
+            is_key = len(name) == 16 and set(name) <= _KEY_CHARS and other.is_dir()
+            if not is_key or other == current:
+                continue
+            if now - other.stat().st_mtime > STALE_DAYS * 86400:
+                shutil.rmtree(other, ignore_errors=True)
+                gone.append(other)
+    except OSError:
+        pass
+    return gone

@@ -78,3 +78,34 @@ def test_a_thread_count_numba_cannot_use_is_named_before_numba_loads():
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("plan: error: NUMBA_NUM_THREADS='0'")
     assert done.stderr.count("\n") == 1 and not done.stdout
+
+
+def test_keyed_folders_unused_for_the_stale_period_are_pruned(tmp_path):
+    """An import marks its own keyed folder as used and deletes only the other
+    keyed folders whose mark is older than STALE_DAYS; other names stay."""
+    now = 2_000_000_000.0
+    day = 86400
+    old, recent, current = (tmp_path / k for k in ("0" * 16, "a" * 16, "b" * 16))
+    mine, file_like = tmp_path / "not-a-key", tmp_path / ("c" * 16)
+    for folder in (old, recent, current, mine):
+        (folder / "kernel").mkdir(parents=True)
+    file_like.write_text("")
+    os.utime(old, (now - (numba_cache.STALE_DAYS + 1) * day,) * 2)
+    os.utime(recent, (now - (numba_cache.STALE_DAYS - 1) * day,) * 2)
+    os.utime(current, (now - 400 * day,) * 2)
+    os.utime(mine, (now - 400 * day,) * 2)
+    assert numba_cache.prune(current, now=now) == [old]
+    assert not old.exists()
+    assert recent.exists() and mine.exists() and file_like.exists()
+    assert current.stat().st_mtime == now  # marked as used
+
+
+def test_configure_prunes_under_its_base_and_never_raises(tmp_path):
+    stale = tmp_path / "numba" / ("d" * 16)
+    stale.mkdir(parents=True)
+    os.utime(stale, (1.0, 1.0))
+    folder = numba_cache.configure({"PLANNER_NUMBA_CACHE": str(tmp_path / "numba")})
+    assert folder is not None and Path(folder).is_dir() and not stale.exists()
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a base that is a file: nothing to mark, no error
+    assert numba_cache.prune(blocked / ("e" * 16)) == []
