@@ -36,7 +36,7 @@ import pandas as pd
 
 from planner import config as K
 from planner import replicas as RP
-from planner.capacity import usable_blocks
+from planner.capacity import usable_blocks, vllm_starts
 from planner.kernel import state as S
 from planner.kernel.token_gaps import bin_edges_ns, gap_bins, percentiles_s
 from planner.slo import SLO, SLO_PERCENTILE
@@ -322,6 +322,26 @@ def keeps_up(df: pd.DataFrame) -> np.ndarray:
     """(C,) bool on ``summarize`` rows: the run is judged not overloaded
     (``overloaded`` False on a window long enough to judge, ``overload_judged``)."""
     return ~df["overloaded"].astype(bool).to_numpy() & ~bursts(df)
+
+
+def pool_starts(df: pd.DataFrame) -> np.ndarray:
+    """(C,) bool on ``summarize`` rows: vLLM 0.33 starts on the row's pool
+    (``SchedulerConfig.pool_starts``). A dataset written before the column
+    existed is judged from its config columns by the same rule."""
+    if "pool_starts" in df:
+        return df["pool_starts"].astype(bool).to_numpy()
+    need = {"num_gpu_blocks", "max_model_len", "block_size"}
+    if not need <= set(df.columns):
+        return np.ones(len(df), bool)
+    plain = np.ones(len(df), bool)
+    plain_values = {"compat": "vllm", "sliding_window": 0, "mamba_groups": 0,
+                    "sliding_window_groups": 0, "full_attention_groups": 1}  # fmt: skip
+    for col, plain_value in plain_values.items():
+        if col in df:
+            plain &= (df[col] == plain_value).to_numpy()
+    cols = (df[c].to_numpy(np.int64) for c in ("num_gpu_blocks", "max_model_len", "block_size"))
+    starts = [vllm_starts(int(n), int(m), int(b), True) for n, m, b in zip(*cols, strict=True)]
+    return ~plain | np.array(starts, dtype=bool)
 
 
 def batches(df: pd.DataFrame) -> np.ndarray:
@@ -945,6 +965,7 @@ def summarize(res: SimResult, slo: SLO | None = None) -> pd.DataFrame:
     df = pd.DataFrame([c.columns() for c in res.configs])
     df["workload"] = res.workload.name
     cols: dict[str, np.ndarray] = {
+        "pool_starts": np.array([c.pool_starts for c in res.configs], dtype=bool),
         "completed": completed,
         "finished": oi[:, S.O_FINISHED],
         "rejected": oi[:, S.O_REJECTED],

@@ -71,6 +71,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from planner.inputs import MAX_SMALL_FILE_BYTES, check_readable
 from planner.text import count
 
 DRAFTER_METHODS = ("eagle", "eagle3", "mtp")  # a drafter model on the target's hidden states
@@ -393,6 +394,7 @@ def acceptance_from_log(path: Path) -> tuple[tuple[float, ...], int, int]:
         ValueError: one line, for an unreadable file, no such line, lines
             with different draft counts, or no drafted tokens.
     """
+    check_readable(Path(path), "--spec-acceptance-log", MAX_SMALL_FILE_BYTES)
     try:
         text = Path(path).read_text(errors="replace")
     except OSError as e:

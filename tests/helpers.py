@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 
 from planner.api import simulate
-from planner.cli.commands import main
+from planner.cli.commands import command, main
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
 from planner.latency.step_time import LinearLatency
@@ -165,8 +165,47 @@ def assert_step_for_step(traced, fast, c: int, eng: Engine) -> None:
     compare_final(fast, c, eng)
 
 
+def last_wins(args: list[str]) -> list[str]:
+    """``args`` with each option given more than once (or with its alias or
+    ``--no-`` form) kept only where it last appears, with its value: the
+    tests' idiom of a base command line plus overrides. ``plan`` itself
+    refuses a repeated option (``commands.repeated_option``; tested with
+    ``run_cli_as_typed``)."""
+    sub = command().commands.get(args[0]) if args else None
+    if sub is None:
+        return args
+    params = {
+        name: p
+        for p in sub.params
+        if p.param_type_name == "option" and not p.multiple
+        for name in (*p.opts, *p.secondary_opts)
+    }
+    items: list[tuple[str | None, list[str]]] = []  # (param name or None, tokens)
+    i = 1
+    while i < len(args):
+        tok = args[i]
+        name = tok.split("=", 1)[0]
+        p = params.get(name) if tok.startswith("--") else None
+        if p is None:
+            items.append((None, [tok]))
+            i += 1
+            continue
+        takes = 0 if (p.is_flag or "=" in tok) else 1
+        items.append((p.name, args[i : i + 1 + takes]))
+        i += 1 + takes
+    last = {key: j for j, (key, _) in enumerate(items) if key is not None}
+    kept = [t for j, (key, toks) in enumerate(items) if key is None or last[key] == j for t in toks]
+    return [args[0], *kept]
+
+
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run ``plan ARGS`` in-process: (exit code, stdout, stderr)."""
+    """Run ``plan ARGS`` in-process, a repeated option's last value winning
+    (``last_wins``): (exit code, stdout, stderr)."""
+    return run_cli_as_typed(capsys, *last_wins(list(args)))
+
+
+def run_cli_as_typed(capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``plan ARGS`` in-process exactly as given: (exit code, stdout, stderr)."""
     try:
         main(list(args))
         code = 0

@@ -244,12 +244,13 @@ def test_nothing_qualifies_says_how_far_the_load_must_fall(s1_limits):
 def test_json_is_standard_and_tiny_pools_say_so(capsys):
     code, out, _ = run_cli(capsys, "run", "--num-requests", "3", "--json")
     assert code == 0 and "Infinity" not in out and json.loads(out)["horizon_s"] is None
-    code, out, _ = run_cli(
+    # A pool vLLM refuses to start on has no KV-safe limit to give: refused
+    # (before 2026-12-07 it answered "No max_num_seqs completes").
+    code, out, err = run_cli(
         capsys, "safe-limit", "--num-gpu-blocks", "2", "--trace-file", S1_CSV,
         "--horizon", "20", "--json",
     )  # fmt: skip
-    assert code == 0 and "NaN" not in out
-    assert "No max_num_seqs completes" in json.loads(out)["recommendation"]
+    assert code == 2 and out == "" and "refuses to start on this pool: 2 blocks" in err
 
 
 def test_safe_limit_json_and_run_warning(capsys):
@@ -277,7 +278,7 @@ def test_safe_limit_takes_the_latency_options_its_errors_name(capsys):
     """safe-limit used to say "pass --beta-coeffs" without accepting it."""
     base = ["safe-limit", "--model", "llama-3.1-70b", "--gpu", "H100",
             "--tensor-parallel-size", "2", "--num-requests", "20", "--horizon", "30",
-            "--max-num-batched-tokens", "2048"]  # fmt: skip
+            "--max-num-batched-tokens", "2048", "--max-model-len", "8192"]  # fmt: skip
     code, _, err = run_cli(capsys, *base, "--latency", "linear")  # no preset for the pair
     assert code == 2 and "--beta-coeffs" in err
     rps = []

@@ -38,7 +38,7 @@ def test_without_aiconfigurator_the_roofline_says_why(capsys, monkeypatch):
     monkeypatch.setattr(measured.metadata, "version", not_installed)
     code, out, err = run_cli(capsys, "max-rate", "--model", "qwen3-32b", "--gpu", "H100",
                              "--trace-file", S1, "--ttft-slo", "2",
-                             "--max-requests", "50")  # fmt: skip
+                             "--max-requests", "50", "--max-model-len", "16384")  # fmt: skip
     assert code == 0, err
     assert "so roofline, since aiconfigurator-core is not installed (pip install" in err
     assert "roofline qwen3-32b on 1 x H100" in err

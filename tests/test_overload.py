@@ -206,7 +206,9 @@ def test_overload_text_names_the_rejected_rate(capsys, tmp_path):
     assert code == 0, err
     d = json.loads(out)
     assert d["rejected"] == 0  # max_model_len 8192 takes every prompt
-    short = ("--trace-file", str(trace), "--num-gpu-blocks", "200", "--max-model-len", "4096")
+    # 300 blocks: vLLM 0.33 starts on it at max_model_len 4096 (safe-limit refuses
+    # a pool it does not start on)
+    short = ("--trace-file", str(trace), "--num-gpu-blocks", "300", "--max-model-len", "4096")
     code, out, err = run_cli(capsys, "run", *short, "--max-num-seqs", "4", "--json")
     d = json.loads(out)
     assert d["overloaded"] is True and d["rejected"] == 100

@@ -173,7 +173,15 @@ def test_plan_run_on_azure_with_presets(capsys):
 # request first, priority serves the two short urgent ones first.
 PRIO_ROWS = "arrival_time_s,prompt_tokens,output_tokens,priority\n0,64,400,5\n0,64,8,0\n0,64,8,0\n"
 ONE_SLOT = ("--max-num-seqs", "1", "--num-gpu-blocks", "200", "--max-model-len", "1024", "--json")
-SAFE_LIMIT = ["safe-limit", "--num-gpu-blocks", "200", "--percentile", "50"]
+SAFE_LIMIT = [
+    "safe-limit",
+    "--num-gpu-blocks",
+    "200",
+    "--max-model-len",
+    "1024",
+    "--percentile",
+    "50",
+]
 CHECK = ["check", "--num-gpu-blocks", "200", "--max-model-len", "1024"]  # safe: exit 0
 
 

@@ -189,6 +189,7 @@ def _requests(p: Path) -> dict[str, np.ndarray]:
     except (OSError, UnicodeDecodeError) as e:
         raise RunError(f"{p}: cannot read it ({type(e).__name__})") from None
     cols: dict[str, list[float]] = {k: [] for k in REQUEST_KEYS}
+    seen: dict[object, int] = {}  # request_id -> its line
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -198,6 +199,11 @@ def _requests(p: Path) -> dict[str, np.ndarray]:
             raise RunError(f"{p}: line {n} is not JSON") from None
         if not isinstance(row, dict):
             raise RunError(f"{p}: line {n} is not a JSON object")
+        rid = row.get("request_id")
+        if isinstance(rid, (str, int)) and not isinstance(rid, bool):
+            if rid in seen:  # a request recorded twice (a file appended to itself)
+                raise RunError(f"{p}: line {n}: request_id {rid!r} repeats line {seen[rid]}")
+            seen[rid] = n
         for k in REQUEST_KEYS:
             v = row.get(k)
             top = bounds.INT32_MAX if k.endswith("_toks") else MAX_SECONDS

@@ -940,6 +940,7 @@ def safe_limit(
         **attn,
     )
     clock_bound(cfg, lat)  # before any work: the int64 ns clock cannot wrap
+    cfg.check_pool_starts()
     for message in unused_field_warnings(wl, [cfg]):
         warn(message)
     pct = tuple(percentile) if percentile else (50.0, 90.0, 99.0, 100.0)

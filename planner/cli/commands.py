@@ -134,6 +134,14 @@ def sweep(
             f"plan: warning: {over:,} of {len(df):,} configs set max_num_seqs above the "
             "analytic KV-safe limit (column kv_safe_max_num_seqs)"
         )
+    from planner.metrics import pool_starts
+
+    if refused := int((~pool_starts(df)).sum()):
+        console.print(
+            f"plan: warning: vLLM 0.33 refuses to start on the pool of {refused:,} of "
+            f"{len(df):,} configs (column pool_starts: one max_model_len request needs "
+            "more blocks than the pool less the null block); simulated, never recommended"
+        )
     counts = df["outcome"].value_counts().to_dict()
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     if "overloaded" in df.columns:  # a verdict beside the outcome class: said with it
@@ -385,6 +393,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     cmd = command()
+    if (twice := repeated_option(cmd, sys.argv[1:] if argv is None else argv)) is not None:
+        print(f"plan: error: {twice}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     opt.flush_notes(keep=False)  # an earlier in-process call that failed left its own
     _watch_sigint()
     try:
@@ -419,11 +430,49 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         print(f"plan: error: {os_error_line(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    except MemoryError:  # an input larger than this machine holds (planner.inputs caps some)
+        print(
+            "plan: error: out of memory: an input (a trace, a spec, a model file or the "
+            "requested sizes) is larger than this machine can hold",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_BAD_INPUT)
     except Exception:
         if _SIGINT[0]:  # Ctrl-C inside Numba's compiler surfaces as another error
             print("plan: interrupted", file=sys.stderr)
             sys.exit(130)
         raise
+
+
+def repeated_option(group: click.Command, argv: list[str]) -> str | None:
+    """One line naming an option given more than once in ``argv`` (a command's
+    arguments, its name first), counting its aliases and its ``--no-`` form
+    as the same option (``--num-gpu-blocks 50 --num-gpu-blocks-override
+    7463``, ``--enable-prefix-caching --no-enable-prefix-caching``); None
+    when none is. Click would keep the last silently: no silent overrides.
+    Options that take several values (``multiple``) are exempt."""
+    sub = group.commands.get(argv[0]) if argv else None  # type: ignore[attr-defined]
+    if sub is None:
+        return None
+    # Typer's own copy of Click (typer._click): its classes are not click's.
+    by_name = {
+        name: p
+        for p in sub.params
+        if p.param_type_name == "option" and not p.multiple and not getattr(p, "count", False)
+        for name in (*p.opts, *p.secondary_opts)
+    }
+    seen: dict[str, list[str]] = {}
+    for tok in argv[1:]:
+        if tok == "--":
+            break
+        name = tok.split("=", 1)[0]
+        if (p := by_name.get(name)) is not None:
+            seen.setdefault(p.name or name, []).append(name)
+    for spellings in seen.values():
+        if len(spellings) > 1:
+            said = " then ".join(spellings)
+            return f"{said}: the same option given {len(spellings)} times; give it once"
+    return None
 
 
 _SIGINT = [False]  # whether Ctrl-C arrived (``_watch_sigint``)

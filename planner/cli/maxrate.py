@@ -251,6 +251,7 @@ def max_rate(
     for cfg, combo in zip(configs, combos, strict=True):
         with _naming(combo):
             cfg.check_vllm_starts()
+            cfg.check_pool_starts()
             clock_bound(cfg, lat)
     # Lengths as asked: each configuration's front end acts at its own
     # max_model_len (``front_end.front_end_rejects``, ``Workload.cut``).

@@ -280,6 +280,7 @@ def run(ctx: typer.Context, **o: Any) -> None:
     from planner.api import paced_clock_bound, simulate
 
     fail_classes = _fail_on(o["fail_on"])
+    _check_distinct_outputs(o)
     if o["out"] is not None:
         check_result_folder(o["out"], RUN_FILES, "plan run result")  # before any work
     slo = opt.slo_from(o["ttft_slo"], o["tpot_slo"], o["itl_slo"], o["e2e_slo"], o["goodput"])
@@ -593,6 +594,24 @@ def _write_requests(path: Path, res: Any) -> None:
 
 MAX_TRACE_LOG_ENTRIES = 8_000_000
 RUN_FILES = ("run.json", "requests.parquet", "steps.parquet")  # a plan run --out folder
+
+
+def _check_distinct_outputs(o: dict[str, Any]) -> None:
+    """Raise InputError (one line) when two outputs of one run name the same
+    file: ``--trace``, ``--requests-out`` and the files ``--out`` writes
+    (``RUN_FILES``); the second write would replace the first, whose message
+    had already said it was written."""
+    named: dict[Path, str] = {}
+    files = [("--trace", o["trace"]), ("--requests-out", o["requests_out"])]
+    if o["out"] is not None:
+        files += [(f"--out ({name})", Path(o["out"]) / name) for name in RUN_FILES]
+    for flag, path in files:
+        if path is None:
+            continue
+        key = Path(path).resolve()
+        if key in named:
+            raise InputError(f"{named[key]} and {flag} name the same file {path}: give two names")
+        named[key] = flag
 
 
 def _write_folder(

@@ -436,11 +436,9 @@ def startup_warning(cfg: SchedulerConfig) -> list[str]:
     less the null block, ``check_enough_kv_cache_memory``): a pool it
     refuses is simulated anyway (tests and the livelock scenarios use tiny
     pools), and the output says vLLM would not start it."""
-    if cfg.compat != "vllm" or not cfg.one_full_attention_group:
+    if cfg.pool_starts:
         return []
     n, mml, bs = cfg.num_gpu_blocks, cfg.max_model_len, cfg.block_size
-    if capacity.vllm_starts(n, mml, bs, True):
-        return []
     need = capacity.min_startup_blocks(mml, bs, True)
     return [
         f"plan: warning: vLLM 0.33 refuses to start on this pool: {n:,} blocks, where one "

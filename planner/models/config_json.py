@@ -109,6 +109,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from planner.inputs import MAX_SMALL_FILE_BYTES, check_readable
 from planner.models import config_fields, max_len, quantization
 from planner.models.config_fields import ModelConfigError
 
@@ -809,6 +810,10 @@ def _routed_experts(cfg: Mapping[str, Any], layers: int) -> tuple[float, int, in
     if not experts:
         return 0.0, 0, 0, 0
     k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1)
+    if k > int(experts):  # a router cannot pick more experts than there are
+        raise ModelConfigError(
+            f"config.json: num_experts_per_tok ({k}) exceeds the routed experts ({int(experts)})"
+        )
     moe_i = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
     n_moe = layers - int(cfg.get("first_k_dense_replace", 0) or 0)
     if cfg.get("model_type") in ("llama4", "llama4_text"):
@@ -816,7 +821,7 @@ def _routed_experts(cfg: Mapping[str, Any], layers: int) -> tuple[float, int, in
     return (
         float(n_moe * experts * 3 * int(cfg["hidden_size"]) * moe_i),
         int(experts),
-        min(k, experts),
+        k,
         n_moe,
     )
 
@@ -994,6 +999,10 @@ def load(path: Path, name: str | None = None) -> ModelSpec:
     """Read a config.json (a file, or a folder holding one). Raises
     ModelConfigError (one line) when it is missing, not JSON, or not sizable."""
     p = path / "config.json" if path.is_dir() else path
+    try:
+        check_readable(p, "--model", MAX_SMALL_FILE_BYTES)
+    except ValueError as e:
+        raise ModelConfigError(str(e)) from None
     try:
         cfg = json.loads(p.read_text())
     except OSError as e:

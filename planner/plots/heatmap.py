@@ -33,11 +33,18 @@ from planner.metrics import (  # noqa: E402
     batches,
     bursts,
     keeps_up,
+    pool_starts,
 )
 from planner.plots.files import save_figure  # noqa: E402
 from planner.slo import NAMES  # noqa: E402
 from planner.sweep.spec import HARDWARE_AXES, SCHEDULER_AXES, WORKLOAD_AXES  # noqa: E402
-from planner.sweep.store import DATA  # noqa: E402
+from planner.sweep.store import (  # noqa: E402
+    DATA,
+    DRAWN_COLUMNS,
+    JUDGED_COLUMNS,
+    SLO_COLUMNS,
+    dataset_problem,
+)
 
 ALIASES = {
     "throughput": "throughput_rps",
@@ -102,7 +109,12 @@ def load(results: str | Path) -> tuple[pd.DataFrame, dict]:
         ) from None
     spec = {}
     if b"planner.spec_toml" in meta:
-        spec = tomllib.loads(meta[b"planner.spec_toml"].decode())
+        try:
+            spec = tomllib.loads(meta[b"planner.spec_toml"].decode())
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise PlotError(f"{data}: its sweep spec metadata is damaged ({e})") from None
+    if (problem := dataset_problem(df, DRAWN_COLUMNS)) is not None:
+        raise PlotError(f"{data}: not a whole sweep dataset ({problem}); sweep it again")
     return df, spec
 
 
@@ -322,8 +334,9 @@ def qualifying(part: pd.DataFrame) -> pd.Series:
     """Rows that meet the sweep's SLOs (``meets_slo``, from its ``[slo]`` table),
     keep up (``metrics.keeps_up``: not ``overloaded``, judged on a window long
     enough), complete something and neither livelock nor stop at the step
-    limit: the rule of ``safelimit.qualifies``."""
-    ok = part["meets_slo"].astype(bool) & keeps_up(part)
+    limit, on a pool vLLM starts on (``metrics.pool_starts``): the rule of
+    ``safelimit.qualifies``."""
+    ok = part["meets_slo"].astype(bool) & keeps_up(part) & pool_starts(part)
     ok &= (part["completed"] > 0) & ~part["livelocked"].astype(bool)
     return ok & ~part["step_limit_hit"].astype(bool)
 
@@ -373,6 +386,8 @@ def heatmap(
             f"{flag}: {results} has no SLO columns; add an [slo] table to the sweep spec "
             "(e.g. ttft_slo = 2.0) and sweep again"
         )
+    if recommend and (problem := dataset_problem(df, JUDGED_COLUMNS + SLO_COLUMNS)) is not None:
+        raise PlotError(f"{results}: not a whole sweep dataset ({problem}); sweep it again")
     x, y, z = column(df, x, "--x"), column(df, y, "--y"), column(df, z, "--z")
     axes = [a for a in (*SCHEDULER_AXES, *WORKLOAD_AXES, *HARDWARE_AXES) if a in df.columns]
     for flag, name in (("--x", x), ("--y", y), ("--facet", facet)):

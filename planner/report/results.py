@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.metrics import OUTCOMES
+from planner.sweep.store import DRAWN_COLUMNS, JUDGED_COLUMNS, SLO_COLUMNS, dataset_problem
 
 SWEEP_DATA = "data.parquet"
 SWEEP_MANIFEST = "_manifest.json"
@@ -132,7 +133,13 @@ def _sweep(folder: Path) -> Result:
     df, meta = _parquet(data)
     spec = {}
     if b"planner.spec_toml" in meta:
-        spec = tomllib.loads(meta[b"planner.spec_toml"].decode())
+        try:
+            spec = tomllib.loads(meta[b"planner.spec_toml"].decode())
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise ReportError(f"{data}: its sweep spec metadata is damaged ({e})") from None
+    need = DRAWN_COLUMNS + JUDGED_COLUMNS + (SLO_COLUMNS if "slo" in spec else ())
+    if (problem := dataset_problem(df, need)) is not None:
+        raise ReportError(f"{data}: not a whole sweep dataset ({problem}); sweep it again")
     version = meta.get(b"planner.version", b"").decode() or None
     if version is None:
         raise ReportError(f"{data}: no planner.version in its metadata; sweep it again")

@@ -44,6 +44,7 @@ from planner.config import (
     compat_settings,
 )
 from planner.inert import SCHEDULER_RULES
+from planner.inputs import MAX_SMALL_FILE_BYTES, check_readable
 from planner.latency.step_time import Latency
 from planner.maxrate.search_range import (
     DEFAULT_MAX_SCALE,
@@ -1207,6 +1208,10 @@ def load_spec(path: str | Path, memory_limit: int | None = None) -> Sweep:
         SpecError: one line naming the file, the key and the bad value.
     """
     path = Path(path)
+    try:
+        check_readable(path, "spec", MAX_SMALL_FILE_BYTES)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
     try:
         text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not TOML
     except FileNotFoundError:

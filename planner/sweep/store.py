@@ -209,6 +209,28 @@ def consolidate(
     return df, write_table(df, out / DATA, metadata)
 
 
+# Columns of a sweep dataset (``metrics.summarize``'s): those every picture
+# reads, those a verdict reads (a recommendation, the report), and those a
+# sweep with an ``[slo]`` table adds.
+DRAWN_COLUMNS = ("config_id", "outcome", "completed")
+JUDGED_COLUMNS = ("livelocked", "step_limit_hit", "overloaded")
+SLO_COLUMNS = ("meets_slo", "goodput_rps")
+
+
+def dataset_problem(df: pd.DataFrame, need: tuple[str, ...]) -> str | None:
+    """Why ``df`` (a ``data.parquet`` as read) is not a sweep dataset the
+    pictures and answers can trust, in a few words, or None: a column of
+    ``need`` missing, no rows, or a config_id twice (a dataset edited by
+    hand, or damaged)."""
+    if missing := [c for c in need if c not in df.columns]:
+        return f"no column {', '.join(missing)}"
+    if df.empty:
+        return "no rows"
+    if df["config_id"].duplicated().any():
+        return f"config_id {int(df['config_id'][df['config_id'].duplicated()].iloc[0])} twice"
+    return None
+
+
 def read_manifest(out: Path) -> Manifest | None:
     """The manifest in ``out``, or None if there is none. Raises OSError, or
     ValueError (pydantic's ValidationError) for a file that is not a manifest."""

@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from planner import bounds
+from planner.inputs import check_readable
 from planner.workload.arrays import MAX_ARRIVAL_S, MAX_TOKENS, Workload, WorkloadError
 
 DATA_DIR = Path(__file__).parents[1] / "data"
@@ -411,6 +412,10 @@ def load_trace(
         if fmt in ("jsonl", "mooncake") or (fmt == "auto" and path.suffix in (".jsonl", ".json"))
         else "csv"
     )
+    try:
+        check_readable(path, "trace")
+    except ValueError as e:
+        raise WorkloadError(str(e)) from None
     df = _load(path, load_fmt)
     df.columns = [str(c) for c in df.columns]
     # Index = the file's row number that errors name: a JSONL line, a CSV row
