@@ -370,34 +370,41 @@ class SchedulerConfig:
         model's attention fields amount to when they change nothing)."""
         return self.sliding_window == 0 and self.kv_groups == 1 and self.mamba_groups == 0
 
+    def startup_refusal(self) -> str | None:
+        """Why vLLM 0.33's start-up check refuses this pool, in words, or None
+        when it accepts it: one max_model_len request must fit the pool less
+        the null block (``capacity.vllm_starts``, ``check_enough_kv_cache_memory``),
+        for plain full attention under vLLM's rules; None where the check is
+        not simulated (compat blis, windows, several groups)."""
+        if self.compat != "vllm" or not self.one_full_attention_group:
+            return None
+        n, mml, bs = self.num_gpu_blocks, self.max_model_len, self.block_size
+        if vllm_starts(n, mml, bs, True):
+            return None
+        return (
+            f"vLLM 0.33 refuses to start on this pool: {n:,} blocks, where one max_model_len "
+            f"({mml:,}-token) request needs {min_startup_blocks(mml, bs, True):,} with the null "
+            "block (check_enough_kv_cache_memory)"
+        )
+
     @property
     def pool_starts(self) -> bool:
-        """Whether vLLM 0.33's start-up check accepts this pool: one
-        max_model_len request fits it less the null block
-        (``capacity.vllm_starts``, ``check_enough_kv_cache_memory``), for plain
-        full attention under vLLM's rules; True where the check is not
-        simulated (compat blis, windows, several groups). A pool that fails
-        is still simulated (tests and the livelock scenarios use tiny
-        pools), but no answer recommends it."""
-        if self.compat != "vllm" or not self.one_full_attention_group:
-            return True
-        return vllm_starts(self.num_gpu_blocks, self.max_model_len, self.block_size, True)
+        """``startup_refusal`` is None. A pool that fails is still simulated
+        (tests and the livelock scenarios use tiny pools), but no answer
+        recommends it."""
+        return self.startup_refusal() is None
 
     def check_pool_starts(self) -> None:
         """Raise ValueError (one line, with the fix) when vLLM 0.33 refuses to
-        start on the pool (``pool_starts``). The answers that recommend a
+        start on the pool (``startup_refusal``). The answers that recommend a
         setting for a given pool (safe-limit, max-rate) call it: there is no
         answer to give on a server that does not start. ``plan run`` and
         sweeps simulate such pools and say so instead."""
-        if self.pool_starts:
-            return
-        need = min_startup_blocks(self.max_model_len, self.block_size, True)
-        raise ValueError(
-            f"vLLM 0.33 refuses to start on this pool: {self.num_gpu_blocks:,} blocks, where "
-            f"one max_model_len ({self.max_model_len:,}-token) request needs {need:,} with the "
-            f"null block (check_enough_kv_cache_memory); fix: --num-gpu-blocks {need:,} or "
-            "more, or a smaller --max-model-len"
-        )
+        if (why := self.startup_refusal()) is not None:
+            need = min_startup_blocks(self.max_model_len, self.block_size, True)
+            raise ValueError(
+                f"{why}; fix: --num-gpu-blocks {need:,} or more, or a smaller --max-model-len"
+            )
 
     @property
     def kv_groups(self) -> int:

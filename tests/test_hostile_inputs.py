@@ -186,3 +186,24 @@ def test_a_router_picking_more_experts_than_exist_is_refused(tmp_path, capsys):
     code, _, err = run_cli(capsys, "check", "--model", str(path), "--gpu", "H100")
     assert code == 2 and err.count("\n") == 1, err
     assert "num_experts_per_tok (16) exceeds the routed experts (8)" in err
+
+
+def test_plan_size_skips_a_candidate_whose_pool_vllm_refuses(tmp_path):
+    """Qwen3-32B at max_model_len 40,960: one H100's pool cannot hold one such
+    request, so that candidate is skipped with vLLM's reason; two GPUs start."""
+    from planner.answers.sizing import candidates
+
+    spec = tmp_path / "sz.toml"
+    spec.write_text(
+        SPEC.replace('name = "tiny-pools"', 'name = "sz"').split("[slo]")[0]
+        + '[hardware]\nmodel = "qwen3-32b"\ngpu = "H100"\n[latency]\nkind = "roofline"\n'
+        + "[axes]\nmax_num_seqs = [8]\nmax_model_len = [40960]\n"
+    )
+    got = {c.tp: c for c in candidates(spec, ["H100"], [1, 2], 1)}
+    assert got[1].spec is None and "vLLM 0.33 refuses to start on this pool" in got[1].skipped
+    assert got[2].spec is not None and got[2].skipped == ""
+
+
+def test_plan_size_refuses_a_device_as_its_spec(capsys):
+    code, _, err = run_cli(capsys, "size", os.devnull, "--gpus", "H100")
+    assert code == 2 and err.count("\n") == 1 and "a device, not a file" in err, err

@@ -98,11 +98,15 @@ def candidates(
     import tomlkit
     import tomlkit.exceptions
 
+    from planner.inputs import MAX_SMALL_FILE_BYTES, check_readable
     from planner.sweep.api import Spec
     from planner.sweep.spec import SpecError, check_expansion, load_spec_text
 
     try:
+        check_readable(path, "spec", MAX_SMALL_FILE_BYTES)
         text = path.read_text()
+    except ValueError as e:
+        raise SizingError(str(e)) from None
     except OSError as e:
         raise SizingError(f"{path}: cannot read it ({e.strerror or e})") from None
     try:
@@ -141,6 +145,12 @@ def candidates(
                 if not why.startswith("hardware: "):
                     raise
                 out.append(Candidate(g, tp, None, why.removeprefix("hardware: ")))
+                continue
+            refused = next(
+                (w for c in sweep.configs if (w := c.startup_refusal()) is not None), None
+            )
+            if refused is not None:  # no answer on a server that does not start
+                out.append(Candidate(g, tp, None, refused))
                 continue
             check_spec(s)
             if not any(c.spec is not None for c in out):  # the first; the others as large

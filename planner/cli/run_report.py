@@ -436,15 +436,10 @@ def startup_warning(cfg: SchedulerConfig) -> list[str]:
     less the null block, ``check_enough_kv_cache_memory``): a pool it
     refuses is simulated anyway (tests and the livelock scenarios use tiny
     pools), and the output says vLLM would not start it."""
-    if cfg.pool_starts:
+    why = cfg.startup_refusal()
+    if why is None:
         return []
-    n, mml, bs = cfg.num_gpu_blocks, cfg.max_model_len, cfg.block_size
-    need = capacity.min_startup_blocks(mml, bs, True)
-    return [
-        f"plan: warning: vLLM 0.33 refuses to start on this pool: {n:,} blocks, where one "
-        f"max_model_len ({mml:,}-token) request needs {need:,} with the null block "
-        "(check_enough_kv_cache_memory); simulated anyway (plan check gives the fix)"
-    ]
+    return [f"plan: warning: {why}; simulated anyway (plan check gives the fix)"]
 
 
 def said_of(warnings: list[str], who: str) -> list[str]:

@@ -226,8 +226,9 @@ def dataset_problem(df: pd.DataFrame, need: tuple[str, ...]) -> str | None:
         return f"no column {', '.join(missing)}"
     if df.empty:
         return "no rows"
-    if df["config_id"].duplicated().any():
-        return f"config_id {int(df['config_id'][df['config_id'].duplicated()].iloc[0])} twice"
+    twice = df["config_id"][df["config_id"].duplicated()]
+    if len(twice):
+        return f"config_id {int(twice.iloc[0])} twice"
     return None
 
 
