@@ -21,7 +21,7 @@ from planner.kernel import state as S
 from planner.kernel.arena import Arenas
 from planner.kernel.compile_time import estimate_cpu_s
 from planner.kernel.fleet import simulate_fleet
-from planner.kernel.routers import PREFIX_AFFINITY
+from planner.kernel.routers import LLM_D, PREFIX_AFFINITY
 from planner.kernel.step import caching_marker, run_steps, scratch_sizes, simulate_one
 from planner.kernel.variant import (
     PLAIN,
@@ -395,7 +395,7 @@ def simulate(
     )  # fmt: skip
     if fleet:
         keys = RP.no_keys(r)
-        if np.any(cfg[:, K.ROUTER] == PREFIX_AFFINITY):
+        if np.any(np.isin(cfg[:, K.ROUTER], (PREFIX_AFFINITY, LLM_D))):
             keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
         fleets = (lay.starts, lay.sizes, cfg[:, K.CONC].copy(), cfg[:, K.THINK_NS].copy())
         kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out, st.remote)
@@ -623,12 +623,13 @@ def hash_arrays(
     hash_key (H,) int64 prefix-chained ids (``block_hashes.chain_ids``),
     hash_block (1,) int64 tokens per trace block, 0 without hash ids or when
     no config reads them: only prefix caching and the ``prefix_affinity``
-    router do, so a run without either skips the chaining).
+    and ``llm_d`` routers do, so a run without them skips the chaining).
 
     Raises WorkloadError when a config with prefix caching has a block_size
     that does not divide the trace's hash block size (a vLLM block must lie in
     one trace block to take its identity)."""
-    used = any(c.enable_prefix_caching or ROUTERS[c.router] == PREFIX_AFFINITY for c in configs)
+    prefix_routers = (PREFIX_AFFINITY, LLM_D)
+    used = any(c.enable_prefix_caching or ROUTERS[c.router] in prefix_routers for c in configs)
     if workload.hash_ids is None or workload.hash_offsets is None or not used:
         empty = np.zeros(0, dtype=np.int64)
         return np.zeros(workload.num_requests + 1, dtype=np.int64), empty, np.zeros(1, np.int64)

@@ -63,6 +63,7 @@ ROUTERS = {
     "least_outstanding": 2,
     "least_kv": 3,
     "prefix_affinity": 4,
+    "llm_d": 5,
 }
 BLIS_IMPLIED = {
     "preemption_mode": "restart",

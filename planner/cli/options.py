@@ -820,10 +820,13 @@ RouterOpt = Annotated[
     typer.Option(
         help="How the router picks a replica (with --replicas > 1): round_robin, random, "
         "least_outstanding (fewest requests in flight), least_kv (fewest KV blocks in use), "
-        "prefix_affinity (SGLang's cache-aware policy)."
+        "prefix_affinity (SGLang's cache-aware policy), llm_d (llm-d's endpoint picker: "
+        "prefix-cache-scorer x 2 + queue-scorer x 1, ties by --router-seed)."
     ),
 ]
-RouterSeed = Annotated[int, typer.Option(help="Seed of --router random.")]
+RouterSeed = Annotated[
+    int, typer.Option(help="Seed of --router random, and of --router llm_d's ties.")
+]
 # The KV link of a disaggregated deployment (``planner.kv_transfer``: its
 # defaults and their sources); ``plan run --prefill-replicas``, ``plan size
 # --disaggregated``.

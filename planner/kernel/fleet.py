@@ -44,11 +44,13 @@ from planner.kernel import state as S
 from planner.kernel.arrivals import later_by, place, queue_delay
 from planner.kernel.routers import (
     LEAST_KV,
+    LLM_D,
     PREFIX_AFFINITY,
     RANDOM,
     ROUND_ROBIN,
     affinity,
     argmin2,
+    llm_d_choice,
     splitmix64,
 )
 from planner.kernel.rowview import row
@@ -71,9 +73,10 @@ def replica_loads(cfg, o, lo, n_rep, t, load, used):
 
 
 # A fleet's replicas: their scratch and prefix caches (``step._init``), which
-# have ended, the router's view (``replica_loads``) and prefix_affinity's
-# memory (key -> replica).
-Replicas = namedtuple("Replicas", "scs pcs ended load used owner")
+# have ended, the router's view (``replica_loads``), prefix_affinity's memory
+# (key -> replica), llm_d's (``held``: (keys, replicas) bool, the prefix keys
+# sent to each replica) and its scores' scratch.
+Replicas = namedtuple("Replicas", "scs pcs ended load used owner held score")
 
 # Closed-loop clients of a fleet (vLLM bench's semaphore of N, as
 # ``arrivals.py`` for one server): requests in flight (request, replica),
@@ -103,9 +106,14 @@ def _start(kx, lo, n_rep, n_keys, caching, bufs):
         pcs = List()
         for i in range(n_rep):
             pcs.append(new_prefix_cache(cfg[lo + i], rq, bufs[1][i], bufs[2][i]))
-    owner = np.full(n_keys[0] if cfg[lo, K.ROUTER] == PREFIX_AFFINITY else 1, -1, np.int32)
+    policy = cfg[lo, K.ROUTER]
+    owner = np.full(n_keys[0] if policy == PREFIX_AFFINITY else 1, -1, np.int32)
+    held = np.zeros((n_keys[0], n_rep) if policy == LLM_D else (1, 1), dtype=np.bool_)
     zeros = np.zeros(n_rep, dtype=np.int64)
-    return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)
+    return Replicas(
+        scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner, held,
+        np.zeros(n_rep, dtype=np.float64),
+    )  # fmt: skip
 
 
 def _cache_at(pcs, i):  # noqa: ANN001, ANN202 (a jitted call's stub)
@@ -155,6 +163,16 @@ def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
     if policy == LEAST_KV:
         return argmin2(rp.used, rp.load), rng
     key_off, key_ids, key_tokens, _ = keys
+    if policy == LLM_D:
+        for i in range(n_rep):  # each replica's vllm:num_requests_waiting
+            rp.load[i] = o.counters[lo + i, S.O_WAITING_END]
+        dest, rng = llm_d_choice(
+            r, rq.prompt[r], cfg[lo, K.BS], key_off, key_ids, key_tokens, rp.held, rp.load,
+            rp.score, rng,
+        )  # fmt: skip
+        for m in range(key_off[r], key_off[r + 1]):  # the index records the pick
+            rp.held[key_ids[m], dest] = True
+        return dest, rng
     dest = -1
     if policy == PREFIX_AFFINITY:
         dest = affinity(r, rq.prompt[r], key_off, key_ids, key_tokens, rp.owner, rp.load)

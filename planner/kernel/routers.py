@@ -22,6 +22,11 @@ Policies (``ROUTERS``; each reads the loads ``fleet.replica_loads`` fills):
   remembered for the latest one only. Prefix keys: a block-hash trace's
   chained ids of full trace blocks (each stands for the whole prefix up to
   its block), else a request's prefix group (its shared tokens).
+- ``llm_d``: llm-d's endpoint picker as its P/D sample configuration
+  (llm-d-inference-scheduler ``deploy/config/pd-epp-config.yaml``) scores
+  each profile's pods: ``prefix-cache-scorer`` with weight
+  ``LLM_D_PREFIX_WEIGHT`` plus ``queue-scorer`` with weight
+  ``LLM_D_QUEUE_WEIGHT``, then ``max-score-picker`` (``llm_d_choice``).
 
 """
 
@@ -31,7 +36,15 @@ import numpy as np
 from numba import njit
 
 # The codes of planner.config.ROUTERS.
-ROUND_ROBIN, RANDOM, LEAST_OUTSTANDING, LEAST_KV, PREFIX_AFFINITY = range(5)
+ROUND_ROBIN, RANDOM, LEAST_OUTSTANDING, LEAST_KV, PREFIX_AFFINITY, LLM_D = range(6)
+
+# llm-d's P/D sample configuration (llm-d-inference-scheduler,
+# deploy/config/pd-epp-config.yaml): the weights of its two scorers in both
+# the prefill and the decode profile.
+LLM_D_PREFIX_WEIGHT = 2.0
+LLM_D_QUEUE_WEIGHT = 1.0
+# The same file's ``maxPrefixBlocksToMatch``: the prompt's blocks the index hashes.
+LLM_D_MAX_PREFIX_BLOCKS = 256
 
 # SGLang Model Gateway's cache-aware defaults (docs/getting-started/load-balancing.md).
 AFFINITY_MIN_MATCH = 0.3
@@ -76,3 +89,57 @@ def affinity(r, prompt, key_off, keys, key_tokens, owner, load):
                 return rep
             return -1
     return -1
+
+
+@njit(cache=True, _nrt=False)
+def llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, score, rng):
+    """``llm_d``'s replica for request r (``prompt`` tokens) and the next
+    state of the SplitMix64 stream ``rng``. Each replica i scores
+    ``LLM_D_PREFIX_WEIGHT`` x prefix + ``LLM_D_QUEUE_WEIGHT`` x queue:
+
+    - prefix (``prefix-cache-scorer``; its index from the approximate prefix
+      producer, ``approximateprefix/hashing.go``): the prompt's leading
+      ``block``-token blocks that the router sent to replica i before, over
+      the prompt's blocks (a partial last block counts; at most
+      ``LLM_D_MAX_PREFIX_BLOCKS``; 0 for a prompt under one block). The
+      index's block size is the server's (its ``autoTune``); ``held`` (keys,
+      replicas) bool marks the prefix keys sent to each replica, and a key
+      covers ``key_tokens`` tokens from the prompt's start (the whole
+      prompt: its partial block matches too).
+    - queue (``queue-scorer``): (max - w_i) / (max - min) over the replicas'
+      waiting queues ``waiting`` (n,) int64, 1 for all when they are equal.
+
+    ``max-score-picker`` shuffles the pods, then sorts them by score, stably:
+    a uniform choice among the replicas of the highest score, drawn here from
+    ``rng`` (only when several tie). ``score``: (n,) float64 scratch."""
+    n = waiting.shape[0]
+    lo, hi = waiting[0], waiting[0]
+    for i in range(1, n):
+        lo, hi = min(lo, waiting[i]), max(hi, waiting[i])
+    blocks = (prompt + block - 1) // block if prompt >= block else 0
+    total = min(blocks, LLM_D_MAX_PREFIX_BLOCKS)
+    best = -1.0
+    for i in range(n):
+        q = 1.0 if hi == lo else (hi - waiting[i]) / (hi - lo)
+        p = 0.0
+        if total > 0:
+            for j in range(key_off[r + 1] - 1, key_off[r] - 1, -1):
+                if held[keys[j], i]:
+                    m = blocks if key_tokens[j] >= prompt else key_tokens[j] // block
+                    p = min(m, total) / total
+                    break
+        score[i] = LLM_D_PREFIX_WEIGHT * p + LLM_D_QUEUE_WEIGHT * q
+        best = max(best, score[i])
+    ties = 0
+    for i in range(n):
+        ties += score[i] == best
+    pick = 0
+    if ties > 1:
+        rng, x = splitmix64(rng)
+        pick = np.int64(x % np.uint64(ties))
+    for i in range(n):
+        if score[i] == best:
+            if pick == 0:
+                return i, rng
+            pick -= 1
+    return 0, rng
