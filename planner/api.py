@@ -322,6 +322,7 @@ def simulate(
     replica_path: bool = False,
     on_config: Callable[[int], None] | None = None,
     features: Features | None = None,
+    route_s: np.ndarray | None = None,
 ) -> SimResult:
     """Simulate every config against ``workload`` in one jitted, parallel call.
 
@@ -347,11 +348,19 @@ def simulate(
         features: the compiled kernel's feature markers (``kernel.variant``):
             None, those these configs use; a sweep passes its whole grid's
             (``features_for``) so that its chunks share one kernel.
+        route_s: optional (R,) float64 seconds, when the router of every
+            config's replicas sends each request, which then enters its
+            replica at its arrival (never earlier than the send); None: at
+            its arrival. A disaggregated decode pool routed as llm-d routes
+            it (``planner.disagg``): picked at the client's arrival, entered
+            when the prefill ends. Open loop and the replica path only.
     Returns:
         SimResult. Raises ValueError on inconsistent inputs (including an
         ``arrival_s`` that is not (C, R) or holds times outside
-        0..``workload.MAX_ARRIVAL_S``, and ``features`` without one these
-        configs use).
+        0..``workload.MAX_ARRIVAL_S``, ``features`` without one these
+        configs use, and a ``route_s`` that is not (R,), comes after an
+        arrival, or is given without replicas, with ``arrival_s`` or with
+        closed-loop clients).
     """
     configs = list(configs)
     lats = _latency_list(latency)
@@ -381,8 +390,10 @@ def simulate(
     if xfer:  # the decode side's requests start remote (remote_kv.py)
         st.remote.pd[rcfg[:, K.XFER] != 0] = remote * S.PD_REMOTE
     _fill_entries(rcfg, rarr, prompt, next_turn, st.req)
+    route_ns = _route_ns(route_s, arrival_ns, cfg, fleet, arrival_s is not None)
     if fleet:  # the router sends by arrival; clients are the fleet's (kernel/fleet.py)
-        streams = np.argsort(arrival_ns, axis=-1, kind="stable").astype(np.int32)
+        sends = arrival_ns if route_ns.size == 0 else route_ns
+        streams = np.argsort(sends, axis=-1, kind="stable").astype(np.int32)
         streams = np.broadcast_to(streams, (c, r))
         st.req.order[lay.starts] = streams
         rcfg = rcfg.copy()
@@ -397,6 +408,7 @@ def simulate(
         keys = RP.no_keys(r)
         if np.any(np.isin(cfg[:, K.ROUTER], (PREFIX_AFFINITY, LLM_D))):
             keys = RP.affinity_keys(prompt, group, shared_len, *hashes[:2], int(hashes[2][0]))
+        keys = (*keys, route_ns)
         fleets = (lay.starts, lay.sizes, cfg[:, K.CONC].copy(), cfg[:, K.THINK_NS].copy())
         kx = (rcfg, rcfgf, requests, st.req, st.queues, st.out, st.remote)
         _run_fleets(kx, fleets, keys, fast_path, check_invariants, on_config)
@@ -476,17 +488,40 @@ def _prefix_groups(
     return group, shared_len.astype(np.int32)
 
 
+def _route_ns(
+    route_s: np.ndarray | None, arrival_ns: np.ndarray, cfg: np.ndarray, fleet: bool, own: bool
+) -> np.ndarray:
+    """``simulate``'s ``route_s`` as (R,) int64 ns ((0,) for None: each
+    request is sent at its arrival). Raises ValueError (one line) for a
+    shape other than (R,), times that are not finite or come after their
+    request's arrival, and for use without replicas, with per-config
+    arrivals (``own``) or with closed-loop clients."""
+    if route_s is None:
+        return np.zeros(0, dtype=np.int64)
+    a = np.asarray(route_s, dtype=np.float64)
+    if not fleet or own or np.any(cfg[:, K.CONC] > 0):
+        raise ValueError(
+            "route_s: send times are for an open-loop fleet's router (replicas, one arrival "
+            "per request)"
+        )
+    if a.shape != arrival_ns.shape or not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError(f"route_s: expected {arrival_ns.shape[0]} finite times >= 0")
+    route = np.round(a * 1e9).astype(np.int64)
+    if np.any(route > arrival_ns):
+        raise ValueError("route_s: a request is sent after its arrival")
+    return route
+
+
 def _remote_flags(workload: Workload, cfg: np.ndarray) -> np.ndarray:
     """(R,) int8: ``workload.remote`` (zeros for None). Raises ValueError (one
     line) for remote requests on a config without ``kv_transfer`` (they would
-    be served colocated, silently) or of several replicas."""
+    be served colocated, silently)."""
     if workload.remote is None or not np.any(workload.remote):
         return np.zeros(workload.num_requests, dtype=np.int8)
-    if np.any(cfg[:, K.XFER] == 0) or np.any(cfg[:, K.REPLICAS] > 1):
+    if np.any(cfg[:, K.XFER] == 0):
         raise ValueError(
             f"{workload.name}: remote requests (KV from a prefill instance) need a "
-            "config with kv_transfer and one replica (a disaggregated decode side: each "
-            "decode replica is one config)"
+            "config with kv_transfer (a disaggregated decode side)"
         )
     return np.ascontiguousarray(workload.remote, dtype=np.int8)
 

@@ -483,10 +483,10 @@ class SchedulerConfig:
     def _check_kv_transfer(self) -> None:
         """The decode side is simulated where goldens from vLLM 0.33 check it:
         sync or async scheduling, full attention, recompute preemption, vLLM's
-        own rules, with or without drafts (``pd_spec_*``); a config of several
-        replicas takes no remote requests (``api.simulate`` refuses them: each
-        decode replica is one config), only a prefill pool's blocks held for
-        reads. Raises ValueError (one line)."""
+        own rules, with or without drafts (``pd_spec_*``); replicas take
+        remote requests behind a router (a decode pool, ``planner.disagg``)
+        and hold a prefill pool's blocks for reads. Raises ValueError (one
+        line)."""
         if self.kv_transfer is None:
             return
         if not isinstance(self.kv_transfer, KVTransfer):

@@ -3,18 +3,25 @@
 The deployment vLLM's disaggregated serving runs (``--kv-transfer-config``
 with NixlConnector, behind a proxy), simulated stage by stage:
 
-1. **Router, prefill side.** vLLM's reference proxy
+1. **Router.** ``PDRouter``: llm-d's P/D endpoint picker by default
+   (llm-d-inference-scheduler ``deploy/config/pd-epp-config.yaml``, the
+   ``disagg-profile-handler``): at a request's arrival it runs the decode
+   profile, asks ``prefix-based-pd-decider`` whether to prefill remotely
+   (a prompt under ``nonCachedTokens`` 16 tokens is prefilled by the
+   decode replica itself), then runs the prefill profile; each profile is
+   the ``llm_d`` router (``kernel/routers.py``) over its pool's live state
+   at that arrival. The prefill pool runs as a colocated fleet of P
+   replicas behind it, each request with ``max_tokens`` 1
+   (``do_remote_decode``), ending with its one output token; the decode
+   pool runs as a fleet of D replicas behind it, each request routed at its
+   arrival and entering its replica when its prefill ends (``api.simulate``'s
+   ``route_s``). The alternative, ``round_robin``, is vLLM's reference proxy
    (``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``, which
-   ``examples/online_serving/disaggregated_serving`` runs) sends each request
-   first to a prefill replica, round robin in arrival order, with
-   ``max_tokens`` 1 and ``do_remote_decode``. The prefill pool is simulated
-   as a colocated fleet of P replicas behind the planner's round-robin router
-   (``kernel/fleet.py``); a request's prefill ends with its one output token.
-2. **Router, decode side.** When the prefill answers, the proxy sends the
-   original request (``do_remote_prefill``) to a decode replica, round robin
-   in the order the prefills end. Its decode arrival is its prefill's end
-   (the proxy's hop and the response's transit are not modelled: a named
-   difference, zero).
+   ``examples/online_serving/disaggregated_serving`` runs): prefill round
+   robin in arrival order, decode round robin in the order prefills end.
+2. **Decode arrival.** A request reaches its decode replica when its
+   prefill ends (the sidecar's or proxy's hop and the response's transit
+   are not modelled: a named difference, zero).
 3. **Decode side.** Each decode replica runs vLLM's scheduler with the KV
    connector's rules (``planner.kv_transfer``, kernel and reference engine,
    checked against vLLM 0.33's goldens): the request waits in
@@ -34,19 +41,21 @@ with NixlConnector, behind a proxy), simulated stage by stage:
    pool that falls behind thus fills the prefill pool's KV cache, as in a
    real deployment.
 
-With no prefill pool (P = 0) the decode replicas serve colocated, each
-request to one of them round robin in arrival order: the fleet the planner
-simulates for ``--replicas D --router round_robin`` (a test holds them equal
-bit for bit).
+With no prefill pool (P = 0) the decode replicas serve colocated behind
+the router: the fleet the planner simulates for ``--replicas D --router
+llm_d`` (or ``round_robin``; a test holds them equal bit for bit).
 
 Differences from a real deployment, named: a held prefill's blocks free at
 the prefill replica's first ``schedule()`` after its read completed (vLLM
 frees them in the output of the step during which the decode worker's
 notification came, usually the same step boundary); when the passes do not
 agree, the last one is reported with how far its prefill ends still moved
-(``ReadHolds``); the decode router is round robin, not llm-d's load- and
-cache-aware scorers; transfers do not contend for the link (each has the
-whole bandwidth).
+(``ReadHolds``); llm-d's router reads each replica's waiting queue as of
+its latest step (it scrapes ``vllm:num_requests_waiting`` every 50 ms),
+never evicts its prefix index, and its decider prefills remotely any prompt
+of 16 tokens or more (llm-d also decodes locally a request whose decode
+replica holds all but fewer than 16 of its tokens in the router's index);
+transfers do not contend for the link (each has the whole bandwidth).
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ from planner import replicas as RP
 from planner.api import SimResult, simulate
 from planner.config import SchedulerConfig
 from planner.kernel import state as S
+from planner.kernel.routers import LLM_D_NON_CACHED_TOKENS
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
 from planner.metrics import (
@@ -101,11 +111,59 @@ class ReadHolds:
     moved_s: float
 
 
-# The router simulated here, as answers name it.
-ROUTER = (
-    "vLLM's disaggregated proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py): "
-    "round robin, prefill in arrival order, decode in the order prefills end"
-)
+# The routers a disaggregated deployment can run, as answers name them
+# (``PDRouter``; module docstring, steps 1 and 2).
+PD_ROUTERS = {
+    "llm_d": (
+        "llm-d's P/D endpoint picker (llm-d-inference-scheduler deploy/config/"
+        "pd-epp-config.yaml): at each arrival the decode profile, then the prefill profile, "
+        "each prefix-cache-scorer x 2 + queue-scorer x 1 with max-score-picker; "
+        f"prompts under {LLM_D_NON_CACHED_TOKENS} tokens decode without a prefill "
+        "(prefix-based-pd-decider)"
+    ),
+    "round_robin": (
+        "vLLM's disaggregated proxy (tests/v1/kv_connector/nixl_integration/"
+        "toy_proxy_server.py): round robin, prefill in arrival order, decode in the order "
+        "prefills end"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PDRouter:
+    """The router of a disaggregated deployment: ``name`` one of
+    ``PD_ROUTERS`` (default ``llm_d``, llm-d's P/D default), ``seed`` its
+    ties' stream (``kernel/routers.llm_d_choice``).
+
+    Raises:
+        ValueError: an unknown name or a negative seed (one line).
+    """
+
+    name: str = "llm_d"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in PD_ROUTERS:
+            raise ValueError(
+                f"--router: a disaggregated deployment routes with {' or '.join(PD_ROUTERS)}, "
+                f"got {self.name!r}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"--router-seed must be an integer >= 0, got {self.seed!r}")
+
+    def describe(self) -> str:
+        """The rule, its source, and the seed where it decides ties."""
+        seed = f"; ties by --router-seed {self.seed}" if self.name == "llm_d" else ""
+        return PD_ROUTERS[self.name] + seed
+
+    def prefills(self, prompt: np.ndarray) -> np.ndarray:
+        """(R,) bool: the requests that go through a prefill replica. llm-d's
+        ``prefix-based-pd-decider`` (``nonCachedTokens: 16`` in the sample
+        configuration) sends a prompt under that many tokens to the decode
+        replica alone; the proxy sends every request to both."""
+        if self.name == "llm_d":
+            return np.asarray(prompt) >= LLM_D_NON_CACHED_TOKENS
+        return np.ones(len(prompt), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -168,10 +226,12 @@ def simulate_disaggregated(
     decode: Pool,
     prefill: Pool | None = None,
     kv_transfer: KVTransfer | None = None,
+    router: PDRouter = PDRouter(),
 ) -> DisaggResult:
     """Simulate P prefill replicas (``prefill``; None: none, colocated decode
     replicas), the KV transfer (``kv_transfer``, required with a prefill pool)
-    and D decode replicas (``decode``) on ``workload`` (module docstring).
+    and D decode replicas (``decode``) on ``workload`` behind ``router``
+    (module docstring).
 
     Raises:
         ValueError: a prefill pool without ``kv_transfer``, or the pools'
@@ -183,15 +243,13 @@ def simulate_disaggregated(
     if prefill is None:
         ready_ns = arrival_ns.copy()
         pre, pre_rep, pre_end = None, np.full(workload.num_requests, -1), None
-        dec_rep, runs = _decode_pool(
-            workload, ready_ns, decode.replicas, decode.config, decode.latency, None
-        )
+        dec_rep, runs = _decode_pool(workload, ready_ns, None, decode, decode.config, router)
         reads = ReadHolds(0, True, 0.0)
     else:
         pre, pre_rep, ready_ns, dec_rep, runs, reads = _until_reads_agree(
-            workload, prefill, decode, kv_transfer
+            workload, prefill, decode, kv_transfer, router
         )
-        pre_end = ready_ns
+        pre_end = np.where(pre_rep >= 0, ready_ns, -1)
     df = _requests_frame(workload, arrival_ns, pre_rep, pre_end, ready_ns, dec_rep, runs)
     mml = decode.config.max_model_len
     df["rejected"], df["cut"] = workload.rejected(mml), workload.cut(mml)
@@ -199,7 +257,7 @@ def simulate_disaggregated(
 
 
 def _until_reads_agree(
-    workload: Workload, prefill: Pool, decode: Pool, kv_transfer: KVTransfer
+    workload: Workload, prefill: Pool, decode: Pool, kv_transfer: KVTransfer, router: PDRouter
 ) -> tuple:
     """Run the prefill pool and the decode pool in turn until the prefill
     pool's block holds agree with the reads the decode pool makes (module
@@ -211,22 +269,28 @@ def _until_reads_agree(
     prefills and a later prefill end delays its read (as a rule: a scheduler
     can reorder), so the prefill ends grow from pass to pass towards the
     first that agree; the loop stops on agreement, not on that rule. At most
-    ``MAX_READ_PASSES`` prefill runs. Returns (prefill run, prefill replica
-    per request, prefill ends (ns), decode replica per request, decode runs,
-    ``ReadHolds``)."""
+    ``MAX_READ_PASSES`` prefill runs. Requests the router sends to no
+    prefill replica (``PDRouter.prefills``) reach the decode side at their
+    arrival and are prefilled there. Returns (prefill run, prefill replica
+    per request (-1: none), when each reached the decode side (ns; -1
+    never), decode replica per request, decode runs, ``ReadHolds``)."""
     dcfg = dataclasses.replace(decode.config, kv_transfer=kv_transfer)
-    read_end_ns = np.zeros(workload.num_requests, dtype=np.int64)
+    remote = router.prefills(workload.prompt_tokens)
+    pidx = np.flatnonzero(remote)
+    arrival_ns = np.round(workload.arrival_s * 1e9).astype(np.int64)
+    read_end_ns = np.zeros(pidx.size, dtype=np.int64)
     last, moved = None, 0.0
     for passes in range(1, MAX_READ_PASSES + 1):
-        pre, pre_rep, ready_ns = _prefill_pool(workload, prefill, kv_transfer, read_end_ns)
+        pre, pre_rep, ready_ns = _prefill_pool(
+            workload, pidx, prefill, kv_transfer, read_end_ns, router
+        )
+        ready_ns = np.where(remote, ready_ns, arrival_ns)
         if last is not None and np.array_equal(ready_ns, last[0]):
             return pre, pre_rep, ready_ns, *last[1:], ReadHolds(passes, True, 0.0)
-        dec_rep, runs = _decode_pool(
-            workload, ready_ns, decode.replicas, dcfg, decode.latency, True
-        )
+        dec_rep, runs = _decode_pool(workload, ready_ns, remote, decode, dcfg, router)
         moved = 0.0 if last is None else _moved_s(ready_ns, last[0])
         last = (ready_ns, dec_rep, runs)
-        read_end_ns = _read_ends(workload.num_requests, ready_ns, runs, kv_transfer)
+        read_end_ns = _read_ends(workload.num_requests, ready_ns, runs, kv_transfer)[pidx]
     return pre, pre_rep, *last, ReadHolds(MAX_READ_PASSES, False, moved)
 
 
@@ -260,64 +324,150 @@ def _read_ends(n: int, ready_ns: np.ndarray, runs: list, kv_transfer: KVTransfer
 
 
 def _prefill_pool(
-    workload: Workload, pool: Pool, kv_transfer: KVTransfer, read_end_ns: np.ndarray
-) -> tuple[SimResult, np.ndarray, np.ndarray]:
-    """The prefill pool's run (each request with one output token, as the
-    proxy asks, its blocks held from its end until ``read_end_ns``: each
-    replica has the KV connector, ``kernel/kv_send.py``), the replica each
-    request went to, and when each prefill ended (ns; -1 never: rejected,
-    or the run stopped first)."""
+    workload: Workload,
+    pidx: np.ndarray,
+    pool: Pool,
+    kv_transfer: KVTransfer,
+    read_end_ns: np.ndarray,
+    router: PDRouter,
+) -> tuple[SimResult | None, np.ndarray, np.ndarray]:
+    """The prefill pool's run of the requests ``pidx`` (each with one output
+    token, as the proxy asks, its blocks held from its end until
+    ``read_end_ns`` (one per ``pidx``): each replica has the KV connector,
+    ``kernel/kv_send.py``) behind ``router`` (llm-d's prefill profile is the
+    ``llm_d`` router: its decode pick does not change its scores), the
+    replica each request went to (-1: not sent to the pool), and when each
+    prefill ended (ns; -1 never: not sent, rejected, or the run stopped
+    first). None for the run when no request goes to the pool."""
+    n = workload.num_requests
+    rep, end = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    if pidx.size == 0:
+        return None, rep, end
+    wl = _subset(workload, pidx, np.round(workload.arrival_s[pidx] * 1e9), None)
     wl = dataclasses.replace(
-        workload,
-        output_tokens=np.ones(workload.num_requests, dtype=np.int32),
-        remote=None,
-        read_end_ns=read_end_ns,
+        wl, output_tokens=np.ones(pidx.size, dtype=np.int32), read_end_ns=read_end_ns
     )
     cfg = dataclasses.replace(
-        pool.config, replicas=pool.replicas, router="round_robin", kv_transfer=kv_transfer
+        pool.config,
+        replicas=pool.replicas,
+        router=router.name,
+        router_seed=router.seed,
+        kv_transfer=kv_transfer,
     )
     res = simulate([cfg], wl, pool.latency)
-    rep = np.zeros(workload.num_requests, dtype=np.int64)
-    if res.fleet is not None:  # the replica the round-robin router sent each to
+    rep[pidx] = 0
+    if res.fleet is not None:  # the replica the router sent each to
         lay = res.fleet.layout
-        rep = RP.owners(res.fleet.state, lay)[0] - lay.starts[0]
-    return res, rep, res.state.req.finish_ns[0].copy()
+        rep[pidx] = RP.owners(res.fleet.state, lay)[0] - lay.starts[0]
+    end[pidx] = res.state.req.finish_ns[0]
+    return res, rep, end
 
 
 def _decode_pool(
     workload: Workload,
     ready_ns: np.ndarray,
-    replicas: int,
+    remote: np.ndarray | None,
+    pool: Pool,
     cfg: SchedulerConfig,
-    latency: Latency,
-    remote: bool | None,
+    router: PDRouter,
 ) -> tuple[np.ndarray, list[tuple[SimResult | None, np.ndarray]]]:
-    """Route the requests that reached the decode side (``ready_ns`` >= 0)
-    round robin in the order they got there (ties by index) and run each
-    replica on its share. Returns the replica of each request (-1: none)
-    and, per replica, (its run or None, the request indices it served, in
-    its workload's order)."""
+    """Route the requests that reached the decode side (``ready_ns`` >= 0;
+    ``remote`` (R,) bool: those whose KV comes from a prefill replica, None
+    for none) to ``pool``'s replicas, each with config ``cfg``: round robin
+    in the order they got there (ties by index; each replica then runs on
+    its share alone), or llm-d's decode profile at each client's arrival
+    (the ``llm_d`` router over the replicas' live state, each request
+    entering its replica when it gets there: ``api.simulate``'s
+    ``route_s``). Returns the replica of each request (-1: none) and, per
+    replica, (its run or None, the request indices it served, in its
+    workload's order)."""
     reached = np.flatnonzero(ready_ns >= 0)
-    order = reached[np.argsort(ready_ns[reached], kind="stable")]
     rep = np.full(workload.num_requests, -1)
-    rep[order] = np.arange(order.size) % replicas
+    order = reached[np.argsort(ready_ns[reached], kind="stable")]
+    if router.name == "llm_d" and pool.replicas > 1 and reached.size:
+        wl = _subset(workload, order, ready_ns[order], _pick(remote, order))
+        fleet = dataclasses.replace(
+            cfg, replicas=pool.replicas, router="llm_d", router_seed=router.seed
+        )
+        res = simulate([fleet], wl, pool.latency, route_s=workload.arrival_s[order])
+        return _replica_runs(res, workload, order, ready_ns, remote, cfg, rep)
+    rep[order] = np.arange(order.size) % pool.replicas
     runs: list[tuple[SimResult | None, np.ndarray]] = []
-    for j in range(replicas):
+    for j in range(pool.replicas):
         idx = order[rep[order] == j]
         if idx.size == 0:
             runs.append((None, idx))
             continue
-        wl = _subset(workload, idx, ready_ns[idx], remote)
-        runs.append((simulate([cfg], wl, latency), idx))
+        wl = _subset(workload, idx, ready_ns[idx], _pick(remote, idx))
+        runs.append((simulate([cfg], wl, pool.latency), idx))
     return rep, runs
 
 
+def _pick(remote: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
+    """``remote`` of the requests ``idx`` (None stays None)."""
+    return None if remote is None else remote[idx]
+
+
+def _replica_runs(
+    res: SimResult,
+    workload: Workload,
+    reached: np.ndarray,
+    ready_ns: np.ndarray,
+    remote: np.ndarray | None,
+    cfg: SchedulerConfig,
+    rep: np.ndarray,
+) -> tuple[np.ndarray, list[tuple[SimResult | None, np.ndarray]]]:
+    """A decode fleet's run (``res``, on the requests ``reached``, in the
+    order they reached the decode side) as each replica's own run, as the
+    round-robin path gives them: replica j's requests (its row's sent ones,
+    in that order), its row of every state array on their columns, its
+    counters; ``rep`` (R,) filled with each request's replica. A replica's
+    run is the lone server's on its share (the router only decides the
+    share; a test compares them)."""
+    assert res.fleet is not None
+    lay, st = res.fleet.layout, res.fleet.state
+    runs: list[tuple[SimResult | None, np.ndarray]] = []
+    for j in range(int(lay.sizes[0])):
+        row = int(lay.starts[0]) + j
+        sub = np.sort(st.req.order[row, : st.out.counters[row, S.O_ORDER_END]])
+        idx = reached[sub]
+        rep[idx] = j
+        if idx.size == 0:
+            runs.append((None, idx))
+            continue
+
+        n = st.req.entry_ns.shape[1]
+        req = S.ReqState(*(_columns(a, row, sub, n) for a in st.req))
+        req = req._replace(order=np.argsort(req.entry_ns, axis=1, kind="stable").astype(np.int32))
+        state = S.State(
+            req,
+            S.Queues(*(_columns(a, row, sub, n) for a in st.queues)),
+            S.Out(*(a[row : row + 1] for a in st.out)),
+            S.Remote(*(_columns(a, row, sub, n) for a in st.remote)),
+        )
+        packed = res.cfg[:1].copy()
+        packed[:, K.REPLICAS], packed[:, K.ROUTER] = 1, K.ROUTERS[cfg.router]
+        arrival = res.arrival_ns[..., sub] if res.arrival_ns.ndim == 1 else res.arrival_ns[:1, sub]
+        wl = _subset(workload, idx, ready_ns[idx], _pick(remote, idx))
+        runs.append((SimResult([cfg], res.latencies[:1], wl, packed, arrival, state), idx))
+    return rep, runs
+
+
+def _columns(a: np.ndarray, row: int, sub: np.ndarray, n: int) -> np.ndarray:
+    """Row ``row`` of a state array as a (1, len(sub)) array of the columns
+    ``sub`` when it has one column per request (``n``), else the whole row
+    as (1, ...) (a decode side's arrays are (C, 1) without remote requests:
+    ``state.allocate``)."""
+    return a[row : row + 1, sub] if a.shape[1] == n else a[row : row + 1]
+
+
 def _subset(
-    workload: Workload, idx: np.ndarray, ready_ns: np.ndarray, remote: bool | None
+    workload: Workload, idx: np.ndarray, ready_ns: np.ndarray, remote: np.ndarray | None
 ) -> Workload:
-    """The requests ``idx`` arriving at ``ready_ns``, with the fields a
-    replica reads (priorities, prefix groups, block hashes are not carried:
-    sessions and hash ids are refused with a prefill pool by the caller)."""
+    """The requests ``idx`` arriving at ``ready_ns`` (ns), with the fields a
+    replica reads: priorities and prefix groups (sessions and hash ids are
+    refused with a prefill pool by the caller), and ``remote`` (one bool per
+    request: its KV comes from a prefill replica; None: none does)."""
 
     def pick(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else a[idx]
@@ -330,7 +480,7 @@ def _subset(
         priority=pick(workload.priority),
         prefix_group=pick(workload.prefix_group),
         prefix_len=pick(workload.prefix_len),
-        remote=None if remote is None else np.ones(idx.size, dtype=bool),
+        remote=None if remote is None else np.asarray(remote, dtype=bool),
     )
 
 

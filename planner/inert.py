@@ -100,8 +100,8 @@ RUN_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         ("router",),
-        lambda p: (p.get("replicas") or 1) == 1,
-        "needs --replicas > 1 (one server has nothing to route between)",
+        lambda p: (p.get("replicas") or 1) == 1 and not p.get("prefill_replicas"),
+        "needs --replicas > 1 or --prefill-replicas (one server has nothing to route between)",
     ),
     Rule(
         ("router",),
@@ -115,8 +115,14 @@ RUN_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         ("router_seed",),
-        lambda p: option_value(p.get("router")) != "random" or (p.get("replicas") or 1) == 1,
-        "needs --router random and --replicas > 1",
+        lambda p: (
+            not p.get("prefill_replicas")
+            and (
+                option_value(p.get("router")) not in ("random", "llm_d")
+                or (p.get("replicas") or 1) == 1
+            )
+        ),
+        "needs --router random or llm_d and --replicas > 1 (or --prefill-replicas)",
     ),
     Rule(
         ("tensor_parallel_size",),

@@ -12,7 +12,7 @@ import pytest
 from helpers import run_cli
 from planner.api import simulate
 from planner.config import SchedulerConfig
-from planner.disagg import Pool, simulate_disaggregated, summarize_disaggregated
+from planner.disagg import PDRouter, Pool, simulate_disaggregated, summarize_disaggregated
 from planner.kernel import state as S
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import LinearLatency
@@ -227,15 +227,17 @@ def test_measured_step_times_are_named_once_per_gpu(capsys):
     assert "h100" in err and "a100" in err
 
 
+@pytest.mark.parametrize("router", ["round_robin", "llm_d"])
 @pytest.mark.parametrize("replicas,caching", [(1, False), (3, False), (4, True)])
-def test_no_prefill_pool_is_the_colocated_fleet_bit_for_bit(replicas, caching):
+def test_no_prefill_pool_is_the_colocated_fleet_bit_for_bit(replicas, caching, router):
     """D decode replicas and no prefill pool: every request's first token and
     finish (ns), outputs and preemptions equal the fleet of D colocated
-    replicas behind the round-robin router (``kernel/fleet.py``)."""
+    replicas behind the same router (``kernel/fleet.py``)."""
     wl = _workload()
     cfg = dataclasses.replace(CFG, enable_prefix_caching=caching, num_gpu_blocks=900)
-    res = simulate_disaggregated(wl, Pool(replicas, cfg, LAT))
-    fleet = simulate([dataclasses.replace(cfg, replicas=replicas)], wl, LAT)
+    res = simulate_disaggregated(wl, Pool(replicas, cfg, LAT), router=PDRouter(router, 3))
+    colocated = dataclasses.replace(cfg, replicas=replicas, router=router, router_seed=3)
+    fleet = simulate([colocated], wl, LAT)
     st = fleet.state.req
     got = res.requests
     for col, ns in (("first_token_s", st.first_ns[0]), ("finish_s", st.finish_ns[0])):
@@ -251,7 +253,9 @@ def test_no_prefill_pool_is_the_colocated_fleet_bit_for_bit(replicas, caching):
 def test_disaggregated_requests_go_prefill_transfer_decode_in_order():
     wl = _workload()
     kv = KVTransfer.from_link(131_072, 50.0, 20.0)
-    res = simulate_disaggregated(wl, Pool(2, CFG, LAT), Pool(1, CFG, LAT), kv)
+    res = simulate_disaggregated(
+        wl, Pool(2, CFG, LAT), Pool(1, CFG, LAT), kv, PDRouter("round_robin")
+    )
     df = res.requests
     assert df["done"].all()
     # each stage after the one before it
@@ -358,7 +362,7 @@ def test_plan_run_prefill_replicas_prints_both_pools(capsys):
         ),
         (("--kv-transfer-bandwidth", "10"), "needs --prefill-replicas"),
         (("--prefill-replicas", "1", "--trace", "x.parquet"), "--trace"),
-        (("--prefill-replicas", "1", "--router-seed", "3"), "--router-seed"),
+        (("--prefill-replicas", "1", "--router", "random"), "routes with llm_d or round_robin"),
         (("--prefill-replicas", "1", "--requests-out", "r.txt"), ".csv or .parquet"),
         (("--prefill-replicas", "1", "--kv-transfer-bandwidth", "0.0001"), "too slow"),
         (("--prefill-replicas", "1", "--prefill-tensor-parallel-size", "2"), "needs --model"),
@@ -485,7 +489,7 @@ def test_plan_size_disaggregated_mixes_gpus_across_pools(capsys, tmp_path):
     )
     assert set(b["vllm_serve"]) == {"prefill", "decode"}
     assert all("--kv-transfer-config" in c for c in b["vllm_serve"].values())
-    assert "round robin" in b["router"]
+    assert "llm-d's P/D endpoint picker" in b["router"]
 
 
 def test_fleets_are_ordered_by_cost():
@@ -814,15 +818,14 @@ def test_a_prefill_fleet_holding_blocks_is_its_replicas_run_alone(caching):
         assert np.array_equal(fleet.state.req.first_ns[0, idx], alone.first_ns[0])
 
 
-def test_held_blocks_need_a_connector_and_remote_requests_one_replica():
+def test_held_blocks_and_remote_requests_need_a_connector():
     wl = _held(_workload(20), 1_000)
     with pytest.raises(ValueError, match="need a config with kv_transfer") as e:
         simulate([CFG], wl, LAT)
     assert "\n" not in str(e.value)
-    kv = KVTransfer(1_000, 1_000)
     remote = dataclasses.replace(_workload(20), remote=np.ones(20, dtype=bool))
-    with pytest.raises(ValueError, match="one replica") as e:
-        simulate([dataclasses.replace(CFG, kv_transfer=kv, replicas=2)], remote, LAT)
+    with pytest.raises(ValueError, match="need a config with kv_transfer") as e:
+        simulate([dataclasses.replace(CFG, replicas=2)], remote, LAT)
     assert "\n" not in str(e.value)
 
 
@@ -971,3 +974,133 @@ def test_plan_size_dry_run_counts_the_split_search(capsys, tmp_path):
     assert "then --disaggregated: at most 10 P:D fleets (P + D <= 5" in out, out
     code, out, err = run_cli(capsys, *args)
     assert code == 0 and "--disaggregated" not in out
+
+
+def _decode_share(res, j: int, wl: Workload, kv: KVTransfer, cfg: SchedulerConfig):
+    """Replica j's requests of a disaggregated run, run alone: a lone decode
+    server fed them at their decode arrivals."""
+    df = res.requests
+    idx = np.flatnonzero(df["decode_replica"].to_numpy() == j)
+    idx = idx[np.argsort(df["decode_arrival_s"].to_numpy()[idx], kind="stable")]
+    remote = df["prefill_replica"].to_numpy()[idx] >= 0
+    sub = Workload(
+        df["decode_arrival_s"].to_numpy()[idx],
+        wl.prompt_tokens[idx],
+        wl.output_tokens[idx],
+        remote=remote,
+    )
+    lone = simulate([dataclasses.replace(cfg, kv_transfer=kv)], sub, LAT)
+    return idx, lone
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_llm_d_decode_replicas_are_lone_servers_on_their_share(seed):
+    """llm-d picks the decode replica at each arrival and the request enters
+    it when its prefill ends (``api.simulate``'s ``route_s``): whatever the
+    router chose, each decode replica serves its share exactly as a lone
+    decode server fed those requests at those times, step for step, and
+    the per-replica runs split from the fleet say so request by request."""
+    wl = _workload(300, rate=40.0, seed=seed)
+    cfg = dataclasses.replace(CFG, num_gpu_blocks=700, max_num_seqs=24)
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    res = simulate_disaggregated(wl, Pool(3, cfg, LAT), Pool(2, cfg, LAT), kv, PDRouter(seed=seed))
+    reps = res.requests["decode_replica"].to_numpy()
+    assert set(reps.tolist()) == {0, 1, 2}
+    for j in range(3):
+        idx, lone = _decode_share(res, j, wl, kv, cfg)
+        run = res.decode[j]
+        for name in ("first_ns", "finish_ns", "nout", "npre"):
+            assert np.array_equal(getattr(run.state.req, name)[0], getattr(lone.state.req, name)[0])
+        assert np.array_equal(run.state.remote.xfer_ns[0], lone.state.remote.xfer_ns[0])
+        assert run.metrics()["completed"].iloc[0] == lone.metrics()["completed"].iloc[0]
+
+
+def test_the_router_sends_in_the_order_of_its_send_times():
+    """Round robin over 2 replicas hands out replicas in send order. Entries
+    at 0, 1 and 2 s; request 2 is sent at 0.5 s, before request 1 (1 s):
+    sent in the order 0, 2, 1 they go to replicas 0, 1, 0, where sending at
+    the entries gives 0, 1, 0 to requests 0, 1, 2. A state-reading router
+    reads the replicas as of each send (the fleet advances them to it)."""
+    wl = Workload(
+        np.array([0.0, 1.0, 2.0]), np.array([500, 100, 100], np.int32), np.full(3, 5, np.int32)
+    )
+    fleet = dataclasses.replace(CFG, replicas=2)
+    from planner.replicas import owners
+
+    for route, want in ((np.array([0.0, 1.0, 0.5]), [0, 0, 1]), (None, [0, 1, 0])):
+        res = simulate([fleet], wl, LAT, route_s=route)
+        assert res.fleet is not None
+        lay = res.fleet.layout
+        assert (owners(res.fleet.state, lay)[0] - lay.starts[0]).tolist() == want
+        assert (res.state.req.finish_ns[0] > np.round(wl.arrival_s * 1e9)).all()
+
+
+def test_short_prompts_skip_the_prefill_pool_under_llm_d():
+    """llm-d's prefix-based-pd-decider (nonCachedTokens 16): a prompt under 16
+    tokens goes to the decode replica alone, which prefills it; vLLM's proxy
+    sends every request through a prefill replica."""
+    n = 40
+    prompt = np.where(np.arange(n) % 2 == 0, 8, 400).astype(np.int32)
+    wl = Workload(np.linspace(0, 4, n), prompt, np.full(n, 20, np.int32), name="short")
+    kv = KVTransfer.from_link(131_072, 50.0, 20.0)
+    pools = (Pool(2, CFG, LAT), Pool(2, CFG, LAT), kv)
+    df = simulate_disaggregated(wl, *pools).requests
+    short = prompt < 16
+    assert df["done"].all()
+    assert (df["prefill_replica"].to_numpy()[short] == -1).all()
+    assert df["prefill_end_s"][short].isna().all() and df["transfer_s"][short].isna().all()
+    assert np.allclose(df["decode_arrival_s"][short].to_numpy(), wl.arrival_s[short], atol=1e-9)
+    assert (df["prefill_replica"].to_numpy()[~short] >= 0).all()
+    assert df["transfer_s"][~short].notna().all()
+    rr = simulate_disaggregated(wl, *pools, PDRouter("round_robin")).requests
+    assert (rr["prefill_replica"] >= 0).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"name": "random"}, "--router"),
+        ({"name": "prefix_affinity"}, "--router"),
+        ({"seed": -1}, "--router-seed"),
+    ],
+)
+def test_bad_pd_routers_are_refused(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        PDRouter(**kwargs)
+
+
+def test_route_times_are_checked():
+    wl = _workload(20)
+    fleet = dataclasses.replace(CFG, replicas=2, router="llm_d")
+    for route, where in (
+        (wl.arrival_s + 1.0, "after its arrival"),
+        (wl.arrival_s[:5], "expected 20"),
+        (np.full(20, np.nan), "expected 20"),
+    ):
+        with pytest.raises(ValueError, match=where):
+            simulate([fleet], wl, LAT, route_s=route)
+    with pytest.raises(ValueError, match="open-loop fleet"):
+        simulate([CFG], wl, LAT, route_s=wl.arrival_s)
+
+
+def test_route_times_at_the_arrivals_change_nothing():
+    wl = _workload(200, rate=30.0)
+    fleet = dataclasses.replace(CFG, num_gpu_blocks=600, replicas=3, router="llm_d")
+    a = simulate([fleet], wl, LAT)
+    b = simulate([fleet], wl, LAT, route_s=wl.arrival_s)
+    for name in ("first_ns", "finish_ns", "nout", "npre"):
+        assert np.array_equal(getattr(a.state.req, name), getattr(b.state.req, name))
+
+
+def test_the_cli_routes_pd_with_llm_d_unless_told(capsys):
+    args = ("run", "--num-requests", "30", *L8_H100, "--prefill-replicas", "2", "--replicas", "2")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "router: llm-d's P/D endpoint picker" in out and "ties by --router-seed 0" in out
+    code, out, err = run_cli(capsys, *args, "--router", "round_robin")
+    assert code == 0, err
+    assert "router: vLLM's disaggregated proxy" in out
+    code, out, err = run_cli(capsys, *args, "--router", "least_kv")
+    assert code == 2 and "--router" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys, *args, "--router", "round_robin", "--router-seed", "4")
+    assert code == 2 and "--router-seed needs --router llm_d" in err

@@ -26,8 +26,8 @@ each N.
 This is a bound of the search, not of the deployment space: the decode pool
 runs the aggregated answer's scheduler settings and the prefill pool those
 too, but for the max_num_seqs and max_num_batched_tokens the user gives it
-(``Option.prefill_config``; the search does not choose them), and the decode
-router is round robin.
+(``Option.prefill_config``; the search does not choose them), and both
+pools run behind llm-d's P/D router (``disagg.PDRouter``'s default, seed 0).
 """
 
 from __future__ import annotations

@@ -28,7 +28,12 @@ from planner.cli.json_out import print_json
 from planner.cli.result_folder import check_requests_path, write_requests_table
 from planner.cli.run_report import ids_text, said_of, startup_warning
 from planner.config import SchedulerConfig, check_vllm_args
-from planner.disagg import ROUTER, Pool, simulate_disaggregated, summarize_disaggregated
+from planner.disagg import (
+    PDRouter,
+    Pool,
+    simulate_disaggregated,
+    summarize_disaggregated,
+)
 from planner.kv_transfer import KVTransfer
 from planner.latency.step_time import Latency
 from planner.metrics import OVERLOADED, front_end_text
@@ -57,8 +62,6 @@ NOT_WITH_PREFILL = {
     "max_concurrency": "closed-loop clients are not routed through two pools",
     "think_time": "closed-loop clients are not routed through two pools",
     "turns": "multi-turn sessions are not routed through two pools",
-    "router": "the router is vLLM's disaggregated proxy: round robin",
-    "router_seed": "the router is vLLM's disaggregated proxy: round robin",
 }
 
 
@@ -108,6 +111,7 @@ def run(
     prefill = _prefill_pool(ctx, o, decode)
     kv = _link(o, decode[0])
     _check_pools(decode[0], prefill[0], kv, wl)
+    router = pd_router(ctx, o)
     if o["requests_out"] is not None:
         check_requests_path(o["requests_out"])
     for line in [*warnings, *said_of(startup_warning(prefill[0]), "prefill replicas")]:
@@ -119,7 +123,7 @@ def run(
             print("prefill replicas' own settings not given (source):")
             for line in lines:
                 print(f"  {line}")
-    summary = _simulate(o, decode, prefill, kv, wl, slo)
+    summary = _simulate(o, decode, prefill, kv, wl, slo, router)
     if summary["outcome"] in fail_classes or (OVERLOADED in fail_classes and summary["overloaded"]):
         raise typer.Exit(EXIT_FAILURE_VERDICT)
 
@@ -138,6 +142,18 @@ def _check_pools(
     check_horizon(wl, [remote, prefill_cfg], "--horizon")
 
 
+def pd_router(ctx: typer.Context, o: dict[str, Any]) -> PDRouter:
+    """The deployment's router: --router (``llm_d`` or ``round_robin``; the
+    option's own default, round_robin, is a colocated fleet's: a
+    disaggregated run takes llm-d's unless --router is given) and
+    --router-seed. Raises ValueError (one line) for another router, or a
+    seed given to the unseeded one."""
+    name = o["router"].value if given(ctx, "router") else PDRouter().name
+    if name != "llm_d" and given(ctx, "router_seed"):
+        raise ValueError("--router-seed needs --router llm_d (the only seeded P/D router)")
+    return PDRouter(name, o["router_seed"])
+
+
 def _simulate(
     o: dict[str, Any],
     decode: tuple[SchedulerConfig, Latency],
@@ -145,21 +161,22 @@ def _simulate(
     kv: KVTransfer,
     wl: Workload,
     slo: SLO,
+    router: PDRouter,
 ) -> dict:
     """Simulate the deployment (``decode`` and ``prefill_pool``: one replica's
-    config and step time each; ``kv`` the link) and print it. Returns the
-    summary (``summarize_disaggregated``)."""
+    config and step time each; ``kv`` the link; ``router`` the two pools')
+    and print it. Returns the summary (``summarize_disaggregated``)."""
     decode_cfg, decode_lat = decode
     prefill_cfg, prefill_lat = prefill_pool
     decode = Pool(decode_cfg.replicas, dataclasses.replace(decode_cfg, replicas=1), decode_lat)
     prefill = Pool(o["prefill_replicas"], prefill_cfg, prefill_lat)
     # say_compile refuses a horizon before arrivals
     with opt.say_compile([decode.config, prefill_cfg], wl, [decode_lat, prefill_lat]):
-        res = simulate_disaggregated(wl, decode, prefill, kv)
+        res = simulate_disaggregated(wl, decode, prefill, kv, router)
     summary = summarize_disaggregated(res, slo)
     if o["requests_out"] is not None:
         write_requests_table(o["requests_out"], res.requests)
-    facts = _facts(o, prefill, decode, kv)
+    facts = _facts(o, prefill, decode, kv, router)
     if o["as_json"]:
         print_json({"disaggregated": facts, "summary": summary})
     else:
@@ -330,7 +347,9 @@ def _gpu_name(gpu: str | None) -> str | None:
     return None if gpu is None else hardware.gpu(gpu).name
 
 
-def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> dict:
+def _facts(
+    o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer, router: PDRouter
+) -> dict:
     """What was simulated, for the output."""
 
     def pool(p: Pool, gpu: str | None, tp: int) -> dict:
@@ -353,7 +372,8 @@ def _facts(o: dict[str, Any], prefill: Pool, decode: Pool, kv: KVTransfer) -> di
             "latency_us": o["kv_transfer_latency"],
             "ms_per_1000_tokens": kv.duration_ns(1000) / 1e6,
         },
-        "router": ROUTER,
+        "router": router.describe(),
+        "router_name": router.name,
         "max_model_len": decode.config.max_model_len,
         # both roles run it (``role_serve_command``); None without
         "speculation": None if decode.config.speculation is None

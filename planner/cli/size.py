@@ -361,10 +361,10 @@ def _disaggregated(
     best, tried = ds.search(wl, options, slo, max_replicas, *link)
     answer = None if best is None else best.as_dict()
     if answer is not None:
-        from planner.disagg import ROUTER
+        from planner.disagg import PDRouter
 
         answer["vllm_serve"] = _role_commands(answer, options, df, sweeps[0])
-        answer["router"] = ROUTER
+        answer["router"] = PDRouter().describe()
     on = options[0] if answer is None else next(o for o in options if o.gpu == answer["gpu"])
     return {
         "max_num_seqs": on.config.max_num_seqs,

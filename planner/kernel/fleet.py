@@ -162,9 +162,15 @@ def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
         return np.int64(x % np.uint64(n_rep)), rng
     if policy == LEAST_KV:
         return argmin2(rp.used, rp.load), rng
-    key_off, key_ids, key_tokens, _ = keys
+    key_off, key_ids, key_tokens = keys[0], keys[1], keys[2]
     if policy == LLM_D:
-        for i in range(n_rep):  # each replica's vllm:num_requests_waiting
+        # Each replica's vllm:num_requests_waiting: vLLM 0.33 reports waiting
+        # + kv_holding_waiting less the requests a schedule() skipped
+        # (``Scheduler.make_stats``, ``deferred_waiting``); a request holding
+        # KV blocks (a decode replica's load) was skipped, so it is the
+        # waiting queue, as of the replica's latest step. (Async requests
+        # skipped for stale output tokens are counted here: a difference.)
+        for i in range(n_rep):
             rp.load[i] = o.counters[lo + i, S.O_WAITING_END]
         dest, rng = llm_d_choice(
             r, rq.prompt[r], cfg[lo, K.BS], key_off, key_ids, key_tokens, rp.held, rp.load,
@@ -212,6 +218,18 @@ def _arrival(kx, lo, r):
     """Stream request r's arrival (ns): its entry less the queueing delay."""
     cfg, rq, st = kx[0], kx[2], kx[3]
     return st.entry_ns[lo, r] - queue_delay(cfg[lo], rq.prompt[r])
+
+
+@njit(cache=True, inline="always")
+def _route_time(kx, lo, keys, r):
+    """When the open loop's router sends stream request r (ns): its route
+    time in ``keys[4]`` where given (a disaggregated decode pool: llm-d picks
+    the decode replica at the client's arrival, and the request enters it
+    when its prefill ends), else its arrival."""
+    route = keys[4]
+    if route.shape[0] > 0:
+        return route[r]
+    return _arrival(kx, lo, r)
 
 
 @njit(cache=True, inline="always")
@@ -299,7 +317,9 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
     (the replicas' own CONC column is 0: each serves what it is sent) with
     ``think`` ns between an answer and the next send. ``keys`` = (key_off
     (R + 1,) int64, keys (H,) int64 dense prefix keys, key_tokens (H,) int64
-    tokens each key covers, n_keys (1,) int64), for ``prefix_affinity``.
+    tokens each key covers, n_keys (1,) int64), for ``prefix_affinity`` and
+    ``llm_d``, and route_ns (R,) int64 when the open loop's router sends
+    each request (``_route_time``; (0,) for its arrival).
     ``caching``: None without prefix caching, else True (the step loop is
     compiled for each: ``step.prefix_cache_of``). ``bufs``: the thread's
     reused scratch (``kernel/arena.py``), (n_rep, entries) int32, int32 and
@@ -309,7 +329,8 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
     code for None; the replicas' own rows carry no CONC, so the kernel
     variant's markers do not say it).
 
-    Open loop: before each send (at its arrival) every replica advances to
+    Open loop: before each send (at its route time: its arrival, or
+    ``keys[4]``) every replica advances to
     that time; then the router chooses (module docstring). Closed loop: an
     answer in any replica frees a client, whose next request goes through
     the router; send times depend on answers, so the replicas advance in
@@ -348,7 +369,7 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
     routing = n_req > 0
     if not routing:
         _end_routing(kx, lo, n_rep)
-    t = _arrival(kx, lo, stream[0]) if routing and not closed else NO_UNTIL
+    t = _route_time(kx, lo, keys, stream[0]) if routing and not closed else NO_UNTIL
     j, i = 0, 0  # the next stream request to send; the next replica to advance
     while True:
         if routing and ctl[0] != 0:  # stopped: every replica runs to its end
@@ -404,7 +425,7 @@ def simulate_fleet(kx, lo, n_rep, conc, think, keys, ctl, use_macro, check, cach
             _send(kx, lo, dest, r, t, OPEN)
             j, i = j + 1, 0
             if j < n_req:
-                t = _arrival(kx, lo, stream[j])
+                t = _route_time(kx, lo, keys, stream[j])
             else:
                 routing = False
                 _end_routing(kx, lo, n_rep)

@@ -45,6 +45,10 @@ LLM_D_PREFIX_WEIGHT = 2.0
 LLM_D_QUEUE_WEIGHT = 1.0
 # The same file's ``maxPrefixBlocksToMatch``: the prompt's blocks the index hashes.
 LLM_D_MAX_PREFIX_BLOCKS = 256
+# The same file's ``prefix-based-pd-decider`` ``nonCachedTokens``: a prompt
+# under this many tokens (not cached on the decode pod) skips the prefill
+# pod (``planner.disagg.PDRouter.prefills``).
+LLM_D_NON_CACHED_TOKENS = 16
 
 # SGLang Model Gateway's cache-aware defaults (docs/getting-started/load-balancing.md).
 AFFINITY_MIN_MATCH = 0.3
