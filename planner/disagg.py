@@ -565,6 +565,8 @@ def summarize_disaggregated(res: DisaggResult, slo: SLO | None = None) -> dict:
     decode replica against its prefilled requests), ``overloaded`` (either),
     ``prefill_overload_judged``/``decode_overload_judged``/``overload_judged``
     (False: a run too short to judge, ``metrics.bursts``),
+    ``decode_kv_hold_peak_blocks`` (``_is_bound``), ``decode_blocks``,
+    ``decode_kv_hold_share`` (KV held while loads wait),
     ``prefill_read_hold_peak_blocks`` (``_is_bound``: with prefix caching, at
     most), ``prefill_blocks``, ``prefill_read_hold_share``, ``read_passes``,
     ``reads_converged``,
@@ -674,12 +676,16 @@ HELD_BACK_BY = {
 
 
 def _read_holds(res: DisaggResult) -> dict:
-    """``prefill_read_hold_peak_blocks`` (the most blocks one prefill replica
-    held at once for the decode side's reads, ``kernel/kv_send.py``; 0
-    without a prefill pool), ``prefill_blocks`` (a prefill replica's
-    num_gpu_blocks), ``prefill_read_hold_share`` (the first over the second),
-    and ``read_passes``, ``reads_converged``, ``reads_moved_s``
-    (``ReadHolds``)."""
+    """``decode_kv_hold_peak_blocks`` (the most blocks one decode replica's
+    requests held at once while their KV loaded or waited to be scheduled,
+    ``kv_holding_waiting``, ``state.O_HOLD_PEAK``; ``_is_bound``: with prefix
+    caching, at most), ``decode_blocks`` (a decode replica's num_gpu_blocks),
+    ``decode_kv_hold_share``; ``prefill_read_hold_peak_blocks`` (the most
+    blocks one prefill replica held at once for the decode side's reads,
+    ``kernel/kv_send.py``; 0 without a prefill pool), ``prefill_blocks`` (a
+    prefill replica's num_gpu_blocks), ``prefill_read_hold_share`` (the first
+    over the second), and ``read_passes``, ``reads_converged``,
+    ``reads_moved_s`` (``ReadHolds``)."""
     peak, blocks, bound = 0, 0, False
     if res.prefill is not None:
         run = res.prefill.fleet.state if res.prefill.fleet is not None else res.prefill.state
@@ -687,7 +693,14 @@ def _read_holds(res: DisaggResult) -> dict:
         blocks = int(res.prefill.configs[0].num_gpu_blocks)
         bound = bool(res.prefill.configs[0].enable_prefix_caching)
     r = res.reads
+    dec = [d for d in res.decode if d is not None]
+    dpeak = max((int(d.state.out.counters[0, S.O_HOLD_PEAK]) for d in dec), default=0)
+    dblocks = int(dec[0].configs[0].num_gpu_blocks) if dec else 0
     return {
+        "decode_kv_hold_peak_blocks": dpeak,
+        "decode_kv_hold_peak_is_bound": bool(dec and dec[0].configs[0].enable_prefix_caching),
+        "decode_blocks": dblocks,
+        "decode_kv_hold_share": dpeak / max(dblocks, 1),
         "prefill_read_hold_peak_blocks": peak,
         "prefill_read_hold_peak_is_bound": bound,
         "prefill_blocks": blocks,

@@ -626,6 +626,10 @@ class Scheduler:
         self.holding: list[Request] = []
         self.set_aside: list[Request] = []  # ``holding`` requests set aside this step
         self.loads_started: list[tuple[int, int]] = []
+        # the blocks ``holding``'s requests hold (each counted from its load's
+        # start to its admission) and the most they held at once
+        self.hold_blocks = 0
+        self.hold_peak = 0
         # ``Scheduler.defer_block_free``: a KV consumer with two batches in
         # flight (async scheduling) frees no block the step in flight may
         # still write, and so preempts no request scheduled in that step.
@@ -795,6 +799,7 @@ class Scheduler:
                 if n < 0:
                     break
             n = min(self._cap(n), budget)
+            had = len(req.blocks) if queue is self.holding else 0
             if self.cfg.admission != "vanilla" and (
                 sum(self.final_blocks(r) for r in self.running) + self.final_blocks(req)
                 > self.kv.pool.num_usable
@@ -813,6 +818,7 @@ class Scheduler:
                 self._record_cache_stats(req, hit_tokens)
             req.num_computed_tokens += hit_tokens
             queue.pop(0)
+            self.hold_blocks -= had
             self.admissions.append((req.rid, req.num_computed_tokens))
             if req.swapped_blocks:  # swap the KV back in
                 self.cpu_free += req.swapped_blocks
@@ -874,6 +880,8 @@ class Scheduler:
         req.loading = True
         req.inflight = True
         self.loads_started.append((req.rid, external))
+        self.hold_blocks += len(req.blocks)
+        self.hold_peak = max(self.hold_peak, self.hold_blocks)
         return True
 
     def _spec_decode_step_blocks(self) -> int:

@@ -33,6 +33,7 @@ _MAX = (
     S.O_USABLE,
     S.O_STOP_LEN,
     S.O_SEQS,
+    S.O_HOLD_PEAK,
 )
 
 

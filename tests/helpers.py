@@ -139,6 +139,7 @@ def compare_final(res, c: int, eng: Engine) -> None:
     assert [oi[S.O_PC_QUERIES], oi[S.O_PC_HITS]] == eng.sched.cache_stats
     assert [oi[S.O_PC_PRE_QUERIES], oi[S.O_PC_PRE_HITS]] == eng.sched.cache_stats_preempted
     assert oi[S.O_KV_ALLOC_FAILURES] == eng.sched.kv.alloc_failures
+    assert oi[S.O_HOLD_PEAK] == eng.sched.hold_peak
 
 
 def run_both(cfgs: list[SchedulerConfig], wl: Workload, lat: LinearLatency, features=None):

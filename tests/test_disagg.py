@@ -1104,3 +1104,24 @@ def test_the_cli_routes_pd_with_llm_d_unless_told(capsys):
     assert code == 2 and "--router" in err and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(capsys, *args, "--router", "round_robin", "--router-seed", "4")
     assert code == 2 and "--router-seed needs --router llm_d" in err
+
+
+def test_decode_kv_held_while_loads_wait_is_reported(capsys):
+    """Three 900-token prompts reach one decode replica over a 2 s link: the
+    three loads are in flight together, each holding its prompt's 57 blocks
+    (16-token blocks) from the load's start to its admission, so the peak is
+    171 blocks; `plan run` prints the line."""
+    wl = Workload(np.array([0.0, 0.001, 0.002]), np.full(3, 900), np.full(3, 10), name="w")
+    cfg = SchedulerConfig(num_gpu_blocks=4000, max_num_seqs=8)
+    kv = KVTransfer(latency_ns=2_000_000_000, ps_per_token=1_000)
+    res = simulate_disaggregated(wl, Pool(1, cfg, LAT), Pool(3, cfg, LAT), kv)
+    s = summarize_disaggregated(res)
+    assert s["decode_kv_hold_peak_blocks"] == 3 * 57
+    assert s["decode_blocks"] == 4000 and not s["decode_kv_hold_peak_is_bound"]
+    args = ("run", "--num-requests", "20", *L8_H100, "--prefill-replicas", "1")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "decode KV held by requests while their KV loads or waits to be scheduled" in out
+    code, out, err = run_cli(capsys, *args, "--json")
+    summary = json.loads(out)["summary"]
+    assert 0 < summary["decode_kv_hold_peak_blocks"] <= summary["decode_blocks"]

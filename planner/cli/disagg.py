@@ -454,6 +454,8 @@ def _print(facts: dict, s: dict, slo: SLO, spec: Speculation | None = None) -> N
         f"from decode arrival to the load's start (loads started) p99 "
         f"{_fmt_s(s['kv_wait_s_p99'])}"
     )
+    if s["decode_requests"]:
+        print(_decode_holds_line(s))
     if s["read_passes"]:
         print(_holds_line(s))
     window = " over the simulated window" if s["cut_by"] else ""
@@ -526,6 +528,17 @@ def _backpressure_note(s: dict) -> str:
             "transfers, would help)"
         )
     return ""
+
+
+def _decode_holds_line(s: dict) -> str:
+    """The decode replicas' blocks held by requests waiting for their KV
+    (``decode_kv_hold_peak_blocks``), one line."""
+    bound = "at most " if s["decode_kv_hold_peak_is_bound"] else ""
+    return (
+        f"decode KV held by requests while their KV loads or waits to be scheduled: peak "
+        f"{bound}{s['decode_kv_hold_peak_blocks']:,} of {s['decode_blocks']:,} blocks per "
+        f"replica ({s['decode_kv_hold_share']:.0%})"
+    )
 
 
 def _holds_line(s: dict) -> str:

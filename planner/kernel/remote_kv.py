@@ -11,8 +11,8 @@ compiles none of it.
 State: ``state.Remote`` (``x``: ``pd``, the ``state.PD_*`` flags; ``xfer_ns``,
 when a load lands; ``xfer_tok``, the tokens it carries; ``hq``,
 ``kv_holding_waiting``, a ring buffer with ``O_HOLD_HEAD``/``O_HOLD_LEN``),
-``O_LOADS`` (loads in flight) and ``O_HOLD_BLOCKS`` (blocks the holding
-requests hold).
+``O_LOADS`` (loads in flight), ``O_HOLD_BLOCKS`` (blocks the holding
+requests hold) and ``O_HOLD_PEAK`` (the most they held at once).
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ def start_load(cfg, rq, st, x, q, k, s, p, r, aside, n_aside):
     x.xfer_tok[r] = external
     k[S.O_LOADS] += 1
     k[S.O_HOLD_BLOCKS] += total
+    k[S.O_HOLD_PEAK] = max(k[S.O_HOLD_PEAK], k[S.O_HOLD_BLOCKS])
     return True
 
 

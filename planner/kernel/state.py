@@ -105,8 +105,12 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_SEND_LEN,
     O_SEND_BLOCKS,
     O_SEND_PEAK,
-) = range(51)
-NOUT_I = 51
+    # Decode side: the most blocks the requests in kv_holding_waiting held at
+    # once (their KV in flight or landed, not yet scheduled; with prefix
+    # caching a bound, as their hits are shared).
+    O_HOLD_PEAK,
+) = range(52)
+NOUT_I = 52
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
