@@ -818,7 +818,8 @@ Replicas = Annotated[
 RouterOpt = Annotated[
     Router,
     typer.Option(
-        help="How the router picks a replica (with --replicas > 1): round_robin, random, "
+        help="How the router picks a replica (with --replicas > 1; with --prefill-replicas "
+        "llm_d unless given, or round_robin for vLLM's proxy): round_robin, random, "
         "least_outstanding (fewest requests in flight), least_kv (fewest KV blocks in use), "
         "prefix_affinity (SGLang's cache-aware policy), llm_d (llm-d's endpoint picker: "
         "prefix-cache-scorer x 2 + queue-scorer x 1, ties by --router-seed)."
