@@ -50,7 +50,7 @@ from planner.kernel.routers import (
     ROUND_ROBIN,
     affinity,
     argmin2,
-    llm_d_choice,
+    llm_d_route,
     splitmix64,
 )
 from planner.kernel.rowview import row
@@ -164,21 +164,10 @@ def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
         return argmin2(rp.used, rp.load), rng
     key_off, key_ids, key_tokens = keys[0], keys[1], keys[2]
     if policy == LLM_D:
-        # Each replica's vllm:num_requests_waiting: vLLM 0.33 reports waiting
-        # + kv_holding_waiting less the requests a schedule() skipped
-        # (``Scheduler.make_stats``, ``deferred_waiting``); a request holding
-        # KV blocks (a decode replica's load) was skipped, so it is the
-        # waiting queue, as of the replica's latest step. (Async requests
-        # skipped for stale output tokens are counted here: a difference.)
-        for i in range(n_rep):
-            rp.load[i] = o.counters[lo + i, S.O_WAITING_END]
-        dest, rng = llm_d_choice(
-            r, rq.prompt[r], cfg[lo, K.BS], key_off, key_ids, key_tokens, rp.held, rp.load,
-            rp.score, rng,
+        return llm_d_route(
+            r, rq.prompt[r], cfg[lo, K.BS], o.counters, lo, key_off, key_ids, key_tokens,
+            rp.held, rp.load, rp.score, rng,
         )  # fmt: skip
-        for m in range(key_off[r], key_off[r + 1]):  # the index records the pick
-            rp.held[key_ids[m], dest] = True
-        return dest, rng
     dest = -1
     if policy == PREFIX_AFFINITY:
         dest = affinity(r, rq.prompt[r], key_off, key_ids, key_tokens, rp.owner, rp.load)

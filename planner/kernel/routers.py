@@ -35,6 +35,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from planner.kernel import state as S
+
 # The codes of planner.config.ROUTERS.
 ROUND_ROBIN, RANDOM, LEAST_OUTSTANDING, LEAST_KV, PREFIX_AFFINITY, LLM_D = range(6)
 
@@ -147,3 +149,28 @@ def llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, sco
                 return i, rng
             pick -= 1
     return 0, rng
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def llm_d_route(
+    r, prompt, block, counters, lo, key_off, keys, key_tokens, held, waiting, score, rng
+):
+    """``llm_d`` in a fleet (``fleet._choose``; a call of its own, not
+    inlined, so that the fleet kernel's variants compile no more for it):
+    fills ``waiting`` with each replica's ``vllm:num_requests_waiting`` from
+    ``counters`` rows lo.., picks (``llm_d_choice``), and records the pick in
+    the router's index (``held``: its prefix keys now on that replica).
+    Returns (replica, the next ``rng``).
+
+    vLLM 0.33 reports waiting + kv_holding_waiting less the requests a
+    ``schedule()`` skipped (``Scheduler.make_stats``, ``deferred_waiting``);
+    a request holding KV blocks (a decode replica's load) was skipped, so the
+    gauge is the waiting queue, as of the replica's latest step. (Async
+    requests skipped for stale output tokens are counted here: a
+    difference.)"""
+    for i in range(waiting.shape[0]):
+        waiting[i] = counters[lo + i, S.O_WAITING_END]
+    dest, rng = llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, score, rng)
+    for m in range(key_off[r], key_off[r + 1]):
+        held[keys[m], dest] = True
+    return dest, rng
