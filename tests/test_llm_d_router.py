@@ -41,10 +41,9 @@ def _choose(prompt, block, key_tokens, held, waiting, rng):
     n_keys = len(key_tokens)
     key_off = np.array([0, n_keys], np.int64)
     keys = np.arange(n_keys, dtype=np.int64)
-    score = np.zeros(len(waiting))
     return llm_d_choice(
-        0, prompt, block, key_off, keys, np.asarray(key_tokens, np.int64), held,
-        np.asarray(waiting, np.int64), score, np.uint64(rng),
+        0, prompt, block, key_off, keys, np.asarray(key_tokens, np.int64),
+        held.astype(np.int32), np.asarray(waiting, np.int64), np.uint64(rng),
     )  # fmt: skip
 
 

@@ -74,9 +74,10 @@ def replica_loads(cfg, o, lo, n_rep, t, load, used):
 
 # A fleet's replicas: their scratch and prefix caches (``step._init``), which
 # have ended, the router's view (``replica_loads``), prefix_affinity's memory
-# (key -> replica), llm_d's (``held``: (keys, replicas) bool, the prefix keys
-# sent to each replica) and its scores' scratch.
-Replicas = namedtuple("Replicas", "scs pcs ended load used owner held score")
+# (``owner``: (keys, 1) int32, key -> replica) or llm_d's (``owner``: (keys,
+# replicas) int32, 1 where the router sent that key to that replica); (1, 1)
+# for other routers.
+Replicas = namedtuple("Replicas", "scs pcs ended load used owner")
 
 # Closed-loop clients of a fleet (vLLM bench's semaphore of N, as
 # ``arrivals.py`` for one server): requests in flight (request, replica),
@@ -107,13 +108,13 @@ def _start(kx, lo, n_rep, n_keys, caching, bufs):
         for i in range(n_rep):
             pcs.append(new_prefix_cache(cfg[lo + i], rq, bufs[1][i], bufs[2][i]))
     policy = cfg[lo, K.ROUTER]
-    owner = np.full(n_keys[0] if policy == PREFIX_AFFINITY else 1, -1, np.int32)
-    held = np.zeros((n_keys[0], n_rep) if policy == LLM_D else (1, 1), dtype=np.bool_)
+    owner = np.full((1, 1), -1, np.int32)
+    if policy == PREFIX_AFFINITY:
+        owner = np.full((n_keys[0], 1), -1, np.int32)
+    elif policy == LLM_D:
+        owner = np.zeros((n_keys[0], n_rep), np.int32)
     zeros = np.zeros(n_rep, dtype=np.int64)
-    return Replicas(
-        scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner, held,
-        np.zeros(n_rep, dtype=np.float64),
-    )  # fmt: skip
+    return Replicas(scs, pcs, np.zeros(n_rep, dtype=np.bool_), zeros, zeros.copy(), owner)
 
 
 def _cache_at(pcs, i):  # noqa: ANN001, ANN202 (a jitted call's stub)
@@ -166,7 +167,7 @@ def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
     if policy == LLM_D:
         return llm_d_route(
             r, rq.prompt[r], cfg[lo, K.BS], o.counters, lo, key_off, key_ids, key_tokens,
-            rp.held, rp.load, rp.score, rng,
+            rp.owner, rp.load, rng,
         )  # fmt: skip
     dest = -1
     if policy == PREFIX_AFFINITY:
@@ -175,7 +176,7 @@ def _choose(kx, lo, n_rep, j, r, t, rp, keys, rng):
         dest = argmin2(rp.load, rp.used)
     if policy == PREFIX_AFFINITY:
         for m in range(key_off[r], key_off[r + 1]):
-            rp.owner[key_ids[m]] = dest
+            rp.owner[key_ids[m], 0] = dest
     return dest, rng
 
 

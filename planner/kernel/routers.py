@@ -80,7 +80,8 @@ def argmin2(a, b):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def affinity(r, prompt, key_off, keys, key_tokens, owner, load):
-    """``prefix_affinity``'s choice for request r, or -1 for least_outstanding:
+    """``prefix_affinity``'s choice for request r, or -1 for least_outstanding
+    (``owner``: (keys, 1) int32, each key's replica, -1 for none):
     the replica last sent r's longest remembered prefix, if that prefix covers
     AFFINITY_MIN_MATCH of the prompt and the loads are balanced."""
     lo_load, hi_load = load[0], load[0]
@@ -89,7 +90,7 @@ def affinity(r, prompt, key_off, keys, key_tokens, owner, load):
     if hi_load - lo_load > BALANCE_ABS and hi_load > BALANCE_REL * lo_load:
         return -1
     for j in range(key_off[r + 1] - 1, key_off[r] - 1, -1):
-        rep = owner[keys[j]]
+        rep = owner[keys[j], 0]
         if rep >= 0:
             if key_tokens[j] >= AFFINITY_MIN_MATCH * prompt:
                 return rep
@@ -97,8 +98,25 @@ def affinity(r, prompt, key_off, keys, key_tokens, owner, load):
     return -1
 
 
+@njit(cache=True, inline="always")
+def _llm_d_score(i, r, prompt, block, key_off, keys, key_tokens, held, waiting, lo, hi):
+    """Replica i's ``llm_d`` score for request r (``llm_d_choice``; ``lo``,
+    ``hi``: the smallest and largest waiting queue)."""
+    q = 1.0 if hi == lo else (hi - waiting[i]) / (hi - lo)
+    blocks = (prompt + block - 1) // block if prompt >= block else 0
+    total = min(blocks, LLM_D_MAX_PREFIX_BLOCKS)
+    p = 0.0
+    if total > 0:
+        for j in range(key_off[r + 1] - 1, key_off[r] - 1, -1):
+            if held[keys[j], i] != 0:
+                m = blocks if key_tokens[j] >= prompt else key_tokens[j] // block
+                p = min(m, total) / total
+                break
+    return LLM_D_PREFIX_WEIGHT * p + LLM_D_QUEUE_WEIGHT * q
+
+
 @njit(cache=True, _nrt=False)
-def llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, score, rng):
+def llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, rng):
     """``llm_d``'s replica for request r (``prompt`` tokens) and the next
     state of the SplitMix64 stream ``rng``. Each replica i scores
     ``LLM_D_PREFIX_WEIGHT`` x prefix + ``LLM_D_QUEUE_WEIGHT`` x queue:
@@ -109,42 +127,36 @@ def llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, sco
       the prompt's blocks (a partial last block counts; at most
       ``LLM_D_MAX_PREFIX_BLOCKS``; 0 for a prompt under one block). The
       index's block size is the server's (its ``autoTune``); ``held`` (keys,
-      replicas) bool marks the prefix keys sent to each replica, and a key
-      covers ``key_tokens`` tokens from the prompt's start (the whole
-      prompt: its partial block matches too).
+      replicas) int32 is nonzero where a prefix key was sent to a replica,
+      and a key covers ``key_tokens`` tokens from the prompt's start (the
+      whole prompt: its partial block matches too).
     - queue (``queue-scorer``): (max - w_i) / (max - min) over the replicas'
       waiting queues ``waiting`` (n,) int64, 1 for all when they are equal.
 
     ``max-score-picker`` shuffles the pods, then sorts them by score, stably:
     a uniform choice among the replicas of the highest score, drawn here from
-    ``rng`` (only when several tie). ``score``: (n,) float64 scratch."""
+    ``rng`` (only when several tie). Scores are computed twice (to find the
+    best, then to pick among ties), the same way, so no scratch is kept."""
     n = waiting.shape[0]
     lo, hi = waiting[0], waiting[0]
     for i in range(1, n):
         lo, hi = min(lo, waiting[i]), max(hi, waiting[i])
-    blocks = (prompt + block - 1) // block if prompt >= block else 0
-    total = min(blocks, LLM_D_MAX_PREFIX_BLOCKS)
-    best = -1.0
+    best, ties = -1.0, 0
     for i in range(n):
-        q = 1.0 if hi == lo else (hi - waiting[i]) / (hi - lo)
-        p = 0.0
-        if total > 0:
-            for j in range(key_off[r + 1] - 1, key_off[r] - 1, -1):
-                if held[keys[j], i]:
-                    m = blocks if key_tokens[j] >= prompt else key_tokens[j] // block
-                    p = min(m, total) / total
-                    break
-        score[i] = LLM_D_PREFIX_WEIGHT * p + LLM_D_QUEUE_WEIGHT * q
-        best = max(best, score[i])
-    ties = 0
-    for i in range(n):
-        ties += score[i] == best
+        sc = _llm_d_score(i, r, prompt, block, key_off, keys, key_tokens, held, waiting, lo, hi)
+        if sc > best:
+            best, ties = sc, 1
+        elif sc == best:
+            ties += 1
     pick = 0
     if ties > 1:
         rng, x = splitmix64(rng)
         pick = np.int64(x % np.uint64(ties))
     for i in range(n):
-        if score[i] == best:
+        if (
+            _llm_d_score(i, r, prompt, block, key_off, keys, key_tokens, held, waiting, lo, hi)
+            == best
+        ):
             if pick == 0:
                 return i, rng
             pick -= 1
@@ -152,14 +164,13 @@ def llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, sco
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def llm_d_route(
-    r, prompt, block, counters, lo, key_off, keys, key_tokens, held, waiting, score, rng
-):
+def llm_d_route(r, prompt, block, counters, lo, key_off, keys, key_tokens, held, waiting, rng):
     """``llm_d`` in a fleet (``fleet._choose``; a call of its own, not
     inlined, so that the fleet kernel's variants compile no more for it):
     fills ``waiting`` with each replica's ``vllm:num_requests_waiting`` from
     ``counters`` rows lo.., picks (``llm_d_choice``), and records the pick in
-    the router's index (``held``: its prefix keys now on that replica).
+    the router's index (``held``, (keys, replicas) int32: its prefix keys
+    now on that replica).
     Returns (replica, the next ``rng``).
 
     vLLM 0.33 reports waiting + kv_holding_waiting less the requests a
@@ -170,7 +181,7 @@ def llm_d_route(
     difference.)"""
     for i in range(waiting.shape[0]):
         waiting[i] = counters[lo + i, S.O_WAITING_END]
-    dest, rng = llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, score, rng)
+    dest, rng = llm_d_choice(r, prompt, block, key_off, keys, key_tokens, held, waiting, rng)
     for m in range(key_off[r], key_off[r + 1]):
-        held[keys[m], dest] = True
+        held[keys[m], dest] = 1
     return dest, rng
