@@ -1,6 +1,6 @@
 """The ``llm_d`` router: llm-d's P/D endpoint picker (prefix-cache-scorer x 2
 + queue-scorer x 1, max-score-picker; ``kernel/routers.py``), checked
-against a plain re-statement of its rule and on fleets."""
+against a plain re-statement of its rule and on fleets (its prefix groups: ``test_replicas.py``)."""
 
 from __future__ import annotations
 
@@ -94,36 +94,6 @@ def test_the_seed_decides_ties_and_nothing_else():
     a = [_choose(100, 16, [], held, [0, 0, 0, 0], s)[0] for s in range(50)]
     b = [_choose(100, 16, [], held, [0, 0, 0, 0], s)[0] for s in range(50)]
     assert a == b and len(set(a)) == 4
-
-
-def test_a_fleet_keeps_prefix_groups_together():
-    """With the prefix scorer (weight 2 against at most 1 for the queue), a
-    group's later requests go where its first went while queues stay short."""
-    gen = np.random.default_rng(0)
-    r = 300
-    group = gen.integers(0, 6, r).astype(np.int32)
-    wl = Workload(
-        np.sort(gen.uniform(0, 30, r)),
-        np.full(r, 1200, np.int32),
-        np.full(r, 20, np.int32),
-        prefix_group=group,
-        prefix_len=np.full(r, 1024, np.int32),
-    )
-    base = SchedulerConfig(
-        num_gpu_blocks=700, max_num_seqs=16, replicas=3, enable_prefix_caching=True
-    )
-    res = simulate([replace(base, router="llm_d")], wl)
-    rr = simulate([base], wl)
-    assert (
-        res.metrics().iloc[0]["prefix_cache_hit_rate"]
-        > rr.metrics().iloc[0]["prefix_cache_hit_rate"]
-    )
-    assert res.fleet is not None
-    from planner.replicas import owners
-
-    own = owners(res.fleet.state, res.fleet.layout)[0]
-    spread = [len(set(own[group == g])) for g in range(6)]
-    assert max(spread) == 1, spread
 
 
 def test_the_queue_scorer_keeps_up_where_random_does_not():

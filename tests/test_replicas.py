@@ -247,7 +247,10 @@ def test_state_readers_avoid_the_replica_with_the_long_work():
         assert m["replica_busy_imbalance"] < rr["replica_busy_imbalance"], router
 
 
-def test_prefix_affinity_keeps_groups_together_and_hits_more():
+@pytest.mark.parametrize("router", ["prefix_affinity", "llm_d"])
+def test_prefix_routers_keep_groups_together_and_hit_more(router):
+    """SGLang's cache-aware policy, and llm-d's picker (its prefix score,
+    weight 2, beats the queue score, at most 1, while queues stay short)."""
     rng = np.random.default_rng(0)
     r = 400
     arrival = np.sort(rng.uniform(0, 20, r))
@@ -262,7 +265,7 @@ def test_prefix_affinity_keeps_groups_together_and_hits_more():
     base = SchedulerConfig(
         num_gpu_blocks=700, max_num_seqs=16, replicas=4, enable_prefix_caching=True
     )
-    aff = simulate([replace(base, router="prefix_affinity")], wl)
+    aff = simulate([replace(base, router=router)], wl)
     rr = simulate([base], wl)
     a, b = aff.metrics().iloc[0], rr.metrics().iloc[0]
     assert a["prefix_cache_hit_rate"] > b["prefix_cache_hit_rate"]
