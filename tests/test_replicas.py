@@ -26,7 +26,14 @@ from planner.workload.arrays import LengthDist, Workload, synthetic
 # send on the replica path), the router's bookkeeping, and the length of
 # ``order`` (a lone closed-loop server holds its whole stream there, a
 # replica what it was sent).
-DIAGNOSTIC = {S.O_MACRO_STEPS, S.O_ROUTE_UNTIL, S.O_FIN_BEFORE_STEP, S.O_ROUTE_MORE, S.O_ORDER_END}
+DIAGNOSTIC = {
+    S.O_MACRO_STEPS,
+    S.O_PREEMPT_STEPS,
+    S.O_ROUTE_UNTIL,
+    S.O_FIN_BEFORE_STEP,
+    S.O_ROUTE_MORE,
+    S.O_ORDER_END,
+}
 RESULT_COUNTERS = [j for j in range(S.NOUT_I) if j not in DIAGNOSTIC]
 
 

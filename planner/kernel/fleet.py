@@ -25,8 +25,8 @@ What the router reads, as a real one would (``replica_loads``):
 Policies: ``routers.py``.
 
 With R = 1 the results equal ``step.simulate_one``'s (tests run the golden
-scenarios both ways); only the diagnostic ``O_MACRO_STEPS`` can differ,
-because decode runs stop at every send.
+scenarios both ways); only the diagnostics ``O_MACRO_STEPS`` and
+``O_PREEMPT_STEPS`` can differ, because decode runs stop at every send.
 """
 
 from __future__ import annotations

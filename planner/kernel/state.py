@@ -109,8 +109,11 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     # once (their KV in flight or landed, not yet scheduled; with prefix
     # caching a bound, as their hits are shared).
     O_HOLD_PEAK,
-) = range(52)
-NOUT_I = 52
+    # Of O_MACRO_STEPS, the decode steps that preempted (``step._preempting_step``;
+    # diagnostic only).
+    O_PREEMPT_STEPS,
+) = range(53)
+NOUT_I = 53
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (

@@ -635,7 +635,9 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
     of the first and of the last step, the largest token gap inside the run,
     blocks in use x step time summed over the run, the run's prefix-caching
     kind, ``_cache_run_kind``); steps < 2 means "take a normal step", and
-    then ``ih`` is untouched. The run's token gaps are the same for every
+    then ``ih`` is untouched; -1 also says that every running request
+    decodes one token and the next step needs more new blocks than are free,
+    so it preempts (``_preempting_step``). The run's token gaps are the same for every
     running request (sync: steps 1..n-1's durations; async: steps 0..n-2's,
     as tokens land at step starts), so each accepted step adds n_run gaps to
     the ITL histogram ``ih``; blocks in use grow by ``hist``'s first needs
@@ -644,7 +646,9 @@ def _decode_run_length(cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, t
     none (restart preemption once nothing can arrive, ``_decode_fast_path``)."""
     bs, mml, n_run, free = cfg[K.BS], cfg[K.MML], k[N_RUN], k[FREE]
     kf, need1, ctx0, proj, periodic, kind = _decode_scan(cfg, rq, st, q, k, hist, p)
-    if kf < 2 or need1 > free:
+    if need1 > free:  # the next step preempts (``_preempting_step``)
+        return -1, 0, 0, 0, 0, 0, 0
+    if kf < 2:
         return 0, 0, 0, 0, 0, 0, 0
     kmax = min(kf, min(cfg[K.MAX_STEPS], k[S.O_WINDOW_END]) - k[STEPS])
     if kmax < 2:
@@ -1007,6 +1011,174 @@ def _next_step_needs(hist, n, n_run, bs):
     return hist[n % bs + 1] if total == n_run else -1
 
 
+@njit(cache=True, inline="always")
+def _preempting_precheck(run, n_run, free, st, bs, mml, caching):
+    """Whether the next step (every running request decoding one token) is a
+    step ``_preempting_step`` takes: it preempts (its blocks needed exceed
+    the free ones), no request is at max_model_len - 1 tokens (its token
+    would be cut to 0), and the head of ``running`` is scheduled (otherwise
+    nothing is, and the step is an empty one the engine takes one by one):
+    it needs no block, or one is free, or (without prefix caching, where a
+    victim frees all it holds) the others hold one. O(len(running)), no
+    writes."""
+    need, others = 0, 0
+    for i in range(n_run):
+        u = uidx(run[i])
+        c0 = st.ncomp[u]
+        if c0 + 2 > mml:
+            return False
+        need += c0 + 1 > st.held[u] * bs
+        if i > 0:
+            others += st.held[u]
+    if need <= free:
+        return False
+    u = uidx(run[0])
+    if st.ncomp[u] + 1 > st.held[u] * bs and free < 1:
+        return not caching and others > 0
+    return True
+
+
+@njit(cache=True, inline="always")
+def _evict_decoder(v, st, q, k, p, R):
+    """``_preempt_one`` and ``_evict`` for the tail of ``running`` under FCFS
+    recompute preemption, which the caller has already dropped from it:
+    num_computed_tokens 0, outputs kept, its blocks back to the pool (with
+    prefix caching published first, so its lookup at re-admission may hit
+    them), prepended to ``waiting``. Returns the blocks freed."""
+    u = uidx(v)
+    h = st.held[u]
+    st.npre[u] += 1
+    st.status[u] = S.WAITING
+    st.spec[u] = 0
+    freed = h
+    if p is not None:  # prefix caching
+        PC.publish(v, h, p)
+        freed = PC.release(v, h, p, np.bool_(False))
+    st.held[u] = 0
+    st.skip[u] = 0
+    st.koff[u] = 0
+    st.ncomp[u] = 0
+    if st.infl[u] > 0 and st.stale[u] == 0:
+        k[S.O_N_STALE] += 1
+    elif st.infl[u] == 0 and st.stale[u] > 0:
+        k[S.O_N_STALE] -= 1
+    st.stale[u] = st.infl[u]
+    st.ph[u] = 0
+    k[WH] = (k[WH] - 1 + R) % R
+    q.wq[k[WH]] = v
+    k[WL] += 1
+    return freed
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _preempting_step(cfg, cfgf, rq, st, q, o, p, check):
+    """One decode step that preempts, taken at once (sync, FCFS recompute
+    preemption, with or without prefix caching; the caller knows every
+    running request decodes exactly one token, ``_decode_scan``). Returns
+    whether it did (``_preempting_precheck``); the result is the one-by-one
+    engine's step: the running phase (``_schedule_running``: in order, a
+    request at a block boundary takes a block, and when none is free the
+    tail is preempted, ``_evict_decoder``, until one is or the request is
+    the tail; with prefix caching ``get_new_blocks`` then ``cache_blocks``
+    per request, in the same order); no waiting phase, as a step that
+    preempts admits nothing (``Scheduler.schedule``); the survivors' decode
+    step (``_step_time``), ``_update_after_schedule`` (recompute waste,
+    high-water mark) and ``_update_from_output`` (a token each, token gaps,
+    finishes), in the same order and arithmetic. Survivors decode, so the
+    livelock detector sees progress (``after_fast_path``, as after a run)."""
+    k = o.counters
+    bs, n_run, R = cfg[K.BS], k[N_RUN], rq.prompt.shape[0]
+    if not _preempting_precheck(q.run, n_run, k[FREE], st, bs, cfg[K.MML], p is not None):
+        return False
+    free, n, i, kv = k[FREE], n_run, 0, 0
+    while i < n:
+        r = q.run[i]
+        u = uidx(r)
+        c0 = st.ncomp[u]
+        need = 1 if c0 + 1 > st.held[u] * bs else 0
+        if need > free:
+            gone = False
+            while need > free and not gone:
+                n -= 1
+                v = q.run[n]
+                free += _evict_decoder(v, st, q, k, p, R)
+                gone = v == r
+            if gone:
+                break
+        free -= need
+        if p is not None:  # prefix caching: the new block, then the filled ones hashed
+            upto = min(c0 + 1, PC.hashed_tokens(rq.prompt[u] + st.nout[u], p))
+            if need > 0 or upto >= (p.ncached[u] + 1) * bs:
+                if need > 0:
+                    PC.get_new_blocks(1, p.slot_of[u], np.int64(st.held[u]), p)
+                PC.cache_blocks(r, upto, bs, rq, p)
+        st.held[u] += need
+        kv += c0 + 1
+        i += 1
+    n_sched, n_pre = i, n_run - n
+    k[N_RUN] = n
+    k[FREE] = free
+    # _step_time
+    ip = cfg[K.B0 : K.B2 + 1]
+    tab = rq.lat_tables[cfg[K.LAT_TABLE]]
+    dt = _decode_step_ns(cfg, ip, cfgf, n_sched, kv, tab, rq.features.extras)
+    start = k[CLOCK]
+    clock = start + dt
+    k[CLOCK] = clock
+    k[S.O_BUSY_NS] += dt
+    k[STEPS] += 1
+    k[S.O_MACRO_STEPS] += 1
+    k[S.O_PREEMPT_STEPS] += 1
+    k[S.O_DECODE_TOKENS] += n_sched
+    k[S.O_PREEMPTIONS] += n_pre
+    k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], free)
+    # _update_after_schedule, then _update_from_output
+    o.floats[S.F_KV_BLOCK_NS] += (k[S.O_USABLE] - free) * dt
+    linear = cfg[K.LAT_KIND] == LINEAR
+    for i in range(n_sched):
+        u = uidx(q.run[i])
+        c0 = st.ncomp[u]
+        w = min(c0 + 1, st.hw[u]) - c0
+        if w > 0:
+            if linear:
+                o.floats[S.F_WASTE_NS] += (cfg[K.B0] / n_sched) * (w / 1) + cfg[K.B2] * w
+            else:
+                o.floats[S.F_WASTE_NS] += dt * w / n_sched
+        st.hw[u] = max(st.hw[u], c0 + 1)
+        st.ncomp[u] = c0 + 1
+        if st.sched_ns[u] < 0:
+            st.sched_ns[u] = start
+    memo = NO_GAPS
+    n_fin, used, stop_len = 0, 0, k[S.O_STOP_LEN]
+    for i in range(n_sched):
+        r = q.run[i]
+        u = uidx(r)
+        st.nout[u] += 1
+        if st.first_ns[u] < 0:
+            st.first_ns[u] = clock
+        memo = _token_gap(r, clock, st, o.itl_hist, memo)
+        if st.nout[u] >= rq.max_tokens[u] or rq.prompt[u] + st.nout[u] >= stop_len:
+            freed = st.held[u]
+            if p is not None and p.slot_of[u] >= 0:  # ``_finish``
+                freed = PC.release(r, st.held[u], p, np.bool_(False))
+            k[FREE] += freed
+            st.held[u] = 0
+            _finish_later(r, clock, cfg, rq, st, k)
+            n_fin += 1
+        else:
+            used += st.held[u]
+    _flush_gaps(o.itl_hist, memo)
+    if n_fin > 0:
+        k[N_RUN] = _drop_finished(q.run, n, st.status)
+        k[S.O_FINISHED] += n_fin
+    if p is not None:
+        if check:
+            _check_invariants(cfg, st, q, k, p, _mamba_groups_if(rq.features.heavy, cfg))
+    elif check and used + k[FREE] != k[S.O_USABLE]:
+        k[S.O_INVARIANT_ERRORS] += 1
+    return True
+
+
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     """Jump over a run of identical decode-only steps when one is provable
@@ -1016,10 +1188,16 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     (``_replay_cache_run``)."""
     hist = sc.hist
     k = o.counters
+    n_run = k[N_RUN]
+    # A decode step that preempts is taken at once (``_preempting_step``)
+    # under sync scheduling and FCFS recompute preemption; others step one
+    # by one.
+    preempts = cfg[K.ASYNC] == 0 and cfg[K.PREEMPT] == 0 and cfg[K.POLICY] == 0
+    preempts = preempts and cfg[K.VICTIM] == YOUNGEST and cfg[K.ANTI_STARVATION] == 0
+    preempts = preempts and 0 < n_run <= cfg[K.MNBT]
     if sc.step[NO_RUN_NEXT] != 0:  # the last run ended before a failing allocation
         sc.step[NO_RUN_NEXT] = 0
-        return False
-    n_run = k[N_RUN]
+        return preempts and _preempting_step(cfg, cfgf, rq, st, q, o, p, check)
     if not 0 < n_run <= cfg[K.MNBT] or cfg[K.BS] > S.FAST_PATH_MAX_BLOCK_SIZE:
         return False
     if cfg[K.ASYNC] != 0 and (k[S.O_N_PEND] != n_run or k[S.O_N_STALE] != 0):
@@ -1069,8 +1247,8 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
         n, elapsed, first_dt, last_dt, gmax, kv_int, kind = _decode_run_length(
             cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish
         )
-    if n < 2:
-        return False
+    if n < 2:  # -1: every request decodes one token and the step preempts
+        return n == -1 and preempts and _preempting_step(cfg, cfgf, rq, st, q, o, p, check)
     need_next = _next_step_needs(hist, n, n_run, cfg[K.BS])  # before the replay reuses hist
     if p is not None:
         _replay_cache_run(n, kind, cfg, rq, st, q, k, p, hist, sc.cache_ev)
@@ -1083,10 +1261,10 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     k[S.O_MIN_FREE] = min(k[S.O_MIN_FREE], k[FREE])
     k[FREE] += freed
     # No request finished and the next step needs more new blocks than are
-    # free: the next attempt would fail (``_decode_run_length``: need1 >
-    # free; nothing before it changes the running requests or the pool), so
-    # it is skipped (S1's 4,096-config grid: 0.77 M of the churning configs'
-    # 2.2 M failed attempts, each a scan of every running request).
+    # free: the next step preempts (``_decode_run_length``: need1 > free;
+    # nothing before it changes the running requests or the pool), so its
+    # scan is skipped (S1's 4,096-config grid: 0.77 M of the churning
+    # configs' 2.2 M failed attempts, each a scan of every running request).
     sc.step[NO_RUN_NEXT] = n_fin == 0 and need_next > k[FREE]
     k[S.O_DECODE_TOKENS] += n * n_run
     k[CLOCK] += elapsed
