@@ -87,8 +87,13 @@ def main() -> None:
     ap.add_argument("new")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--grid", type=int, default=32)
+    ap.add_argument("--big-only", action="store_true", help="only the 4,096-config grid")
+    ap.add_argument("--big-repeats", type=int, default=BIG[3], help="calls per 4,096-grid run")
     a = ap.parse_args()
-    cases = [(n.format(g=a.grid), s.format(g=a.grid), c, r) for n, s, c, r in CASES] + [BIG]
+    big = (*BIG[:3], a.big_repeats)
+    cases = [(n.format(g=a.grid), s.format(g=a.grid), c, r) for n, s, c, r in CASES] + [big]
+    if a.big_only:
+        cases = [big]
     for py in (a.old, a.new):  # compile or load each variant once, untimed
         for _, _, caching, _ in cases[:3]:
             _cpu(py, "2", caching, 1)

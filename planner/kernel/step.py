@@ -1197,56 +1197,58 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     preempts = preempts and 0 < n_run <= cfg[K.MNBT]
     if sc.step[NO_RUN_NEXT] != 0:  # the last run ended before a failing allocation
         sc.step[NO_RUN_NEXT] = 0
-        return preempts and _preempting_step(cfg, cfgf, rq, st, q, o, p, check)
-    if not 0 < n_run <= cfg[K.MNBT] or cfg[K.BS] > S.FAST_PATH_MAX_BLOCK_SIZE:
-        return False
-    if cfg[K.ASYNC] != 0 and (k[S.O_N_PEND] != n_run or k[S.O_N_STALE] != 0):
-        return False
-    R = rq.prompt.shape[0]
-    nxt = k[NXT]
-    # Restart preemption discards outputs, so decodes are not progress: once
-    # nothing can arrive, the livelock detector counts quiet steps and takes
-    # snapshots (cycle.py). A run that ends with a finish is still exact: no
-    # state inside it can repeat an earlier one (the finish would never come),
-    # and the finish resets the detector as after_fast_path does. Async runs
-    # end before any finish, so they are not taken then.
-    to_finish = cfg[K.PREEMPT] == 1 and not (nxt < arrival_limit(cfg, k, R) or may_receive(k))
-    if to_finish and cfg[K.ASYNC] != 0:
-        return False
-    # The run stops before an arrival that can become the head (nothing waits,
-    # or priority order), and in any case before the last arrival: that one
-    # starts the livelock detector (cycle.py), which must see it at the step
-    # the one-by-one engine does. Closed loop: before any arrival (each can be
-    # the last before the gate closes).
-    next_entry = INT64_MAX
-    if nxt < arrival_limit(cfg, k, R):
-        arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1 or cfg[K.CONC] != 0
-        last = arrival_limit(cfg, k, R) - 1
-        next_entry = st.entry_ns[st.order[nxt if arrivals_matter else last]]
-    if routing_open(k):  # the router reads this replica's state at its next send
-        next_entry = min(next_entry, k[S.O_ROUTE_UNTIL])
-    head = q.wq[k[WH]] if k[WL] > 0 else -1
-    if (
-        p is None
-        and head >= 0
-        and cfg[K.ADMISSION] == VANILLA
-        and _head_admitted(cfg, rq, st, k, head, 0, k[FREE] - n_run)
-    ):
-        # The head is admitted even if every running request takes a block
-        # this step (``_head_blocked`` only refuses for fewer free blocks), so
-        # ``_decode_run_length`` would fail at its head test after scanning
-        # every running request: most failed attempts of S1's grid (0.65 M
-        # of 0.70 M in its ok configs, 0.53 M of 1.4 M in its churning ones).
-        return False
-    ih = o.itl_hist
-    if p is None:  # the plain variant: compiled apart (1.1 CPU-s less to compile cold)
-        n, elapsed, first_dt, last_dt, gmax, kv_int, kind = _decode_run_length_apart(
-            cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish
-        )
-    else:  # prefix caching: inlined (as a call, the S1 caching grid took 4% longer)
-        n, elapsed, first_dt, last_dt, gmax, kv_int, kind = _decode_run_length(
-            cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish
-        )
+        n, elapsed, first_dt, last_dt, gmax, kv_int, kind = -1, 0, 0, 0, 0, 0, 0
+        ih = o.itl_hist
+    else:
+        if not 0 < n_run <= cfg[K.MNBT] or cfg[K.BS] > S.FAST_PATH_MAX_BLOCK_SIZE:
+            return False
+        if cfg[K.ASYNC] != 0 and (k[S.O_N_PEND] != n_run or k[S.O_N_STALE] != 0):
+            return False
+        R = rq.prompt.shape[0]
+        nxt = k[NXT]
+        # Restart preemption discards outputs, so decodes are not progress: once
+        # nothing can arrive, the livelock detector counts quiet steps and takes
+        # snapshots (cycle.py). A run that ends with a finish is still exact: no
+        # state inside it can repeat an earlier one (the finish would never come),
+        # and the finish resets the detector as after_fast_path does. Async runs
+        # end before any finish, so they are not taken then.
+        to_finish = cfg[K.PREEMPT] == 1 and not (nxt < arrival_limit(cfg, k, R) or may_receive(k))
+        if to_finish and cfg[K.ASYNC] != 0:
+            return False
+        # The run stops before an arrival that can become the head (nothing waits,
+        # or priority order), and in any case before the last arrival: that one
+        # starts the livelock detector (cycle.py), which must see it at the step
+        # the one-by-one engine does. Closed loop: before any arrival (each can be
+        # the last before the gate closes).
+        next_entry = INT64_MAX
+        if nxt < arrival_limit(cfg, k, R):
+            arrivals_matter = k[WL] == 0 or cfg[K.POLICY] == 1 or cfg[K.CONC] != 0
+            last = arrival_limit(cfg, k, R) - 1
+            next_entry = st.entry_ns[st.order[nxt if arrivals_matter else last]]
+        if routing_open(k):  # the router reads this replica's state at its next send
+            next_entry = min(next_entry, k[S.O_ROUTE_UNTIL])
+        head = q.wq[k[WH]] if k[WL] > 0 else -1
+        if (
+            p is None
+            and head >= 0
+            and cfg[K.ADMISSION] == VANILLA
+            and _head_admitted(cfg, rq, st, k, head, 0, k[FREE] - n_run)
+        ):
+            # The head is admitted even if every running request takes a block
+            # this step (``_head_blocked`` only refuses for fewer free blocks), so
+            # ``_decode_run_length`` would fail at its head test after scanning
+            # every running request: most failed attempts of S1's grid (0.65 M
+            # of 0.70 M in its ok configs, 0.53 M of 1.4 M in its churning ones).
+            return False
+        ih = o.itl_hist
+        if p is None:  # the plain variant: compiled apart (1.1 CPU-s less to compile cold)
+            n, elapsed, first_dt, last_dt, gmax, kv_int, kind = _decode_run_length_apart(
+                cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish
+            )
+        else:  # prefix caching: inlined (as a call, the S1 caching grid took 4% longer)
+            n, elapsed, first_dt, last_dt, gmax, kv_int, kind = _decode_run_length(
+                cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish
+            )
     if n < 2:  # -1: every request decodes one token and the step preempts
         return n == -1 and preempts and _preempting_step(cfg, cfgf, rq, st, q, o, p, check)
     need_next = _next_step_needs(hist, n, n_run, cfg[K.BS])  # before the replay reuses hist
