@@ -1,6 +1,7 @@
 """Two planner installs side by side: kernel CPU on the S1 grid, alternating.
 
     python tools/bench_pair.py OLD_PYTHON NEW_PYTHON [--pairs 3] [--grid 32]
+        [--big-only] [--big-repeats 1]
 
 Each PYTHON is the interpreter of a virtual environment holding one commit's
 planner (an editable install's finder wins over PYTHONPATH, so each commit
