@@ -23,9 +23,12 @@ from numba import njit
 # (prefix caching, ``kernel.variant.level``: 0 plain, 1 extras, 2 extras and
 # heavy). Measured with ``tools/compile_calibration.py`` on 2026-12-07 (2-core
 # x86-64 VM, Python 3.11, Numba 0.68): medians of 3 cold runs each,
-# alternating (probe about 0.12 s).
+# alternating (probe about 0.12 s). The plain variant's (False, 0) measured
+# again after the decode fast path's preempting step, the same evening: 3
+# cold runs of its ``tools/compile_calibration.py`` child (probe 0.107 s,
+# compile 21.4-23.4 CPU-s, ratios 201, 205 and 219; docs/speed.md).
 PROBES_PER_KERNEL = {
-    (False, 0): 154.0,
+    (False, 0): 205.0,
     (False, 1): 204.0,
     (False, 2): 304.0,
     (True, 0): 305.0,
