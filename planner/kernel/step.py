@@ -1012,6 +1012,19 @@ def _next_step_needs(hist, n, n_run, bs):
 
 
 @njit(cache=True, inline="always")
+def _check_decode_invariants(cfg, rq, st, q, k, p, used, check):
+    """After a decode run or step taken at once (with ``check``): the pool's
+    invariants with prefix caching (``_check_invariants``), else blocks held
+    by running requests (``used``) + free = usable; a failure counts in
+    ``O_INVARIANT_ERRORS``."""
+    if p is not None:
+        if check:
+            _check_invariants(cfg, st, q, k, p, _mamba_groups_if(rq.features.heavy, cfg))
+    elif check and used + k[FREE] != k[S.O_USABLE]:
+        k[S.O_INVARIANT_ERRORS] += 1
+
+
+@njit(cache=True, inline="always")
 def _preempting_precheck(run, n_run, free, st, bs, mml, caching):
     """Whether the next step (every running request decoding one token) is a
     step ``_preempting_step`` takes: it preempts (its blocks needed exceed
@@ -1038,48 +1051,16 @@ def _preempting_precheck(run, n_run, free, st, bs, mml, caching):
     return True
 
 
-@njit(cache=True, inline="always")
-def _evict_decoder(v, st, q, k, p, R):
-    """``_preempt_one`` and ``_evict`` for the tail of ``running`` under FCFS
-    recompute preemption, which the caller has already dropped from it:
-    num_computed_tokens 0, outputs kept, its blocks back to the pool (with
-    prefix caching published first, so its lookup at re-admission may hit
-    them), prepended to ``waiting``. Returns the blocks freed."""
-    u = uidx(v)
-    h = st.held[u]
-    st.npre[u] += 1
-    st.status[u] = S.WAITING
-    st.spec[u] = 0
-    freed = h
-    if p is not None:  # prefix caching
-        PC.publish(v, h, p)
-        freed = PC.release(v, h, p, np.bool_(False))
-    st.held[u] = 0
-    st.skip[u] = 0
-    st.koff[u] = 0
-    st.ncomp[u] = 0
-    if st.infl[u] > 0 and st.stale[u] == 0:
-        k[S.O_N_STALE] += 1
-    elif st.infl[u] == 0 and st.stale[u] > 0:
-        k[S.O_N_STALE] -= 1
-    st.stale[u] = st.infl[u]
-    st.ph[u] = 0
-    k[WH] = (k[WH] - 1 + R) % R
-    q.wq[k[WH]] = v
-    k[WL] += 1
-    return freed
-
-
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
-def _preempting_step(cfg, cfgf, rq, st, q, o, p, check):
+def _preempting_step(cfg, cfgf, rq, st, q, o, sc, p, check):
     """One decode step that preempts, taken at once (sync, FCFS recompute
     preemption, with or without prefix caching; the caller knows every
     running request decodes exactly one token, ``_decode_scan``). Returns
     whether it did (``_preempting_precheck``); the result is the one-by-one
     engine's step: the running phase (``_schedule_running``: in order, a
     request at a block boundary takes a block, and when none is free the
-    tail is preempted, ``_evict_decoder``, until one is or the request is
-    the tail; with prefix caching ``get_new_blocks`` then ``cache_blocks``
+    tail is preempted, ``_evict`` and ``_requeue``, until one is or the
+    request is the tail; with prefix caching ``get_new_blocks`` then ``cache_blocks``
     per request, in the same order); no waiting phase, as a step that
     preempts admits nothing (``Scheduler.schedule``); the survivors' decode
     step (``_step_time``), ``_update_after_schedule`` (recompute waste,
@@ -1087,7 +1068,7 @@ def _preempting_step(cfg, cfgf, rq, st, q, o, p, check):
     finishes), in the same order and arithmetic. Survivors decode, so the
     livelock detector sees progress (``after_fast_path``, as after a run)."""
     k = o.counters
-    bs, n_run, R = cfg[K.BS], k[N_RUN], rq.prompt.shape[0]
+    bs, n_run = cfg[K.BS], k[N_RUN]
     if not _preempting_precheck(q.run, n_run, k[FREE], st, bs, cfg[K.MML], p is not None):
         return False
     free, n, i, kv = k[FREE], n_run, 0, 0
@@ -1098,11 +1079,14 @@ def _preempting_step(cfg, cfgf, rq, st, q, o, p, check):
         need = 1 if c0 + 1 > st.held[u] * bs else 0
         if need > free:
             gone = False
-            while need > free and not gone:
+            k[FREE] = free
+            while need > k[FREE] and not gone:
                 n -= 1
                 v = q.run[n]
-                free += _evict_decoder(v, st, q, k, p, R)
+                _evict(cfg, v, st, k, sc.step, p, _mamba_groups_if(rq.features.heavy, cfg))
+                _requeue(cfg, rq, st, q, k, v)
                 gone = v == r
+            free = k[FREE]
             if gone:
                 break
         free -= need
@@ -1171,11 +1155,7 @@ def _preempting_step(cfg, cfgf, rq, st, q, o, p, check):
     if n_fin > 0:
         k[N_RUN] = _drop_finished(q.run, n, st.status)
         k[S.O_FINISHED] += n_fin
-    if p is not None:
-        if check:
-            _check_invariants(cfg, st, q, k, p, _mamba_groups_if(rq.features.heavy, cfg))
-    elif check and used + k[FREE] != k[S.O_USABLE]:
-        k[S.O_INVARIANT_ERRORS] += 1
+    _check_decode_invariants(cfg, rq, st, q, k, p, used, check)
     return True
 
 
@@ -1250,7 +1230,7 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
                 cfg, cfgf, rq, st, q, k, hist, head, next_entry, ih, p, to_finish
             )
     if n < 2:  # -1: every request decodes one token and the step preempts
-        return n == -1 and preempts and _preempting_step(cfg, cfgf, rq, st, q, o, p, check)
+        return n == -1 and preempts and _preempting_step(cfg, cfgf, rq, st, q, o, sc, p, check)
     need_next = _next_step_needs(hist, n, n_run, cfg[K.BS])  # before the replay reuses hist
     if p is not None:
         _replay_cache_run(n, kind, cfg, rq, st, q, k, p, hist, sc.cache_ev)
@@ -1276,11 +1256,7 @@ def _decode_fast_path(cfg, cfgf, rq, st, q, o, sc, p, check):
     k[S.O_BUSY_NS] += elapsed
     k[STEPS] += n
     k[S.O_MACRO_STEPS] += n
-    if p is not None:
-        if check:
-            _check_invariants(cfg, st, q, k, p, _mamba_groups_if(rq.features.heavy, cfg))
-    elif check and used + k[FREE] != k[S.O_USABLE]:
-        k[S.O_INVARIANT_ERRORS] += 1
+    _check_decode_invariants(cfg, rq, st, q, k, p, used, check)
     return True
 
 
@@ -1533,6 +1509,27 @@ def _evict(cfg, v, st, k, s, p, mamba):
 
 
 @njit(cache=True, inline="always")
+def _requeue(cfg, rq, st, q, k, v):
+    """Victim v, evicted (``_evict``), back in ``waiting``: at its front
+    (FCFS) or in priority order (``Scheduler._preempt_request``). Async: its
+    output still in flight becomes stale (delivered, but it no longer
+    advances the request's counters)."""
+    if st.infl[v] > 0 and st.stale[v] == 0:
+        k[S.O_N_STALE] += 1
+    elif st.infl[v] == 0 and st.stale[v] > 0:
+        k[S.O_N_STALE] -= 1
+    st.stale[v] = st.infl[v]
+    st.ph[v] = 0
+    if cfg[K.POLICY] == 1:
+        k[WL] = _enqueue_sorted_if(rq.features.extras, v, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)  # noqa: E501  # fmt: skip
+    else:
+        R = rq.prompt.shape[0]
+        k[WH] = (k[WH] - 1 + R) % R
+        q.wq[k[WH]] = v
+        k[WL] += 1
+
+
+@njit(cache=True, inline="always")
 def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
     """Preempt one request to make room for ``running[i]`` = r. FCFS: the tail
     of ``running``; priority: the largest (priority, arrival); other victims:
@@ -1565,20 +1562,7 @@ def _preempt_one(cfg, rq, st, q, o, s, p, i, r):
         q.run[j] = q.run[j + 1]
     k[N_RUN] -= 1
     _evict(cfg, v, st, k, s, p, _mamba_groups_if(rq.features.heavy, cfg))
-    # Async: output still in flight becomes stale (delivered, but it no longer
-    # advances the request's counters).
-    if st.infl[v] > 0 and st.stale[v] == 0:
-        k[S.O_N_STALE] += 1
-    elif st.infl[v] == 0 and st.stale[v] > 0:
-        k[S.O_N_STALE] -= 1
-    st.stale[v] = st.infl[v]
-    st.ph[v] = 0
-    if cfg[K.POLICY] == 1:
-        k[WL] = _enqueue_sorted_if(rq.features.extras, v, q.wq, k[WH], k[WL], rq.priority, st.entry_ns)  # noqa: E501  # fmt: skip
-    else:
-        k[WH] = (k[WH] - 1 + R) % R
-        q.wq[k[WH]] = v
-        k[WL] += 1
+    _requeue(cfg, rq, st, q, k, v)
     s[N_PRE] += 1
     _log(o.events, k, k[STEPS], v, 0, S.EV_PREEMPT)
     alone = k[N_RUN] == 0 and k[WL] == 1 and k[NXT] >= arrival_limit(cfg, k, R)
