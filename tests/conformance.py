@@ -4,6 +4,7 @@ in the kernel and the reference engine, as comparable per-step records."""
 from __future__ import annotations
 
 import functools
+import gc
 import gzip
 import json
 from pathlib import Path
@@ -144,6 +145,44 @@ def _finish_records(recs: list[dict]) -> list[dict]:
     return recs
 
 
+def _per_step(steps: int, step: np.ndarray, cols: tuple[np.ndarray, ...]) -> list[list[list]]:
+    """For events sorted by ``step``: per step, each of ``cols`` sliced as a list."""
+    bounds = np.searchsorted(step, np.arange(steps + 1)).tolist()
+    lists = [c.tolist() for c in cols]
+    return [[c[bounds[i] : bounds[i + 1]] for c in lists] for i in range(steps)]
+
+
+def _records(ev: np.ndarray, steps: int, perm: np.ndarray) -> list[dict]:
+    """The kernel's event log ``ev`` ((n, 4): step, request or count, value,
+    kind) as per-step records in golden form, request ids mapped through
+    ``perm`` (the log of a long golden holds over a million events: sliced
+    per step with NumPy rather than read one by one)."""
+    step, r, value, kind = (ev[:, i] for i in range(4))
+    o = np.argsort(step, kind="stable")  # by step, each step's events in log order
+    step, r, value, kind = step[o], r[o], value[o], kind[o]
+    raw = (kind == S.EV_STATE) | (kind == S.EV_FREE)  # counts, not request ids
+    g = np.where(raw, r, perm[np.where(raw, 0, r)])
+    recs = [{**_empty(), "admitted": []} for _ in range(steps)]
+    m = kind == S.EV_SCHED
+    for rec, (gs, vs) in zip(recs, _per_step(steps, step[m], (g[m], value[m])), strict=True):
+        rec["sched"] = [[a, b] for a, b in zip(gs, vs, strict=True)]
+        rec["order"] = gs
+    for name, kd in (("preempted", S.EV_PREEMPT), ("finished", S.EV_FINISH)):
+        m = kind == kd
+        for rec, (gs,) in zip(recs, _per_step(steps, step[m], (g[m],)), strict=True):
+            rec[name] = gs
+    m = kind == S.EV_ADMIT
+    for rec, (gs, vs) in zip(recs, _per_step(steps, step[m], (g[m], value[m])), strict=True):
+        rec["admitted"] = list(zip(gs, vs, strict=True))
+    m = kind == S.EV_STATE  # the last of a step's state events holds
+    for i, a, b in zip(step[m].tolist(), r[m].tolist(), value[m].tolist(), strict=True):
+        recs[i]["running"], recs[i]["waiting"] = a, b
+    m = kind == S.EV_FREE
+    for i, b in zip(step[m].tolist(), value[m].tolist(), strict=True):
+        recs[i]["free"] = b
+    return recs
+
+
 def kernel_steps(scn: dict, features=None) -> tuple[list[dict], dict]:
     """Per-step records in golden form, and final facts, from the kernel
     (variant ``features``; None: the scenario's own, ``api.simulate``)."""
@@ -152,23 +191,11 @@ def kernel_steps(scn: dict, features=None) -> tuple[list[dict], dict]:
     n = int(res.state.out.counters[0, S.O_EVENTS])
     assert n <= res.state.out.events.shape[1], "event log truncated"
     steps = int(res.state.out.counters[0, S.O_STEPS])
-    recs = [{**_empty(), "admitted": []} for _ in range(steps)]
-    for step, r, value, kind in res.state.out.events[0, :n].tolist():
-        rec = recs[step]
-        g = int(perm[r]) if kind not in (S.EV_STATE, S.EV_FREE) else r
-        if kind == S.EV_SCHED:
-            rec["sched"].append([g, value])
-            rec["order"].append(g)
-        elif kind == S.EV_PREEMPT:
-            rec["preempted"].append(g)
-        elif kind == S.EV_FINISH:
-            rec["finished"].append(g)
-        elif kind == S.EV_ADMIT:
-            rec["admitted"].append((g, value))
-        elif kind == S.EV_STATE:
-            rec["running"], rec["waiting"] = r, value
-        elif kind == S.EV_FREE:
-            rec["free"] = value
+    gc.disable()  # a long golden builds millions of small lists: no collection passes
+    try:
+        recs = _records(res.state.out.events[0, :n], steps, perm)
+    finally:
+        gc.enable()
     inv = np.argsort(perm)
     final = {
         "livelocked": bool(res.state.out.counters[0, S.O_LIVELOCKED]),
