@@ -22,12 +22,10 @@ efficiencies, to show whether a same-architecture fit carries over.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from plan_json import plan_json
 
 from planner.latency import measured
 from planner.latency.aic_systems import AIC_SYSTEMS
@@ -69,9 +67,8 @@ def fitted(model: str, gpu: str) -> tuple[RooflineLatency, float]:
 
 def replay(options: list[str]) -> str:
     """Signed errors of the RTX 4090 run's TPOT and E2E means and throughput."""
-    cmd = [sys.executable, "-m", "planner.cli", "validate", str(RUN), "--model", MODEL]
-    p = subprocess.run([*cmd, *options, "--json"], capture_output=True, text=True, check=True)
-    err = {(r["metric"], r["stat"]): r["error"] for r in json.loads(p.stdout)["comparison"]}
+    o = plan_json(["validate", str(RUN), "--model", MODEL, *options])
+    err = {(r["metric"], r["stat"]): r["error"] for r in o["comparison"]}
     keys = (("tpot_s", "mean"), ("e2e_s", "mean"), ("throughput_rps", ""))
     return " | ".join(f"{err[k]:+.1%}" for k in keys)
 
