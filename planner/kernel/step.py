@@ -1123,9 +1123,9 @@ def _preempting_step(cfg, cfgf, rq, st, q, o, sc, p, check):
         u = uidx(q.run[i])
         c0 = st.ncomp[u]
         w = min(c0 + 1, st.hw[u]) - c0
-        if w > 0:
+        if w > 0:  # ``_update_after_schedule``'s waste with n = 1 token (w / n is w)
             if linear:
-                o.floats[S.F_WASTE_NS] += (cfg[K.B0] / n_sched) * (w / 1) + cfg[K.B2] * w
+                o.floats[S.F_WASTE_NS] += (cfg[K.B0] / n_sched) * w + cfg[K.B2] * w
             else:
                 o.floats[S.F_WASTE_NS] += dt * w / n_sched
         st.hw[u] = max(st.hw[u], c0 + 1)
