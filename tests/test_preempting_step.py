@@ -1,4 +1,4 @@
-"""The decode fast path's preempting step (``step._preempting_schedule``): a
+"""The decode fast path's preempting step (``step._preempting_step``): a
 decode step in which the pool runs out and the tail of ``running`` is
 preempted, taken at once instead of through the one-by-one engine. Seeded
 cases built to reach it (sync, FCFS recompute preemption, pools too small for

@@ -27,8 +27,7 @@ from planner.workload.arrays import LengthDist, Workload, synthetic
 # ``order`` (a lone closed-loop server holds its whole stream there, a
 # replica what it was sent).
 DIAGNOSTIC = {
-    S.O_MACRO_STEPS,
-    S.O_PREEMPT_STEPS,
+    *S.FAST_PATH_COUNTERS,
     S.O_ROUTE_UNTIL,
     S.O_FIN_BEFORE_STEP,
     S.O_ROUTE_MORE,

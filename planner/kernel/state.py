@@ -114,6 +114,9 @@ FUTURE, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
     O_PREEMPT_STEPS,
 ) = range(53)
 NOUT_I = 53
+# Counters that say how the steps were taken (by the decode fast path or one by
+# one), not what they did: two runs with equal results may differ in these.
+FAST_PATH_COUNTERS = (O_MACRO_STEPS, O_PREEMPT_STEPS)
 
 # One step's accumulators, the kernel's ``step.Scratch.step`` (int64), zeroed as each step starts.
 (
